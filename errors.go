@@ -1,0 +1,77 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrLeaseLost is returned by Complete and Release when the caller's token no
+	// longer holds the key: its lease ran out and another claimant took over, or the
+	// record was released or expired. The caller's result was not recorded.
+	ErrLeaseLost = errors.New("idem: lease lost: the key was taken over, released or expired; the result was not recorded")
+
+	// ErrCompleted is returned by Release for a key that is already completed: a
+	// recorded result cannot be taken back.
+	ErrCompleted = errors.New("idem: key is already completed; a completed key cannot be released")
+
+	// ErrInvalid is matched by every *InputError (errors.Is(err, ErrInvalid)).
+	ErrInvalid = errors.New("idem: invalid input")
+
+	// ErrClosed is returned by a store used after Close.
+	ErrClosed = errors.New("idem: store is closed")
+)
+
+// InputError reports bad input: which field, what is wrong, and how to fix it.
+// Nothing is written to the backend when a call fails with an InputError.
+type InputError struct {
+	Field  string // e.g. "Key.ID", "Claim.Lease", "token"
+	Reason string // e.g. "is longer than 255 bytes (got 312)"
+	Fix    string // e.g. "shorten it, or hash the identity into an intent key"
+}
+
+func (e *InputError) Error() string {
+	msg := "idem: " + e.Field + " " + e.Reason
+	if e.Fix != "" {
+		msg += ": " + e.Fix
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrInvalid) true for every InputError.
+func (e *InputError) Is(target error) bool { return target == ErrInvalid }
+
+// BackendError wraps a failure of the backend (connection refused, timeout, server
+// error) with the backend and operation that failed.
+type BackendError struct {
+	Backend string // "postgres", "redis", "sqlite", "memory"
+	Op      string // "claim", "complete", "release", "sweep", "migrate"
+	Err     error
+}
+
+func (e *BackendError) Error() string {
+	return fmt.Sprintf("idem: %s %s: %v", e.Backend, e.Op, e.Err)
+}
+
+func (e *BackendError) Unwrap() error { return e.Err }
+
+// IsRetryable reports whether err is a transient failure after which the same call
+// may succeed: a backend error that is not the caller's cancellation. Input errors,
+// ErrLeaseLost and ErrCompleted are final.
+func IsRetryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrInvalid) ||
+		errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrCompleted) || errors.Is(err, ErrClosed) {
+		return false
+	}
+	var be *BackendError
+	return errors.As(err, &be)
+}
+
+// ValidateToken checks the token passed to Complete or Release.
+func ValidateToken(token uint64) error {
+	if token == 0 {
+		return &InputError{Field: "token", Reason: "is zero", Fix: "pass the Token of the Acquired claim result"}
+	}
+	return nil
+}

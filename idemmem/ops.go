@@ -1,0 +1,253 @@
+package idemmem
+
+import (
+	"bytes"
+	"context"
+	"hash/maphash"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+func (s *Store) hash(k idem.Key) hkey {
+	// Scope cannot contain NUL (Key.Validate), so scope+NUL+id is unambiguous.
+	var h maphash.Hash
+	h.SetSeed(s.seedA)
+	h.WriteString(k.Scope)
+	h.WriteByte(0)
+	h.WriteString(k.ID)
+	a := h.Sum64()
+	h.SetSeed(s.seedB)
+	h.WriteString(k.Scope)
+	h.WriteByte(0)
+	h.WriteString(k.ID)
+	return hkey{a, h.Sum64()}
+}
+
+func (s *Store) shardOf(h hkey) *shard { return &s.shards[h.a&s.mask] }
+
+// nextToken returns a token above prev that also exceeds any token issued before now
+// for a past incarnation of the key (tokens start at the clock in microseconds).
+func nextToken(prev uint64, now int64) uint64 {
+	t := uint64(now / 1000)
+	if t <= prev {
+		t = prev + 1
+	}
+	return t
+}
+
+// Claim implements idem.Store.
+func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
+	start := time.Now()
+	if err := c.Validate(); err != nil {
+		return idem.Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return idem.Result{}, err
+	}
+	res := s.claim(c.WithDefaults(), s.now().UnixNano())
+	s.m.Claim(c.Key.Scope, res.Outcome, nil, start)
+	return res, nil
+}
+
+func (s *Store) claim(c idem.Claim, now int64) idem.Result {
+	h := s.hash(c.Key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+
+	var prev uint64
+	if r, ok := sh.live[h]; ok {
+		if now < r.deadline {
+			return s.duplicate(c, r)
+		}
+		prev = r.token
+	} else if d, ok := sh.done[h]; ok {
+		if now < d.deadline {
+			return s.duplicate(c, liveRecord{token: d.token, deadline: d.deadline, completed: true})
+		}
+		prev = d.token
+		delete(sh.done, h)
+	}
+	token := nextToken(prev, now)
+	sh.live[h] = liveRecord{
+		token:     token,
+		deadline:  now + int64(c.Lease),
+		created:   now,
+		retention: int64(c.Retention),
+		fp:        bytes.Clone(c.Fingerprint),
+	}
+	return idem.Result{Outcome: idem.Acquired, Token: token}
+}
+
+func (s *Store) duplicate(c idem.Claim, r liveRecord) idem.Result {
+	rec := idem.Record{
+		Key:         c.Key,
+		State:       idem.StateInProgress,
+		Fingerprint: bytes.Clone(r.fp),
+		Token:       r.token,
+		ExpiresAt:   time.Unix(0, r.deadline),
+	}
+	if r.created != 0 {
+		rec.CreatedAt = time.Unix(0, r.created)
+	}
+	out := idem.InProgress
+	if r.completed {
+		rec.State = idem.StateCompleted
+		out = idem.Replayed
+		rec.Result = bytes.Clone(r.result)
+		if rec.Result == nil {
+			rec.Result = []byte{}
+		}
+	}
+	if !bytes.Equal(r.fp, c.Fingerprint) {
+		out = idem.Mismatch
+	}
+	return idem.Result{Outcome: out, Record: rec}
+}
+
+// ClaimBatch implements idem.BatchClaimer: every claim is validated first, then
+// claimed in order.
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+	for _, c := range claims {
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := s.now().UnixNano()
+	out := make([]idem.Result, len(claims))
+	for i, c := range claims {
+		start := time.Now()
+		out[i] = s.claim(c.WithDefaults(), now)
+		s.m.Claim(c.Key.Scope, out[i].Outcome, nil, start)
+	}
+	return out, nil
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+	if err := checkFinish(ctx, k, token); err != nil {
+		return err
+	}
+	now := s.now().UnixNano()
+	h := s.hash(k)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+
+	r, ok := sh.live[h]
+	if !ok {
+		if d, ok := sh.done[h]; ok && d.token == token && now < d.deadline {
+			return nil // completed twice
+		}
+		return idem.ErrLeaseLost
+	}
+	if r.token != token || now >= r.deadline {
+		return idem.ErrLeaseLost
+	}
+	if r.completed {
+		return nil // completed twice: keep the first result
+	}
+	deadline := now + r.retention
+	if len(r.fp) == 0 && len(result) == 0 {
+		// Dedup only: keep the compact form.
+		delete(sh.live, h)
+		sh.done[h] = doneRecord{token: token, deadline: deadline}
+		return nil
+	}
+	r.completed = true
+	r.result = bytes.Clone(result)
+	r.deadline = deadline
+	sh.live[h] = r
+	return nil
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
+	if err := checkFinish(ctx, k, token); err != nil {
+		return err
+	}
+	now := s.now().UnixNano()
+	h := s.hash(k)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+
+	r, ok := sh.live[h]
+	if !ok {
+		if d, ok := sh.done[h]; ok && now < d.deadline {
+			if d.token == token {
+				return idem.ErrCompleted
+			}
+			return idem.ErrLeaseLost
+		}
+		return nil
+	}
+	switch {
+	case now >= r.deadline:
+		return nil // expired: as if absent
+	case r.token != token:
+		return idem.ErrLeaseLost
+	case r.completed:
+		return idem.ErrCompleted
+	}
+	delete(sh.live, h)
+	return nil
+}
+
+func checkFinish(ctx context.Context, k idem.Key, token uint64) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	if err := idem.ValidateToken(token); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// Sweep implements idem.Sweeper: it removes records whose lease or retention passed.
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	n := 0
+	for i := range s.shards {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		n += s.shards[i].sweep(s.now().UnixNano())
+	}
+	s.m.Swept(n)
+	return n, nil
+}
+
+func (sh *shard) sweep(now int64) int {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n := 0
+	for h, r := range sh.live {
+		if now >= r.deadline {
+			delete(sh.live, h)
+			n++
+		}
+	}
+	for h, d := range sh.done {
+		if now >= d.deadline {
+			delete(sh.done, h)
+			n++
+		}
+	}
+	return n
+}
+
+// Len returns the number of records held, expired or not, until swept.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.live) + len(sh.done)
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,25 @@
+package idemmem_test
+
+import (
+	"testing"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idemtest"
+)
+
+func newStore(t testing.TB, cfg idemmem.Config) *idemmem.Store {
+	t.Helper()
+	s, err := idemmem.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	idemtest.StoreSuite(t, idemtest.Harness{
+		New: func(t *testing.T) idem.Store { return newStore(t, idemmem.Config{}) },
+	})
+}

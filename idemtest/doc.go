@@ -1,0 +1,15 @@
+// Package idemtest holds the conformance suites that every idem backend runs, so the
+// memory, SQLite, PostgreSQL and Redis stores are held to one contract.
+//
+// A backend's test calls StoreSuite with a Harness that makes a fresh, isolated store
+// per subtest, and SQL backends also call TxStoreSuite with their transaction type:
+//
+//	func TestConformance(t *testing.T) {
+//		idemtest.StoreSuite(t, idemtest.Harness{
+//			New: func(t *testing.T) idem.Store { return newTestStore(t) },
+//		})
+//	}
+//
+// The suites use real goroutines and short real leases (a few hundred milliseconds);
+// they wait for expiry by polling, never by asserting how long something took.
+package idemtest

@@ -1,0 +1,117 @@
+// Package metrics holds the Prometheus collectors shared by idem's stores. Nothing is
+// global: a store registers its collectors on the Registerer its config names, and a
+// nil *Store records nothing.
+package metrics
+
+import (
+	"errors"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Store records a store's claims, duplicates, latency and sweeps under the names of
+// DESIGN.md §5. Its methods are safe on a nil receiver, which records nothing.
+type Store struct {
+	backend string
+	claims  *prometheus.CounterVec
+	dups    *prometheus.CounterVec
+	latency prometheus.Observer
+	swept   prometheus.Counter
+}
+
+// NewStore registers the store collectors on reg for backend. A nil reg returns a nil
+// *Store. Registering twice on one registry (two stores of one process) reuses the
+// collectors already there.
+func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	claims, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_claims_total",
+		Help: "Claims answered by idem stores, by scope and outcome (acquired, replayed, in_progress, mismatch, error).",
+	}, []string{"backend", "scope", "outcome"}))
+	if err != nil {
+		return nil, err
+	}
+	dups, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_duplicates_total",
+		Help: "Claims that found the key already taken (replayed, in_progress or mismatch): duplicates suppressed.",
+	}, []string{"backend", "scope"}))
+	if err != nil {
+		return nil, err
+	}
+	latency, err := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "idem_claim_duration_seconds",
+		Help:    "Latency of Claim calls, including the backend round trip.",
+		Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
+	}, []string{"backend"}))
+	if err != nil {
+		return nil, err
+	}
+	swept, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_swept_total",
+		Help: "Expired records removed by sweeps.",
+	}, []string{"backend"}))
+	if err != nil {
+		return nil, err
+	}
+	return &Store{
+		backend: backend,
+		claims:  claims,
+		dups:    dups,
+		latency: latency.WithLabelValues(backend),
+		swept:   swept.WithLabelValues(backend),
+	}, nil
+}
+
+// RecordsFunc registers idem_records{backend}, read from count at each scrape.
+func RecordsFunc(reg prometheus.Registerer, backend string, count func() float64) error {
+	if reg == nil {
+		return nil
+	}
+	_, err := register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "idem_records",
+		Help:        "Records the store currently holds (in progress and completed, not yet swept).",
+		ConstLabels: prometheus.Labels{"backend": backend},
+	}, count))
+	return err
+}
+
+// Claim records one claim that started at start and ended with outcome o or err.
+func (m *Store) Claim(scope string, o idem.Outcome, err error, start time.Time) {
+	if m == nil {
+		return
+	}
+	m.latency.Observe(time.Since(start).Seconds())
+	label := o.String()
+	if err != nil {
+		label = "error"
+	}
+	m.claims.WithLabelValues(m.backend, scope, label).Inc()
+	if err == nil && o.Duplicate() {
+		m.dups.WithLabelValues(m.backend, scope).Inc()
+	}
+}
+
+// Swept records n records removed by a sweep.
+func (m *Store) Swept(n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.swept.Add(float64(n))
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, err
+	}
+	return c, nil
+}

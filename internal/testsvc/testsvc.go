@@ -1,0 +1,142 @@
+// Package testsvc finds the services idem's tests run against and gives each test an
+// isolated piece of them (a Postgres schema, a Redis key prefix).
+//
+// A test that cannot reach its service is skipped, unless IDEM_REQUIRE_SERVICES=1
+// (set by `make test` and CI), in which case it fails: CI never passes by skipping.
+package testsvc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Env names the variables that point tests at services.
+const (
+	EnvRequire  = "IDEM_REQUIRE_SERVICES"
+	EnvPostgres = "IDEM_TEST_POSTGRES_URL" // default postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+	EnvRedis    = "IDEM_TEST_REDIS_ADDR"   // default 127.0.0.1:6379
+)
+
+// PostgresURL is the Postgres the tests use.
+func PostgresURL() string {
+	return envOr(EnvPostgres, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+}
+
+// RedisAddr is the Redis the tests use.
+func RedisAddr() string { return envOr(EnvRedis, "127.0.0.1:6379") }
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// Required reports whether tests must fail rather than skip when a service is down.
+func Required() bool { return os.Getenv(EnvRequire) == "1" }
+
+// Reach dials addr and skips (or, with IDEM_REQUIRE_SERVICES=1, fails) the test if the
+// service is not there.
+func Reach(t testing.TB, service, addr string) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	if err == nil {
+		conn.Close()
+		return
+	}
+	msg := fmt.Sprintf("%s not reachable at %s (%v); start it with `make services`", service, addr, err)
+	if Required() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// UniqueName returns prefix followed by 12 random hex characters: a name no other
+// test (or run) uses.
+func UniqueName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// PostgresSchema creates a fresh schema for t, dropped when t ends, and returns a
+// connection string whose search_path is that schema, so unqualified table names land
+// there. Isolated tests can then run in parallel on one database.
+func PostgresSchema(t testing.TB) (connString, schema string) {
+	t.Helper()
+	base := PostgresURL()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", EnvPostgres, base, err)
+	}
+	Reach(t, "postgres", u.Host)
+	schema = UniqueName("idem_test_")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("connect to postgres: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, base); err == nil {
+			_, _ = conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+			conn.Close(ctx)
+		}
+	})
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), schema
+}
+
+// PostgresPool opens a pool on a fresh schema (see PostgresSchema), closed when t ends.
+func PostgresPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	cs, _ := PostgresSchema(t)
+	pool, err := pgxpool.New(context.Background(), cs)
+	if err != nil {
+		t.Fatalf("pgxpool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// RedisPrefix returns a key prefix unique to t, ending in ':'.
+func RedisPrefix(t testing.TB) string {
+	t.Helper()
+	Reach(t, "redis", RedisAddr())
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	return UniqueName("idemtest:"+name+":") + ":"
+}
+
+// ClosedAddr returns a loopback address on which nothing listens.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}

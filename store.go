@@ -1,0 +1,73 @@
+package idem
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Store remembers which effects were claimed and completed. Every backend (memory,
+// SQLite, PostgreSQL, Redis) implements it and passes idemtest.StoreSuite.
+//
+// Implementations are safe for concurrent use. A duplicate is an Outcome; the error
+// is non-nil only for failures: invalid input (*InputError), a lost lease
+// (ErrLeaseLost), or the backend (*BackendError).
+type Store interface {
+	// Claim asks for the right to perform c's effect. See Outcome.
+	Claim(ctx context.Context, c Claim) (Result, error)
+	// Complete records the result of the effect for the holder of token and starts
+	// the record's retention. Completing twice with the same token is a no-op that
+	// keeps the first result. A token that no longer holds the key gets ErrLeaseLost.
+	Complete(ctx context.Context, k Key, token uint64, result []byte) error
+	// Release gives an in-progress key back so a retry can claim it at once. Releasing
+	// a key that has no record is a no-op; a completed key gets ErrCompleted; a token
+	// that no longer holds the key gets ErrLeaseLost.
+	Release(ctx context.Context, k Key, token uint64) error
+}
+
+// TxStore is the transactional twin of Store for SQL backends. The claim and the
+// completion join the caller's transaction Tx (pgx.Tx, *sql.Tx), so they commit or
+// roll back with the business write. A concurrent claimant of the same key waits for
+// the transaction: it gets Replayed after a commit and Acquired after a rollback.
+type TxStore[Tx any] interface {
+	ClaimTx(ctx context.Context, tx Tx, c Claim) (Result, error)
+	CompleteTx(ctx context.Context, tx Tx, k Key, token uint64, result []byte) error
+	ReleaseTx(ctx context.Context, tx Tx, k Key, token uint64) error
+}
+
+// BatchClaimer is implemented by stores that can claim many keys in one round trip.
+// Results are in the order of the claims; a claim that fails validation fails the
+// whole batch before anything is written.
+type BatchClaimer interface {
+	ClaimBatch(ctx context.Context, claims []Claim) ([]Result, error)
+}
+
+// Sweeper is implemented by stores that remove expired records themselves (memory,
+// SQLite, PostgreSQL). Redis expires keys natively and has no Sweeper.
+type Sweeper interface {
+	// Sweep deletes records whose lease or retention has passed and returns how many
+	// it deleted.
+	Sweep(ctx context.Context) (int, error)
+}
+
+// RunSweeper calls s.Sweep every interval until ctx ends, logging failures (a failed
+// sweep only delays cleanup). It returns ctx's error.
+func RunSweeper(ctx context.Context, s Sweeper, interval time.Duration, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				logger.WarnContext(ctx, "idem: sweep failed", "err", err)
+			} else if n > 0 {
+				logger.DebugContext(ctx, "idem: swept expired records", "count", n)
+			}
+		}
+	}
+}
