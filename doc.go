@@ -23,9 +23,10 @@
 // An in-progress claim holds a lease. If the holder crashes, the lease runs out and the
 // next claimant takes the key over with a higher fencing token; the old holder's late
 // Complete or Release then fails with ErrLeaseLost instead of overwriting the new
-// holder's work. Tokens are strictly increasing per key and a fresh record starts its
-// token at the store's clock in microseconds, so a holder from an earlier incarnation
-// of a key (released or expired, then claimed anew) can never present a matching token.
+// holder's work. Tokens strictly increase per key, across takeovers and across
+// incarnations of the key (released or expired, then claimed anew), so an earlier
+// holder can never present a matching token. Each backend documents how it keeps them
+// rising (a sequence, a per-shard floor, a tombstone that outlives the lease).
 //
 // A record whose lease (in progress) or retention (completed) has passed is treated as
 // absent, except that its token is exceeded. Backends remove such records in the

@@ -26,13 +26,14 @@ func (s *Store) hash(k idem.Key) hkey {
 
 func (s *Store) shardOf(h hkey) *shard { return &s.shards[h.a&s.mask] }
 
-// nextToken returns a token above prev that also exceeds any token issued before now
-// for a past incarnation of the key (tokens start at the clock in microseconds).
-func nextToken(prev uint64, now int64) uint64 {
+// nextToken issues a token above every token this shard has issued. Tokens start
+// at the clock in microseconds so they read as times and keep rising across restarts.
+func (sh *shard) nextToken(now int64) uint64 {
 	t := uint64(now / 1000)
-	if t <= prev {
-		t = prev + 1
+	if t <= sh.last {
+		t = sh.last + 1
 	}
+	sh.last = t
 	return t
 }
 
@@ -56,20 +57,17 @@ func (s *Store) claim(c idem.Claim, now int64) idem.Result {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 
-	var prev uint64
 	if r, ok := sh.live[h]; ok {
 		if now < r.deadline {
 			return s.duplicate(c, r)
 		}
-		prev = r.token
 	} else if d, ok := sh.done[h]; ok {
 		if now < d.deadline {
 			return s.duplicate(c, liveRecord{token: d.token, deadline: d.deadline, completed: true})
 		}
-		prev = d.token
 		delete(sh.done, h)
 	}
-	token := nextToken(prev, now)
+	token := sh.nextToken(now)
 	sh.live[h] = liveRecord{
 		token:     token,
 		deadline:  now + int64(c.Lease),

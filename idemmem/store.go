@@ -57,7 +57,11 @@ type shard struct {
 	mu   sync.Mutex
 	live map[hkey]liveRecord
 	done map[hkey]doneRecord
-	_    [40]byte // keep shards on separate cache lines
+	// last is the highest token issued in this shard. A key always maps to the same
+	// shard, so a new token above last exceeds every token any incarnation of the key
+	// ever had, even one released or swept a nanosecond ago.
+	last uint64
+	_    [32]byte // keep shards on separate cache lines
 }
 
 type liveRecord struct {
