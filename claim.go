@@ -121,6 +121,7 @@ type Record struct {
 	State       State
 	Fingerprint []byte
 	// Token is the fencing token of the holder that created (or took over) the record.
+	// Backends that keep compact dedup-only records may report zero for those.
 	Token uint64
 	// Result is what Complete stored. Nil while in progress.
 	Result []byte

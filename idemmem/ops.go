@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"hash/maphash"
+	"math"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -62,8 +63,8 @@ func (s *Store) claim(c idem.Claim, now int64) idem.Result {
 			return s.duplicate(c, r)
 		}
 	} else if d, ok := sh.done[h]; ok {
-		if now < d.deadline {
-			return s.duplicate(c, liveRecord{token: d.token, deadline: d.deadline, completed: true})
+		if deadline := s.doneDeadline(d); now < deadline {
+			return s.duplicate(c, liveRecord{deadline: deadline, completed: true})
 		}
 		delete(sh.done, h)
 	}
@@ -138,7 +139,7 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 
 	r, ok := sh.live[h]
 	if !ok {
-		if d, ok := sh.done[h]; ok && d.token == token && now < d.deadline {
+		if d, ok := sh.done[h]; ok && d.holds(token) && now < s.doneDeadline(d) {
 			return nil // completed twice
 		}
 		return idem.ErrLeaseLost
@@ -153,7 +154,7 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 	if len(r.fp) == 0 && len(result) == 0 {
 		// Dedup only: keep the compact form.
 		delete(sh.live, h)
-		sh.done[h] = doneRecord{token: token, deadline: deadline}
+		sh.done[h] = packDone(token, s.expirySec(deadline))
 		return nil
 	}
 	r.completed = true
@@ -176,8 +177,8 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 
 	r, ok := sh.live[h]
 	if !ok {
-		if d, ok := sh.done[h]; ok && now < d.deadline {
-			if d.token == token {
+		if d, ok := sh.done[h]; ok && now < s.doneDeadline(d) {
+			if d.holds(token) {
 				return idem.ErrCompleted
 			}
 			return idem.ErrLeaseLost
@@ -194,6 +195,16 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 	}
 	delete(sh.live, h)
 	return nil
+}
+
+// expirySec converts a deadline to whole seconds after the epoch, rounded up.
+func (s *Store) expirySec(deadline int64) uint32 {
+	sec := (deadline - s.epoch + int64(time.Second) - 1) / int64(time.Second)
+	return uint32(min(max(sec, 0), math.MaxUint32))
+}
+
+func (s *Store) doneDeadline(d doneRecord) int64 {
+	return s.epoch + int64(d.expirySec())*int64(time.Second)
 }
 
 func checkFinish(ctx context.Context, k idem.Key, token uint64) error {
@@ -213,13 +224,13 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
-		n += s.shards[i].sweep(s.now().UnixNano())
+		n += s.sweepShard(&s.shards[i], s.now().UnixNano())
 	}
 	s.m.Swept(n)
 	return n, nil
 }
 
-func (sh *shard) sweep(now int64) int {
+func (s *Store) sweepShard(sh *shard, now int64) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	n := 0
@@ -230,7 +241,7 @@ func (sh *shard) sweep(now int64) int {
 		}
 	}
 	for h, d := range sh.done {
-		if now >= d.deadline {
+		if now >= s.doneDeadline(d) {
 			delete(sh.done, h)
 			n++
 		}

@@ -7,7 +7,8 @@
 // Keys are remembered by a 128-bit hash of (scope, id) under per-process random seeds,
 // not by their text: the chance that two distinct keys collide among a billion is
 // below 10^-20. Completed records without a result or fingerprint (dedup only) take
-// about 50 bytes of heap each; see BENCHMARKS.md.
+// under 64 bytes of heap each (see BENCHMARKS.md); to get there they keep their
+// expiry in whole seconds, rounded up, and report Record.Token as zero on replay.
 package idemmem
 
 import (
@@ -39,6 +40,7 @@ type Store struct {
 	mask         uint64
 	seedA, seedB maphash.Seed
 	now          func() time.Time
+	epoch        int64 // unix ns; compact records count seconds from here
 	m            *metrics.Store
 }
 
@@ -74,10 +76,19 @@ type liveRecord struct {
 	result    []byte
 }
 
-type doneRecord struct {
-	token    uint64
-	deadline int64
+// doneRecord is a completed dedup-only record packed into 8 bytes, so that a map
+// slot (16-byte key + value) is 24 bytes: the high 32 bits hold the expiry in whole
+// seconds after the store's epoch, rounded up (never earlier than asked); the low 32
+// bits hold the low bits of the token, enough to tell a second Complete by the same
+// holder from a stale one.
+type doneRecord uint64
+
+func packDone(token uint64, expirySec uint32) doneRecord {
+	return doneRecord(uint64(expirySec)<<32 | token&0xffffffff)
 }
+
+func (d doneRecord) expirySec() uint32       { return uint32(d >> 32) }
+func (d doneRecord) holds(token uint64) bool { return uint32(d) == uint32(token) }
 
 // New returns an empty Store.
 func New(cfg Config) (*Store, error) {
@@ -102,6 +113,7 @@ func New(cfg Config) (*Store, error) {
 		seedA:  maphash.MakeSeed(),
 		seedB:  maphash.MakeSeed(),
 		now:    now,
+		epoch:  now().UnixNano(),
 		m:      m,
 	}
 	for i := range s.shards {

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Make sure the services idem's tests use are running on 127.0.0.1: PostgreSQL (5432),
+# Redis (6379), NATS with JetStream (4222) and RabbitMQ (5672). Each one that is down is
+# started, after installing it with apt-get if it is missing. Idempotent: safe to run
+# again at any time. Exits non-zero naming the service that could not be brought up.
+set -uo pipefail
+
+log() { printf 'services: %s\n' "$*" >&2; }
+
+up() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_up() { # port seconds
+  local i
+  for ((i = 0; i < $2 * 4; i++)); do up "$1" && return 0; sleep 0.25; done
+  return 1
+}
+
+apt_updated=
+need() { # command package...
+  command -v "$1" >/dev/null 2>&1 && return 0
+  [ -x "$1" ] && return 0
+  log "installing ${*:2}"
+  if [ -z "$apt_updated" ]; then apt-get update -qq >/dev/null && apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${@:2}" >/dev/null
+}
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+start_postgres() {
+  need pg_ctlcluster postgresql postgresql-contrib || return 1
+  local version
+  version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$version" ] || { log "no PostgreSQL cluster in /etc/postgresql"; return 1; }
+  as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  wait_up 5432 30 || return 1
+  # Trust auth for local TCP is the machine's default; make sure the test database exists.
+  psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" 2>/dev/null | grep -q 1 ||
+    psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE test" >/dev/null 2>&1 || true
+}
+
+start_redis() {
+  need redis-server redis-server || return 1
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no >/dev/null
+  wait_up 6379 15
+}
+
+start_nats() {
+  need /usr/sbin/nats-server nats-server || return 1
+  mkdir -p /var/lib/nats-server
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server
+  wait_up 4222 15
+}
+
+start_rabbitmq() {
+  need rabbitmq-server rabbitmq-server || return 1
+  as_root rabbitmq-server -detached >/dev/null 2>&1 || true
+  wait_up 5672 90
+}
+
+status=0
+for svc in postgres:5432 redis:6379 nats:4222 rabbitmq:5672; do
+  name=${svc%%:*} port=${svc##*:}
+  if up "$port"; then
+    log "$name up on 127.0.0.1:$port"
+    continue
+  fi
+  log "$name down on 127.0.0.1:$port; starting it"
+  if "start_$name" && up "$port"; then
+    log "$name started on 127.0.0.1:$port"
+  else
+    log "ERROR: could not start $name on 127.0.0.1:$port"
+    status=1
+  fi
+done
+exit $status
