@@ -78,7 +78,8 @@ const (
 	Replayed
 	// InProgress: another holder has a live lease; retry after Result.Record.ExpiresAt.
 	InProgress
-	// Mismatch: the key was claimed with another fingerprint.
+	// Mismatch: the key was claimed with another fingerprint. The stored result is
+	// not returned: another intent must not learn it.
 	Mismatch
 )
 

@@ -71,7 +71,7 @@ func (s *Store) claim(c idem.Claim, now int64) idem.Result {
 	token := sh.nextToken(now)
 	sh.live[h] = liveRecord{
 		token:     token,
-		deadline:  now + int64(c.Lease),
+		deadline:  addDur(now, c.Lease),
 		created:   now,
 		retention: int64(c.Retention),
 		fp:        bytes.Clone(c.Fingerprint),
@@ -100,7 +100,9 @@ func (s *Store) duplicate(c idem.Claim, r liveRecord) idem.Result {
 		}
 	}
 	if !bytes.Equal(r.fp, c.Fingerprint) {
+		// Another intent must not learn the first one's result.
 		out = idem.Mismatch
+		rec.Result = nil
 	}
 	return idem.Result{Outcome: out, Record: rec}
 }
@@ -150,7 +152,7 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 	if r.completed {
 		return nil // completed twice: keep the first result
 	}
-	deadline := now + r.retention
+	deadline := addDur(now, time.Duration(r.retention))
 	if len(r.fp) == 0 && len(result) == 0 {
 		// Dedup only: keep the compact form.
 		delete(sh.live, h)
@@ -195,6 +197,15 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 	}
 	delete(sh.live, h)
 	return nil
+}
+
+// addDur adds d to the unix-ns time now, saturating instead of overflowing for
+// absurdly long leases or retentions.
+func addDur(now int64, d time.Duration) int64 {
+	if int64(d) > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + int64(d)
 }
 
 // expirySec converts a deadline to whole seconds after the epoch, rounded up.

@@ -295,7 +295,11 @@ func testFingerprintMismatch(t *testing.T, s idem.Store) {
 	if err := s.Complete(ctx, k, res.Token, []byte("charged 100")); err != nil {
 		t.Fatal(err)
 	}
-	wantOutcome(t, MustClaim(t, s, b), idem.Mismatch)
+	mm = MustClaim(t, s, b)
+	wantOutcome(t, mm, idem.Mismatch)
+	if mm.Record.Result != nil {
+		t.Fatalf("Mismatch leaked the first intent's result %q", mm.Record.Result)
+	}
 	rep := MustClaim(t, s, a)
 	wantOutcome(t, rep, idem.Replayed)
 	if string(rep.Record.Result) != "charged 100" {

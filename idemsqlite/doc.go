@@ -1,0 +1,82 @@
+// Package idemsqlite is idem's embedded default store: an idem.Store,
+// idem.TxStore[*sql.Tx], idem.Sweeper and idem.BatchClaimer on one SQLite file,
+// through the pure-Go driver modernc.org/sqlite (no cgo).
+//
+//	store, err := idemsqlite.Open("idem.db", idemsqlite.Config{})
+//	...
+//	defer store.Close()
+//	go idem.RunSweeper(ctx, store, time.Minute, nil) // delete expired records
+//
+// # Durability
+//
+// Open runs the file in WAL mode with synchronous=FULL: when Claim, Complete or
+// Release returns, the write-ahead log holding it has been fsynced, so it survives a
+// crash of the process or of the machine. Config.Synchronous = SyncNormal drops the
+// fsync at commit; the file stays consistent, but the last commits before a power
+// loss can be lost, and with them the memory that an effect already ran.
+//
+// # Group commit
+//
+// An fsync takes from tens of microseconds to milliseconds, by disk, so a store that
+// commits each call on its own cannot do more claims per second than the disk does
+// fsyncs. Claim, ClaimBatch, Complete, Release and Sweep therefore go to a single
+// writer goroutine with its own connection. It takes every call queued while its
+// previous commit was syncing (up to Config.MaxBatch), applies them in order in one
+// BEGIN IMMEDIATE … COMMIT and answers each: concurrent callers share one fsync.
+// A lone caller still pays a full commit: compare BenchmarkClaimSingle and
+// BenchmarkClaimConcurrent with BenchmarkFsync, the disk's raw fsync rate.
+// Store.Stats reports commits and calls, so Ops/Commits is the average group.
+//
+// Each call's answer is its own: one call whose SQL fails on its own data gets its
+// error while the rest of its group is re-run and committed; a failure of the file
+// itself (I/O error, disk full, busy timeout) fails the group with a retryable
+// *idem.BackendError. A context that has ended before a call returns ctx.Err() and
+// writes nothing; one that ends while the call is queued also returns ctx.Err(), and
+// the call is never applied. Once the writer holds the write lock and has taken the
+// call into its transaction, the call is applied and returns its true result even if
+// the context ends meanwhile, which costs at most one commit of waiting: a claim that
+// succeeded is never reported as failed, so no lease is orphaned by a timeout.
+//
+// # Transactions
+//
+// To commit the key with the effect, run the business transaction on Store.DB() (or
+// another connection to the same file) and pass it to ClaimTx and CompleteTx:
+//
+//	tx, err := store.DB().BeginTx(ctx, nil)
+//	res, err := store.ClaimTx(ctx, tx, idem.Claim{Key: key})
+//	if res.Outcome == idem.Acquired {
+//		// business writes in tx …
+//		err = store.CompleteTx(ctx, tx, key, res.Token, nil)
+//	}
+//	err = tx.Commit()
+//
+// The Tx variants run on the caller's connection, not through the writer. Open sets
+// _txlock=immediate, so BEGIN takes SQLite's write lock at once; a concurrent claimant
+// of the same key waits (up to Config.BusyTimeout) and then sees Replayed after a
+// commit or Acquired after a rollback.
+//
+// # One writer
+//
+// SQLite admits one writer at a time per file. The group-commit writer and callers'
+// transactions take turns on that lock, so a long business transaction stalls every
+// other write to the file, including the writer's groups. Keep transactions short,
+// and do not call the non-Tx methods while holding a write transaction on the same
+// file: the writer would wait for your lock until Config.BusyTimeout. Readers never
+// block (WAL).
+//
+// # Fencing tokens
+//
+// A token is the larger of the clock in microseconds and one above the highest token
+// ever issued on the file, which every token-issuing transaction keeps in the
+// idem_meta table. Tokens therefore strictly increase per key across takeovers,
+// releases, expiry, sweeps, restarts, clock steps and processes sharing the file. A
+// process also remembers tokens handed out in transactions that were rolled back and
+// never reissues them; another process sharing the file does not know those, but
+// stays above them as long as tokens are issued more slowly than one per microsecond.
+//
+// # Schema
+//
+// Open and New create or migrate the tables idem_records, idem_meta and
+// idem_migrations (embedded, idempotent migrations, safe for concurrent opens); they
+// leave PRAGMA user_version to the application that shares the file.
+package idemsqlite
