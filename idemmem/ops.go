@@ -81,30 +81,18 @@ func (s *Store) claim(c idem.Claim, now int64) idem.Result {
 
 func (s *Store) duplicate(c idem.Claim, r liveRecord) idem.Result {
 	rec := idem.Record{
-		Key:         c.Key,
 		State:       idem.StateInProgress,
 		Fingerprint: bytes.Clone(r.fp),
-		Token:       r.token,
 		ExpiresAt:   time.Unix(0, r.deadline),
 	}
 	if r.created != 0 {
 		rec.CreatedAt = time.Unix(0, r.created)
 	}
-	out := idem.InProgress
 	if r.completed {
 		rec.State = idem.StateCompleted
-		out = idem.Replayed
 		rec.Result = bytes.Clone(r.result)
-		if rec.Result == nil {
-			rec.Result = []byte{}
-		}
 	}
-	if !bytes.Equal(r.fp, c.Fingerprint) {
-		// Another intent must not learn the first one's result.
-		out = idem.Mismatch
-		rec.Result = nil
-	}
-	return idem.Result{Outcome: out, Record: rec}
+	return idem.Existing(c, rec)
 }
 
 // ClaimBatch implements idem.BatchClaimer: every claim is validated first, then

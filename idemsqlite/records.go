@@ -1,7 +1,6 @@
 package idemsqlite
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -116,28 +115,14 @@ func (s *Store) claimRecord(ctx context.Context, q runner, c idem.Claim, now int
 }
 
 func duplicate(c idem.Claim, state int64, fp []byte, token int64, result []byte, created, expires int64) idem.Result {
-	rec := idem.Record{
-		Key:         c.Key,
+	return idem.Existing(c, idem.Record{
 		State:       idem.State(state),
 		Fingerprint: fp,
 		Token:       uint64(token),
+		Result:      result,
 		CreatedAt:   time.Unix(0, created),
 		ExpiresAt:   time.Unix(0, expires),
-	}
-	out := idem.InProgress
-	if state == stateCompleted {
-		out = idem.Replayed
-		rec.Result = result
-		if rec.Result == nil {
-			rec.Result = []byte{}
-		}
-	}
-	if !bytes.Equal(fp, c.Fingerprint) {
-		// Another intent must not learn the first one's result.
-		out = idem.Mismatch
-		rec.Result = nil
-	}
-	return idem.Result{Outcome: out, Record: rec}
+	})
 }
 
 // completeRecordIn returns nil, idem.ErrLeaseLost, or a database error.

@@ -129,8 +129,8 @@ func testAcquireCompleteReplay(t *testing.T, s idem.Store) {
 	// While in progress, a second claim sees the live lease.
 	again := MustClaim(t, s, c)
 	wantOutcome(t, again, idem.InProgress)
-	if again.Token != 0 {
-		t.Fatalf("InProgress result has token %d, want 0", again.Token)
+	if again.Token != 0 || again.Record.Token != 0 {
+		t.Fatalf("InProgress result shows a token (%d, record %d): only the holder may know it", again.Token, again.Record.Token)
 	}
 	if again.Record.State != idem.StateInProgress || !again.Record.ExpiresAt.After(time.Now().Add(-time.Second)) {
 		t.Fatalf("InProgress record = %+v, want state in_progress with a lease end", again.Record)
@@ -289,6 +289,9 @@ func testFingerprintMismatch(t *testing.T, s idem.Store) {
 	wantOutcome(t, res, idem.Acquired)
 	mm := MustClaim(t, s, b)
 	wantOutcome(t, mm, idem.Mismatch)
+	if mm.Record.Token != 0 {
+		t.Fatalf("Mismatch record shows the holder's token %d", mm.Record.Token)
+	}
 	if !bytes.Equal(mm.Record.Fingerprint, a.Fingerprint) {
 		t.Fatalf("Mismatch record fingerprint = %q, want the first claim's %q", mm.Record.Fingerprint, a.Fingerprint)
 	}

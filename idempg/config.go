@@ -1,0 +1,63 @@
+package idempg
+
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/idemhq/idem"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults applied to a zero Config.
+const (
+	DefaultTable      = "idem_records"
+	DefaultSweepBatch = 10_000
+)
+
+// maxTableLen leaves room for the longest derived name (Table+"_expires_at_idx")
+// within Postgres's 63-byte identifier limit, so no name is silently truncated.
+const maxTableLen = 63 - len("_expires_at_idx")
+
+var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// Config configures a Store or SQLStore. The zero value is ready to use.
+type Config struct {
+	// Table is the records table, created by New unless SkipMigrate is set. It must be
+	// a lowercase identifier (a-z, 0-9, _) of at most 48 bytes; the connection's
+	// search_path chooses the schema. Its token sequence is Table+"_token_seq" and its
+	// sweeper index Table+"_expires_at_idx". Empty means DefaultTable.
+	Table string
+	// Registerer, if set, receives the store's Prometheus metrics: idem_claims_total,
+	// idem_duplicates_total, idem_claim_duration_seconds, idem_swept_total and
+	// idem_records (the planner's estimate, refreshed by autovacuum).
+	Registerer prometheus.Registerer
+	// SweepBatch is how many expired rows one Sweep statement deletes; Sweep repeats
+	// until a statement deletes fewer. Smaller batches hold locks and bloat WAL
+	// bursts for less time. Zero means DefaultSweepBatch; negative is invalid.
+	SweepBatch int
+	// SkipMigrate makes New skip creating the table, for deployments that apply
+	// migrations/*.sql themselves or run with a role that may not run DDL. New then
+	// does no I/O at all.
+	SkipMigrate bool
+}
+
+// withDefaults returns cfg with zero fields replaced by the defaults, validated.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if cfg.SweepBatch == 0 {
+		cfg.SweepBatch = DefaultSweepBatch
+	}
+	if !tableRE.MatchString(cfg.Table) || len(cfg.Table) > maxTableLen {
+		return cfg, &idem.InputError{Field: "idempg.Config.Table",
+			Reason: fmt.Sprintf("%q is not a lowercase SQL identifier of at most %d bytes", cfg.Table, maxTableLen),
+			Fix:    "use a-z, 0-9 and _, starting with a letter or _; choose the schema with the connection's search_path"}
+	}
+	if cfg.SweepBatch < 0 {
+		return cfg, &idem.InputError{Field: "idempg.Config.SweepBatch",
+			Reason: fmt.Sprintf("is negative (%d)", cfg.SweepBatch),
+			Fix:    fmt.Sprintf("use a positive row count, or zero for the default %d", DefaultSweepBatch)}
+	}
+	return cfg, nil
+}

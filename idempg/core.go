@@ -1,0 +1,253 @@
+package idempg
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/metrics"
+)
+
+const backend = "postgres"
+
+// maxAttempts bounds how often a claim or release statement is re-run because the row
+// changed under it. Each re-run takes a new snapshot, so one is almost always enough;
+// running out means the key is churning faster than a statement completes.
+const maxAttempts = 8
+
+var errChurn = fmt.Errorf("the row changed under %d consecutive statements", maxAttempts)
+
+// core is the implementation both stores share: Store (pgx) and SQLStore
+// (database/sql) differ only in the transaction type and the handle they wrap.
+type core[Tx any] struct {
+	q          queries
+	db         conn
+	txConn     func(Tx) conn // nil for a nil Tx: the call fails with errNilTx
+	m          *metrics.Store
+	sweepBatch int
+}
+
+func newCore[Tx any](ctx context.Context, cfg Config, db conn, txConn func(Tx) conn, tx inTx) (core[Tx], error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return core[Tx]{}, err
+	}
+	n := namesFor(cfg.Table)
+	if !cfg.SkipMigrate {
+		if err := ctx.Err(); err != nil {
+			return core[Tx]{}, err
+		}
+		if err := migrate(ctx, tx, cfg.Table, n); err != nil {
+			return core[Tx]{}, backendErr(ctx, "migrate", err)
+		}
+	}
+	m, err := metrics.NewStore(cfg.Registerer, backend)
+	if err != nil {
+		return core[Tx]{}, err
+	}
+	c := core[Tx]{q: newQueries(n), db: db, txConn: txConn, m: m, sweepBatch: cfg.SweepBatch}
+	err = metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return c.records(n.regclass) })
+	return c, err
+}
+
+// Claim implements idem.Store.
+func (s *core[Tx]) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
+	return s.claim(ctx, s.db, c)
+}
+
+// ClaimTx implements idem.TxStore: the claim joins tx (a pgx.Tx for Store, a *sql.Tx
+// for SQLStore). A concurrent claimant of the same key waits for tx to end. A failed
+// statement aborts tx, as any would.
+func (s *core[Tx]) ClaimTx(ctx context.Context, tx Tx, c idem.Claim) (idem.Result, error) {
+	return s.claim(ctx, s.txConn(tx), c)
+}
+
+// Complete implements idem.Store.
+func (s *core[Tx]) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+	return s.complete(ctx, s.db, k, token, result)
+}
+
+// CompleteTx implements idem.TxStore: the completion commits or rolls back with tx.
+func (s *core[Tx]) CompleteTx(ctx context.Context, tx Tx, k idem.Key, token uint64, result []byte) error {
+	return s.complete(ctx, s.txConn(tx), k, token, result)
+}
+
+// Release implements idem.Store.
+func (s *core[Tx]) Release(ctx context.Context, k idem.Key, token uint64) error {
+	return s.release(ctx, s.db, k, token)
+}
+
+// ReleaseTx implements idem.TxStore.
+func (s *core[Tx]) ReleaseTx(ctx context.Context, tx Tx, k idem.Key, token uint64) error {
+	return s.release(ctx, s.txConn(tx), k, token)
+}
+
+var errNilTx = &idem.InputError{Field: "tx", Reason: "is nil", Fix: "pass the transaction the business write runs in"}
+
+func (s *core[Tx]) claim(ctx context.Context, cn conn, c idem.Claim) (idem.Result, error) {
+	start := time.Now()
+	if err := c.Validate(); err != nil {
+		return idem.Result{}, err
+	}
+	if cn == nil {
+		return idem.Result{}, errNilTx
+	}
+	if err := ctx.Err(); err != nil {
+		return idem.Result{}, err
+	}
+	res, err := s.claimLoop(ctx, cn, c)
+	s.m.Claim(c.Key.Scope, res.Outcome, err, start)
+	return res, err
+}
+
+// claimLoop runs claimSQL until it answers; see claimSQL for when it does not.
+func (s *core[Tx]) claimLoop(ctx context.Context, cn conn, c idem.Claim) (idem.Result, error) {
+	args := claimArgs(c)
+	for range maxAttempts {
+		res, ok, err := scanClaim(cn.queryRow(ctx, s.q.claim, args...), c)
+		if err != nil {
+			return idem.Result{}, backendErr(ctx, "claim", err)
+		}
+		if ok {
+			return res, nil
+		}
+	}
+	return idem.Result{}, backendErr(ctx, "claim", errChurn)
+}
+
+func claimArgs(c idem.Claim) []any {
+	c = c.WithDefaults()
+	return []any{c.Key.Scope, c.Key.ID, c.Fingerprint, micros(c.Lease), micros(c.Retention)}
+}
+
+// micros rounds d up to whole microseconds, Postgres's resolution, so a lease is
+// never shorter than asked.
+func micros(d time.Duration) int64 {
+	us := int64(d / time.Microsecond)
+	if d%time.Microsecond != 0 {
+		us++
+	}
+	return us
+}
+
+// scanClaim reads claimSQL's row; ok is false when the statement returned none.
+func scanClaim(r row, c idem.Claim) (res idem.Result, ok bool, err error) {
+	var (
+		acquired bool
+		state    int16
+		token    int64
+		rec      = idem.Record{Key: c.Key}
+	)
+	err = r.Scan(&acquired, &state, &rec.Fingerprint, &token, &rec.Result, &rec.CreatedAt, &rec.ExpiresAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return idem.Result{}, false, nil
+	}
+	if err != nil {
+		return idem.Result{}, false, err
+	}
+	if acquired {
+		return idem.Result{Outcome: idem.Acquired, Token: uint64(token)}, true, nil
+	}
+	rec.State = idem.StateInProgress
+	if state == stateCompleted {
+		rec.State = idem.StateCompleted
+	}
+	return idem.Existing(c, rec), true, nil
+}
+
+func (s *core[Tx]) complete(ctx context.Context, cn conn, k idem.Key, token uint64, result []byte) error {
+	if err := checkFinish(ctx, cn, k, token); err != nil {
+		return err
+	}
+	n, err := cn.exec(ctx, s.q.complete, k.Scope, k.ID, tokenArg(token), result)
+	if err != nil {
+		return backendErr(ctx, "complete", err)
+	}
+	if n == 0 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+func (s *core[Tx]) release(ctx context.Context, cn conn, k idem.Key, token uint64) error {
+	if err := checkFinish(ctx, cn, k, token); err != nil {
+		return err
+	}
+	for range maxAttempts {
+		var answer int
+		if err := cn.queryRow(ctx, s.q.release, k.Scope, k.ID, tokenArg(token)).Scan(&answer); err != nil {
+			return backendErr(ctx, "release", err)
+		}
+		switch answer {
+		case releaseDone:
+			return nil
+		case releaseCompleted:
+			return idem.ErrCompleted
+		case releaseLost:
+			return idem.ErrLeaseLost
+		}
+	}
+	return backendErr(ctx, "release", errChurn)
+}
+
+// tokenArg maps a token to the bigint column. Tokens above MaxInt64 were never
+// issued; they become negative, which no row holds, so they fence like any stranger.
+func tokenArg(token uint64) int64 { return int64(token) }
+
+func checkFinish(ctx context.Context, cn conn, k idem.Key, token uint64) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	if err := idem.ValidateToken(token); err != nil {
+		return err
+	}
+	if cn == nil {
+		return errNilTx
+	}
+	return ctx.Err()
+}
+
+// Sweep implements idem.Sweeper: it deletes expired rows, SweepBatch per statement,
+// until a statement finds fewer, and returns how many it deleted.
+func (s *core[Tx]) Sweep(ctx context.Context) (int, error) {
+	total := 0
+	defer func() { s.m.Swept(total) }()
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := s.db.exec(ctx, s.q.sweep, s.sweepBatch)
+		if err != nil {
+			return total, backendErr(ctx, "sweep", err)
+		}
+		total += int(n)
+		if n < int64(s.sweepBatch) {
+			return total, nil
+		}
+	}
+}
+
+// records reads the row estimate for idem_records. A scrape cannot return an error,
+// so a failed read reports NaN (no value) rather than a false zero.
+func (s *core[Tx]) records(regclass string) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var n float64
+	if err := s.db.queryRow(ctx, s.q.records, regclass).Scan(&n); err != nil {
+		return math.NaN()
+	}
+	return n
+}
+
+// backendErr wraps a driver failure. If ctx ended, its error stays matchable with
+// errors.Is even when the driver reported the cancellation in its own words.
+func backendErr(ctx context.Context, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w (%w)", err, cerr)
+	}
+	return &idem.BackendError{Backend: backend, Op: op, Err: err}
+}

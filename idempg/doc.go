@@ -1,0 +1,74 @@
+// Package idempg is the PostgreSQL backend of idem: an idem.Store whose claims and
+// completions can join the application's own transaction, so the record of an
+// effect commits or rolls back with the effect.
+//
+// Store works on a pgx pool and implements idem.Store, idem.TxStore[pgx.Tx],
+// idem.Sweeper and idem.BatchClaimer. SQLStore does the same for database/sql
+// (idem.TxStore[*sql.Tx]). Both run the same statements and pass idemtest's
+// StoreSuite and TxStoreSuite.
+//
+// # Table
+//
+// New creates the table unless Config.SkipMigrate is set (the statements are in
+// migrations/, applied under an advisory lock and recorded in idem_migrations):
+//
+//	CREATE TABLE idem_records (
+//	    scope       text        NOT NULL,
+//	    id          text        NOT NULL,
+//	    state       smallint    NOT NULL,  -- 1 in progress, 2 completed
+//	    fingerprint bytea       NOT NULL DEFAULT '',
+//	    token       bigint      NOT NULL,  -- from idem_records_token_seq
+//	    result      bytea,                 -- NULL while in progress
+//	    retention   interval    NOT NULL,
+//	    created_at  timestamptz NOT NULL,
+//	    expires_at  timestamptz NOT NULL,  -- lease end, then retention end
+//	    PRIMARY KEY (scope, id)
+//	);
+//	CREATE INDEX idem_records_expires_at_idx ON idem_records (expires_at);
+//
+// A claim is one statement and one round trip: it reads the live row and, only if
+// there is none, inserts one (or takes over an expired one) with INSERT ... ON
+// CONFLICT. A duplicate is a plain primary-key read.
+//
+// # Clock and tokens
+//
+// Leases and retention run on the database's clock (clock_timestamp()), never the
+// application's, so servers with skewed clocks agree on when a lease ends.
+//
+// Fencing tokens come from the sequence idem_records_token_seq. A sequence never
+// goes back, so a key's token rises across takeovers and across its incarnations:
+// after a release, an expiry or a sweep, the next claim still gets a token above any
+// the key ever had, and a late Complete or Release of an earlier holder gets
+// idem.ErrLeaseLost. Tokens are not dense; gaps are normal.
+//
+// # Transactions
+//
+// ClaimTx, CompleteTx and ReleaseTx run on the caller's transaction. The claim, the
+// business write and the completion then commit together; a concurrent claimant of
+// the same key waits for the transaction and gets Replayed after a commit, Acquired
+// after a rollback:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		res, err := store.ClaimTx(ctx, tx, idem.Claim{Key: key})
+//		if err != nil || res.Outcome != idem.Acquired {
+//			return err // a duplicate: nothing to do (Replayed carries the result)
+//		}
+//		if _, err := tx.Exec(ctx, "INSERT INTO orders (id) VALUES ($1)", key.ID); err != nil {
+//			return err
+//		}
+//		return store.CompleteTx(ctx, tx, key, res.Token, []byte("created"))
+//	})
+//
+// Use READ COMMITTED, Postgres's default. Under REPEATABLE READ or SERIALIZABLE a
+// claim racing another transaction on the same key fails with a serialization error
+// (an *idem.BackendError); retry the transaction.
+//
+// # Sweeping
+//
+// Expired rows are treated as absent but stay until swept. Run a sweeper in one or
+// more processes (concurrent sweeps skip each other's rows):
+//
+//	go idem.RunSweeper(ctx, store, time.Minute, logger)
+//
+// Each Sweep deletes Config.SweepBatch rows per statement until none are left.
+package idempg

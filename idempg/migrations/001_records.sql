@@ -1,0 +1,27 @@
+-- The records table. {{table}}, {{seq}} and {{index}} are replaced by the quoted names
+-- derived from Config.Table before this runs.
+
+-- Tokens come from one sequence for the whole table, so they rise across takeovers,
+-- releases and expiry of a key: no earlier holder can ever present a matching token.
+-- CACHE must stay 1: with per-session caches, a later claim in another session could
+-- draw a lower token than an earlier one.
+CREATE SEQUENCE IF NOT EXISTS {{seq}} AS bigint;
+
+CREATE TABLE IF NOT EXISTS {{table}} (
+    scope       text        NOT NULL,
+    id          text        NOT NULL,
+    state       smallint    NOT NULL CHECK (state IN (1, 2)), -- 1 in progress, 2 completed
+    fingerprint bytea       NOT NULL DEFAULT '',
+    token       bigint      NOT NULL,
+    result      bytea,                                         -- NULL while in progress
+    retention   interval    NOT NULL,                          -- applied by Complete
+    created_at  timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,                          -- lease end, then retention end
+    PRIMARY KEY (scope, id)
+);
+
+-- Dropping the table drops its sequence.
+ALTER SEQUENCE {{seq}} OWNED BY {{table}}.token;
+
+-- The sweeper's range scan.
+CREATE INDEX IF NOT EXISTS {{index}} ON {{table}} (expires_at);

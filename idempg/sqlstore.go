@@ -1,0 +1,42 @@
+package idempg
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/idemhq/idem"
+)
+
+// SQLStore is an idem.Store on a database/sql handle, with the transactional twins of
+// its calls for *sql.Tx. It runs the same statements as Store; use it when the
+// application's transactions are database/sql ones (pgx's stdlib driver is tested;
+// any Postgres driver that takes $n placeholders and bytea as []byte should work).
+type SQLStore struct {
+	core[*sql.Tx]
+}
+
+var (
+	_ idem.Store            = (*SQLStore)(nil)
+	_ idem.TxStore[*sql.Tx] = (*SQLStore)(nil)
+	_ idem.Sweeper          = (*SQLStore)(nil)
+)
+
+// NewSQL returns an SQLStore on db, migrating as New does. Size db with
+// SetMaxOpenConns: database/sql opens a connection per concurrent call by default.
+func NewSQL(ctx context.Context, db *sql.DB, cfg Config) (*SQLStore, error) {
+	if db == nil {
+		return nil, &idem.InputError{Field: "db", Reason: "is nil", Fix: `pass a handle from sql.Open("pgx", url)`}
+	}
+	c, err := newCore(ctx, cfg, sqlConn{db}, sqlTxConn, sqlInTx(db))
+	if err != nil {
+		return nil, err
+	}
+	return &SQLStore{core: c}, nil
+}
+
+func sqlTxConn(tx *sql.Tx) conn {
+	if tx == nil {
+		return nil
+	}
+	return sqlConn{tx}
+}

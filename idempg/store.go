@@ -1,0 +1,122 @@
+package idempg
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Store is an idem.Store on a pgx pool, with the transactional twins of its calls for
+// pgx.Tx. Create it with New; it is safe for concurrent use and owns nothing it must
+// close (the pool stays the caller's).
+type Store struct {
+	core[pgx.Tx]
+	pool *pgxpool.Pool
+}
+
+var (
+	_ idem.Store           = (*Store)(nil)
+	_ idem.TxStore[pgx.Tx] = (*Store)(nil)
+	_ idem.Sweeper         = (*Store)(nil)
+	_ idem.BatchClaimer    = (*Store)(nil)
+)
+
+// New returns a Store on pool. Unless cfg.SkipMigrate is set it first creates or
+// upgrades the table, serialized with other processes doing the same; a failure
+// there is an *idem.BackendError with Op "migrate". A bad cfg is an *idem.InputError
+// naming the field.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, &idem.InputError{Field: "pool", Reason: "is nil", Fix: "pass a pool from pgxpool.New"}
+	}
+	c, err := newCore(ctx, cfg, pgxConn{pool}, pgxTxConn, pgxInTx(pool))
+	if err != nil {
+		return nil, err
+	}
+	return &Store{core: c, pool: pool}, nil
+}
+
+func pgxTxConn(tx pgx.Tx) conn {
+	if tx == nil {
+		return nil
+	}
+	return pgxConn{tx}
+}
+
+// ClaimBatch implements idem.BatchClaimer: the claims go to the server in one round
+// trip (a pgx pipeline, which runs as one implicit transaction) and are answered in
+// the order given. A later claim of a key earlier in the batch sees that claim.
+//
+// The statements run in (scope, id) order, whatever the order of claims, so that two
+// batches sharing keys lock them in the same order and cannot deadlock. If the
+// pipeline fails, no claim of the batch took effect. A claim whose row was committed
+// by another session while the pipeline ran is asked again on its own; if that
+// fails, the error is returned and the keys the batch acquired stay claimed until
+// their leases end.
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+	start := time.Now()
+	for i, c := range claims {
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("claim %d of the batch: %w", i, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]idem.Result, len(claims))
+	if len(claims) == 0 {
+		return out, nil
+	}
+	answered, err := s.sendBatch(ctx, claims, out)
+	if err != nil {
+		err = backendErr(ctx, "claim", err)
+		for _, c := range claims {
+			s.m.Claim(c.Key.Scope, 0, err, start)
+		}
+		return nil, err
+	}
+	for i, c := range claims {
+		if !answered[i] { // rare: a row committed under the pipeline; ask again alone
+			out[i], err = s.claimLoop(ctx, s.db, c)
+		}
+		s.m.Claim(c.Key.Scope, out[i].Outcome, err, start)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// sendBatch runs the claims as one pipeline and fills out; answered[i] is false where
+// claimSQL returned no row.
+func (s *Store) sendBatch(ctx context.Context, claims []idem.Claim, out []idem.Result) ([]bool, error) {
+	order := make([]int, len(claims))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		ka, kb := claims[a].Key, claims[b].Key
+		return cmp.Or(cmp.Compare(ka.Scope, kb.Scope), cmp.Compare(ka.ID, kb.ID))
+	})
+	b := &pgx.Batch{}
+	for _, i := range order {
+		b.Queue(s.q.claim, claimArgs(claims[i])...)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	answered := make([]bool, len(claims))
+	for _, i := range order {
+		res, ok, err := scanClaim(br.QueryRow(), claims[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i], answered[i] = res, ok
+	}
+	return answered, br.Close()
+}
