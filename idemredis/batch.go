@@ -1,0 +1,89 @@
+package idemredis
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/redis/go-redis/v9"
+)
+
+// ClaimBatch implements idem.BatchClaimer: every claim is validated, then all are
+// sent as one pipeline of EVALSHA calls (one round trip per Redis node). Claims of
+// the same key are answered in order, so a repeated key gets InProgress.
+//
+// If the round trip fails the whole batch returns an error; claims that Redis had
+// already acquired are held until their leases end, as after a crashed worker.
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+	start := time.Now()
+	for _, c := range claims {
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]idem.Result, len(claims))
+	err := s.claimBatch(ctx, claims, out)
+	for i, c := range claims {
+		s.m.Claim(c.Key.Scope, out[i].Outcome, err, start)
+	}
+	if err != nil {
+		return nil, backendError("claim", err)
+	}
+	return out, nil
+}
+
+func (s *Store) claimBatch(ctx context.Context, claims []idem.Claim, out []idem.Result) error {
+	all := make([]int, len(claims))
+	for i := range all {
+		all[i] = i
+	}
+	cmds := s.runClaims(ctx, claims, all)
+	var missing []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		// A node's script cache was flushed (or the node is new): those claims did not
+		// run. Load the script on every node and send only them again, in order, so
+		// claims that ran on other nodes are not answered twice.
+		if err := s.claim.Load(ctx, s.client).Err(); err != nil {
+			return err
+		}
+		for j, cmd := range s.runClaims(ctx, claims, missing) {
+			cmds[missing[j]] = cmd
+		}
+	}
+	for i, cmd := range cmds {
+		reply, err := cmd.Result()
+		if err == nil {
+			out[i], err = decodeClaim(claims[i].WithDefaults(), reply)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runClaims pipelines one EVALSHA for each claim at the indices idx. Each command
+// carries its own error; Exec's (the first of them) adds nothing.
+func (s *Store) runClaims(ctx context.Context, claims []idem.Claim, idx []int) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(idx))
+	hash := s.claim.Hash()
+	p := s.client.Pipeline()
+	for j, i := range idx {
+		c := claims[i].WithDefaults()
+		cmds[j] = p.EvalSha(ctx, hash, []string{s.Key(c.Key)}, claimArgs(c)...)
+	}
+	_, _ = p.Exec(ctx)
+	return cmds
+}
+
+func isNoScript(err error) bool {
+	return redis.HasErrorPrefix(err, "NOSCRIPT")
+}
