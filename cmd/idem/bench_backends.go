@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemredis"
+	"github.com/idemhq/idem/idemsqlite"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+func benchMemory(ctx context.Context, o benchOptions) ([]benchRow, error) {
+	s, err := idemmem.New(idemmem.Config{})
+	if err != nil {
+		return nil, err
+	}
+	type shard struct {
+		mu sync.Mutex
+		m  map[string]struct{}
+	}
+	shards := make([]shard, 64)
+	for i := range shards {
+		shards[i].m = make(map[string]struct{})
+	}
+	seed := maphash.MakeSeed()
+	base, err := measure(ctx, o, 1, func(_ context.Context, n uint64) error {
+		k := fmt.Sprintf("bench\x00raw-%d", n)
+		sh := &shards[maphash.String(seed, k)&63]
+		sh.mu.Lock()
+		if _, ok := sh.m[k]; !ok {
+			sh.m[k] = struct{}{}
+		}
+		sh.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	claim, err := measure(ctx, o, 1, claimOp(s, "m"))
+	if err != nil {
+		return nil, err
+	}
+	pair, err := measure(ctx, o, 1, claimCompleteOp(s, "m"))
+	if err != nil {
+		return nil, err
+	}
+	return []benchRow{
+		versus("memory", "claim", claim, "sharded map insert", base, o),
+		versus("memory", "claim+complete pair", pair, "", 0, o),
+	}, nil
+}
+
+func benchSQLite(ctx context.Context, o benchOptions) ([]benchRow, error) {
+	dir, err := os.MkdirTemp("", "idem-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	// Baseline: the same pragmas (WAL, synchronous=FULL), one INSERT … ON CONFLICT per
+	// transaction, as a plain application would write.
+	raw, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "raw.db")+
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_txlock=immediate")
+	if err != nil {
+		return nil, err
+	}
+	defer raw.Close()
+	if _, err := raw.ExecContext(ctx, "CREATE TABLE raw (scope TEXT, id TEXT, PRIMARY KEY (scope, id)) WITHOUT ROWID"); err != nil {
+		return nil, err
+	}
+	base, err := measure(ctx, o, 1, func(ctx context.Context, n uint64) error {
+		_, err := raw.ExecContext(ctx, "INSERT INTO raw (scope, id) VALUES ('bench', ?) ON CONFLICT DO NOTHING", fmt.Sprint(n))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	s, err := idemsqlite.Open(filepath.Join(dir, "idem.db"), idemsqlite.Config{})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	claim, err := measure(ctx, o, 1, claimOp(s, "s"))
+	if err != nil {
+		return nil, err
+	}
+	single := o
+	single.concurrency = 1
+	one, err := measure(ctx, single, 1, claimOp(s, "s1"))
+	if err != nil {
+		return nil, err
+	}
+	batch, err := measure(ctx, o, o.batch, batchOp(s, "sb", o.batch))
+	if err != nil {
+		return nil, err
+	}
+	return []benchRow{
+		versus("sqlite", "claim (durable, group commit)", claim, "INSERT … ON CONFLICT, 1 per tx", base, o),
+		versus("sqlite", "claim, 1 client", one, "", 0, single),
+		versus("sqlite", fmt.Sprintf("claim in batches of %d", o.batch), batch, "claim (unbatched)", claim, o),
+	}, nil
+}
+
+func benchPostgres(ctx context.Context, o benchOptions) ([]benchRow, error) {
+	schema := "idem_bench_" + randomHex(4)
+	admin, err := pgxpool.New(ctx, o.postgres)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return nil, fmt.Errorf("postgres at %s: %w (start it with `make services`)", o.postgres, err)
+	}
+	defer admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+
+	cfg, err := pgxpool.ParseConfig(o.postgres)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = int32(o.concurrency)
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "CREATE TABLE raw (scope text, id text, PRIMARY KEY (scope, id))"); err != nil {
+		return nil, err
+	}
+	base, err := measure(ctx, o, 1, func(ctx context.Context, n uint64) error {
+		_, err := pool.Exec(ctx, "INSERT INTO raw (scope, id) VALUES ('bench', $1) ON CONFLICT DO NOTHING", fmt.Sprint(n))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s, err := idempg.New(ctx, pool, idempg.Config{})
+	if err != nil {
+		return nil, err
+	}
+	claim, err := measure(ctx, o, 1, claimOp(s, "p"))
+	if err != nil {
+		return nil, err
+	}
+	batch, err := measure(ctx, o, o.batch, batchOp(s, "pb", o.batch))
+	if err != nil {
+		return nil, err
+	}
+	return []benchRow{
+		versus("postgres", "claim", claim, "INSERT … ON CONFLICT DO NOTHING", base, o),
+		versus("postgres", fmt.Sprintf("claim in batches of %d", o.batch), batch, "claim (unbatched)", claim, o),
+	}, nil
+}
+
+func benchRedis(ctx context.Context, o benchOptions) ([]benchRow, error) {
+	client := redis.NewClient(&redis.Options{Addr: o.redis, PoolSize: o.concurrency})
+	defer client.Close()
+	if err := client.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis at %s: %w (start it with `make services`)", o.redis, err)
+	}
+	run := randomHex(4)
+	base, err := measure(ctx, o, 1, func(ctx context.Context, n uint64) error {
+		err := client.SetArgs(ctx, fmt.Sprintf("idembench:%s:raw:%d", run, n), "1",
+			redis.SetArgs{Mode: "NX", TTL: time.Minute}).Err()
+		if errors.Is(err, redis.Nil) { // NX found the key: a duplicate, not a failure
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s, err := idemredis.New(client, idemredis.Config{Prefix: "idembench:" + run + ":"})
+	if err != nil {
+		return nil, err
+	}
+	var store idem.Store = s
+	claim, err := measure(ctx, o, 1, claimOp(store, "r"))
+	if err != nil {
+		return nil, err
+	}
+	batch, err := measure(ctx, o, o.batch, batchOp(s, "rb", o.batch))
+	if err != nil {
+		return nil, err
+	}
+	return []benchRow{
+		versus("redis", "claim", claim, "SET NX PX", base, o),
+		versus("redis", fmt.Sprintf("claim in batches of %d", o.batch), batch, "claim (unbatched)", claim, o),
+	}, nil
+}

@@ -1,0 +1,125 @@
+// Command idem runs idem's daemons and checks: verify (the end-to-end proof under
+// faults), bench (store figures beside raw baselines), serve (HTTP idempotency
+// gateway) and relay (outbox relay).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := NewMain(os.Stdout, os.Stderr).Run(ctx, os.Args[1:])
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		var fail *exitError
+		if !errors.As(err, &fail) {
+			fmt.Fprintln(os.Stderr, err)
+		}
+		os.Exit(1)
+	}
+}
+
+// errUsage marks a command line that could not be parsed; the message was printed.
+var errUsage = errors.New("usage")
+
+// exitError is a failure already reported on the output (verify's table), which main
+// turns into a non-zero exit without printing it again.
+type exitError struct{ msg string }
+
+func (e *exitError) Error() string { return e.msg }
+
+// Main is the CLI, kept free of os.Exit and globals so tests can run it.
+type Main struct {
+	Stdout, Stderr io.Writer
+}
+
+// NewMain returns a Main writing to the given streams.
+func NewMain(stdout, stderr io.Writer) *Main { return &Main{Stdout: stdout, Stderr: stderr} }
+
+type command struct {
+	name, summary string
+	run           func(m *Main, ctx context.Context, args []string) error
+}
+
+var commands = []command{
+	{"verify", "run an exactly-once flow under injected faults and prove nothing was lost or doubled", (*Main).runVerify},
+	{"bench", "measure store throughput beside raw baselines (SET NX, INSERT … ON CONFLICT)", (*Main).runBench},
+	{"serve", "HTTP Idempotency-Key gateway in front of an upstream (planned: issue #3)", (*Main).runServe},
+	{"relay", "transactional outbox relay to a broker (planned: issue #5)", (*Main).runRelay},
+}
+
+// Run executes the command named by args[0].
+func (m *Main) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		m.usage()
+		if len(args) == 0 {
+			return errUsage
+		}
+		return flag.ErrHelp
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(m, ctx, args[1:])
+		}
+	}
+	fmt.Fprintf(m.Stderr, "idem: unknown command %q\n\n", args[0])
+	m.usage()
+	return errUsage
+}
+
+func (m *Main) usage() {
+	fmt.Fprint(m.Stderr, `idem makes the effects of messages and requests happen exactly once.
+
+Usage:
+  idem <command> [flags]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(m.Stderr, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(m.Stderr, `
+Run 'idem <command> --help' for the flags of a command.
+Quick start: go run ./cmd/idem verify
+`)
+}
+
+// newFlagSet returns a flag set for a command that reports usage on m.Stderr.
+func (m *Main) newFlagSet(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("idem "+name, flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(m.Stderr, "Usage: idem %s [flags]\n\n%s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args, mapping a bad command line to errUsage.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return errUsage
+	}
+	return nil
+}
