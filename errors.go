@@ -75,3 +75,16 @@ func ValidateToken(token uint64) error {
 	}
 	return nil
 }
+
+// CheckFinish checks the arguments of Complete and Release (the key, then the token)
+// and then whether ctx has already ended. Backends call it before touching storage,
+// so a bad call writes nothing.
+func CheckFinish(ctx context.Context, k Key, token uint64) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	if err := ValidateToken(token); err != nil {
+		return err
+	}
+	return ctx.Err()
+}

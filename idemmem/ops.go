@@ -118,7 +118,7 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Res
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
-	if err := checkFinish(ctx, k, token); err != nil {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	now := s.now().UnixNano()
@@ -156,7 +156,7 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
-	if err := checkFinish(ctx, k, token); err != nil {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	now := s.now().UnixNano()
@@ -204,16 +204,6 @@ func (s *Store) expirySec(deadline int64) uint32 {
 
 func (s *Store) doneDeadline(d doneRecord) int64 {
 	return s.epoch + int64(d.expirySec())*int64(time.Second)
-}
-
-func checkFinish(ctx context.Context, k idem.Key, token uint64) error {
-	if err := k.Validate(); err != nil {
-		return err
-	}
-	if err := idem.ValidateToken(token); err != nil {
-		return err
-	}
-	return ctx.Err()
 }
 
 // Sweep implements idem.Sweeper: it removes records whose lease or retention passed.

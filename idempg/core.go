@@ -199,16 +199,13 @@ func (s *core[Tx]) release(ctx context.Context, cn conn, k idem.Key, token uint6
 func tokenArg(token uint64) int64 { return int64(token) }
 
 func checkFinish(ctx context.Context, cn conn, k idem.Key, token uint64) error {
-	if err := k.Validate(); err != nil {
-		return err
-	}
-	if err := idem.ValidateToken(token); err != nil {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	if cn == nil {
 		return errNilTx
 	}
-	return ctx.Err()
+	return nil
 }
 
 // Sweep implements idem.Sweeper: it deletes expired rows, SweepBatch per statement,

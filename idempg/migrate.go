@@ -4,10 +4,8 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
+
+	"github.com/idemhq/idem/internal/migrations"
 )
 
 // migrationFiles are applied in name order; the number before the first _ is the
@@ -16,35 +14,6 @@ import (
 //
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
-
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func loadMigrations() ([]migration, error) {
-	paths, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(paths)
-	out := make([]migration, 0, len(paths))
-	for _, p := range paths {
-		name := strings.TrimPrefix(p, "migrations/")
-		num, _, _ := strings.Cut(name, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("migration %s: name must start with a version number: %w", name, err)
-		}
-		body, err := migrationFiles.ReadFile(p)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: name, sql: string(body)})
-	}
-	return out, nil
-}
 
 // The statements around the migrations. The advisory lock is per schema, so stores
 // starting together (8 processes after a deploy) queue instead of racing on
@@ -59,7 +28,7 @@ const (
 // migrate brings the table of n up to date in one transaction. The component key is
 // the table name, so two stores with different tables in one schema migrate apart.
 func migrate(ctx context.Context, tx inTx, table string, n names) error {
-	ms, err := loadMigrations()
+	ms, err := migrations.Load(migrationFiles, "migrations")
 	if err != nil {
 		return err
 	}
@@ -75,15 +44,15 @@ func migrate(ctx context.Context, tx inTx, table string, n names) error {
 			return err
 		}
 		for _, m := range ms {
-			if m.version <= applied {
+			if m.Version <= applied {
 				continue
 			}
 			// No arguments: both drivers send it with the simple protocol, which
 			// accepts several statements in one string.
-			if _, err := c.exec(ctx, n.fill(m.sql)); err != nil {
-				return fmt.Errorf("%s: %w", m.name, err)
+			if _, err := c.exec(ctx, n.fill(m.SQL)); err != nil {
+				return fmt.Errorf("%s: %w", m.Name, err)
 			}
-			if _, err := c.exec(ctx, migrateRecordSQL, table, m.version, m.name); err != nil {
+			if _, err := c.exec(ctx, migrateRecordSQL, table, m.Version, m.Name); err != nil {
 				return err
 			}
 		}

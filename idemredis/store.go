@@ -87,7 +87,7 @@ func claimArgs(c idem.Claim) []any {
 
 // Complete implements idem.Store in one round trip.
 func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
-	if err := checkFinish(ctx, k, token); err != nil {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	if result == nil {
@@ -106,7 +106,7 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 // Release implements idem.Store in one round trip. The key becomes a tombstone
 // until the released lease would have ended; claims see it as free.
 func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
-	if err := checkFinish(ctx, k, token); err != nil {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	n, err := s.release.Run(ctx, s.client, []string{s.Key(k)}, tokenArg(token)).Int()
@@ -120,16 +120,6 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 		return idem.ErrCompleted
 	}
 	return idem.ErrLeaseLost
-}
-
-func checkFinish(ctx context.Context, k idem.Key, token uint64) error {
-	if err := k.Validate(); err != nil {
-		return err
-	}
-	if err := idem.ValidateToken(token); err != nil {
-		return err
-	}
-	return ctx.Err()
 }
 
 // backendError wraps err for op. The wrapped error keeps context.Canceled and

@@ -54,7 +54,7 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Res
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
-	if err := checkFinish(k, token); err != nil {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	_, err := s.send(ctx, &op{kind: opComplete, key: k, token: token, result: result})
@@ -63,7 +63,7 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
-	if err := checkFinish(k, token); err != nil {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	_, err := s.send(ctx, &op{kind: opRelease, key: k, token: token})
@@ -83,13 +83,6 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			return total, err
 		}
 	}
-}
-
-func checkFinish(k idem.Key, token uint64) error {
-	if err := k.Validate(); err != nil {
-		return err
-	}
-	return idem.ValidateToken(token)
 }
 
 // send hands o to the writer and waits for its answer.

@@ -47,7 +47,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Res
 
 // CompleteTx implements idem.TxStore: the completion commits with tx.
 func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) error {
-	if err := checkFinish(k, token); err != nil {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	if err := s.checkTx(ctx, tx); err != nil {
@@ -58,7 +58,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token ui
 
 // ReleaseTx implements idem.TxStore: the release commits with tx.
 func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) error {
-	if err := checkFinish(k, token); err != nil {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	if err := s.checkTx(ctx, tx); err != nil {
