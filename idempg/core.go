@@ -104,16 +104,34 @@ func (s *core[Tx]) claim(ctx context.Context, cn conn, c idem.Claim) (idem.Resul
 	return res, err
 }
 
-// claimLoop runs claimSQL until it answers; see claimSQL for when it does not.
+// claimLoop inserts, and when the key exists reads it, taking over an expired row on
+// the way; see insertSQL, readSQL and takeoverSQL for when a step does not answer.
 func (s *core[Tx]) claimLoop(ctx context.Context, cn conn, c idem.Claim) (idem.Result, error) {
 	args := claimArgs(c)
 	for range maxAttempts {
-		res, ok, err := scanClaim(cn.queryRow(ctx, s.q.claim, args...), c)
+		res, acquired, err := scanInsert(cn.queryRow(ctx, s.q.insert, args...))
 		if err != nil {
 			return idem.Result{}, backendErr(ctx, "claim", err)
 		}
-		if ok {
+		if acquired {
 			return res, nil
+		}
+		res, st, err := scanExisting(cn.queryRow(ctx, s.q.read, c.Key.Scope, c.Key.ID), c)
+		if err != nil {
+			return idem.Result{}, backendErr(ctx, "claim", err)
+		}
+		switch st {
+		case claimAnswered:
+			return res, nil
+		case claimExpired:
+			res, acquired, err := scanInsert(cn.queryRow(ctx, s.q.takeover, args...))
+			if err != nil {
+				return idem.Result{}, backendErr(ctx, "claim", err)
+			}
+			if acquired {
+				return res, nil
+			}
+			// Another claimant took it over, or the sweeper removed it: ask again.
 		}
 	}
 	return idem.Result{}, backendErr(ctx, "claim", errChurn)
@@ -134,29 +152,50 @@ func micros(d time.Duration) int64 {
 	return us
 }
 
-// scanClaim reads claimSQL's row; ok is false when the statement returned none.
-func scanClaim(r row, c idem.Claim) (res idem.Result, ok bool, err error) {
-	var (
-		acquired bool
-		state    int16
-		token    int64
-		rec      = idem.Record{Key: c.Key}
-	)
-	err = r.Scan(&acquired, &state, &rec.Fingerprint, &token, &rec.Result, &rec.CreatedAt, &rec.ExpiresAt)
-	if errors.Is(err, sql.ErrNoRows) {
+// scanInsert reads the token of insertSQL or takeoverSQL; acquired is false when the
+// statement returned no row (the key is taken).
+func scanInsert(r row) (res idem.Result, acquired bool, err error) {
+	var token int64
+	switch err := r.Scan(&token); {
+	case errors.Is(err, sql.ErrNoRows):
 		return idem.Result{}, false, nil
-	}
-	if err != nil {
+	case err != nil:
 		return idem.Result{}, false, err
 	}
-	if acquired {
-		return idem.Result{Outcome: idem.Acquired, Token: uint64(token)}, true, nil
+	return idem.Result{Outcome: idem.Acquired, Token: uint64(token)}, true, nil
+}
+
+// What readSQL established.
+type claimStatus int
+
+const (
+	claimAnswered claimStatus = iota // a live duplicate
+	claimExpired                     // the row expired: take it over
+	claimNoRow                       // the row is gone: insert again
+)
+
+// scanExisting reads readSQL's row.
+func scanExisting(r row, c idem.Claim) (idem.Result, claimStatus, error) {
+	var (
+		expired bool
+		state   int16
+		token   int64
+		rec     idem.Record
+	)
+	err := r.Scan(&state, &rec.Fingerprint, &token, &rec.Result, &rec.CreatedAt, &rec.ExpiresAt, &expired)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return idem.Result{}, claimNoRow, nil
+	case err != nil:
+		return idem.Result{}, claimNoRow, err
+	case expired:
+		return idem.Result{}, claimExpired, nil
 	}
 	rec.State = idem.StateInProgress
 	if state == stateCompleted {
 		rec.State = idem.StateCompleted
 	}
-	return idem.Existing(c, rec), true, nil
+	return idem.Existing(c, rec), claimAnswered, nil
 }
 
 func (s *core[Tx]) complete(ctx context.Context, cn conn, k idem.Key, token uint64, result []byte) error {

@@ -15,7 +15,7 @@ const (
 // queries holds the statements of one store, with its table's names filled in once at
 // construction so every call reuses the same text (and pgx's prepared statement).
 type queries struct {
-	claim, complete, release, sweep, records string
+	insert, read, takeover, complete, release, sweep, records string
 }
 
 // names are the quoted identifiers derived from Config.Table.
@@ -40,7 +40,9 @@ func (n names) fill(sql string) string {
 
 func newQueries(n names) queries {
 	return queries{
-		claim:    n.fill(claimSQL),
+		insert:   n.fill(insertSQL),
+		read:     n.fill(readSQL),
+		takeover: n.fill(takeoverSQL),
 		complete: n.fill(completeSQL),
 		release:  n.fill(releaseSQL),
 		sweep:    n.fill(sweepSQL),
@@ -48,40 +50,51 @@ func newQueries(n names) queries {
 	}
 }
 
-// claimSQL answers a claim in one statement. cur reads the live row (if any) with the
-// statement's snapshot; only when there is none does ins insert a fresh row, or take
-// over an expired one with a new token. A duplicate is therefore a plain index read:
-// no row lock, no sequence value, no WAL.
+// insertSQL claims a fresh key: the whole of a claim on the hot path, and as cheap as
+// a plain insert. Measured with pgbench at 16 clients against a raw INSERT … ON
+// CONFLICT DO NOTHING into a two-column table: this statement ran at 0.93–1.0× of it;
+// wrapping insert and read in one CTE statement (to answer duplicates in one round
+// trip) ran at 0.78–0.85×, and reading before inserting at 0.68×. Fresh keys are the
+// common case, so duplicates pay a second round trip (readSQL) instead.
 //
-// ins's ON CONFLICT sees rows that cur's snapshot cannot (committed after the
-// statement began, or by a transaction it waited for). When such a row is live, the
-// WHERE keeps it and the statement returns no row; the caller then runs it again,
-// and the new snapshot of the second run sees the row. In REPEATABLE READ or
-// SERIALIZABLE transactions Postgres raises a serialization failure instead.
+// ON CONFLICT DO NOTHING leaves an existing row alone: no row lock, no write, so a
+// duplicate can never block the holder's Complete. nextval runs even then, so
+// duplicates burn sequence values: harmless, tokens need only rise. The two
+// clock_timestamp() calls make expires_at at least created_at + lease.
 //
 // Parameters: $1 scope, $2 id, $3 fingerprint, $4 lease µs, $5 retention µs.
-const claimSQL = `
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS now),
-cur AS (
-	SELECT r.state, r.fingerprint, r.token, r.result, r.created_at, r.expires_at
-	FROM {{table}} r, clk
-	WHERE r.scope = $1::text AND r.id = $2::text AND r.expires_at > clk.now
-),
-ins AS (
-	INSERT INTO {{table}} AS r (scope, id, state, fingerprint, token, retention, created_at, expires_at)
-	SELECT $1, $2, 1, COALESCE($3::bytea, ''::bytea), nextval('{{seq}}'),
-		$5::bigint * interval '1 microsecond', clk.now, clk.now + $4::bigint * interval '1 microsecond'
-	FROM clk
-	WHERE NOT EXISTS (SELECT 1 FROM cur)
-	ON CONFLICT (scope, id) DO UPDATE SET
-		state = 1, fingerprint = excluded.fingerprint, token = excluded.token, result = NULL,
-		retention = excluded.retention, created_at = excluded.created_at, expires_at = excluded.expires_at
-	WHERE r.expires_at <= excluded.created_at
-	RETURNING true AS acquired, r.state, r.fingerprint, r.token, r.result, r.created_at, r.expires_at
-)
-SELECT * FROM ins
-UNION ALL
-SELECT false, state, fingerprint, token, result, created_at, expires_at FROM cur`
+const insertSQL = `
+INSERT INTO {{table}} (scope, id, state, fingerprint, token, retention, created_at, expires_at)
+VALUES ($1, $2, 1, COALESCE($3::bytea, ''::bytea), nextval('{{seq}}'),
+	$5::bigint * interval '1 microsecond', clock_timestamp(), clock_timestamp() + $4::bigint * interval '1 microsecond')
+ON CONFLICT (scope, id) DO NOTHING
+RETURNING token`
+
+// readSQL reads the row that made insertSQL do nothing, and says whether its lease or
+// retention has passed (then the caller runs takeoverSQL). No row means it was
+// released or swept in between: the caller inserts again. In REPEATABLE READ or
+// SERIALIZABLE transactions, a row committed after the transaction's snapshot makes
+// insertSQL raise a serialization failure instead.
+//
+// Parameters: $1 scope, $2 id.
+const readSQL = `
+SELECT state, fingerprint, token, result, created_at, expires_at, expires_at <= clock_timestamp()
+FROM {{table}} WHERE scope = $1::text AND id = $2::text`
+
+// takeoverSQL gives an expired row to a new holder with a new token. The WHERE is
+// re-checked on the newest row version after any lock wait, so of two claimants
+// racing for one expired row exactly one updates it; the other gets no row, reads
+// again and sees the new holder's live lease.
+//
+// Parameters: as insertSQL.
+const takeoverSQL = `
+UPDATE {{table}} AS r SET
+	state = 1, fingerprint = COALESCE($3::bytea, ''::bytea), token = nextval('{{seq}}'), result = NULL,
+	retention = $5::bigint * interval '1 microsecond', created_at = clk.now,
+	expires_at = clk.now + $4::bigint * interval '1 microsecond'
+FROM (SELECT clock_timestamp() AS now) clk
+WHERE r.scope = $1::text AND r.id = $2::text AND r.expires_at <= clk.now
+RETURNING r.token`
 
 // completeSQL completes the holder's live row. A row the same token already completed
 // is rewritten unchanged, so a repeated Complete succeeds and keeps the first result;

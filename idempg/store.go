@@ -82,7 +82,7 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Res
 		return nil, err
 	}
 	for i, c := range claims {
-		if !answered[i] { // rare: a row committed under the pipeline; ask again alone
+		if !answered[i] { // rare: a row committed under the pipeline, or expired; alone
 			out[i], err = s.claimLoop(ctx, s.db, c)
 		}
 		s.m.Claim(c.Key.Scope, out[i].Outcome, err, start)
@@ -94,7 +94,7 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Res
 }
 
 // sendBatch runs the claims as one pipeline and fills out; answered[i] is false where
-// claimSQL returned no row.
+// claimSQL did not answer (no visible row, or an expired row to take over).
 func (s *Store) sendBatch(ctx context.Context, claims []idem.Claim, out []idem.Result) ([]bool, error) {
 	order := make([]int, len(claims))
 	for i := range order {
@@ -104,19 +104,30 @@ func (s *Store) sendBatch(ctx context.Context, claims []idem.Claim, out []idem.R
 		ka, kb := claims[a].Key, claims[b].Key
 		return cmp.Or(cmp.Compare(ka.Scope, kb.Scope), cmp.Compare(ka.ID, kb.ID))
 	})
+	// Each claim is its insert and its read; in the batch's implicit transaction the
+	// read sees the insert before it, so one round trip answers every claim.
 	b := &pgx.Batch{}
 	for _, i := range order {
-		b.Queue(s.q.claim, claimArgs(claims[i])...)
+		b.Queue(s.q.insert, claimArgs(claims[i])...)
+		b.Queue(s.q.read, claims[i].Key.Scope, claims[i].Key.ID)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	answered := make([]bool, len(claims))
 	for _, i := range order {
-		res, ok, err := scanClaim(br.QueryRow(), claims[i])
+		res, acquired, err := scanInsert(br.QueryRow())
 		if err != nil {
 			return nil, err
 		}
-		out[i], answered[i] = res, ok
+		existing, st, err := scanExisting(br.QueryRow(), claims[i])
+		if err != nil {
+			return nil, err
+		}
+		if acquired {
+			out[i], answered[i] = res, true
+		} else {
+			out[i], answered[i] = existing, st == claimAnswered
+		}
 	}
 	return answered, br.Close()
 }

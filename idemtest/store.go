@@ -51,6 +51,7 @@ func StoreSuite(t *testing.T, h Harness) {
 		{"FingerprintMismatch", testFingerprintMismatch},
 		{"ScopeIsolation", testScopeIsolation},
 		{"LeaseExpiryTakeoverFencesOldHolder", testLeaseExpiry},
+		{"ConcurrentTakeoverOneWinner", testConcurrentTakeover},
 		{"ReleaseLetsRetryRun", testRelease},
 		{"CompleteTwiceIsSafe", testCompleteTwice},
 		{"RetentionExpiry", testRetentionExpiry},
@@ -362,6 +363,38 @@ func testLeaseExpiry(t *testing.T, s idem.Store) {
 	wantOutcome(t, rep, idem.Replayed)
 	if string(rep.Record.Result) != "fresh" {
 		t.Fatalf("replayed %q, want the new holder's result", rep.Record.Result)
+	}
+}
+
+// Many claimants find the same expired lease at once: exactly one takes it over.
+func testConcurrentTakeover(t *testing.T, s idem.Store) {
+	ctx := ctxFor(t)
+	c := idem.Claim{Key: key(t, "k"), Lease: 100 * time.Millisecond}
+	first := MustClaim(t, s, c)
+	wantOutcome(t, first, idem.Acquired)
+	time.Sleep(4 * c.Lease) // the holder crashed; its lease runs out
+	var acquired atomic.Int64
+	errs := make(chan error, Concurrency)
+	race(Concurrency, func(int) {
+		res, err := s.Claim(ctx, idem.Claim{Key: c.Key, Lease: time.Minute})
+		switch {
+		case err != nil:
+			errs <- err
+		case res.Outcome == idem.Acquired:
+			acquired.Add(1)
+			if res.Token <= first.Token {
+				errs <- fmt.Errorf("takeover token %d not above the expired holder's %d", res.Token, first.Token)
+			}
+		case res.Outcome != idem.InProgress:
+			errs <- fmt.Errorf("unexpected outcome %v", res.Outcome)
+		}
+	})
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if acquired.Load() != 1 {
+		t.Fatalf("%d claimants took over the expired key, want exactly 1", acquired.Load())
 	}
 }
 
