@@ -88,3 +88,23 @@ func CheckFinish(ctx context.Context, k Key, token uint64) error {
 	}
 	return ctx.Err()
 }
+
+// CheckClaim checks c (see Claim.Validate) and then whether ctx has already ended:
+// the prologue of every backend's Claim.
+func CheckClaim(ctx context.Context, c Claim) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// CheckBatch checks every claim of a batch, naming the first bad one by its index, and
+// then whether ctx has already ended, so that a bad batch writes nothing.
+func CheckBatch(ctx context.Context, claims []Claim) error {
+	for i, c := range claims {
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("claim %d of the batch: %w", i, err)
+		}
+	}
+	return ctx.Err()
+}

@@ -41,10 +41,7 @@ func (sh *shard) nextToken(now int64) uint64 {
 // Claim implements idem.Store.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 	start := time.Now()
-	if err := c.Validate(); err != nil {
-		return idem.Result{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := idem.CheckClaim(ctx, c); err != nil {
 		return idem.Result{}, err
 	}
 	res := s.claim(c.WithDefaults(), s.now().UnixNano())
@@ -98,12 +95,7 @@ func (s *Store) duplicate(c idem.Claim, r liveRecord) idem.Result {
 // ClaimBatch implements idem.BatchClaimer: every claim is validated first, then
 // claimed in order.
 func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
-	for _, c := range claims {
-		if err := c.Validate(); err != nil {
-			return nil, err
-		}
-	}
-	if err := ctx.Err(); err != nil {
+	if err := idem.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
 	now := s.now().UnixNano()

@@ -3,7 +3,6 @@ package idempg
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -61,12 +60,7 @@ func pgxTxConn(tx pgx.Tx) conn {
 // their leases end.
 func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
 	start := time.Now()
-	for i, c := range claims {
-		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("claim %d of the batch: %w", i, err)
-		}
-	}
-	if err := ctx.Err(); err != nil {
+	if err := idem.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
 	out := make([]idem.Result, len(claims))

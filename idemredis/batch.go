@@ -16,12 +16,7 @@ import (
 // already acquired are held until their leases end, as after a crashed worker.
 func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
 	start := time.Now()
-	for _, c := range claims {
-		if err := c.Validate(); err != nil {
-			return nil, err
-		}
-	}
-	if err := ctx.Err(); err != nil {
+	if err := idem.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
 	out := make([]idem.Result, len(claims))

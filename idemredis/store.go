@@ -62,10 +62,7 @@ func (s *Store) Key(k idem.Key) string { return redisKey(s.prefix, k) }
 // Claim implements idem.Store in one round trip.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 	start := time.Now()
-	if err := c.Validate(); err != nil {
-		return idem.Result{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := idem.CheckClaim(ctx, c); err != nil {
 		return idem.Result{}, err
 	}
 	c = c.WithDefaults()
