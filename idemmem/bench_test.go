@@ -22,27 +22,38 @@ func uuidKeys(n int) []string {
 	return keys
 }
 
-const benchKeys = 1 << 20
+// freshKey returns a distinct 36-character UUID-shaped key for n: prefix (20
+// characters of a random UUID) and n in 16 hex digits, so every call of a benchmark
+// uses a key no earlier call used, however large b.N grows.
+func freshKey(prefix string, n uint64) string {
+	const digits = "0123456789abcdef"
+	var b [36]byte
+	copy(b[:], prefix[:20])
+	for i := 35; i >= 20; i-- {
+		b[i] = digits[n&15]
+		n >>= 4
+	}
+	return string(b[:])
+}
 
-// BenchmarkClaimComplete measures claim+complete pairs on fresh UUID keys from
-// parallel clients: the full life of a dedup record.
+// BenchmarkClaimComplete measures claim+complete pairs on fresh UUID-shaped keys from
+// parallel clients: the full life of a dedup record. Every iteration is a new key, so
+// every iteration is a pair (no duplicate is ever claimed).
 func BenchmarkClaimComplete(b *testing.B) {
 	s := newStore(b, idemmem.Config{})
-	keys := uuidKeys(benchKeys)
+	prefix := uuid.NewString()
 	var next atomic.Uint64
 	ctx := context.Background()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			k := idem.Key{Scope: "bench", ID: keys[next.Add(1)%benchKeys]}
+			k := idem.Key{Scope: "bench", ID: freshKey(prefix, next.Add(1))}
 			res, err := s.Claim(ctx, idem.Claim{Key: k})
-			if err != nil {
-				b.Fatal(err)
+			if err != nil || res.Outcome != idem.Acquired {
+				b.Fatal(res.Outcome, err)
 			}
-			if res.Outcome == idem.Acquired { // keys wrap around after 1M iterations
-				if err := s.Complete(ctx, k, res.Token, nil); err != nil {
-					b.Fatal(err)
-				}
+			if err := s.Complete(ctx, k, res.Token, nil); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})
@@ -50,7 +61,8 @@ func BenchmarkClaimComplete(b *testing.B) {
 }
 
 // BenchmarkBaselineShardedMap is the floor a store cannot beat: insert-if-absent of
-// the key text into 64 mutex-guarded maps, with no lease, token, expiry or result.
+// the key text into 64 mutex-guarded maps, with no lease, token, expiry or result, on
+// the same fresh keys.
 func BenchmarkBaselineShardedMap(b *testing.B) {
 	type shard struct {
 		mu sync.Mutex
@@ -62,12 +74,12 @@ func BenchmarkBaselineShardedMap(b *testing.B) {
 		shards[i].m = make(map[string]struct{})
 	}
 	seed := maphash.MakeSeed()
-	keys := uuidKeys(benchKeys)
+	prefix := uuid.NewString()
 	var next atomic.Uint64
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			k := "bench\x00" + keys[next.Add(1)%benchKeys]
+			k := "bench\x00" + freshKey(prefix, next.Add(1))
 			sh := &shards[maphash.String(seed, k)&63]
 			sh.mu.Lock()
 			if _, ok := sh.m[k]; !ok {
