@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unicode"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmem"
@@ -50,6 +51,22 @@ func TestKeyValidate(t *testing.T) {
 		if !errors.As(err, &ie) || ie.Field != tc.field || !errors.Is(err, idem.ErrInvalid) {
 			t.Errorf("%q: err = %v, want InputError on %s", tc.key, err, tc.field)
 		}
+	}
+}
+
+// The ASCII fast path must agree with unicode.IsControl on every byte, and C1
+// controls after a non-ASCII rune must still be caught at the right byte.
+func TestKeyValidateControlCharacters(t *testing.T) {
+	t.Parallel()
+	for c := rune(0); c < 0x80; c++ {
+		err := idem.Key{Scope: "s", ID: "a" + string(c) + "b"}.Validate()
+		if got, want := err != nil, unicode.IsControl(c); got != want {
+			t.Errorf("byte %#x: rejected = %v, unicode.IsControl = %v (%v)", c, got, want, err)
+		}
+	}
+	err := idem.Key{Scope: "s", ID: "é\u0085x"}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "U+0085 at byte 2") {
+		t.Fatalf("C1 control after a non-ASCII rune: %v, want it named at byte 2", err)
 	}
 }
 

@@ -42,13 +42,31 @@ func validatePart(field, s string) error {
 	case !utf8.ValidString(s):
 		return &InputError{Field: field, Reason: "is not valid UTF-8", Fix: "encode binary identities as hex or base64"}
 	}
-	for i, r := range s {
-		if unicode.IsControl(r) {
-			return &InputError{Field: field, Reason: fmt.Sprintf("has a control character %U at byte %d", r, i),
-				Fix: "use printable characters only"}
+	for i := 0; i < len(s); i++ {
+		// Keys are nearly always ASCII: check those bytes directly (C0 controls and
+		// DEL are exactly unicode.IsControl's ASCII range) and decode runes only from
+		// the first non-ASCII byte on.
+		if c := s[i]; c >= utf8.RuneSelf {
+			return validateRunes(field, s, i)
+		} else if c < 0x20 || c == 0x7f {
+			return controlError(field, rune(c), i)
 		}
 	}
 	return nil
+}
+
+func validateRunes(field, s string, from int) error {
+	for i, r := range s[from:] {
+		if unicode.IsControl(r) {
+			return controlError(field, r, from+i)
+		}
+	}
+	return nil
+}
+
+func controlError(field string, r rune, at int) error {
+	return &InputError{Field: field, Reason: fmt.Sprintf("has a control character %U at byte %d", r, at),
+		Fix: "use printable characters only"}
 }
 
 func fixFor(field string) string {

@@ -63,7 +63,9 @@ type shard struct {
 	// shard, so a new token above last exceeds every token any incarnation of the key
 	// ever had, even one released or swept a nanosecond ago.
 	last uint64
-	_    [32]byte // keep shards on separate cache lines
+	// deletes counts deletions from live since it was last rebuilt; see dropLive.
+	deletes int
+	_       [32]byte // keep shards on separate cache lines
 }
 
 type liveRecord struct {

@@ -89,7 +89,7 @@ func (s *core[Tx]) ReleaseTx(ctx context.Context, tx Tx, k idem.Key, token uint6
 var errNilTx = &idem.InputError{Field: "tx", Reason: "is nil", Fix: "pass the transaction the business write runs in"}
 
 func (s *core[Tx]) claim(ctx context.Context, cn conn, c idem.Claim) (idem.Result, error) {
-	start := time.Now()
+	start := s.m.Start()
 	if err := c.Validate(); err != nil {
 		return idem.Result{}, err
 	}

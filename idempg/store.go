@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/jackc/pgx/v5"
@@ -59,7 +58,7 @@ func pgxTxConn(tx pgx.Tx) conn {
 // fails, the error is returned and the keys the batch acquired stay claimed until
 // their leases end.
 func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
-	start := time.Now()
+	start := s.m.Start()
 	if err := idem.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}

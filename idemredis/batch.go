@@ -2,7 +2,6 @@ package idemredis
 
 import (
 	"context"
-	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/redis/go-redis/v9"
@@ -15,7 +14,7 @@ import (
 // If the round trip fails the whole batch returns an error; claims that Redis had
 // already acquired are held until their leases end, as after a crashed worker.
 func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
-	start := time.Now()
+	start := s.m.Start()
 	if err := idem.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package idemredis
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
@@ -61,7 +60,7 @@ func (s *Store) Key(k idem.Key) string { return redisKey(s.prefix, k) }
 
 // Claim implements idem.Store in one round trip.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
-	start := time.Now()
+	start := s.m.Start()
 	if err := idem.CheckClaim(ctx, c); err != nil {
 		return idem.Result{}, err
 	}

@@ -2,7 +2,6 @@ package idemsqlite
 
 import (
 	"context"
-	"time"
 
 	"github.com/idemhq/idem"
 )
@@ -10,7 +9,7 @@ import (
 // Claim implements idem.Store. The claim is applied by the group-commit writer and
 // is durable (under SyncFull) when Claim returns.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
-	start := time.Now()
+	start := s.m.Start()
 	if err := c.Validate(); err != nil {
 		return idem.Result{}, err
 	}
@@ -27,7 +26,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 // are claimed in order in one transaction (the same key twice: the second sees the
 // first). A database failure fails the whole batch and writes nothing.
 func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
-	start := time.Now()
+	start := s.m.Start()
 	cs := make([]idem.Claim, len(claims))
 	for i, c := range claims {
 		if err := c.Validate(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"time"
 
 	"github.com/idemhq/idem"
 )
@@ -25,7 +24,7 @@ import (
 // this process's rolled-back tokens; those stay below the clock in microseconds
 // unless a process issues more than a million tokens a second.
 func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Result, error) {
-	start := time.Now()
+	start := s.m.Start()
 	if err := c.Validate(); err != nil {
 		return idem.Result{}, err
 	}

@@ -79,6 +79,15 @@ func RecordsFunc(reg prometheus.Registerer, backend string, count func() float64
 	return err
 }
 
+// Start returns the start time of a claim to pass to Claim later, and the zero time
+// when m is nil, so a store without metrics does not read the clock for them.
+func (m *Store) Start() time.Time {
+	if m == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
 // Claim records one claim that started at start and ended with outcome o or err.
 func (m *Store) Claim(scope string, o idem.Outcome, err error, start time.Time) {
 	if m == nil {
