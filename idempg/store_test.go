@@ -84,23 +84,7 @@ func TestSQLTxStoreConformance(t *testing.T) {
 	t.Parallel()
 	idemtest.TxStoreSuite(t, func(t *testing.T) idemtest.TxEnv[*sql.Tx] {
 		s, db := newSQLStore(t, idempg.Config{})
-		if _, err := db.ExecContext(ctxFor(t), ordersDDL); err != nil {
-			t.Fatal(err)
-		}
-		return idemtest.TxEnv[*sql.Tx]{
-			Store:    s,
-			Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
-			Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
-			Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
-			InsertEffect: func(ctx context.Context, tx *sql.Tx, id string) error {
-				_, err := tx.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1)", id)
-				return err
-			},
-			CountEffects: func(ctx context.Context, id string) (n int, err error) {
-				err = db.QueryRowContext(ctx, "SELECT count(*) FROM orders WHERE id = $1", id).Scan(&n)
-				return n, err
-			},
-		}
+		return idemtest.SQLTxEnv(t, db, s)
 	})
 }
 

@@ -52,25 +52,7 @@ func TestTxConformance(t *testing.T) {
 	t.Parallel()
 	idemtest.TxStoreSuite(t, func(t *testing.T) idemtest.TxEnv[*sql.Tx] {
 		s, _ := openStore(t, idemsqlite.Config{})
-		db := s.DB()
-		if _, err := db.ExecContext(ctxFor(t), "CREATE TABLE orders (id TEXT NOT NULL)"); err != nil {
-			t.Fatal(err)
-		}
-		return idemtest.TxEnv[*sql.Tx]{
-			Store:    s,
-			Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
-			Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
-			Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
-			InsertEffect: func(ctx context.Context, tx *sql.Tx, id string) error {
-				_, err := tx.ExecContext(ctx, "INSERT INTO orders (id) VALUES (?)", id)
-				return err
-			},
-			CountEffects: func(ctx context.Context, id string) (int, error) {
-				var n int
-				err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM orders WHERE id = ?", id).Scan(&n)
-				return n, err
-			},
-		}
+		return idemtest.SQLTxEnv(t, s.DB(), s)
 	})
 }
 
