@@ -6,9 +6,9 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestMetrics(t *testing.T) {
@@ -55,7 +55,7 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("idem_claims_total{outcome=%q} = %v, want %v", outcome, c, n)
 		}
 	}
-	if got := metricValue(t, reg, "idem_duplicates_total", map[string]string{"scope": "metrics"}); got != 4 {
+	if got := idemtest.MetricValue(t, reg, "idem_duplicates_total", map[string]string{"scope": "metrics"}); got != 4 {
 		t.Errorf("idem_duplicates_total = %v, want 4", got)
 	}
 
@@ -63,7 +63,7 @@ func TestMetrics(t *testing.T) {
 	if _, err := pool.Exec(ctx, "ANALYZE idem_records"); err != nil {
 		t.Fatal(err)
 	}
-	if got := metricValue(t, reg, "idem_records", map[string]string{"backend": "postgres"}); got != 3 {
+	if got := idemtest.MetricValue(t, reg, "idem_records", map[string]string{"backend": "postgres"}); got != 3 {
 		t.Errorf("idem_records = %v after ANALYZE, want 3", got)
 	}
 }
@@ -78,49 +78,19 @@ func TestMetricsUnreachable(t *testing.T) {
 	if _, err := s.Claim(ctxFor(t), idem.Claim{Key: idem.Key{Scope: "down", ID: "k"}}); err == nil {
 		t.Fatal("claim on an unreachable server succeeded")
 	}
-	if got := metricValue(t, reg, "idem_claims_total", map[string]string{"scope": "down", "outcome": "error"}); got != 1 {
+	if got := idemtest.MetricValue(t, reg, "idem_claims_total", map[string]string{"scope": "down", "outcome": "error"}); got != 1 {
 		t.Errorf("idem_claims_total{outcome=error} = %v, want 1", got)
 	}
 }
 
 func claimsCounter(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
-	return metricValue(t, reg, "idem_claims_total", map[string]string{"backend": "postgres", "scope": "metrics", "outcome": outcome})
+	return idemtest.MetricValue(t, reg, "idem_claims_total", map[string]string{"backend": "postgres", "scope": "metrics", "outcome": outcome})
 }
 
-// metricValue returns the value of the series of family name whose labels include
-// labels, or fails the test if there is none.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	if n, err := testutil.GatherAndCount(reg, name); err != nil || n == 0 {
-		t.Fatalf("metric %s not registered (%d series, %v)", name, n, err)
-	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue series
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no series of %s with labels %v", name, labels)
-	return 0
+func TestMetricsSuite(t *testing.T) {
+	t.Parallel()
+	idemtest.MetricsSuite(t, "postgres", func(t *testing.T, reg prometheus.Registerer) idem.Store {
+		s, _ := newStore(t, idempg.Config{Registerer: reg})
+		return s
+	})
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemredis"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -35,35 +36,19 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("idem_claims_total has %d series, want 4", got)
 	}
 	for outcome, want := range map[string]float64{"acquired": 2, "in_progress": 1, "replayed": 1, "mismatch": 1} {
-		c, err := counter(reg, "idem_claims_total", map[string]string{"backend": "redis", "scope": "metrics", "outcome": outcome})
-		if err != nil || c != want {
-			t.Errorf("idem_claims_total{outcome=%q} = %v (%v), want %v", outcome, c, err, want)
+		c := idemtest.MetricValue(t, reg, "idem_claims_total", map[string]string{"backend": "redis", "scope": "metrics", "outcome": outcome})
+		if c != want {
+			t.Errorf("idem_claims_total{outcome=%q} = %v, want %v", outcome, c, want)
 		}
 	}
-	if d, err := counter(reg, "idem_duplicates_total", map[string]string{"backend": "redis", "scope": "metrics"}); err != nil || d != 3 {
-		t.Errorf("idem_duplicates_total = %v (%v), want 3", d, err)
+	if d := idemtest.MetricValue(t, reg, "idem_duplicates_total", map[string]string{"backend": "redis", "scope": "metrics"}); d != 3 {
+		t.Errorf("idem_duplicates_total = %v, want 3", d)
 	}
 }
 
-// counter reads one counter series from reg by its labels.
-func counter(reg *prometheus.Registry, name string, labels map[string]string) (float64, error) {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return 0, err
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if labels[lp.GetName()] != lp.GetValue() {
-					continue metric
-				}
-			}
-			return m.GetCounter().GetValue(), nil
-		}
-	}
-	return 0, nil
+func TestMetricsSuite(t *testing.T) {
+	t.Parallel()
+	idemtest.MetricsSuite(t, "redis", func(t *testing.T, reg prometheus.Registerer) idem.Store {
+		return setup(t, idemredis.Config{Registerer: reg}).store
+	})
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -65,4 +66,12 @@ idem_swept_total{backend="sqlite"} 1
 	if n := testutil.CollectAndCount(reg, "idem_claim_duration_seconds"); n != 1 {
 		t.Fatalf("idem_claim_duration_seconds series = %d, want 1", n)
 	}
+}
+
+func TestMetricsSuite(t *testing.T) {
+	t.Parallel()
+	idemtest.MetricsSuite(t, "sqlite", func(t *testing.T, reg prometheus.Registerer) idem.Store {
+		s, _ := openStore(t, idemsqlite.Config{Registerer: reg})
+		return s
+	})
 }
