@@ -1,0 +1,245 @@
+package idemseq
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idemhq/idem"
+)
+
+// Dialect selects the SQL a SQLTracker speaks.
+type Dialect int
+
+const (
+	// Postgres locks the producer's row with SELECT … FOR UPDATE.
+	Postgres Dialect = iota + 1
+	// SQLite makes the first statement a write (an upsert), so the transaction holds
+	// SQLite's write lock before it reads and cannot fail to upgrade a read lock.
+	SQLite
+)
+
+// Row is one result row.
+type Row interface{ Scan(dest ...any) error }
+
+// Querier runs statements in one transaction: SQLTx adapts *sql.Tx, idempg adapts
+// pgx.Tx. It is the whole surface a SQLTracker needs from a driver.
+type Querier interface {
+	QueryRow(ctx context.Context, query string, args ...any) Row
+	// Exec runs a statement and returns the number of rows it affected.
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
+}
+
+// Conn tells a SQLTracker how to run its own transactions on a driver whose
+// transaction type is Tx.
+type Conn[Tx any] struct {
+	Dialect  Dialect
+	Backend  string // "postgres" or "sqlite", for errors
+	Begin    func(ctx context.Context) (Tx, error)
+	Commit   func(ctx context.Context, tx Tx) error
+	Rollback func(ctx context.Context, tx Tx) error
+	Querier  func(tx Tx) Querier
+}
+
+// SQLTracker keeps producers' windows in the table idem_sequences, one row per
+// (Config.Scope, producer). CheckTx joins the caller's transaction, so the number is
+// recorded exactly when the effect commits.
+type SQLTracker[Tx any] struct {
+	conn Conn[Tx]
+	cfg  Config
+}
+
+var _ Tracker = (*SQLTracker[*sql.Tx])(nil)
+
+// SQLTx adapts a database/sql transaction to Querier.
+func SQLTx(tx *sql.Tx) Querier { return sqlQuerier{tx} }
+
+type sqlQuerier struct{ tx *sql.Tx }
+
+func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) Row {
+	return q.tx.QueryRowContext(ctx, query, args...)
+}
+
+func (q sqlQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	r, err := q.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
+// OpenSQL returns a tracker on a database/sql handle to SQLite (modernc.org/sqlite)
+// or PostgreSQL (pgx's stdlib driver), creating its table if missing. The dialect is
+// detected from the database itself.
+func OpenSQL(ctx context.Context, db *sql.DB, cfg Config) (*SQLTracker[*sql.Tx], error) {
+	d, backend := Postgres, "postgres"
+	var v string
+	if db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v) == nil {
+		d, backend = SQLite, "sqlite"
+	}
+	return NewSQLTracker(ctx, Conn[*sql.Tx]{
+		Dialect:  d,
+		Backend:  backend,
+		Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
+		Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
+		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
+		Querier:  SQLTx,
+	}, cfg)
+}
+
+// NewSQLTracker returns a tracker on conn, creating its table if missing.
+func NewSQLTracker[Tx any](ctx context.Context, conn Conn[Tx], cfg Config) (*SQLTracker[Tx], error) {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if conn.Dialect != Postgres && conn.Dialect != SQLite {
+		return nil, &idem.InputError{Field: "Conn.Dialect", Reason: "is not set", Fix: "use idemseq.Postgres or idemseq.SQLite"}
+	}
+	t := &SQLTracker[Tx]{conn: conn, cfg: cfg}
+	if err := t.inTx(ctx, "migrate", func(q Querier) error {
+		_, err := q.Exec(ctx, createTable[conn.Dialect])
+		return err
+	}); err != nil {
+		// Two processes creating the table at once: one of them fails on Postgres's
+		// catalog; the table exists either way.
+		if t.inTx(ctx, "migrate", func(q Querier) error {
+			_, err := q.Exec(ctx, "SELECT 1 FROM idem_sequences LIMIT 1")
+			return err
+		}) != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+var createTable = map[Dialect]string{
+	Postgres: `CREATE TABLE IF NOT EXISTS idem_sequences (
+		scope TEXT NOT NULL, producer TEXT NOT NULL,
+		epoch BIGINT NOT NULL, next BIGINT NOT NULL, bits BYTEA,
+		PRIMARY KEY (scope, producer))`,
+	SQLite: `CREATE TABLE IF NOT EXISTS idem_sequences (
+		scope TEXT NOT NULL, producer TEXT NOT NULL,
+		epoch INTEGER NOT NULL, next INTEGER NOT NULL, bits BLOB,
+		PRIMARY KEY (scope, producer))`,
+}
+
+const (
+	selectForUpdate = `SELECT epoch, next, bits FROM idem_sequences WHERE scope = $1 AND producer = $2 FOR UPDATE`
+	insertNew       = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (scope, producer) DO NOTHING`
+	lockUpsert = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, 0, 0, NULL)
+		ON CONFLICT (scope, producer) DO UPDATE SET epoch = idem_sequences.epoch
+		RETURNING epoch, next, bits`
+	updateState = `UPDATE idem_sequences SET epoch = $3, next = $4, bits = $5 WHERE scope = $1 AND producer = $2`
+	registerSQL = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, 1, 0, NULL)
+		ON CONFLICT (scope, producer) DO UPDATE SET epoch = idem_sequences.epoch + 1
+		RETURNING epoch, next`
+)
+
+// CheckTx records seq from producer at epoch inside tx. The verdict holds only if tx
+// commits: on rollback the number is unrecorded, exactly like the effect. Concurrent
+// checks of one producer serialize on its row until the first transaction ends.
+func (t *SQLTracker[Tx]) CheckTx(ctx context.Context, tx Tx, producer string, epoch, seq uint64) (Verdict, error) {
+	if err := CheckArgs(producer, epoch, seq); err != nil {
+		return 0, err
+	}
+	v, err := t.check(ctx, t.conn.Querier(tx), producer, epoch, seq)
+	if err != nil {
+		return 0, t.backendErr(ctx, "check", err)
+	}
+	return v, nil
+}
+
+// Check implements Tracker in a transaction of its own. Prefer CheckTx with the
+// effect's transaction: a Check followed by a separate effect can lose the effect.
+func (t *SQLTracker[Tx]) Check(ctx context.Context, producer string, epoch, seq uint64) (v Verdict, err error) {
+	if err := CheckArgs(producer, epoch, seq); err != nil {
+		return 0, err
+	}
+	err = t.inTx(ctx, "check", func(q Querier) (err error) {
+		v, err = t.check(ctx, q, producer, epoch, seq)
+		return err
+	})
+	return v, err
+}
+
+func (t *SQLTracker[Tx]) check(ctx context.Context, q Querier, producer string, epoch, seq uint64) (Verdict, error) {
+	w, _ := NewWindow(t.cfg.Window) // validated in NewSQLTracker
+	var (
+		e, n   int64
+		bitmap []byte
+		err    error
+	)
+	if t.conn.Dialect == SQLite {
+		err = q.QueryRow(ctx, lockUpsert, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
+	} else {
+		err = q.QueryRow(ctx, selectForUpdate, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
+		if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
+			v, _ := w.Check(epoch, seq)
+			inserted, ierr := q.Exec(ctx, insertNew, t.cfg.Scope, producer, int64(w.epoch), int64(w.next), w.Bitmap())
+			if ierr != nil || inserted == 1 {
+				return v, ierr
+			}
+			// A concurrent first check inserted the row: lock it and decide on it.
+			w, _ = NewWindow(t.cfg.Window)
+			err = q.QueryRow(ctx, selectForUpdate, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := w.Load(uint64(e), uint64(n), bitmap); err != nil {
+		return 0, err
+	}
+	v, changed := w.Check(epoch, seq)
+	if changed {
+		if _, err := q.Exec(ctx, updateState, t.cfg.Scope, producer, int64(w.epoch), int64(w.next), w.Bitmap()); err != nil {
+			return 0, err
+		}
+	}
+	return v, nil
+}
+
+// Register implements Tracker: one statement raises the producer's epoch.
+func (t *SQLTracker[Tx]) Register(ctx context.Context, producer string) (r Registration, err error) {
+	if err := CheckArgs(producer, 0, 0); err != nil {
+		return Registration{}, err
+	}
+	err = t.inTx(ctx, "register", func(q Querier) error {
+		var e, n int64
+		if err := q.QueryRow(ctx, registerSQL, t.cfg.Scope, producer).Scan(&e, &n); err != nil {
+			return err
+		}
+		r = Registration{Producer: producer, Epoch: uint64(e), Next: uint64(n)}
+		return nil
+	})
+	return r, err
+}
+
+func (t *SQLTracker[Tx]) inTx(ctx context.Context, op string, fn func(Querier) error) error {
+	tx, err := t.conn.Begin(ctx)
+	if err != nil {
+		return t.backendErr(ctx, op, err)
+	}
+	if err := fn(t.conn.Querier(tx)); err != nil {
+		_ = t.conn.Rollback(context.WithoutCancel(ctx), tx)
+		return t.backendErr(ctx, op, err)
+	}
+	if err := t.conn.Commit(ctx, tx); err != nil {
+		return t.backendErr(ctx, op, err)
+	}
+	return nil
+}
+
+func (t *SQLTracker[Tx]) backendErr(ctx context.Context, op string, err error) error {
+	var ie *idem.InputError
+	if errors.As(err, &ie) {
+		return err
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	return &idem.BackendError{Backend: t.conn.Backend, Op: "seq." + op, Err: err}
+}
