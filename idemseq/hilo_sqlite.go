@@ -1,0 +1,125 @@
+package idemseq
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idemhq/idem"
+)
+
+// sqliteTable is a BlockSource on one row of the idem_hilo table.
+type sqliteTable struct {
+	db    *sql.DB
+	name  string
+	block uint64
+}
+
+var _ BlockSource = (*sqliteTable)(nil)
+
+const (
+	sqliteHiLoSchema = `CREATE TABLE IF NOT EXISTS idem_hilo (
+	name  TEXT PRIMARY KEY,
+	next  INTEGER NOT NULL,
+	block INTEGER NOT NULL
+)`
+	sqliteHiLoInsert = `INSERT INTO idem_hilo (name, next, block) VALUES (?1, 1, ?2) ON CONFLICT (name) DO NOTHING`
+	sqliteHiLoBlock  = `SELECT block FROM idem_hilo WHERE name = ?1`
+	// The bound keeps next+block inside a signed 64-bit integer: past it SQLite
+	// would silently turn the sum into a float and lose precision.
+	sqliteHiLoNext = `UPDATE idem_hilo SET next = next + ?2
+	WHERE name = ?1 AND next <= 9223372036854775807 - ?2
+	RETURNING next - ?2`
+)
+
+// SQLiteTable returns a BlockSource on the row name of the table idem_hilo, creating
+// both if they are missing; the row holds the first id of the next block and the
+// block size. Each NextBlock is one statement that advances the row and returns the
+// block it skipped over; it commits on its own (db must not be inside a
+// transaction, which a *sql.DB never is), so the block is durable before any of its
+// ids is handed out, and a crash leaves a gap, never a reuse. Several *sql.DB
+// handles, and processes, may share the file: SQLite serialises the statements
+// (give the DSN a busy_timeout, e.g. _pragma=busy_timeout(10000), so they wait
+// instead of failing with SQLITE_BUSY). Keep synchronous=FULL, SQLite's default, if
+// a power loss must not roll back a block already handed out; a process crash is
+// safe either way.
+//
+// The stored block size must equal block, or the call fails with an *idem.InputError
+// naming both, so every process agrees. Each NextBlock advances the row by the size
+// its own process was opened with, so changing the stored size is safe at any time:
+// UPDATE idem_hilo SET block = n WHERE name = 'name'. Deleting the row forgets every
+// block handed out; NextBlock reports a missing row instead of starting over at 1.
+//
+// name is a plain identifier (letters, digits, underscore, at most 63 bytes), as for
+// PostgresSequence, so one name works on both. Database failures are
+// *idem.BackendError with Backend "sqlite".
+func SQLiteTable(ctx context.Context, db *sql.DB, name string, block uint64) (BlockSource, error) {
+	if err := hiloCheckOpen(db, name, block, `sql.Open("sqlite", "file:ids.db?_pragma=busy_timeout(10000)")`); err != nil {
+		return nil, err
+	}
+	var stored int64
+	_, err := db.ExecContext(ctx, sqliteHiLoSchema)
+	if err == nil {
+		_, err = db.ExecContext(ctx, sqliteHiLoInsert, name, int64(block))
+	}
+	if err == nil {
+		err = db.QueryRowContext(ctx, sqliteHiLoBlock, name).Scan(&stored)
+	}
+	if err != nil {
+		return nil, hiloBackendErr(ctx, "sqlite", "hilo.open", err)
+	}
+	if stored != int64(block) {
+		return nil, &idem.InputError{Field: "block",
+			Reason: fmt.Sprintf("is %d, but row %q of idem_hilo stores block %d", block, name, stored),
+			Fix: fmt.Sprintf("use block %d in every process, or change it with UPDATE idem_hilo SET block = %d WHERE name = '%s'",
+				stored, block, name)}
+	}
+	return &sqliteTable{db: db, name: name, block: block}, nil
+}
+
+// NextBlock is one autocommit statement. It reads the RETURNING row and then steps
+// the statement to its end, which is when SQLite commits: an error in the commit is
+// reported here rather than after the block is in use.
+func (s *sqliteTable) NextBlock(ctx context.Context) (uint64, error) {
+	rows, err := s.db.QueryContext(ctx, sqliteHiLoNext, s.name, int64(s.block))
+	if err != nil {
+		return 0, hiloBackendErr(ctx, "sqlite", "hilo.next", err)
+	}
+	defer rows.Close()
+	var first int64
+	got := false
+	for rows.Next() {
+		if err := rows.Scan(&first); err != nil {
+			return 0, hiloBackendErr(ctx, "sqlite", "hilo.next", err)
+		}
+		got = true
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return 0, hiloBackendErr(ctx, "sqlite", "hilo.next", err)
+	}
+	if !got {
+		return 0, s.noRow(ctx)
+	}
+	return uint64(first), nil
+}
+
+// noRow explains an UPDATE that matched nothing: the row is at the end of the id
+// space, or it was deleted (and must not silently start over at 1).
+func (s *sqliteTable) noRow(ctx context.Context) error {
+	var next int64
+	err := s.db.QueryRowContext(ctx, `SELECT next FROM idem_hilo WHERE name = ?1`, s.name).Scan(&next)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w (row %q of idem_hilo is at %d)", ErrOutOfIDs, s.name, next)
+	case errors.Is(err, sql.ErrNoRows):
+		// Not a BackendError: retrying cannot bring the row back.
+		return fmt.Errorf("idemseq: row %q of idem_hilo is gone; restore it with next past every id handed out, or use a new name", s.name)
+	default:
+		return hiloBackendErr(ctx, "sqlite", "hilo.next", err)
+	}
+}
+
+// BlockSize is the size this process reserves per round trip, checked against the
+// stored one when opened.
+func (s *sqliteTable) BlockSize() uint64 { return s.block }
