@@ -57,8 +57,8 @@ func MetricsSuite(t *testing.T, backend string, newStore func(t *testing.T, reg 
 		s := newStore(t, reg)
 		ctx := context.Background()
 		k := idem.Key{Scope: "metrics-suite", ID: "k"}
-		first := MustClaim(t, s, idem.Claim{Key: k})                                // acquired
-		MustClaim(t, s, idem.Claim{Key: k})                                         // in_progress
+		first := MustClaim(t, s, idem.Claim{Key: k})                               // acquired
+		MustClaim(t, s, idem.Claim{Key: k})                                        // in_progress
 		MustClaim(t, s, idem.Claim{Key: k, Fingerprint: []byte("another intent")}) // mismatch
 		if err := s.Complete(ctx, k, first.Token, []byte("r")); err != nil {
 			t.Fatal(err)

@@ -101,7 +101,7 @@ func testSeqJump(t *testing.T, h SeqHarness) {
 	seqCheck(t, tr, "p", 0, 6, idemseq.TooOld)
 	seqCheck(t, tr, "p", 0, 7, idemseq.Duplicate)
 	seqCheck(t, tr, "p", 0, 70+64+5, idemseq.Accepted) // past the whole window
-	for seq := uint64(70 + 6); seq < 70+64+5; seq++ { // the slots reused by new numbers are clean
+	for seq := uint64(70 + 6); seq < 70+64+5; seq++ {  // the slots reused by new numbers are clean
 		seqCheck(t, tr, "p", 0, seq, idemseq.Accepted)
 	}
 }
