@@ -23,7 +23,24 @@ func BenchmarkWindowCheck(b *testing.B) {
 		{"reordered", func(i uint64) uint64 { return i ^ 1 }},
 		{"duplicated", func(i uint64) uint64 { return i / 2 }},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
+		// The baseline: the reference model's structure, a set of every number seen.
+		b.Run(bc.name+"/baseline=map-set", func(b *testing.B) {
+			seen := make(map[uint64]struct{})
+			b.ReportAllocs()
+			var accepted int
+			for i := 0; b.Loop(); i++ {
+				seq := bc.seq(uint64(i))
+				if _, dup := seen[seq]; !dup {
+					seen[seq] = struct{}{}
+					accepted++
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+			if accepted == 0 {
+				b.Fatal("nothing accepted")
+			}
+		})
+		b.Run(bc.name+"/window", func(b *testing.B) {
 			w, _ := idemseq.NewWindow(idemseq.DefaultWindow)
 			b.ReportAllocs()
 			var accepted int
