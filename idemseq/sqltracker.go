@@ -9,102 +9,44 @@ import (
 	"github.com/idemhq/idem"
 )
 
-// Dialect selects the SQL a SQLTracker speaks.
-type Dialect int
-
-const (
-	// Postgres locks the producer's row with SELECT … FOR UPDATE.
-	Postgres Dialect = iota + 1
-	// SQLite makes the first statement a write (an upsert), so the transaction holds
-	// SQLite's write lock before it reads and cannot fail to upgrade a read lock.
-	SQLite
-)
-
-// Row is one result row.
-type Row interface{ Scan(dest ...any) error }
-
-// Querier runs statements in one transaction: SQLTx adapts *sql.Tx, idempg adapts
-// pgx.Tx. It is the whole surface a SQLTracker needs from a driver.
-type Querier interface {
-	QueryRow(ctx context.Context, query string, args ...any) Row
-	// Exec runs a statement and returns the number of rows it affected.
-	Exec(ctx context.Context, query string, args ...any) (int64, error)
-}
-
-// Conn tells a SQLTracker how to run its own transactions on a driver whose
-// transaction type is Tx.
-type Conn[Tx any] struct {
-	Dialect  Dialect
-	Backend  string // "postgres" or "sqlite", for errors
-	Begin    func(ctx context.Context) (Tx, error)
-	Commit   func(ctx context.Context, tx Tx) error
-	Rollback func(ctx context.Context, tx Tx) error
-	Querier  func(tx Tx) Querier
-}
-
 // SQLTracker keeps producers' windows in the table idem_sequences, one row per
 // (Config.Scope, producer). CheckTx joins the caller's transaction, so the number is
 // recorded exactly when the effect commits.
 type SQLTracker[Tx any] struct {
-	conn Conn[Tx]
-	cfg  Config
+	db  idem.TxDB[Tx]
+	cfg Config
 }
 
 var _ Tracker = (*SQLTracker[*sql.Tx])(nil)
-
-// SQLTx adapts a database/sql transaction to Querier.
-func SQLTx(tx *sql.Tx) Querier { return sqlQuerier{tx} }
-
-type sqlQuerier struct{ tx *sql.Tx }
-
-func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) Row {
-	return q.tx.QueryRowContext(ctx, query, args...)
-}
-
-func (q sqlQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	r, err := q.tx.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, err
-	}
-	return r.RowsAffected()
-}
 
 // OpenSQL returns a tracker on a database/sql handle to SQLite (modernc.org/sqlite)
 // or PostgreSQL (pgx's stdlib driver), creating its table if missing. The dialect is
 // detected from the database itself.
 func OpenSQL(ctx context.Context, db *sql.DB, cfg Config) (*SQLTracker[*sql.Tx], error) {
-	d, backend := Postgres, "postgres"
-	var v string
-	if db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v) == nil {
-		d, backend = SQLite, "sqlite"
+	tdb, err := idem.SQLDB(ctx, db)
+	if err != nil {
+		return nil, err
 	}
-	return NewSQLTracker(ctx, Conn[*sql.Tx]{
-		Dialect:  d,
-		Backend:  backend,
-		Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
-		Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
-		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
-		Querier:  SQLTx,
-	}, cfg)
+	return NewSQLTracker(ctx, tdb, cfg)
 }
 
-// NewSQLTracker returns a tracker on conn, creating its table if missing.
-func NewSQLTracker[Tx any](ctx context.Context, conn Conn[Tx], cfg Config) (*SQLTracker[Tx], error) {
+// NewSQLTracker returns a tracker on db, creating its table if missing.
+func NewSQLTracker[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*SQLTracker[Tx], error) {
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if conn.Dialect != Postgres && conn.Dialect != SQLite {
-		return nil, &idem.InputError{Field: "Conn.Dialect", Reason: "is not set", Fix: "use idemseq.Postgres or idemseq.SQLite"}
+	if err := db.Validate(); err != nil {
+		return nil, err
 	}
-	t := &SQLTracker[Tx]{conn: conn, cfg: cfg}
-	if err := t.inTx(ctx, "migrate", func(q Querier) error {
-		_, err := q.Exec(ctx, createTable[conn.Dialect])
+	t := &SQLTracker[Tx]{db: db, cfg: cfg}
+	if err := t.inTx(ctx, "migrate", func(q idem.Querier) error {
+		_, err := q.Exec(ctx, createTable[db.Dialect])
 		return err
 	}); err != nil {
 		// Two processes creating the table at once: one of them fails on Postgres's
 		// catalog; the table exists either way.
-		if t.inTx(ctx, "migrate", func(q Querier) error {
+		if t.inTx(ctx, "migrate", func(q idem.Querier) error {
 			_, err := q.Exec(ctx, "SELECT 1 FROM idem_sequences LIMIT 1")
 			return err
 		}) != nil {
@@ -114,12 +56,12 @@ func NewSQLTracker[Tx any](ctx context.Context, conn Conn[Tx], cfg Config) (*SQL
 	return t, nil
 }
 
-var createTable = map[Dialect]string{
-	Postgres: `CREATE TABLE IF NOT EXISTS idem_sequences (
+var createTable = map[idem.Dialect]string{
+	idem.Postgres: `CREATE TABLE IF NOT EXISTS idem_sequences (
 		scope TEXT NOT NULL, producer TEXT NOT NULL,
 		epoch BIGINT NOT NULL, next BIGINT NOT NULL, bits BYTEA,
 		PRIMARY KEY (scope, producer))`,
-	SQLite: `CREATE TABLE IF NOT EXISTS idem_sequences (
+	idem.SQLite: `CREATE TABLE IF NOT EXISTS idem_sequences (
 		scope TEXT NOT NULL, producer TEXT NOT NULL,
 		epoch INTEGER NOT NULL, next INTEGER NOT NULL, bits BLOB,
 		PRIMARY KEY (scope, producer))`,
@@ -145,7 +87,7 @@ func (t *SQLTracker[Tx]) CheckTx(ctx context.Context, tx Tx, producer string, ep
 	if err := CheckArgs(producer, epoch, seq); err != nil {
 		return 0, err
 	}
-	v, err := t.check(ctx, t.conn.Querier(tx), producer, epoch, seq)
+	v, err := t.check(ctx, t.db.Querier(tx), producer, epoch, seq)
 	if err != nil {
 		return 0, t.backendErr(ctx, "check", err)
 	}
@@ -158,21 +100,21 @@ func (t *SQLTracker[Tx]) Check(ctx context.Context, producer string, epoch, seq 
 	if err := CheckArgs(producer, epoch, seq); err != nil {
 		return 0, err
 	}
-	err = t.inTx(ctx, "check", func(q Querier) (err error) {
+	err = t.inTx(ctx, "check", func(q idem.Querier) (err error) {
 		v, err = t.check(ctx, q, producer, epoch, seq)
 		return err
 	})
 	return v, err
 }
 
-func (t *SQLTracker[Tx]) check(ctx context.Context, q Querier, producer string, epoch, seq uint64) (Verdict, error) {
+func (t *SQLTracker[Tx]) check(ctx context.Context, q idem.Querier, producer string, epoch, seq uint64) (Verdict, error) {
 	w, _ := NewWindow(t.cfg.Window) // validated in NewSQLTracker
 	var (
 		e, n   int64
 		bitmap []byte
 		err    error
 	)
-	if t.conn.Dialect == SQLite {
+	if t.db.Dialect == idem.SQLite {
 		err = q.QueryRow(ctx, lockUpsert, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
 	} else {
 		err = q.QueryRow(ctx, selectForUpdate, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
@@ -207,7 +149,7 @@ func (t *SQLTracker[Tx]) Register(ctx context.Context, producer string) (r Regis
 	if err := CheckArgs(producer, 0, 0); err != nil {
 		return Registration{}, err
 	}
-	err = t.inTx(ctx, "register", func(q Querier) error {
+	err = t.inTx(ctx, "register", func(q idem.Querier) error {
 		var e, n int64
 		if err := q.QueryRow(ctx, registerSQL, t.cfg.Scope, producer).Scan(&e, &n); err != nil {
 			return err
@@ -218,16 +160,8 @@ func (t *SQLTracker[Tx]) Register(ctx context.Context, producer string) (r Regis
 	return r, err
 }
 
-func (t *SQLTracker[Tx]) inTx(ctx context.Context, op string, fn func(Querier) error) error {
-	tx, err := t.conn.Begin(ctx)
-	if err != nil {
-		return t.backendErr(ctx, op, err)
-	}
-	if err := fn(t.conn.Querier(tx)); err != nil {
-		_ = t.conn.Rollback(context.WithoutCancel(ctx), tx)
-		return t.backendErr(ctx, op, err)
-	}
-	if err := t.conn.Commit(ctx, tx); err != nil {
+func (t *SQLTracker[Tx]) inTx(ctx context.Context, op string, fn func(idem.Querier) error) error {
+	if err := t.db.InTx(ctx, func(tx Tx) error { return fn(t.db.Querier(tx)) }); err != nil {
 		return t.backendErr(ctx, op, err)
 	}
 	return nil
@@ -241,5 +175,5 @@ func (t *SQLTracker[Tx]) backendErr(ctx context.Context, op string, err error) e
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}
-	return &idem.BackendError{Backend: t.conn.Backend, Op: "seq." + op, Err: err}
+	return &idem.BackendError{Backend: t.db.Dialect.String(), Op: "seq." + op, Err: err}
 }

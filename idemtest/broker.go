@@ -1,0 +1,257 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+// BrokerEnv is one fresh destination on the broker under test: a topic (subject,
+// stream, queue) no other test uses, a sink publishing to it and a way to open
+// sources on it. Sources opened from one env are competing consumers of one group:
+// each message goes to one of them.
+type BrokerEnv struct {
+	Topic     string
+	Sink      idem.Sink
+	NewSource func(t *testing.T) idem.Source // closed by the suite or at cleanup
+	Features  idem.Features
+	// Redelivery bounds how long an unacknowledged message may take to come back
+	// after its source closed (ack wait, min idle time): the suite waits this long,
+	// plus a margin, before it calls a message lost. 30 s when zero.
+	Redelivery time.Duration
+}
+
+// BrokerSuite runs the Source/Sink contract against a broker adapter: every adapter
+// runs it unchanged, and it checks a Features promise only where the adapter makes it.
+func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, BrokerEnv)
+	}{
+		{"PublishReceiveAck", testBrokerPublishReceive},
+		{"UnackedIsRedelivered", testBrokerUnacked},
+		{"NakIsRedelivered", testBrokerNak},
+		{"RepublishedIDReachesConsumer", testBrokerRepublish},
+		{"OrderPerKey", testBrokerOrder},
+		{"BadMessageRefused", testBrokerBadInput},
+		{"CancelledReceive", testBrokerCancelled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, newEnv(t))
+		})
+	}
+}
+
+func brokerMsg(env BrokerEnv, i int) idem.Message {
+	return idem.Message{ID: fmt.Sprintf("msg-%04d", i), Topic: env.Topic, OrderingKey: "k",
+		Headers: map[string]string{"n": fmt.Sprint(i)}, Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+}
+
+func (env BrokerEnv) wait() time.Duration {
+	if env.Redelivery == 0 {
+		return 30 * time.Second
+	}
+	return env.Redelivery + 15*time.Second
+}
+
+// receiveUntil receives from src until n deliveries arrived or the deadline passed.
+func receiveUntil(t *testing.T, src idem.Source, n int, within time.Duration) []idem.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	var got []idem.Delivery
+	for len(got) < n {
+		ds, err := src.Receive(ctx, n-len(got))
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			t.Fatalf("Receive: %v", err)
+		}
+		got = append(got, ds...)
+	}
+	return got
+}
+
+func ackAll(t *testing.T, ds []idem.Delivery) {
+	t.Helper()
+	for _, d := range ds {
+		if err := d.Settler.Ack(context.Background()); err != nil {
+			t.Fatalf("Ack %s: %v", d.ID, err)
+		}
+	}
+}
+
+func publish(t *testing.T, env BrokerEnv, msgs ...idem.Message) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := env.Sink.Publish(ctx, msgs...); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+}
+
+func testBrokerPublishReceive(t *testing.T, env BrokerEnv) {
+	const n = 20
+	msgs := make([]idem.Message, n)
+	for i := range msgs {
+		msgs[i] = brokerMsg(env, i)
+	}
+	publish(t, env, msgs...)
+	src := env.NewSource(t)
+	got := receiveUntil(t, src, n, env.wait())
+	if len(got) != n {
+		t.Fatalf("received %d of %d messages", len(got), n)
+	}
+	for _, d := range got {
+		var want idem.Message
+		for _, m := range msgs {
+			if m.ID == d.ID {
+				want = m
+			}
+		}
+		if want.ID == "" || string(d.Payload) != string(want.Payload) || d.Headers["n"] != want.Headers["n"] || d.Topic == "" {
+			t.Fatalf("delivery %+v does not match a published message (ID, payload, header n, topic)", d.Message)
+		}
+		if env.Features.Attempts && d.Attempt != 1 {
+			t.Errorf("first delivery of %s has Attempt %d, want 1", d.ID, d.Attempt)
+		}
+	}
+	ackAll(t, got)
+	if extra := receiveUntil(t, src, 1, 2*time.Second); len(extra) != 0 {
+		t.Fatalf("after acking everything, %s was delivered again at once", extra[0].ID)
+	}
+}
+
+func testBrokerUnacked(t *testing.T, env BrokerEnv) {
+	publish(t, env, brokerMsg(env, 1), brokerMsg(env, 2))
+	first := env.NewSource(t)
+	got := receiveUntil(t, first, 2, env.wait())
+	if len(got) != 2 {
+		t.Fatalf("received %d of 2", len(got))
+	}
+	ackAll(t, got[:1]) // the consumer crashes before acking the second
+	if err := first.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	second := env.NewSource(t)
+	again := receiveUntil(t, second, 1, env.wait())
+	if len(again) != 1 || again[0].ID != got[1].ID {
+		t.Fatalf("after the crash, redelivered %v; want exactly the unacked %s", ids(again), got[1].ID)
+	}
+	if env.Features.Attempts && again[0].Attempt < 2 {
+		t.Errorf("redelivery has Attempt %d, want at least 2", again[0].Attempt)
+	}
+	ackAll(t, again)
+}
+
+func testBrokerNak(t *testing.T, env BrokerEnv) {
+	publish(t, env, brokerMsg(env, 1))
+	src := env.NewSource(t)
+	got := receiveUntil(t, src, 1, env.wait())
+	if len(got) != 1 {
+		t.Fatal("message not received")
+	}
+	if err := got[0].Settler.Nak(context.Background(), 100*time.Millisecond); err != nil {
+		t.Fatalf("Nak: %v", err)
+	}
+	again := receiveUntil(t, src, 1, env.wait())
+	if len(again) != 1 || again[0].ID != got[0].ID {
+		t.Fatalf("after Nak, received %v; want %s again", ids(again), got[0].ID)
+	}
+	ackAll(t, again)
+}
+
+// testBrokerRepublish: an outbox relay that crashes after publishing republishes the
+// same ID. Where the broker deduplicates, the consumer sees it once; elsewhere the
+// consumer sees it twice with the same ID, which is what its inbox deduplicates on.
+func testBrokerRepublish(t *testing.T, env BrokerEnv) {
+	m := brokerMsg(env, 7)
+	publish(t, env, m)
+	publish(t, env, m)
+	publish(t, env, brokerMsg(env, 8)) // a marker: once it is in, the duplicate would be too
+	src := env.NewSource(t)
+	want := 3
+	if env.Features.Dedup {
+		want = 2
+	}
+	got := receiveUntil(t, src, want, env.wait())
+	ackAll(t, got)
+	got = append(got, receiveUntil(t, src, 1, 2*time.Second)...)
+	n := 0
+	for _, d := range got {
+		if d.ID == m.ID {
+			n++
+		}
+	}
+	if env.Features.Dedup && n != 1 {
+		t.Fatalf("the broker deduplicates, yet %s was delivered %d times", m.ID, n)
+	}
+	if !env.Features.Dedup && n != 2 {
+		t.Fatalf("%s published twice was delivered %d times; want 2, each with its ID for the inbox", m.ID, n)
+	}
+}
+
+func testBrokerOrder(t *testing.T, env BrokerEnv) {
+	if !env.Features.OrderedPerKey {
+		t.Skip("the adapter does not promise order")
+	}
+	const n = 50
+	msgs := make([]idem.Message, n)
+	for i := range msgs {
+		msgs[i] = brokerMsg(env, i)
+	}
+	publish(t, env, msgs...)
+	src := env.NewSource(t)
+	got := receiveUntil(t, src, n, env.wait())
+	ackAll(t, got)
+	if want := ids(deliveriesOf(msgs)); !slices.Equal(ids(got), want) {
+		t.Fatalf("order per key: got %v, want %v", ids(got), want)
+	}
+}
+
+func testBrokerBadInput(t *testing.T, env BrokerEnv) {
+	ctx := context.Background()
+	for _, m := range []idem.Message{
+		{ID: "", Topic: env.Topic, Payload: []byte("x")},
+		{ID: "x", Topic: "", Payload: []byte("x")},
+		{ID: "x", Topic: env.Topic, Payload: make([]byte, idem.MaxPayload+1)},
+	} {
+		if err := env.Sink.Publish(ctx, m); !errors.Is(err, idem.ErrInvalid) {
+			t.Errorf("Publish(ID %q, Topic %q, %d bytes) = %v, want idem.ErrInvalid", m.ID, m.Topic, len(m.Payload), err)
+		}
+	}
+}
+
+func testBrokerCancelled(t *testing.T, env BrokerEnv) {
+	src := env.NewSource(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(200 * time.Millisecond); cancel() }()
+	ds, err := src.Receive(ctx, 10) // nothing was published: it must return when ctx ends
+	if len(ds) != 0 || err == nil {
+		t.Fatalf("Receive on an empty topic with a cancelled ctx = %v, %v; want no deliveries and an error", ids(ds), err)
+	}
+}
+
+func ids(ds []idem.Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.ID
+	}
+	return out
+}
+
+func deliveriesOf(msgs []idem.Message) []idem.Delivery {
+	out := make([]idem.Delivery, len(msgs))
+	for i, m := range msgs {
+		out[i] = idem.Delivery{Message: m}
+	}
+	return out
+}
