@@ -1,0 +1,110 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+)
+
+// Config configures a Consumer. Only Consumer is required.
+type Config struct {
+	// Consumer names the consumer: the scope of its message keys (two consumers of
+	// one topic each apply every message once) and the owner of its dead letters.
+	Consumer string
+	// BatchSize is how many messages share one transaction, each under a savepoint
+	// so one failure does not undo the others. 1 (the default) commits each message
+	// alone; 32–256 multiplies throughput on a database that fsyncs each commit.
+	BatchSize int
+	// MaxAttempts is how many deliveries of one message may fail before it goes to
+	// the dead-letter table. Default 10.
+	MaxAttempts int
+	// Backoff returns the redelivery delay after the attempt-th failure. Default:
+	// 100 ms doubling per attempt, capped at 1 minute, with ±20% jitter.
+	Backoff func(attempt int) time.Duration
+	// Key returns the idempotency key of a message. Default: Message.ID, the broker's
+	// message id. Derive it from the payload (an order id) when producers reuse no
+	// ID across retries. An error dead-letters the message: it has no usable key.
+	Key func(idem.Message) (string, error)
+	// Retention is how long a processed key is remembered: a redelivery later than
+	// this is applied again. Default 7 days; keep it above the broker's redelivery
+	// horizon (JetStream max age, Kafka retention).
+	Retention time.Duration
+	// Registerer, if set, receives idem_inbox_messages_total{consumer,outcome},
+	// idem_duplicates_total{backend="inbox",scope}, idem_inbox_dead_letters_total and
+	// idem_inbox_batch_duration_seconds.
+	Registerer prometheus.Registerer
+	// Logger receives failures of acks and naks (which are harmless: see the package
+	// docs) at warn level. Default slog.Default().
+	Logger *slog.Logger
+}
+
+const (
+	// DefaultMaxAttempts is Config.MaxAttempts when zero.
+	DefaultMaxAttempts = 10
+	// DefaultRetention is Config.Retention when zero.
+	DefaultRetention = 7 * 24 * time.Hour
+	// MaxBatchSize bounds Config.BatchSize: a transaction holding more row locks for
+	// longer only blocks other consumers.
+	MaxBatchSize = 1000
+)
+
+// withDefaults returns c with zero fields set to their defaults, validated: the one
+// place defaults are applied.
+func (c Config) withDefaults() (Config, error) {
+	if c.BatchSize == 0 {
+		c.BatchSize = 1
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.Backoff == nil {
+		c.Backoff = DefaultBackoff
+	}
+	if c.Key == nil {
+		c.Key = MessageID
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	var ie *idem.InputError
+	if err := (idem.Key{Scope: c.Consumer, ID: "x"}).Validate(); errors.As(err, &ie) {
+		return c, &idem.InputError{Field: "Config.Consumer", Reason: ie.Reason, Fix: "name the consumer, e.g. \"ledger\""}
+	}
+	switch {
+	case c.BatchSize < 1 || c.BatchSize > MaxBatchSize:
+		return c, &idem.InputError{Field: "Config.BatchSize", Reason: fmt.Sprintf("must be 1 to %d (got %d)", MaxBatchSize, c.BatchSize),
+			Fix: "use 1 for a transaction per message, or 32–256 for throughput"}
+	case c.MaxAttempts < 1:
+		return c, &idem.InputError{Field: "Config.MaxAttempts", Reason: fmt.Sprintf("must be at least 1 (got %d)", c.MaxAttempts),
+			Fix: "leave it 0 for the default of 10"}
+	case c.Retention < 0:
+		return c, &idem.InputError{Field: "Config.Retention", Reason: "is negative", Fix: "leave it 0 for the default of 7 days"}
+	}
+	return c, nil
+}
+
+// DefaultBackoff waits 100 ms after the first failure, doubling up to 1 minute, with
+// ±20% jitter so messages that failed together are not retried in lockstep.
+func DefaultBackoff(attempt int) time.Duration {
+	d := 100 * time.Millisecond << min(max(attempt-1, 0), 10)
+	d = min(d, time.Minute)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// MessageID is the default Config.Key: the message's ID as the broker carried it.
+func MessageID(m idem.Message) (string, error) {
+	if m.ID == "" {
+		return "", &idem.InputError{Field: "Message.ID", Reason: "is empty: the broker message carries no id",
+			Fix: "set Message.ID (Nats-Msg-Id, AMQP message-id, the Idem-Msg-Id header) at the producer, or set inbox Config.Key to derive a key from the payload"}
+	}
+	return m.ID, nil
+}

@@ -1,0 +1,196 @@
+package inbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+// DeadLetter is a message the consumer gave up on, with why and when. Nothing is
+// dropped: every message is either applied, a duplicate, or here.
+type DeadLetter struct {
+	ID       int64 // row id, for Replay
+	Consumer string
+	Message  idem.Message
+	Position string // where it was in the broker
+	Reason   string
+	Kind     string // permanent, max_attempts, no_key, key_reused
+	Attempts int
+	FirstAt  time.Time // the first failure this process saw (or DeadAt)
+	DeadAt   time.Time
+}
+
+var createDeadLetters = map[idem.Dialect][]string{
+	idem.Postgres: {`CREATE TABLE IF NOT EXISTS idem_dead_letters (
+		id BIGSERIAL PRIMARY KEY, consumer TEXT NOT NULL, msg_id TEXT NOT NULL, topic TEXT NOT NULL,
+		position TEXT NOT NULL, headers TEXT NOT NULL, payload BYTEA NOT NULL, kind TEXT NOT NULL,
+		reason TEXT NOT NULL, attempts INTEGER NOT NULL, first_at BIGINT NOT NULL, dead_at BIGINT NOT NULL,
+		replayed_at BIGINT)`},
+	idem.SQLite: {`CREATE TABLE IF NOT EXISTS idem_dead_letters (
+		id INTEGER PRIMARY KEY AUTOINCREMENT, consumer TEXT NOT NULL, msg_id TEXT NOT NULL, topic TEXT NOT NULL,
+		position TEXT NOT NULL, headers TEXT NOT NULL, payload BLOB NOT NULL, kind TEXT NOT NULL,
+		reason TEXT NOT NULL, attempts INTEGER NOT NULL, first_at INTEGER NOT NULL, dead_at INTEGER NOT NULL,
+		replayed_at INTEGER)`},
+}
+
+// One pending dead letter per message id and consumer: a redelivery of a message
+// dead-lettered just before a lost ack does not add a second row.
+const deadLetterIndex = `CREATE UNIQUE INDEX IF NOT EXISTS idem_dead_letters_pending
+	ON idem_dead_letters (consumer, msg_id) WHERE replayed_at IS NULL AND msg_id <> ''`
+
+func (c *Consumer[Tx]) migrate(ctx context.Context) error {
+	stmts := append(createDeadLetters[c.db.Dialect], deadLetterIndex)
+	err := c.db.InTx(ctx, func(tx Tx) error {
+		for _, s := range stmts {
+			if _, err := c.db.Querier(tx).Exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		// Two consumers creating the table at once: Postgres fails one of them on its
+		// catalog, and the table exists either way.
+		if c.db.InTx(ctx, func(tx Tx) error {
+			_, err := c.db.Querier(tx).Exec(ctx, "SELECT 1 FROM idem_dead_letters LIMIT 1")
+			return err
+		}) == nil {
+			return nil
+		}
+		return &idem.BackendError{Backend: c.db.Dialect.String(), Op: "inbox.migrate", Err: err}
+	}
+	return nil
+}
+
+func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idem.Querier, it *item) error {
+	headers, err := json.Marshal(it.d.Headers)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	first, attempts := now, max(it.d.Attempt, 1)
+	if it.fail != nil {
+		first, attempts = it.fail.first, max(attempts, it.fail.attempts)
+	}
+	payload := it.d.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	_, err = q.Exec(ctx, `INSERT INTO idem_dead_letters
+		(consumer, msg_id, topic, position, headers, payload, kind, reason, attempts, first_at, dead_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		ON CONFLICT (consumer, msg_id) WHERE replayed_at IS NULL AND msg_id <> '' DO NOTHING`,
+		c.cfg.Consumer, it.d.ID, it.d.Topic, it.d.Position, string(headers), payload, it.kind,
+		it.err.Error(), attempts, first.UnixMilli(), now.UnixMilli())
+	return err
+}
+
+// DeadLetters returns up to limit dead letters of this consumer not yet replayed,
+// oldest first.
+func (c *Consumer[Tx]) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []DeadLetter
+	err := c.db.InTx(ctx, func(tx Tx) error {
+		rows, err := c.db.Querier(tx).Query(ctx, `SELECT id, msg_id, topic, position, headers, payload, kind, reason,
+			attempts, first_at, dead_at FROM idem_dead_letters
+			WHERE consumer = $1 AND replayed_at IS NULL ORDER BY id LIMIT $2`, c.cfg.Consumer, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			dl, err := scanDeadLetter(rows)
+			if err != nil {
+				return err
+			}
+			dl.Consumer = c.cfg.Consumer
+			out = append(out, dl)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, &idem.BackendError{Backend: c.db.Dialect.String(), Op: "inbox.dead_letters", Err: err}
+	}
+	return out, nil
+}
+
+func scanDeadLetter(r idem.Row) (DeadLetter, error) {
+	var (
+		dl            DeadLetter
+		headers       string
+		first, deadAt int64
+	)
+	err := r.Scan(&dl.ID, &dl.Message.ID, &dl.Message.Topic, &dl.Position, &headers, &dl.Message.Payload,
+		&dl.Kind, &dl.Reason, &dl.Attempts, &first, &deadAt)
+	if err != nil {
+		return dl, err
+	}
+	if err := json.Unmarshal([]byte(headers), &dl.Message.Headers); err != nil {
+		return dl, fmt.Errorf("dead letter %d: headers: %w", dl.ID, err)
+	}
+	dl.FirstAt, dl.DeadAt = time.UnixMilli(first), time.UnixMilli(deadAt)
+	return dl, nil
+}
+
+// ErrNoDeadLetter is returned by Replay for an id that is not a pending dead letter of
+// this consumer.
+var ErrNoDeadLetter = errors.New("inbox: no pending dead letter with this id for this consumer")
+
+// Replay applies dead letter id again, exactly once: in one transaction it claims the
+// message's key, runs the handler and marks the dead letter replayed. It does not go
+// back through the broker, whose dedup window could drop a republished id. applied is
+// false when the key had been applied meanwhile (the dead letter is then marked
+// replayed without running the handler). A handler error leaves the dead letter as it
+// was and is returned.
+func (c *Consumer[Tx]) Replay(ctx context.Context, id int64) (applied bool, err error) {
+	err = c.db.InTx(ctx, func(tx Tx) error {
+		q := c.db.Querier(tx)
+		dl, err := scanDeadLetter(q.QueryRow(ctx, `SELECT id, msg_id, topic, position, headers, payload, kind, reason,
+			attempts, first_at, dead_at FROM idem_dead_letters WHERE id = $1 AND consumer = $2 AND replayed_at IS NULL`,
+			id, c.cfg.Consumer))
+		if err != nil {
+			if isNoRows(err) {
+				return ErrNoDeadLetter
+			}
+			return err
+		}
+		key, err := c.cfg.Key(dl.Message)
+		if err != nil {
+			return Permanent(fmt.Errorf("dead letter %d still has no usable key: %w", id, err))
+		}
+		k := idem.Key{Scope: c.cfg.Consumer, ID: key}
+		sum := sha256.Sum256(dl.Message.Payload)
+		res, err := c.store.ClaimTx(ctx, tx, idem.Claim{Key: k, Fingerprint: sum[:16], Retention: c.cfg.Retention})
+		if err != nil {
+			return err
+		}
+		switch res.Outcome {
+		case idem.Acquired:
+			if err := c.run(ctx, tx, dl.Message); err != nil {
+				return err
+			}
+			if err := c.store.CompleteTx(ctx, tx, k, res.Token, nil); err != nil {
+				return err
+			}
+			applied = true
+		case idem.Mismatch:
+			return Permanent(fmt.Errorf("dead letter %d: key %s was applied with a different payload", id, k))
+		case idem.InProgress:
+			return fmt.Errorf("dead letter %d: key %s is held by another worker; try again", id, k)
+		}
+		_, err = q.Exec(ctx, "UPDATE idem_dead_letters SET replayed_at = $1 WHERE id = $2", time.Now().UnixMilli(), id)
+		return err
+	})
+	return applied, err
+}
+
+// isNoRows matches database/sql's and pgx's "no rows" (pgx.ErrNoRows wraps sql.ErrNoRows).
+func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

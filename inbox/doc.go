@@ -1,0 +1,38 @@
+// Package inbox is the idempotent consumer: it turns a broker's at-least-once delivery
+// into exactly-once effects.
+//
+// For each message the Consumer opens a transaction, claims the message's key (scope:
+// the consumer's name) in it, runs the Handler with the same transaction, completes
+// the key, commits, and only then acknowledges the message to the broker:
+//
+//	receive → BEGIN → claim key → handler(tx) → complete key → COMMIT → ack
+//
+// A crash or a cut connection between any two steps loses nothing and doubles
+// nothing: before COMMIT the transaction rolls back (no key, no effect) and the broker
+// redelivers; after COMMIT the redelivery finds the key, is acknowledged without
+// running the handler, and counts as a duplicate. An ack that fails is therefore
+// harmless.
+//
+// # Failures
+//
+// A handler error rolls the message's writes back and the message is redelivered
+// after Config.Backoff. An error marked Permanent (an undecodable payload, say), a
+// message without a usable key, a message id reused for another payload, and a
+// message that failed Config.MaxAttempts times go to the table idem_dead_letters with
+// the payload, headers, reason, attempts and times, and are acknowledged: never
+// dropped silently, never retried forever. DeadLetters lists them and Replay applies
+// one again, exactly once.
+//
+// # Batches
+//
+// With Config.BatchSize > 1 up to that many messages share one transaction, each
+// under a savepoint, so one failure rolls back only its own writes. One commit (one
+// fsync) then serves the whole batch.
+//
+// # Databases
+//
+// The consumer is generic in the transaction type: idempg.TxDB and idempg.Store for
+// pgx, idem.SQLDB with idempg.SQLStore or idemsqlite.Store for database/sql. The key
+// store must keep its records in the same database as the effects; that is what
+// makes the key and the effect commit together.
+package inbox

@@ -1,0 +1,166 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/metrics"
+)
+
+// Handler applies one message's effect inside tx, the transaction in which the
+// message's key is recorded. It must do all its writes through tx and nothing outside
+// it that cannot be undone (see package effect for calls to other systems). A nil error
+// commits the effect with the key; an error rolls both back and the message is
+// redelivered, unless it is marked Permanent, which dead-letters it.
+type Handler[Tx any] func(ctx context.Context, tx Tx, m idem.Message) error
+
+// Consumer is an idempotent consumer: it receives from a Source and applies each
+// message's effect exactly once by recording the message key in the effect's
+// transaction. Create it with New and start it with Run.
+type Consumer[Tx any] struct {
+	src     idem.Source
+	db      idem.TxDB[Tx]
+	store   idem.TxStore[Tx]
+	handle  Handler[Tx]
+	cfg     Config
+	metrics *metrics.Inbox
+
+	mu       sync.Mutex
+	failures map[string]*failure // by message key: counts for brokers that do not count
+}
+
+// failure is what the consumer remembers of a message whose handler failed.
+type failure struct {
+	attempts int
+	first    time.Time
+	last     string
+}
+
+// New returns a consumer of src that runs handle in transactions of db, recording
+// keys in store, which must keep its records in db's database (idempg.Store for
+// pgx, idempg.SQLStore or idemsqlite.Store for database/sql). It creates the
+// dead-letter table idem_dead_letters if missing.
+func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store idem.TxStore[Tx], handle Handler[Tx], cfg Config) (*Consumer[Tx], error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case src == nil:
+		return nil, &idem.InputError{Field: "src", Reason: "is nil", Fix: "pass a broker Source (idemnats, idemkafka, idemredis, idemamqp)"}
+	case store == nil:
+		return nil, &idem.InputError{Field: "store", Reason: "is nil", Fix: "pass the TxStore of db's database"}
+	case handle == nil:
+		return nil, &idem.InputError{Field: "handle", Reason: "is nil", Fix: "pass the function that applies a message"}
+	}
+	if err := db.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := metrics.NewInbox(cfg.Registerer, cfg.Consumer)
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer[Tx]{src: src, db: db, store: store, handle: handle, cfg: cfg, metrics: m, failures: map[string]*failure{}}
+	if err := c.migrate(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run receives and processes batches until ctx ends, then returns ctx's error. A
+// source error that is not retryable (a closed source, bad configuration) ends Run
+// with that error; retryable ones (a broker restarting) are retried with backoff.
+func (c *Consumer[Tx]) Run(ctx context.Context) error {
+	failures := 0
+	for {
+		ds, err := c.src.Receive(ctx, c.cfg.BatchSize)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			if !idem.IsRetryable(err) || errors.Is(err, idem.ErrClosed) {
+				return fmt.Errorf("inbox %s: receive: %w", c.cfg.Consumer, err)
+			}
+			failures++
+			c.cfg.Logger.Warn("inbox: receive failed; retrying", "consumer", c.cfg.Consumer, "err", err)
+			if !sleep(ctx, c.cfg.Backoff(failures)) {
+				return ctx.Err()
+			}
+			continue
+		}
+		failures = 0
+		if len(ds) > 0 {
+			c.Process(ctx, ds)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Permanent marks err as not worth retrying: the message goes to the dead-letter
+// table at once (undecodable payload, a business rule that will never pass).
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// PermanentError is an error marked by Permanent.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// IsPermanent reports whether err, or an error it wraps, was marked by Permanent.
+func IsPermanent(err error) bool {
+	var pe *PermanentError
+	return errors.As(err, &pe)
+}
+
+// failed records a failed attempt of key and returns how many there were, taking the
+// broker's count when it has one.
+func (c *Consumer[Tx]) failed(key string, brokerAttempt int, err error) *failure {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.failures[key]
+	if f == nil {
+		f = &failure{first: time.Now()}
+		c.failures[key] = f
+	}
+	f.attempts = max(f.attempts+1, brokerAttempt)
+	f.last = err.Error()
+	return f
+}
+
+// attemptsSoFar returns the failures recorded for key, or the broker's count of
+// earlier deliveries when larger.
+func (c *Consumer[Tx]) attemptsSoFar(key string, brokerAttempt int) (int, *failure) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.failures[key]
+	n := max(brokerAttempt-1, 0)
+	if f != nil {
+		n = max(n, f.attempts)
+	}
+	return n, f
+}
+
+func (c *Consumer[Tx]) forget(key string) {
+	c.mu.Lock()
+	delete(c.failures, key)
+	c.mu.Unlock()
+}

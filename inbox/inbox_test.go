@@ -1,0 +1,314 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/idemtest"
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/testsvc"
+)
+
+// bundle is one database with a ledger table, its TxDB and key store.
+type bundle struct {
+	db    *sql.DB
+	txdb  idem.TxDB[*sql.Tx]
+	store idem.TxStore[*sql.Tx]
+}
+
+func forEachDB(t *testing.T, fn func(t *testing.T, b bundle)) {
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); fn(t, sqliteBundle(t)) })
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); fn(t, postgresBundle(t)) })
+}
+
+func sqliteBundle(t *testing.T) bundle {
+	t.Helper()
+	s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "inbox.db"), idemsqlite.Config{Synchronous: idemsqlite.SyncNormal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return finishBundle(t, s.DB(), s)
+}
+
+func postgresBundle(t *testing.T) bundle {
+	t.Helper()
+	cs, _ := testsvc.PostgresSchema(t)
+	db, err := sql.Open("pgx", cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := idempg.NewSQL(context.Background(), db, idempg.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return finishBundle(t, db, s)
+}
+
+func finishBundle(t *testing.T, db *sql.DB, s idem.TxStore[*sql.Tx]) bundle {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	txdb, err := idem.SQLDB(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{db: db, txdb: txdb, store: s}
+}
+
+// credit is the effect under test: one ledger row per message, amount from the payload.
+func credit(ctx context.Context, tx *sql.Tx, m idem.Message) error {
+	var p struct{ Amount int64 }
+	if err := json.Unmarshal(m.Payload, &p); err != nil {
+		return inbox.Permanent(fmt.Errorf("payload is not an order: %w", err))
+	}
+	_, err := tx.ExecContext(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, $2)", m.ID, p.Amount)
+	return err
+}
+
+func order(i int) idem.Message {
+	return idem.Message{ID: fmt.Sprintf("order-%05d", i), Topic: "orders", Headers: map[string]string{"i": fmt.Sprint(i)},
+		Payload: []byte(fmt.Sprintf(`{"Amount":%d}`, i+1))}
+}
+
+func ledger(t *testing.T, db *sql.DB) (rows, distinct int, sum int64) {
+	t.Helper()
+	err := db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT msg_id), COALESCE(SUM(amount), 0) FROM ledger").Scan(&rows, &distinct, &sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows, distinct, sum
+}
+
+func newConsumer(t *testing.T, b bundle, src idem.Source, h inbox.Handler[*sql.Tx], cfg inbox.Config) *inbox.Consumer[*sql.Tx] {
+	t.Helper()
+	if cfg.Consumer == "" {
+		cfg.Consumer = "ledger"
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = func(int) time.Duration { return time.Millisecond }
+	}
+	c, err := inbox.New(context.Background(), src, b.txdb, b.store, h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// drain runs c until the broker holds nothing unsettled.
+func drain(t *testing.T, c *inbox.Consumer[*sql.Tx], fb *fakeBroker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	go func() { done <- c.Run(runCtx) }()
+	for !fb.settled() && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v, want context.Canceled", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the broker still holds unsettled messages after 60 s")
+	}
+}
+
+func TestDuplicatesAppliedOnce(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, b bundle) {
+		for _, batch := range []int{1, 16} {
+			fb := newFakeBroker()
+			reg := prometheus.NewRegistry()
+			c := newConsumer(t, b, fb, credit, inbox.Config{Consumer: fmt.Sprintf("ledger-%d", batch), BatchSize: batch, Registerer: reg})
+			const n = 100
+			for i := 0; i < n; i++ { // every message published three times
+				fb.Publish(context.Background(), order(i), order(i), order(i))
+			}
+			if _, err := b.db.Exec("DELETE FROM ledger"); err != nil {
+				t.Fatal(err)
+			}
+			drain(t, c, fb)
+			rows, distinct, sum := ledger(t, b.db)
+			if rows != n || distinct != n || sum != n*(n+1)/2 {
+				t.Fatalf("batch %d: ledger has %d rows (%d distinct), sum %d; want %d rows, sum %d", batch, rows, distinct, sum, n, n*(n+1)/2)
+			}
+			dups := idemtest.MetricValue(t, reg, "idem_duplicates_total", map[string]string{"backend": "inbox", "scope": fmt.Sprintf("ledger-%d", batch)})
+			if dups != 2*n {
+				t.Errorf("batch %d: idem_duplicates_total = %v, want %d", batch, dups, 2*n)
+			}
+		}
+	})
+}
+
+func TestLostAcksAndCrashesAtEachStep(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, b bundle) {
+		const n = 60
+		fb := newFakeBroker()
+		for i := 0; i < n; i++ {
+			fb.Publish(context.Background(), order(i))
+		}
+		// Each of the first deliveries dies at another point: before the handler's write,
+		// after it but before COMMIT (the ctx is cancelled, the commit fails), and after
+		// COMMIT before the ack (the ack is lost).
+		var calls atomic.Int64
+		crashy := func(ctx context.Context, tx *sql.Tx, m idem.Message) error {
+			switch calls.Add(1) % 3 {
+			case 0:
+				return errors.New("consumer killed before the effect")
+			case 1:
+				if err := credit(ctx, tx, m); err != nil {
+					return err
+				}
+				return errors.New("consumer killed after the effect, before commit")
+			}
+			return credit(ctx, tx, m)
+		}
+		fb.loseAcks = n / 2
+		c := newConsumer(t, b, fb, crashy, inbox.Config{MaxAttempts: 100})
+		drain(t, c, fb)
+		rows, distinct, sum := ledger(t, b.db)
+		if rows != n || distinct != n || sum != n*(n+1)/2 {
+			t.Fatalf("ledger has %d rows (%d distinct), sum %d; want %d rows, sum %d", rows, distinct, sum, n, n*(n+1)/2)
+		}
+	})
+}
+
+// TestKilledMidBatch cancels the consumer's context inside a handler in the middle of a
+// batch: the batch rolls back, and after a restart (the broker requeues what was in
+// flight) every message is applied exactly once.
+func TestKilledMidBatch(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, b bundle) {
+		const n = 50
+		fb := newFakeBroker()
+		for i := 0; i < n; i++ {
+			fb.Publish(context.Background(), order(i))
+		}
+		ctx, kill := context.WithCancel(context.Background())
+		var seen atomic.Int64
+		h := func(hctx context.Context, tx *sql.Tx, m idem.Message) error {
+			if seen.Add(1) == 25 {
+				kill()
+			}
+			return credit(hctx, tx, m)
+		}
+		first := newConsumer(t, b, fb, h, inbox.Config{BatchSize: 10})
+		first.Run(ctx)
+		fb.requeueInflight()
+		rows, _, _ := ledger(t, b.db)
+		if rows >= 25 {
+			t.Fatalf("%d rows after the kill at message 25 in a batch of 10; the third batch must have rolled back", rows)
+		}
+		second := newConsumer(t, b, fb, credit, inbox.Config{BatchSize: 10})
+		drain(t, second, fb)
+		rows, distinct, sum := ledger(t, b.db)
+		if rows != n || distinct != n || sum != n*(n+1)/2 {
+			t.Fatalf("after the restart the ledger has %d rows (%d distinct), sum %d; want %d, sum %d", rows, distinct, sum, n, n*(n+1)/2)
+		}
+	})
+}
+
+func TestDeadLettersAndReplay(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, b bundle) {
+		for _, batch := range []int{1, 8} {
+			fb := newFakeBroker()
+			consumer := fmt.Sprintf("dl-%d", batch)
+			var flaky atomic.Bool // order-3 fails until this is set
+			h := func(ctx context.Context, tx *sql.Tx, m idem.Message) error {
+				if m.ID == "order-00003" && !flaky.Load() {
+					return errors.New("downstream unavailable")
+				}
+				return credit(ctx, tx, m)
+			}
+			reg := prometheus.NewRegistry()
+			c := newConsumer(t, b, fb, h, inbox.Config{Consumer: consumer, BatchSize: batch, MaxAttempts: 3, Registerer: reg})
+			bad := idem.Message{ID: "garbled", Topic: "orders", Payload: []byte("not json")}
+			noID := idem.Message{Topic: "orders", Payload: []byte(`{"Amount":1}`)}
+			reused := order(1)
+			reused.Payload = []byte(`{"Amount":1000}`)
+			fb.Publish(context.Background(), order(1), order(2), order(3), bad, noID)
+			drain(t, c, fb)
+			fb.Publish(context.Background(), reused)
+			drain(t, c, fb)
+
+			dls, err := c.DeadLetters(context.Background(), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := map[string]inbox.DeadLetter{}
+			for _, dl := range dls {
+				kinds[dl.Kind] = dl
+			}
+			if len(dls) != 4 || kinds["permanent"].Message.ID != "garbled" || kinds["no_key"].Message.ID != "" ||
+				kinds["max_attempts"].Message.ID != "order-00003" || kinds["key_reused"].Message.ID != "order-00001" {
+				t.Fatalf("batch %d: dead letters %+v; want garbled (permanent), no id (no_key), order-00003 (max_attempts), order-00001 (key_reused)", batch, dls)
+			}
+			if dl := kinds["max_attempts"]; dl.Attempts < 3 || !strings.Contains(dl.Reason, "downstream unavailable") || dl.Message.Headers["i"] != "3" {
+				t.Errorf("batch %d: max_attempts dead letter %+v lacks attempts, last error or headers", batch, dl)
+			}
+			if got := idemtest.MetricValue(t, reg, "idem_inbox_dead_letters_total", map[string]string{"consumer": consumer, "kind": "max_attempts"}); got != 1 {
+				t.Errorf("idem_inbox_dead_letters_total{kind=max_attempts} = %v, want 1", got)
+			}
+
+			flaky.Store(true) // the downstream is back: replay the dead letter, exactly once
+			id := kinds["max_attempts"].ID
+			if applied, err := c.Replay(context.Background(), id); err != nil || !applied {
+				t.Fatalf("Replay = %v, %v; want applied", applied, err)
+			}
+			if _, err := c.Replay(context.Background(), id); !errors.Is(err, inbox.ErrNoDeadLetter) {
+				t.Fatalf("second Replay = %v, want ErrNoDeadLetter", err)
+			}
+			if _, err := c.Replay(context.Background(), kinds["permanent"].ID); !inbox.IsPermanent(err) {
+				t.Fatalf("Replay of a still-undecodable message = %v, want the handler's permanent error", err)
+			}
+			var n int
+			b.db.QueryRow("SELECT COUNT(*) FROM ledger WHERE msg_id = 'order-00003'").Scan(&n)
+			if n != 1 {
+				t.Fatalf("order-00003 applied %d times after replay, want 1", n)
+			}
+			if _, err := b.db.Exec("DELETE FROM ledger"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestBadConfig(t *testing.T) {
+	t.Parallel()
+	b := sqliteBundle(t)
+	for _, tc := range []struct {
+		cfg   inbox.Config
+		field string
+	}{
+		{inbox.Config{}, "Config.Consumer"},
+		{inbox.Config{Consumer: "c", BatchSize: inbox.MaxBatchSize + 1}, "Config.BatchSize"},
+		{inbox.Config{Consumer: "c", MaxAttempts: -1}, "Config.MaxAttempts"},
+	} {
+		_, err := inbox.New(context.Background(), newFakeBroker(), b.txdb, b.store, credit, tc.cfg)
+		var ie *idem.InputError
+		if !errors.As(err, &ie) || ie.Field != tc.field {
+			t.Errorf("New(%+v) = %v, want an InputError on %s", tc.cfg, err, tc.field)
+		}
+	}
+}

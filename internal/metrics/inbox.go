@@ -1,0 +1,80 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Inbox records an idempotent consumer's messages by outcome and its dead letters. Its
+// methods are safe on a nil receiver.
+type Inbox struct {
+	consumer string
+	messages *prometheus.CounterVec
+	dups     *prometheus.CounterVec
+	dead     *prometheus.CounterVec
+	latency  prometheus.Observer
+}
+
+// NewInbox registers the inbox collectors on reg for consumer; nil reg, nil *Inbox.
+// Duplicates are counted in idem_duplicates_total under backend "inbox".
+func NewInbox(reg prometheus.Registerer, consumer string) (*Inbox, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	messages, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_inbox_messages_total",
+		Help: "Deliveries settled by idem inboxes, by outcome (processed, duplicate, retried, dead_lettered).",
+	}, []string{"consumer", "outcome"}))
+	if err != nil {
+		return nil, err
+	}
+	dups, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_duplicates_total",
+		Help: "Claims that found the key already taken (replayed, in_progress or mismatch): duplicates suppressed.",
+	}, []string{"backend", "scope"}))
+	if err != nil {
+		return nil, err
+	}
+	dead, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_inbox_dead_letters_total",
+		Help: "Messages moved to the dead-letter table, by reason kind (permanent, max_attempts, no_key, key_reused).",
+	}, []string{"consumer", "kind"}))
+	if err != nil {
+		return nil, err
+	}
+	latency, err := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "idem_inbox_batch_duration_seconds",
+		Help:    "Time to process one batch: transaction, handlers, commit and acks.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+	}, []string{"consumer"}))
+	if err != nil {
+		return nil, err
+	}
+	return &Inbox{consumer: consumer, messages: messages, dups: dups, dead: dead,
+		latency: latency.WithLabelValues(consumer)}, nil
+}
+
+// Settled counts n deliveries settled with outcome.
+func (m *Inbox) Settled(outcome string, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.messages.WithLabelValues(m.consumer, outcome).Add(float64(n))
+	if outcome == "duplicate" {
+		m.dups.WithLabelValues("inbox", m.consumer).Add(float64(n))
+	}
+}
+
+// DeadLettered counts one dead letter of kind.
+func (m *Inbox) DeadLettered(kind string) {
+	if m == nil {
+		return
+	}
+	m.dead.WithLabelValues(m.consumer, kind).Inc()
+	m.messages.WithLabelValues(m.consumer, "dead_lettered").Inc()
+}
+
+// Batch records the duration of one batch in seconds.
+func (m *Inbox) Batch(seconds float64) {
+	if m == nil {
+		return
+	}
+	m.latency.Observe(seconds)
+}
