@@ -28,6 +28,8 @@ type Consumer[Tx any] struct {
 	handle  Handler[Tx]
 	cfg     Config
 	metrics *metrics.Inbox
+	seqs    SeqTracker[Tx] // with seqOf, set by WithSequences
+	seqOf   SeqFunc
 
 	mu       sync.Mutex
 	failures map[string]*failure // by message key: counts for brokers that do not count
@@ -44,7 +46,8 @@ type failure struct {
 // keys in store, which must keep its records in db's database (idempg.Store for
 // pgx, idempg.SQLStore or idemsqlite.Store for database/sql). It creates the
 // dead-letter table idem_dead_letters if missing.
-func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store idem.TxStore[Tx], handle Handler[Tx], cfg Config) (*Consumer[Tx], error) {
+func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store idem.TxStore[Tx], handle Handler[Tx], cfg Config,
+	opts ...Option[Tx]) (*Consumer[Tx], error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -65,6 +68,9 @@ func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store i
 		return nil, err
 	}
 	c := &Consumer[Tx]{src: src, db: db, store: store, handle: handle, cfg: cfg, metrics: m, failures: map[string]*failure{}}
+	for _, o := range opts {
+		o(c)
+	}
 	if err := c.migrate(ctx); err != nil {
 		return nil, err
 	}

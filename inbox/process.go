@@ -131,6 +131,11 @@ func (c *Consumer[Tx]) applyAll(ctx context.Context, tx Tx, items []item) error 
 // apply claims the item's key in tx and runs the handler if the key is new. It
 // returns an error only for failures of the store; the handler's outcome is on it.
 func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item) error {
+	if c.seqOf != nil {
+		if producer, epoch, seq, ok := c.seqOf(it.d); ok {
+			return c.applySeq(ctx, tx, it, producer, epoch, seq)
+		}
+	}
 	k := idem.Key{Scope: c.cfg.Consumer, ID: it.key}
 	sum := sha256.Sum256(it.d.Payload)
 	res, err := c.store.ClaimTx(ctx, tx, idem.Claim{Key: k, Fingerprint: sum[:16], Retention: c.cfg.Retention})
@@ -149,16 +154,25 @@ func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item) error {
 		it.err = fmt.Errorf("Message.ID %q was already applied with a different payload: the producer reused an id for another message; give each message its own id", it.key)
 		return c.insertDeadLetter(ctx, c.db.Querier(tx), it)
 	}
-	if err := c.run(ctx, tx, it.d.Message); err != nil {
-		it.v, it.err = retry, err
-		it.fail = c.failed(it.key, it.d.Attempt, err)
-		if IsPermanent(err) {
-			it.v, it.kind = dead, "permanent"
-		}
+	if c.runHandler(ctx, tx, it); it.v != processed {
 		return nil
 	}
-	it.v = processed
 	return c.store.CompleteTx(ctx, tx, k, res.Token, nil)
+}
+
+// runHandler runs the handler for it and sets its verdict: processed, retry, or dead
+// when the error is permanent.
+func (c *Consumer[Tx]) runHandler(ctx context.Context, tx Tx, it *item) {
+	err := c.run(ctx, tx, it.d.Message)
+	if err == nil {
+		it.v = processed
+		return
+	}
+	it.v, it.err = retry, err
+	it.fail = c.failed(it.key, it.d.Attempt, err)
+	if IsPermanent(err) {
+		it.v, it.kind = dead, "permanent"
+	}
 }
 
 // run calls the handler, turning a panic into an error so one bad message cannot
