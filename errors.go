@@ -19,8 +19,8 @@ var (
 	// ErrInvalid is matched by every *InputError (errors.Is(err, ErrInvalid)).
 	ErrInvalid = errors.New("idem: invalid input")
 
-	// ErrClosed is returned by a store used after Close.
-	ErrClosed = errors.New("idem: store is closed")
+	// ErrClosed is returned by a store, source or sink used after its Close.
+	ErrClosed = errors.New("idem: closed")
 )
 
 // InputError reports bad input: which field, what is wrong, and how to fix it.

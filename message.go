@@ -8,8 +8,9 @@ import (
 
 // Message is what crosses a broker: the unit the outbox publishes and the inbox
 // consumes. Its ID is the idempotency key of the message's effect and travels as the
-// broker's own dedup id where the broker has one (Nats-Msg-Id, AMQP message-id), or as
-// the header HeaderID (Kafka, Redis Streams), so a consumer can always recover it.
+// broker's own dedup id where the broker has one (Nats-Msg-Id, AMQP message-id), as the
+// header HeaderID (Kafka) or as the entry field "id" (Redis Streams), so a consumer can
+// always recover it.
 type Message struct {
 	// ID is the message's idempotency key: the same logical message published twice
 	// carries the same ID. Required, with the rules of Key.ID.
@@ -27,7 +28,8 @@ type Message struct {
 }
 
 // HeaderID is the header that carries Message.ID on brokers without a native message
-// id field (Kafka, Redis Streams); the others carry it in their native field.
+// id field (Kafka); the others carry it in their native field or, for Redis Streams,
+// an entry field.
 const HeaderID = "Idem-Msg-Id"
 
 // MaxPayload is the largest payload the broker adapters accept (8 MiB); larger

@@ -83,4 +83,17 @@
 // node on a cluster), with each claim still atomic on its own key. If Redis lost its
 // script cache (a restart or a new node), the claims that got NOSCRIPT are sent again
 // after SCRIPT LOAD; claims that ran are not repeated.
+//
+// # Sequences
+//
+// SeqTracker keeps idemseq windows (a watermark and a ring bitmap per producer) in one
+// string per producer, updated by one script per check.
+//
+// # Streams
+//
+// StreamSink and StreamSource carry idem messages over Redis Streams with consumer
+// groups: XADD with the fields StreamFieldID, StreamFieldPayload and
+// StreamFieldHeaders (a layout services in other languages can read and write),
+// XREADGROUP to receive, XACK to acknowledge, and XAUTOCLAIM to take over the pending
+// entries of consumers that died. Streams do not deduplicate: the inbox does.
 package idemredis
