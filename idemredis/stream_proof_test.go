@@ -1,0 +1,25 @@
+package idemredis_test
+
+import (
+	"testing"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemredis"
+	"github.com/idemhq/idem/idemtest"
+	"github.com/idemhq/idem/inbox/inboxtest"
+)
+
+// TestStreamExactlyOnce: 10,000 messages through Redis Streams, each delivered at
+// least twice, applied exactly once by the inbox on SQLite and on Postgres.
+func TestStreamExactlyOnce(t *testing.T) {
+	t.Parallel()
+	inboxtest.Proof(t, func(t *testing.T) idemtest.BrokerEnv {
+		b := streamSetup(t)
+		return idemtest.BrokerEnv{
+			Topic:     b.stream,
+			Sink:      b.sink,
+			NewSource: func(t *testing.T) idem.Source { return b.source(t, idemredis.StreamSourceConfig{}) },
+			Features:  b.sink.Features(),
+		}
+	}, inboxtest.Options{})
+}
