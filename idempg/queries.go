@@ -16,6 +16,7 @@ const (
 // construction so every call reuses the same text (and pgx's prepared statement).
 type queries struct {
 	insert, read, takeover, complete, release, sweep, records string
+	recordInsert, recordTakeover                              string
 }
 
 // names are the quoted identifiers derived from Config.Table.
@@ -47,6 +48,9 @@ func newQueries(n names) queries {
 		release:  n.fill(releaseSQL),
 		sweep:    n.fill(sweepSQL),
 		records:  recordsSQL,
+
+		recordInsert:   n.fill(recordInsertSQL),
+		recordTakeover: n.fill(recordTakeoverSQL),
 	}
 }
 

@@ -16,9 +16,10 @@ type SQLStore struct {
 }
 
 var (
-	_ idem.Store            = (*SQLStore)(nil)
-	_ idem.TxStore[*sql.Tx] = (*SQLStore)(nil)
-	_ idem.Sweeper          = (*SQLStore)(nil)
+	_ idem.Store               = (*SQLStore)(nil)
+	_ idem.TxRecorder[*sql.Tx] = (*SQLStore)(nil)
+	_ idem.TxStore[*sql.Tx]    = (*SQLStore)(nil)
+	_ idem.Sweeper             = (*SQLStore)(nil)
 )
 
 // NewSQL returns an SQLStore on db, migrating as New does. Size db with

@@ -23,3 +23,19 @@ func TestStreamExactlyOnce(t *testing.T) {
 		}
 	}, inboxtest.Options{})
 }
+
+// BenchmarkStreamInbox: the inbox on Redis Streams + Postgres against a plain
+// at-least-once consumer doing the same INSERT.
+func BenchmarkStreamInbox(b *testing.B) {
+	inboxtest.Bench(b, func(b *testing.B) inboxtest.BenchEnv {
+		bn := setup(b, idemredis.Config{})
+		sink, err := idemredis.NewStreamSink(bn.client, idemredis.StreamSinkConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		stream := bn.prefix + "stream"
+		return inboxtest.BenchEnv{Topic: stream, Sink: sink, NewSource: func() (idem.Source, error) {
+			return idemredis.NewStreamSource(bn.client, idemredis.StreamSourceConfig{Stream: stream, Group: "bench"})
+		}}
+	})
+}

@@ -22,14 +22,15 @@ type Handler[Tx any] func(ctx context.Context, tx Tx, m idem.Message) error
 // message's effect exactly once by recording the message key in the effect's
 // transaction. Create it with New and start it with Run.
 type Consumer[Tx any] struct {
-	src     idem.Source
-	db      idem.TxDB[Tx]
-	store   idem.TxStore[Tx]
-	handle  Handler[Tx]
-	cfg     Config
-	metrics *metrics.Inbox
-	seqs    SeqTracker[Tx] // with seqOf, set by WithSequences
-	seqOf   SeqFunc
+	src      idem.Source
+	db       idem.TxDB[Tx]
+	store    idem.TxStore[Tx]
+	recorder idem.TxRecorder[Tx] // store's one-statement batch path, if it has one
+	handle   Handler[Tx]
+	cfg      Config
+	metrics  *metrics.Inbox
+	seqs     SeqTracker[Tx] // with seqOf, set by WithSequences
+	seqOf    SeqFunc
 
 	mu       sync.Mutex
 	failures map[string]*failure // by message key: counts for brokers that do not count
@@ -68,6 +69,7 @@ func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store i
 		return nil, err
 	}
 	c := &Consumer[Tx]{src: src, db: db, store: store, handle: handle, cfg: cfg, metrics: m, failures: map[string]*failure{}}
+	c.recorder, _ = store.(idem.TxRecorder[Tx])
 	for _, o := range opts {
 		o(c)
 	}

@@ -29,10 +29,18 @@ type item struct {
 	err  error  // why it is retried or dead-lettered
 	kind string // dead-letter kind: permanent, max_attempts, no_key, key_reused
 	fail *failure
+
+	claim    idem.Claim   // the key's claim: scope, key, payload fingerprint, retention
+	recorded bool         // outcome was answered by the batch's RecordTx
+	outcome  idem.Outcome // RecordTx's answer
 }
 
-// errHandler aborts a single-message transaction whose handler failed.
-var errHandler = errors.New("inbox: handler failed")
+// errHandler aborts a single-message transaction whose handler failed, and
+// errSavepoints a batch that must run again with a savepoint per message.
+var (
+	errHandler    = errors.New("inbox: handler failed")
+	errSavepoints = errors.New("inbox: a handler failed; running the batch with savepoints")
+)
 
 // Process applies one batch of deliveries in one transaction and settles each with
 // the broker after the commit. Run calls it; it is exported for consumers that
@@ -43,7 +51,15 @@ func (c *Consumer[Tx]) Process(ctx context.Context, ds []idem.Delivery) {
 	for i, d := range ds {
 		items[i] = c.prepare(d)
 	}
-	err := c.db.InTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items) })
+	err := c.db.InTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, false) })
+	if errors.Is(err, errSavepoints) { // a handler failed in the fast path: again, guarded
+		for i := range items {
+			if items[i].kind != "no_key" && items[i].kind != "max_attempts" {
+				items[i].v, items[i].err, items[i].kind, items[i].recorded = pending, nil, "", false
+			}
+		}
+		err = c.db.InTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, true) })
+	}
 	switch {
 	case errors.Is(err, errHandler): // one message, whose handler failed: its verdict stands
 		if items[0].v == dead {
@@ -73,6 +89,8 @@ func (c *Consumer[Tx]) prepare(d idem.Delivery) item {
 		return it
 	}
 	it.key = key
+	sum := sha256.Sum256(d.Payload)
+	it.claim = idem.Claim{Key: idem.Key{Scope: c.cfg.Consumer, ID: key}, Fingerprint: sum[:16], Retention: c.cfg.Retention}
 	n, f := c.attemptsSoFar(key, d.Attempt)
 	if n >= c.cfg.MaxAttempts {
 		last := "unknown (counted by the broker)"
@@ -85,11 +103,18 @@ func (c *Consumer[Tx]) prepare(d idem.Delivery) item {
 	return it
 }
 
-// applyAll runs every item in tx. A batch gives each message a savepoint, so a failed
-// handler rolls back only its own writes; a single message needs none.
-func (c *Consumer[Tx]) applyAll(ctx context.Context, tx Tx, items []item) error {
+// applyAll runs every item in tx. A batch first runs without savepoints, the fast
+// path; if a handler fails it returns errSavepoints, the transaction rolls back, and
+// Process runs the batch again with a savepoint per message (guarded), so the failed
+// handler rolls back only its own writes. A single message needs no savepoint.
+func (c *Consumer[Tx]) applyAll(ctx context.Context, tx Tx, items []item, guarded bool) error {
 	q := c.db.Querier(tx)
 	batch := len(items) > 1
+	if !guarded {
+		if err := c.recordAll(ctx, tx, items); err != nil {
+			return err
+		}
+	}
 	for i := range items {
 		it := &items[i]
 		if it.v == dead {
@@ -98,16 +123,19 @@ func (c *Consumer[Tx]) applyAll(ctx context.Context, tx Tx, items []item) error 
 			}
 			continue
 		}
-		if batch {
+		if guarded {
 			if _, err := q.Exec(ctx, "SAVEPOINT idem_msg"); err != nil {
 				return err
 			}
 		}
-		if err := c.apply(ctx, tx, it); err != nil {
+		if err := c.apply(ctx, tx, it, !batch || guarded); err != nil {
 			return err // the store or the database failed: the whole batch retries
 		}
-		if it.v == retry || (it.v == dead && it.kind == "permanent") {
-			if !batch {
+		if failedHandler(it) {
+			if !guarded {
+				if batch {
+					return errSavepoints
+				}
 				return errHandler
 			}
 			if _, err := q.Exec(ctx, "ROLLBACK TO SAVEPOINT idem_msg"); err != nil {
@@ -119,7 +147,7 @@ func (c *Consumer[Tx]) applyAll(ctx context.Context, tx Tx, items []item) error 
 				}
 			}
 		}
-		if batch {
+		if guarded {
 			if _, err := q.Exec(ctx, "RELEASE SAVEPOINT idem_msg"); err != nil {
 				return err
 			}
@@ -128,19 +156,38 @@ func (c *Consumer[Tx]) applyAll(ctx context.Context, tx Tx, items []item) error 
 	return nil
 }
 
+// failedHandler reports whether it's handler failed (and its writes must go).
+func failedHandler(it *item) bool {
+	return it.v == retry || (it.v == dead && it.kind == "permanent")
+}
+
 // apply claims the item's key in tx and runs the handler if the key is new. It
 // returns an error only for failures of the store; the handler's outcome is on it.
-func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item) error {
+//
+// final says whether this run's verdict stands (a single message, or a guarded batch):
+// only then is a handler failure counted towards MaxAttempts.
+func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item, final bool) error {
 	if c.seqOf != nil {
 		if producer, epoch, seq, ok := c.seqOf(it.d); ok {
-			return c.applySeq(ctx, tx, it, producer, epoch, seq)
+			return c.applySeq(ctx, tx, it, producer, epoch, seq, final)
 		}
 	}
-	k := idem.Key{Scope: c.cfg.Consumer, ID: it.key}
-	sum := sha256.Sum256(it.d.Payload)
-	res, err := c.store.ClaimTx(ctx, tx, idem.Claim{Key: k, Fingerprint: sum[:16], Retention: c.cfg.Retention})
-	if err != nil {
-		return err
+	k := it.claim.Key
+	var res idem.Result
+	switch {
+	case it.recorded: // RecordTx answered for the whole batch
+		res.Outcome = it.outcome
+	case c.recorder != nil:
+		out, err := c.recorder.RecordTx(ctx, tx, []idem.Claim{it.claim})
+		if err != nil {
+			return err
+		}
+		res.Outcome = out[0]
+	default:
+		var err error
+		if res, err = c.store.ClaimTx(ctx, tx, it.claim); err != nil {
+			return err
+		}
 	}
 	switch res.Outcome {
 	case idem.Replayed:
@@ -154,22 +201,59 @@ func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item) error {
 		it.err = fmt.Errorf("Message.ID %q was already applied with a different payload: the producer reused an id for another message; give each message its own id", it.key)
 		return c.insertDeadLetter(ctx, c.db.Querier(tx), it)
 	}
-	if c.runHandler(ctx, tx, it); it.v != processed {
-		return nil
+	if c.runHandler(ctx, tx, it, final); it.v != processed || c.recorder != nil {
+		return nil // a recorded key is complete already
 	}
 	return c.store.CompleteTx(ctx, tx, k, res.Token, nil)
 }
 
+// recordAll records the keys of a batch's pending items in one statement, when the
+// store can: the fast path's one round trip for all claims. Its outcomes hold because
+// the fast path commits or rolls back the batch as a whole.
+func (c *Consumer[Tx]) recordAll(ctx context.Context, tx Tx, items []item) error {
+	if c.recorder == nil {
+		return nil
+	}
+	var claims []idem.Claim
+	var idx []int
+	for i := range items {
+		if items[i].v == pending && !c.bySequence(items[i].d) {
+			claims, idx = append(claims, items[i].claim), append(idx, i)
+		}
+	}
+	if len(claims) < 2 {
+		return nil
+	}
+	out, err := c.recorder.RecordTx(ctx, tx, claims)
+	if err != nil {
+		return err
+	}
+	for j, i := range idx {
+		items[i].recorded, items[i].outcome = true, out[j]
+	}
+	return nil
+}
+
+func (c *Consumer[Tx]) bySequence(d idem.Delivery) bool {
+	if c.seqOf == nil {
+		return false
+	}
+	_, _, _, ok := c.seqOf(d)
+	return ok
+}
+
 // runHandler runs the handler for it and sets its verdict: processed, retry, or dead
 // when the error is permanent.
-func (c *Consumer[Tx]) runHandler(ctx context.Context, tx Tx, it *item) {
+func (c *Consumer[Tx]) runHandler(ctx context.Context, tx Tx, it *item, final bool) {
 	err := c.run(ctx, tx, it.d.Message)
 	if err == nil {
 		it.v = processed
 		return
 	}
 	it.v, it.err = retry, err
-	it.fail = c.failed(it.key, it.d.Attempt, err)
+	if final {
+		it.fail = c.failed(it.key, it.d.Attempt, err)
+	}
 	if IsPermanent(err) {
 		it.v, it.kind = dead, "permanent"
 	}

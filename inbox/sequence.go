@@ -33,7 +33,7 @@ func WithSequences[Tx any](t SeqTracker[Tx], f SeqFunc) Option[Tx] {
 }
 
 // applySeq is apply for a delivery deduplicated by its sequence number.
-func (c *Consumer[Tx]) applySeq(ctx context.Context, tx Tx, it *item, producer string, epoch, seq uint64) error {
+func (c *Consumer[Tx]) applySeq(ctx context.Context, tx Tx, it *item, producer string, epoch, seq uint64, final bool) error {
 	v, err := c.seqs.CheckTx(ctx, tx, producer, epoch, seq)
 	if err != nil {
 		return err
@@ -48,6 +48,6 @@ func (c *Consumer[Tx]) applySeq(ctx context.Context, tx Tx, it *item, producer s
 			"sequence number", seq, producer, epoch, v)
 		return c.insertDeadLetter(ctx, c.db.Querier(tx), it)
 	}
-	c.runHandler(ctx, tx, it)
+	c.runHandler(ctx, tx, it, final)
 	return nil
 }

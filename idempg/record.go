@@ -1,0 +1,174 @@
+package idempg
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/idemhq/idem"
+)
+
+// recordInsertSQL records fresh keys as completed in one statement, in key order so
+// that concurrent batches lock rows in one order and cannot deadlock. It answers with
+// the inserted ids joined by newlines (ids have no control characters), one row
+// whatever the batch size, which both drivers scan alike.
+//
+// Parameters: $1 scopes, $2 ids, $3 fingerprints, $4 retentions µs (arrays, sorted).
+const recordInsertSQL = `
+WITH ins AS (
+	INSERT INTO {{table}} (scope, id, state, fingerprint, token, result, retention, created_at, expires_at)
+	SELECT k.scope, k.id, 2, k.fp, nextval('{{seq}}'), ''::bytea, k.ret * interval '1 microsecond',
+		clock_timestamp(), clock_timestamp() + k.ret * interval '1 microsecond'
+	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) WITH ORDINALITY AS k(scope, id, fp, ret, ord)
+	ORDER BY k.ord
+	ON CONFLICT (scope, id) DO NOTHING
+	RETURNING scope, id
+)
+SELECT COALESCE(string_agg(length(scope) || ':' || scope || id, E'\n'), '') FROM ins`
+
+// recordTakeoverSQL records an expired key as completed (see takeoverSQL).
+//
+// Parameters: $1 scope, $2 id, $3 fingerprint, $4 retention µs.
+const recordTakeoverSQL = `
+UPDATE {{table}} AS r SET
+	state = 2, fingerprint = COALESCE($3::bytea, ''::bytea), token = nextval('{{seq}}'), result = ''::bytea,
+	retention = $4::bigint * interval '1 microsecond', created_at = clk.now,
+	expires_at = clk.now + $4::bigint * interval '1 microsecond'
+FROM (SELECT clock_timestamp() AS now) clk
+WHERE r.scope = $1::text AND r.id = $2::text AND r.expires_at <= clk.now
+RETURNING r.token`
+
+// RecordTx implements idem.TxRecorder: fresh keys cost one statement for the whole
+// batch; each key found taken costs a read (and an expired one a takeover).
+func (s *core[Tx]) RecordTx(ctx context.Context, tx Tx, claims []idem.Claim) ([]idem.Outcome, error) {
+	start := s.m.Start()
+	cn := s.txConn(tx)
+	if cn == nil {
+		return nil, errNilTx
+	}
+	if err := idem.CheckBatch(ctx, claims); err != nil {
+		return nil, err
+	}
+	order := make([]int, len(claims))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		ka, kb := claims[a].Key, claims[b].Key
+		return cmp.Or(cmp.Compare(ka.Scope, kb.Scope), cmp.Compare(ka.ID, kb.ID))
+	})
+	out := make([]idem.Outcome, len(claims))
+	var scopes, ids []string
+	var fps [][]byte
+	var rets []int64
+	first := map[idem.Key]int{}
+	for _, i := range order {
+		c := claims[i].WithDefaults()
+		if _, dup := first[c.Key]; dup {
+			continue
+		}
+		first[c.Key] = i
+		scopes, ids = append(scopes, c.Key.Scope), append(ids, c.Key.ID)
+		fp := c.Fingerprint
+		if fp == nil {
+			fp = []byte{}
+		}
+		fps, rets = append(fps, fp), append(rets, micros(c.Retention))
+	}
+	var joined string
+	if err := cn.queryRow(ctx, s.q.recordInsert, scopes, ids, fps, rets).Scan(&joined); err != nil {
+		return nil, backendErr(ctx, "record", err)
+	}
+	inserted := map[idem.Key]bool{}
+	for _, line := range strings.Split(joined, "\n") {
+		if k, ok := splitKey(line); ok {
+			inserted[k] = true
+		}
+	}
+	for k, i := range first {
+		if inserted[k] {
+			out[i] = idem.Acquired
+			continue
+		}
+		o, err := s.recordTaken(ctx, cn, claims[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = o
+	}
+	for i, c := range claims {
+		if out[i] == 0 { // a repeat within the batch: its first occurrence decides
+			switch o := out[first[c.Key]]; {
+			case o == idem.Acquired && bytes.Equal(c.Fingerprint, claims[first[c.Key]].Fingerprint):
+				out[i] = idem.Replayed
+			case o == idem.Acquired:
+				out[i] = idem.Mismatch
+			default:
+				out[i] = o
+			}
+		}
+	}
+	for i, c := range claims {
+		s.m.Claim(c.Key.Scope, out[i], nil, start)
+	}
+	return out, nil
+}
+
+// splitKey parses one line of recordInsertSQL's answer: the scope's length, ':',
+// the scope, then the id.
+func splitKey(line string) (idem.Key, bool) {
+	n, rest, ok := strings.Cut(line, ":")
+	if !ok {
+		return idem.Key{}, false
+	}
+	l := 0
+	for _, d := range n {
+		l = l*10 + int(d-'0')
+	}
+	if l > len(rest) {
+		return idem.Key{}, false
+	}
+	return idem.Key{Scope: rest[:l], ID: rest[l:]}, true
+}
+
+// recordTaken answers for a key the batch insert found taken: a live duplicate, or
+// an expired row taken over as completed.
+func (s *core[Tx]) recordTaken(ctx context.Context, cn conn, c idem.Claim) (idem.Outcome, error) {
+	full := claimArgs(c) // scope, id, fingerprint, lease, retention
+	args := []any{full[0], full[1], full[2], full[4]}
+	for range maxAttempts {
+		res, st, err := scanExisting(cn.queryRow(ctx, s.q.read, c.Key.Scope, c.Key.ID), c)
+		if err != nil {
+			return 0, backendErr(ctx, "record", err)
+		}
+		switch st {
+		case claimAnswered:
+			return res.Outcome, nil
+		case claimExpired:
+			_, acquired, err := scanInsert(cn.queryRow(ctx, s.q.recordTakeover, args...))
+			if err != nil {
+				return 0, backendErr(ctx, "record", err)
+			}
+			if acquired {
+				return idem.Acquired, nil
+			}
+		case claimNoRow: // released or swept since the insert: insert it alone
+			fp := c.Fingerprint
+			if fp == nil {
+				fp = []byte{}
+			}
+			var joined string
+			err := cn.queryRow(ctx, s.q.recordInsert, []string{c.Key.Scope}, []string{c.Key.ID}, [][]byte{fp},
+				[]int64{micros(c.WithDefaults().Retention)}).Scan(&joined)
+			if err != nil {
+				return 0, backendErr(ctx, "record", err)
+			}
+			if joined != "" {
+				return idem.Acquired, nil
+			}
+		}
+	}
+	return 0, backendErr(ctx, "record", errChurn)
+}

@@ -1,0 +1,157 @@
+package inboxtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/testsvc"
+)
+
+// BenchEnv is a fresh destination for one benchmark: a sink to fill it and a way to
+// open a source on it.
+type BenchEnv struct {
+	Topic     string
+	Sink      idem.Sink
+	NewSource func() (idem.Source, error)
+}
+
+// Bench measures, on PostgreSQL, the idempotent consumer against a plain
+// at-least-once consumer doing the same INSERT without dedup, both unbatched and with
+// batches of 64, on the broker of newEnv. Each sub-benchmark consumes b.N messages
+// published beforehand (untimed) and reports msgs/s; compare the figures of one run.
+func Bench(b *testing.B, newEnv func(b *testing.B) BenchEnv) {
+	pool := testsvc.PostgresPool(b)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	store, err := idempg.New(ctx, pool, idempg.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, batch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("plain/batch=%d", batch), func(b *testing.B) {
+			benchConsume(b, newEnv(b), func(src idem.Source, acks *atomic.Int64) func(context.Context) error {
+				return func(ctx context.Context) error { return plainConsumer(ctx, pool, src, batch) }
+			})
+		})
+		b.Run(fmt.Sprintf("inbox/batch=%d", batch), func(b *testing.B) {
+			benchConsume(b, newEnv(b), func(src idem.Source, _ *atomic.Int64) func(context.Context) error {
+				c, err := inbox.New(ctx, src, idempg.TxDB(pool), store, insertLedger,
+					inbox.Config{Consumer: fmt.Sprintf("bench-%d", batch), BatchSize: batch, Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return c.Run
+			})
+		})
+	}
+}
+
+func insertLedger(ctx context.Context, tx pgx.Tx, m idem.Message) error {
+	_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, $2)", m.ID, len(m.Payload))
+	return err
+}
+
+// plainConsumer is the baseline: receive, INSERT in a transaction, commit, ack. It
+// is at-least-once: a redelivery would insert again.
+func plainConsumer(ctx context.Context, pool *pgxpool.Pool, src idem.Source, batch int) error {
+	for {
+		ds, err := src.Receive(ctx, batch)
+		if err != nil {
+			return err
+		}
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for _, d := range ds {
+				if err := insertLedger(ctx, tx, d.Message); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, d := range ds {
+			if err := d.Settler.Ack(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// benchConsume publishes b.N messages, then times a consumer until it acked them all.
+func benchConsume(b *testing.B, env BenchEnv, consumer func(idem.Source, *atomic.Int64) func(context.Context) error) {
+	ctx := context.Background()
+	payload := make([]byte, 100)
+	for start := 0; start < b.N; start += 500 {
+		msgs := make([]idem.Message, 0, 500)
+		for i := start; i < min(start+500, b.N); i++ {
+			msgs = append(msgs, idem.Message{ID: fmt.Sprintf("%s-%d", env.Topic, i), Topic: env.Topic, Payload: payload})
+		}
+		if err := env.Sink.Publish(ctx, msgs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	src, err := env.NewSource()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	var acks atomic.Int64
+	counted := countingSource{src, &acks}
+	run := consumer(counted, &acks)
+	b.ResetTimer()
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() { errc <- run(runCtx) }()
+	for acks.Load() < int64(b.N) {
+		select {
+		case err := <-errc:
+			b.Fatalf("consumer stopped after %d of %d acks: %v", acks.Load(), b.N, err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	stop()
+	<-errc
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+}
+
+type countingSource struct {
+	idem.Source
+	acks *atomic.Int64
+}
+
+func (s countingSource) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
+	ds, err := s.Source.Receive(ctx, max)
+	for i := range ds {
+		ds[i].Settler = countingSettler{ds[i].Settler, s.acks}
+	}
+	return ds, err
+}
+
+type countingSettler struct {
+	idem.Settler
+	acks *atomic.Int64
+}
+
+func (c countingSettler) Ack(ctx context.Context) error {
+	err := c.Settler.Ack(ctx)
+	if err == nil {
+		c.acks.Add(1)
+	}
+	return err
+}
