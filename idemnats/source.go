@@ -1,0 +1,191 @@
+package idemnats
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/idemhq/idem"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var (
+	_ idem.Source          = (*Source)(nil)
+	_ idem.FeatureReporter = (*Source)(nil)
+)
+
+// Source receives from a durable JetStream pull consumer with explicit acks. Every
+// source opened with the same stream and durable name competes for one set of
+// messages. A Source is safe for concurrent use.
+//
+// Receive keeps at most one pull request (Fetch) outstanding. Messages it brings
+// in after a Receive returned (its ctx ended, or it returned the first messages of
+// a batch) are kept for the next Receive instead of being abandoned to AckWait.
+type Source struct {
+	cons jetstream.Consumer
+	cfg  SourceConfig
+
+	mu       sync.Mutex
+	closed   bool
+	buf      []jetstream.Msg // fetched and not yet handed out, in stream order
+	fetching bool            // a Fetch is outstanding and its pump is running
+	fetchErr error           // the last Fetch's failure, reported by the next Receive
+	changed  chan struct{}   // closed (and replaced) whenever the fields above change
+}
+
+// NewSource creates or updates the durable pull consumer cfg describes on js and
+// returns a Source reading from it. The consumer acks explicitly, delivers every
+// message of the stream from the start (on creation), and never gives up on a
+// message (MaxDeliver unlimited): dead-lettering is the inbox's decision, made with
+// Delivery.Attempt.
+func NewSource(ctx context.Context, js jetstream.JetStream, cfg SourceConfig) (*Source, error) {
+	if js == nil {
+		return nil, &idem.InputError{Field: "js", Reason: "is nil", Fix: "pass jetstream.New(nc)"}
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:       cfg.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		ReplayPolicy:  jetstream.ReplayInstantPolicy,
+	}
+	if len(cfg.FilterSubjects) == 1 {
+		cc.FilterSubject = cfg.FilterSubjects[0] // understood by servers before 2.10
+	} else {
+		cc.FilterSubjects = cfg.FilterSubjects
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, cc)
+	if err != nil {
+		return nil, &idem.BackendError{Backend: backend, Op: "create consumer",
+			Err: fmt.Errorf("durable %q on stream %q: %w", cfg.Durable, cfg.Stream, err)}
+	}
+	return &Source{cons: cons, cfg: cfg, changed: make(chan struct{})}, nil
+}
+
+// Features reports what JetStream guarantees to idem; see the package documentation.
+func (s *Source) Features() idem.Features { return features() }
+
+// Receive returns up to max deliveries, blocking until at least one is available
+// or ctx ends (then it returns ctx.Err()). Each delivery must be settled with Ack
+// after its effect committed, or Nak; one left unsettled comes back after AckWait.
+func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
+	if max < 1 {
+		return nil, &idem.InputError{Field: "max", Reason: fmt.Sprintf("is below 1 (got %d)", max), Fix: "ask for at least one delivery"}
+	}
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, idem.ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		if len(s.buf) > 0 {
+			n := min(max, len(s.buf))
+			msgs := s.buf[:n:n]
+			s.buf = s.buf[n:]
+			s.mu.Unlock()
+			return deliveries(msgs), nil
+		}
+		if err := s.fetchErr; err != nil {
+			s.fetchErr = nil
+			s.mu.Unlock()
+			return nil, &idem.BackendError{Backend: backend, Op: "receive", Err: err}
+		}
+		if !s.fetching {
+			if err := s.startFetch(max); err != nil {
+				s.mu.Unlock()
+				return nil, &idem.BackendError{Backend: backend, Op: "receive", Err: err}
+			}
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// startFetch sends one pull request for up to max messages and starts its pump.
+// s.mu is held.
+func (s *Source) startFetch(max int) error {
+	batch, err := s.cons.Fetch(max, jetstream.FetchMaxWait(s.cfg.FetchWait))
+	if err != nil {
+		return err
+	}
+	s.fetching = true
+	go s.pump(batch)
+	return nil
+}
+
+// pump moves the messages of one pull request into the buffer as they arrive, so
+// Receive can return the first ones at once. Messages that arrive after Close are
+// handed back with a Nak.
+func (s *Source) pump(batch jetstream.MessageBatch) {
+	for m := range batch.Messages() {
+		s.mu.Lock()
+		closed := s.closed
+		if !closed {
+			s.buf = append(s.buf, m)
+			s.broadcast()
+		}
+		s.mu.Unlock()
+		if closed {
+			s.giveBack(m)
+		}
+	}
+	err := batch.Error()
+	s.mu.Lock()
+	s.fetching = false
+	if err != nil && !s.closed {
+		s.fetchErr = fmt.Errorf("fetch from durable %q on stream %q: %w", s.cfg.Durable, s.cfg.Stream, err)
+	}
+	s.broadcast()
+	s.mu.Unlock()
+}
+
+// broadcast wakes every waiting Receive. s.mu is held.
+func (s *Source) broadcast() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Close stops receiving: Receive returns idem.ErrClosed from now on. Messages
+// fetched but not yet handed out are Nak'ed so they are redelivered at once;
+// deliveries already returned can still be settled (Ack and Nak use the caller's
+// connection). A pull request outstanding at Close ends on the server within
+// FetchWait; messages it still brings are Nak'ed too.
+func (s *Source) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	buf := s.buf
+	s.buf = nil
+	s.broadcast()
+	s.mu.Unlock()
+	for _, m := range buf {
+		s.giveBack(m)
+	}
+	return nil
+}
+
+// giveBack Naks a message the source fetched but will not hand out.
+func (s *Source) giveBack(m jetstream.Msg) {
+	if err := m.Nak(); err != nil && s.cfg.Logger != nil {
+		s.cfg.Logger.Warn("idemnats: nak of a prefetched message at close failed; it returns after AckWait",
+			"stream", s.cfg.Stream, "durable", s.cfg.Durable, "subject", m.Subject(), "error", err)
+	}
+}

@@ -1,0 +1,39 @@
+package idemnats
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemhq/idem"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// EnsureStream creates the stream cfg describes, or updates an existing stream of
+// that name to it, so a service can declare the stream it relies on at start-up
+// without a separate provisioning step. The stream keeps messages after they are
+// acknowledged (limits retention): consumers of other groups, and replays, still
+// see them. Changing the storage of an existing stream fails: NATS cannot convert
+// it in place.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, error) {
+	if js == nil {
+		return nil, &idem.InputError{Field: "js", Reason: "is nil", Fix: "pass jetstream.New(nc)"}
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       cfg.Name,
+		Subjects:   cfg.Subjects,
+		Duplicates: cfg.Duplicates,
+		Storage:    cfg.Storage,
+		Replicas:   cfg.Replicas,
+		MaxAge:     cfg.MaxAge,
+		Retention:  jetstream.LimitsPolicy,
+		Discard:    jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, &idem.BackendError{Backend: backend, Op: "ensure stream", Err: fmt.Errorf("stream %q on %v: %w", cfg.Name, cfg.Subjects, err)}
+	}
+	return st, nil
+}
