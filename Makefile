@@ -17,7 +17,7 @@ services:
 # Package benchmarks beside their raw baselines (see BENCHMARKS.md). Run serially so
 # figures from one package are not disturbed by another's.
 bench: services
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -p 1 ./idemmem ./idemsqlite ./idempg ./idemredis ./idemkey ./idemseq
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -p 1 ./idemmem ./idemsqlite ./idempg ./idemredis ./idemkey ./idemseq ./idemnats ./idemamqp ./idemkafka
 
 # End-to-end store figures through the CLI, each beside its baseline.
 bench-stores: services

@@ -112,14 +112,24 @@ func newConsumer(t *testing.T, b bundle, src idem.Source, h inbox.Handler[*sql.T
 	return c
 }
 
+var errTransient = errors.New("transient failure")
+
+func noBackoff(int) time.Duration { return time.Millisecond }
+
 // drain runs c until the broker holds nothing unsettled.
 func drain(t *testing.T, c *inbox.Consumer[*sql.Tx], fb *fakeBroker) {
+	t.Helper()
+	drainAny(t, c.Run, fb)
+}
+
+// drainAny runs run until the broker holds nothing unsettled.
+func drainAny(t *testing.T, run func(context.Context) error, fb *fakeBroker) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	runCtx, stop := context.WithCancel(ctx)
-	go func() { done <- c.Run(runCtx) }()
+	go func() { done <- run(runCtx) }()
 	for !fb.settled() && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
