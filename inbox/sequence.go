@@ -28,6 +28,10 @@ type Option[Tx any] func(*Consumer[Tx])
 // duplicate; an offset below the tracker's window (redelivered after more than
 // Window later offsets were applied) is dead-lettered as too_old rather than applied
 // on a guess.
+//
+// Position dedup recognises redeliveries of one broker record, not a message that was
+// published twice (two records, two positions): use it where producers do not
+// republish, or keep key dedup.
 func WithSequences[Tx any](t SeqTracker[Tx], f SeqFunc) Option[Tx] {
 	return func(c *Consumer[Tx]) { c.seqs, c.seqOf = t, f }
 }

@@ -1,0 +1,93 @@
+package idemkafka
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+var (
+	// ErrRevoked is returned by Ack and Nak of a delivery whose partition this
+	// source no longer owns: it was revoked in a rebalance, lost with the group
+	// session, or the source was closed. The settle has no effect; the partition's
+	// new owner receives the record again from the group's committed offset (which
+	// covered everything acknowledged before the revocation), and the inbox's dedup
+	// makes that redelivery harmless. It is final: retrying the settle cannot help.
+	ErrRevoked = errors.New("idemkafka: the record's partition was revoked from this consumer (rebalance, lost group session or Close); its new owner redelivers it")
+
+	// ErrAcked is returned by Nak of a delivery that was already acknowledged: the
+	// acknowledgement cannot be taken back, and the record is not redelivered.
+	ErrAcked = errors.New("idemkafka: Nak after Ack: the record is already acknowledged and will not be redelivered")
+)
+
+// settler settles one delivery of one record.
+type settler struct {
+	src      *Source
+	e        *entry
+	delivery uint32 // which delivery of e this is
+}
+
+var _ idem.Settler = (*settler)(nil)
+
+// Ack marks the record done. It does not wait for Kafka: the offset is committed in
+// the background (within SourceConfig.CommitInterval), when the partition is
+// revoked, and on Close, and only once every earlier record of the partition is
+// acknowledged too. A crash before that commit redelivers the record, which the
+// inbox recognises by its ID. Acking twice is harmless; Ack of a revoked partition's
+// record returns ErrRevoked.
+func (st *settler) Ack(context.Context) error {
+	s := st.src
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := st.e
+	switch {
+	case !e.part.owned:
+		return ErrRevoked
+	case e.state == stateAcked:
+		return nil
+	}
+	e.part.ack(e)
+	return nil
+}
+
+// Nak hands the record back for redelivery by this source's Receive after delay
+// (Kafka cannot redeliver one record, so the adapter keeps it). Meanwhile the
+// partition's committed offset stays before it, so a crash redelivers it as well.
+// Nak of an earlier delivery of a record that was redelivered since, or of a
+// record already waiting, does nothing; Nak after Ack returns ErrAcked.
+func (st *settler) Nak(_ context.Context, delay time.Duration) error {
+	s := st.src
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := st.e
+	switch {
+	case !e.part.owned:
+		return ErrRevoked
+	case e.state == stateAcked:
+		return ErrAcked
+	case e.state == stateWaiting || e.deliveries != st.delivery:
+		return nil
+	}
+	e.state = stateWaiting
+	e.due = time.Now().Add(max(delay, 0))
+	heap.Push(&s.naks, e)
+	s.wake()
+	return nil
+}
+
+// Offset returns where a delivery of a Source sits in Kafka, for the inbox's
+// "offsets in the database" mode: store offset+1 for (topic, partition) in the
+// transaction of the effect, and return it from SourceConfig.StoredOffsets, so
+// consumption resumes after the last effect that committed whatever the group's
+// committed offset says. ok is false for a delivery from another adapter.
+func Offset(d idem.Delivery) (topic string, partition int32, offset int64, ok bool) {
+	st, ok := d.Settler.(*settler)
+	if !ok {
+		return "", 0, 0, false
+	}
+	r := st.e.rec
+	return r.Topic, r.Partition, r.Offset, true
+}

@@ -1,0 +1,39 @@
+package idemkafka_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+// The largest payload idem accepts goes through: the producer's batch limit is
+// raised to fit it (the broker's message.max.bytes must allow it too).
+func TestLargestPayload(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	payload := bytes.Repeat([]byte("x"), idem.MaxPayload)
+	f.publish(t, idem.Message{ID: "big", Topic: f.topic, Payload: payload})
+	got := receive(t, f.source(t), 1, 30*time.Second)
+	if len(got) != 1 || !bytes.Equal(got[0].Payload, payload) {
+		t.Fatalf("received %d deliveries; want the %d-byte payload intact", len(got), len(payload))
+	}
+	ack(t, got...)
+}
+
+// Publish with an ended context fails as a BackendError wrapping the context's
+// error, which IsRetryable does not call retryable.
+func TestPublishCancelled(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := f.sink.Publish(ctx, f.msgs(1, 1)...)
+	var be *idem.BackendError
+	if !errors.As(err, &be) || be.Op != "publish" || !errors.Is(err, context.Canceled) || idem.IsRetryable(err) {
+		t.Fatalf("Publish with a cancelled ctx = %v; want a BackendError(publish) wrapping context.Canceled", err)
+	}
+}
