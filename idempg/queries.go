@@ -16,7 +16,7 @@ const (
 // construction so every call reuses the same text (and pgx's prepared statement).
 type queries struct {
 	insert, read, takeover, complete, release, sweep, records string
-	recordInsert, recordTakeover                              string
+	recordInsert, recordOne, recordTakeover                   string
 }
 
 // names are the quoted identifiers derived from Config.Table.
@@ -50,6 +50,7 @@ func newQueries(n names) queries {
 		records:  recordsSQL,
 
 		recordInsert:   n.fill(recordInsertSQL),
+		recordOne:      n.fill(recordOneSQL),
 		recordTakeover: n.fill(recordTakeoverSQL),
 	}
 }

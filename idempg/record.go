@@ -28,6 +28,17 @@ WITH ins AS (
 )
 SELECT COALESCE(string_agg(length(scope) || ':' || scope || id, E'\n'), '') FROM ins`
 
+// recordOneSQL is recordInsertSQL for a single key, as cheap as insertSQL: the
+// common case of an inbox that commits each message alone.
+//
+// Parameters: $1 scope, $2 id, $3 fingerprint, $4 retention µs.
+const recordOneSQL = `
+INSERT INTO {{table}} (scope, id, state, fingerprint, token, result, retention, created_at, expires_at)
+VALUES ($1, $2, 2, COALESCE($3::bytea, ''::bytea), nextval('{{seq}}'), ''::bytea,
+	$4::bigint * interval '1 microsecond', clock_timestamp(), clock_timestamp() + $4::bigint * interval '1 microsecond')
+ON CONFLICT (scope, id) DO NOTHING
+RETURNING token`
+
 // recordTakeoverSQL records an expired key as completed (see takeoverSQL).
 //
 // Parameters: $1 scope, $2 id, $3 fingerprint, $4 retention µs.
@@ -77,15 +88,15 @@ func (s *core[Tx]) RecordTx(ctx context.Context, tx Tx, claims []idem.Claim) ([]
 		}
 		fps, rets = append(fps, fp), append(rets, micros(c.Retention))
 	}
-	var joined string
-	if err := cn.queryRow(ctx, s.q.recordInsert, scopes, ids, fps, rets).Scan(&joined); err != nil {
-		return nil, backendErr(ctx, "record", err)
-	}
 	inserted := map[idem.Key]bool{}
-	for _, line := range strings.Split(joined, "\n") {
-		if k, ok := splitKey(line); ok {
-			inserted[k] = true
+	if len(ids) == 1 {
+		_, acquired, err := scanInsert(cn.queryRow(ctx, s.q.recordOne, scopes[0], ids[0], fps[0], rets[0]))
+		if err != nil {
+			return nil, backendErr(ctx, "record", err)
 		}
+		inserted[idem.Key{Scope: scopes[0], ID: ids[0]}] = acquired
+	} else if err := s.recordMany(ctx, cn, scopes, ids, fps, rets, inserted); err != nil {
+		return nil, err
 	}
 	for k, i := range first {
 		if inserted[k] {
@@ -114,6 +125,20 @@ func (s *core[Tx]) RecordTx(ctx context.Context, tx Tx, claims []idem.Claim) ([]
 		s.m.Claim(c.Key.Scope, out[i], nil, start)
 	}
 	return out, nil
+}
+
+// recordMany runs recordInsertSQL and marks the keys it inserted.
+func (s *core[Tx]) recordMany(ctx context.Context, cn conn, scopes, ids []string, fps [][]byte, rets []int64, inserted map[idem.Key]bool) error {
+	var joined string
+	if err := cn.queryRow(ctx, s.q.recordInsert, scopes, ids, fps, rets).Scan(&joined); err != nil {
+		return backendErr(ctx, "record", err)
+	}
+	for _, line := range strings.Split(joined, "\n") {
+		if k, ok := splitKey(line); ok {
+			inserted[k] = true
+		}
+	}
+	return nil
 }
 
 // splitKey parses one line of recordInsertSQL's answer: the scope's length, ':',
