@@ -1,0 +1,80 @@
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Relay records an outbox relay's publications and the outbox's backlog. Its methods
+// are safe on a nil receiver.
+type Relay struct {
+	published prometheus.Counter
+	failed    prometheus.Counter
+	latency   prometheus.Observer
+	lag       prometheus.Observer
+}
+
+// NewRelay registers the relay collectors on reg; backlog is read at each scrape and
+// returns the unpublished count and the age of the oldest unpublished message in
+// seconds. A nil reg returns a nil *Relay.
+func NewRelay(reg prometheus.Registerer, backlog func() (unpublished, oldestAge, parked float64)) (*Relay, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	published, err := register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "idem_relay_published_total", Help: "Outbox messages the relay published and marked."}))
+	if err != nil {
+		return nil, err
+	}
+	failed, err := register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "idem_relay_failures_total", Help: "Outbox messages whose publication failed (retried with backoff, or parked)."}))
+	if err != nil {
+		return nil, err
+	}
+	latency, err := register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "idem_relay_publish_duration_seconds", Help: "Time of one batch's Publish call to the broker.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 3, 10)}))
+	if err != nil {
+		return nil, err
+	}
+	lag, err := register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "idem_relay_lag_seconds", Help: "From Enqueue to confirmed publication, per message.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}))
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range []struct {
+		name, help string
+		pick       func(u, o, p float64) float64
+	}{
+		{"idem_outbox_unpublished", "Outbox messages waiting to be published (not parked).", func(u, _, _ float64) float64 { return u }},
+		{"idem_outbox_oldest_age_seconds", "Age of the oldest unpublished outbox message.", func(_, o, _ float64) float64 { return o }},
+		{"idem_outbox_parked", "Outbox messages parked after MaxAttempts, waiting for Retry.", func(_, _, p float64) float64 { return p }},
+	} {
+		if _, err := register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 {
+			u, o, p := backlog()
+			return g.pick(u, o, p)
+		})); err != nil {
+			return nil, err
+		}
+	}
+	return &Relay{published: published, failed: failed, latency: latency, lag: lag}, nil
+}
+
+// Published records n messages published by one Publish call of seconds, with the
+// lag of each from enqueue.
+func (m *Relay) Published(seconds float64, lags []float64) {
+	if m == nil {
+		return
+	}
+	m.latency.Observe(seconds)
+	m.published.Add(float64(len(lags)))
+	for _, l := range lags {
+		m.lag.Observe(l)
+	}
+}
+
+// Failed records n messages whose publication failed.
+func (m *Relay) Failed(n int) {
+	if m == nil {
+		return
+	}
+	m.failed.Add(float64(n))
+}

@@ -1,0 +1,45 @@
+// Package outbox solves the dual write: a service that changes its database and
+// publishes an event must never publish for a write that rolled back, nor lose the
+// event of a write that committed.
+//
+// Enqueue writes the event into the table idem_outbox in the caller's transaction
+// (pgx.Tx or *sql.Tx; PostgreSQL or SQLite), so it commits or rolls back with the
+// business write. A Relay then publishes committed rows to an idem.Sink (NATS, Kafka,
+// Redis Streams, RabbitMQ, a webhook) and marks them published:
+//
+//	BEGIN; UPDATE orders …; outbox.Enqueue(ctx, tx, msg); COMMIT   ← the service
+//	lock partitions; SELECT … FOR UPDATE → sink.Publish → UPDATE published_at   ← the relay
+//
+// Publication is at-least-once: a relay that dies after publishing and before
+// marking publishes the rows again. Each message carries its ID as the broker's dedup
+// id (Nats-Msg-Id, the Kafka header Idem-Msg-Id, the AMQP message-id, the webhook's
+// Idempotency-Key), so the broker (JetStream) or the consumer's inbox drops the copy:
+// the effect downstream happens once.
+//
+// # Relays, order and latency
+//
+// On PostgreSQL several relays may run: each round takes a random quarter of the
+// ordering partitions that have due rows (advisory locks, skipping those another relay
+// holds) and locks their rows, so a row is published by one relay at a time and the messages of one OrderingKey leave in the order they were
+// enqueued by transactions that committed one after another (as writes to one
+// aggregate do, serialized by its row lock). A message waiting out a backoff holds
+// back the later messages of its key; a parked one no longer does. Enqueue sends
+// NOTIFY idem_outbox, and a relay with a Notifier (idempg.NewNotifier) wakes on
+// commit instead of waiting for its poll. On SQLite run one relay per file; it is
+// woken in-process by Enqueue of the same Outbox.
+//
+// # Failures
+//
+// A failed publication is retried with backoff; after RelayConfig.MaxAttempts the
+// message is parked with its last error: visible (Parked, the idem_outbox_parked
+// gauge) and retried on demand (Retry), never dropped. Published rows are deleted
+// after RelayConfig.Retention, in small batches.
+//
+// # The table, for services in other languages
+//
+// Any service can write to idem_outbox in its own transaction and let `idem relay`
+// publish: insert msg_id (the idempotency key), topic, ordering_key (” for none),
+// part (any integer in [0, 64): fnv32a(ordering_key or msg_id) % 64 keeps per-key
+// order), headers (a JSON object of strings), payload, and created_at = available_at
+// = the current Unix time in milliseconds; then NOTIFY idem_outbox (PostgreSQL).
+package outbox

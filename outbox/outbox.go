@@ -1,0 +1,232 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemkey"
+)
+
+// Partitions is how many ordering partitions the outbox has. A message's partition is
+// a hash of its OrderingKey (of its ID when it has none); a relay publishes a
+// partition's messages only while it holds that partition's lock, so messages with one
+// ordering key leave in commit order even with several relays.
+const Partitions = 64
+
+// Outbox writes messages into the table idem_outbox inside the caller's transactions.
+// Create it once with New; it is safe for concurrent use.
+type Outbox[Tx any] struct {
+	db   idem.TxDB[Tx]
+	now  func() time.Time
+	wake chan struct{} // pokes an in-process relay (SQLite)
+}
+
+// New returns the outbox of db, creating its table if missing.
+func New[Tx any](ctx context.Context, db idem.TxDB[Tx]) (*Outbox[Tx], error) {
+	if err := db.Validate(); err != nil {
+		return nil, err
+	}
+	o := &Outbox[Tx]{db: db, now: time.Now, wake: make(chan struct{}, 1)}
+	if err := o.migrate(ctx); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Enqueue writes msgs in tx: they are published if and only if tx commits. A message
+// without an ID gets a UUIDv7, which becomes its broker dedup id and its consumers'
+// idempotency key; the IDs are returned in order. On PostgreSQL the commit also wakes
+// the relays (NOTIFY idem_outbox), so publication does not wait for a poll.
+func (o *Outbox[Tx]) Enqueue(ctx context.Context, tx Tx, msgs ...idem.Message) ([]string, error) {
+	ids := make([]string, len(msgs))
+	q := o.db.Querier(tx)
+	now := o.now().UnixMilli()
+	for i, m := range msgs {
+		if m.ID == "" {
+			m.ID = idemkey.NewV7()
+		}
+		if err := m.Validate(); err != nil {
+			return nil, fmt.Errorf("message %d of %d: %w", i+1, len(msgs), err)
+		}
+		headers, err := json.Marshal(m.Headers)
+		if err != nil {
+			return nil, err
+		}
+		payload := m.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		if _, err := q.Exec(ctx, insertSQL, m.ID, m.Topic, m.OrderingKey, partition(m), string(headers), payload, now); err != nil {
+			return nil, &idem.BackendError{Backend: o.db.Dialect.String(), Op: "outbox.enqueue", Err: err}
+		}
+		ids[i] = m.ID
+	}
+	if o.db.Dialect == idem.Postgres && len(msgs) > 0 {
+		if _, err := q.Exec(ctx, "SELECT pg_notify('idem_outbox', '')"); err != nil {
+			return nil, &idem.BackendError{Backend: "postgres", Op: "outbox.enqueue", Err: err}
+		}
+	}
+	select { // an in-process relay looks again soon; it retries briefly if tx is not yet committed
+	case o.wake <- struct{}{}:
+	default:
+	}
+	return ids, nil
+}
+
+// partition returns m's ordering partition.
+func partition(m idem.Message) int {
+	h := fnv.New32a()
+	if m.OrderingKey != "" {
+		h.Write([]byte(m.OrderingKey))
+	} else {
+		h.Write([]byte(m.ID))
+	}
+	return int(h.Sum32() % Partitions)
+}
+
+const insertSQL = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`
+
+var createSQL = map[idem.Dialect][]string{
+	idem.Postgres: {`CREATE TABLE IF NOT EXISTS idem_outbox (
+		id BIGSERIAL PRIMARY KEY,
+		msg_id TEXT NOT NULL,
+		topic TEXT NOT NULL,
+		ordering_key TEXT NOT NULL DEFAULT '',
+		part INTEGER NOT NULL,
+		headers TEXT NOT NULL DEFAULT '{}',
+		payload BYTEA NOT NULL,
+		created_at BIGINT NOT NULL,
+		available_at BIGINT NOT NULL,
+		attempts INTEGER NOT NULL DEFAULT 0,
+		last_error TEXT NOT NULL DEFAULT '',
+		published_at BIGINT,
+		parked_at BIGINT)`},
+	idem.SQLite: {`CREATE TABLE IF NOT EXISTS idem_outbox (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		msg_id TEXT NOT NULL,
+		topic TEXT NOT NULL,
+		ordering_key TEXT NOT NULL DEFAULT '',
+		part INTEGER NOT NULL,
+		headers TEXT NOT NULL DEFAULT '{}',
+		payload BLOB NOT NULL,
+		created_at INTEGER NOT NULL,
+		available_at INTEGER NOT NULL,
+		attempts INTEGER NOT NULL DEFAULT 0,
+		last_error TEXT NOT NULL DEFAULT '',
+		published_at INTEGER,
+		parked_at INTEGER)`},
+}
+
+var indexSQL = []string{
+	`CREATE INDEX IF NOT EXISTS idem_outbox_pending ON idem_outbox (id) WHERE published_at IS NULL AND parked_at IS NULL`,
+	`CREATE INDEX IF NOT EXISTS idem_outbox_key ON idem_outbox (ordering_key, id) WHERE published_at IS NULL AND parked_at IS NULL`,
+	`CREATE INDEX IF NOT EXISTS idem_outbox_published ON idem_outbox (published_at) WHERE published_at IS NOT NULL`,
+}
+
+// Schema returns the statements that create the outbox table and its indexes in d:
+// what New runs, and what services in other languages can read (idem relay --schema).
+func Schema(d idem.Dialect) []string {
+	return append(append([]string(nil), createSQL[d]...), indexSQL...)
+}
+
+func (o *Outbox[Tx]) migrate(ctx context.Context) error {
+	stmts := Schema(o.db.Dialect)
+	err := o.db.InTx(ctx, func(tx Tx) error {
+		for _, s := range stmts {
+			if _, err := o.db.Querier(tx).Exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		// Two processes creating the table at once: Postgres fails one on its catalog.
+		if o.db.InTx(ctx, func(tx Tx) error {
+			_, err := o.db.Querier(tx).Exec(ctx, "SELECT 1 FROM idem_outbox LIMIT 1")
+			return err
+		}) == nil {
+			return nil
+		}
+		return &idem.BackendError{Backend: o.db.Dialect.String(), Op: "outbox.migrate", Err: err}
+	}
+	return nil
+}
+
+// Parked is a message the relay gave up on after MaxAttempts: visible, with its last
+// error, until Retry puts it back.
+type Parked struct {
+	ID        int64
+	Message   idem.Message
+	Attempts  int
+	LastError string
+	ParkedAt  time.Time
+}
+
+// Parked returns up to limit parked messages, oldest first.
+func (o *Outbox[Tx]) Parked(ctx context.Context, limit int) ([]Parked, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []Parked
+	err := o.db.InTx(ctx, func(tx Tx) error {
+		rows, err := o.db.Querier(tx).Query(ctx, `SELECT id, msg_id, topic, ordering_key, headers, payload, attempts, last_error, parked_at
+			FROM idem_outbox WHERE parked_at IS NOT NULL AND published_at IS NULL ORDER BY id LIMIT $1`, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p Parked
+			var headers string
+			var at int64
+			if err := rows.Scan(&p.ID, &p.Message.ID, &p.Message.Topic, &p.Message.OrderingKey, &headers,
+				&p.Message.Payload, &p.Attempts, &p.LastError, &at); err != nil {
+				return err
+			}
+			if err := json.Unmarshal([]byte(headers), &p.Message.Headers); err != nil {
+				return err
+			}
+			p.ParkedAt = time.UnixMilli(at)
+			out = append(out, p)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, &idem.BackendError{Backend: o.db.Dialect.String(), Op: "outbox.parked", Err: err}
+	}
+	return out, nil
+}
+
+// ErrNotParked is returned by Retry for an id that is not a parked message.
+var ErrNotParked = errors.New("outbox: no parked message with this id")
+
+// Retry puts parked message id back in line, with its attempts reset.
+func (o *Outbox[Tx]) Retry(ctx context.Context, id int64) error {
+	var n int64
+	err := o.db.InTx(ctx, func(tx Tx) (err error) {
+		n, err = o.db.Querier(tx).Exec(ctx, `UPDATE idem_outbox SET parked_at = NULL, attempts = 0, available_at = $1
+			WHERE id = $2 AND parked_at IS NOT NULL AND published_at IS NULL`, o.now().UnixMilli(), id)
+		return err
+	})
+	if err != nil {
+		return &idem.BackendError{Backend: o.db.Dialect.String(), Op: "outbox.retry", Err: err}
+	}
+	if n == 0 {
+		return ErrNotParked
+	}
+	o.poke()
+	return nil
+}
+
+func (o *Outbox[Tx]) poke() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}

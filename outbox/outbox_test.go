@@ -1,0 +1,316 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
+	_ "modernc.org/sqlite"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemtest"
+	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/idemhq/idem/outbox"
+)
+
+// memSink records what it is given; fail makes Publish fail (after recording nothing).
+type memSink struct {
+	mu   sync.Mutex
+	got  []idem.Message
+	fail func(m idem.Message) error
+}
+
+func (s *memSink) Publish(_ context.Context, msgs ...idem.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range msgs {
+		if s.fail != nil {
+			if err := s.fail(m); err != nil {
+				return err
+			}
+		}
+	}
+	s.got = append(s.got, msgs...)
+	return nil
+}
+
+func (s *memSink) ids() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(s.got))
+	for i, m := range s.got {
+		out[i] = m.ID
+	}
+	return out
+}
+
+type env struct {
+	name string
+	db   *sql.DB
+	tx   idem.TxDB[*sql.Tx]
+	ob   *outbox.Outbox[*sql.Tx]
+}
+
+func openSQLite(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "outbox.db")+
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func openPostgres(t testing.TB) *sql.DB {
+	t.Helper()
+	cs, _ := testsvc.PostgresSchema(t)
+	db, err := sql.Open("pgx", cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func newEnv(t testing.TB, name string, db *sql.DB) env {
+	t.Helper()
+	ctx := context.Background()
+	tdb, err := idem.SQLDB(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := outbox.New(ctx, tdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "CREATE TABLE orders (id TEXT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	return env{name: name, db: db, tx: tdb, ob: ob}
+}
+
+func forEachDB(t *testing.T, fn func(t *testing.T, e env)) {
+	t.Run("sqlite", func(t *testing.T) { t.Parallel(); fn(t, newEnv(t, "sqlite", openSQLite(t))) })
+	t.Run("postgres", func(t *testing.T) { t.Parallel(); fn(t, newEnv(t, "postgres", openPostgres(t))) })
+}
+
+// placeOrder is the business write: an order row and its event, in one transaction.
+func placeOrder(ctx context.Context, e env, id, key string, commit bool) error {
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1)", id); err != nil {
+		return err
+	}
+	if _, err := e.ob.Enqueue(ctx, tx, idem.Message{ID: id, Topic: "orders", OrderingKey: key,
+		Headers: map[string]string{"k": key}, Payload: []byte(id)}); err != nil {
+		return err
+	}
+	if !commit {
+		return nil
+	}
+	return tx.Commit()
+}
+
+func drainRelay(t *testing.T, r *outbox.Relay[*sql.Tx]) {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		n, err := r.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+	}
+	t.Fatal("relay did not drain")
+}
+
+func TestRollbackPublishesNothingCommitPublishesAll(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		ctx := context.Background()
+		for i := 0; i < 50; i++ {
+			if err := placeOrder(ctx, e, fmt.Sprintf("order-%03d", i), "", i%2 == 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sink := &memSink{}
+		reg := prometheus.NewRegistry()
+		r, err := e.ob.Relay(sink, outbox.RelayConfig{BatchSize: 7, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := idemtest.MetricValue(t, reg, "idem_outbox_unpublished", nil); got != 25 {
+			t.Errorf("idem_outbox_unpublished before the relay = %v, want 25", got)
+		}
+		drainRelay(t, r)
+		ids := sink.ids()
+		if len(ids) != 25 {
+			t.Fatalf("published %d messages, want the 25 committed ones", len(ids))
+		}
+		slices.Sort(ids) // without an ordering key, no order is promised
+		for i, id := range ids {
+			if want := fmt.Sprintf("order-%03d", 2*i); id != want {
+				t.Fatalf("published %v; want exactly the committed orders", ids)
+			}
+		}
+		if got := idemtest.MetricValue(t, reg, "idem_relay_published_total", nil); got != 25 {
+			t.Errorf("idem_relay_published_total = %v, want 25", got)
+		}
+		if got := idemtest.MetricValue(t, reg, "idem_outbox_unpublished", nil); got != 0 {
+			t.Errorf("idem_outbox_unpublished after = %v, want 0", got)
+		}
+	})
+}
+
+func TestEnqueueGeneratesIDsAndRefusesBadMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "sqlite", openSQLite(t))
+	ctx := context.Background()
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	ids, err := e.ob.Enqueue(ctx, tx, idem.Message{Topic: "t"}, idem.Message{Topic: "t"})
+	if err != nil || len(ids) != 2 || ids[0] == "" || ids[0] == ids[1] {
+		t.Fatalf("Enqueue without IDs = %v, %v; want two fresh ids", ids, err)
+	}
+	for _, m := range []idem.Message{{ID: "x"}, {ID: "x\x00", Topic: "t"}, {ID: "x", Topic: "t", Payload: make([]byte, idem.MaxPayload+1)}} {
+		if _, err := e.ob.Enqueue(ctx, tx, m); !errors.Is(err, idem.ErrInvalid) {
+			t.Errorf("Enqueue(%q, topic %q, %d bytes) = %v, want idem.ErrInvalid", m.ID, m.Topic, len(m.Payload), err)
+		}
+	}
+}
+
+// TestFailuresBackOffHoldTheKeyAndPark: a failing message backs off and holds back
+// the later messages of its key, not the others; after MaxAttempts it is parked,
+// listed, and Retry publishes it.
+func TestFailuresBackOffHoldTheKeyAndPark(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		ctx := context.Background()
+		placeOrder(ctx, e, "a1", "a", true)
+		placeOrder(ctx, e, "a2", "a", true)
+		placeOrder(ctx, e, "b1", "b", true)
+		broken := true
+		sink := &memSink{fail: func(m idem.Message) error {
+			if m.ID == "a1" && broken {
+				return errors.New("broker refused a1")
+			}
+			return nil
+		}}
+		r, err := e.ob.Relay(sink, outbox.RelayConfig{BatchSize: 1, MaxAttempts: 3, Backoff: func(int) time.Duration { return time.Hour }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 4; i++ {
+			if _, err := r.RunOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := sink.ids(); len(got) != 1 || got[0] != "b1" {
+			t.Fatalf("published %v while a1 backs off; want only b1 (a2 waits behind a1)", got)
+		}
+		for i := 0; i < 5; i++ { // a1 fails until parked (its backoff cut short here); a2 then goes
+			if _, err := e.db.Exec("UPDATE idem_outbox SET available_at = 0 WHERE msg_id = 'a1'"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.RunOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		parked, err := e.ob.Parked(ctx, 10)
+		if err != nil || len(parked) != 1 || parked[0].Message.ID != "a1" || parked[0].Attempts != 3 || parked[0].LastError != "broker refused a1" {
+			t.Fatalf("Parked = %+v, %v; want a1 after 3 attempts with its error", parked, err)
+		}
+		if got := sink.ids(); len(got) != 2 || got[1] != "a2" {
+			t.Fatalf("published %v; want a2 after a1 was parked", got)
+		}
+		broken = false
+		if err := e.ob.Retry(ctx, parked[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.ob.Retry(ctx, parked[0].ID); !errors.Is(err, outbox.ErrNotParked) {
+			t.Fatalf("second Retry = %v, want ErrNotParked", err)
+		}
+		drainRelay(t, r)
+		if got := sink.ids(); len(got) != 3 || got[2] != "a1" {
+			t.Fatalf("published %v; want a1 after Retry", got)
+		}
+	})
+}
+
+func TestCleanupDeletesOldPublishedRows(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		ctx := context.Background()
+		for i := 0; i < 30; i++ {
+			placeOrder(ctx, e, fmt.Sprintf("o%d", i), "", true)
+		}
+		r, err := e.ob.Relay(&memSink{}, outbox.RelayConfig{Retention: time.Nanosecond, CleanupBatch: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		drainRelay(t, r)
+		placeOrder(ctx, e, "unpublished", "", true)
+		time.Sleep(5 * time.Millisecond)
+		n, err := r.Cleanup(ctx)
+		if err != nil || n != 30 {
+			t.Fatalf("Cleanup = %d, %v; want 30", n, err)
+		}
+		var left int
+		e.db.QueryRow("SELECT COUNT(*) FROM idem_outbox").Scan(&left)
+		if left != 1 {
+			t.Fatalf("%d rows left, want the 1 unpublished", left)
+		}
+	})
+}
+
+// TestPoisonMessageAlone: a batch whose publication fails is sent again one message at
+// a time; only the bad message pays an attempt, and its key's later message waits.
+func TestPoisonMessageAlone(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		ctx := context.Background()
+		for _, o := range [][2]string{{"x1", "x"}, {"bad", "y"}, {"y2", "y"}, {"z1", "z"}} {
+			placeOrder(ctx, e, o[0], o[1], true)
+		}
+		sink := &memSink{fail: func(m idem.Message) error {
+			if m.ID == "bad" {
+				return errors.New("rejected")
+			}
+			return nil
+		}}
+		r, err := e.ob.Relay(sink, outbox.RelayConfig{BatchSize: 10, Backoff: func(int) time.Duration { return time.Hour }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := r.RunOnce(ctx); err != nil || n != 2 {
+			t.Fatalf("RunOnce = %d, %v; want x1 and z1 published", n, err)
+		}
+		got := sink.ids()
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"x1", "z1"}) {
+			t.Fatalf("published %v, want x1 and z1 (y2 waits behind bad)", got)
+		}
+		var attempts, y2 int
+		e.db.QueryRow("SELECT attempts FROM idem_outbox WHERE msg_id = 'bad'").Scan(&attempts)
+		e.db.QueryRow("SELECT attempts FROM idem_outbox WHERE msg_id = 'y2'").Scan(&y2)
+		if attempts != 1 || y2 != 0 {
+			t.Fatalf("attempts: bad %d, y2 %d; want 1 and 0", attempts, y2)
+		}
+	})
+}

@@ -1,0 +1,495 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/metrics"
+)
+
+// Notifier wakes a relay when messages were committed: idempg.NewNotifier listens for
+// the NOTIFY that Enqueue sends on PostgreSQL. Wait returns when a notification
+// arrives, or with an error when the listening connection failed (the relay then
+// polls and calls Wait again).
+type Notifier interface {
+	Wait(ctx context.Context) error
+}
+
+// RelayConfig configures a Relay. The zero value is usable.
+type RelayConfig struct {
+	// BatchSize is how many messages one round publishes. Default 100.
+	BatchSize int
+	// PollInterval is how often the relay looks without being woken: the latency
+	// without a Notifier, a safety net with one. Default 1 s.
+	PollInterval time.Duration
+	// MaxAttempts is how many failed publications park a message. Default 10.
+	MaxAttempts int
+	// Backoff returns the delay before the attempt-th retry. Default: 200 ms doubling,
+	// capped at 1 minute, ±20% jitter.
+	Backoff func(attempt int) time.Duration
+	// Retention is how long published messages are kept before cleanup. Default 7 days.
+	Retention time.Duration
+	// CleanupInterval is how often published messages past Retention are deleted, in
+	// batches of CleanupBatch (default every minute, 1,000 rows a batch).
+	CleanupInterval time.Duration
+	CleanupBatch    int
+	// Notifier wakes the relay on commit (PostgreSQL: idempg.NewNotifier). Without it
+	// the relay polls, and is woken in-process by Enqueue of the same Outbox.
+	Notifier Notifier
+	// Registerer receives idem_outbox_unpublished, idem_outbox_oldest_age_seconds,
+	// idem_outbox_parked, idem_relay_published_total, idem_relay_failures_total,
+	// idem_relay_publish_duration_seconds and idem_relay_lag_seconds.
+	Registerer prometheus.Registerer
+	// Logger receives failed rounds at warn level. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c RelayConfig) withDefaults() (RelayConfig, error) {
+	c.BatchSize = cmpOr(c.BatchSize, 100)
+	c.PollInterval = cmpOr(c.PollInterval, time.Second)
+	c.MaxAttempts = cmpOr(c.MaxAttempts, 10)
+	c.Retention = cmpOr(c.Retention, 7*24*time.Hour)
+	c.CleanupInterval = cmpOr(c.CleanupInterval, time.Minute)
+	c.CleanupBatch = cmpOr(c.CleanupBatch, 1000)
+	if c.Backoff == nil {
+		c.Backoff = func(n int) time.Duration {
+			d := min(200*time.Millisecond<<min(max(n-1, 0), 10), time.Minute)
+			return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.BatchSize < 1 || c.BatchSize > 10_000:
+		return c, &idem.InputError{Field: "RelayConfig.BatchSize", Reason: fmt.Sprintf("must be 1 to 10000 (got %d)", c.BatchSize), Fix: "leave it 0 for 100"}
+	case c.MaxAttempts < 1:
+		return c, &idem.InputError{Field: "RelayConfig.MaxAttempts", Reason: fmt.Sprintf("must be at least 1 (got %d)", c.MaxAttempts), Fix: "leave it 0 for 10"}
+	case c.PollInterval < 0 || c.Retention < 0 || c.CleanupInterval < 0 || c.CleanupBatch < 0:
+		return c, &idem.InputError{Field: "RelayConfig", Reason: "has a negative interval or batch", Fix: "leave fields 0 for their defaults"}
+	}
+	return c, nil
+}
+
+func cmpOr[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Relay publishes the outbox's messages to a Sink and marks them published. Several
+// relays may run on one PostgreSQL database: each round takes some ordering
+// partitions with advisory locks and then locks their due rows, so no row is
+// published by two relays at once and one ordering key's messages are published in
+// order. On SQLite run one relay per database file.
+//
+// A relay killed after publishing and before marking leaves the rows unmarked: they
+// are published again, with the same ID, and the broker's dedup (JetStream) or the
+// consumer's inbox absorbs the copy.
+type Relay[Tx any] struct {
+	o    *Outbox[Tx]
+	sink idem.Sink
+	cfg  RelayConfig
+	m    *metrics.Relay
+
+	lastPublish time.Duration // of the last Publish call, for the latency histogram (one round at a time)
+}
+
+// Relay returns a relay of o's messages to sink.
+func (o *Outbox[Tx]) Relay(sink idem.Sink, cfg RelayConfig) (*Relay[Tx], error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if sink == nil {
+		return nil, &idem.InputError{Field: "sink", Reason: "is nil", Fix: "pass a broker Sink (idemnats, idemkafka, idemredis, idemamqp) or a webhook"}
+	}
+	r := &Relay[Tx]{o: o, sink: sink, cfg: cfg}
+	if r.m, err = metrics.NewRelay(cfg.Registerer, r.backlog); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Run relays until ctx ends and returns ctx's error. Failed rounds are logged and
+// retried; they never end Run.
+func (r *Relay[Tx]) Run(ctx context.Context) error {
+	wake := make(chan struct{}, 1)
+	if r.cfg.Notifier != nil {
+		// LISTEN before the first round, so no commit falls between that round and it.
+		if l, ok := r.cfg.Notifier.(interface{ Listen(context.Context) error }); ok {
+			if err := l.Listen(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Warn("outbox relay: LISTEN failed; polling until it works", "err", err)
+			}
+		}
+		go r.listen(ctx, wake)
+	}
+	poll := time.NewTicker(r.cfg.PollInterval)
+	defer poll.Stop()
+	cleanup := time.NewTicker(r.cfg.CleanupInterval)
+	defer cleanup.Stop()
+	quick := 0    // rounds left of quick rechecks after an in-process wake (the tx may not have committed yet)
+	failures := 0 // consecutive failed rounds: they back off, whatever wakes the relay
+	for {
+		n, err := r.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			failures++
+			r.cfg.Logger.Warn("outbox relay: round failed", "err", err, "consecutive", failures)
+			if !sleepCtx(ctx, min(50*time.Millisecond<<min(failures-1, 6), r.cfg.PollInterval)) {
+				return ctx.Err()
+			}
+			continue
+		}
+		failures = 0
+		if n == r.cfg.BatchSize {
+			continue // more may be waiting
+		}
+		var recheck <-chan time.Time
+		if quick > 0 {
+			recheck = time.After(time.Duration(4-quick) * 5 * time.Millisecond)
+			quick--
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wake:
+		case <-r.o.wake:
+			quick = 3
+		case <-recheck:
+		case <-poll.C:
+		case <-cleanup.C:
+			if _, err := r.Cleanup(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Warn("outbox relay: cleanup failed", "err", err)
+			}
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// listen turns the Notifier's notifications into wakes until ctx ends. A permanent
+// error (a bad channel name) stops listening; the relay then polls.
+func (r *Relay[Tx]) listen(ctx context.Context, wake chan<- struct{}) {
+	for ctx.Err() == nil {
+		if err := r.cfg.Notifier.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !idem.IsRetryable(err) {
+				r.cfg.Logger.Error("outbox relay: cannot listen; polling only", "err", err)
+				return
+			}
+			r.cfg.Logger.Warn("outbox relay: listening failed; polling meanwhile", "err", err)
+			sleepCtx(ctx, r.cfg.PollInterval)
+			continue
+		}
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// row is one outbox row on its way to the sink.
+type row struct {
+	id       int64
+	msg      idem.Message
+	attempts int
+	created  int64
+}
+
+// RunOnce publishes one batch and returns how many messages it marked published.
+func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
+	if r.o.db.Dialect == idem.SQLite {
+		return r.roundSQLite(ctx)
+	}
+	var n int
+	err := r.o.db.InTx(ctx, func(tx Tx) error {
+		q := r.o.db.Querier(tx)
+		parts, err := r.lockPartitions(ctx, q)
+		if err != nil || len(parts) == 0 {
+			return err
+		}
+		rows, err := r.claim(ctx, q, claimPostgres, parts)
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		n, err = r.publish(ctx, q, rows)
+		return err
+	})
+	if err != nil {
+		return 0, &idem.BackendError{Backend: "postgres", Op: "relay", Err: err}
+	}
+	return n, nil
+}
+
+// roundSQLite reads a batch, publishes it without holding SQLite's write lock (so
+// producers keep writing), then marks it in a short transaction. One relay per file.
+func (r *Relay[Tx]) roundSQLite(ctx context.Context) (int, error) {
+	var rows []row
+	err := r.o.db.InTx(ctx, func(tx Tx) (err error) {
+		rows, err = r.claim(ctx, r.o.db.Querier(tx), claimSQLite, nil)
+		return err
+	})
+	if err != nil || len(rows) == 0 {
+		return 0, wrapErr("sqlite", err)
+	}
+	var n int
+	err = r.o.db.InTx(ctx, func(tx Tx) (err error) {
+		n, err = r.publish(ctx, r.o.db.Querier(tx), rows)
+		return err
+	})
+	return n, wrapErr("sqlite", err)
+}
+
+func wrapErr(backend string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &idem.BackendError{Backend: backend, Op: "relay", Err: err}
+}
+
+// A row is due when it is pending and no earlier row of its ordering key is waiting
+// out a backoff (which would let it overtake). On PostgreSQL the row's partition must
+// also be lockable: another relay holding it is publishing the partition's rows.
+const dueSQL = `FROM idem_outbox o
+WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1
+  AND (o.ordering_key = '' OR NOT EXISTS (SELECT 1 FROM idem_outbox e
+       WHERE e.ordering_key = o.ordering_key AND e.id < o.id
+         AND e.published_at IS NULL AND e.parked_at IS NULL AND e.available_at > $1))`
+
+const selectCols = `SELECT o.id, o.msg_id, o.topic, o.ordering_key, o.headers, o.payload, o.attempts, o.created_at `
+
+// On PostgreSQL a round first locks some ordering partitions that have due rows, at
+// random so that relays spread over them, and only then reads rows of the partitions
+// it holds: a row is read only when no other relay can publish its partition, and the
+// earliest pending row of each held partition is visible to the read. (Locking the
+// partition row by row inside one scan would not do: a scan that skipped a partition
+// held by a relay that then rolled back could take the partition's later rows.)
+const (
+	lockPartitionsSQL = `SELECT part FROM (
+	SELECT part FROM (SELECT DISTINCT o.part ` + dueSQL + `) d ORDER BY random()) s
+WHERE pg_try_advisory_xact_lock(hashtext('idem_outbox:' || current_schema()), part) LIMIT $2`
+	claimPostgres = selectCols + dueSQL + `
+  AND o.part = ANY($3::int[])
+ORDER BY o.id LIMIT $2 FOR UPDATE`
+	claimSQLite = selectCols + dueSQL + `
+ORDER BY o.id LIMIT $2`
+)
+
+// The partition locks are keyed by the schema too, so outboxes in two schemas of one
+// database do not hold each other back.
+//
+// partitionsPerRound is how many ordering partitions a PostgreSQL relay takes per
+// round: a quarter, so up to four relays work side by side on a backlog.
+const partitionsPerRound = Partitions / 4
+
+// lockPartitions locks up to partitionsPerRound partitions with due rows (PostgreSQL).
+func (r *Relay[Tx]) lockPartitions(ctx context.Context, q idem.Querier) ([]int32, error) {
+	rs, err := q.Query(ctx, lockPartitionsSQL, r.o.now().UnixMilli(), partitionsPerRound)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var parts []int32
+	for rs.Next() {
+		var p int32
+		if err := rs.Scan(&p); err != nil {
+			return nil, err
+		}
+		parts = append(parts, p)
+	}
+	return parts, rs.Err()
+}
+
+func (r *Relay[Tx]) claim(ctx context.Context, q idem.Querier, query string, parts []int32) ([]row, error) {
+	args := []any{r.o.now().UnixMilli(), r.cfg.BatchSize}
+	if parts != nil {
+		args = append(args, parts)
+	}
+	rs, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []row
+	for rs.Next() {
+		var w row
+		var headers string
+		if err := rs.Scan(&w.id, &w.msg.ID, &w.msg.Topic, &w.msg.OrderingKey, &headers, &w.msg.Payload, &w.attempts, &w.created); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(headers), &w.msg.Headers); err != nil {
+			return nil, fmt.Errorf("outbox row %d: headers are not a JSON object: %w", w.id, err)
+		}
+		out = append(out, w)
+	}
+	return out, rs.Err()
+}
+
+// publish sends rows to the sink and records the outcome in q. When the batch fails
+// it is sent again one message at a time, so one bad message costs only its own
+// attempt: messages that go through are marked published; the first failure of an
+// ordering key records an attempt (with backoff, parked at MaxAttempts) and holds
+// back the rest of that key in the batch, untouched, so nothing overtakes it.
+func (r *Relay[Tx]) publish(ctx context.Context, q idem.Querier, rows []row) (int, error) {
+	msgs := make([]idem.Message, len(rows))
+	for i, w := range rows {
+		msgs[i] = w.msg
+	}
+	perr := r.send(ctx, msgs)
+	if perr == nil {
+		return len(rows), r.markPublished(ctx, q, rows)
+	}
+	if ctx.Err() != nil {
+		return 0, perr // shutting down: nothing is recorded, the rows come again
+	}
+	if len(rows) == 1 {
+		return 0, r.markFailed(ctx, q, rows[0], perr)
+	}
+	var ok []row
+	held := map[string]bool{}
+	for _, w := range rows {
+		if w.msg.OrderingKey != "" && held[w.msg.OrderingKey] {
+			continue
+		}
+		err := r.send(ctx, []idem.Message{w.msg})
+		if ctx.Err() != nil {
+			return 0, err
+		}
+		if err == nil {
+			ok = append(ok, w)
+			continue
+		}
+		held[w.msg.OrderingKey] = w.msg.OrderingKey != ""
+		if err := r.markFailed(ctx, q, w, err); err != nil {
+			return 0, err
+		}
+	}
+	if len(ok) == 0 {
+		return 0, nil
+	}
+	return len(ok), r.markPublished(ctx, q, ok)
+}
+
+// send publishes msgs and records the call's duration.
+func (r *Relay[Tx]) send(ctx context.Context, msgs []idem.Message) error {
+	start := time.Now()
+	err := r.sink.Publish(ctx, msgs...)
+	if err != nil {
+		r.m.Failed(len(msgs))
+	}
+	r.lastPublish = time.Since(start)
+	return err
+}
+
+func (r *Relay[Tx]) markPublished(ctx context.Context, q idem.Querier, rows []row) error {
+	now := r.o.now().UnixMilli()
+	ids, args := idList(rows, 2)
+	if _, err := q.Exec(ctx, "UPDATE idem_outbox SET published_at = $1 WHERE id IN ("+ids+")", append([]any{now}, args...)...); err != nil {
+		return err
+	}
+	lags := make([]float64, len(rows))
+	for i, w := range rows {
+		lags[i] = float64(now-w.created) / 1000
+	}
+	r.m.Published(r.lastPublish.Seconds(), lags)
+	return nil
+}
+
+// markFailed records a failed attempt of w: its error, a backoff, and parking at
+// MaxAttempts.
+func (r *Relay[Tx]) markFailed(ctx context.Context, q idem.Querier, w row, perr error) error {
+	now := r.o.now().UnixMilli()
+	attempts := w.attempts + 1
+	var parked *int64
+	if attempts >= r.cfg.MaxAttempts {
+		parked = &now
+	}
+	_, err := q.Exec(ctx, `UPDATE idem_outbox SET attempts = $1, last_error = $2, available_at = $3, parked_at = $4 WHERE id = $5`,
+		attempts, perr.Error(), now+r.cfg.Backoff(attempts).Milliseconds(), parked, w.id)
+	if err == nil {
+		r.cfg.Logger.Warn("outbox relay: publish failed; will retry", "id", w.msg.ID, "attempt", attempts, "parked", parked != nil, "err", perr)
+	}
+	return err
+}
+
+// idList returns "$k, $k+1, …" for rows' ids, and the ids as arguments.
+func idList(rows []row, k int) (string, []any) {
+	var b strings.Builder
+	args := make([]any, len(rows))
+	for i, w := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("$" + strconv.Itoa(k+i))
+		args[i] = w.id
+	}
+	return b.String(), args
+}
+
+// Cleanup deletes published messages older than Retention, in batches of
+// CleanupBatch, and returns how many it deleted.
+func (r *Relay[Tx]) Cleanup(ctx context.Context) (int, error) {
+	cutoff := r.o.now().Add(-r.cfg.Retention).UnixMilli()
+	total := 0
+	for {
+		var n int64
+		err := r.o.db.InTx(ctx, func(tx Tx) (err error) {
+			n, err = r.o.db.Querier(tx).Exec(ctx, `DELETE FROM idem_outbox WHERE id IN (
+				SELECT id FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)`, cutoff, r.cfg.CleanupBatch)
+			return err
+		})
+		if err != nil {
+			return total, wrapErr(r.o.db.Dialect.String(), err)
+		}
+		total += int(n)
+		if n < int64(r.cfg.CleanupBatch) {
+			return total, nil
+		}
+	}
+}
+
+// backlog feeds the gauges: unpublished count, age of the oldest, parked count.
+func (r *Relay[Tx]) backlog() (unpublished, oldestAge, parked float64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var u, p int64
+	var oldest *int64
+	err := r.o.db.InTx(ctx, func(tx Tx) error {
+		return r.o.db.Querier(tx).QueryRow(ctx, `SELECT
+			COUNT(*) FILTER (WHERE parked_at IS NULL),
+			COUNT(*) FILTER (WHERE parked_at IS NOT NULL),
+			MIN(created_at) FILTER (WHERE parked_at IS NULL)
+			FROM idem_outbox WHERE published_at IS NULL`).Scan(&u, &p, &oldest)
+	})
+	if err != nil {
+		return -1, -1, -1
+	}
+	if oldest != nil {
+		oldestAge = float64(r.o.now().UnixMilli()-*oldest) / 1000
+	}
+	return float64(u), oldestAge, float64(p)
+}
