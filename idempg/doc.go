@@ -71,4 +71,10 @@
 //	go idem.RunSweeper(ctx, store, time.Minute, logger)
 //
 // Each Sweep deletes Config.SweepBatch rows per statement until none are left.
+//
+// # Outbox wake-ups
+//
+// TxDB adapts a pool to idem's transactional components (inbox, outbox). A Notifier
+// (NewNotifier) listens for the NOTIFY idem_outbox that outbox.Enqueue sends, and
+// wakes an outbox relay on commit instead of at its next poll.
 package idempg

@@ -1,0 +1,204 @@
+package idempg
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem"
+)
+
+// DefaultChannel is the channel outbox.Enqueue notifies on commit.
+const DefaultChannel = "idem_outbox"
+
+// notifyCheckEvery is how long Wait waits on a silent connection before it checks
+// that the connection is still alive: a connection dropped without a FIN (a
+// partition, a NAT timeout) would otherwise leave Wait blocked for good.
+const notifyCheckEvery = 30 * time.Second
+
+// Notifier waits for PostgreSQL notifications on one channel: it wakes an outbox
+// relay (outbox.RelayConfig.Notifier) when a transaction that enqueued messages
+// commits, so the relay publishes at once instead of at its next poll.
+//
+// A Notifier holds one dedicated connection, taken out of the pool (its hooks and
+// settings apply, and it no longer counts against the pool's size), and runs LISTEN
+// on it once. Notifications that arrive while nobody waits are kept on the connection
+// and returned by the next Wait, so none is missed between two Waits; several may be
+// coalesced into one return. Notifications sent while the connection is down are
+// lost: after Wait returned an error, the caller must look for work itself (the
+// relay polls) before it waits again.
+//
+// Wait and Listen are for one caller at a time (the relay calls Wait from one
+// goroutine); Close may be called from any goroutine.
+type Notifier struct {
+	pool    *pgxpool.Pool
+	channel string
+	invalid error // a bad argument of NewNotifier, returned by every Wait
+	check   time.Duration
+
+	closed context.Context // done once Close is called
+	close  context.CancelFunc
+
+	mu   sync.Mutex // held by Wait and Listen, and by Close to release conn
+	conn *pgx.Conn  // nil until the first Wait, and after a connection error
+}
+
+// NewNotifier returns a Notifier listening on channel (DefaultChannel if empty) with
+// a connection from pool. It connects on the first Listen or Wait. The channel must
+// be a lowercase identifier (a-z, 0-9, _) of at most 63 bytes, so that NOTIFY channel
+// and pg_notify('channel', …) both reach it; otherwise every Wait returns an
+// *idem.InputError.
+func NewNotifier(pool *pgxpool.Pool, channel string) *Notifier {
+	if channel == "" {
+		channel = DefaultChannel
+	}
+	n := &Notifier{pool: pool, channel: channel, check: notifyCheckEvery}
+	n.closed, n.close = context.WithCancel(context.Background())
+	switch {
+	case pool == nil:
+		n.invalid = &idem.InputError{Field: "pool", Reason: "is nil", Fix: "pass the pgxpool.Pool the outbox uses"}
+	case !tableRE.MatchString(channel) || len(channel) > 63:
+		n.invalid = &idem.InputError{Field: "channel", Reason: fmt.Sprintf("%q is not a lowercase identifier of at most 63 bytes", channel),
+			Fix: `use a-z, 0-9 and _, starting with a letter or _ (or "" for "idem_outbox")`}
+	}
+	return n
+}
+
+// Channel returns the channel n listens on.
+func (n *Notifier) Channel() string { return n.channel }
+
+// Listen connects and runs LISTEN now unless n is already listening. Wait does it
+// itself; call Listen first to be notified of every commit from this point on, such
+// as before a relay's first round.
+func (n *Notifier) Listen(ctx context.Context) error {
+	if n.invalid != nil {
+		return n.invalid
+	}
+	ctx, stop := n.closable(ctx)
+	defer stop()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.listen(ctx)
+}
+
+// Wait returns nil when a notification arrived on the channel since the previous
+// Wait returned (or since Listen), blocking until one does. It returns ctx's error
+// when ctx ends; idem.ErrClosed after Close; and a retryable *idem.BackendError when
+// the connection failed, after closing it: the next Wait connects and listens again.
+func (n *Notifier) Wait(ctx context.Context) error {
+	if n.invalid != nil {
+		return n.invalid
+	}
+	ctx, stop := n.closable(ctx)
+	defer stop()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.listen(ctx); err != nil {
+		return err
+	}
+	for {
+		wait, cancel := context.WithTimeout(ctx, n.check)
+		_, err := n.conn.WaitForNotification(wait)
+		timedOut := wait.Err() != nil && ctx.Err() == nil
+		cancel()
+		switch {
+		case err == nil:
+			n.drain()
+			return nil
+		case timedOut && !n.conn.IsClosed():
+			// Silence for a while: check the connection, then wait on.
+			if err = n.conn.Ping(ctx); err == nil {
+				continue
+			}
+		}
+		return n.fail(ctx, err)
+	}
+}
+
+// Close releases the connection and makes every later Wait return idem.ErrClosed.
+// A Wait in progress returns. Close is idempotent.
+func (n *Notifier) Close() {
+	n.close()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.drop()
+}
+
+// closable returns ctx, also cancelled when Close is called.
+func (n *Notifier) closable(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(n.closed, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+func (n *Notifier) isClosed() bool { return n.closed.Err() != nil }
+
+// listen connects and runs LISTEN unless already done. It runs with n.mu held.
+func (n *Notifier) listen(ctx context.Context) error {
+	if n.isClosed() {
+		return idem.ErrClosed
+	}
+	if n.conn != nil {
+		return nil
+	}
+	pc, err := n.pool.Acquire(ctx)
+	if err != nil {
+		return n.fail(ctx, err)
+	}
+	conn := pc.Hijack()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{n.channel}.Sanitize()); err != nil {
+		closeConn(conn) // not listening: never keep it
+		return n.fail(ctx, err)
+	}
+	n.conn = conn
+	return nil
+}
+
+// fail turns err into what Wait returns: ErrClosed, ctx's error, or a BackendError
+// after dropping the connection. A cancelled wait leaves a healthy connection (pgx
+// interrupts the read with a deadline), still listening.
+func (n *Notifier) fail(ctx context.Context, err error) error {
+	switch {
+	case n.isClosed():
+		n.drop()
+		return idem.ErrClosed
+	case ctx.Err() != nil:
+		if n.conn != nil && n.conn.IsClosed() {
+			n.conn = nil
+		}
+		return ctx.Err()
+	}
+	n.drop()
+	return &idem.BackendError{Backend: backend, Op: "listen", Err: fmt.Errorf("channel %s: %w", n.channel, err)}
+}
+
+// drain takes the notifications pgx already buffered, so they are coalesced into
+// the return that is under way rather than causing one wake each. Only the buffer is
+// read: the context is done, so pgx does not touch the socket.
+func (n *Notifier) drain() {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for {
+		if _, err := n.conn.WaitForNotification(done); err != nil {
+			return
+		}
+	}
+}
+
+// drop closes the connection, if any. It runs with n.mu held.
+func (n *Notifier) drop() {
+	if n.conn != nil {
+		closeConn(n.conn)
+		n.conn = nil
+	}
+}
+
+func closeConn(c *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
