@@ -1,0 +1,84 @@
+package idemhttp
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+// DefaultTolerance is how far a webhook's timestamp may be from the receiver's clock
+// when VerifyWebhook is given a tolerance of 0.
+const DefaultTolerance = 5 * time.Minute
+
+// ErrUnverified is matched (errors.Is) by every error of VerifyWebhook about the
+// request: answer it with 401 and do not process the body.
+var ErrUnverified = errors.New("idemhttp: webhook not verified")
+
+// VerifyWebhook checks that r, whose body the caller has read into body, was signed
+// with secret by a WebhookSink within tolerance of now (0 means DefaultTolerance):
+// the v1 signature of its timestamp, Idempotency-Key, Idem-Topic and body (see the
+// package documentation), compared in constant time. It returns nil for an authentic
+// request, an error matching ErrUnverified otherwise, and an *idem.InputError for an
+// empty secret.
+//
+// Read the body with a size limit (http.MaxBytesReader) before verifying. A verified
+// request may still be a retry: deduplicate by its Idempotency-Key.
+func VerifyWebhook(secret []byte, r *http.Request, body []byte, tolerance time.Duration) error {
+	if len(secret) == 0 {
+		return &idem.InputError{Field: "secret", Reason: "is empty", Fix: "pass the secret the sender signs with (WebhookConfig.Secret)"}
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	ts := r.Header.Get(HeaderTimestamp)
+	unix, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || ts[0] == '+' || ts[0] == '-' {
+		return unverified("the %s header is missing or not Unix seconds (got %q)", HeaderTimestamp, ts)
+	}
+	if age := time.Since(time.Unix(unix, 0)); age > tolerance || age < -tolerance {
+		return unverified("the %s is %v away from this server's clock, beyond the tolerance of %v: a replayed request, or clocks out of sync",
+			HeaderTimestamp, age.Round(time.Second), tolerance)
+	}
+	id := r.Header.Get(HeaderIdempotencyKey)
+	if id == "" {
+		return unverified("the %s header is missing", HeaderIdempotencyKey)
+	}
+	want, _ := hex.DecodeString(sign(secret, ts, id, r.Header.Get(HeaderTopic), body))
+	found := false
+	for _, v := range r.Header.Values(HeaderSignature) {
+		for _, part := range strings.Split(v, ",") {
+			sig, ok := strings.CutPrefix(strings.TrimSpace(part), "v1=")
+			if !ok {
+				continue
+			}
+			found = true
+			if got, err := hex.DecodeString(sig); err == nil && hmac.Equal(got, want) {
+				return nil
+			}
+		}
+	}
+	if !found {
+		return unverified("the %s header has no v1= signature", HeaderSignature)
+	}
+	return unverified("the %s does not match: the secret differs from the sender's, or the request was altered", HeaderSignature)
+}
+
+func unverified(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrUnverified}, args...)...)
+}
+
+// sign returns the lowercase hex v1 signature of a request.
+func sign(secret []byte, timestamp, id, topic string, body []byte) string {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(timestamp + "\n" + id + "\n" + topic + "\n"))
+	mac.Write(body)
+	return hex.EncodeToString(mac.Sum(nil))
+}

@@ -1,0 +1,228 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+var (
+	_ idem.Sink            = (*WebhookSink)(nil)
+	_ idem.FeatureReporter = (*WebhookSink)(nil)
+)
+
+// Headers of a webhook request; see the package documentation.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderTopic          = "Idem-Topic"
+	HeaderPrefix         = "Idem-Header-"
+	HeaderTimestamp      = "Idem-Timestamp"
+	HeaderSignature      = "Idem-Signature"
+)
+
+// DefaultWebhookTimeout bounds one webhook request when WebhookConfig.Timeout is 0.
+const DefaultWebhookTimeout = 10 * time.Second
+
+const backend = "webhook"
+
+// WebhookConfig configures a WebhookSink. URL and Secret are required.
+type WebhookConfig struct {
+	// URL receives one POST per message. It must be http:// or https:// (use https
+	// beyond a trusted network: the signature authenticates, it does not encrypt).
+	URL string
+	// Secret keys the HMAC-SHA256 signature of every request; the receiver verifies
+	// it with the same secret (VerifyWebhook). Use at least 32 random bytes.
+	Secret []byte
+	// Client sends the requests. Nil means a client that does not follow
+	// redirects: a 301 or 302 would turn the POST into a GET without the body, so a
+	// redirect counts as a failed delivery naming its status.
+	Client *http.Client
+	// Timeout bounds each request, response included. 0 means DefaultWebhookTimeout.
+	Timeout time.Duration
+}
+
+func (cfg WebhookConfig) withDefaults() (WebhookConfig, error) {
+	u, err := url.Parse(cfg.URL)
+	switch {
+	case cfg.URL == "":
+		return cfg, &idem.InputError{Field: "WebhookConfig.URL", Reason: "is empty", Fix: "set the receiver's endpoint, such as https://example.com/hooks/orders"}
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return cfg, &idem.InputError{Field: "WebhookConfig.URL", Reason: fmt.Sprintf("is not an http:// or https:// URL with a host (got %q)", redact(cfg.URL)),
+			Fix: "use a URL such as https://example.com/hooks/orders"}
+	case len(cfg.Secret) == 0:
+		return cfg, &idem.InputError{Field: "WebhookConfig.Secret", Reason: "is empty",
+			Fix: "set a random secret of at least 32 bytes, shared with the receiver: anyone who can reach the URL could forge unsigned webhooks"}
+	case cfg.Timeout < 0:
+		return cfg, &idem.InputError{Field: "WebhookConfig.Timeout", Reason: fmt.Sprintf("is negative (got %v)", cfg.Timeout),
+			Fix: "use 0 for 10s, or how long the receiver may take to answer"}
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultWebhookTimeout
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	return cfg, nil
+}
+
+// WebhookSink is an idem.Sink that POSTs each message to a URL, signed, with its ID
+// as the Idempotency-Key (see the package documentation for the request). It is
+// safe for concurrent use.
+type WebhookSink struct {
+	cfg    WebhookConfig
+	url    string // redacted, for errors
+	secret []byte
+	now    func() time.Time
+}
+
+// NewWebhookSink returns a sink posting to cfg.URL.
+func NewWebhookSink(cfg WebhookConfig) (*WebhookSink, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &WebhookSink{cfg: cfg, url: redact(cfg.URL), secret: bytes.Clone(cfg.Secret), now: time.Now}, nil
+}
+
+// Features: no dedup in the transport (the receiver dedups by Idempotency-Key), and
+// messages are delivered one after another in publish order.
+func (s *WebhookSink) Features() idem.Features {
+	return idem.Features{Dedup: false, OrderedPerKey: true}
+}
+
+// Publish validates every message first (nothing is sent if one is bad), then POSTs
+// them one at a time, in order, each after the previous one was answered with a
+// 2xx. It stops at the first failure, a *idem.BackendError naming the message and
+// the status or network error: the messages before it were delivered, the ones
+// after it were not sent. Sending the batch again is safe; the receiver drops what
+// it already processed by Idempotency-Key.
+func (s *WebhookSink) Publish(ctx context.Context, msgs ...idem.Message) error {
+	for i, m := range msgs {
+		if err := validate(m); err != nil {
+			if len(msgs) > 1 {
+				return fmt.Errorf("message %d of the batch: %w", i, err)
+			}
+			return err
+		}
+	}
+	for i, m := range msgs {
+		if err := s.post(ctx, m); err != nil {
+			return &idem.BackendError{Backend: backend, Op: "publish",
+				Err: fmt.Errorf("message %q (%d of %d): %w", m.ID, i+1, len(msgs), err)}
+		}
+	}
+	return nil
+}
+
+// post delivers one message.
+func (s *WebhookSink) post(ctx context.Context, m idem.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL, bytes.NewReader(m.Payload))
+	if err != nil {
+		return err
+	}
+	ts := strconv.FormatInt(s.now().Unix(), 10)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	for k, v := range m.Headers {
+		req.Header.Set(HeaderPrefix+k, v)
+		if http.CanonicalHeaderKey(k) == "Content-Type" {
+			req.Header.Set("Content-Type", v)
+		}
+	}
+	req.Header.Set(HeaderIdempotencyKey, m.ID)
+	req.Header.Set(HeaderTopic, m.Topic)
+	req.Header.Set(HeaderTimestamp, ts)
+	req.Header.Set(HeaderSignature, "v1="+sign(s.secret, ts, m.ID, m.Topic, m.Payload))
+	resp, err := s.cfg.Client.Do(req)
+	if err != nil {
+		return err // a *url.Error naming the URL (without its password)
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	return fmt.Errorf("POST %s: status %s%s", s.url, resp.Status, bodyNote(snippet))
+}
+
+// bodyNote quotes the start of an error response, which usually says what is wrong.
+func bodyNote(b []byte) string {
+	text := strings.TrimSpace(strings.ToValidUTF8(string(b), "?"))
+	if text == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (response %q)", text)
+}
+
+// validate checks what an HTTP request can carry beyond idem.Message.Validate: the
+// topic and headers become header values, and header names become part of names.
+func validate(m idem.Message) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	if i := badValue(m.Topic); i >= 0 {
+		return &idem.InputError{Field: "Message.Topic", Reason: fmt.Sprintf("has a control character at byte %d", i),
+			Fix: "it travels in the Idem-Topic header: use printable characters"}
+	}
+	seen := make(map[string]string, len(m.Headers))
+	for k, v := range m.Headers {
+		if !isToken(k) {
+			return &idem.InputError{Field: "Message.Headers", Reason: fmt.Sprintf("has the name %q, which is not an HTTP header name", k),
+				Fix: "use letters, digits and !#$%&'*+-.^_`|~ only"}
+		}
+		if i := badValue(v); i >= 0 {
+			return &idem.InputError{Field: "Message.Headers[" + strconv.Quote(k) + "]", Reason: fmt.Sprintf("has a control character at byte %d", i),
+				Fix: "HTTP header values cannot hold line breaks or control characters; encode the value"}
+		}
+		c := http.CanonicalHeaderKey(k)
+		if other, dup := seen[c]; dup {
+			return &idem.InputError{Field: "Message.Headers", Reason: fmt.Sprintf("has both %q and %q, one HTTP header", other, k),
+				Fix: "HTTP header names are case-insensitive: keep one"}
+		}
+		seen[c] = k
+	}
+	return nil
+}
+
+// badValue returns the index of the first byte an HTTP header value cannot hold, or -1.
+func badValue(s string) int {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return i
+		}
+	}
+	return -1
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110), as header names must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// redact hides a password in a URL.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,301 @@
+package idemhttp_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/internal/testsvc"
+)
+
+var secret = []byte("0123456789abcdef0123456789abcdef")
+
+// received is one request as the receiver saw it.
+type received struct {
+	req  *http.Request
+	body []byte
+}
+
+// receiver is an httptest server that records requests and answers each with the
+// status status returns (200 when nil).
+type receiver struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	got    []received
+	status func(r *http.Request, n int) int
+}
+
+func newReceiver(t *testing.T, status func(r *http.Request, n int) int) *receiver {
+	t.Helper()
+	rc := &receiver{status: status}
+	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rc.mu.Lock()
+		rc.got = append(rc.got, received{req: r, body: body})
+		n := len(rc.got)
+		rc.mu.Unlock()
+		code := http.StatusOK
+		if rc.status != nil {
+			code = rc.status(r, n)
+		}
+		w.WriteHeader(code)
+		if code >= 300 {
+			_, _ = io.WriteString(w, "try later")
+		}
+	}))
+	t.Cleanup(rc.srv.Close)
+	return rc
+}
+
+func (rc *receiver) requests() []received {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]received(nil), rc.got...)
+}
+
+func (rc *receiver) sink(t *testing.T) *idemhttp.WebhookSink {
+	t.Helper()
+	s, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: rc.srv.URL + "/hooks", Secret: secret})
+	if err != nil {
+		t.Fatalf("NewWebhookSink: %v", err)
+	}
+	return s
+}
+
+// signV1 computes the signature from the package documentation, independently of
+// the package's own code.
+func signV1(key []byte, ts, id, topic string, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(ts + "\n" + id + "\n" + topic + "\n" + string(body)))
+	return "v1=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+func TestWebhookHeadersAndSignature(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	msgs := []idem.Message{
+		{ID: "order-1.created", Topic: "orders.created", Payload: []byte(`{"total":42}`),
+			Headers: map[string]string{"Content-Type": "application/json", "trace_id": "t-1"}},
+		{ID: "order-2.created", Topic: "orders.created", Payload: []byte{0, 1, 2}},
+	}
+	if err := rc.sink(t).Publish(context.Background(), msgs...); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	got := rc.requests()
+	if len(got) != 2 {
+		t.Fatalf("receiver got %d requests, want 2", len(got))
+	}
+	for i, g := range got {
+		m, h := msgs[i], g.req.Header
+		if g.req.Method != http.MethodPost || g.req.URL.Path != "/hooks" || string(g.body) != string(m.Payload) {
+			t.Errorf("request %d: %s %s body %q, want POST /hooks body %q", i, g.req.Method, g.req.URL.Path, g.body, m.Payload)
+		}
+		if h.Get("Idempotency-Key") != m.ID || h.Get("Idem-Topic") != m.Topic {
+			t.Errorf("request %d: Idempotency-Key %q, Idem-Topic %q; want %q, %q", i, h.Get("Idempotency-Key"), h.Get("Idem-Topic"), m.ID, m.Topic)
+		}
+		if err := idemhttp.VerifyWebhook(secret, g.req, g.body, time.Minute); err != nil {
+			t.Errorf("request %d: VerifyWebhook: %v", i, err)
+		}
+		if want := signV1(secret, h.Get("Idem-Timestamp"), m.ID, m.Topic, m.Payload); h.Get("Idem-Signature") != want {
+			t.Errorf("request %d: Idem-Signature %q, want the documented %q", i, h.Get("Idem-Signature"), want)
+		}
+		ts, err := strconv.ParseInt(h.Get("Idem-Timestamp"), 10, 64)
+		if err != nil || time.Since(time.Unix(ts, 0)).Abs() > time.Minute {
+			t.Errorf("request %d: Idem-Timestamp %q is not the current Unix time", i, h.Get("Idem-Timestamp"))
+		}
+	}
+	h0, h1 := got[0].req.Header, got[1].req.Header
+	if h0.Get("Content-Type") != "application/json" || h0.Get("Idem-Header-Trace_id") != "t-1" || h0.Get("Idem-Header-Content-Type") != "application/json" {
+		t.Errorf("message headers not carried: %v", h0)
+	}
+	if h1.Get("Content-Type") != "application/octet-stream" {
+		t.Errorf("Content-Type without a header = %q, want application/octet-stream", h1.Get("Content-Type"))
+	}
+}
+
+func TestWebhookStopsAtFirstFailure(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, func(r *http.Request, _ int) int {
+		if r.Header.Get("Idempotency-Key") == "b" {
+			return http.StatusInternalServerError
+		}
+		return http.StatusNoContent
+	})
+	err := rc.sink(t).Publish(context.Background(),
+		idem.Message{ID: "a", Topic: "t"}, idem.Message{ID: "b", Topic: "t"}, idem.Message{ID: "c", Topic: "t"})
+	var be *idem.BackendError
+	if !errors.As(err, &be) || be.Backend != "webhook" || be.Op != "publish" || !idem.IsRetryable(err) {
+		t.Fatalf("Publish = %v, want a retryable *idem.BackendError{Backend: webhook, Op: publish}", err)
+	}
+	for _, want := range []string{`"b"`, "2 of 3", "500", "try later"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if got := rc.requests(); len(got) != 2 || got[1].req.Header.Get("Idempotency-Key") != "b" {
+		t.Fatalf("receiver got %d requests, want a then b and nothing after the failure", len(got))
+	}
+}
+
+func TestWebhookVerificationRefusesForgeries(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	m := idem.Message{ID: "pay-7", Topic: "payments", Payload: []byte(`{"amount":100}`)}
+	if err := rc.sink(t).Publish(context.Background(), m); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	g := rc.requests()[0]
+	with := func(name, value string) *http.Request {
+		r := g.req.Clone(context.Background())
+		r.Header.Set(name, value)
+		return r
+	}
+	old := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
+	for _, c := range []struct {
+		name string
+		key  []byte
+		req  *http.Request
+		body []byte
+	}{
+		{"tampered body", secret, g.req, []byte(`{"amount":999}`)},
+		{"other topic", secret, with("Idem-Topic", "refunds"), g.body},
+		{"other key", secret, with("Idempotency-Key", "pay-8"), g.body},
+		{"wrong secret", []byte("not the secret"), g.req, g.body},
+		{"no signature", secret, with("Idem-Signature", ""), g.body},
+		{"no timestamp", secret, with("Idem-Timestamp", ""), g.body},
+		{"old timestamp, correctly signed", secret, func() *http.Request {
+			r := with("Idem-Timestamp", old)
+			r.Header.Set("Idem-Signature", signV1(secret, old, m.ID, m.Topic, m.Payload))
+			return r
+		}(), g.body},
+	} {
+		if err := idemhttp.VerifyWebhook(c.key, c.req, c.body, time.Minute); !errors.Is(err, idemhttp.ErrUnverified) {
+			t.Errorf("%s: VerifyWebhook = %v, want ErrUnverified", c.name, err)
+		}
+	}
+	// Rotation: any one matching v1= value verifies.
+	rot := with("Idem-Signature", "v1=00ff, "+g.req.Header.Get("Idem-Signature"))
+	if err := idemhttp.VerifyWebhook(secret, rot, g.body, 0); err != nil {
+		t.Errorf("two signatures, the second right: %v", err)
+	}
+	if err := idemhttp.VerifyWebhook(nil, g.req, g.body, 0); !errors.Is(err, idem.ErrInvalid) {
+		t.Errorf("empty secret: %v, want an *idem.InputError", err)
+	}
+}
+
+// The relay retries a failed batch: every attempt of a message carries its ID.
+func TestWebhookRetryKeepsIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, func(_ *http.Request, n int) int {
+		if n == 1 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	s, m := rc.sink(t), idem.Message{ID: "mail-9", Topic: "mail", Payload: []byte("hi")}
+	if err := s.Publish(context.Background(), m); !idem.IsRetryable(err) {
+		t.Fatalf("first attempt: %v, want a retryable error", err)
+	}
+	if err := s.Publish(context.Background(), m); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	got := rc.requests()
+	if len(got) != 2 {
+		t.Fatalf("receiver got %d requests, want 2", len(got))
+	}
+	for i, g := range got {
+		if k := g.req.Header.Get("Idempotency-Key"); k != m.ID {
+			t.Errorf("attempt %d: Idempotency-Key %q, want %q", i+1, k, m.ID)
+		}
+		if err := idemhttp.VerifyWebhook(secret, g.req, g.body, 0); err != nil {
+			t.Errorf("attempt %d: %v", i+1, err)
+		}
+	}
+}
+
+func TestWebhookFailures(t *testing.T) {
+	t.Parallel()
+	redirect := newReceiver(t, func(*http.Request, int) int { return http.StatusFound })
+	m := idem.Message{ID: "k", Topic: "t"}
+	if err := redirect.sink(t).Publish(context.Background(), m); err == nil || !strings.Contains(err.Error(), "302") {
+		t.Errorf("302: Publish = %v, want a failure naming the status (redirects are not followed)", err)
+	}
+
+	down, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: "http://" + testsvc.ClosedAddr(t) + "/", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := down.Publish(context.Background(), m); !idem.IsRetryable(err) || !strings.Contains(err.Error(), `"k"`) {
+		t.Errorf("connection refused: Publish = %v, want a retryable error naming the message", err)
+	}
+
+	ok := newReceiver(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := ok.sink(t).Publish(ctx, m); err == nil || idem.IsRetryable(err) {
+		t.Errorf("cancelled ctx: Publish = %v, want a final error", err)
+	}
+
+	// A bad message anywhere in the batch: nothing is sent.
+	for _, bad := range []idem.Message{
+		{ID: "", Topic: "t"},
+		{ID: "k", Topic: "t\r\nX-Evil: 1"},
+		{ID: "k", Topic: "t", Headers: map[string]string{"bad name": "v"}},
+		{ID: "k", Topic: "t", Headers: map[string]string{"h": "line\nbreak"}},
+		{ID: "k", Topic: "t", Headers: map[string]string{"h": "1", "H": "2"}},
+	} {
+		if err := ok.sink(t).Publish(context.Background(), m, bad); !errors.Is(err, idem.ErrInvalid) {
+			t.Errorf("bad message %+v: Publish = %v, want an *idem.InputError", bad, err)
+		}
+	}
+	if n := len(ok.requests()); n != 0 {
+		t.Errorf("receiver got %d requests from refused batches, want 0", n)
+	}
+}
+
+func TestWebhookConfig(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cfg   idemhttp.WebhookConfig
+		field string
+	}{
+		{idemhttp.WebhookConfig{Secret: secret}, "WebhookConfig.URL"},
+		{idemhttp.WebhookConfig{URL: "ftp://example.com/x", Secret: secret}, "WebhookConfig.URL"},
+		{idemhttp.WebhookConfig{URL: "https:///x", Secret: secret}, "WebhookConfig.URL"},
+		{idemhttp.WebhookConfig{URL: "https://example.com/x"}, "WebhookConfig.Secret"},
+		{idemhttp.WebhookConfig{URL: "https://example.com/x", Secret: secret, Timeout: -1}, "WebhookConfig.Timeout"},
+	} {
+		_, err := idemhttp.NewWebhookSink(c.cfg)
+		var ie *idem.InputError
+		if !errors.As(err, &ie) || ie.Field != c.field {
+			t.Errorf("%+v: err %v, want an *idem.InputError on %s", c.cfg, err, c.field)
+		}
+	}
+	_, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: "https://example.com/x"})
+	if err == nil || !strings.Contains(err.Error(), "forge") {
+		t.Errorf("empty secret: %v, want an error saying why a secret is needed", err)
+	}
+	_, err = idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: "ftp://user:hunter2@example.com/", Secret: secret})
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("bad URL with a password: %v, want an error that hides the password", err)
+	}
+	s, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: "https://example.com/x", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := s.Features(); f.Dedup || !f.OrderedPerKey {
+		t.Errorf("Features = %+v, want no dedup, ordered", f)
+	}
+}
