@@ -59,7 +59,7 @@ var commands = []command{
 	{"verify", "run an exactly-once flow under injected faults and prove nothing was lost or doubled", (*Main).runVerify},
 	{"bench", "measure store throughput beside raw baselines (SET NX, INSERT … ON CONFLICT)", (*Main).runBench},
 	{"serve", "HTTP Idempotency-Key gateway in front of an upstream (planned: issue #3)", (*Main).runServe},
-	{"relay", "transactional outbox relay to a broker (planned: issue #5)", (*Main).runRelay},
+	{"relay", "publish the transactional outbox to NATS, Kafka, Redis, RabbitMQ or a webhook", (*Main).runRelay},
 }
 
 // Run executes the command named by args[0].

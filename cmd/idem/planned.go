@@ -5,15 +5,11 @@ import (
 	"fmt"
 )
 
-// serve and relay are named in --help so the CLI's shape is visible; they are built
-// by their own issues and until then say so plainly instead of pretending to run.
+// serve is named in --help so the CLI's shape is visible; it is built by its own
+// issue and until then says so plainly instead of pretending to run.
 
 func (m *Main) runServe(ctx context.Context, args []string) error {
 	return notYet("serve", "the HTTP idempotency gateway (issue #3)", args)
-}
-
-func (m *Main) runRelay(ctx context.Context, args []string) error {
-	return notYet("relay", "the outbox relay (issue #5)", args)
 }
 
 func notYet(name, what string, _ []string) error {

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/outbox"
+)
+
+// relayOptions are the flags of idem relay.
+type relayOptions struct {
+	db, sink, listen         string
+	batch, maxAttempts       int
+	poll, retention          time.Duration
+	natsStream, natsSubjects string
+	amqpExchange             string
+	amqpMandatory            bool
+	webhookSecret            string
+	webhookTimeout           time.Duration
+	schema                   bool
+}
+
+const relaySynopsis = `Publishes the transactional outbox (the table idem_outbox, written by
+outbox.Enqueue or by any service that follows the contract printed by --schema)
+to a broker or a webhook, and marks what it published. Every message carries its
+ID as the broker's dedup id or the webhook's Idempotency-Key, so the copies that a
+crash or a retry produces are dropped downstream.
+
+Databases (--db):
+  postgres://user:pass@host:5432/db   several relays may share it; woken by LISTEN/NOTIFY
+  sqlite:PATH                          an existing file; run one relay per file
+
+Sinks (--sink):
+  nats://host:4222                     JetStream. The topics must belong to a stream:
+                                       create it, or pass --nats-stream and --nats-subjects
+  kafka://host:9092[,host:9092]        Kafka (idempotent producer, acks=all)
+  redis://host:6379[/db]               Redis Streams, one stream per topic
+  amqp://user:pass@host:5672/[vhost]   RabbitMQ, default exchange unless --amqp-exchange
+  https://host/path                    webhook, signed with $IDEM_WEBHOOK_SECRET
+
+HTTP (--listen): /metrics for Prometheus and /healthz, 200 while the database
+answers or publications succeed within 3 poll intervals, 503 otherwise.
+SIGINT or SIGTERM stops the relay; unfinished publications are redone by the next.`
+
+func (m *Main) runRelay(ctx context.Context, args []string) error {
+	fs := m.newFlagSet("relay", relaySynopsis)
+	o := &relayOptions{}
+	fs.StringVar(&o.db, "db", "", "the outbox's database: postgres://… or sqlite:PATH  [$IDEM_DB]")
+	fs.StringVar(&o.sink, "sink", "", "where to publish: nats://, kafka://, redis://, amqp:// or https:// (webhook)  [$IDEM_SINK]")
+	fs.StringVar(&o.listen, "listen", ":9464", "address of /metrics and /healthz; empty for none")
+	fs.IntVar(&o.batch, "batch", 100, "messages published per round, 1 to 10000")
+	fs.DurationVar(&o.poll, "poll", time.Second, "how often to look for messages without a wake-up")
+	fs.IntVar(&o.maxAttempts, "max-attempts", 10, "failed publications after which a message is parked")
+	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "how long published messages stay in the table")
+	fs.StringVar(&o.natsStream, "nats-stream", "", "create or update this JetStream stream at start (with --nats-subjects)")
+	fs.StringVar(&o.natsSubjects, "nats-subjects", "", "comma-separated subjects of --nats-stream, such as 'orders.>' (default: the stream's name)")
+	fs.StringVar(&o.amqpExchange, "amqp-exchange", "", "RabbitMQ exchange to publish to, with the topic as routing key (default: the default exchange)")
+	fs.BoolVar(&o.amqpMandatory, "amqp-mandatory", true, "fail (and retry, then park) messages no RabbitMQ queue is bound to, instead of losing them")
+	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "HMAC secret of webhook signatures; prefer the environment  [$IDEM_WEBHOOK_SECRET]")
+	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "time limit of one webhook request")
+	fs.BoolVar(&o.schema, "schema", false, "print the outbox table and the insert contract for services in other languages, and exit")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	// The environment is read after parsing so that --help never prints a secret.
+	o.db = cmp.Or(o.db, os.Getenv("IDEM_DB"))
+	o.sink = cmp.Or(o.sink, os.Getenv("IDEM_SINK"))
+	o.webhookSecret = cmp.Or(o.webhookSecret, os.Getenv("IDEM_WEBHOOK_SECRET"))
+	if o.schema {
+		printSchema(m.Stdout, dialectOf(o.db))
+		return nil
+	}
+	db, sink, err := o.check()
+	if err != nil {
+		return usageErr(fs, "%v", err)
+	}
+	return m.relay(ctx, o, db, sink)
+}
+
+// check validates the flags before anything connects; its errors name the flag.
+func (o *relayOptions) check() (dbSpec, sinkSpec, error) {
+	switch {
+	case o.db == "":
+		return dbSpec{}, sinkSpec{}, errors.New("--db is required: pass postgres://user@host:5432/db or sqlite:PATH (or set $IDEM_DB)")
+	case o.sink == "":
+		return dbSpec{}, sinkSpec{}, errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
+	case o.batch < 1 || o.batch > 10_000:
+		return dbSpec{}, sinkSpec{}, fmt.Errorf("--batch must be 1 to 10000 (got %d)", o.batch)
+	case o.poll <= 0:
+		return dbSpec{}, sinkSpec{}, fmt.Errorf("--poll must be positive, such as 1s (got %v)", o.poll)
+	case o.maxAttempts < 1:
+		return dbSpec{}, sinkSpec{}, fmt.Errorf("--max-attempts must be at least 1 (got %d)", o.maxAttempts)
+	case o.retention <= 0:
+		return dbSpec{}, sinkSpec{}, fmt.Errorf("--retention must be positive, such as 168h (got %v)", o.retention)
+	case o.webhookTimeout <= 0:
+		return dbSpec{}, sinkSpec{}, fmt.Errorf("--webhook-timeout must be positive, such as 10s (got %v)", o.webhookTimeout)
+	}
+	db, err := parseDB(o.db)
+	if err != nil {
+		return db, sinkSpec{}, err
+	}
+	sink, err := parseSink(o.sink, o)
+	return db, sink, err
+}
+
+// dbSpec is a --db URL, checked without connecting.
+type dbSpec struct {
+	dialect string // "postgres" or "sqlite"
+	raw     string
+	path    string // sqlite
+	desc    string
+}
+
+func dialectOf(raw string) string {
+	switch {
+	case strings.HasPrefix(raw, "sqlite:"):
+		return "sqlite"
+	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		return "postgres"
+	}
+	return ""
+}
+
+func parseDB(raw string) (dbSpec, error) {
+	d := dbSpec{dialect: dialectOf(raw), raw: raw, desc: redactURL(raw)}
+	switch d.dialect {
+	case "sqlite":
+		d.path = strings.TrimPrefix(raw, "sqlite:")
+		if d.path == "" {
+			return d, errors.New("--db sqlite: needs the path of the service's database, such as sqlite:./app.db")
+		}
+		if _, err := os.Stat(d.path); err != nil {
+			return d, fmt.Errorf("--db %s: %v: pass the SQLite file the service writes its outbox to", raw, err)
+		}
+	case "postgres":
+		cfg, err := pgxpool.ParseConfig(raw)
+		if err != nil {
+			return d, fmt.Errorf("--db: %v: use postgres://user:pass@host:5432/db", err)
+		}
+		d.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	default:
+		return d, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db or sqlite:PATH", redactURL(raw))
+	}
+	return d, nil
+}
+
+// relay runs the relay until ctx ends, then stops it, the HTTP server and the
+// connections, in that order.
+func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpec) error {
+	log := slog.New(slog.NewTextHandler(m.Stderr, nil))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := outbox.RelayConfig{BatchSize: o.batch, PollInterval: o.poll, MaxAttempts: o.maxAttempts,
+		Retention: o.retention, Registerer: reg, Logger: log}
+
+	sink, closeSink, err := ss.open(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer closeSink()
+	h := newHealth(3 * o.poll)
+	tracked := trackedSink{Sink: sink, h: h}
+
+	var run, ping func(context.Context) error
+	switch db.dialect {
+	case "postgres":
+		pool, err := pgxpool.New(ctx, db.raw)
+		if err == nil {
+			err = pool.Ping(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("--db %s: connect: %w", db.desc, err)
+		}
+		defer pool.Close()
+		ob, err := outbox.New(ctx, idempg.TxDB(pool))
+		if err != nil {
+			return fmt.Errorf("--db %s: %w", db.desc, err)
+		}
+		n := idempg.NewNotifier(pool, idempg.DefaultChannel)
+		defer n.Close()
+		// Listen before the first round: every commit after it wakes the relay, and
+		// every commit before it is seen by that round.
+		if err := n.Listen(ctx); err != nil {
+			return fmt.Errorf("--db %s: %w", db.desc, err)
+		}
+		cfg.Notifier = n
+		r, err := ob.Relay(tracked, cfg)
+		if err != nil {
+			return err
+		}
+		run, ping = r.Run, pool.Ping
+	case "sqlite":
+		sdb, err := sql.Open("sqlite", sqliteDSN(db.path))
+		if err != nil {
+			return fmt.Errorf("--db %s: %w", db.desc, err)
+		}
+		defer sdb.Close()
+		txdb, err := idem.SQLDB(ctx, sdb)
+		if err != nil {
+			return fmt.Errorf("--db %s: %w", db.desc, err)
+		}
+		ob, err := outbox.New(ctx, txdb)
+		if err != nil {
+			return fmt.Errorf("--db %s: %w", db.desc, err)
+		}
+		r, err := ob.Relay(tracked, cfg)
+		if err != nil {
+			return err
+		}
+		run, ping = r.Run, sdb.PingContext
+	}
+	return m.serveRelay(ctx, o, h, reg, run, ping, fmt.Sprintf("%s → %s", db.desc, ss.desc))
+}
+
+// sqliteDSN opens path as idemsqlite does: WAL so the service's writes and the
+// relay's reads do not block each other, a busy timeout, immediate transactions.
+func sqliteDSN(path string) string {
+	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	return "file:" + esc + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_txlock=immediate"
+}
+
+// serveRelay runs the relay, the database pinger and the HTTP server until ctx
+// ends or the server fails.
+func (m *Main) serveRelay(ctx context.Context, o *relayOptions, h *health, reg *prometheus.Registry,
+	run, ping func(context.Context) error, what string) error {
+	var srv *http.Server
+	srvErr := make(chan error, 1)
+	if o.listen != "" {
+		ln, err := net.Listen("tcp", o.listen)
+		if err != nil {
+			return fmt.Errorf("--listen %s: %w", o.listen, err)
+		}
+		srv = &http.Server{Handler: relayHandler(reg, h), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				srvErr <- fmt.Errorf("--listen %s: %w", o.listen, err)
+			}
+		}()
+		fmt.Fprintf(m.Stderr, "idem relay: listening on %s (/metrics, /healthz)\n", ln.Addr())
+	}
+	fmt.Fprintf(m.Stderr, "idem relay: relaying %s (batch %d, poll %v)\n", what, o.batch, o.poll)
+
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Go(func() { h.pingEvery(rctx, o.poll, ping) })
+	relayErr := make(chan error, 1)
+	go func() { relayErr <- run(rctx) }()
+
+	var err error
+	select {
+	case <-ctx.Done():
+		err = <-relayErr
+	case err = <-srvErr:
+		stop()
+		<-relayErr
+	case err = <-relayErr:
+	}
+	stop()
+	wg.Wait()
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		err = nil // a requested stop
+	}
+	if err == nil {
+		fmt.Fprintln(m.Stderr, "idem relay: stopped")
+	}
+	return err
+}

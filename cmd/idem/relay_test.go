@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/idemhq/idem/outbox"
+)
+
+// syncBuffer is an io.Writer the relay's goroutines and the test share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runningRelay is `idem relay` running in a goroutine.
+type runningRelay struct {
+	addr   string // of /metrics and /healthz
+	stderr *syncBuffer
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned err
+	err    error
+}
+
+var listeningRE = regexp.MustCompile(`idem relay: listening on (\S+)`)
+
+// startRelay runs `idem relay args… --listen 127.0.0.1:0` and returns once it serves HTTP.
+func startRelay(t *testing.T, args ...string) *runningRelay {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runningRelay{stderr: &syncBuffer{}, cancel: cancel, done: make(chan struct{})}
+	args = append([]string{"relay", "--listen", "127.0.0.1:0"}, args...)
+	go func() {
+		defer close(r.done)
+		r.err = NewMain(io.Discard, r.stderr).Run(ctx, args)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(30 * time.Second):
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := listeningRE.FindStringSubmatch(r.stderr.String()); m != nil {
+			r.addr = m[1]
+			return r
+		}
+		select {
+		case <-r.done:
+			t.Fatalf("relay %v exited: %v\n%s", args, r.err, r.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("relay did not listen within 30s:\n%s", r.stderr)
+	return nil
+}
+
+// stop cancels the relay as SIGINT would and checks it exits cleanly.
+func (r *runningRelay) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case <-r.done:
+		if r.err != nil {
+			t.Fatalf("relay stopped with %v, want nil\n%s", r.err, r.stderr)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("relay did not stop within 15s of its cancellation\n%s", r.stderr)
+	}
+}
+
+func (r *runningRelay) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + r.addr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// checkHTTP asserts /healthz is 200 and /metrics reports want publications.
+func (r *runningRelay) checkHTTP(t *testing.T, want int) {
+	t.Helper()
+	if code, body := r.get(t, "/healthz"); code != http.StatusOK || !strings.HasPrefix(body, "ok") {
+		t.Errorf("/healthz = %d %q, want 200 ok", code, body)
+	}
+	line := fmt.Sprintf("idem_relay_published_total %d\n", want)
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, body = r.get(t, "/metrics"); strings.Contains(body, line) {
+			return
+		}
+	}
+	t.Errorf("/metrics lacks %q:\n%s", line, body)
+}
+
+// streamMessages waits until stream holds n messages and returns them in order.
+func streamMessages(t *testing.T, js jetstream.JetStream, stream string, n int) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		st, err := js.Stream(ctx, stream)
+		if err == nil {
+			var info *jetstream.StreamInfo
+			if info, err = st.Info(ctx); err == nil && info.State.Msgs >= uint64(n) {
+				out := make([]*jetstream.RawStreamMsg, 0, n)
+				for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+					m, err := st.GetMsg(ctx, seq)
+					if err != nil {
+						t.Fatalf("GetMsg %d: %v", seq, err)
+					}
+					out = append(out, m)
+				}
+				return out
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stream %s did not receive %d messages: %v", stream, n, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func checkIDs(t *testing.T, got []*jetstream.RawStreamMsg, want ...string) {
+	t.Helper()
+	ids := make([]string, len(got))
+	for i, m := range got {
+		ids[i] = m.Header.Get(nats.MsgIdHdr)
+	}
+	if strings.Join(ids, ",") != strings.Join(want, ",") {
+		t.Fatalf("stream holds %v, want %v", ids, want)
+	}
+}
+
+func msg(subject, id string) idem.Message {
+	return idem.Message{ID: id, Topic: subject, Payload: []byte("payload of " + id)}
+}
+
+// sqliteOutbox creates a service's SQLite database with an outbox, and returns its
+// path, the database, and a function that enqueues messages to topic in one tx.
+func sqliteOutbox(t *testing.T, topic string) (string, *sql.DB, func(ids ...string)) {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "app.db")
+	db, err := sql.Open("sqlite", sqliteDSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	txdb, err := idem.SQLDB(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := outbox.New(ctx, txdb)
+	if err != nil {
+		t.Fatalf("outbox.New: %v", err)
+	}
+	return path, db, func(ids ...string) {
+		t.Helper()
+		err := txdb.InTx(ctx, func(tx *sql.Tx) error {
+			for _, id := range ids {
+				if _, err := ob.Enqueue(ctx, tx, msg(topic, id)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("enqueue: %v", err)
+		}
+	}
+}
+
+// A service on SQLite, the relay publishing to the embedded NATS server; one row is
+// written by hand, as a service in another language would, following --schema.
+func TestRelaySQLiteToNATS(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("StartServer: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	stream, subject := testsvc.UniqueName("RELAYTEST_"), testsvc.UniqueName("relaytest.")
+	path, db, enqueue := sqliteOutbox(t, subject+".orders")
+	enqueue("a", "b")
+	h := fnv.New32a()
+	h.Write([]byte("by-hand"))
+	now := time.Now().UnixMilli()
+	if _, err := db.ExecContext(ctx, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`, "by-hand", subject+".orders", "", h.Sum32()%64, `{"k":"v"}`, []byte("raw"), now); err != nil {
+		t.Fatalf("insert by the contract: %v", err)
+	}
+
+	r := startRelay(t, "--db", "sqlite:"+path, "--sink", srv.ClientURL(),
+		"--nats-stream", stream, "--nats-subjects", subject+".>", "--poll", "50ms")
+	enqueue("c")
+
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := streamMessages(t, js, stream, 4)
+	checkIDs(t, got, "a", "b", "by-hand", "c")
+	if string(got[2].Data) != "raw" || got[2].Header.Get("k") != "v" {
+		t.Errorf("hand-written row arrived as %q with headers %v", got[2].Data, got[2].Header)
+	}
+	r.checkHTTP(t, 4)
+	r.stop(t)
+}
+
+func natsURL() string { return envOr("IDEM_TEST_NATS_URL", "nats://127.0.0.1:4222") }
+
+// A service on Postgres, the relay publishing to a NATS server. The poll interval is
+// long, so the messages arriving at once shows the relay was woken by NOTIFY.
+func TestRelayPostgresToNATS(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u, err := url.Parse(natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsvc.Reach(t, "nats", u.Host)
+	cs, _ := testsvc.PostgresSchema(t)
+	pool, err := pgxpool.New(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ob, err := outbox.New(ctx, idempg.TxDB(pool))
+	if err != nil {
+		t.Fatalf("outbox.New: %v", err)
+	}
+	nc, err := nats.Connect(natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, subject := testsvc.UniqueName("RELAYTEST_"), testsvc.UniqueName("relaytest.")
+	if _, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: stream, Subjects: []string{subject + ".>"},
+		Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatalf("EnsureStream: %v", err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+
+	r := startRelay(t, "--db", cs, "--sink", natsURL(), "--poll", "1m")
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.Enqueue(ctx, tx, msg(subject+".orders", "p1"), msg(subject+".orders", "p2"), msg(subject+".orders", "p3"))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("relay output:\n%s", r.stderr)
+		}
+	})
+	checkIDs(t, streamMessages(t, js, stream, 3), "p1", "p2", "p3")
+	r.checkHTTP(t, 3)
+	r.stop(t)
+}
+
+// Flag errors exit with errUsage (exit status 2) and name the flag and the fix.
+func TestRelayFlagErrors(t *testing.T) {
+	for _, env := range []string{"IDEM_DB", "IDEM_SINK", "IDEM_WEBHOOK_SECRET"} {
+		t.Setenv(env, "")
+	}
+	file := filepath.Join(t.TempDir(), "app.db")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, sink := "sqlite:"+file, "nats://127.0.0.1:4222"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--sink", sink}, "--db is required"},
+		{[]string{"--db", db}, "--sink is required"},
+		{[]string{"--db", "mysql://h/db", "--sink", sink}, "--db \"mysql://h/db\": unknown database"},
+		{[]string{"--db", "sqlite:", "--sink", sink}, "--db sqlite: needs the path"},
+		{[]string{"--db", "sqlite:" + file + ".missing", "--sink", sink}, "pass the SQLite file"},
+		{[]string{"--db", "postgres://u@h:notaport/db", "--sink", sink}, "--db"},
+		{[]string{"--db", db, "--sink", "ftp://h"}, "unknown sink"},
+		{[]string{"--db", db, "--sink", "kafka://nohostport"}, "kafka://host:9092"},
+		{[]string{"--db", db, "--sink", "https://example.com/hook"}, "IDEM_WEBHOOK_SECRET"},
+		{[]string{"--db", db, "--sink", "https://", "--webhook-secret", "s"}, "WebhookConfig.URL"},
+		{[]string{"--db", db, "--sink", sink, "--nats-subjects", "a.>"}, "--nats-subjects needs --nats-stream"},
+		{[]string{"--db", db, "--sink", "redis://h:6379", "--nats-stream", "S"}, "--nats-stream applies to nats://"},
+		{[]string{"--db", db, "--sink", sink, "--batch", "0"}, "--batch must be 1 to 10000"},
+		{[]string{"--db", db, "--sink", sink, "--poll", "0s"}, "--poll must be positive"},
+		{[]string{"--db", db, "--sink", sink, "--max-attempts", "0"}, "--max-attempts must be at least 1"},
+		{[]string{"--db", db, "--sink", sink, "--retention", "-1h"}, "--retention must be positive"},
+		{[]string{"--db", db, "--sink", sink, "--frobnicate"}, "-frobnicate"},
+		{[]string{"--db", db, "--sink", sink, "extra"}, `unexpected argument "extra"`},
+	} {
+		_, stderr, err := run(t, append([]string{"relay"}, c.args...)...)
+		if !errors.Is(err, errUsage) || !strings.Contains(stderr, c.want) {
+			t.Errorf("relay %v: err %v, stderr %q; want errUsage and %q", c.args, err, stderr, c.want)
+		}
+	}
+}
+
+// Failing to reach a service is a runtime error (exit status 1) naming the flag.
+func TestRelayUnreachableSink(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "app.db")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := run(t, "relay", "--db", "sqlite:"+file, "--sink", "nats://"+testsvc.ClosedAddr(t), "--listen", "")
+	if err == nil || errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--sink") {
+		t.Fatalf("unreachable NATS: %v, want a runtime error naming --sink", err)
+	}
+}
