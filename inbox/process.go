@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -207,6 +208,26 @@ func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item, final bool) e
 	return c.store.CompleteTx(ctx, tx, k, res.Token, nil)
 }
 
+// settleParallelism bounds the concurrent acks of one batch.
+const settleParallelism = 16
+
+func (c *Consumer[Tx]) settleOne(ctx context.Context, it *item) {
+	var err error
+	if it.v == retry || it.v == pending { // pending would be a bug: redeliver, never ack
+		attempts := 1
+		if it.fail != nil {
+			attempts = it.fail.attempts
+		}
+		err = it.d.Settler.Nak(ctx, c.cfg.Backoff(attempts))
+	} else {
+		err = it.d.Settler.Ack(ctx)
+	}
+	if err != nil {
+		c.cfg.Logger.Warn("inbox: settling a delivery failed; the broker will redeliver it",
+			"consumer", c.cfg.Consumer, "id", it.d.ID, "position", it.d.Position, "err", err)
+	}
+}
+
 // recordAll records the keys of a batch's pending items in one statement, when the
 // store can: the fast path's one round trip for all claims. Its outcomes hold because
 // the fast path commits or rolls back the batch as a whole.
@@ -281,32 +302,35 @@ func (c *Consumer[Tx]) deadLetterAlone(ctx context.Context, it *item) {
 
 // settle acknowledges what is done and rejects what must come again. An ack that
 // fails is harmless: the redelivery finds the key and is acknowledged as a duplicate.
+// A batch's deliveries are settled concurrently (up to settleParallelism at once):
+// with a broker that confirms each ack (JetStream's double ack) the round trips would
+// otherwise add up to more than the batch's transaction.
 func (c *Consumer[Tx]) settle(ctx context.Context, items []item) {
 	counts := map[verdict]int{}
 	for i := range items {
 		it := &items[i]
 		counts[it.v]++
-		var err error
-		switch it.v {
-		case processed, duplicate, dead:
-			if it.v != duplicate && it.key != "" {
-				c.forget(it.key)
-			}
-			if it.v == dead {
-				c.metrics.DeadLettered(it.kind)
-			}
-			err = it.d.Settler.Ack(ctx)
-		default:
-			attempts := 1
-			if it.fail != nil {
-				attempts = it.fail.attempts
-			}
-			err = it.d.Settler.Nak(ctx, c.cfg.Backoff(attempts))
+		if it.v != retry && it.v != duplicate && it.key != "" {
+			c.forget(it.key)
 		}
-		if err != nil {
-			c.cfg.Logger.Warn("inbox: settling a delivery failed; the broker will redeliver it",
-				"consumer", c.cfg.Consumer, "id", it.d.ID, "position", it.d.Position, "err", err)
+		if it.v == dead {
+			c.metrics.DeadLettered(it.kind)
 		}
+	}
+	if len(items) == 1 {
+		c.settleOne(ctx, &items[0])
+	} else {
+		sem := make(chan struct{}, settleParallelism)
+		var wg sync.WaitGroup
+		for i := range items {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func(it *item) {
+				defer func() { <-sem; wg.Done() }()
+				c.settleOne(ctx, it)
+			}(&items[i])
+		}
+		wg.Wait()
 	}
 	c.metrics.Settled("processed", counts[processed])
 	c.metrics.Settled("duplicate", counts[duplicate])

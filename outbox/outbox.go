@@ -125,7 +125,8 @@ var createSQL = map[idem.Dialect][]string{
 
 var indexSQL = []string{
 	`CREATE INDEX IF NOT EXISTS idem_outbox_pending ON idem_outbox (id) WHERE published_at IS NULL AND parked_at IS NULL`,
-	`CREATE INDEX IF NOT EXISTS idem_outbox_key ON idem_outbox (ordering_key, id) WHERE published_at IS NULL AND parked_at IS NULL`,
+	`CREATE INDEX IF NOT EXISTS idem_outbox_part ON idem_outbox (part, id) WHERE published_at IS NULL AND parked_at IS NULL`,
+	`CREATE INDEX IF NOT EXISTS idem_outbox_failing ON idem_outbox (ordering_key, id) WHERE published_at IS NULL AND parked_at IS NULL AND attempts > 0`,
 	`CREATE INDEX IF NOT EXISTS idem_outbox_published ON idem_outbox (published_at) WHERE published_at IS NOT NULL`,
 }
 

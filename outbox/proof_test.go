@@ -58,7 +58,7 @@ func (k *killer) Publish(ctx context.Context, msgs ...idem.Message) error {
 	return nil
 }
 
-func natsSink(t *testing.T) (jetstream.JetStream, string, string, idem.Sink) {
+func natsSink(t testing.TB) (jetstream.JetStream, string, string, idem.Sink) {
 	t.Helper()
 	testsvc.Reach(t, "nats", "127.0.0.1:4222")
 	nc, err := nats.Connect("nats://127.0.0.1:4222")

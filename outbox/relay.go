@@ -154,8 +154,8 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		if n == r.cfg.BatchSize {
-			continue // more may be waiting
+		if n > 0 {
+			continue // more may be waiting, in partitions this round did not take
 		}
 		var recheck <-chan time.Time
 		if quick > 0 {
@@ -272,12 +272,13 @@ func wrapErr(backend string, err error) error {
 }
 
 // A row is due when it is pending and no earlier row of its ordering key is waiting
-// out a backoff (which would let it overtake). On PostgreSQL the row's partition must
-// also be lockable: another relay holding it is publishing the partition's rows.
+// out a backoff (which would let it overtake). Only rows that failed before can be
+// backing off (attempts > 0), and the partial index idem_outbox_failing holds just
+// those, so the check costs a probe of a nearly empty index.
 const dueSQL = `FROM idem_outbox o
 WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1
   AND (o.ordering_key = '' OR NOT EXISTS (SELECT 1 FROM idem_outbox e
-       WHERE e.ordering_key = o.ordering_key AND e.id < o.id
+       WHERE e.ordering_key = o.ordering_key AND e.id < o.id AND e.attempts > 0
          AND e.published_at IS NULL AND e.parked_at IS NULL AND e.available_at > $1))`
 
 const selectCols = `SELECT o.id, o.msg_id, o.topic, o.ordering_key, o.headers, o.payload, o.attempts, o.created_at `
@@ -288,10 +289,14 @@ const selectCols = `SELECT o.id, o.msg_id, o.topic, o.ordering_key, o.headers, o
 // earliest pending row of each held partition is visible to the read. (Locking the
 // partition row by row inside one scan would not do: a scan that skipped a partition
 // held by a relay that then rolled back could take the partition's later rows.)
-const (
-	lockPartitionsSQL = `SELECT part FROM (
-	SELECT part FROM (SELECT DISTINCT o.part ` + dueSQL + `) d ORDER BY random()) s
+var lockPartitionsSQL = `SELECT part FROM (
+	SELECT p AS part FROM generate_series(0, ` + partitionsMax + `) p
+	WHERE EXISTS (SELECT 1 FROM idem_outbox o WHERE o.part = p
+		AND o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1)
+	ORDER BY random()) s
 WHERE pg_try_advisory_xact_lock(hashtext('idem_outbox:' || current_schema()), part) LIMIT $2`
+
+const (
 	claimPostgres = selectCols + dueSQL + `
   AND o.part = ANY($3::int[])
 ORDER BY o.id LIMIT $2 FOR UPDATE`
@@ -305,6 +310,9 @@ ORDER BY o.id LIMIT $2`
 // partitionsPerRound is how many ordering partitions a PostgreSQL relay takes per
 // round: a quarter, so up to four relays work side by side on a backlog.
 const partitionsPerRound = Partitions / 4
+
+// partitionsMax is the highest partition number, as SQL text.
+var partitionsMax = strconv.Itoa(Partitions - 1)
 
 // lockPartitions locks up to partitionsPerRound partitions with due rows (PostgreSQL).
 func (r *Relay[Tx]) lockPartitions(ctx context.Context, q idem.Querier) ([]int32, error) {

@@ -1,0 +1,175 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/idemhq/idem/outbox"
+)
+
+// BenchmarkRelayThroughput: one relay publishing a backlog of b.N committed messages
+// from Postgres to NATS JetStream, beside the same messages published straight to
+// JetStream by the same sink (the broker's own ceiling).
+func BenchmarkRelayThroughput(b *testing.B) {
+	ctx := context.Background()
+	pool := testsvc.PostgresPool(b)
+	ob, err := outbox.New(ctx, idempg.TxDB(pool))
+	if err != nil {
+		b.Fatal(err)
+	}
+	msgs := func(subject string, n int) []idem.Message {
+		out := make([]idem.Message, n)
+		for i := range out {
+			out[i] = idem.Message{ID: fmt.Sprintf("%s-%d", subject, i), Topic: subject, OrderingKey: fmt.Sprint(i % 100), Payload: make([]byte, 100)}
+		}
+		return out
+	}
+	b.Run("baseline=direct-publish", func(b *testing.B) {
+		_, _, subject, sink := natsSink(b)
+		ms := msgs(subject, b.N)
+		b.ResetTimer()
+		for start := 0; start < len(ms); start += 500 {
+			if err := sink.Publish(ctx, ms[start:min(start+500, len(ms))]...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("relay", func(b *testing.B) {
+		_, _, subject, sink := natsSink(b)
+		ms := msgs(subject, b.N)
+		for start := 0; start < len(ms); start += 500 {
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := ob.Enqueue(ctx, tx, ms[start:min(start+500, len(ms))]...)
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		r, err := ob.Relay(sink, outbox.RelayConfig{BatchSize: 500, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for done := 0; done < b.N; {
+			n, err := r.RunOnce(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			done += n
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+}
+
+// BenchmarkRelayLatency: a producer commits 1,000 messages a second for 3 s; the
+// commit-to-publish latency of each is measured at the sink, with the relay woken by
+// LISTEN/NOTIFY and, beside it, polling every second. Run with -benchtime 1x.
+func BenchmarkRelayLatency(b *testing.B) {
+	for _, mode := range []string{"notify", "poll=1s"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				p50, p99 := relayLatency(b, mode == "notify")
+				b.ReportMetric(p50.Seconds()*1000, "p50-ms")
+				b.ReportMetric(p99.Seconds()*1000, "p99-ms")
+			}
+		})
+	}
+}
+
+// timingSink records when each message reached the broker.
+type timingSink struct {
+	idem.Sink
+	mu  sync.Mutex
+	at  map[string]time.Time
+	all chan struct{}
+	n   int
+}
+
+func (s *timingSink) Publish(ctx context.Context, msgs ...idem.Message) error {
+	if err := s.Sink.Publish(ctx, msgs...); err != nil {
+		return err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range msgs {
+		if _, ok := s.at[m.ID]; !ok {
+			s.at[m.ID] = now
+		}
+	}
+	if len(s.at) == s.n {
+		close(s.all)
+	}
+	return nil
+}
+
+func relayLatency(b *testing.B, notify bool) (p50, p99 time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool := testsvc.PostgresPool(b)
+	ob, err := outbox.New(ctx, idempg.TxDB(pool))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const rate, seconds = 1000, 3
+	_, _, subject, nsink := natsSink(b)
+	sink := &timingSink{Sink: nsink, at: map[string]time.Time{}, all: make(chan struct{}), n: rate * seconds}
+	cfg := outbox.RelayConfig{PollInterval: time.Second, Logger: slog.New(slog.DiscardHandler)}
+	if notify {
+		n := idempg.NewNotifier(pool, "")
+		defer n.Close()
+		cfg.Notifier = n
+	}
+	// The relay runs on an Outbox of its own, as in another process: no in-process
+	// wake from the producer's Enqueue, only NOTIFY or the poll.
+	relayOb, err := outbox.New(ctx, idempg.TxDB(pool))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := relayOb.Relay(sink, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	go r.Run(ctx)
+	time.Sleep(200 * time.Millisecond) // let it LISTEN
+	committed := make(map[string]time.Time, sink.n)
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	for i := 0; i < sink.n; i++ {
+		<-tick.C
+		id := fmt.Sprintf("lat-%d", i)
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := ob.Enqueue(ctx, tx, idem.Message{ID: id, Topic: subject, Payload: []byte("x")})
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		committed[id] = time.Now()
+	}
+	select {
+	case <-sink.all:
+	case <-time.After(30 * time.Second):
+		b.Fatal("not every message was published within 30 s")
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	lat := make([]time.Duration, 0, len(committed))
+	for id, c := range committed {
+		lat = append(lat, max(sink.at[id].Sub(c), 0))
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100]
+}
