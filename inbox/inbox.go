@@ -82,8 +82,17 @@ func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store i
 // Run receives and processes batches until ctx ends, then returns ctx's error. A
 // source error that is not retryable (a closed source, bad configuration) ends Run
 // with that error; retryable ones (a broker restarting) are retried with backoff.
+//
+// The acks of one batch are sent while the next batch is processed (never before its
+// own commit), so a broker that confirms each ack does not hold the database idle.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	failures := 0
+	var settling chan struct{} // closed when the previous batch is settled
+	defer func() {
+		if settling != nil {
+			<-settling
+		}
+	}()
 	for {
 		ds, err := c.src.Receive(ctx, c.cfg.BatchSize)
 		if ctx.Err() != nil {
@@ -101,9 +110,21 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		if len(ds) > 0 {
-			c.Process(ctx, ds)
+		if len(ds) == 0 {
+			continue
 		}
+		items := c.process(ctx, ds)
+		if settling != nil {
+			<-settling
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			sctx, cancel := settleContext(ctx)
+			defer cancel()
+			c.settle(sctx, items)
+		}()
+		settling = done
 	}
 }
 

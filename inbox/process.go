@@ -47,6 +47,20 @@ var (
 // the broker after the commit. Run calls it; it is exported for consumers that
 // receive on their own.
 func (c *Consumer[Tx]) Process(ctx context.Context, ds []idem.Delivery) {
+	items := c.process(ctx, ds)
+	sctx, cancel := settleContext(ctx)
+	defer cancel()
+	c.settle(sctx, items)
+}
+
+// settleContext outlives ctx by a little: acks of committed work are still sent when
+// the consumer is stopping, so they are not redelivered as duplicates.
+func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+}
+
+// process applies one batch and returns its items with their verdicts, unsettled.
+func (c *Consumer[Tx]) process(ctx context.Context, ds []idem.Delivery) []item {
 	start := time.Now()
 	items := make([]item, len(ds))
 	for i, d := range ds {
@@ -73,8 +87,8 @@ func (c *Consumer[Tx]) Process(ctx context.Context, ds []idem.Delivery) {
 		c.cfg.Logger.Warn("inbox: batch transaction failed; its messages will be redelivered",
 			"consumer", c.cfg.Consumer, "messages", len(items), "err", err)
 	}
-	c.settle(ctx, items)
 	c.metrics.Batch(time.Since(start).Seconds())
+	return items
 }
 
 // prepare finds the delivery's key and decides the hopeless cases before any
