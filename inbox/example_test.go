@@ -1,0 +1,69 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/inbox"
+)
+
+// A consumer applies each order once, however often the broker delivers it, and
+// dead-letters the one it cannot decode instead of retrying it forever. (The broker
+// here is the in-memory one of this package's tests; see idemnats, idemkafka,
+// idemredis and idemamqp for real ones.)
+func Example() {
+	dir, _ := os.MkdirTemp("", "inbox-example")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	store, err := idemsqlite.Open(filepath.Join(dir, "ledger.db"), idemsqlite.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	db := store.DB()
+	db.Exec("CREATE TABLE ledger (order_id TEXT, amount INTEGER)")
+	txdb, _ := idem.SQLDB(ctx, db)
+
+	broker := newFakeBroker()
+	order := idem.Message{ID: "order-1", Topic: "orders", Payload: []byte(`{"amount": 30}`)}
+	garbled := idem.Message{ID: "order-2", Topic: "orders", Payload: []byte(`{"amount":`)}
+	broker.Publish(ctx, order, order, garbled, order) // delivered three times, and a bad one
+
+	consumer, err := inbox.New(ctx, broker, txdb, store, func(ctx context.Context, tx *sql.Tx, m idem.Message) error {
+		var o struct{ Amount int }
+		if err := json.Unmarshal(m.Payload, &o); err != nil {
+			return inbox.Permanent(fmt.Errorf("not an order: %w", err))
+		}
+		_, err := tx.ExecContext(ctx, "INSERT INTO ledger VALUES ($1, $2)", m.ID, o.Amount)
+		return err
+	}, inbox.Config{Consumer: "ledger", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	go consumer.Run(runCtx)
+	for !broker.settled() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+
+	var n, sum int
+	db.QueryRow("SELECT COUNT(*), SUM(amount) FROM ledger").Scan(&n, &sum)
+	fmt.Println("ledger entries:", n, "sum:", sum)
+	dls, _ := consumer.DeadLetters(ctx, 10)
+	for _, dl := range dls {
+		fmt.Println("dead letter:", dl.Message.ID, dl.Kind)
+	}
+	// Output:
+	// ledger entries: 1 sum: 30
+	// dead letter: order-2 permanent
+}
