@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemamqp"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/internal/testsvc"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -152,30 +153,13 @@ func publish(t testing.TB, sink idem.Sink, msgs ...idem.Message) {
 	}
 }
 
-// receive receives until n deliveries arrived or within passed.
+// receive and ack are idemtest's, under the names these tests use.
 func receive(t testing.TB, src idem.Source, n int, within time.Duration) []idem.Delivery {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	var got []idem.Delivery
-	for len(got) < n {
-		ds, err := src.Receive(ctx, n-len(got))
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			t.Fatalf("Receive: %v", err)
-		}
-		got = append(got, ds...)
-	}
-	return got
+	return idemtest.Receive(t, src, n, within)
 }
 
 func ack(t testing.TB, ds ...idem.Delivery) {
 	t.Helper()
-	for _, d := range ds {
-		if err := d.Settler.Ack(context.Background()); err != nil {
-			t.Fatalf("Ack %s: %v", d.ID, err)
-		}
-	}
+	idemtest.Ack(t, ds...)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkafka"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -134,32 +135,15 @@ func (f fixture) publish(t testing.TB, msgs ...idem.Message) {
 	}
 }
 
-// receive receives from src until n deliveries arrived or within passed.
+// receive and ack are idemtest's, under the names these tests use.
 func receive(t testing.TB, src idem.Source, n int, within time.Duration) []idem.Delivery {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	var got []idem.Delivery
-	for len(got) < n {
-		ds, err := src.Receive(ctx, n-len(got))
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			t.Fatalf("Receive: %v", err)
-		}
-		got = append(got, ds...)
-	}
-	return got
+	return idemtest.Receive(t, src, n, within)
 }
 
 func ack(t testing.TB, ds ...idem.Delivery) {
 	t.Helper()
-	for _, d := range ds {
-		if err := d.Settler.Ack(context.Background()); err != nil {
-			t.Fatalf("Ack %s (%s): %v", d.ID, d.Position, err)
-		}
-	}
+	idemtest.Ack(t, ds...)
 }
 
 func idsOf(ds []idem.Delivery) []string {

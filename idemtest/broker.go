@@ -61,8 +61,9 @@ func (env BrokerEnv) wait() time.Duration {
 	return env.Redelivery + 15*time.Second
 }
 
-// receiveUntil receives from src until n deliveries arrived or the deadline passed.
-func receiveUntil(t *testing.T, src idem.Source, n int, within time.Duration) []idem.Delivery {
+// Receive receives from src until n deliveries arrived or within passed, and returns
+// what arrived; a Receive error other than the deadline fails t.
+func Receive(t testing.TB, src idem.Source, n int, within time.Duration) []idem.Delivery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
@@ -80,20 +81,22 @@ func receiveUntil(t *testing.T, src idem.Source, n int, within time.Duration) []
 	return got
 }
 
-func ackAll(t *testing.T, ds []idem.Delivery) {
+// Ack acknowledges ds, failing t on an error.
+func Ack(t testing.TB, ds ...idem.Delivery) {
 	t.Helper()
 	for _, d := range ds {
 		if err := d.Settler.Ack(context.Background()); err != nil {
-			t.Fatalf("Ack %s: %v", d.ID, err)
+			t.Fatalf("Ack %s (%s): %v", d.ID, d.Position, err)
 		}
 	}
 }
 
-func publish(t *testing.T, env BrokerEnv, msgs ...idem.Message) {
+// Publish publishes msgs to sink within 30 s, failing t on an error.
+func Publish(t testing.TB, sink idem.Sink, msgs ...idem.Message) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := env.Sink.Publish(ctx, msgs...); err != nil {
+	if err := sink.Publish(ctx, msgs...); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 }
@@ -104,9 +107,9 @@ func testBrokerPublishReceive(t *testing.T, env BrokerEnv) {
 	for i := range msgs {
 		msgs[i] = brokerMsg(env, i)
 	}
-	publish(t, env, msgs...)
+	Publish(t, env.Sink, msgs...)
 	src := env.NewSource(t)
-	got := receiveUntil(t, src, n, env.wait())
+	got := Receive(t, src, n, env.wait())
 	if len(got) != n {
 		t.Fatalf("received %d of %d messages", len(got), n)
 	}
@@ -124,49 +127,49 @@ func testBrokerPublishReceive(t *testing.T, env BrokerEnv) {
 			t.Errorf("first delivery of %s has Attempt %d, want 1", d.ID, d.Attempt)
 		}
 	}
-	ackAll(t, got)
-	if extra := receiveUntil(t, src, 1, 2*time.Second); len(extra) != 0 {
+	Ack(t, got...)
+	if extra := Receive(t, src, 1, 2*time.Second); len(extra) != 0 {
 		t.Fatalf("after acking everything, %s was delivered again at once", extra[0].ID)
 	}
 }
 
 func testBrokerUnacked(t *testing.T, env BrokerEnv) {
-	publish(t, env, brokerMsg(env, 1), brokerMsg(env, 2))
+	Publish(t, env.Sink, brokerMsg(env, 1), brokerMsg(env, 2))
 	first := env.NewSource(t)
-	got := receiveUntil(t, first, 2, env.wait())
+	got := Receive(t, first, 2, env.wait())
 	if len(got) != 2 {
 		t.Fatalf("received %d of 2", len(got))
 	}
-	ackAll(t, got[:1]) // the consumer crashes before acking the second
+	Ack(t, got[:1]...) // the consumer crashes before acking the second
 	if err := first.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	second := env.NewSource(t)
-	again := receiveUntil(t, second, 1, env.wait())
+	again := Receive(t, second, 1, env.wait())
 	if len(again) != 1 || again[0].ID != got[1].ID {
 		t.Fatalf("after the crash, redelivered %v; want exactly the unacked %s", ids(again), got[1].ID)
 	}
 	if env.Features.Attempts && again[0].Attempt < 2 {
 		t.Errorf("redelivery has Attempt %d, want at least 2", again[0].Attempt)
 	}
-	ackAll(t, again)
+	Ack(t, again...)
 }
 
 func testBrokerNak(t *testing.T, env BrokerEnv) {
-	publish(t, env, brokerMsg(env, 1))
+	Publish(t, env.Sink, brokerMsg(env, 1))
 	src := env.NewSource(t)
-	got := receiveUntil(t, src, 1, env.wait())
+	got := Receive(t, src, 1, env.wait())
 	if len(got) != 1 {
 		t.Fatal("message not received")
 	}
 	if err := got[0].Settler.Nak(context.Background(), 100*time.Millisecond); err != nil {
 		t.Fatalf("Nak: %v", err)
 	}
-	again := receiveUntil(t, src, 1, env.wait())
+	again := Receive(t, src, 1, env.wait())
 	if len(again) != 1 || again[0].ID != got[0].ID {
 		t.Fatalf("after Nak, received %v; want %s again", ids(again), got[0].ID)
 	}
-	ackAll(t, again)
+	Ack(t, again...)
 }
 
 // testBrokerRepublish: an outbox relay that crashes after publishing republishes the
@@ -174,17 +177,17 @@ func testBrokerNak(t *testing.T, env BrokerEnv) {
 // consumer sees it twice with the same ID, which is what its inbox deduplicates on.
 func testBrokerRepublish(t *testing.T, env BrokerEnv) {
 	m := brokerMsg(env, 7)
-	publish(t, env, m)
-	publish(t, env, m)
-	publish(t, env, brokerMsg(env, 8)) // a marker: once it is in, the duplicate would be too
+	Publish(t, env.Sink, m)
+	Publish(t, env.Sink, m)
+	Publish(t, env.Sink, brokerMsg(env, 8)) // a marker: once it is in, the duplicate would be too
 	src := env.NewSource(t)
 	want := 3
 	if env.Features.Dedup {
 		want = 2
 	}
-	got := receiveUntil(t, src, want, env.wait())
-	ackAll(t, got)
-	got = append(got, receiveUntil(t, src, 1, 2*time.Second)...)
+	got := Receive(t, src, want, env.wait())
+	Ack(t, got...)
+	got = append(got, Receive(t, src, 1, 2*time.Second)...)
 	n := 0
 	for _, d := range got {
 		if d.ID == m.ID {
@@ -208,10 +211,10 @@ func testBrokerOrder(t *testing.T, env BrokerEnv) {
 	for i := range msgs {
 		msgs[i] = brokerMsg(env, i)
 	}
-	publish(t, env, msgs...)
+	Publish(t, env.Sink, msgs...)
 	src := env.NewSource(t)
-	got := receiveUntil(t, src, n, env.wait())
-	ackAll(t, got)
+	got := Receive(t, src, n, env.wait())
+	Ack(t, got...)
 	if want := ids(deliveriesOf(msgs)); !slices.Equal(ids(got), want) {
 		t.Fatalf("order per key: got %v, want %v", ids(got), want)
 	}
