@@ -2,13 +2,78 @@
 // whose effects happen once although HTTP, like every network hop, can only be
 // retried.
 //
-// Today it holds the webhook sink: an idem.Sink that delivers outbox messages to an
-// HTTP endpoint (WebhookSink), and VerifyWebhook for the receiving side. Every
-// delivery carries the message ID as its Idempotency-Key, so a receiver that
-// records the keys it processed (with an idem.Store, in the transaction of its
-// effect) turns the sink's at-least-once delivery into an exactly-once effect. The
-// server middleware and the retrying client of the IETF Idempotency-Key draft will
-// join it here (issue #3).
+// It holds the server middleware of the IETF Idempotency-Key draft (Middleware,
+// AtomicMiddleware), the retrying client (Transport), and the webhook sink: an idem.Sink that delivers outbox
+// messages to an HTTP endpoint (WebhookSink), with VerifyWebhook for the receiving
+// side. Every delivery carries the message ID as its Idempotency-Key, so a receiver
+// that records the keys it processed (with an idem.Store, in the transaction of its
+// effect) turns the sink's at-least-once delivery into an exactly-once effect.
+//
+// # The server middleware
+//
+// Middleware makes a handler safe to retry, with the semantics of the IETF httpapi
+// Idempotency-Key draft and of Stripe's API. It applies to Config.Methods (POST
+// and PATCH by default); GET, HEAD, OPTIONS, PUT and DELETE pass through untouched
+// and uncounted. For a request with an Idempotency-Key header it answers:
+//
+//	first request    the handler runs; its status, Config.ReplayHeaders and body
+//	                 are stored for Config.Retention (24 h) and sent
+//	same key again   the stored response, byte for byte, with Idempotent-Replayed: true
+//	still running    409 with Retry-After (seconds until the first request's lease
+//	                 ends), or with Config.Wait the stored response once it is there
+//	other request    422: the same key with another method, path, query, body or
+//	                 Config.FingerprintHeaders value
+//	bad key          400: empty, repeated, over 255 characters, not printable ASCII;
+//	                 also a missing key when Config.RequireKey is set
+//	bad scope        400: Config.Scope failed (HeaderScope without its header)
+//	body too large   413 (Reject413), or run without a key (PassThrough)
+//	store failing    503 with Retry-After; the handler does not run
+//
+// The responses the middleware makes itself are RFC 9457 problems
+// (application/problem+json with type, title, status and detail; the types are the
+// Problem… constants) and are never stored. A request without a key runs as if
+// there were no middleware.
+//
+// Keys are scoped (Config.Scope, by default a hash of the Authorization header), so
+// one tenant never receives another's response. The fingerprint that detects a
+// reused key is SHA-256 over a length-prefixed encoding of the method, the escaped
+// path, the raw query, each fingerprinted header and the body.
+//
+// What is not stored, so that a retry runs the handler again: a 429 (a rate limit
+// is not a result); a 5xx when Config.StoreServerErrors is false (by default it is
+// stored, as Stripe does, so a retry sees the same failure); a response whose body
+// exceeds Config.MaxBodyBytes, which is streamed to the client (it cannot be
+// refused once the handler ran) while the key is released; and a handler that
+// panics, whose key is released before the panic goes on to net/http.
+//
+// The handler runs with a context detached from the client's
+// (context.WithoutCancel): a client that disconnects does not abort the first
+// execution, whose result is stored and replayed to the retry. The response is held
+// until it is stored, so the handler's Flush calls have no effect, and a retry that
+// arrives after a client saw the response finds it stored (unless storing failed,
+// which is logged). Trailers are not stored.
+//
+// When the effects live in the SQL database of the store, AtomicMiddleware runs
+// the handler in a transaction (TxFrom gives it to the handler) that also claims
+// the key and stores the response, committed before the client sees the response.
+// Concurrent duplicates wait for that transaction in the database instead of
+// getting 409.
+//
+// Metrics (Config.Registerer): idem_http_requests_total{outcome} and
+// idem_http_request_duration_seconds{outcome}, with outcome one of executed,
+// replayed, conflict, mismatch, rejected, passthrough or error.
+//
+// # The retrying client
+//
+// Transport is an http.RoundTripper for the calling side: a POST or PATCH gets one
+// Idempotency-Key (the caller's, a key derived from the context's lineage set with
+// WithKey, or a fresh UUIDv7) and keeps it on every attempt. Network errors and 409,
+// 429, 502, 503 and 504 are retried with exponential backoff and full jitter, no
+// sooner than Retry-After, and never later than MaxElapsed after the first attempt,
+// which must stay inside the server's retention window (24 h by default) or a late
+// retry would run again; 422 and other answers are final. With the middleware on the
+// other side, a request whose response was lost runs once and the retry receives its
+// stored response. Attempts tells how many tries a response took.
 //
 // # The webhook request
 //

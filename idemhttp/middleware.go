@@ -1,0 +1,309 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/metrics"
+)
+
+// finishTimeout bounds the store calls made after the handler ran (Complete,
+// Release), which run detached from the request so a client that left does not
+// stop its result from being recorded.
+const finishTimeout = 10 * time.Second
+
+// storeRetryAfter is the Retry-After of a 503 for a failed store: long enough for a
+// connection to be re-established, short enough for an interactive client.
+const storeRetryAfter = time.Second
+
+// Middleware returns the server middleware of the IETF Idempotency-Key draft with
+// Stripe's semantics: the first request with a key runs the handler and stores its
+// response (status, the Config.ReplayHeaders, body); a retry with the same key gets
+// that response again, byte for byte, with Idempotent-Replayed: true. See the
+// package documentation for every status it produces.
+//
+// The handler runs only while the key is claimed in Config.Store. When the store
+// fails, the request is answered 503 with Retry-After and the handler does not run:
+// running it unclaimed could run it twice, which is what the middleware exists to
+// prevent, while a 503 is always safe to retry.
+//
+// The error is an *idem.InputError naming a bad Config field, or the Registerer's.
+func Middleware(cfg Config) (func(http.Handler) http.Handler, error) {
+	c, err := newMiddlewareCore(cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	c.run = c.runPlain
+	return c.wrap, nil
+}
+
+// mwCore is what the plain and the atomic middleware share: the checks before a
+// claim and the answers to duplicates. run claims the key and executes the handler.
+type mwCore struct {
+	cfg       Config
+	allow     []string // canonical ReplayHeaders, without Content-Length
+	fpHeaders []string // canonical FingerprintHeaders
+	limit     int
+	m         *metrics.HTTP
+	run       func(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome
+}
+
+func newMiddlewareCore(cfg Config, needStore bool) (*mwCore, error) {
+	cfg, err := cfg.withDefaults(needStore)
+	if err != nil {
+		return nil, err
+	}
+	c := &mwCore{cfg: cfg, limit: int(cfg.MaxBodyBytes)}
+	for _, h := range cfg.ReplayHeaders {
+		// Content-Length is computed from the stored body, never replayed as stored.
+		if h = http.CanonicalHeaderKey(h); h != "Content-Length" && h != HeaderReplayed {
+			c.allow = append(c.allow, h)
+		}
+	}
+	for _, h := range cfg.FingerprintHeaders {
+		c.fpHeaders = append(c.fpHeaders, http.CanonicalHeaderKey(h))
+	}
+	if c.m, err = metrics.NewHTTP(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("idemhttp: register metrics: %w", err)
+	}
+	return c, nil
+}
+
+func (c *mwCore) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !c.applies(r.Method) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		start := c.m.Start()
+		c.m.Done(c.serve(next, w, r), start)
+	})
+}
+
+func (c *mwCore) applies(method string) bool {
+	for _, m := range c.cfg.Methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+// serve runs the checks that need no store (key, scope, body), fingerprints the
+// request and hands it to run.
+func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request) metrics.HTTPOutcome {
+	keys := r.Header[HeaderKey]
+	switch {
+	case len(keys) == 0 && !c.cfg.RequireKey:
+		next.ServeHTTP(w, r)
+		return metrics.HTTPPassthrough
+	case len(keys) == 0:
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Missing Idempotency-Key",
+			"idem: Idempotency-Key is missing: this endpoint requires one; send one unique key per operation (e.g. a UUID) and the same key on every retry", 0)
+		return metrics.HTTPRejected
+	case len(keys) > 1:
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Invalid Idempotency-Key",
+			fmt.Sprintf("idem: Idempotency-Key is sent %d times: send it exactly once", len(keys)), 0)
+		return metrics.HTTPRejected
+	}
+	if err := idemkey.ValidateHeader(keys[0]); err != nil {
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Invalid Idempotency-Key", err.Error(), 0)
+		return metrics.HTTPRejected
+	}
+	scope, err := c.cfg.Scope(r)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidScope, "Invalid request scope", err.Error(), 0)
+		return metrics.HTTPRejected
+	}
+
+	q := getMWRequest()
+	oversize, err := q.readBody(r, c.limit)
+	switch {
+	case err != nil:
+		putMWRequest(q)
+		return c.badBody(w, err)
+	case oversize && c.cfg.Oversize == PassThrough:
+		r.Body = q.prefixedBody(r.Body)
+		next.ServeHTTP(w, r)
+		putMWRequest(q)
+		return metrics.HTTPPassthrough
+	case oversize:
+		putMWRequest(q)
+		writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
+			fmt.Sprintf("idem: the request body is larger than %d bytes, the most this endpoint stores for an idempotent request: send a smaller body", c.limit), 0)
+		return metrics.HTTPRejected
+	}
+	q.fingerprint(r, c.fpHeaders)
+	q.claim = idem.Claim{Key: idem.Key{Scope: scope, ID: keys[0]}, Fingerprint: q.fp[:],
+		Lease: c.cfg.Lease, Retention: c.cfg.Retention}
+	o := c.run(next, w, r, q)
+	putMWRequest(q) // not reached when the handler panics: q may still be in use
+	return o
+}
+
+func (c *mwCore) badBody(w http.ResponseWriter, err error) metrics.HTTPOutcome {
+	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		// An outer http.MaxBytesReader set a lower limit than ours.
+		writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
+			fmt.Sprintf("idem: the request body is larger than %d bytes: send a smaller body", mbe.Limit), 0)
+		return metrics.HTTPRejected
+	}
+	writeProblem(w, http.StatusBadRequest, "about:blank", "Bad Request",
+		"idem: the request body could not be read: "+err.Error(), 0)
+	return metrics.HTTPRejected
+}
+
+// runPlain is run for Middleware: claim, then execute or answer the duplicate.
+func (c *mwCore) runPlain(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome {
+	ctx := r.Context()
+	res, err := c.cfg.Store.Claim(ctx, q.claim)
+	if err == nil && res.Outcome == idem.InProgress && c.cfg.Wait > 0 {
+		res, err = c.wait(ctx, res, func() (idem.Result, error) { return c.cfg.Store.Claim(ctx, q.claim) })
+	}
+	switch {
+	case err != nil:
+		return c.storeFailed(w, r, "claim", q.claim.Key, err)
+	case res.Outcome != idem.Acquired:
+		return c.answerDuplicate(w, r, q.claim.Key, res)
+	}
+	return c.execute(next, w, r, q, res.Token)
+}
+
+// execute runs the handler under the claimed key and stores its response.
+//
+// The handler's context is detached from the client's (context.WithoutCancel keeps
+// its values, drops its cancellation): a client that disconnects mid-request must not
+// abort the first execution halfway, since its retry is expected to replay the
+// result. The handler finishes, the result is stored, and writing it to the gone
+// client simply fails.
+func (c *mwCore) execute(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest, token uint64) metrics.HTTPOutcome {
+	k := q.claim.Key
+	rec := &q.rec
+	rec.reset(w, c.limit, *c.cfg.StoreServerErrors, false)
+	hr := q.handlerRequest(context.WithoutCancel(r.Context()), r)
+	returned := false
+	defer func() {
+		if !returned {
+			// The handler panicked (net/http recovers it): give the key back so a
+			// retry runs the request again rather than waiting out the lease.
+			c.release(r, k, token)
+		}
+	}()
+	next.ServeHTTP(rec, hr)
+	returned = true
+
+	rec.finishHeader()
+	if !rec.held() {
+		// 429, a 5xx not to be stored, or a body too large to store: the response
+		// was streamed, and the key is given back so a retry runs again.
+		c.release(r, k, token)
+		return metrics.HTTPExecuted
+	}
+	// The handler's detached context, without a timeout of its own: a timer per
+	// request costs more than the memory store's whole Complete, and the network
+	// stores bound their calls themselves (dial, read and statement timeouts).
+	if err := c.cfg.Store.Complete(hr.Context(), k, token, c.encode(q)); err != nil {
+		// The effect happened: the client still gets its response. A retry is not
+		// replayed: it gets 409 until the lease ends, then runs the handler again.
+		c.cfg.Logger.WarnContext(r.Context(), "idem: the response could not be stored for replay",
+			"key", k.String(), "err", err)
+	}
+	rec.writeHeld()
+	return metrics.HTTPExecuted
+}
+
+// encode returns the stored form of q's held response. It is built in q's scratch
+// buffer and copied once to a slice of its exact size, which the store may keep.
+func (c *mwCore) encode(q *mwRequest) []byte {
+	q.scratch = encodeResponse(q.scratch, q.rec.status, q.rec.Header(), c.allow, q.rec.buf)
+	return bytes.Clone(q.scratch)
+}
+
+func (c *mwCore) release(r *http.Request, k idem.Key, token uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), finishTimeout)
+	defer cancel()
+	if err := c.cfg.Store.Release(ctx, k, token); err != nil {
+		// The lease runs out anyway; until then a retry gets 409.
+		c.cfg.Logger.WarnContext(r.Context(), "idem: releasing the key failed", "key", k.String(), "err", err)
+	}
+}
+
+// wait polls with try, with a growing pause, while the key is in progress and
+// Config.Wait has not run out, or until the client leaves.
+func (c *mwCore) wait(ctx context.Context, res idem.Result, try func() (idem.Result, error)) (idem.Result, error) {
+	deadline := time.Now().Add(c.cfg.Wait)
+	pause := 2 * time.Millisecond
+	for res.Outcome == idem.InProgress {
+		if !sleepUntil(ctx, pause, deadline) {
+			return res, nil
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+		var err error
+		if res, err = try(); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// sleepUntil sleeps for d, but not past deadline, and reports whether the caller
+// may try again: false once the deadline has passed or ctx has ended.
+func sleepUntil(ctx context.Context, d time.Duration, deadline time.Time) bool {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return false
+	}
+	t := time.NewTimer(min(d, left))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// answerDuplicate answers a claim that was not acquired: the replay, 409 or 422.
+func (c *mwCore) answerDuplicate(w http.ResponseWriter, r *http.Request, k idem.Key, res idem.Result) metrics.HTTPOutcome {
+	switch res.Outcome {
+	case idem.Replayed:
+		if err := replayResponse(w, res.Record.Result, c.allow); err != nil {
+			c.cfg.Logger.ErrorContext(r.Context(), "idem: a stored response could not be replayed", "key", k.String(), "err", err)
+			writeProblem(w, http.StatusInternalServerError, ProblemCorruptRecord, "Stored response unreadable",
+				"idem: the response stored for this Idempotency-Key could not be decoded; it will not be replayed", 0)
+			return metrics.HTTPError
+		}
+		return metrics.HTTPReplayed
+	case idem.Mismatch:
+		writeProblem(w, http.StatusUnprocessableEntity, ProblemMismatch, "Idempotency-Key reused",
+			fmt.Sprintf("idem: Idempotency-Key %q was already used for a different request (method, path, query, body or fingerprinted headers differ): use a new key for a new request", k.ID), 0)
+		return metrics.HTTPMismatch
+	}
+	// In progress: tell the client when the holder's lease ends at the latest.
+	writeProblem(w, http.StatusConflict, ProblemInProgress, "Request in progress",
+		fmt.Sprintf("idem: a request with Idempotency-Key %q is still being processed: retry with the same key after Retry-After seconds", k.ID),
+		max(time.Until(res.Record.ExpiresAt), time.Second))
+	return metrics.HTTPConflict
+}
+
+// storeFailed answers a failed claim without running the handler: 400 for input the
+// store refused (such as a scope longer than 255 bytes), 503 otherwise.
+func (c *mwCore) storeFailed(w http.ResponseWriter, r *http.Request, op string, k idem.Key, err error) metrics.HTTPOutcome {
+	if ie, ok := errors.AsType[*idem.InputError](err); ok {
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidScope, "Invalid idempotency key or scope", ie.Error(), 0)
+		return metrics.HTTPRejected
+	}
+	if r.Context().Err() == nil {
+		c.cfg.Logger.WarnContext(r.Context(), "idem: the idempotency store failed; answered 503 without running the handler",
+			"op", op, "key", k.String(), "err", err)
+	}
+	writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable, "Idempotency store unavailable",
+		"idem: the idempotency store could not be reached, so the request was not run: retry with the same Idempotency-Key after Retry-After seconds", storeRetryAfter)
+	return metrics.HTTPError
+}
