@@ -58,7 +58,7 @@ type command struct {
 var commands = []command{
 	{"verify", "run an exactly-once flow under injected faults and prove nothing was lost or doubled", (*Main).runVerify},
 	{"bench", "measure store throughput beside raw baselines (SET NX, INSERT … ON CONFLICT)", (*Main).runBench},
-	{"serve", "HTTP Idempotency-Key gateway in front of an upstream (planned: issue #3)", (*Main).runServe},
+	{"serve", "HTTP Idempotency-Key gateway: a reverse proxy that runs each keyed POST once and replays it", (*Main).runServe},
 	{"relay", "publish the transactional outbox to NATS, Kafka, Redis, RabbitMQ or a webhook", (*Main).runRelay},
 }
 

@@ -44,8 +44,8 @@ func TestUnknownCommandAndBadFlags(t *testing.T) {
 	if _, _, err := run(t, "verify", "--db", "mysql://x"); err == nil || !strings.Contains(err.Error(), "--db") {
 		t.Fatalf("unknown --db: err %v, want one naming --db", err)
 	}
-	if _, _, err := run(t, "serve"); err == nil || !strings.Contains(err.Error(), "not implemented yet") {
-		t.Fatalf("serve: err %v, want a plain not-implemented error", err)
+	if _, stderr, err := run(t, "serve"); !errors.Is(err, errUsage) || !strings.Contains(stderr, "--upstream is required") {
+		t.Fatalf("serve without --upstream: err %v, stderr %q", err, stderr)
 	}
 }
 

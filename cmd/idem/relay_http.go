@@ -110,10 +110,16 @@ func (s trackedSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 
 // relayHandler serves /metrics from reg and /healthz from h.
 func relayHandler(reg *prometheus.Registry, h *health) http.Handler {
+	return adminHandler(reg, func(context.Context) (bool, string) { return h.check() })
+}
+
+// adminHandler serves /metrics from reg and /healthz from check, which returns whether
+// the daemon is healthy and a one-line reason: the admin endpoints of relay and serve.
+func adminHandler(reg *prometheus.Registry, check func(context.Context) (bool, string)) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, msg := h.check()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ok, msg := check(r.Context())
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		if !ok {

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemhttp"
+)
+
+// serveOptions are the flags of idem serve.
+type serveOptions struct {
+	listen, admin, upstream, store     string
+	scopeHeader, oversize, methods     string
+	fingerprintHeaders, replayHeaders  string
+	requireKey, store5xx               bool
+	wait, lease, retention, drainLimit time.Duration
+	maxBody                            byteSize
+}
+
+const serveSynopsis = `A reverse proxy to --upstream that makes any HTTP API safe to retry: a POST or
+PATCH with an Idempotency-Key header runs the upstream once, and every retry gets
+the stored response again (status, allow-listed headers, body; Idempotent-Replayed:
+true). The same key with another method, path, query or body gets 422; a retry
+while the first runs, 409 with Retry-After (or, with --wait, the replay). Keys are
+scoped by a hash of Authorization, or by --scope-header: no tenant sees another's.
+
+Stores (--store):
+  sqlite:PATH                         a file, created if missing (default); one gateway per file
+  postgres://user:pass@host:5432/db   shared by several gateways; pool size with ?pool_max_conns=N
+  redis://host:6379[/db][?prefix=P]   shared by several gateways; keys start with P (default idem:)
+  memory:                             forgotten on restart: for tests and single-use setups
+
+--admin-listen serves /metrics and /healthz (200 while the store answers a claim of
+a reserved key, 503 otherwise) apart from the proxied address, so no upstream path
+is shadowed. Flags also read $IDEM_<FLAG> ('-' as '_': IDEM_UPSTREAM, IDEM_STORE_5XX);
+the command line wins. SIGINT or SIGTERM stops taking connections, finishes the
+requests in flight (up to --shutdown-timeout) and exits 0.`
+
+func (m *Main) runServe(ctx context.Context, args []string) error {
+	fs, o := m.serveFlags()
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	// The environment is read after parsing, so --help shows the defaults, not it.
+	if err := applyEnv(fs, os.LookupEnv); err != nil {
+		return usageErr(fs, "%v", err)
+	}
+	spec, err := o.check()
+	if err != nil {
+		return usageErr(fs, "%v", err)
+	}
+	return m.serve(ctx, o, spec)
+}
+
+// serveFlags returns the flag set of idem serve and the options it fills.
+func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
+	fs := m.newFlagSet("serve", serveSynopsis)
+	o := &serveOptions{maxBody: idemhttp.DefaultMaxBodyBytes}
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the gateway serves on (:8080 for every interface)")
+	fs.StringVar(&o.upstream, "upstream", "", "URL of the service behind the gateway, such as http://127.0.0.1:9000 (required)")
+	fs.StringVar(&o.store, "store", "sqlite:idem-gateway.db", "where keys and responses are kept: sqlite:PATH, postgres://…, redis://… or memory:")
+	fs.StringVar(&o.admin, "admin-listen", "127.0.0.1:9465", "address of /metrics and /healthz; empty for none")
+	fs.StringVar(&o.scopeHeader, "scope-header", "", "scope keys by this tenant header (requests without it get 400) instead of a hash of Authorization")
+	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to POST and PATCH requests without an Idempotency-Key instead of passing them through")
+	fs.DurationVar(&o.wait, "wait", 0, "how long a retry waits for its key's first request to finish, then replays; 0 answers 409 at once")
+	fs.Var(&o.maxBody, "max-body", "largest request or response body kept for replay, such as 1MiB or 65536")
+	fs.StringVar(&o.oversize, "oversize", "reject", "a body over --max-body: 'reject' (413) or 'pass' (proxied without idempotency)")
+	fs.DurationVar(&o.retention, "retention", idem.DefaultRetention, "how long a response is replayed; retries after it run again")
+	fs.DurationVar(&o.lease, "lease", idem.DefaultLease, "longest time the upstream may take before a retry can take its key over")
+	fs.BoolVar(&o.store5xx, "store-5xx", true, "replay the upstream's 5xx responses like any other (Stripe's choice); false lets a retry run again")
+	fs.StringVar(&o.methods, "methods", "POST,PATCH", "comma-separated methods that take an Idempotency-Key; others pass through untouched")
+	fs.StringVar(&o.fingerprintHeaders, "fingerprint-headers", "", "comma-separated request headers that are part of a request's identity, beside method, path, query and body")
+	fs.StringVar(&o.replayHeaders, "replay-headers", "", "comma-separated response headers stored and replayed (default Content-Type, Content-Language, Location, Cache-Control, ETag, Last-Modified)")
+	fs.DurationVar(&o.drainLimit, "shutdown-timeout", 30*time.Second, "how long a stop waits for requests in flight before cutting them")
+	return fs, o
+}
+
+// applyEnv sets every flag that the command line left alone from $IDEM_<FLAG>, if
+// present (an empty value counts: IDEM_ADMIN_LISTEN= turns the admin listener off).
+func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "IDEM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v, ok := lookup(name)
+		if given[f.Name] || !ok || err != nil {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = fmt.Errorf("$%s (--%s) = %q: %v", name, f.Name, v, serr)
+		}
+	})
+	return err
+}
+
+// serveSpec is what check derived from the flags: the middleware's configuration
+// without its store, registry and logger, which serve supplies.
+type serveSpec struct {
+	upstream *url.URL
+	store    storeSpec
+	cfg      idemhttp.Config
+}
+
+var tokenRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // RFC 9110 token
+
+// check validates the flags before anything connects; its errors name the flag.
+func (o *serveOptions) check() (serveSpec, error) {
+	var s serveSpec
+	if o.upstream == "" {
+		return s, errors.New("--upstream is required: the URL of the service behind the gateway, such as http://127.0.0.1:9000 (or set $IDEM_UPSTREAM)")
+	}
+	u, err := url.Parse(o.upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return s, fmt.Errorf("--upstream %q: not an http:// or https:// URL with a host; use http://host:port[/base-path]", redactURL(o.upstream))
+	}
+	s.upstream = u
+	for _, a := range [][2]string{{"--listen", o.listen}, {"--admin-listen", o.admin}} {
+		if _, _, err := net.SplitHostPort(a[1]); err != nil && (a[1] != "" || a[0] == "--listen") {
+			return s, fmt.Errorf("%s %q: %v: use host:port, such as 127.0.0.1:8080 or :8080", a[0], a[1], err)
+		}
+	}
+	if s.store, err = parseStore(o.store); err != nil {
+		return s, err
+	}
+	switch {
+	case o.wait < 0:
+		return s, fmt.Errorf("--wait must be 0 (answer 409) or positive, such as 10s (got %v)", o.wait)
+	case o.lease <= 0:
+		return s, fmt.Errorf("--lease must be positive, such as 30s (got %v)", o.lease)
+	case o.retention <= 0:
+		return s, fmt.Errorf("--retention must be positive, such as 24h (got %v)", o.retention)
+	case o.drainLimit <= 0:
+		return s, fmt.Errorf("--shutdown-timeout must be positive, such as 30s (got %v)", o.drainLimit)
+	case o.maxBody <= 0:
+		return s, fmt.Errorf("--max-body must be positive, such as 1MiB (got %d)", o.maxBody)
+	}
+	s.cfg, err = o.middlewareConfig()
+	return s, err
+}
+
+// middlewareConfig maps the flags to the middleware's configuration, checked.
+func (o *serveOptions) middlewareConfig() (idemhttp.Config, error) {
+	c := idemhttp.Config{RequireKey: o.requireKey, Wait: o.wait, Lease: o.lease, Retention: o.retention,
+		MaxBodyBytes: int64(o.maxBody), StoreServerErrors: &o.store5xx}
+	switch o.oversize {
+	case "reject":
+		c.Oversize = idemhttp.Reject413
+	case "pass":
+		c.Oversize = idemhttp.PassThrough
+	default:
+		return c, fmt.Errorf("--oversize %q: use 'reject' (413) or 'pass' (proxied without idempotency)", o.oversize)
+	}
+	var err error
+	c.Methods, err = headerList("--methods", o.methods, true)
+	if err == nil && len(c.Methods) == 0 {
+		err = errors.New("--methods is empty: list the methods that take an Idempotency-Key, such as POST,PATCH")
+	}
+	for _, m := range c.Methods {
+		if m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions {
+			err = fmt.Errorf("--methods lists %s, which is safe by HTTP semantics and must not be replayed from a store: list methods with effects, such as POST,PATCH", m)
+		}
+	}
+	if err == nil {
+		c.FingerprintHeaders, err = headerList("--fingerprint-headers", o.fingerprintHeaders, false)
+	}
+	if err == nil {
+		c.ReplayHeaders, err = headerList("--replay-headers", o.replayHeaders, false)
+	}
+	if err != nil {
+		return c, err
+	}
+	if h := o.scopeHeader; h != "" {
+		switch {
+		case !tokenRE.MatchString(h):
+			return c, fmt.Errorf("--scope-header %q is not an HTTP header name", h)
+		case slices.Contains([]string{"authorization", "proxy-authorization", "cookie"}, strings.ToLower(h)):
+			return c, fmt.Errorf("--scope-header %s would store credentials in clear: leave it out, the default scope is a hash of Authorization", h)
+		}
+		c.Scope = idemhttp.HeaderScope(h)
+	}
+	return c, nil
+}
+
+// headerList splits a comma-separated flag into HTTP tokens (upper-cased for methods);
+// empty gives nil, the middleware's default.
+func headerList(flagName, v string, upper bool) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !tokenRE.MatchString(f) {
+			return nil, fmt.Errorf("%s: %q is not an HTTP token; separate names with commas", flagName, f)
+		}
+		if upper {
+			f = strings.ToUpper(f)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// serve runs the gateway until ctx ends, then stops taking connections, finishes the
+// requests in flight, stops the sweeper and closes the store, in that order.
+func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error {
+	log := slog.New(slog.NewTextHandler(m.Stderr, nil))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The store's own metrics label claims by scope, which behind the gateway is one
+	// value per caller (an Authorization hash or a tenant): unbounded. The gateway
+	// exports the middleware's metrics, labelled by outcome only.
+	store, closeStore, err := spec.store.open(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	cfg := spec.cfg
+	cfg.Store, cfg.Registerer, cfg.Logger = store, reg, log
+	mw, err := idemhttp.Middleware(cfg)
+	if err != nil {
+		return fmt.Errorf("idem serve: %w", err)
+	}
+
+	srvErr := make(chan error, 2)
+	srv, addr, err := startServer(o.listen, "--listen", catchUnreached(mw(newProxy(spec.upstream, log))), log, srvErr)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	admin, adminAddr := (*http.Server)(nil), "off"
+	if o.admin != "" {
+		if admin, adminAddr, err = startServer(o.admin, "--admin-listen", adminHandler(reg, storeHealth(store)), log, srvErr); err != nil {
+			return err
+		}
+		defer admin.Close()
+	}
+	fmt.Fprintf(m.Stderr, "idem serve: listening on %s (admin %s)\n", addr, adminAddr)
+	fmt.Fprintf(m.Stderr, "idem serve: proxying to %s, keys in %s\n", redactURL(spec.upstream.String()), spec.store.desc)
+
+	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	if sw, ok := store.(idem.Sweeper); ok {
+		wg.Go(func() { _ = idem.RunSweeper(sweepCtx, sw, time.Minute, log) })
+	}
+
+	select {
+	case <-ctx.Done():
+	case err = <-srvErr:
+	}
+	fmt.Fprintf(m.Stderr, "idem serve: shutting down, finishing the requests in flight (up to %v)\n", o.drainLimit)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.drainLimit)
+	defer cancel()
+	if derr := srv.Shutdown(dctx); derr != nil {
+		_ = srv.Close()
+		log.Warn("idem serve: connections of requests still running at --shutdown-timeout were closed; "+
+			"a key whose response was not stored is free again when its lease ends", "err", derr, "lease", o.lease)
+	}
+	if admin != nil {
+		_ = admin.Shutdown(dctx)
+	}
+	stopSweep()
+	wg.Wait()
+	if err == nil {
+		fmt.Fprintln(m.Stderr, "idem serve: stopped")
+	}
+	return err
+}
+
+// startServer listens on addr and serves h in the background; a failure of Serve
+// lands on errs. flagName names the address in errors.
+func startServer(addr, flagName string, h http.Handler, log *slog.Logger, errs chan<- error) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s %s: %w", flagName, addr, err)
+	}
+	// No BaseContext from ctx: a stop must not cancel the requests it lets finish.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("%s %s: %w", flagName, addr, err)
+		}
+	}()
+	return srv, ln.Addr().String(), nil
+}
+
+// byteSize is a flag holding a size in bytes, written as a number with an optional
+// KiB, MiB or GiB suffix.
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	num, mult := strings.TrimSpace(s), int64(1)
+	for i, suffix := range []string{"KiB", "MiB", "GiB"} {
+		if rest, ok := strings.CutSuffix(num, suffix); ok {
+			num, mult = strings.TrimSpace(rest), int64(1)<<(10*(i+1))
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return fmt.Errorf("%q is not a size: use bytes, or a number with KiB, MiB or GiB, such as 1MiB", s)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}
+
+// newProxy returns the reverse proxy to upstream. Its transport keeps many idle
+// connections per host (the default keeps 2, so 8 concurrent clients would open and
+// close a connection per request) and ignores $HTTP_PROXY: the upstream is addressed
+// directly. Wrap the middleware in catchUnreached: see upstreamUnreached.
+func newProxy(upstream *url.URL, log *slog.Logger) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+		},
+		Transport:  newUpstreamTransport(),
+		BufferPool: proxyBuffers{},
+		ErrorLog:   slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			log.Warn("idem serve: the upstream did not answer", "method", r.Method, "path", r.URL.Path, "err", err)
+			if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
+				panic(upstreamUnreached{})
+			}
+			writeBadGateway(w)
+		},
+	}
+}
+
+// upstreamUnreached is panicked by the proxy when it could not connect to the
+// upstream, so the request certainly did not run there. The middleware gives the key
+// of a panicking handler back, and catchUnreached, outside the middleware, answers
+// 502: a retry runs the request once the upstream is back, where a stored 502 would
+// be replayed for the whole --retention. (A request that reached the upstream but got
+// no answer may have run: its 502 is stored like any 5xx, as --store-5xx says.)
+type upstreamUnreached struct{}
+
+// catchUnreached answers 502 to a request whose upstream could not be reached.
+func catchUnreached(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if _, ok := v.(upstreamUnreached); !ok {
+					panic(v)
+				}
+				writeBadGateway(w)
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func writeBadGateway(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusBadGateway)
+	_, _ = io.WriteString(w, `{"type":"about:blank","title":"Bad Gateway","status":502,`+
+		`"detail":"idem serve: the upstream did not answer; the gateway's log has the reason"}`+"\n")
+}
+
+// proxyBuffers reuses the proxy's 32 KiB copy buffers, else allocated per response:
+// garbage that makes the collector scan the memory store's records more often.
+type proxyBuffers struct{}
+
+var proxyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+func (proxyBuffers) Get() []byte  { return proxyBufferPool.Get().(*[32 << 10]byte)[:] }
+func (proxyBuffers) Put(b []byte) { proxyBufferPool.Put((*[32 << 10]byte)(b)) }
+
+// newUpstreamTransport is the transport of newProxy.
+func newUpstreamTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	t.IdleConnTimeout = 90 * time.Second
+	return t
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/idemhttp"
+)
+
+// benchClients is the number of concurrent keep-alive clients of BenchmarkServe.
+const benchClients = 8
+
+// BenchmarkServe measures, in one run over loopback with 8 keep-alive clients sending
+// POSTs with a new Idempotency-Key each, a plain httputil.ReverseProxy (with the
+// gateway's transport and buffer pool, so the ratio is the cost of idempotency) beside
+// `idem serve` on the memory and the SQLite store, in front of the same trivial
+// upstream. The variants take turns in three rounds so that drift hits them alike.
+// SQLite commits are durable, so its figure is reported beside the disk's fsync rate:
+// group commit lets it exceed that rate.
+//
+//	go test -run '^$' -bench BenchmarkServe -benchtime 30000x ./cmd/idem
+func BenchmarkServe(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"ord_1","status":"created"}`)
+	}))
+	b.Cleanup(up.Close)
+	upURL, _ := url.Parse(up.URL)
+	plain := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(upURL); pr.SetXForwarded() },
+		Transport:  newUpstreamTransport(),
+		BufferPool: proxyBuffers{},
+	})
+	b.Cleanup(plain.Close)
+	dir := b.TempDir()
+	mem := startGateway(b, up.URL, "--store", "memory:")
+	sqlite := startGateway(b, up.URL, "--store", "sqlite:"+filepath.Join(dir, "gateway.db"))
+
+	targets := []struct{ name, url string }{
+		{"plain", plain.URL}, {"memory", "http://" + mem.addr}, {"sqlite", "http://" + sqlite.addr},
+	}
+	const rounds = 3
+	elapsed := make([]time.Duration, len(targets))
+	done := make([]int, len(targets))
+	b.ResetTimer()
+	for round := range rounds {
+		for i, tgt := range targets {
+			n := b.N / rounds
+			if round == rounds-1 {
+				n = b.N - 2*(b.N/rounds)
+			}
+			elapsed[i] += load(b, tgt.url+"/orders", fmt.Sprintf("%s-%d", tgt.name, round), n)
+			done[i] += n
+		}
+	}
+	b.StopTimer()
+	rate := make([]float64, len(targets))
+	for i, tgt := range targets {
+		rate[i] = float64(done[i]) / elapsed[i].Seconds()
+		b.ReportMetric(rate[i], tgt.name+"_req/s")
+	}
+	b.ReportMetric(rate[1]/rate[0], "memory/plain")
+	b.ReportMetric(rate[2]/rate[0], "sqlite/plain")
+	b.ReportMetric(fsyncRate(b, dir), "fsyncs/s")
+}
+
+// load sends n POSTs to target from benchClients keep-alive clients, each with a new
+// key, and returns the time they took.
+func load(b *testing.B, target, run string, n int) time.Duration {
+	b.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients, DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range benchClients {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				req, _ := http.NewRequest(http.MethodPost, target, strings.NewReader(`{"amount":5,"currency":"eur"}`))
+				req.Header.Set(idemhttp.HeaderKey, fmt.Sprintf("%s-%d", run, i))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != http.StatusCreated {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					failed.CompareAndSwap(nil, fmt.Errorf("POST %s: %w", target, err))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	d := time.Since(start)
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// fsyncRate measures how many 4 KiB write+fsync pairs per second the disk under dir
+// completes, one at a time: the bound of one-commit-per-fsync durability.
+func fsyncRate(b *testing.B, dir string) float64 {
+	b.Helper()
+	f, err := os.CreateTemp(dir, "fsync-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	page := make([]byte, 4096)
+	n, start := 0, time.Now()
+	for ; n < 2000 && time.Since(start) < time.Second; n++ {
+		if _, err := f.WriteAt(page, int64(n%64)*4096); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// runningGateway is `idem serve` running in a goroutine, for the tests and BenchmarkServe.
+type runningGateway struct {
+	addr, admin string
+	stderr      *syncBuffer
+	cancel      context.CancelFunc
+	done        chan struct{} // closed when Run returned err
+	err         error
+}
+
+var serveListeningRE = regexp.MustCompile(`idem serve: listening on (\S+) \(admin (\S+)\)`)
+
+// startGateway runs `idem serve --upstream URL --listen 127.0.0.1:0 --admin-listen
+// 127.0.0.1:0 args…` and returns once it serves.
+func startGateway(t testing.TB, upstreamURL string, args ...string) *runningGateway {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &runningGateway{stderr: &syncBuffer{}, cancel: cancel, done: make(chan struct{})}
+	args = append([]string{"serve", "--upstream", upstreamURL, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)
+	go func() {
+		defer close(g.done)
+		g.err = NewMain(io.Discard, g.stderr).Run(ctx, args)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-g.done:
+		case <-time.After(30 * time.Second):
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if m := serveListeningRE.FindStringSubmatch(g.stderr.String()); m != nil {
+			g.addr, g.admin = m[1], m[2]
+			return g
+		}
+		select {
+		case <-g.done:
+			t.Fatalf("idem %v exited: %v\n%s", args, g.err, g.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("idem serve did not listen within 30s:\n%s", g.stderr)
+	return nil
+}
+
+// stop cancels the gateway as SIGTERM would and checks it exits cleanly.
+func (g *runningGateway) stop(t testing.TB) {
+	t.Helper()
+	g.cancel()
+	select {
+	case <-g.done:
+		if g.err != nil {
+			t.Fatalf("idem serve stopped with %v, want nil\n%s", g.err, g.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("idem serve did not stop within 30s of its cancellation\n%s", g.stderr)
+	}
+}

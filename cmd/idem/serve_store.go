@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemredis"
+	"github.com/idemhq/idem/idemsqlite"
+)
+
+// storeSpec is a --store URL, checked without connecting: open connects.
+type storeSpec struct {
+	kind   string // sqlite, postgres, redis, memory
+	raw    string
+	desc   string // for logs, without passwords
+	path   string // sqlite
+	redis  *redis.Options
+	prefix string // redis key prefix (?prefix=), empty for idemredis.DefaultPrefix
+}
+
+// parseStore checks --store. Its errors are usage errors: they name the flag and the fix.
+func parseStore(raw string) (storeSpec, error) {
+	s := storeSpec{raw: raw, desc: redactURL(raw)}
+	switch {
+	case raw == "memory:":
+		s.kind, s.desc = "memory", "memory (lost on restart, not shared between gateways)"
+	case strings.HasPrefix(raw, "sqlite:"):
+		s.kind, s.path = "sqlite", strings.TrimPrefix(raw, "sqlite:")
+		if s.path == "" {
+			return s, errors.New("--store sqlite: needs a file path, such as sqlite:idem-gateway.db (created if missing)")
+		}
+		s.desc = "sqlite (" + s.path + ")"
+	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		s.kind = "postgres"
+		cfg, err := pgxpool.ParseConfig(raw)
+		if err != nil {
+			return s, fmt.Errorf("--store %s: %v: use postgres://user:pass@host:5432/db", s.desc, err)
+		}
+		s.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	case strings.HasPrefix(raw, "redis://"), strings.HasPrefix(raw, "rediss://"):
+		s.kind = "redis"
+		// prefix is ours, not go-redis's: take it out before ParseURL, which refuses
+		// options it does not know.
+		u, err := url.Parse(raw)
+		if err != nil {
+			return s, fmt.Errorf("--store %s: %v: use redis://host:6379[/db][?prefix=idem:]", s.desc, err)
+		}
+		q := u.Query()
+		s.prefix = q.Get("prefix")
+		q.Del("prefix")
+		u.RawQuery = q.Encode()
+		opts, err := redis.ParseURL(u.String())
+		if err != nil {
+			return s, fmt.Errorf("--store %s: %v: use redis://host:6379[/db][?prefix=idem:]", s.desc, err)
+		}
+		s.redis = opts
+		s.desc = fmt.Sprintf("redis (%s db %d)", opts.Addr, opts.DB)
+	default:
+		return s, fmt.Errorf("--store %q: unknown store; use sqlite:PATH, postgres://user@host:5432/db, "+
+			"redis://host:6379[/db] or memory:", s.desc)
+	}
+	return s, nil
+}
+
+// open connects the store and registers its metrics on reg; close releases what
+// it acquired, after the last request that used the store.
+func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store idem.Store, close func(), err error) {
+	switch s.kind {
+	case "memory":
+		st, err := idemmem.New(idemmem.Config{Registerer: reg})
+		return st, func() {}, err
+	case "sqlite":
+		st, err := idemsqlite.Open(s.path, idemsqlite.Config{Registerer: reg})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
+		}
+		return st, func() { _ = st.Close() }, nil
+	case "postgres":
+		pool, err := pgxpool.New(ctx, s.raw)
+		if err == nil {
+			err = pool.Ping(ctx)
+		}
+		if err != nil {
+			if pool != nil {
+				pool.Close()
+			}
+			return nil, nil, fmt.Errorf("--store %s: connect: %w", s.desc, err)
+		}
+		st, err := idempg.New(ctx, pool, idempg.Config{Registerer: reg})
+		if err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
+		}
+		return st, pool.Close, nil
+	case "redis":
+		client := redis.NewClient(s.redis)
+		if err := client.Ping(ctx).Err(); err != nil {
+			_ = client.Close()
+			return nil, nil, fmt.Errorf("--store %s: connect: %w", s.desc, err)
+		}
+		st, err := idemredis.New(client, idemredis.Config{Prefix: s.prefix, Registerer: reg})
+		if err != nil {
+			_ = client.Close()
+			return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
+		}
+		return st, func() { _ = client.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("--store %s: unknown store kind %q", s.desc, s.kind)
+}
+
+// healthKey is claimed by /healthz. Its scope cannot be produced by a request: the
+// middleware's scopes are "anonymous", "auth:…" and "tenant:…".
+var healthKey = idem.Key{Scope: "idem-serve:health", ID: "healthz"}
+
+// storeHealth answers /healthz by claiming and releasing healthKey: the path every
+// request takes (for SQLite, the writer and an fsync), so a full disk or a dead
+// connection shows. A concurrent probe finds the key in progress, which is an answer
+// too; a crashed probe's claim expires with its 5 s lease.
+func storeHealth(store idem.Store) func(context.Context) (bool, string) {
+	return func(ctx context.Context) (bool, string) {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		res, err := store.Claim(ctx, idem.Claim{Key: healthKey, Lease: 5 * time.Second, Retention: time.Second})
+		if err == nil && res.Outcome == idem.Acquired {
+			err = store.Release(ctx, healthKey, res.Token)
+		}
+		if err != nil {
+			return false, "unhealthy: the store did not answer: " + err.Error()
+		}
+		return true, fmt.Sprintf("ok: the store answered in %v", time.Since(start).Round(time.Microsecond))
+	}
+}
