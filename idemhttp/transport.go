@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -319,16 +320,16 @@ func (c *clientCall) run() (*http.Response, error) {
 		if !c.retryable(resp, err, n) {
 			return c.finish(resp, err, n)
 		}
-		wait, ok := c.delay(ctx, n, resp, time.Now())
+		pause, ok := c.delay(ctx, n, resp, time.Now())
 		if !ok {
 			return c.finish(resp, err, n)
 		}
-		c.logRetry(n, resp, err, wait)
+		c.logRetry(n, resp, err, pause)
 		if resp != nil {
 			discardResponse(resp)
 		}
-		if err := sleepCtx(ctx, wait); err != nil {
-			return nil, err
+		if !wait.Sleep(ctx, pause) {
+			return nil, ctx.Err()
 		}
 	}
 }

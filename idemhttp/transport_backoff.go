@@ -98,18 +98,6 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// sleepCtx waits d, or until ctx ends and returns its error.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // discardResponse closes the response of an attempt that will be retried. Reading a
 // little of what is left first lets the connection be reused; a long body is not
 // worth the wait, and closing it costs only a new connection.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // Handler applies one message's effect inside tx, the transaction in which the
@@ -104,7 +105,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 			}
 			failures++
 			c.cfg.Logger.Warn("inbox: receive failed; retrying", "consumer", c.cfg.Consumer, "err", err)
-			if !sleep(ctx, c.cfg.Backoff(failures)) {
+			if !wait.Sleep(ctx, c.cfg.Backoff(failures)) {
 				return ctx.Err()
 			}
 			continue
@@ -125,17 +126,6 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 			c.settle(sctx, items)
 		}()
 		settling = done
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // Notifier wakes a relay when messages were committed: idempg.NewNotifier listens for
@@ -148,7 +149,7 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 		if err != nil {
 			failures++
 			r.cfg.Logger.Warn("outbox relay: round failed", "err", err, "consecutive", failures)
-			if !sleepCtx(ctx, min(50*time.Millisecond<<min(failures-1, 6), r.cfg.PollInterval)) {
+			if !wait.Sleep(ctx, min(50*time.Millisecond<<min(failures-1, 6), r.cfg.PollInterval)) {
 				return ctx.Err()
 			}
 			continue
@@ -178,17 +179,6 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // listen turns the Notifier's notifications into wakes until ctx ends. A permanent
 // error (a bad channel name) stops listening; the relay then polls.
 func (r *Relay[Tx]) listen(ctx context.Context, wake chan<- struct{}) {
@@ -202,7 +192,7 @@ func (r *Relay[Tx]) listen(ctx context.Context, wake chan<- struct{}) {
 				return
 			}
 			r.cfg.Logger.Warn("outbox relay: listening failed; polling meanwhile", "err", err)
-			sleepCtx(ctx, r.cfg.PollInterval)
+			wait.Sleep(ctx, r.cfg.PollInterval)
 			continue
 		}
 		select {
