@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,31 +28,10 @@ import (
 	"github.com/idemhq/idem/outbox"
 )
 
-// syncBuffer is an io.Writer the relay's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runningRelay is `idem relay` running in a goroutine.
 type runningRelay struct {
-	addr   string // of /metrics and /healthz
-	stderr *syncBuffer
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Run returned err
-	err    error
+	*daemon
+	addr string // of /metrics and /healthz
 }
 
 var listeningRE = regexp.MustCompile(`idem relay: listening on (\S+)`)
@@ -62,48 +39,8 @@ var listeningRE = regexp.MustCompile(`idem relay: listening on (\S+)`)
 // startRelay runs `idem relay args… --listen 127.0.0.1:0` and returns once it serves HTTP.
 func startRelay(t *testing.T, args ...string) *runningRelay {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningRelay{stderr: &syncBuffer{}, cancel: cancel, done: make(chan struct{})}
-	args = append([]string{"relay", "--listen", "127.0.0.1:0"}, args...)
-	go func() {
-		defer close(r.done)
-		r.err = NewMain(io.Discard, r.stderr).Run(ctx, args)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-r.done:
-		case <-time.After(30 * time.Second):
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := listeningRE.FindStringSubmatch(r.stderr.String()); m != nil {
-			r.addr = m[1]
-			return r
-		}
-		select {
-		case <-r.done:
-			t.Fatalf("relay %v exited: %v\n%s", args, r.err, r.stderr)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Fatalf("relay did not listen within 30s:\n%s", r.stderr)
-	return nil
-}
-
-// stop cancels the relay as SIGINT would and checks it exits cleanly.
-func (r *runningRelay) stop(t *testing.T) {
-	t.Helper()
-	r.cancel()
-	select {
-	case <-r.done:
-		if r.err != nil {
-			t.Fatalf("relay stopped with %v, want nil\n%s", r.err, r.stderr)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("relay did not stop within 15s of its cancellation\n%s", r.stderr)
-	}
+	d, addrs := startDaemon(t, listeningRE, append([]string{"relay", "--listen", "127.0.0.1:0"}, args...)...)
+	return &runningRelay{daemon: d, addr: addrs[0]}
 }
 
 func (r *runningRelay) get(t *testing.T, path string) (int, string) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -142,11 +141,8 @@ func fsyncRate(b *testing.B, dir string) float64 {
 
 // runningGateway is `idem serve` running in a goroutine, for the tests and BenchmarkServe.
 type runningGateway struct {
+	*daemon
 	addr, admin string
-	stderr      *syncBuffer
-	cancel      context.CancelFunc
-	done        chan struct{} // closed when Run returned err
-	err         error
 }
 
 var serveListeningRE = regexp.MustCompile(`idem serve: listening on (\S+) \(admin (\S+)\)`)
@@ -155,45 +151,7 @@ var serveListeningRE = regexp.MustCompile(`idem serve: listening on (\S+) \(admi
 // 127.0.0.1:0 args…` and returns once it serves.
 func startGateway(t testing.TB, upstreamURL string, args ...string) *runningGateway {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	g := &runningGateway{stderr: &syncBuffer{}, cancel: cancel, done: make(chan struct{})}
-	args = append([]string{"serve", "--upstream", upstreamURL, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)
-	go func() {
-		defer close(g.done)
-		g.err = NewMain(io.Discard, g.stderr).Run(ctx, args)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-g.done:
-		case <-time.After(30 * time.Second):
-		}
-	})
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if m := serveListeningRE.FindStringSubmatch(g.stderr.String()); m != nil {
-			g.addr, g.admin = m[1], m[2]
-			return g
-		}
-		select {
-		case <-g.done:
-			t.Fatalf("idem %v exited: %v\n%s", args, g.err, g.stderr)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	t.Fatalf("idem serve did not listen within 30s:\n%s", g.stderr)
-	return nil
-}
-
-// stop cancels the gateway as SIGTERM would and checks it exits cleanly.
-func (g *runningGateway) stop(t testing.TB) {
-	t.Helper()
-	g.cancel()
-	select {
-	case <-g.done:
-		if g.err != nil {
-			t.Fatalf("idem serve stopped with %v, want nil\n%s", g.err, g.stderr)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("idem serve did not stop within 30s of its cancellation\n%s", g.stderr)
-	}
+	d, addrs := startDaemon(t, serveListeningRE, append([]string{"serve", "--upstream", upstreamURL,
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
+	return &runningGateway{daemon: d, addr: addrs[0], admin: addrs[1]}
 }
