@@ -344,8 +344,11 @@ func testLeaseExpiry(t *testing.T, s idem.Store) {
 	wantOutcome(t, first, idem.Acquired)
 	wantOutcome(t, MustClaim(t, s, c), idem.InProgress)
 
-	// The holder "crashes"; after the lease another claimant takes over.
-	second := awaitAcquired(t, s, c)
+	// The holder "crashes"; after the lease another claimant takes over, with a long
+	// lease of its own so that it still holds the key however slow the machine is.
+	long := c
+	long.Lease = time.Minute
+	second := awaitAcquired(t, s, long)
 	if second.Token <= first.Token {
 		t.Fatalf("takeover token %d is not above the crashed holder's %d", second.Token, first.Token)
 	}
@@ -359,7 +362,7 @@ func testLeaseExpiry(t *testing.T, s idem.Store) {
 	if err := s.Complete(ctx, c.Key, second.Token, []byte("fresh")); err != nil {
 		t.Fatalf("new holder's Complete: %v", err)
 	}
-	rep := MustClaim(t, s, c)
+	rep := MustClaim(t, s, long)
 	wantOutcome(t, rep, idem.Replayed)
 	if string(rep.Record.Result) != "fresh" {
 		t.Fatalf("replayed %q, want the new holder's result", rep.Record.Result)
