@@ -85,6 +85,9 @@ func (n *Notifier) Listen(ctx context.Context) error {
 	return n.listen(ctx)
 }
 
+// pingTimeout bounds the check of a silent connection.
+const pingTimeout = 5 * time.Second
+
 // Wait returns nil when a notification arrived on the channel since the previous
 // Wait returned (or since Listen), blocking until one does. It returns ctx's error
 // when ctx ends; idem.ErrClosed after Close; and a retryable *idem.BackendError when
@@ -110,8 +113,17 @@ func (n *Notifier) Wait(ctx context.Context) error {
 			n.drain()
 			return nil
 		case timedOut && !n.conn.IsClosed():
-			// Silence for a while: check the connection, then wait on.
-			if err = n.conn.Ping(ctx); err == nil {
+			// Silence for a while: check the connection, then wait on. The check does
+			// not take ctx: a caller giving up in the middle of it would leave the
+			// query half done, pgx would close the connection, and with it the LISTEN,
+			// losing the notifications sent before the next Wait.
+			pctx, pcancel := context.WithTimeout(context.Background(), pingTimeout)
+			err = n.conn.Ping(pctx)
+			pcancel()
+			if err == nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
 				continue
 			}
 		}
