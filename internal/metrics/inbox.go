@@ -25,10 +25,7 @@ func NewInbox(reg prometheus.Registerer, consumer string) (*Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	dups, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_duplicates_total",
-		Help: "Claims that found the key already taken (replayed, in_progress or mismatch): duplicates suppressed.",
-	}, []string{"backend", "scope"}))
+	dups, err := duplicates(reg)
 	if err != nil {
 		return nil, err
 	}

@@ -35,10 +35,7 @@ func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	dups, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_duplicates_total",
-		Help: "Claims that found the key already taken (replayed, in_progress or mismatch): duplicates suppressed.",
-	}, []string{"backend", "scope"}))
+	dups, err := duplicates(reg)
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +61,15 @@ func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
 		latency: latency.WithLabelValues(backend),
 		swept:   swept.WithLabelValues(backend),
 	}, nil
+}
+
+// duplicates registers idem_duplicates_total{backend,scope}, shared by the stores
+// and the inbox (which counts under backend "inbox").
+func duplicates(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_duplicates_total",
+		Help: "Claims that found the key already taken (replayed, in_progress or mismatch): duplicates suppressed.",
+	}, []string{"backend", "scope"}))
 }
 
 // RecordsFunc registers idem_records{backend}, read from count at each scrape.
