@@ -102,8 +102,6 @@ type Relay[Tx any] struct {
 	sink idem.Sink
 	cfg  RelayConfig
 	m    *metrics.Relay
-
-	lastPublish time.Duration // of the last Publish call, for the latency histogram (one round at a time)
 }
 
 // Relay returns a relay of o's messages to sink.
@@ -392,14 +390,16 @@ func (r *Relay[Tx]) publish(ctx context.Context, q idem.Querier, rows []row) (in
 	return len(ok), r.markPublished(ctx, q, ok)
 }
 
-// send publishes msgs and records the call's duration.
+// send publishes msgs and records the call: its duration and, if it failed, how many
+// messages it failed.
 func (r *Relay[Tx]) send(ctx context.Context, msgs []idem.Message) error {
 	start := time.Now()
 	err := r.sink.Publish(ctx, msgs...)
+	failed := 0
 	if err != nil {
-		r.m.Failed(len(msgs))
+		failed = len(msgs)
 	}
-	r.lastPublish = time.Since(start)
+	r.m.Publish(time.Since(start).Seconds(), failed)
 	return err
 }
 
@@ -413,7 +413,7 @@ func (r *Relay[Tx]) markPublished(ctx context.Context, q idem.Querier, rows []ro
 	for i, w := range rows {
 		lags[i] = float64(now-w.created) / 1000
 	}
-	r.m.Published(r.lastPublish.Seconds(), lags)
+	r.m.Published(lags)
 	return nil
 }
 

@@ -58,23 +58,22 @@ func NewRelay(reg prometheus.Registerer, backlog func() (unpublished, oldestAge,
 	return &Relay{published: published, failed: failed, latency: latency, lag: lag}, nil
 }
 
-// Published records n messages published by one Publish call of seconds, with the
-// lag of each from enqueue.
-func (m *Relay) Published(seconds float64, lags []float64) {
+// Publish records one Publish call of seconds, and how many messages it failed.
+func (m *Relay) Publish(seconds float64, failed int) {
 	if m == nil {
 		return
 	}
 	m.latency.Observe(seconds)
+	m.failed.Add(float64(failed))
+}
+
+// Published records messages marked published, with the lag of each from enqueue.
+func (m *Relay) Published(lags []float64) {
+	if m == nil {
+		return
+	}
 	m.published.Add(float64(len(lags)))
 	for _, l := range lags {
 		m.lag.Observe(l)
 	}
-}
-
-// Failed records n messages whose publication failed.
-func (m *Relay) Failed(n int) {
-	if m == nil {
-		return
-	}
-	m.failed.Add(float64(n))
 }
