@@ -1,11 +1,9 @@
 package idemredis_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -89,22 +87,4 @@ func TestStreamConfigValidation(t *testing.T) {
 func newSourceErr(client redis.UniversalClient, cfg idemredis.StreamSourceConfig) error {
 	_, err := idemredis.NewStreamSource(client, cfg)
 	return err
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/internal/testsvc"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemredis"
 	"github.com/idemhq/idem/idemtest"
@@ -186,7 +188,7 @@ func TestStreamMalformedEntries(t *testing.T) {
 	t.Parallel()
 	b := streamSetup(t)
 	ctx := ctxFor(t)
-	var logs syncBuffer
+	var logs testsvc.Buffer
 	tests := []struct {
 		values  []any
 		id      string
@@ -239,7 +241,7 @@ func TestStreamDeletedWhilePending(t *testing.T) {
 	if err := b.client.XDel(ctx, b.stream, gone).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testsvc.Buffer
 	src := b.source(t, idemredis.StreamSourceConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	got := streamReceive(t, src, 1)
 	if got[0].ID != "kept" {

@@ -1,37 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemhq/idem/internal/testsvc"
 )
-
-// syncBuffer is an io.Writer a daemon's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // daemon is an idem command (relay, serve) running in a goroutine.
 type daemon struct {
 	name   string
-	stderr *syncBuffer
+	stderr *testsvc.Buffer
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Run returned err
 	err    error
@@ -42,7 +24,7 @@ type daemon struct {
 func startDaemon(t testing.TB, listening *regexp.Regexp, args ...string) (*daemon, []string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &daemon{name: args[0], stderr: &syncBuffer{}, cancel: cancel, done: make(chan struct{})}
+	d := &daemon{name: args[0], stderr: &testsvc.Buffer{}, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(d.done)
 		d.err = NewMain(io.Discard, d.stderr).Run(ctx, args)
