@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // sqliteTable is a BlockSource on one row of the idem_hilo table.
@@ -58,14 +60,7 @@ func SQLiteTable(ctx context.Context, db *sql.DB, name string, block uint64) (Bl
 	if err := hiloCheckOpen(db, name, block, `sql.Open("sqlite", "file:ids.db?_pragma=busy_timeout(10000)")`); err != nil {
 		return nil, err
 	}
-	var stored int64
-	_, err := db.ExecContext(ctx, sqliteHiLoSchema)
-	if err == nil {
-		_, err = db.ExecContext(ctx, sqliteHiLoInsert, name, int64(block))
-	}
-	if err == nil {
-		err = db.QueryRowContext(ctx, sqliteHiLoBlock, name).Scan(&stored)
-	}
+	stored, err := sqliteHiLoOpen(ctx, db, name, block)
 	if err != nil {
 		return nil, hiloBackendErr(ctx, "sqlite", "hilo.open", err)
 	}
@@ -76,6 +71,35 @@ func SQLiteTable(ctx context.Context, db *sql.DB, name string, block uint64) (Bl
 				stored, block, name)}
 	}
 	return &sqliteTable{db: db, name: name, block: block}, nil
+}
+
+// sqliteHiLoOpen creates the table and the row if missing and returns the stored
+// block size. Processes opening a new file at once can meet SQLITE_BUSY where the
+// busy timeout does not apply (while the first one switches the file to WAL), so the
+// steps, all idempotent, are tried again for up to openBusyFor.
+func sqliteHiLoOpen(ctx context.Context, db *sql.DB, name string, block uint64) (stored int64, err error) {
+	deadline := time.Now().Add(openBusyFor)
+	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
+		_, err = db.ExecContext(ctx, sqliteHiLoSchema)
+		if err == nil {
+			_, err = db.ExecContext(ctx, sqliteHiLoInsert, name, int64(block))
+		}
+		if err == nil {
+			err = db.QueryRowContext(ctx, sqliteHiLoBlock, name).Scan(&stored)
+		}
+		if err == nil || !sqliteBusy(err) || time.Now().After(deadline) || !wait.Sleep(ctx, pause) {
+			return stored, err
+		}
+	}
+}
+
+// openBusyFor bounds the retries of sqliteHiLoOpen.
+const openBusyFor = 10 * time.Second
+
+// sqliteBusy reports whether err is SQLITE_BUSY or one of its extended codes.
+func sqliteBusy(err error) bool {
+	var coded interface{ Code() int }
+	return errors.As(err, &coded) && coded.Code()&0xff == 5
 }
 
 // NextBlock is one autocommit statement. It reads the RETURNING row and then steps
