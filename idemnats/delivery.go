@@ -14,10 +14,11 @@ var _ idem.Settler = (*settler)(nil)
 
 // deliveries wraps received messages. The metadata (delivery count, stream
 // sequence) is parsed from the ack subject, so it costs no round trip.
-func deliveries(msgs []jetstream.Msg) []idem.Delivery {
+// ackWait bounds each Ack's wait for the server's confirmation.
+func deliveries(msgs []jetstream.Msg, ackWait time.Duration) []idem.Delivery {
 	out := make([]idem.Delivery, len(msgs))
 	for i, m := range msgs {
-		d := idem.Delivery{Message: fromNATS(m), Settler: &settler{msg: m}}
+		d := idem.Delivery{Message: fromNATS(m), Settler: &settler{msg: m, ackWait: ackWait}}
 		if md, err := m.Metadata(); err == nil {
 			d.Attempt = int(md.NumDelivered)
 			d.Position = fmt.Sprintf("stream seq %d", md.Sequence.Stream)
@@ -29,14 +30,21 @@ func deliveries(msgs []jetstream.Msg) []idem.Delivery {
 
 // settler settles one JetStream message.
 type settler struct {
-	msg jetstream.Msg
+	msg     jetstream.Msg
+	ackWait time.Duration
 }
 
 // Ack is JetStream's double ack (AckSync): it waits for the server to confirm, so
 // an ack lost on the way is an error the caller sees (and may retry) rather than a
-// silent redelivery. Without a ctx deadline it waits the JetStream context's
-// DefaultTimeout.
+// silent redelivery. It waits at most the consumer's AckWait (and ctx): once
+// AckWait has passed the server redelivers the message whatever became of the
+// ack, so a confirmation lost in a connection cut does not hold the caller longer.
 func (s *settler) Ack(ctx context.Context) error {
+	if s.ackWait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.ackWait)
+		defer cancel()
+	}
 	if err := s.msg.DoubleAck(ctx); err != nil {
 		return s.fail("ack", err)
 	}

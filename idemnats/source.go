@@ -93,7 +93,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 			msgs := s.buf[:n:n]
 			s.buf = s.buf[n:]
 			s.mu.Unlock()
-			return deliveries(msgs), nil
+			return deliveries(msgs, s.cfg.AckWait), nil
 		}
 		if err := s.fetchErr; err != nil {
 			s.fetchErr = nil
