@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -49,9 +50,9 @@ func TestUnknownCommandAndBadFlags(t *testing.T) {
 	}
 }
 
-func verifyReport(t *testing.T, args ...string) (*chaos.Report, error) {
+func verifyReport(t *testing.T, ops int, args ...string) (*chaos.Report, error) {
 	t.Helper()
-	stdout, stderr, err := run(t, append([]string{"verify", "--json", "--ops", "300", "--seed", "7"}, args...)...)
+	stdout, stderr, err := run(t, append([]string{"verify", "--json", "--ops", strconv.Itoa(ops), "--seed", "7"}, args...)...)
 	var r chaos.Report
 	if jerr := json.Unmarshal([]byte(stdout), &r); jerr != nil {
 		t.Fatalf("verify %v: %v; stdout %q stderr %q", args, err, stdout, stderr)
@@ -59,42 +60,120 @@ func verifyReport(t *testing.T, args ...string) (*chaos.Report, error) {
 	return &r, err
 }
 
-func TestVerifyHoldsOnSQLite(t *testing.T) {
-	t.Parallel()
-	r, err := verifyReport(t, "--fault-rate", "0.3")
-	if err != nil {
+// rows indexes a report's rows by boundary and checks that every boundary is there.
+func rows(t *testing.T, r *chaos.Report) map[string]chaos.Row {
+	t.Helper()
+	m := map[string]chaos.Row{}
+	for _, row := range r.Rows {
+		m[row.Boundary] = row
+	}
+	for _, b := range []string{chaos.BoundaryHTTP, chaos.BoundaryOutbox, chaos.BoundaryRelay, chaos.BoundaryInbox} {
+		if _, ok := m[b]; !ok {
+			t.Fatalf("report has no row %q: %+v", b, r.Rows)
+		}
+	}
+	return m
+}
+
+// checkHolds asserts a run that kept the guarantee under faults at every boundary.
+func checkHolds(t *testing.T, r *chaos.Report, err error, ops int) {
+	t.Helper()
+	if err != nil || !r.OK() {
 		t.Fatalf("verify failed: %v\n%+v", err, r)
 	}
-	row := r.Rows[0]
-	if row.EffectsApplied != 300 || row.Lost != 0 || row.DuplicatedEffects != 0 || !row.BalanceOK {
-		t.Fatalf("row = %+v, want 300 effects, none lost or doubled, balance exact", row)
+	m := rows(t, r)
+	late := m[chaos.BoundaryHTTP].LateDuplicates
+	if late != r.Faults[chaos.FaultLateRetry] {
+		t.Errorf("late duplicates at HTTP = %d, want one per late retry (%d)", late, r.Faults[chaos.FaultLateRetry])
 	}
-	if row.DuplicatesDelivered == 0 || row.DuplicatesSuppressed == 0 || r.FaultTotal() == 0 {
-		t.Fatalf("row = %+v, faults %v: the run did not exercise duplicates", row, r.Faults)
+	orders := ops + late
+	for _, row := range r.Rows {
+		if !row.OK() {
+			t.Errorf("row %+v failed", row)
+		}
+	}
+	if n := m[chaos.BoundaryHTTP].EffectsApplied; n != orders {
+		t.Errorf("orders = %d, want %d", n, orders)
+	}
+	if n := m[chaos.BoundaryOutbox].EffectsApplied; n != orders {
+		t.Errorf("outbox messages = %d, want %d", n, orders)
+	}
+	if n := m[chaos.BoundaryInbox].EffectsApplied; n != orders {
+		t.Errorf("ledger entries = %d, want %d", n, orders)
+	}
+	if r.Balance != r.OrderSum {
+		t.Errorf("balance %d, orders sum %d", r.Balance, r.OrderSum)
+	}
+	// The faults really happened, and duplicates really arrived and were absorbed.
+	for _, b := range []string{chaos.BoundaryHTTP, chaos.BoundaryRelay, chaos.BoundaryInbox} {
+		if row := m[b]; row.DuplicatesDelivered == 0 {
+			t.Errorf("%s: no duplicates delivered: %+v", b, row)
+		}
+	}
+	if m[chaos.BoundaryHTTP].DuplicatesSuppressed == 0 || m[chaos.BoundaryInbox].DuplicatesSuppressed == 0 {
+		t.Errorf("no duplicates suppressed: %+v", r.Rows)
+	}
+	if pct := float64(r.Faulted) / float64(r.Operations); pct < 0.15 {
+		t.Errorf("%d of %d operations faulted (%.0f%%), want about the fault rate", r.Faulted, r.Operations, 100*pct)
+	}
+	for _, k := range []string{chaos.FaultDropResponse, chaos.FaultDuplicateRequest, chaos.FaultDuplicateDelivery, chaos.FaultLostAck, chaos.FaultRestart} {
+		if r.Faults[k] == 0 {
+			t.Errorf("no %s fault in %v", k, r.Faults)
+		}
+	}
+}
+
+// The default setup: SQLite and embedded NATS, with clock jumps and late retries.
+func TestVerifyHoldsOnSQLiteAndNATS(t *testing.T) {
+	t.Parallel()
+	r, err := verifyReport(t, 600, "--fault-rate", "0.3")
+	checkHolds(t, r, err, 600)
+	if r.Faults[chaos.FaultClockJump] == 0 || r.Faults[chaos.FaultLateRetry] == 0 || r.Faults[chaos.FaultBrokerCut] == 0 {
+		t.Errorf("SQLite + NATS run without clock jumps, late retries or broker cuts: %v", r.Faults)
 	}
 }
 
 // The negative control: without idem the same flow must double effects and fail.
 func TestVerifyUnsafeFails(t *testing.T) {
 	t.Parallel()
-	r, err := verifyReport(t, "--fault-rate", "0.3", "--unsafe")
+	r, err := verifyReport(t, 300, "--fault-rate", "0.3", "--unsafe")
 	var fail *exitError
 	if !errors.As(err, &fail) {
 		t.Fatalf("--unsafe returned %v, want a failing verdict", err)
 	}
-	if r.Rows[0].DuplicatedEffects == 0 || r.OK() {
-		t.Fatalf("--unsafe row = %+v, want duplicated effects", r.Rows[0])
+	m := rows(t, r)
+	if r.OK() || m[chaos.BoundaryHTTP].DuplicatedEffects == 0 || m[chaos.BoundaryInbox].DuplicatedEffects == 0 {
+		t.Fatalf("--unsafe rows = %+v, want duplicated effects at HTTP and at the consumer", r.Rows)
+	}
+	if ok := m[chaos.BoundaryInbox].BalanceOK; ok == nil || *ok {
+		t.Fatalf("--unsafe balance reported exact: %+v", m[chaos.BoundaryInbox])
 	}
 }
 
 func TestVerifyHoldsOnPostgres(t *testing.T) {
 	t.Parallel()
-	cs, _ := testsvc.PostgresSchema(t)
-	r, err := verifyReport(t, "--fault-rate", "0.3", "--db", cs)
-	if err != nil {
-		t.Fatalf("verify on postgres failed: %v\n%+v", err, r)
+	testsvc.Reach(t, "postgres", "127.0.0.1:5432")
+	r, err := verifyReport(t, 400, "--fault-rate", "0.3", "--db", testsvc.PostgresURL())
+	checkHolds(t, r, err, 400)
+	if r.Faults[chaos.FaultDBCut] == 0 {
+		t.Errorf("postgres run without database cuts: %v", r.Faults)
 	}
-	if row := r.Rows[0]; row.EffectsApplied != 300 || !row.OK() {
-		t.Fatalf("row = %+v", row)
+}
+
+func TestVerifyHoldsOnEveryBroker(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, broker, addr string }{
+		{"kafka", "kafka:", ""},
+		{"redis", "redis://" + testsvc.RedisAddr(), testsvc.RedisAddr()},
+		{"rabbitmq", "amqp://guest:guest@127.0.0.1:5672/", "127.0.0.1:5672"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if tc.addr != "" {
+				testsvc.Reach(t, tc.name, tc.addr)
+			}
+			r, err := verifyReport(t, 300, "--fault-rate", "0.3", "--broker", tc.broker)
+			checkHolds(t, r, err, 300)
+		})
 	}
 }

@@ -6,75 +6,121 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsqlite"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for postgres:// URLs
 )
 
-// txEnv is a SQL database and the idem TxStore on it, as chosen by a --db URL.
-type txEnv struct {
-	name   string // for reports: "sqlite (/tmp/…)", "postgres"
-	db     *sql.DB
-	store  idem.TxStore[*sql.Tx]
-	tables string // prefix for the tables a flow creates
-	close  func()
+// verifyDB is the database of a verify run and the idem TxStore on it.
+type verifyDB struct {
+	name  string // for reports: "sqlite (temporary file)", "postgres"
+	db    *sql.DB
+	store idem.TxStore[*sql.Tx]
+	clock *chaos.Clock // drives the store's expiry; nil where the database's clock does
+	proxy *chaos.Proxy // the database connections go through it; nil for SQLite
+	close func()
 }
 
-// openTxEnv maps a URL to a database and its transactional store:
+// openVerifyDB maps --db to a database the run owns:
 //
-//	sqlite:PATH    SQLite file at PATH (created); "sqlite:" alone uses a temporary file
-//	postgres://…   PostgreSQL; the flow's tables go into a fresh schema, dropped after
-func openTxEnv(ctx context.Context, url string) (*txEnv, error) {
+//	sqlite:        a SQLite file in a temporary directory, removed after
+//	sqlite:PATH    a new SQLite file at PATH, kept (it must not exist)
+//	postgres://…   PostgreSQL, through a chaos.Proxy; the run's tables go into a
+//	               fresh schema, dropped after unless keep
+func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
 	switch {
-	case strings.HasPrefix(url, "sqlite:"):
-		path := strings.TrimPrefix(url, "sqlite:")
-		name := "sqlite (" + path + ")"
+	case strings.HasPrefix(raw, "sqlite:"):
+		path := strings.TrimPrefix(raw, "sqlite:")
+		name := "sqlite " + path
 		cleanup := func() {}
 		if path == "" {
-			name = "sqlite (temporary file)"
 			dir, err := os.MkdirTemp("", "idem-verify-")
 			if err != nil {
 				return nil, err
 			}
-			path = filepath.Join(dir, "idem.db")
-			cleanup = func() { os.RemoveAll(dir) }
+			path, name = filepath.Join(dir, "idem.db"), "sqlite (temporary file)"
+			if keep {
+				name = "sqlite " + path
+			} else {
+				cleanup = func() { os.RemoveAll(dir) }
+			}
+		} else if _, err := os.Stat(path); err == nil {
+			return nil, fmt.Errorf("--db %s: the file exists; a run needs a database of its own: name a new file, or use sqlite: for a temporary one", raw)
 		}
-		s, err := idemsqlite.Open(path, idemsqlite.Config{})
+		clock := &chaos.Clock{}
+		s, err := idemsqlite.Open(path, idemsqlite.Config{Now: clock.Now})
 		if err != nil {
 			cleanup()
-			return nil, fmt.Errorf("open %s: %w", url, err)
+			return nil, fmt.Errorf("--db %s: %w", raw, err)
 		}
-		prefix := "run_" + randomHex(4) + "_"
-		return &txEnv{name: name, db: s.DB(), store: s, tables: prefix,
-			close: func() { s.Close(); cleanup() }}, nil
+		// One writer at a time: SQLite serializes writers anyway, and a few
+		// connections queue in database/sql (FIFO) instead of sleeping in
+		// SQLite's busy handler, which backs off up to 100 ms per try.
+		s.DB().SetMaxOpenConns(3)
+		return &verifyDB{name: name, db: s.DB(), store: s, clock: clock, close: func() { s.Close(); cleanup() }}, nil
 
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		db, err := sql.Open("pgx", url)
+	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		u, err := url.Parse(raw)
 		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", url, err)
+			return nil, fmt.Errorf("--db %q: %v: use postgres://user@host:5432/db", redactURL(raw), err)
 		}
-		s, err := idempg.NewSQL(ctx, db, idempg.Config{})
+		admin, err := sql.Open("pgx", raw)
 		if err != nil {
-			db.Close()
-			return nil, fmt.Errorf("open %s: %w", url, err)
+			return nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)
 		}
 		schema := "idem_verify_" + randomHex(6)
-		if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("create schema for the run: %w", err)
+		if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+			admin.Close()
+			return nil, fmt.Errorf("--db %s: create the run's schema: %w", redactURL(raw), err)
 		}
-		return &txEnv{name: "postgres", db: db, store: s, tables: schema + ".",
-			close: func() {
-				_, _ = db.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		drop := func() {
+			if !keep {
+				_, _ = admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+			}
+			admin.Close()
+		}
+		host := u.Host
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), "5432")
+		}
+		proxy, err := chaos.NewProxy("postgres", host)
+		if err != nil {
+			drop()
+			return nil, err
+		}
+		u.Host = proxy.Addr()
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		db, err := sql.Open("pgx", u.String())
+		if err == nil {
+			db.SetMaxOpenConns(32)
+		}
+		var s *idempg.SQLStore
+		if err == nil {
+			s, err = idempg.NewSQL(ctx, db, idempg.Config{})
+		}
+		if err != nil {
+			if db != nil {
 				db.Close()
-			}}, nil
+			}
+			proxy.Close()
+			drop()
+			return nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)
+		}
+		name := "postgres (schema " + schema + ")"
+		return &verifyDB{name: name, db: db, store: s, proxy: proxy,
+			close: func() { db.Close(); proxy.Close(); drop() }}, nil
 	}
-	return nil, fmt.Errorf("--db %q: unknown database; use sqlite:PATH or postgres://user@host/db", url)
+	return nil, fmt.Errorf("--db %q: unknown database; use sqlite: (temporary), sqlite:PATH or postgres://user@host/db", redactURL(raw))
 }
 
 func randomHex(n int) string {

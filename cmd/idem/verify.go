@@ -4,64 +4,100 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/idemhq/idem/chaos"
 )
 
 func (m *Main) runVerify(ctx context.Context, args []string) error {
-	fs := m.newFlagSet("verify", `Runs an exactly-once flow under injected faults and checks, from the database
-itself, that every effect was applied exactly once and the running balance is
-exact. Exits 0 only if nothing was lost and nothing doubled.
+	fs := m.newFlagSet("verify", `Runs a whole exactly-once flow under injected faults and checks, from the
+databases themselves, that every order took effect exactly once:
 
-Boundary covered today: broker → consumer (messages duplicated, redelivered after
-crashes before commit and lost acks, raced by paused consumers; each effect
-committed with its key through idem's TxStore). The HTTP, outbox and external
-effect boundaries join the table as they are built.
+  clients --HTTP, Idempotency-Key--> order service --one tx--> order + outbox
+  --relay--> broker --> consumers --one tx with the message key--> ledger + balance
 
-With --unsafe the same flow runs as a plain at-least-once consumer (no idem): it
-must report duplicated effects and exit non-zero, which proves the checker can fail.`)
-	ops := fs.Int("ops", 10000, "number of messages (effects) to apply")
-	workers := fs.Int("workers", 8, "concurrent consumers")
-	rate := fs.Float64("fault-rate", 0.25, "probability that a delivery is hit by a fault, 0 to 1")
-	seed := fs.Int64("seed", 0, "seed for keys, amounts and faults (0: pick one and print it)")
-	db := fs.String("db", envOr("IDEM_DB", "sqlite:"), "database: sqlite:PATH (sqlite: alone = a temporary file) or postgres://…  [$IDEM_DB]")
-	unsafe := fs.Bool("unsafe", false, "turn idem off (plain at-least-once): the negative control, expected to fail")
+Every boundary uses idem's own packages (idemhttp, outbox, inbox and a broker
+adapter). Faults: responses dropped after the server executed, duplicate and
+concurrent requests, the relay killed between publish and mark, failed
+publishes, duplicate deliveries, lost acks, consumers killed before the effect,
+before the commit and before the ack (and restarted), a consumer paused past its
+ack wait while its message is redelivered, database and broker connections cut
+through a TCP proxy (Postgres, NATS, Redis, RabbitMQ), and jumps of the clock
+that drives key expiry (SQLite), ending with a few retries after the retention
+window: those are applied again by design and reported as late duplicates.
+
+The table has one row per boundary. Exit status 0 only if nothing was lost and
+no effect was doubled. With --unsafe the same flow runs without idem's
+protection (no idempotency middleware, no inbox dedup): it must report
+duplicated effects and exit 1, which proves the checker can fail.
+
+--seed fixes the orders and which operation each fault hits (the n-th attempt
+of a request or delivery); goroutine scheduling still varies between runs.`)
+	ops := fs.Int("ops", 10000, "orders to place")
+	clients := fs.Int("clients", 16, "concurrent HTTP clients")
+	consumers := fs.Int("consumers", 2, "concurrent consumer processes")
+	rate := fs.Float64("fault-rate", 0.25, "fraction of operations (requests, publishes, deliveries) hit by a fault, 0 to 1")
+	seed := fs.Int64("seed", 0, "seed for orders and faults (0: pick one and print it)")
+	db := fs.String("db", envOr("IDEM_DB", "sqlite:"), "database: sqlite: (temporary file), sqlite:PATH (new file) or postgres://user@host/db (a fresh schema)  [$IDEM_DB]")
+	broker := fs.String("broker", envOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams) or amqp://user:pass@host:5672/  [$IDEM_BROKER]")
+	unsafe := fs.Bool("unsafe", false, "turn idem's protection off (plain at-least-once): the negative control, expected to fail")
 	asJSON := fs.Bool("json", false, "write the report as JSON instead of a table")
+	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived is lost")
+	keep := fs.Bool("keep", false, "keep the run's database (temporary SQLite file or Postgres schema) for inspection")
+	verbose := fs.Bool("v", false, "log the warnings of relays and consumers (many, under faults) to stderr")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	switch {
 	case *ops <= 0:
 		return usageErr(fs, "--ops must be positive (got %d)", *ops)
-	case *workers <= 0:
-		return usageErr(fs, "--workers must be positive (got %d)", *workers)
+	case *clients <= 0:
+		return usageErr(fs, "--clients must be positive (got %d)", *clients)
+	case *consumers <= 0:
+		return usageErr(fs, "--consumers must be positive (got %d)", *consumers)
 	case *rate < 0 || *rate > 1:
 		return usageErr(fs, "--fault-rate must be between 0 and 1 (got %g)", *rate)
 	}
 	if *seed == 0 {
-		*seed = time.Now().UnixNano()
+		*seed = time.Now().UnixNano() % 1_000_000_000
 	}
 
-	env, err := openTxEnv(ctx, *db)
+	vdb, err := openVerifyDB(ctx, *db, *keep)
 	if err != nil {
 		return err
 	}
-	defer env.close()
-
-	flow := &chaos.ConsumerFlow{
-		DB: env.db, Store: env.store, Tables: env.tables,
-		Boundary: "broker → consumer", Ops: *ops, Workers: *workers,
-		FaultRate: *rate, Seed: *seed, Unsafe: *unsafe,
+	defer vdb.close()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if *verbose {
+		logger = slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	start := time.Now()
-	row, faults, err := flow.Run(ctx)
+	b, err := openVerifyBroker(ctx, *broker, randomHex(4), logger)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+
+	flow := &chaos.Flow{
+		DB: vdb.db, Store: vdb.store, Broker: b, Clock: vdb.clock, DBProxy: vdb.proxy,
+		Orders: *ops, Clients: *clients, Consumers: *consumers, FaultRate: *rate, Seed: *seed,
+		Unsafe: *unsafe, Timeout: *timeout, Logger: logger,
+	}
+	bar := newProgressBar(m.Stderr)
+	if bar != nil && !*verbose {
+		flow.Progress = bar.update
+	}
+	report, err := flow.Run(ctx)
+	if bar != nil {
+		bar.clear()
+	}
 	if err != nil {
 		return fmt.Errorf("idem verify: %w", err)
 	}
-	report := &chaos.Report{Seed: *seed, FaultRate: *rate, Ops: *ops, Store: env.name, Unsafe: *unsafe,
-		Faults: faults, Rows: []chaos.Row{row}, Elapsed: time.Since(start)}
+	report.Store = vdb.name
 	if *asJSON {
 		err = report.WriteJSON(m.Stdout)
 	} else {
@@ -75,6 +111,38 @@ must report duplicated effects and exit non-zero, which proves the checker can f
 	}
 	return nil
 }
+
+// progressBar draws one line on a terminal: orders placed and applied, faults.
+type progressBar struct {
+	w     io.Writer
+	width int
+}
+
+// newProgressBar returns a bar on w if w is a terminal, else nil (quiet).
+func newProgressBar(w io.Writer) *progressBar {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	st, err := f.Stat()
+	if err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return &progressBar{w: w, width: 30}
+}
+
+func (b *progressBar) update(p chaos.Progress) {
+	done := p.Applied * b.width / max(p.Orders, 1)
+	done = min(done, b.width)
+	phase := "placing"
+	if p.Settling {
+		phase = "settling"
+	}
+	fmt.Fprintf(b.w, "\r[%s%s] placed %d/%d · applied %d · faults %d · %s ", strings.Repeat("#", done),
+		strings.Repeat(".", b.width-done), p.Placed, p.Orders, p.Applied, p.Faults, phase)
+}
+
+func (b *progressBar) clear() { fmt.Fprint(b.w, "\r\033[K") }
 
 // usageErr reports a bad flag value on the command's output and returns errUsage.
 func usageErr(fs *flag.FlagSet, format string, args ...any) error {
