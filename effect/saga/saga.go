@@ -1,0 +1,574 @@
+// Package saga runs orchestrated sagas: multi-step business flows across systems no
+// transaction covers (reserve stock → charge → ship → confirm), each step with a
+// compensation, a semantic undo (release, refund, cancel).
+//
+// The orchestrator persists every saga instance (its state, the step it is at, the
+// results so far) in the database, so a process restart resumes each saga where it
+// stopped. Every action and every compensation runs through an effect.Fence with
+// its own key lineage (the saga id, step "do:<name>" or "undo:<name>"), so a step
+// re-run after a crash calls its service with the same derived idempotency key
+// and is applied once.
+//
+// A step that fails permanently (effect.Permanent, or MaxAttempts transient
+// failures) turns the saga around: the steps before it are compensated in
+// reverse order, each exactly once, and the saga ends COMPENSATED with the
+// reason. A step that ran out of attempts on transient errors may have happened
+// (a timeout after the request left), so it is compensated too; compensations
+// must therefore accept an action that never took place (refund nothing). A
+// compensation that fails permanently ends the saga FAILED with the reason: a
+// person must look. Steps without a compensation say so (NoCompensation).
+package saga
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/internal/wait"
+)
+
+// States of a saga instance.
+const (
+	Running      = "running"      // actions in progress
+	Compensating = "compensating" // a step failed; undoing the completed ones
+	Completed    = "completed"    // every action done
+	Compensated  = "compensated"  // turned around and fully undone
+	Failed       = "failed"       // a compensation failed permanently: needs a person
+)
+
+// Input is what an action or a compensation receives.
+type Input struct {
+	SagaID string
+	// Key is the step's derived idempotency key: send it downstream (it is also in
+	// the context for idemhttp.Transport).
+	Key string
+	// Data is the saga's input, given to Start.
+	Data []byte
+	// Results holds the results of the actions completed so far, by step name.
+	Results map[string][]byte
+}
+
+// Step is one step of a saga.
+type Step struct {
+	Name   string
+	Action func(ctx context.Context, in Input) ([]byte, error)
+	// Compensate undoes Action (refund for charge). It gets the same Input, whose
+	// Results include this step's own result when the action completed.
+	Compensate func(ctx context.Context, in Input) error
+	// NoCompensation declares that the step has nothing to undo (a read, a final
+	// confirmation); a Step without Compensate must set it.
+	NoCompensation bool
+	// Timeout bounds one attempt of the action or the compensation. Zero: none.
+	Timeout time.Duration
+	// MaxAttempts is how many transient failures of the action turn the saga
+	// around (compensations are retried until they succeed or fail permanently).
+	// Zero means 5.
+	MaxAttempts int
+}
+
+// Definition is a named list of steps.
+type Definition struct {
+	Name  string
+	Steps []Step
+}
+
+// Config configures an Orchestrator. The zero value is usable.
+type Config struct {
+	// Lease is how long one orchestrator owns a saga while advancing it; after it
+	// another may take over (the first one is fenced). Default 30 s; keep it above
+	// the longest step with its timeout.
+	Lease time.Duration
+	// Backoff is the delay before retrying a step after its attempt-th transient
+	// failure. Default: 100 ms doubling, capped at 30 s, ±20% jitter.
+	Backoff func(attempt int) time.Duration
+	// PollInterval is how often Run looks for sagas to advance. Default 200 ms.
+	PollInterval time.Duration
+	// Now is the clock of leases and backoffs. Nil means time.Now.
+	Now func() time.Time
+	// Registerer receives idem_sagas_total{saga,outcome} (started, completed,
+	// compensated, failed) and the fence's idem_effects_total.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	// crash, in tests, is called at named points of a step and may panic there.
+	crash func(point string)
+}
+
+// Orchestrator starts and advances sagas. Several orchestrators (processes) may
+// share one database: a saga is advanced by one at a time, under a lease.
+type Orchestrator[Tx any] struct {
+	db      idem.TxDB[Tx]
+	fence   *effect.Fence[Tx]
+	defs    map[string]*Definition
+	cfg     Config
+	metrics *prometheus.CounterVec
+}
+
+// Instance is the stored state of one saga.
+type Instance struct {
+	ID, Saga, State string
+	// Step is the index of the step being run (Running) or compensated
+	// (Compensating); len(Steps) when Completed, -1 when Compensated.
+	Step     int
+	Data     []byte
+	Results  map[string][]byte
+	Attempts int
+	Reason   string // why it turned around or failed
+	Created  time.Time
+	Updated  time.Time
+}
+
+// New returns an orchestrator for defs on db, creating its tables if needed.
+func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Definition) (*Orchestrator[Tx], error) {
+	if cfg.Lease <= 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = defaultBackoff
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 200 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	o := &Orchestrator[Tx]{db: db, defs: map[string]*Definition{}, cfg: cfg}
+	for i := range defs {
+		d := &defs[i]
+		if err := check(d); err != nil {
+			return nil, err
+		}
+		if _, dup := o.defs[d.Name]; dup {
+			return nil, &idem.InputError{Field: "Definition.Name", Reason: fmt.Sprintf("%q is defined twice", d.Name), Fix: "give each saga its own name"}
+		}
+		o.defs[d.Name] = d
+	}
+	fence, err := effect.New(ctx, db, effect.Config{Lease: cfg.Lease, Now: cfg.Now, Registerer: cfg.Registerer, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	o.fence = fence
+	if cfg.Registerer != nil {
+		m := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_sagas_total",
+			Help: "Sagas by outcome: started, completed, compensated, failed.",
+		}, []string{"saga", "outcome"})
+		if err := cfg.Registerer.Register(m); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+			m = are.ExistingCollector.(*prometheus.CounterVec)
+		}
+		o.metrics = m
+	}
+	blob := "BLOB"
+	if db.Dialect == idem.Postgres {
+		blob = "BYTEA"
+	}
+	if err := db.InTx(ctx, func(tx Tx) error {
+		for _, stmt := range []string{
+			`CREATE TABLE IF NOT EXISTS idem_sagas (id TEXT PRIMARY KEY, saga TEXT NOT NULL, state TEXT NOT NULL,
+				step INTEGER NOT NULL, data ` + blob + ` NOT NULL, results TEXT NOT NULL, attempts INTEGER NOT NULL,
+				reason TEXT NOT NULL, next_at BIGINT NOT NULL, lease_until BIGINT NOT NULL, token BIGINT NOT NULL,
+				created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)`,
+			`CREATE INDEX IF NOT EXISTS idem_sagas_due ON idem_sagas (next_at) WHERE state IN ('running', 'compensating')`,
+		} {
+			if _, err := db.Querier(tx).Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, &idem.BackendError{Backend: "saga", Op: "migrate", Err: err}
+	}
+	return o, nil
+}
+
+func check(d *Definition) error {
+	if d.Name == "" {
+		return &idem.InputError{Field: "Definition.Name", Reason: "is empty", Fix: "name the saga, e.g. \"order\""}
+	}
+	if len(d.Steps) == 0 {
+		return &idem.InputError{Field: "Definition.Steps", Reason: "is empty", Fix: "give the saga at least one step"}
+	}
+	seen := map[string]bool{}
+	for i, s := range d.Steps {
+		field := fmt.Sprintf("Definition %q Steps[%d]", d.Name, i)
+		switch {
+		case s.Name == "" || seen[s.Name]:
+			return &idem.InputError{Field: field + ".Name", Reason: fmt.Sprintf("%q is empty or repeated", s.Name), Fix: "give each step its own name"}
+		case s.Action == nil:
+			return &idem.InputError{Field: field + ".Action", Reason: "is nil", Fix: "pass the function that performs the step"}
+		case s.Compensate == nil && !s.NoCompensation:
+			return &idem.InputError{Field: field + ".Compensate", Reason: "is nil", Fix: "pass the undo, or set NoCompensation to declare the step has nothing to undo"}
+		}
+		seen[s.Name] = true
+	}
+	return nil
+}
+
+// Start creates saga id of definition name with input data, to be advanced by
+// Run. Starting an id that exists does nothing and returns false: a retried Start
+// never starts a second saga.
+func (o *Orchestrator[Tx]) Start(ctx context.Context, name, id string, data []byte) (bool, error) {
+	var created bool
+	err := o.db.InTx(ctx, func(tx Tx) (err error) {
+		created, err = o.StartTx(ctx, tx, name, id, data)
+		return err
+	})
+	return created, err
+}
+
+// StartTx is Start in the caller's transaction: the saga exists if and only if the
+// business write that asks for it commits.
+func (o *Orchestrator[Tx]) StartTx(ctx context.Context, tx Tx, name, id string, data []byte) (bool, error) {
+	if _, ok := o.defs[name]; !ok {
+		return false, &idem.InputError{Field: "name", Reason: fmt.Sprintf("no saga %q is defined", name), Fix: "pass its Definition to saga.New"}
+	}
+	if err := (idem.Key{Scope: "saga", ID: id}).Validate(); err != nil {
+		return false, err
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	now := o.cfg.Now().UnixNano()
+	n, err := o.db.Querier(tx).Exec(ctx, `INSERT INTO idem_sagas (id, saga, state, step, data, results, attempts, reason,
+		next_at, lease_until, token, created_at, updated_at) VALUES ($1, $2, 'running', 0, $3, '{}', 0, '', $4, 0, 0, $4, $4)
+		ON CONFLICT (id) DO NOTHING`, id, name, data, now)
+	if err != nil {
+		return false, &idem.BackendError{Backend: "saga", Op: "start", Err: err}
+	}
+	if n == 1 {
+		o.count(name, "started")
+	}
+	return n == 1, nil
+}
+
+// Run advances due sagas until ctx ends.
+func (o *Orchestrator[Tx]) Run(ctx context.Context) error {
+	for {
+		n, err := o.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			o.cfg.Logger.Warn("saga: round failed", "err", err)
+		}
+		if n == 0 || err != nil {
+			if !wait.Sleep(ctx, o.cfg.PollInterval) {
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// RunOnce takes up to 32 due sagas and advances each as far as it can go now. It
+// returns how many it advanced.
+func (o *Orchestrator[Tx]) RunOnce(ctx context.Context) (int, error) {
+	now := o.cfg.Now().UnixNano()
+	var ids []string
+	err := o.db.InTx(ctx, func(tx Tx) error {
+		rows, err := o.db.Querier(tx).Query(ctx, `SELECT id FROM idem_sagas WHERE state IN ('running', 'compensating')
+			AND next_at <= $1 AND lease_until <= $1 ORDER BY next_at LIMIT 32`, now)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, &idem.BackendError{Backend: "saga", Op: "poll", Err: err}
+	}
+	done := 0
+	for _, id := range ids {
+		ok, err := o.advance(ctx, id)
+		if err != nil {
+			return done, err
+		}
+		if ok {
+			done++
+		}
+	}
+	return done, nil
+}
+
+// advance takes saga id's lease and runs its steps until it ends or must wait.
+func (o *Orchestrator[Tx]) advance(ctx context.Context, id string) (bool, error) {
+	inst, token, ok, err := o.lease(ctx, id)
+	if err != nil || !ok {
+		return false, err
+	}
+	def := o.defs[inst.Saga]
+	if def == nil {
+		return false, fmt.Errorf("saga %s: definition %q is not known to this orchestrator", id, inst.Saga)
+	}
+	for inst.State == Running || inst.State == Compensating {
+		wait, err := o.step(ctx, def, &inst)
+		if err != nil {
+			return true, err
+		}
+		if err := o.save(ctx, &inst, token, wait); err != nil {
+			return true, err
+		}
+		if wait > 0 {
+			return true, nil
+		}
+		switch inst.State {
+		case Completed, Compensated, Failed:
+			o.count(inst.Saga, inst.State)
+		}
+	}
+	return true, nil
+}
+
+// step runs one action or compensation of inst and moves inst on. A positive
+// wait means: try again after it (a transient failure).
+func (o *Orchestrator[Tx]) step(ctx context.Context, def *Definition, inst *Instance) (time.Duration, error) {
+	if inst.State == Running {
+		s := def.Steps[inst.Step]
+		o.crash("before:" + s.Name)
+		result, err := o.call(ctx, inst, s, "do:", func(ctx context.Context, in Input) ([]byte, error) { return s.Action(ctx, in) })
+		o.crash("after:" + s.Name)
+		var fe *effect.FailedError
+		switch {
+		case err == nil:
+			inst.Results[s.Name] = result
+			inst.Step++
+			inst.Attempts = 0
+			if inst.Step == len(def.Steps) {
+				inst.State = Completed
+			}
+		case errors.As(err, &fe):
+			o.turnAround(inst, inst.Step-1, fmt.Sprintf("step %s failed: %s", s.Name, fe.Reason))
+		case errors.Is(err, effect.ErrInProgress):
+			return o.cfg.Lease / 4, nil // another orchestrator's call, or a crashed one's lease
+		default:
+			inst.Attempts++
+			max := s.MaxAttempts
+			if max <= 0 {
+				max = 5
+			}
+			if inst.Attempts >= max {
+				// It may have happened: compensate this step too.
+				o.turnAround(inst, inst.Step, fmt.Sprintf("step %s failed %d times: %v", s.Name, inst.Attempts, err))
+				return 0, nil
+			}
+			return o.cfg.Backoff(inst.Attempts), nil
+		}
+		return 0, nil
+	}
+	if inst.Step < 0 {
+		inst.State = Compensated
+		return 0, nil
+	}
+	s := def.Steps[inst.Step]
+	if !s.NoCompensation {
+		o.crash("before-undo:" + s.Name)
+		_, err := o.call(ctx, inst, s, "undo:", func(ctx context.Context, in Input) ([]byte, error) { return nil, s.Compensate(ctx, in) })
+		o.crash("after-undo:" + s.Name)
+		var fe *effect.FailedError
+		switch {
+		case errors.As(err, &fe):
+			inst.State = Failed
+			inst.Reason += fmt.Sprintf("; compensation of %s failed: %s", s.Name, fe.Reason)
+			return 0, nil
+		case errors.Is(err, effect.ErrInProgress):
+			return o.cfg.Lease / 4, nil
+		case err != nil:
+			inst.Attempts++
+			return o.cfg.Backoff(inst.Attempts), nil
+		}
+	}
+	inst.Step--
+	inst.Attempts = 0
+	if inst.Step < 0 {
+		inst.State = Compensated
+	}
+	return 0, nil
+}
+
+func (o *Orchestrator[Tx]) turnAround(inst *Instance, from int, reason string) {
+	inst.State, inst.Step, inst.Attempts, inst.Reason = Compensating, from, 0, reason
+	if from < 0 {
+		inst.State = Compensated
+	}
+}
+
+// call runs fn for step s through the fence, under the step's timeout.
+func (o *Orchestrator[Tx]) call(ctx context.Context, inst *Instance, s Step, prefix string, fn func(context.Context, Input) ([]byte, error)) ([]byte, error) {
+	return o.fence.Do(ctx, inst.ID, prefix+s.Name, func(ctx context.Context, key string) ([]byte, error) {
+		if s.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, s.Timeout)
+			defer cancel()
+		}
+		return fn(ctx, Input{SagaID: inst.ID, Key: key, Data: inst.Data, Results: inst.Results})
+	})
+}
+
+func (o *Orchestrator[Tx]) crash(point string) {
+	if o.cfg.crash != nil {
+		o.cfg.crash(point)
+	}
+}
+
+// lease takes saga id if it is due and no other orchestrator holds it.
+func (o *Orchestrator[Tx]) lease(ctx context.Context, id string) (inst Instance, token int64, ok bool, err error) {
+	now := o.cfg.Now().UnixNano()
+	err = o.db.InTx(ctx, func(tx Tx) error {
+		q := o.db.Querier(tx)
+		n, err := q.Exec(ctx, `UPDATE idem_sagas SET lease_until = $1, token = token + 1
+			WHERE id = $2 AND state IN ('running', 'compensating') AND lease_until <= $3 AND next_at <= $3`,
+			now+o.cfg.Lease.Nanoseconds(), id, now)
+		if err != nil || n == 0 {
+			return err
+		}
+		inst, token, err = o.read(ctx, q, id)
+		ok = err == nil
+		return err
+	})
+	if err != nil {
+		return inst, 0, false, &idem.BackendError{Backend: "saga", Op: "lease", Err: err}
+	}
+	return inst, token, ok, nil
+}
+
+func (o *Orchestrator[Tx]) read(ctx context.Context, q idem.Querier, id string) (Instance, int64, error) {
+	var inst Instance
+	var results string
+	var token, created, updated int64
+	err := q.QueryRow(ctx, `SELECT saga, state, step, data, results, attempts, reason, token, created_at, updated_at
+		FROM idem_sagas WHERE id = $1`, id).Scan(&inst.Saga, &inst.State, &inst.Step, &inst.Data, &results,
+		&inst.Attempts, &inst.Reason, &token, &created, &updated)
+	if err != nil {
+		return inst, 0, err
+	}
+	inst.ID, inst.Created, inst.Updated = id, time.Unix(0, created), time.Unix(0, updated)
+	if err := json.Unmarshal([]byte(results), &inst.Results); err != nil {
+		return inst, 0, fmt.Errorf("saga %s: results: %w", id, err)
+	}
+	if inst.Results == nil {
+		inst.Results = map[string][]byte{}
+	}
+	return inst, token, nil
+}
+
+// save writes inst if token still holds it; a positive wait schedules the next
+// attempt and gives the lease back.
+func (o *Orchestrator[Tx]) save(ctx context.Context, inst *Instance, token int64, wait time.Duration) error {
+	results, err := json.Marshal(inst.Results)
+	if err != nil {
+		return err
+	}
+	now := o.cfg.Now()
+	next, lease := now.UnixNano(), now.Add(o.cfg.Lease).UnixNano()
+	if wait > 0 {
+		next, lease = now.Add(wait).UnixNano(), 0
+	}
+	if inst.State != Running && inst.State != Compensating {
+		lease = 0
+	}
+	var n int64
+	err = o.db.InTx(ctx, func(tx Tx) (err error) {
+		n, err = o.db.Querier(tx).Exec(ctx, `UPDATE idem_sagas SET state = $1, step = $2, results = $3, attempts = $4,
+			reason = $5, next_at = $6, lease_until = $7, updated_at = $8 WHERE id = $9 AND token = $10`,
+			inst.State, inst.Step, string(results), inst.Attempts, inst.Reason, next, lease, now.UnixNano(), inst.ID, token)
+		return err
+	})
+	if err != nil {
+		return &idem.BackendError{Backend: "saga", Op: "save", Err: err}
+	}
+	if n == 0 {
+		return fmt.Errorf("saga %s: another orchestrator took it over: %w", inst.ID, idem.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Get returns saga id, or ok false if there is none.
+func (o *Orchestrator[Tx]) Get(ctx context.Context, id string) (inst Instance, ok bool, err error) {
+	err = o.db.InTx(ctx, func(tx Tx) error {
+		var rerr error
+		inst, _, rerr = o.read(ctx, o.db.Querier(tx), id)
+		return rerr
+	})
+	if err != nil {
+		if isNoRows(err) {
+			return Instance{}, false, nil
+		}
+		return Instance{}, false, &idem.BackendError{Backend: "saga", Op: "get", Err: err}
+	}
+	return inst, true, nil
+}
+
+// List returns up to limit sagas in state (all states if empty), oldest first.
+func (o *Orchestrator[Tx]) List(ctx context.Context, state string, limit int) ([]Instance, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []Instance
+	err := o.db.InTx(ctx, func(tx Tx) error {
+		q := o.db.Querier(tx)
+		rows, err := q.Query(ctx, `SELECT id FROM idem_sagas WHERE ($1 = '' OR state = $1) ORDER BY created_at, id LIMIT $2`, state, limit)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			inst, _, err := o.read(ctx, q, id)
+			if err != nil {
+				return err
+			}
+			out = append(out, inst)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, &idem.BackendError{Backend: "saga", Op: "list", Err: err}
+	}
+	return out, nil
+}
+
+func (o *Orchestrator[Tx]) count(saga, outcome string) {
+	if o.metrics != nil {
+		o.metrics.WithLabelValues(saga, outcome).Inc()
+	}
+}
+
+func defaultBackoff(attempt int) time.Duration {
+	d := 100 * time.Millisecond << min(attempt-1, 10)
+	d = min(d, 30*time.Second)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

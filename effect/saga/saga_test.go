@@ -1,0 +1,296 @@
+package saga
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/internal/testsvc"
+)
+
+// services stands for the stock, payment and shipping services: each honours
+// idempotency keys (a key applies once) and logs what it applied, in order.
+type services struct {
+	mu   sync.Mutex
+	keys map[string]bool
+	log  map[string][]string // saga id → ops applied, in order
+	// crashInside, if it names an op, makes the action panic right after the
+	// service applied it: a crash between the call and the fence's COMPLETE.
+	crashInside string
+}
+
+func (s *services) apply(in Input, op string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.keys[in.Key] {
+		s.keys[in.Key] = true
+		s.log[in.SagaID] = append(s.log[in.SagaID], op)
+	}
+	if s.crashInside == op {
+		s.crashInside = ""
+		panic("crash")
+	}
+	return nil
+}
+
+func (s *services) applied(id string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.log[id])
+}
+
+var stepNames = []string{"reserve", "charge", "ship", "confirm"}
+var undoNames = map[string]string{"reserve": "release", "charge": "refund", "ship": "cancel"}
+
+// orderSaga is reserve stock → charge → ship → confirm. A saga whose data is
+// "fail:<step>" has that step refused permanently.
+func orderSaga(s *services) Definition {
+	var steps []Step
+	for _, name := range stepNames {
+		step := Step{
+			Name: name,
+			Action: func(ctx context.Context, in Input) ([]byte, error) {
+				if string(in.Data) == "fail:"+name {
+					return nil, effect.Permanent(errors.New(name + " refused"))
+				}
+				return []byte(name + "-ok"), s.apply(in, name)
+			},
+		}
+		if undo, ok := undoNames[name]; ok {
+			step.Compensate = func(ctx context.Context, in Input) error { return s.apply(in, undo) }
+		} else {
+			step.NoCompensation = true
+		}
+		steps = append(steps, step)
+	}
+	return Definition{Name: "order", Steps: steps}
+}
+
+type env struct {
+	db    idem.TxDB[*sql.Tx]
+	clock *chaos.Clock
+}
+
+func forEachDB(t *testing.T, fn func(t *testing.T, e env)) {
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "saga.db"), idemsqlite.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		db, err := idem.SQLDB(context.Background(), s.DB())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(t, env{db, &chaos.Clock{}})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		cs, _ := testsvc.PostgresSchema(t)
+		sdb, err := sql.Open("pgx", cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sdb.Close() })
+		db, err := idem.SQLDB(context.Background(), sdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(t, env{db, &chaos.Clock{}})
+	})
+}
+
+func (e env) orchestrator(t *testing.T, s *services, crash func(string)) *Orchestrator[*sql.Tx] {
+	t.Helper()
+	o, err := New(context.Background(), e.db, Config{Lease: time.Minute, Now: e.clock.Now, crash: crash,
+		Backoff: func(int) time.Duration { return time.Second }}, orderSaga(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// finish advances every saga to its end, moving the clock past backoffs and the
+// leases of crashed orchestrators.
+func finish(t *testing.T, e env, o *Orchestrator[*sql.Tx], id string) Instance {
+	t.Helper()
+	for range 50 {
+		if _, err := o.RunOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		inst, ok, err := o.Get(context.Background(), id)
+		if err != nil || !ok {
+			t.Fatalf("Get(%s): %v, %v", id, ok, err)
+		}
+		if inst.State != Running && inst.State != Compensating {
+			return inst
+		}
+		e.clock.Jump(2 * time.Minute)
+	}
+	t.Fatalf("saga %s did not finish", id)
+	return Instance{}
+}
+
+// expected is what the services must have applied, in order, for a saga that
+// fails at step k (len(stepNames) for none).
+func expected(k int) (ops []string, state string) {
+	for i := range k {
+		ops = append(ops, stepNames[i])
+	}
+	if k == len(stepNames) {
+		return ops, Completed
+	}
+	for i := k - 1; i >= 0; i-- {
+		if undo, ok := undoNames[stepNames[i]]; ok {
+			ops = append(ops, undo)
+		}
+	}
+	return ops, Compensated
+}
+
+func TestFailAtEachStep(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		s := &services{keys: map[string]bool{}, log: map[string][]string{}}
+		o := e.orchestrator(t, s, nil)
+		for k := 0; k <= len(stepNames); k++ {
+			id, data := fmt.Sprintf("ok-%d", k), ""
+			if k < len(stepNames) {
+				id, data = "fail-at-"+stepNames[k], "fail:"+stepNames[k]
+			}
+			if created, err := o.Start(context.Background(), "order", id, []byte(data)); err != nil || !created {
+				t.Fatalf("Start(%s): %v, %v", id, created, err)
+			}
+			if again, err := o.Start(context.Background(), "order", id, []byte(data)); err != nil || again {
+				t.Fatalf("second Start(%s) created a saga: %v, %v", id, again, err)
+			}
+			inst := finish(t, e, o, id)
+			ops, state := expected(k)
+			if inst.State != state || !slices.Equal(s.applied(id), ops) {
+				t.Errorf("%s: state %s, applied %v; want %s, %v", id, inst.State, s.applied(id), state, ops)
+			}
+			if state == Compensated && !strings.Contains(inst.Reason, stepNames[k]+" refused") {
+				t.Errorf("%s: reason %q does not say which step failed", id, inst.Reason)
+			}
+		}
+		if all, err := o.List(context.Background(), Compensated, 10); err != nil || len(all) != len(stepNames) {
+			t.Fatalf("List(compensated) = %d sagas, %v; want %d", len(all), err, len(stepNames))
+		}
+	})
+}
+
+// Crash the orchestrator at every boundary of every step, forward and backward:
+// a new orchestrator resumes the saga, and every action and compensation is
+// applied exactly once.
+func TestCrashAtEachBoundary(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		var points []string
+		for _, n := range stepNames {
+			points = append(points, "before:"+n, "inside:"+n, "after:"+n)
+			if undo, ok := undoNames[n]; ok {
+				points = append(points, "before-undo:"+n, "inside:"+undo, "after-undo:"+n)
+			}
+		}
+		for _, point := range points {
+			s := &services{keys: map[string]bool{}, log: map[string][]string{}}
+			// Sagas that turn around at confirm compensate every step: both
+			// directions get crashed in.
+			fails := strings.Contains(point, "undo") || slices.Contains(slices.Collect(mapsValues(undoNames)), strings.TrimPrefix(point, "inside:"))
+			id, data, k := "crash-"+point, "", len(stepNames)
+			if fails {
+				data, k = "fail:confirm", len(stepNames)-1
+			}
+			crashed := false
+			hook := func(p string) {
+				if p == point && !crashed {
+					crashed = true
+					panic("crash")
+				}
+			}
+			if op, ok := strings.CutPrefix(point, "inside:"); ok {
+				s.crashInside, hook = op, nil
+			}
+			first := e.orchestrator(t, s, hook)
+			if _, err := first.Start(context.Background(), "order", id, []byte(data)); err != nil {
+				t.Fatal(err)
+			}
+			func() {
+				defer func() { _ = recover() }()
+				for range 10 {
+					if _, err := first.RunOnce(context.Background()); err != nil {
+						t.Errorf("%s: %v", point, err)
+						return
+					}
+					e.clock.Jump(2 * time.Second) // backoffs pass, leases do not
+				}
+			}()
+			if !crashed && s.crashInside != "" {
+				t.Fatalf("%s: the crash point was never reached", point)
+			}
+			e.clock.Jump(2 * time.Minute) // the crashed orchestrator's leases expire
+			inst := finish(t, e, e.orchestrator(t, s, nil), id)
+			ops, state := expected(k)
+			if inst.State != state || !slices.Equal(s.applied(id), ops) {
+				t.Errorf("crash at %s: state %s, applied %v; want %s, %v", point, inst.State, s.applied(id), state, ops)
+			}
+		}
+	})
+}
+
+func mapsValues(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for _, v := range m {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
+func TestBadDefinitions(t *testing.T) {
+	t.Parallel()
+	db, err := idem.SQLDB(context.Background(), mustSQLite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := func(context.Context, Input) ([]byte, error) { return nil, nil }
+	for _, tc := range []struct {
+		def   Definition
+		field string
+	}{
+		{Definition{Steps: []Step{{Name: "a", Action: act, NoCompensation: true}}}, "Definition.Name"},
+		{Definition{Name: "x"}, "Definition.Steps"},
+		{Definition{Name: "x", Steps: []Step{{Name: "a", Action: act}}}, `Definition "x" Steps[0].Compensate`},
+		{Definition{Name: "x", Steps: []Step{{Name: "a", NoCompensation: true}}}, `Definition "x" Steps[0].Action`},
+	} {
+		_, err := New(context.Background(), db, Config{}, tc.def)
+		var ie *idem.InputError
+		if !errors.As(err, &ie) || ie.Field != tc.field {
+			t.Errorf("New(%+v): %v, want an InputError on %s", tc.def, err, tc.field)
+		}
+	}
+}
+
+func mustSQLite(t *testing.T) *sql.DB {
+	s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "bad.db"), idemsqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s.DB()
+}
