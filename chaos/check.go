@@ -15,7 +15,7 @@ const (
 	BoundaryInbox  = "broker → consumer (inbox)"
 )
 
-type effect struct {
+type applied struct {
 	id     string
 	amount int64
 	at     int64 // unix ns on the flow's clock
@@ -24,7 +24,7 @@ type effect struct {
 // dupes splits the effects of one cause beyond the first into duplicated effects
 // and late duplicates: those that happened a retention window or more after the
 // first, when the key had been forgotten by design.
-func dupes(es []effect, retention time.Duration) (dup, late int, lateAmount int64) {
+func dupes(es []applied, retention time.Duration) (dup, late int, lateAmount int64) {
 	if len(es) < 2 {
 		return 0, 0, 0
 	}
@@ -59,11 +59,11 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 	}
 
 	// Orders, by request key and by id.
-	byKey := map[string][]effect{}
+	byKey := map[string][]applied{}
 	orders := map[string]int64{}
 	var orderSum int64
 	if err := query("orders", "SELECT id, request_key, amount, created_at FROM "+tableOrders, func(scan func(...any) error) error {
-		var e effect
+		var e applied
 		var key string
 		if err := scan(&e.id, &key, &e.amount, &e.at); err != nil {
 			return err
@@ -135,10 +135,10 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 	}
 
 	// The ledger: one entry per order, and the balance.
-	byOrder := map[string][]effect{}
+	byOrder := map[string][]applied{}
 	var ledgerSum int64
 	if err := query("the ledger", "SELECT order_id, amount, applied_at FROM "+tableLedger, func(scan func(...any) error) error {
-		var e effect
+		var e applied
 		if err := scan(&e.id, &e.amount, &e.at); err != nil {
 			return err
 		}
@@ -181,7 +181,7 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_dead_letters WHERE replayed_at IS NULL").Scan(&rep.DeadLetters); err != nil {
 		return nil, fmt.Errorf("chaos: read the dead letters: %w", err)
 	}
-	rep.Rows = []Row{httpRow, obRow, relayRow, inRow}
+	rep.Rows = []Row{httpRow, obRow, relayRow, inRow, r.checkPayments(orders)}
 	return rep, nil
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/inbox"
@@ -125,6 +126,7 @@ const (
 	tableOrders  = "verify_orders"
 	tableLedger  = "verify_ledger"
 	tableBalance = "verify_balance"
+	tablePaid    = "verify_paid"
 	consumerName = "ledger"
 )
 
@@ -145,7 +147,7 @@ type run struct {
 	delivered  Tally // deliveries to consumers, by id
 	restarts   atomic.Int64
 	cutting    atomic.Bool
-	late       []intent
+	paysvc     *paymentService
 }
 
 // intent is one order a client means to place once.
@@ -219,6 +221,21 @@ func (f *Flow) Run(ctx context.Context) (*Report, error) {
 		stop()
 		return nil, err
 	}
+	if r.paysvc, err = startPaymentService(f.Unsafe); err != nil {
+		stop()
+		return nil, err
+	}
+	defer r.paysvc.srv.Close()
+	// The fence's leases run on the real clock: a backward jump of the flow's clock
+	// (up to minutes) would hold every crashed worker's effect for that long.
+	var fence *effect.Fence[*sql.Tx]
+	if !f.Unsafe {
+		if fence, err = effect.New(ctx, txdb, effect.Config{Lease: paymentLease, Registerer: r.reg, Logger: r.log}); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	wg.Go(func() { r.payments(bg, fence, r.paysvc, 2) })
 	wg.Go(func() { r.superviseRelay(bg) })
 	for range f.Consumers {
 		wg.Go(func() { r.superviseConsumer(bg) })
@@ -262,6 +279,7 @@ func (r *run) createTables(ctx context.Context) error {
 		"CREATE INDEX " + tableLedger + "_order ON " + tableLedger + " (order_id)",
 		"CREATE TABLE " + tableBalance + " (id INTEGER PRIMARY KEY, total BIGINT NOT NULL)",
 		"INSERT INTO " + tableBalance + " (id, total) VALUES (1, 0)",
+		"CREATE TABLE " + tablePaid + " (order_id TEXT PRIMARY KEY)",
 	} {
 		if _, err := r.f.DB.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("chaos: set up the flow's tables (the database must be new to the run): %w", err)
@@ -659,7 +677,7 @@ func (r *run) settle(ctx context.Context, since time.Time) bool {
 	return false
 }
 
-// pending counts orders not yet published or not yet in the ledger.
+// pending counts orders not yet published, applied to the ledger or paid.
 func (r *run) pending(ctx context.Context) (int, error) {
 	var unpublished, unapplied int
 	err := r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_outbox WHERE published_at IS NULL").Scan(&unpublished)
@@ -667,7 +685,12 @@ func (r *run) pending(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tableLedger+" l WHERE l.order_id = o.id)").Scan(&unapplied)
-	return unpublished + unapplied, err
+	if err != nil {
+		return 0, err
+	}
+	var unpaid int
+	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id)").Scan(&unpaid)
+	return unpublished + unapplied + unpaid, err
 }
 
 func (r *run) reportProgress(ctx context.Context) <-chan struct{} {

@@ -67,7 +67,7 @@ func rows(t *testing.T, r *chaos.Report) map[string]chaos.Row {
 	for _, row := range r.Rows {
 		m[row.Boundary] = row
 	}
-	for _, b := range []string{chaos.BoundaryHTTP, chaos.BoundaryOutbox, chaos.BoundaryRelay, chaos.BoundaryInbox} {
+	for _, b := range []string{chaos.BoundaryHTTP, chaos.BoundaryOutbox, chaos.BoundaryRelay, chaos.BoundaryInbox, chaos.BoundaryPayment} {
 		if _, ok := m[b]; !ok {
 			t.Fatalf("report has no row %q: %+v", b, r.Rows)
 		}
@@ -101,22 +101,26 @@ func checkHolds(t *testing.T, r *chaos.Report, err error, ops int) {
 	if n := m[chaos.BoundaryInbox].EffectsApplied; n != orders {
 		t.Errorf("ledger entries = %d, want %d", n, orders)
 	}
+	if n := m[chaos.BoundaryPayment].EffectsApplied; n != orders {
+		t.Errorf("charges = %d, want %d", n, orders)
+	}
 	if r.Balance != r.OrderSum {
 		t.Errorf("balance %d, orders sum %d", r.Balance, r.OrderSum)
 	}
 	// The faults really happened, and duplicates really arrived and were absorbed.
-	for _, b := range []string{chaos.BoundaryHTTP, chaos.BoundaryRelay, chaos.BoundaryInbox} {
+	for _, b := range []string{chaos.BoundaryHTTP, chaos.BoundaryRelay, chaos.BoundaryInbox, chaos.BoundaryPayment} {
 		if row := m[b]; row.DuplicatesDelivered == 0 {
 			t.Errorf("%s: no duplicates delivered: %+v", b, row)
 		}
 	}
-	if m[chaos.BoundaryHTTP].DuplicatesSuppressed == 0 || m[chaos.BoundaryInbox].DuplicatesSuppressed == 0 {
+	if m[chaos.BoundaryHTTP].DuplicatesSuppressed == 0 || m[chaos.BoundaryInbox].DuplicatesSuppressed == 0 || m[chaos.BoundaryPayment].DuplicatesSuppressed == 0 {
 		t.Errorf("no duplicates suppressed: %+v", r.Rows)
 	}
 	if pct := float64(r.Faulted) / float64(r.Operations); pct < 0.15 {
 		t.Errorf("%d of %d operations faulted (%.0f%%), want about the fault rate", r.Faulted, r.Operations, 100*pct)
 	}
-	for _, k := range []string{chaos.FaultDropResponse, chaos.FaultDuplicateRequest, chaos.FaultDuplicateDelivery, chaos.FaultLostAck, chaos.FaultRestart} {
+	for _, k := range []string{chaos.FaultDropResponse, chaos.FaultDuplicateRequest, chaos.FaultDuplicateDelivery, chaos.FaultRestart,
+		chaos.FaultPaymentResponseDropped, chaos.FaultPaymentWorkerKilled} {
 		if r.Faults[k] == 0 {
 			t.Errorf("no %s fault in %v", k, r.Faults)
 		}
@@ -128,7 +132,7 @@ func TestVerifyHoldsOnSQLiteAndNATS(t *testing.T) {
 	t.Parallel()
 	r, err := verifyReport(t, 600, "--fault-rate", "0.3")
 	checkHolds(t, r, err, 600)
-	if r.Faults[chaos.FaultClockJump] == 0 || r.Faults[chaos.FaultLateRetry] == 0 || r.Faults[chaos.FaultBrokerCut] == 0 {
+	if r.Faults[chaos.FaultClockJump] == 0 || r.Faults[chaos.FaultLateRetry] == 0 || r.Faults[chaos.FaultBrokerCut] == 0 || r.Faults[chaos.FaultLostAck] == 0 {
 		t.Errorf("SQLite + NATS run without clock jumps, late retries or broker cuts: %v", r.Faults)
 	}
 }
@@ -142,8 +146,8 @@ func TestVerifyUnsafeFails(t *testing.T) {
 		t.Fatalf("--unsafe returned %v, want a failing verdict", err)
 	}
 	m := rows(t, r)
-	if r.OK() || m[chaos.BoundaryHTTP].DuplicatedEffects == 0 || m[chaos.BoundaryInbox].DuplicatedEffects == 0 {
-		t.Fatalf("--unsafe rows = %+v, want duplicated effects at HTTP and at the consumer", r.Rows)
+	if r.OK() || m[chaos.BoundaryHTTP].DuplicatedEffects == 0 || m[chaos.BoundaryInbox].DuplicatedEffects == 0 || m[chaos.BoundaryPayment].DuplicatedEffects == 0 {
+		t.Fatalf("--unsafe rows = %+v, want duplicated effects at HTTP, at the consumer and at the payment API", r.Rows)
 	}
 	if ok := m[chaos.BoundaryInbox].BalanceOK; ok == nil || *ok {
 		t.Fatalf("--unsafe balance reported exact: %+v", m[chaos.BoundaryInbox])

@@ -1,0 +1,239 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/internal/wait"
+)
+
+// Faults of the consumer → payment API boundary.
+const (
+	// FaultPaymentResponseDropped: the payment service charged, and its response
+	// is lost; the worker sees an error and retries.
+	FaultPaymentResponseDropped = "payment_response_dropped"
+	// FaultPaymentWorkerKilled: the worker dies after the charge and before it
+	// records the effect COMPLETE; the effect is taken over after its lease.
+	FaultPaymentWorkerKilled = "payment_worker_killed_after_call"
+	// FaultPaymentWorkerPaused: the worker stalls after the charge for longer than
+	// its lease; another worker takes the effect over, and the first one's late
+	// COMPLETE is fenced.
+	FaultPaymentWorkerPaused = "payment_worker_paused_past_lease"
+)
+
+// BoundaryPayment is the row of the external payment API.
+const BoundaryPayment = "consumer → payment API (effect)"
+
+// paymentLease is the fence's lease in the flow: short, so that crashed and
+// paused workers are taken over within the run.
+const paymentLease = time.Second
+
+// paymentService is the outside system: a payment API over real HTTP that
+// charges once per Idempotency-Key (idem's middleware in front of it, on its own
+// store) unless the flow is unsafe, and counts the charges it made per order.
+type paymentService struct {
+	srv      *http.Server
+	url      string
+	received Tally // requests, by order
+	mu       sync.Mutex
+	charges  map[string]int // order → charges made
+}
+
+func startPaymentService(unsafe bool) (*paymentService, error) {
+	p := &paymentService{charges: map[string]int{}}
+	charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		order := r.URL.Query().Get("order")
+		p.mu.Lock()
+		p.charges[order]++
+		p.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]string{"charge": "ch_" + order})
+	})
+	h := http.Handler(charge)
+	if !unsafe {
+		store, err := idemmem.New(idemmem.Config{})
+		if err != nil {
+			return nil, err
+		}
+		mw, err := idemhttp.Middleware(idemhttp.Config{Store: store, RequireKey: true})
+		if err != nil {
+			return nil, err
+		}
+		h = mw(charge)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges", h)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p.url = "http://" + ln.Addr().String() + "/charges"
+	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.received.Add(r.URL.Query().Get("order"))
+		mux.ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+// counts returns the charges made per order.
+func (p *paymentService) counts() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := make(map[string]int, len(p.charges))
+	for k, v := range p.charges {
+		m[k] = v
+	}
+	return m
+}
+
+// errCrash is the panic of a payment worker killed on purpose.
+var errCrash = errors.New("chaos: payment worker killed")
+
+// payments runs the payment workers until ctx ends: each charges the orders the
+// ledger applied and records them paid. With idem, every charge goes through
+// effect.Fence (key = order id, step "charge"); unsafe, the worker calls and then
+// records, at least once.
+func (r *run) payments(ctx context.Context, fence *effect.Fence[*sql.Tx], svc *paymentService, workers int) {
+	faults := []Fault{
+		{Kind: FaultPaymentResponseDropped, Weight: 3},
+		{Kind: FaultPaymentWorkerKilled, Weight: 1},
+		{Kind: FaultPaymentWorkerPaused, Weight: 0.3, Max: 3},
+	}
+	client := &http.Client{Transport: &idemhttp.Transport{MaxAttempts: 1}, Timeout: 10 * time.Second}
+	attempts := &Tally{}
+	call := func(order string) effect.Call {
+		return func(ctx context.Context, key string) ([]byte, error) {
+			fault := r.inj.Roll("charge "+order, attempts.Add(order), faults)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, svc.url+"?order="+order, strings.NewReader("{}"))
+			if err != nil {
+				return nil, err
+			}
+			if r.f.Unsafe {
+				ctx = context.WithoutCancel(ctx)
+				req.Header.Set(idemhttp.HeaderKey, order) // ignored: no middleware
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return nil, err
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode != http.StatusCreated {
+				err = fmt.Errorf("payment service: %d %s", resp.StatusCode, body)
+			}
+			switch fault {
+			case FaultPaymentResponseDropped:
+				return nil, fmt.Errorf("%w: %s", ErrInjected, fault)
+			case FaultPaymentWorkerKilled:
+				panic(errCrash)
+			case FaultPaymentWorkerPaused:
+				time.Sleep(paymentLease + 500*time.Millisecond)
+			}
+			return body, err
+		}
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				orders, err := r.unpaid(ctx)
+				if err != nil || len(orders) == 0 {
+					wait.Sleep(ctx, 50*time.Millisecond)
+					continue
+				}
+				for _, order := range orders {
+					if ctx.Err() != nil {
+						return
+					}
+					r.pay(ctx, fence, order, call(order))
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// pay charges one order through the fence (or, unsafe, directly) and records it
+// paid. A worker killed on purpose drops the order, as a dead process would.
+func (r *run) pay(ctx context.Context, fence *effect.Fence[*sql.Tx], order string, call effect.Call) {
+	defer func() {
+		if v := recover(); v != nil && v != errCrash {
+			panic(v)
+		}
+	}()
+	var err error
+	if fence != nil {
+		_, err = fence.Do(ctx, order, "charge", call)
+		if errors.Is(err, idem.ErrLeaseLost) {
+			return // fenced: the worker that took over records it
+		}
+	} else {
+		_, err = call(ctx, order)
+	}
+	if err != nil {
+		return // in progress elsewhere, or failed: a later round retries
+	}
+	_, err = r.f.DB.ExecContext(ctx, "INSERT INTO "+tablePaid+" (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING", order)
+	if err != nil {
+		r.log.Warn("chaos: record paid", "order", order, "err", err)
+	}
+}
+
+// unpaid returns up to 64 applied orders not yet recorded paid, in random order
+// so that workers spread.
+func (r *run) unpaid(ctx context.Context) ([]string, error) {
+	rows, err := r.f.DB.QueryContext(ctx, "SELECT o.id FROM "+tableOrders+" o WHERE EXISTS (SELECT 1 FROM "+tableLedger+
+		" l WHERE l.order_id = o.id) AND NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id) ORDER BY random() LIMIT 64")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// checkPayments builds the payment row: one charge per order.
+func (r *run) checkPayments(orders map[string]int64) Row {
+	row := Row{Boundary: BoundaryPayment, Attempts: r.paysvc.received.Total()}
+	row.DuplicatesDelivered = row.Attempts - r.paysvc.received.Distinct()
+	charges := r.paysvc.counts()
+	made := 0
+	for id, n := range charges {
+		made += n
+		if _, ok := orders[id]; !ok {
+			row.DuplicatedEffects += n // a charge for no order
+			continue
+		}
+		row.DuplicatedEffects += n - 1
+	}
+	row.EffectsApplied = made
+	row.DuplicatesSuppressed = max(0, row.Attempts-made)
+	for id := range orders {
+		if charges[id] == 0 {
+			row.Lost++
+		}
+	}
+	return row
+}
