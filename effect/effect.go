@@ -25,7 +25,7 @@
 //
 // # Key propagation
 //
-// The call's context carries the derived key (idemhttp.WithKey), so an
+// The call's context carries the derived key (idem.WithKey), so an
 // idemhttp.Transport inside the call derives each outbound request's
 // Idempotency-Key from it: one logical operation keeps one key lineage from the
 // first inbound request to the last downstream call.
@@ -42,7 +42,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
 )
 
@@ -54,7 +53,7 @@ const DefaultLease = 30 * time.Second
 var ErrInProgress = errors.New("effect: in progress elsewhere")
 
 // Call performs the external effect. key is the derived idempotency key to send
-// downstream; ctx carries it too (idemhttp.KeyFrom). The result is stored and
+// downstream; ctx carries it too (idem.KeyFrom). The result is stored and
 // returned to every later Do of the same key and step.
 type Call func(ctx context.Context, key string) ([]byte, error)
 
@@ -285,7 +284,7 @@ func (f *Fence[Tx]) run(ctx context.Context, key, step string, c claim, call Cal
 			}
 		}
 	}
-	result, err := call(idemhttp.WithKey(ctx, derived), derived)
+	result, err := call(idem.WithKey(ctx, derived), derived)
 	if err != nil {
 		var pe *PermanentError
 		if errors.As(err, &pe) {

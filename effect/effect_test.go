@@ -380,3 +380,75 @@ func TestKeyLineage(t *testing.T) {
 		}
 	})
 }
+
+// One key lineage from the inbound request to the downstream call: an order API
+// behind idemhttp's middleware charges through the fence from the handler, whose
+// context carries the request's lineage. The handler crashes after the charge;
+// the client's retry (same Idempotency-Key) runs it again, and the payment
+// service sees the same derived key both times: one charge.
+func TestLineageFromRequestToDownstream(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		p := newPayments(t, true)
+		f := e.fence(t, effect.Config{Lease: time.Minute})
+		store, err := idemmem.New(idemmem.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mw, err := idemhttp.Middleware(idemhttp.Config{Store: store, RequireKey: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var crashOnce atomic.Bool
+		crashOnce.Store(true)
+		api := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			lineage, ok := idem.KeyFrom(r.Context())
+			if !ok {
+				t.Error("the handler's context carries no key lineage")
+			}
+			_, err := f.Do(r.Context(), lineage, "charge", func(ctx context.Context, key string) ([]byte, error) {
+				out, err := p.charge("o-7")(ctx, key)
+				if crashOnce.CompareAndSwap(true, false) {
+					panic(http.ErrAbortHandler) // the handler dies after the charge
+				}
+				return out, err
+			})
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		})))
+		defer api.Close()
+		send := func() (int, error) {
+			req, _ := http.NewRequest(http.MethodPost, api.URL+"/orders", strings.NewReader(`{"order":"o-7"}`))
+			req.Header.Set(idemhttp.HeaderKey, "req-1")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return 0, err
+			}
+			resp.Body.Close()
+			return resp.StatusCode, nil
+		}
+		if _, err := send(); err == nil {
+			t.Fatal("the crashed handler answered")
+		}
+		e.clock.Jump(2 * time.Minute) // the crashed call's lease passes
+		if code, err := send(); err != nil || code != http.StatusCreated {
+			t.Fatalf("retry: %d, %v", code, err)
+		}
+		if n := p.count("o-7"); n != 1 {
+			t.Fatalf("charged %d times, want 1", n)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(p.byKey) != 1 {
+			t.Fatalf("the payment service saw keys %v, want one", p.byKey)
+		}
+		for k := range p.byKey {
+			if k == "" || k == "req-1" {
+				t.Fatalf("downstream key %q is not derived", k)
+			}
+		}
+	})
+}

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemkey"
 )
 
 // recorder captures the handler's response so it can be stored before the client
@@ -346,8 +347,12 @@ func (q *mwRequest) prefixedBody(rest io.ReadCloser) io.ReadCloser {
 }
 
 // handlerRequest is r as the handler sees it: with ctx, and the body it sent.
+//
+// The handler's context carries the request's key lineage (idem.WithKey): the key
+// derived from the Idempotency-Key and its scope, so the handler's own calls through
+// a Transport carry keys derived from it, the same on every retry of the request.
 func (q *mwRequest) handlerRequest(ctx context.Context, r *http.Request) *http.Request {
-	hr := r.WithContext(ctx)
+	hr := r.WithContext(idem.WithKey(ctx, idemkey.Derive(q.claim.Key.ID, q.claim.Key.Scope)))
 	q.reader.Reset(q.body)
 	hr.Body = &q.reader
 	return hr

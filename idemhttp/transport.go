@@ -367,30 +367,23 @@ func Attempts(resp *http.Response) int {
 	return n
 }
 
-// lineageKey is the context key of WithKey.
-type lineageKey struct{}
-
 // WithKey returns a context carrying key as the parent of the requests made with it:
 // a Transport derives each request's Idempotency-Key from it, as
 // idemkey.Derive(key, method+" "+host+path), instead of making a new one. Use it for
 // the calls one logical operation makes (a message being handled, a saga step), so
 // that when the operation runs again after a crash its calls carry the same keys and
-// the servers replay their first answers instead of acting twice.
+// the servers replay their first answers instead of acting twice. It is idem.WithKey:
+// the middleware, the inbox and effect.Fence set it for the code they run.
 //
 // One logical operation, one lineage: two calls with the same method, host and path
 // under one parent get the same key, and the second is answered with the first's
 // response. When an operation calls one endpoint several times for distinct effects,
 // give each call its own lineage (WithKey(ctx, idemkey.Derive(key, "line-3"))) or
 // its own header. A header set by the caller always wins.
-func WithKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, lineageKey{}, key)
-}
+func WithKey(ctx context.Context, key string) context.Context { return idem.WithKey(ctx, key) }
 
 // KeyFrom returns the key lineage WithKey put in ctx, if any (an empty key is none).
-func KeyFrom(ctx context.Context) (string, bool) {
-	k, _ := ctx.Value(lineageKey{}).(string)
-	return k, k != ""
-}
+func KeyFrom(ctx context.Context) (string, bool) { return idem.KeyFrom(ctx) }
 
 // closeRequestBody honours RoundTrip's contract to close the body, even on errors.
 func closeRequestBody(req *http.Request) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/idemtest"
@@ -321,4 +323,38 @@ func TestBadConfig(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want an InputError on %s", tc.cfg, err, tc.field)
 		}
 	}
+}
+
+// The handler's context carries the message's key lineage, the same on every
+// delivery, so its outbound calls (idemhttp.Transport) carry the same keys.
+func TestHandlerContextCarriesKeyLineage(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, b bundle) {
+		fb := newFakeBroker()
+		var mu sync.Mutex
+		seen := map[string][]string{}
+		h := func(ctx context.Context, tx *sql.Tx, m idem.Message) error {
+			k, _ := idem.KeyFrom(ctx)
+			mu.Lock()
+			seen[m.ID] = append(seen[m.ID], k)
+			first := len(seen[m.ID]) == 1
+			mu.Unlock()
+			if first {
+				return errTransient // redelivered: the second run must see the same lineage
+			}
+			return nil
+		}
+		c := newConsumer(t, b, fb, h, inbox.Config{Consumer: "mailer"})
+		fb.Publish(context.Background(), order(1), order(2))
+		drain(t, c, fb)
+		for id, ks := range seen {
+			want := idemkey.Derive(id, "mailer")
+			if len(ks) != 2 || ks[0] != want || ks[1] != want {
+				t.Errorf("message %s: lineages %q, want %q twice", id, ks, want)
+			}
+		}
+		if len(seen) != 2 {
+			t.Fatalf("handled %d messages, want 2", len(seen))
+		}
+	})
 }

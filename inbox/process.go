@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemkey"
 )
 
 // verdict is what became of one delivery in a batch.
@@ -279,8 +280,12 @@ func (c *Consumer[Tx]) bySequence(d idem.Delivery) bool {
 
 // runHandler runs the handler for it and sets its verdict: processed, retry, or dead
 // when the error is permanent.
+//
+// The handler's context carries the message's key lineage (idem.WithKey), derived
+// from its key and the consumer, so the handler's calls through an
+// idemhttp.Transport carry the same keys on every redelivery.
 func (c *Consumer[Tx]) runHandler(ctx context.Context, tx Tx, it *item, final bool) {
-	err := c.run(ctx, tx, it.d.Message)
+	err := c.run(idem.WithKey(ctx, idemkey.Derive(it.key, c.cfg.Consumer)), tx, it.d.Message)
 	if err == nil {
 		it.v = processed
 		return
