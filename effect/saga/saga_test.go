@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,30 +19,68 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemmem"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
-// services stands for the stock, payment and shipping services: each honours
-// idempotency keys (a key applies once) and logs what it applied, in order.
+// services stands for the stock, payment and shipping services: one HTTP server
+// behind idem's Idempotency-Key middleware (a key applies once), logging the ops
+// it executed per saga, in order. Steps call it through idemhttp.Transport with no
+// key of their own: the Transport derives it from the step's key lineage in the
+// context, so a step re-run after a crash sends the same key.
 type services struct {
-	mu   sync.Mutex
-	keys map[string]bool
-	log  map[string][]string // saga id → ops applied, in order
-	// crashInside, if it names an op, makes the action panic right after the
-	// service applied it: a crash between the call and the fence's COMPLETE.
+	srv    *httptest.Server
+	client *http.Client
+	mu     sync.Mutex
+	log    map[string][]string // saga id → ops executed, in order
+	// crashInside, if it names an op, makes the step panic right after the service
+	// executed it: a crash between the call and the fence's COMPLETE.
 	crashInside string
 }
 
-func (s *services) apply(in Input, op string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.keys[in.Key] {
-		s.keys[in.Key] = true
-		s.log[in.SagaID] = append(s.log[in.SagaID], op)
+func newServices(t *testing.T) *services {
+	s := &services{log: map[string][]string{}, client: &http.Client{Transport: &idemhttp.Transport{MaxAttempts: 1}}}
+	store, err := idemmem.New(idemmem.Config{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if s.crashInside == op {
+	mw, err := idemhttp.Middleware(idemhttp.Config{Store: store, RequireKey: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.srv = httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		id := r.URL.Query().Get("saga")
+		s.log[id] = append(s.log[id], strings.TrimPrefix(r.URL.Path, "/"))
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	})))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *services) apply(ctx context.Context, in Input, op string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.srv.URL+"/"+op+"?saga="+in.SagaID, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("%s: %s", op, resp.Status)
+	}
+	s.mu.Lock()
+	crash := s.crashInside == op
+	if crash {
 		s.crashInside = ""
+	}
+	s.mu.Unlock()
+	if crash {
 		panic("crash")
 	}
 	return nil
@@ -66,11 +106,11 @@ func orderSaga(s *services) Definition {
 				if string(in.Data) == "fail:"+name {
 					return nil, effect.Permanent(errors.New(name + " refused"))
 				}
-				return []byte(name + "-ok"), s.apply(in, name)
+				return []byte(name + "-ok"), s.apply(ctx, in, name)
 			},
 		}
 		if undo, ok := undoNames[name]; ok {
-			step.Compensate = func(ctx context.Context, in Input) error { return s.apply(in, undo) }
+			step.Compensate = func(ctx context.Context, in Input) error { return s.apply(ctx, in, undo) }
 		} else {
 			step.NoCompensation = true
 		}
@@ -165,7 +205,7 @@ func expected(k int) (ops []string, state string) {
 func TestFailAtEachStep(t *testing.T) {
 	t.Parallel()
 	forEachDB(t, func(t *testing.T, e env) {
-		s := &services{keys: map[string]bool{}, log: map[string][]string{}}
+		s := newServices(t)
 		o := e.orchestrator(t, s, nil)
 		for k := 0; k <= len(stepNames); k++ {
 			id, data := fmt.Sprintf("ok-%d", k), ""
@@ -207,7 +247,7 @@ func TestCrashAtEachBoundary(t *testing.T) {
 			}
 		}
 		for _, point := range points {
-			s := &services{keys: map[string]bool{}, log: map[string][]string{}}
+			s := newServices(t)
 			// Sagas that turn around at confirm compensate every step: both
 			// directions get crashed in.
 			fails := strings.Contains(point, "undo") || slices.Contains(slices.Collect(mapsValues(undoNames)), strings.TrimPrefix(point, "inside:"))
