@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -104,11 +105,7 @@ func (in *Injector) Faulted() int { return int(in.faulted.Load()) }
 func (in *Injector) Counts() map[string]int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	m := make(map[string]int, len(in.counts))
-	for k, v := range in.counts {
-		m[k] = v
-	}
-	return m
+	return maps.Clone(in.counts)
 }
 
 // Total is the number of faults injected, from Roll and Count.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -94,11 +95,7 @@ func startPaymentService(unsafe bool) (*paymentService, error) {
 func (p *paymentService) counts() map[string]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	m := make(map[string]int, len(p.charges))
-	for k, v := range p.charges {
-		m[k] = v
-	}
-	return m
+	return maps.Clone(p.charges)
 }
 
 // errCrash is the panic of a payment worker killed on purpose.

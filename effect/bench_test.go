@@ -7,14 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
-	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -63,25 +62,8 @@ func BenchmarkFence(b *testing.B) {
 }
 
 func benchDB(b *testing.B, name string) idem.TxDB[*sql.Tx] {
-	var sdb *sql.DB
 	if name == "sqlite" {
-		s, err := idemsqlite.Open(filepath.Join(b.TempDir(), "fx.db"), idemsqlite.Config{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		sdb = s.DB()
-	} else {
-		cs, _ := testsvc.PostgresSchema(b)
-		var err error
-		if sdb, err = sql.Open("pgx", cs); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { sdb.Close() })
+		return sqltest.SQLite(b)
 	}
-	db, err := idem.SQLDB(context.Background(), sdb)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return db
+	return sqltest.Postgres(b)
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,8 +23,7 @@ import (
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idemmem"
-	"github.com/idemhq/idem/idemsqlite"
-	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/idemhq/idem/internal/sqltest"
 )
 
 // payments is a fake payment service over real HTTP. With keys, it honours
@@ -126,32 +124,8 @@ func (e env) fence(t *testing.T, cfg effect.Config) *effect.Fence[*sql.Tx] {
 
 // forEachDB runs fn on SQLite and on Postgres, each in a database of its own.
 func forEachDB(t *testing.T, fn func(t *testing.T, e env)) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "fx.db"), idemsqlite.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		db, err := idem.SQLDB(context.Background(), s.DB())
-		if err != nil {
-			t.Fatal(err)
-		}
-		fn(t, env{"sqlite", db, &chaos.Clock{}})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		cs, _ := testsvc.PostgresSchema(t)
-		sdb, err := sql.Open("pgx", cs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sdb.Close() })
-		db, err := idem.SQLDB(context.Background(), sdb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fn(t, env{"postgres", db, &chaos.Clock{}})
+	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+		fn(t, env{db.Dialect.String(), db, &chaos.Clock{}})
 	})
 }
 

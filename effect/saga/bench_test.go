@@ -2,11 +2,10 @@ package saga
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"testing"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -15,16 +14,7 @@ import (
 // orchestrator's and the fence's own cost (two fence transactions and one state
 // save per step, one lease per saga).
 func BenchmarkSagaSteps(b *testing.B) {
-	cs, _ := testsvc.PostgresSchema(b)
-	sdb, err := sql.Open("pgx", cs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sdb.Close()
-	db, err := idem.SQLDB(context.Background(), sdb)
-	if err != nil {
-		b.Fatal(err)
-	}
+	db := sqltest.Postgres(b)
 	noop := func(context.Context, Input) ([]byte, error) { return []byte("ok"), nil }
 	undo := func(context.Context, Input) error { return nil }
 	var steps []Step

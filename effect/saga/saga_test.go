@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,8 +20,7 @@ import (
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
-	"github.com/idemhq/idem/idemsqlite"
-	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/idemhq/idem/internal/sqltest"
 )
 
 // services stands for the stock, payment and shipping services: one HTTP server
@@ -125,31 +123,7 @@ type env struct {
 }
 
 func forEachDB(t *testing.T, fn func(t *testing.T, e env)) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "saga.db"), idemsqlite.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		db, err := idem.SQLDB(context.Background(), s.DB())
-		if err != nil {
-			t.Fatal(err)
-		}
-		fn(t, env{db, &chaos.Clock{}})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		cs, _ := testsvc.PostgresSchema(t)
-		sdb, err := sql.Open("pgx", cs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sdb.Close() })
-		db, err := idem.SQLDB(context.Background(), sdb)
-		if err != nil {
-			t.Fatal(err)
-		}
+	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		fn(t, env{db, &chaos.Clock{}})
 	})
 }
@@ -304,10 +278,7 @@ func mapsValues(m map[string]string) func(func(string) bool) {
 
 func TestBadDefinitions(t *testing.T) {
 	t.Parallel()
-	db, err := idem.SQLDB(context.Background(), mustSQLite(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := sqltest.SQLite(t)
 	act := func(context.Context, Input) ([]byte, error) { return nil, nil }
 	for _, tc := range []struct {
 		def   Definition
@@ -324,13 +295,4 @@ func TestBadDefinitions(t *testing.T) {
 			t.Errorf("New(%+v): %v, want an InputError on %s", tc.def, err, tc.field)
 		}
 	}
-}
-
-func mustSQLite(t *testing.T) *sql.DB {
-	s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "bad.db"), idemsqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s.DB()
 }

@@ -1,0 +1,63 @@
+// Package sqltest runs a test on each SQL database idem's transactional
+// components support: SQLite (a file in the test's temporary directory) and
+// PostgreSQL (a fresh schema), through database/sql.
+package sqltest
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/internal/testsvc"
+)
+
+// ForEachDB runs fn as parallel subtests "sqlite" and "postgres", each on a
+// database of its own. Postgres skips (or, with IDEM_REQUIRE_SERVICES=1, fails)
+// when the server is down.
+func ForEachDB(t *testing.T, fn func(t *testing.T, db idem.TxDB[*sql.Tx])) {
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		fn(t, SQLite(t))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		fn(t, Postgres(t))
+	})
+}
+
+// SQLite opens a new SQLite database, closed when t ends.
+func SQLite(t testing.TB) idem.TxDB[*sql.Tx] {
+	t.Helper()
+	s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "test.db"), idemsqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return txdb(t, s.DB())
+}
+
+// Postgres opens a fresh schema of the test database, dropped when t ends.
+func Postgres(t testing.TB) idem.TxDB[*sql.Tx] {
+	t.Helper()
+	cs, _ := testsvc.PostgresSchema(t)
+	db, err := sql.Open("pgx", cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return txdb(t, db)
+}
+
+func txdb(t testing.TB, db *sql.DB) idem.TxDB[*sql.Tx] {
+	t.Helper()
+	d, err := idem.SQLDB(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
