@@ -73,4 +73,14 @@ for svc in postgres:5432 redis:6379 nats:4222 rabbitmq:5672; do
     status=1
   fi
 done
+
+# Headless Chromium for stream's browser test (Debian's package).
+if [ -x /usr/bin/chromium ]; then
+  log "chromium present"
+elif need /usr/bin/chromium chromium && [ -x /usr/bin/chromium ]; then
+  log "chromium installed"
+else
+  log "ERROR: could not install chromium (the browser test needs /usr/bin/chromium)"
+  status=1
+fi
 exit $status

@@ -1,0 +1,345 @@
+package stream_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/idemhq/idem/internal/sqltest"
+	"github.com/idemhq/idem/stream"
+)
+
+// rawHub is the baseline: a plain WebSocket broadcast with no store, no seq, no
+// acks and no replay (at-most-once push), built on the same library.
+type rawHub struct {
+	mu    sync.Mutex
+	conns map[chan []byte]struct{}
+}
+
+func (h *rawHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer ws.CloseNow()
+	ch := make(chan []byte, 1024)
+	h.mu.Lock()
+	h.conns[ch] = struct{}{}
+	h.mu.Unlock()
+	defer func() { h.mu.Lock(); delete(h.conns, ch); h.mu.Unlock() }()
+	ctx := ws.CloseRead(r.Context())
+	for {
+		select {
+		case m := <-ch:
+			if ws.Write(ctx, websocket.MessageText, m) != nil {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (h *rawHub) broadcast(m []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.conns {
+		ch <- m
+	}
+}
+
+func (h *rawHub) count() int { h.mu.Lock(); defer h.mu.Unlock(); return len(h.conns) }
+
+// fanout starts k receivers and returns a function that waits until each has
+// received n events, and the latencies seen (append time to receipt).
+type receivers struct {
+	got  []atomic.Int64
+	mu   sync.Mutex
+	lats []time.Duration
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+func (r *receivers) record(i int, at time.Time) {
+	r.got[i].Add(1)
+	r.mu.Lock()
+	r.lats = append(r.lats, time.Since(at))
+	r.mu.Unlock()
+}
+
+func (r *receivers) wait(n int64) {
+	for i := range r.got {
+		for r.got[i].Load() < n {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+func (r *receivers) percentiles() (p50, p99 time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	slices.Sort(r.lats)
+	if len(r.lats) == 0 {
+		return 0, 0
+	}
+	return r.lats[len(r.lats)/2], r.lats[len(r.lats)*99/100]
+}
+
+func idemReceivers(b *testing.B, url string, k int) *receivers {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &receivers{got: make([]atomic.Int64, k), stop: cancel}
+	for i := range k {
+		c, err := stream.NewClient(stream.ClientConfig{URL: url, Channel: "bench", ID: fmt.Sprint(i),
+			OnEvent: func(e stream.Event) error { r.record(i, e.At); return nil }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.wg.Go(func() { _ = c.Run(ctx) })
+	}
+	return r
+}
+
+func rawReceivers(b *testing.B, url string, k int) *receivers {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &receivers{got: make([]atomic.Int64, k), stop: cancel}
+	for i := range k {
+		ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http"), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.wg.Go(func() {
+			defer ws.CloseNow()
+			for {
+				_, data, err := ws.Read(ctx)
+				if err != nil {
+					return
+				}
+				var e stream.Event
+				_ = json.Unmarshal(data, &e)
+				r.record(i, e.At)
+			}
+		})
+	}
+	return r
+}
+
+const benchClients = 100
+
+// BenchmarkFanout: events delivered per second to 100 clients of one channel.
+// idem: append to SQLite, then push with seq, window and acks. raw: the same
+// frames broadcast with no store (the at-most-once baseline).
+func BenchmarkFanout(b *testing.B) {
+	b.Run("idem", func(b *testing.B) {
+		store, err := stream.NewSQLStore(context.Background(), sqltest.SQLite(b), stream.SQLConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv, _ := stream.NewServer(store, stream.ServerConfig{})
+		hs := httptest.NewServer(srv.Handler())
+		defer hs.Close()
+		defer srv.Close()
+		r := idemReceivers(b, hs.URL, benchClients)
+		defer func() { r.stop(); r.wg.Wait() }()
+		r.warm(b, srv)
+		b.ResetTimer()
+		for range b.N {
+			if _, err := srv.Append(context.Background(), "bench", stream.Event{Type: "t", Data: json.RawMessage(`{"n":1}`)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		r.wait(int64(b.N))
+		b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
+	})
+	b.Run("raw", func(b *testing.B) {
+		h := &rawHub{conns: map[chan []byte]struct{}{}}
+		hs := httptest.NewServer(h)
+		defer hs.Close()
+		r := rawReceivers(b, hs.URL, benchClients)
+		defer func() { r.stop(); r.wg.Wait() }()
+		for h.count() < benchClients {
+			time.Sleep(time.Millisecond)
+		}
+		b.ResetTimer()
+		for i := range b.N {
+			m, _ := json.Marshal(map[string]any{"type": "event", "seq": i + 1, "at": time.Now(), "data": json.RawMessage(`{"n":1}`)})
+			h.broadcast(m)
+		}
+		r.wait(int64(b.N))
+		b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
+	})
+}
+
+// warm waits until every receiver is connected and got one event, then resets
+// the counts.
+func (r *receivers) warm(b *testing.B, srv *stream.Server) {
+	if _, err := srv.Append(context.Background(), "bench", stream.Event{Type: "warmup"}); err != nil {
+		b.Fatal(err)
+	}
+	r.wait(1)
+	r.mu.Lock()
+	r.lats = r.lats[:0]
+	r.mu.Unlock()
+	for i := range r.got {
+		r.got[i].Store(0)
+	}
+}
+
+// BenchmarkLatency: append-to-receive latency at 1,000 events/s to 100 clients
+// for 3 s (b.N is ignored; the run is fixed), idem beside the raw broadcast.
+func BenchmarkLatency(b *testing.B) {
+	const rate, secs = 1000, 3
+	run := func(b *testing.B, send func(i int), r *receivers) {
+		tick := time.NewTicker(time.Second / rate)
+		defer tick.Stop()
+		b.ResetTimer()
+		for i := range rate * secs {
+			<-tick.C
+			send(i)
+		}
+		r.wait(rate * secs)
+		p50, p99 := r.percentiles()
+		b.ReportMetric(float64(p50.Microseconds()), "p50-µs")
+		b.ReportMetric(float64(p99.Microseconds()), "p99-µs")
+	}
+	b.Run("idem", func(b *testing.B) {
+		store, _ := stream.NewSQLStore(context.Background(), sqltest.SQLite(b), stream.SQLConfig{})
+		srv, _ := stream.NewServer(store, stream.ServerConfig{})
+		hs := httptest.NewServer(srv.Handler())
+		defer hs.Close()
+		defer srv.Close()
+		r := idemReceivers(b, hs.URL, benchClients)
+		defer func() { r.stop(); r.wg.Wait() }()
+		r.warm(b, srv)
+		run(b, func(int) {
+			_, _ = srv.Append(context.Background(), "bench", stream.Event{Type: "t", Data: json.RawMessage(`{"n":1}`)})
+		}, r)
+	})
+	b.Run("raw", func(b *testing.B) {
+		h := &rawHub{conns: map[chan []byte]struct{}{}}
+		hs := httptest.NewServer(h)
+		defer hs.Close()
+		r := rawReceivers(b, hs.URL, benchClients)
+		defer func() { r.stop(); r.wg.Wait() }()
+		for h.count() < benchClients {
+			time.Sleep(time.Millisecond)
+		}
+		run(b, func(i int) {
+			m, _ := json.Marshal(map[string]any{"type": "event", "seq": i + 1, "at": time.Now(), "data": json.RawMessage(`{"n":1}`)})
+			h.broadcast(m)
+		}, r)
+	})
+}
+
+// BenchmarkConnected10k holds 10,000 idle clients (one channel each, as per-user
+// streams would be) and reports the server's memory per connection, beside the
+// raw broadcast hub holding as many. The clients run in a child process, so each
+// side stays under the file descriptor limit. b.N is ignored.
+func BenchmarkConnected10k(b *testing.B) {
+	const n = 10000
+	for _, mode := range []string{"idem", "raw"} {
+		b.Run(mode, func(b *testing.B) {
+			var h http.Handler = &rawHub{conns: map[chan []byte]struct{}{}}
+			path := "/"
+			if mode == "idem" {
+				store, err := stream.NewSQLStore(context.Background(), sqltest.SQLite(b), stream.SQLConfig{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				srv, _ := stream.NewServer(store, stream.ServerConfig{Heartbeat: time.Minute})
+				defer srv.Close()
+				h, path = srv.Handler(), "/stream"
+			}
+			hs := httptest.NewServer(h)
+			defer hs.Close()
+			runtime.GC()
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			goroutines := runtime.NumGoroutine()
+
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStreamClients$", "-test.v")
+			cmd.Env = append(os.Environ(), "IDEM_STREAM_HELPER_URL="+hs.URL+path, "IDEM_STREAM_HELPER_N="+strconv.Itoa(n),
+				"IDEM_STREAM_HELPER_MODE="+mode)
+			out, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			sc := bufio.NewScanner(out)
+			connected := false
+			for sc.Scan() {
+				if strings.HasPrefix(sc.Text(), "connected ") {
+					connected = true
+					break
+				}
+			}
+			if !connected {
+				b.Fatal("the client process did not connect its clients")
+			}
+			time.Sleep(500 * time.Millisecond) // let the last handshakes settle on this side
+			runtime.GC()
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			perConn := float64(after.HeapInuse+after.StackInuse-before.HeapInuse-before.StackInuse) / n
+			b.ReportMetric(perConn/1024, "KiB/conn")
+			b.ReportMetric(float64(runtime.NumGoroutine()-goroutines)/n, "goroutines/conn")
+		})
+	}
+}
+
+// TestHelperStreamClients is the client process of BenchmarkConnected10k: it
+// connects N clients, each to its own channel, waits for each one's ready, prints
+// "connected N" and holds them until killed.
+func TestHelperStreamClients(t *testing.T) {
+	url := os.Getenv("IDEM_STREAM_HELPER_URL")
+	if url == "" {
+		t.Skip("run by BenchmarkConnected10k")
+	}
+	n, _ := strconv.Atoi(os.Getenv("IDEM_STREAM_HELPER_N"))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	conns := make([]*websocket.Conn, n)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ws, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(url, "http"), nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if os.Getenv("IDEM_STREAM_HELPER_MODE") == "idem" {
+				_ = ws.Write(context.Background(), websocket.MessageText, []byte(fmt.Sprintf(`{"type":"hello","channel":"user:%d"}`, i)))
+				if _, _, err := ws.Read(context.Background()); err != nil { // ready
+					t.Error(err)
+					return
+				}
+			}
+			conns[i] = ws
+			go func() { // keep reading, so pings are answered
+				for {
+					if _, _, err := ws.Read(context.Background()); err != nil {
+						return
+					}
+				}
+			}()
+		})
+	}
+	wg.Wait()
+	fmt.Printf("connected %d\n", n)
+	select {}
+}

@@ -1,0 +1,218 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemhq/idem"
+)
+
+// RedisConfig configures a RedisStore.
+type RedisConfig struct {
+	// Prefix starts every key the store writes. Default "idem:stream:".
+	Prefix string
+	// Now is the clock of event times and retention. Nil means time.Now.
+	Now func() time.Time
+}
+
+// RedisStore keeps each channel in Redis: a sorted set of events scored by seq,
+// a counter for the head, a hash of append keys, a hash of client acks, and a
+// sorted set of event times for retention. Every append is one Lua script, so
+// seqs are assigned atomically and without gaps. It needs one Redis server (or
+// one primary): the append script also records the channel in a set that Trim
+// walks, which Redis Cluster would refuse across slots.
+//
+// Redis keeps what its persistence settings keep: without AOF (appendfsync
+// always), a restart can lose recent events, and their seqs are then reused.
+// Use SQLStore where the events must survive what the business data survives.
+type RedisStore struct {
+	c      redis.UniversalClient
+	prefix string
+	now    func() time.Time
+}
+
+// NewRedisStore returns a store on c.
+func NewRedisStore(c redis.UniversalClient, cfg RedisConfig) (*RedisStore, error) {
+	if c == nil {
+		return nil, &idem.InputError{Field: "client", Reason: "is nil", Fix: "pass a go-redis client"}
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "idem:stream:"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &RedisStore{c: c, prefix: cfg.Prefix, now: cfg.Now}, nil
+}
+
+// keys of one channel: head, events, append keys, acks, times.
+func (s *RedisStore) keys(channel string) []string {
+	base := s.prefix + "{" + channel + "}:"
+	return []string{base + "head", base + "events", base + "keys", base + "acks", base + "at"}
+}
+
+// appendScript: KEYS head, events, keys, at, channels; ARGV body, ikey, at-ms.
+// Returns the stored member "seq:body".
+var appendScript = redis.NewScript(`
+if ARGV[2] ~= '' then
+  local seq = redis.call('HGET', KEYS[3], ARGV[2])
+  if seq then
+    local m = redis.call('ZRANGEBYSCORE', KEYS[2], seq, seq)
+    if m[1] then return m[1] end
+  end
+end
+local seq = redis.call('INCR', KEYS[1])
+local member = seq .. ':' .. ARGV[1]
+redis.call('ZADD', KEYS[2], seq, member)
+redis.call('ZADD', KEYS[4], ARGV[3], seq)
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], seq) end
+redis.call('SADD', KEYS[5], ARGV[4])
+return member`)
+
+// stored is an event as kept in Redis, without its seq (the score).
+type stored struct {
+	Type string          `json:"t"`
+	ID   string          `json:"i,omitempty"`
+	Data json.RawMessage `json:"d,omitempty"`
+	At   int64           `json:"a"`
+	Key  string          `json:"k,omitempty"`
+}
+
+// Append implements Store.
+func (s *RedisStore) Append(ctx context.Context, channel string, e Event) (Event, error) {
+	if err := validate(channel, e); err != nil {
+		return Event{}, err
+	}
+	at := s.now().UTC()
+	body, err := json.Marshal(stored{Type: e.Type, ID: e.ID, Data: e.Data, At: at.UnixNano(), Key: e.Key})
+	if err != nil {
+		return Event{}, err
+	}
+	k := s.keys(channel)
+	member, err := appendScript.Run(ctx, s.c, []string{k[0], k[1], k[2], k[4], s.prefix + "channels"},
+		body, e.Key, at.UnixMilli(), channel).Text()
+	if err != nil {
+		return Event{}, wrapRedis("append", err)
+	}
+	return decodeMember(member)
+}
+
+func decodeMember(member string) (Event, error) {
+	seqText, body, ok := strings.Cut(member, ":")
+	seq, err := strconv.ParseUint(seqText, 10, 64)
+	if !ok || err != nil {
+		return Event{}, fmt.Errorf("stream: damaged member %.40q", member)
+	}
+	var st stored
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		return Event{}, fmt.Errorf("stream: damaged event %d: %w", seq, err)
+	}
+	return Event{Seq: seq, Type: st.Type, ID: st.ID, Data: st.Data, At: time.Unix(0, st.At).UTC(), Key: st.Key}, nil
+}
+
+// Read implements Store.
+func (s *RedisStore) Read(ctx context.Context, channel string, since uint64, limit int) ([]Event, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	k := s.keys(channel)
+	members, err := s.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: k[1], Start: "(" + strconv.FormatUint(since, 10), Stop: "+inf",
+		ByScore: true, Count: int64(limit)}).Result()
+	if err != nil {
+		return nil, wrapRedis("read", err)
+	}
+	out := make([]Event, 0, len(members))
+	for _, m := range members {
+		e, err := decodeMember(m)
+		if err != nil {
+			return nil, err
+		}
+		e.Key = ""
+		out = append(out, e)
+	}
+	if len(out) > 0 && out[0].Seq != since+1 {
+		return out, ErrTrimmed
+	}
+	if len(out) == 0 {
+		head, err := s.Head(ctx, channel)
+		if err != nil {
+			return nil, err
+		}
+		if head > since {
+			return nil, ErrTrimmed
+		}
+	}
+	return out, nil
+}
+
+// Head implements Store.
+func (s *RedisStore) Head(ctx context.Context, channel string) (uint64, error) {
+	n, err := s.c.Get(ctx, s.keys(channel)[0]).Uint64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, wrapRedis("head", err)
+}
+
+var ackScript = redis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if tonumber(ARGV[2]) > cur then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return 0`)
+
+// Ack implements Store; an ack below the client's previous one is ignored.
+func (s *RedisStore) Ack(ctx context.Context, channel, client string, seq uint64) error {
+	return wrapRedis("ack", ackScript.Run(ctx, s.c, []string{s.keys(channel)[3]}, client, seq).Err())
+}
+
+// trimScript: KEYS events, keys, acks, at; ARGV cutoff-ms. Removes events every
+// client acked and events older than the cutoff, with their append keys.
+var trimScript = redis.NewScript(`
+local upto = 0
+local acks = redis.call('HVALS', KEYS[3])
+if #acks > 0 then
+  upto = math.huge
+  for _, v in ipairs(acks) do upto = math.min(upto, tonumber(v)) end
+end
+local old = redis.call('ZREVRANGEBYSCORE', KEYS[4], ARGV[1], '-inf', 'LIMIT', 0, 1)
+if old[1] then upto = math.max(upto, tonumber(old[1])) end
+if upto <= 0 then return 0 end
+local n = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', upto)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[1])
+local ks = redis.call('HGETALL', KEYS[2])
+for i = 1, #ks, 2 do
+  if tonumber(ks[i+1]) <= upto then redis.call('HDEL', KEYS[2], ks[i]) end
+end
+return n`)
+
+// Trim implements Store.
+func (s *RedisStore) Trim(ctx context.Context, retention time.Duration) (int, error) {
+	channels, err := s.c.SMembers(ctx, s.prefix+"channels").Result()
+	if err != nil {
+		return 0, wrapRedis("trim", err)
+	}
+	cutoff := s.now().Add(-retention).UnixMilli()
+	total := 0
+	for _, ch := range channels {
+		k := s.keys(ch)
+		n, err := trimScript.Run(ctx, s.c, []string{k[1], k[2], k[3], k[4]}, cutoff).Int()
+		if err != nil {
+			return total, wrapRedis("trim", err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+func wrapRedis(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &idem.BackendError{Backend: "redis", Op: "stream " + op, Err: err}
+}

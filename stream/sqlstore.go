@@ -1,0 +1,212 @@
+package stream
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+// SQLConfig configures a SQLStore. The zero value is usable.
+type SQLConfig struct {
+	// Now is the clock of event times and retention. Nil means time.Now.
+	Now func() time.Time
+}
+
+// SQLStore keeps events in the tables idem_stream_events and idem_stream_heads of
+// a SQLite or PostgreSQL database. AppendTx appends in the caller's transaction,
+// so an event exists if and only if the business write it reports commits.
+type SQLStore[Tx any] struct {
+	db  idem.TxDB[Tx]
+	now func() time.Time
+}
+
+// NewSQLStore returns a store on db, creating its tables if needed.
+func NewSQLStore[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SQLConfig) (*SQLStore[Tx], error) {
+	if err := db.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	blob := "BLOB"
+	if db.Dialect == idem.Postgres {
+		blob = "BYTEA"
+	}
+	err := db.InTx(ctx, func(tx Tx) error {
+		for _, stmt := range []string{
+			`CREATE TABLE IF NOT EXISTS idem_stream_heads (channel TEXT PRIMARY KEY, head BIGINT NOT NULL)`,
+			`CREATE TABLE IF NOT EXISTS idem_stream_events (channel TEXT NOT NULL, seq BIGINT NOT NULL, type TEXT NOT NULL,
+				entity TEXT NOT NULL, data ` + blob + `, ikey TEXT NOT NULL, at BIGINT NOT NULL, PRIMARY KEY (channel, seq))`,
+			`CREATE UNIQUE INDEX IF NOT EXISTS idem_stream_events_key ON idem_stream_events (channel, ikey) WHERE ikey <> ''`,
+			`CREATE INDEX IF NOT EXISTS idem_stream_events_at ON idem_stream_events (at)`,
+			`CREATE TABLE IF NOT EXISTS idem_stream_acks (channel TEXT NOT NULL, client TEXT NOT NULL, seq BIGINT NOT NULL,
+				PRIMARY KEY (channel, client))`,
+		} {
+			if _, err := db.Querier(tx).Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, &idem.BackendError{Backend: "stream", Op: "migrate", Err: err}
+	}
+	return &SQLStore[Tx]{db: db, now: cfg.Now}, nil
+}
+
+// Append implements Store in a transaction of its own.
+func (s *SQLStore[Tx]) Append(ctx context.Context, channel string, e Event) (Event, error) {
+	var out Event
+	err := s.db.InTx(ctx, func(tx Tx) (err error) {
+		out, err = s.AppendTx(ctx, tx, channel, e)
+		return err
+	})
+	return out, err
+}
+
+// AppendTx appends e in the caller's transaction. The channel's head row is
+// locked until the transaction ends, so seqs are assigned in commit order and a
+// reader never sees seq N+1 before seq N.
+func (s *SQLStore[Tx]) AppendTx(ctx context.Context, tx Tx, channel string, e Event) (Event, error) {
+	if err := validate(channel, e); err != nil {
+		return Event{}, err
+	}
+	q := s.db.Querier(tx)
+	if e.Key != "" {
+		got, err := s.scan(q.QueryRow(ctx, `SELECT seq, type, entity, data, at FROM idem_stream_events WHERE channel = $1 AND ikey = $2`,
+			channel, e.Key))
+		if err == nil {
+			return got, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return Event{}, wrap("append", err)
+		}
+	}
+	var head int64
+	if err := q.QueryRow(ctx, `INSERT INTO idem_stream_heads (channel, head) VALUES ($1, 1)
+		ON CONFLICT (channel) DO UPDATE SET head = idem_stream_heads.head + 1 RETURNING head`, channel).Scan(&head); err != nil {
+		return Event{}, wrap("append", err)
+	}
+	e.Seq, e.At = uint64(head), s.now().UTC()
+	var data any
+	if len(e.Data) > 0 {
+		data = []byte(e.Data)
+	}
+	if _, err := q.Exec(ctx, `INSERT INTO idem_stream_events (channel, seq, type, entity, data, ikey, at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		channel, head, e.Type, e.ID, data, e.Key, e.At.UnixNano()); err != nil {
+		return Event{}, wrap("append", err)
+	}
+	return e, nil
+}
+
+func (s *SQLStore[Tx]) scan(row idem.Row) (Event, error) {
+	var e Event
+	var seq, at int64
+	var data []byte
+	if err := row.Scan(&seq, &e.Type, &e.ID, &data, &at); err != nil {
+		return e, err
+	}
+	e.Seq, e.At = uint64(seq), time.Unix(0, at).UTC()
+	if len(data) > 0 {
+		e.Data = data
+	}
+	return e, nil
+}
+
+// Read implements Store. It returns ErrTrimmed when the first event after since
+// is gone.
+func (s *SQLStore[Tx]) Read(ctx context.Context, channel string, since uint64, limit int) ([]Event, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	var out []Event
+	err := s.db.InTx(ctx, func(tx Tx) error {
+		rows, err := s.db.Querier(tx).Query(ctx, `SELECT seq, type, entity, data, at FROM idem_stream_events
+			WHERE channel = $1 AND seq > $2 ORDER BY seq LIMIT $3`, channel, int64(since), limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e, err := s.scan(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, wrap("read", err)
+	}
+	if len(out) > 0 && out[0].Seq != since+1 {
+		return out, ErrTrimmed
+	}
+	if len(out) == 0 {
+		head, err := s.Head(ctx, channel)
+		if err != nil {
+			return nil, err
+		}
+		if head > since {
+			return nil, ErrTrimmed
+		}
+	}
+	return out, nil
+}
+
+// Head implements Store.
+func (s *SQLStore[Tx]) Head(ctx context.Context, channel string) (uint64, error) {
+	var head int64
+	err := s.db.InTx(ctx, func(tx Tx) error {
+		return s.db.Querier(tx).QueryRow(ctx, `SELECT head FROM idem_stream_heads WHERE channel = $1`, channel).Scan(&head)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, wrap("head", err)
+	}
+	return uint64(head), nil
+}
+
+// Ack implements Store; an ack below the client's previous one is ignored.
+func (s *SQLStore[Tx]) Ack(ctx context.Context, channel, client string, seq uint64) error {
+	return wrap("ack", s.db.InTx(ctx, func(tx Tx) error {
+		_, err := s.db.Querier(tx).Exec(ctx, `INSERT INTO idem_stream_acks (channel, client, seq) VALUES ($1, $2, $3)
+			ON CONFLICT (channel, client) DO UPDATE SET seq = CASE WHEN excluded.seq > idem_stream_acks.seq THEN excluded.seq ELSE idem_stream_acks.seq END`,
+			channel, client, int64(seq))
+		return err
+	}))
+}
+
+// Trim implements Store: events older than retention, and events at or below the
+// lowest ack of their channel's clients.
+func (s *SQLStore[Tx]) Trim(ctx context.Context, retention time.Duration) (int, error) {
+	var n int64
+	err := s.db.InTx(ctx, func(tx Tx) error {
+		q := s.db.Querier(tx)
+		a, err := q.Exec(ctx, `DELETE FROM idem_stream_events WHERE at < $1`, s.now().Add(-retention).UnixNano())
+		if err != nil {
+			return err
+		}
+		b, err := q.Exec(ctx, `DELETE FROM idem_stream_events WHERE seq <= (SELECT MIN(a.seq) FROM idem_stream_acks a
+			WHERE a.channel = idem_stream_events.channel)`)
+		n = a + b
+		return err
+	})
+	return int(n), wrap("trim", err)
+}
+
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ie *idem.InputError
+	if errors.As(err, &ie) {
+		return err
+	}
+	return &idem.BackendError{Backend: "stream", Op: op, Err: err}
+}

@@ -1,0 +1,88 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/idemhq/idem"
+)
+
+// Event is one event of a channel. Seq is assigned at append time: 1 for a
+// channel's first event, then exactly one more per event, so a client that saw
+// seq N and then receives N+2 knows it missed one.
+type Event struct {
+	Seq  uint64          `json:"seq"`
+	Type string          `json:"type"`
+	ID   string          `json:"id,omitempty"`   // the entity the event is about
+	Data json.RawMessage `json:"data,omitempty"` // empty: a hint (fetch the entity's state)
+	At   time.Time       `json:"at"`
+	// Key, if set, makes the append idempotent: appending a second event with the
+	// same Key to the channel returns the first one instead (an outbox relay that
+	// republishes after a crash). It is not sent to clients.
+	Key string `json:"-"`
+}
+
+// Hint reports whether e carries no data: the client should fetch the current
+// state of the entity e.ID instead of trusting a copy (the pattern for data that
+// must never be shown stale).
+func (e Event) Hint() bool { return len(e.Data) == 0 }
+
+// Limits of what a channel and an event may be.
+const (
+	MaxChannel = 255
+	MaxType    = 255
+	MaxData    = 1 << 20
+)
+
+// Store keeps each channel's events in seq order. SQLStore (SQLite, Postgres) and
+// RedisStore implement it.
+type Store interface {
+	// Append stores e on channel with the next seq and returns it as stored.
+	Append(ctx context.Context, channel string, e Event) (Event, error)
+	// Read returns up to limit events of channel with seq > since, in order.
+	Read(ctx context.Context, channel string, since uint64, limit int) ([]Event, error)
+	// Head is the seq of the channel's last event, 0 for none.
+	Head(ctx context.Context, channel string) (uint64, error)
+	// Ack records that client processed channel up to seq.
+	Ack(ctx context.Context, channel, client string, seq uint64) error
+	// Trim deletes events older than retention and events every client of their
+	// channel acknowledged, and returns how many it deleted.
+	Trim(ctx context.Context, retention time.Duration) (int, error)
+}
+
+// ErrTrimmed is returned by Read when events after since were trimmed: the
+// client is too far behind to catch up from the stream and must reload its state.
+var ErrTrimmed = errors.New("stream: events after this seq were trimmed")
+
+func validate(channel string, e Event) error {
+	if err := validateChannel(channel); err != nil {
+		return err
+	}
+	switch {
+	case e.Type == "":
+		return &idem.InputError{Field: "Event.Type", Reason: "is empty", Fix: "name the event, e.g. \"order.updated\""}
+	case len(e.Type) > MaxType:
+		return &idem.InputError{Field: "Event.Type", Reason: fmt.Sprintf("is %d bytes", len(e.Type)), Fix: fmt.Sprintf("keep it under %d bytes", MaxType)}
+	case len(e.Data) > MaxData:
+		return &idem.InputError{Field: "Event.Data", Reason: fmt.Sprintf("is %d bytes", len(e.Data)), Fix: "send a hint (type and id) and let the client fetch the state"}
+	case len(e.Data) > 0 && !json.Valid(e.Data):
+		return &idem.InputError{Field: "Event.Data", Reason: "is not valid JSON", Fix: "pass a JSON document, or nothing for a hint"}
+	}
+	return nil
+}
+
+func validateChannel(channel string) error {
+	switch {
+	case channel == "":
+		return &idem.InputError{Field: "channel", Reason: "is empty", Fix: "name the channel, e.g. \"user:42\""}
+	case len(channel) > MaxChannel:
+		return &idem.InputError{Field: "channel", Reason: fmt.Sprintf("is %d bytes", len(channel)), Fix: fmt.Sprintf("keep it under %d bytes", MaxChannel)}
+	case !utf8.ValidString(channel):
+		return &idem.InputError{Field: "channel", Reason: "is not valid UTF-8", Fix: "use a printable name"}
+	}
+	return nil
+}

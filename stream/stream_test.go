@@ -1,0 +1,448 @@
+package stream_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/internal/sqltest"
+	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/stream"
+)
+
+type fixture struct {
+	reg   *prometheus.Registry
+	srv   *stream.Server
+	http  *httptest.Server
+	store *stream.SQLStore[*sql.Tx]
+	db    idem.TxDB[*sql.Tx]
+}
+
+func newFixture(t *testing.T, db idem.TxDB[*sql.Tx], cfg stream.ServerConfig) *fixture {
+	t.Helper()
+	store, err := stream.NewSQLStore(context.Background(), db, stream.SQLConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := serve(t, store, cfg)
+	f.store, f.db = store, db
+	return f
+}
+
+// serve runs a Server on store in an httptest.Server.
+func serve(t *testing.T, store stream.Store, cfg stream.ServerConfig) *fixture {
+	t.Helper()
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = time.Second
+	}
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	srv, err := stream.NewServer(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { srv.Close(); hs.Close() })
+	return &fixture{reg: reg, srv: srv, http: hs}
+}
+
+// recorder collects what a client delivered.
+type recorder struct {
+	mu   sync.Mutex
+	seqs []uint64
+}
+
+func (r *recorder) on(e stream.Event) error {
+	r.mu.Lock()
+	r.seqs = append(r.seqs, e.Seq)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) snapshot() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]uint64(nil), r.seqs...)
+}
+
+func appendN(t *testing.T, srv *stream.Server, channel string, n int, each func(i int)) {
+	t.Helper()
+	for i := range n {
+		if _, err := srv.Append(context.Background(), channel, stream.Event{Type: "order.updated", ID: fmt.Sprint("o-", i),
+			Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
+			t.Error(err)
+			return
+		}
+		if each != nil {
+			each(i)
+		}
+	}
+}
+
+// waitFor polls cond for up to a minute (no timing is asserted: a slow machine
+// only waits longer).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func checkExactly(t *testing.T, who string, got []uint64, n int) {
+	t.Helper()
+	if len(got) != n {
+		t.Fatalf("%s received %d events, want %d", who, len(got), n)
+	}
+	for i, s := range got {
+		if s != uint64(i+1) {
+			t.Fatalf("%s: event %d has seq %d, want %d (gap or repeat)", who, i, s, i+1)
+		}
+	}
+}
+
+// Connections dropped again and again while events are appended: by the server
+// (Kick), and by the network (a TCP proxy cut). Every client ends with exactly
+// the appended sequence, no gaps, no repeats.
+func TestDroppedConnectionsLoseNothing(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, store stream.Store, _ *chaos.Clock) {
+		f := serve(t, store, stream.ServerConfig{})
+		proxy, err := chaos.NewProxy("stream", strings.TrimPrefix(f.http.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer proxy.Close()
+		const n, clients = 400, 6
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		recs := make([]*recorder, clients)
+		var wg sync.WaitGroup
+		for i := range clients {
+			recs[i] = &recorder{}
+			base := f.http.URL
+			if i%2 == 1 {
+				base = "http://" + proxy.Addr() // half the clients cross the cut network
+			}
+			c, err := stream.NewClient(stream.ClientConfig{URL: base, Channel: "user:1", ID: fmt.Sprint("dev-", i),
+				OnEvent: recs[i].on, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() { _ = c.Run(ctx) })
+		}
+		appendN(t, f.srv, "user:1", n, func(i int) {
+			if i%40 == 20 {
+				f.srv.Kick("user:1")
+			}
+			if i%40 == 0 {
+				_ = proxy.Cut(time.Millisecond)
+			}
+		})
+		for i, r := range recs {
+			waitFor(t, fmt.Sprintf("client %d to catch up", i), func() bool { return len(r.snapshot()) >= n })
+		}
+		cancel()
+		wg.Wait()
+		for i, r := range recs {
+			checkExactly(t, fmt.Sprint("client ", i), r.snapshot(), n)
+		}
+		if proxy.Cuts() == 0 {
+			t.Fatal("the network was never cut")
+		}
+	})
+}
+
+// A client that reconnects with its last seq gets the rest; REST returns the same
+// events; an event without data is a hint; a keyed append is idempotent.
+func TestReplayRESTHintsAndKeys(t *testing.T) {
+	t.Parallel()
+	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+		f := newFixture(t, db, stream.ServerConfig{})
+		ctx := context.Background()
+		appendN(t, f.srv, "c", 10, nil)
+		hint, err := f.srv.Append(ctx, "c", stream.Event{Type: "order.updated", ID: "o-99"})
+		if err != nil || !hint.Hint() || hint.Seq != 11 {
+			t.Fatalf("hint append: %+v, %v", hint, err)
+		}
+		k1, _ := f.srv.Append(ctx, "c", stream.Event{Type: "paid", ID: "o-1", Key: "msg-1"})
+		k2, _ := f.srv.Append(ctx, "c", stream.Event{Type: "paid", ID: "o-1", Key: "msg-1"})
+		if k1.Seq != 12 || k2.Seq != 12 {
+			t.Fatalf("keyed appends got seqs %d and %d, want 12 twice", k1.Seq, k2.Seq)
+		}
+
+		var page struct {
+			Head   uint64            `json:"head"`
+			Events []json.RawMessage `json:"events"`
+		}
+		get(t, f.http.URL+"/events?channel=c&since=7", http.StatusOK, &page)
+		if page.Head != 12 || len(page.Events) != 5 {
+			t.Fatalf("REST since 7: head %d, %d events; want 12, 5", page.Head, len(page.Events))
+		}
+		if s := string(page.Events[3]); strings.Contains(s, `"data"`) || !strings.Contains(s, `"id":"o-99"`) {
+			t.Fatalf("the hint is sent as %s, want type and id without data", s)
+		}
+
+		rec := &recorder{}
+		ctx2, cancel := context.WithCancel(ctx)
+		c, _ := stream.NewClient(stream.ClientConfig{URL: f.http.URL, Channel: "c", Since: 9, OnEvent: rec.on})
+		go func() { _ = c.Run(ctx2) }()
+		waitFor(t, "replay", func() bool { return len(rec.snapshot()) == 3 })
+		cancel()
+		if got := rec.snapshot(); got[0] != 10 || got[2] != 12 {
+			t.Fatalf("replay after 9: %v", got)
+		}
+	})
+}
+
+func get(t *testing.T, url string, status int, into any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != status {
+		t.Fatalf("GET %s: %d, want %d", url, resp.StatusCode, status)
+	}
+	if into != nil {
+		if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// dial opens a raw socket and sends hello.
+func dial(t *testing.T, f *fixture, hello string, header http.Header) *websocket.Conn {
+	t.Helper()
+	ws, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(f.http.URL, "http")+"/stream", &websocket.DialOptions{HTTPHeader: header})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.CloseNow() })
+	if err := ws.Write(context.Background(), websocket.MessageText, []byte(hello)); err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+type wire struct {
+	Type    string        `json:"type"`
+	Code    string        `json:"code"`
+	Message string        `json:"message"`
+	Event   *stream.Event `json:"event"`
+}
+
+// next reads frames until one of type typ (skipping heartbeats), or the close.
+func next(t *testing.T, ws *websocket.Conn, typ string) (wire, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		_, data, err := ws.Read(ctx)
+		if err != nil {
+			return wire{}, err
+		}
+		var w wire
+		if err := json.Unmarshal(data, &w); err != nil {
+			t.Fatalf("frame %s: %v", data, err)
+		}
+		if w.Type == typ {
+			return w, nil
+		}
+	}
+}
+
+// Bad input gets a clear error, and the server keeps serving everyone else.
+func TestBadInputAndAuthorization(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, sqltest.SQLite(t), stream.ServerConfig{
+		SendBuffer:   8,
+		WriteTimeout: 300 * time.Millisecond,
+		Channels:     func(c string) bool { return strings.HasPrefix(c, "user:") },
+		Authorize: func(r *http.Request, channel string) error {
+			if "user:"+r.Header.Get("X-User") != channel {
+				return errors.New("you may read your own channel only")
+			}
+			return nil
+		},
+	})
+	alice := http.Header{"X-User": {"alice"}}
+	closeCode := func(err error) websocket.StatusCode { return websocket.CloseStatus(err) }
+
+	for _, tc := range []struct {
+		hello string
+		code  string
+		close websocket.StatusCode
+	}{
+		{`not json`, "bad_frame", stream.CloseBadHello},
+		{`{"type":"ack","seq":1}`, "bad_frame", stream.CloseBadHello},
+		{`{"type":"hello","channel":"user:bob"}`, "forbidden", stream.CloseForbidden},
+		{`{"type":"hello","channel":"admin"}`, "unknown_channel", stream.CloseUnknown},
+	} {
+		ws := dial(t, f, tc.hello, alice)
+		w, err := next(t, ws, "error")
+		if err != nil || w.Code != tc.code || w.Message == "" {
+			t.Fatalf("hello %s: error frame %+v, %v; want code %s with a message", tc.hello, w, err, tc.code)
+		}
+		if _, err := next(t, ws, "never"); closeCode(err) != tc.close {
+			t.Fatalf("hello %s: closed with %v, want %d", tc.hello, err, tc.close)
+		}
+	}
+	get(t, f.http.URL+"/events?channel=user:bob", http.StatusForbidden, nil) // no X-User: forbidden
+	get(t, f.http.URL+"/events?channel=user:x&since=abc", http.StatusBadRequest, nil)
+
+	// After hello: a malformed frame and an ack of an unsent seq get errors, and
+	// the connection keeps delivering.
+	appendN(t, f.srv, "user:alice", 3, nil)
+	ws := dial(t, f, `{"type":"hello","channel":"user:alice","since":0}`, alice)
+	if _, err := next(t, ws, "ready"); err != nil {
+		t.Fatal(err)
+	}
+	_ = ws.Write(context.Background(), websocket.MessageText, []byte(`{{{`))
+	if w, err := next(t, ws, "error"); err != nil || w.Code != "bad_frame" {
+		t.Fatalf("malformed frame: %+v, %v", w, err)
+	}
+	_ = ws.Write(context.Background(), websocket.MessageText, []byte(`{"type":"ack","seq":999}`))
+	if w, err := next(t, ws, "error"); err != nil || w.Code != "bad_ack" {
+		t.Fatalf("ack of an unsent seq: %+v, %v", w, err)
+	}
+	appendN(t, f.srv, "user:alice", 1, nil)
+	for {
+		w, err := next(t, ws, "event")
+		if err != nil {
+			t.Fatalf("the connection stopped delivering after bad input: %v", err)
+		}
+		if w.Event.Seq == 4 {
+			break
+		}
+	}
+
+	// A slow consumer: a client that reads but does not ack fills its window (8)
+	// and is disconnected with 4408 and a reason; the server keeps serving others.
+	slow := dial(t, f, `{"type":"hello","channel":"user:alice","since":4}`, alice)
+	if _, err := next(t, slow, "ready"); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, f.srv, "user:alice", 40, nil)
+	if w, err := next(t, slow, "error"); err != nil || w.Code != "slow_consumer" {
+		t.Fatalf("slow consumer: %+v, %v", w, err)
+	}
+	if _, err := next(t, slow, "never"); closeCode(err) != stream.CloseSlowConsumer {
+		t.Fatalf("slow consumer closed with %v, want %d", err, stream.CloseSlowConsumer)
+	}
+	rec := &recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, _ := stream.NewClient(stream.ClientConfig{URL: f.http.URL, Channel: "user:alice", Header: alice, OnEvent: rec.on})
+	go func() { _ = c.Run(ctx) }()
+	waitFor(t, "a healthy client after the slow one", func() bool { return len(rec.snapshot()) == 44 })
+}
+
+// Acked events are trimmed, and so are events past the retention; a client behind
+// the trim is told to reload (REST 410).
+func TestTrim(t *testing.T) {
+	t.Parallel()
+	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+		f := newFixture(t, db, stream.ServerConfig{})
+		ctx := context.Background()
+		appendN(t, f.srv, "c", 10, nil)
+		if err := f.store.Ack(ctx, "c", "phone", 6); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.store.Ack(ctx, "c", "laptop", 4); err != nil {
+			t.Fatal(err)
+		}
+		n, err := f.store.Trim(ctx, time.Hour)
+		if err != nil || n != 4 {
+			t.Fatalf("Trim = %d, %v; want the 4 events both clients acked", n, err)
+		}
+		if _, err := f.store.Read(ctx, "c", 2, 10); !errors.Is(err, stream.ErrTrimmed) {
+			t.Fatalf("Read behind the trim: %v, want ErrTrimmed", err)
+		}
+		get(t, f.http.URL+"/events?channel=c&since=2", http.StatusGone, nil)
+		if evs, err := f.store.Read(ctx, "c", 4, 10); err != nil || len(evs) != 6 {
+			t.Fatalf("Read after the trim point: %d events, %v", len(evs), err)
+		}
+		if n, err := f.store.Trim(ctx, -time.Hour); err != nil || n != 6 {
+			t.Fatalf("Trim past retention = %d, %v; want the 6 left", n, err)
+		}
+	})
+}
+
+// The outbox relay feeds a stream: events committed with the business write reach
+// the client, once, even when the relay republishes.
+func TestOutboxRelayFeedsTheStream(t *testing.T) {
+	t.Parallel()
+	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+		f := newFixture(t, db, stream.ServerConfig{})
+		ctx := context.Background()
+		ob, err := outbox.New(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			if err := db.InTx(ctx, func(tx *sql.Tx) error {
+				_, err := ob.Enqueue(ctx, tx, idem.Message{ID: fmt.Sprint("m", i), Topic: "user:7",
+					Headers: map[string]string{stream.HeaderEventType: "order.placed"}, Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sink := stream.Sink{Server: f.srv}
+		// A relay that crashed after publishing republishes: the keys keep it once.
+		if err := sink.Publish(ctx, idem.Message{ID: "m0", Topic: "user:7", Payload: []byte(`{"n":0}`)}); err != nil {
+			t.Fatal(err)
+		}
+		relay, err := ob.Relay(sink, outbox.RelayConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := relay.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rec := &recorder{}
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		c, _ := stream.NewClient(stream.ClientConfig{URL: f.http.URL, Channel: "user:7", OnEvent: rec.on})
+		go func() { _ = c.Run(cctx) }()
+		waitFor(t, "the relayed events", func() bool { return len(rec.snapshot()) == 5 })
+		time.Sleep(50 * time.Millisecond) // nothing more may arrive
+		checkExactly(t, "client", rec.snapshot(), 5)
+	})
+}
+
+// metric reads a counter of the fixture's registry by its "reason" label.
+func (f *fixture) metric(name, reason string) float64 {
+	mfs, _ := f.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
