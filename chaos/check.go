@@ -181,7 +181,11 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_dead_letters WHERE replayed_at IS NULL").Scan(&rep.DeadLetters); err != nil {
 		return nil, fmt.Errorf("chaos: read the dead letters: %w", err)
 	}
-	rep.Rows = []Row{httpRow, obRow, relayRow, inRow, r.checkPayments(orders)}
+	pushRow, err := r.push.check(ctx, inRow.EffectsApplied)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read the streams: %w", err)
+	}
+	rep.Rows = []Row{httpRow, obRow, relayRow, inRow, r.checkPayments(orders), pushRow}
 	return rep, nil
 }
 

@@ -148,6 +148,7 @@ type run struct {
 	restarts   atomic.Int64
 	cutting    atomic.Bool
 	paysvc     *paymentService
+	push       *pusher
 }
 
 // intent is one order a client means to place once.
@@ -236,6 +237,12 @@ func (f *Flow) Run(ctx context.Context) (*Report, error) {
 		}
 	}
 	wg.Go(func() { r.payments(bg, fence, r.paysvc, 2) })
+	if r.push, err = r.startPush(ctx); err != nil {
+		stop()
+		return nil, err
+	}
+	defer r.push.close()
+	wg.Go(func() { r.push.watch(bg) })
 	wg.Go(func() { r.superviseRelay(bg) })
 	for range f.Consumers {
 		wg.Go(func() { r.superviseConsumer(bg) })
@@ -303,8 +310,9 @@ type orderRequest struct {
 }
 
 type orderEvent struct {
-	OrderID string `json:"order_id"`
-	Amount  int64  `json:"amount"`
+	OrderID  string `json:"order_id"`
+	Customer string `json:"customer"`
+	Amount   int64  `json:"amount"`
 }
 
 func (r *run) startServer() (*http.Server, string, error) {
@@ -348,7 +356,7 @@ func (r *run) placeOrder(w http.ResponseWriter, req *http.Request) {
 			id, req.Header.Get(idemhttp.HeaderKey), in.Customer, in.Amount, r.now().UnixNano()); err != nil {
 			return err
 		}
-		payload, _ := json.Marshal(orderEvent{OrderID: id, Amount: in.Amount})
+		payload, _ := json.Marshal(orderEvent{OrderID: id, Customer: in.Customer, Amount: in.Amount})
 		_, err := r.ob.Enqueue(req.Context(), tx, idem.Message{ID: id, Topic: r.f.Broker.Topic(), Payload: payload})
 		return err
 	}
@@ -589,8 +597,10 @@ func (r *run) ledger(ctx context.Context, tx *sql.Tx, m idem.Message) error {
 		ev.OrderID, ev.Amount, r.now().UnixNano()); err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, "UPDATE "+tableBalance+" SET total = total + $1 WHERE id = 1", ev.Amount)
-	return err
+	if _, err := tx.ExecContext(ctx, "UPDATE "+tableBalance+" SET total = total + $1 WHERE id = 1", ev.Amount); err != nil {
+		return err
+	}
+	return r.push.appendTx(ctx, tx, ev)
 }
 
 func (r *run) superviseConsumer(ctx context.Context) {
@@ -690,7 +700,11 @@ func (r *run) pending(ctx context.Context) (int, error) {
 	}
 	var unpaid int
 	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id)").Scan(&unpaid)
-	return unpublished + unapplied + unpaid, err
+	if err != nil {
+		return 0, err
+	}
+	unshown, err := r.push.pending(ctx)
+	return unpublished + unapplied + unpaid + unshown, err
 }
 
 func (r *run) reportProgress(ctx context.Context) <-chan struct{} {

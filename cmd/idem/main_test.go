@@ -67,7 +67,7 @@ func rows(t *testing.T, r *chaos.Report) map[string]chaos.Row {
 	for _, row := range r.Rows {
 		m[row.Boundary] = row
 	}
-	for _, b := range []string{chaos.BoundaryHTTP, chaos.BoundaryOutbox, chaos.BoundaryRelay, chaos.BoundaryInbox, chaos.BoundaryPayment} {
+	for _, b := range []string{chaos.BoundaryHTTP, chaos.BoundaryOutbox, chaos.BoundaryRelay, chaos.BoundaryInbox, chaos.BoundaryPayment, chaos.BoundaryPush} {
 		if _, ok := m[b]; !ok {
 			t.Fatalf("report has no row %q: %+v", b, r.Rows)
 		}
@@ -104,6 +104,9 @@ func checkHolds(t *testing.T, r *chaos.Report, err error, ops int) {
 	if n := m[chaos.BoundaryPayment].EffectsApplied; n != orders {
 		t.Errorf("charges = %d, want %d", n, orders)
 	}
+	if n := m[chaos.BoundaryPush].EffectsApplied; n != orders {
+		t.Errorf("events displayed = %d, want %d", n, orders)
+	}
 	if r.Balance != r.OrderSum {
 		t.Errorf("balance %d, orders sum %d", r.Balance, r.OrderSum)
 	}
@@ -120,7 +123,7 @@ func checkHolds(t *testing.T, r *chaos.Report, err error, ops int) {
 		t.Errorf("%d of %d operations faulted (%.0f%%), want about the fault rate", r.Faulted, r.Operations, 100*pct)
 	}
 	for _, k := range []string{chaos.FaultDropResponse, chaos.FaultDuplicateRequest, chaos.FaultDuplicateDelivery, chaos.FaultRestart,
-		chaos.FaultPaymentResponseDropped, chaos.FaultPaymentWorkerKilled} {
+		chaos.FaultPaymentResponseDropped, chaos.FaultPaymentWorkerKilled, chaos.FaultPushKicked} {
 		if r.Faults[k] == 0 {
 			t.Errorf("no %s fault in %v", k, r.Faults)
 		}
@@ -148,6 +151,9 @@ func TestVerifyUnsafeFails(t *testing.T) {
 	m := rows(t, r)
 	if r.OK() || m[chaos.BoundaryHTTP].DuplicatedEffects == 0 || m[chaos.BoundaryInbox].DuplicatedEffects == 0 || m[chaos.BoundaryPayment].DuplicatedEffects == 0 {
 		t.Fatalf("--unsafe rows = %+v, want duplicated effects at HTTP, at the consumer and at the payment API", r.Rows)
+	}
+	if m[chaos.BoundaryPush].Lost == 0 {
+		t.Fatalf("--unsafe push row = %+v, want events a plain WebSocket push lost", m[chaos.BoundaryPush])
 	}
 	if ok := m[chaos.BoundaryInbox].BalanceOK; ok == nil || *ok {
 		t.Fatalf("--unsafe balance reported exact: %+v", m[chaos.BoundaryInbox])
