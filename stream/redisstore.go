@@ -137,19 +137,7 @@ func (s *RedisStore) Read(ctx context.Context, channel string, since uint64, lim
 		e.Key = ""
 		out = append(out, e)
 	}
-	if len(out) > 0 && out[0].Seq != since+1 {
-		return out, ErrTrimmed
-	}
-	if len(out) == 0 {
-		head, err := s.Head(ctx, channel)
-		if err != nil {
-			return nil, err
-		}
-		if head > since {
-			return nil, ErrTrimmed
-		}
-	}
-	return out, nil
+	return checkTrimmed(ctx, s.Head, channel, since, out)
 }
 
 // Head implements Store.

@@ -74,7 +74,7 @@ type ServerConfig struct {
 type Server struct {
 	store Store
 	cfg   ServerConfig
-	m     *metrics
+	m     *streamMetrics
 
 	mu       sync.Mutex
 	channels map[string]*channel

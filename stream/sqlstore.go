@@ -142,19 +142,7 @@ func (s *SQLStore[Tx]) Read(ctx context.Context, channel string, since uint64, l
 	if err != nil {
 		return nil, wrap("read", err)
 	}
-	if len(out) > 0 && out[0].Seq != since+1 {
-		return out, ErrTrimmed
-	}
-	if len(out) == 0 {
-		head, err := s.Head(ctx, channel)
-		if err != nil {
-			return nil, err
-		}
-		if head > since {
-			return nil, ErrTrimmed
-		}
-	}
-	return out, nil
+	return checkTrimmed(ctx, s.Head, channel, since, out)
 }
 
 // Head implements Store.

@@ -86,3 +86,22 @@ func validateChannel(channel string) error {
 	}
 	return nil
 }
+
+// checkTrimmed returns ErrTrimmed, with out, when the events read after since do
+// not start at since+1, or none were read while the head is past since.
+func checkTrimmed(ctx context.Context, head func(context.Context, string) (uint64, error), channel string, since uint64, out []Event) ([]Event, error) {
+	if len(out) > 0 {
+		if out[0].Seq != since+1 {
+			return out, ErrTrimmed
+		}
+		return out, nil
+	}
+	h, err := head(ctx, channel)
+	if err != nil {
+		return nil, err
+	}
+	if h > since {
+		return nil, ErrTrimmed
+	}
+	return out, nil
+}

@@ -54,14 +54,14 @@ func NewHTTP(reg prometheus.Registerer) (*HTTP, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	requests, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	requests, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_http_requests_total",
 		Help: "Requests through the idempotency middleware, by outcome (executed, replayed, conflict, mismatch, rejected, passthrough, error).",
 	}, []string{"outcome"}))
 	if err != nil {
 		return nil, err
 	}
-	duration, err := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	duration, err := Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idem_http_request_duration_seconds",
 		Help:    "Time from the request entering the idempotency middleware to its response, by outcome.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),

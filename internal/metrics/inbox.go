@@ -18,7 +18,7 @@ func NewInbox(reg prometheus.Registerer, consumer string) (*Inbox, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	messages, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	messages, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_inbox_messages_total",
 		Help: "Deliveries settled by idem inboxes, by outcome (processed, duplicate, retried, dead_lettered).",
 	}, []string{"consumer", "outcome"}))
@@ -29,14 +29,14 @@ func NewInbox(reg prometheus.Registerer, consumer string) (*Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	dead, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	dead, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_inbox_dead_letters_total",
 		Help: "Messages moved to the dead-letter table, by reason kind (permanent, max_attempts, no_key, key_reused).",
 	}, []string{"consumer", "kind"}))
 	if err != nil {
 		return nil, err
 	}
-	latency, err := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	latency, err := Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idem_inbox_batch_duration_seconds",
 		Help:    "Time to process one batch: transaction, handlers, commit and acks.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),

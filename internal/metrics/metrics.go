@@ -28,7 +28,7 @@ func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	claims, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	claims, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_claims_total",
 		Help: "Claims answered by idem stores, by scope and outcome (acquired, replayed, in_progress, mismatch, error).",
 	}, []string{"backend", "scope", "outcome"}))
@@ -39,7 +39,7 @@ func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	latency, err := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	latency, err := Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idem_claim_duration_seconds",
 		Help:    "Latency of Claim calls, including the backend round trip.",
 		Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
@@ -47,7 +47,7 @@ func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	swept, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	swept, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_swept_total",
 		Help: "Expired records removed by sweeps.",
 	}, []string{"backend"}))
@@ -66,7 +66,7 @@ func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
 // duplicates registers idem_duplicates_total{backend,scope}, shared by the stores
 // and the inbox (which counts under backend "inbox").
 func duplicates(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
-	return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	return Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_duplicates_total",
 		Help: "Claims that found the key already taken (replayed, in_progress or mismatch): duplicates suppressed.",
 	}, []string{"backend", "scope"}))
@@ -77,7 +77,7 @@ func RecordsFunc(reg prometheus.Registerer, backend string, count func() float64
 	if reg == nil {
 		return nil
 	}
-	_, err := register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	_, err := Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "idem_records",
 		Help:        "Records the store currently holds (in progress and completed, not yet swept).",
 		ConstLabels: prometheus.Labels{"backend": backend},
@@ -118,7 +118,10 @@ func (m *Store) Swept(n int) {
 	m.swept.Add(float64(n))
 }
 
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+// Register registers c on reg (which must not be nil), or returns the collector
+// of the same description already registered there: a second Store, Consumer or
+// Server on one registry shares the first one's series.
+func Register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
 	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {
