@@ -6,7 +6,7 @@ BENCHTIME ?= 3s
 .PHONY: test vet services bench bench-stores fmt tidy
 
 test: services vet
-	IDEM_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 15m $(PKGS)
+	IDEM_REQUIRE_SERVICES=1 IDEM_SCREENSHOT_DIR=$(CURDIR)/test-output $(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)
