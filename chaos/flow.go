@@ -146,7 +146,6 @@ type run struct {
 	published  Tally // messages handed to the broker, by id
 	delivered  Tally // deliveries to consumers, by id
 	restarts   atomic.Int64
-	cutting    atomic.Bool
 	paysvc     *paymentService
 	push       *pusher
 }
@@ -421,16 +420,16 @@ func (r *run) onFault(kind string) {
 	}
 }
 
-// cut cuts p's connections in the background, one cut at a time and at most
-// one every quarter second, so that the flow makes progress between cuts; a cut
+// cut cuts p's connections in the background, one cut of p at a time and at
+// most one every quarter second, so that the flow makes progress between cuts; a cut
 // that does not happen is taken back from the fault counts.
 func (r *run) cut(p *Proxy, kind string) {
-	if !r.cutting.CompareAndSwap(false, true) {
+	if !p.cutting.CompareAndSwap(false, true) {
 		r.inj.Cancel(kind)
 		return
 	}
 	go func() {
-		defer r.cutting.Store(false)
+		defer p.cutting.Store(false)
 		if err := p.Cut(20 * time.Millisecond); err != nil {
 			r.log.Warn("chaos: proxy cut", "err", err)
 		}
