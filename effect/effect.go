@@ -329,7 +329,8 @@ func (f *Fence[Tx]) finish(ctx context.Context, key, step string, token int64, s
 // release ends this worker's lease after a failed call, so a retry need not wait
 // for it. The effect stays PENDING: the call may have happened.
 func (f *Fence[Tx]) release(ctx context.Context, key, step string, token int64) {
-	_ = f.db.InTx(context.WithoutCancel(ctx), func(tx Tx) error {
+	ctx = context.WithoutCancel(ctx) // a call that failed because ctx ended must still release
+	_ = f.db.InTx(ctx, func(tx Tx) error {
 		_, err := f.db.Querier(tx).Exec(ctx, `UPDATE idem_effects SET lease_until = 0, updated_at = $1
 			WHERE key = $2 AND step = $3 AND token = $4 AND state = 'pending'`, f.cfg.Now().UnixNano(), key, step, token)
 		return err
