@@ -1,9 +1,19 @@
 package idem
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
-// lineageKey is the context key of WithKey.
+// lineageKey is the context key of WithKey and WithKeyFunc.
 type lineageKey struct{}
+
+// lineage is a key lineage, computed at most once and only if someone asks.
+type lineage struct {
+	once sync.Once
+	f    func() string
+	key  string
+}
 
 // WithKey returns a context carrying key as the idempotency key lineage of the
 // operation being run: the parent from which its outbound calls derive their own
@@ -13,11 +23,25 @@ type lineageKey struct{}
 // the effect's derived key, so one logical operation keeps one key lineage from
 // the first inbound request to the last downstream call.
 func WithKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, lineageKey{}, key)
+	l := &lineage{key: key}
+	l.once.Do(func() {})
+	return context.WithValue(ctx, lineageKey{}, l)
 }
 
-// KeyFrom returns the key lineage WithKey put in ctx, if any (an empty key is none).
+// WithKeyFunc is WithKey with a lineage computed by f on the first KeyFrom, and
+// never if nobody asks: for code that sets a lineage on every request or message
+// (the middleware, the inbox), where most handlers make no outbound call.
+func WithKeyFunc(ctx context.Context, f func() string) context.Context {
+	return context.WithValue(ctx, lineageKey{}, &lineage{f: f})
+}
+
+// KeyFrom returns the key lineage WithKey or WithKeyFunc put in ctx, if any (an
+// empty key is none).
 func KeyFrom(ctx context.Context) (string, bool) {
-	k, _ := ctx.Value(lineageKey{}).(string)
-	return k, k != ""
+	l, _ := ctx.Value(lineageKey{}).(*lineage)
+	if l == nil {
+		return "", false
+	}
+	l.once.Do(func() { l.key = l.f() })
+	return l.key, l.key != ""
 }

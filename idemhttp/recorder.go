@@ -352,7 +352,8 @@ func (q *mwRequest) prefixedBody(rest io.ReadCloser) io.ReadCloser {
 // derived from the Idempotency-Key and its scope, so the handler's own calls through
 // a Transport carry keys derived from it, the same on every retry of the request.
 func (q *mwRequest) handlerRequest(ctx context.Context, r *http.Request) *http.Request {
-	hr := r.WithContext(idem.WithKey(ctx, idemkey.Derive(q.claim.Key.ID, q.claim.Key.Scope)))
+	id, scope := q.claim.Key.ID, q.claim.Key.Scope
+	hr := r.WithContext(idem.WithKeyFunc(ctx, func() string { return idemkey.Derive(id, scope) }))
 	q.reader.Reset(q.body)
 	hr.Body = &q.reader
 	return hr

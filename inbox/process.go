@@ -285,7 +285,8 @@ func (c *Consumer[Tx]) bySequence(d idem.Delivery) bool {
 // from its key and the consumer, so the handler's calls through an
 // idemhttp.Transport carry the same keys on every redelivery.
 func (c *Consumer[Tx]) runHandler(ctx context.Context, tx Tx, it *item, final bool) {
-	err := c.run(idem.WithKey(ctx, idemkey.Derive(it.key, c.cfg.Consumer)), tx, it.d.Message)
+	key, consumer := it.key, c.cfg.Consumer
+	err := c.run(idem.WithKeyFunc(ctx, func() string { return idemkey.Derive(key, consumer) }), tx, it.d.Message)
 	if err == nil {
 		it.v = processed
 		return
