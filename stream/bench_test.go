@@ -63,6 +63,13 @@ func (h *rawHub) broadcast(m []byte) {
 	}
 }
 
+// rawFrame is the baseline's frame for the i-th event: the same fields as idem's,
+// stamped now.
+func rawFrame(i int) []byte {
+	m, _ := json.Marshal(map[string]any{"type": "event", "seq": i + 1, "at": time.Now(), "data": json.RawMessage(`{"n":1}`)})
+	return m
+}
+
 func (h *rawHub) count() int { h.mu.Lock(); defer h.mu.Unlock(); return len(h.conns) }
 
 // fanout starts k receivers and returns a function that waits until each has
@@ -176,8 +183,7 @@ func BenchmarkFanout(b *testing.B) {
 		}
 		b.ResetTimer()
 		for i := range b.N {
-			m, _ := json.Marshal(map[string]any{"type": "event", "seq": i + 1, "at": time.Now(), "data": json.RawMessage(`{"n":1}`)})
-			h.broadcast(m)
+			h.broadcast(rawFrame(i))
 		}
 		r.wait(int64(b.N))
 		b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
@@ -238,10 +244,7 @@ func BenchmarkLatency(b *testing.B) {
 		for h.count() < benchClients {
 			time.Sleep(time.Millisecond)
 		}
-		run(b, func(i int) {
-			m, _ := json.Marshal(map[string]any{"type": "event", "seq": i + 1, "at": time.Now(), "data": json.RawMessage(`{"n":1}`)})
-			h.broadcast(m)
-		}, r)
+		run(b, func(i int) { h.broadcast(rawFrame(i)) }, r)
 	})
 }
 

@@ -116,7 +116,7 @@ func (c *Client) session(ctx context.Context) (ready bool, err error) {
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(2 << 20)
-	if err := c.send(ctx, ws, frame{Type: "hello", Channel: c.cfg.Channel, Since: c.last, Client: c.cfg.ID}); err != nil {
+	if err := write(ctx, ws, frame{Type: "hello", Channel: c.cfg.Channel, Since: c.last, Client: c.cfg.ID}); err != nil {
 		return false, err
 	}
 	acked, every := c.last, uint64(32)
@@ -147,14 +147,14 @@ func (c *Client) session(ctx context.Context) (ready bool, err error) {
 				return ready, err
 			}
 			if c.last >= acked+every {
-				if err := c.send(ctx, ws, frame{Type: "ack", Seq: c.last}); err != nil {
+				if err := write(ctx, ws, frame{Type: "ack", Seq: c.last}); err != nil {
 					return ready, err
 				}
 				acked = c.last
 			}
 		case "heartbeat":
 			if c.last > acked {
-				if err := c.send(ctx, ws, frame{Type: "ack", Seq: c.last}); err != nil {
+				if err := write(ctx, ws, frame{Type: "ack", Seq: c.last}); err != nil {
 					return ready, err
 				}
 				acked = c.last
@@ -220,8 +220,4 @@ func (c *Client) catchUp(ctx context.Context, until uint64) error {
 		c.last = e.Seq
 	}
 	return nil
-}
-
-func (c *Client) send(ctx context.Context, ws *websocket.Conn, f frame) error {
-	return write(ctx, ws, f)
 }

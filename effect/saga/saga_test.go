@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -224,7 +225,7 @@ func TestCrashAtEachBoundary(t *testing.T) {
 			s := newServices(t)
 			// Sagas that turn around at confirm compensate every step: both
 			// directions get crashed in.
-			fails := strings.Contains(point, "undo") || slices.Contains(slices.Collect(mapsValues(undoNames)), strings.TrimPrefix(point, "inside:"))
+			fails := strings.Contains(point, "undo") || slices.Contains(slices.Collect(maps.Values(undoNames)), strings.TrimPrefix(point, "inside:"))
 			id, data, k := "crash-"+point, "", len(stepNames)
 			if fails {
 				data, k = "fail:confirm", len(stepNames)-1
@@ -264,16 +265,6 @@ func TestCrashAtEachBoundary(t *testing.T) {
 			}
 		}
 	})
-}
-
-func mapsValues(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
-	}
 }
 
 func TestBadDefinitions(t *testing.T) {
