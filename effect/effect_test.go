@@ -426,3 +426,24 @@ func TestLineageFromRequestToDownstream(t *testing.T) {
 		}
 	})
 }
+
+// A call that fails because the caller's context ended still gives its lease
+// back: the next Do calls again at once instead of waiting for the lease.
+func TestCancelledCallReleasesItsLease(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		f := e.fence(t, effect.Config{Lease: time.Hour})
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := f.Do(ctx, "o-1", "mail", func(ctx context.Context, _ string) ([]byte, error) {
+			cancel() // the request that asked for the effect went away mid-call
+			return nil, ctx.Err()
+		})
+		if err == nil {
+			t.Fatal("the cancelled call succeeded")
+		}
+		out, err := f.Do(context.Background(), "o-1", "mail", func(context.Context, string) ([]byte, error) { return []byte("sent"), nil })
+		if err != nil || string(out) != "sent" {
+			t.Fatalf("retry after a cancelled call: %q, %v; want it called at once", out, err)
+		}
+	})
+}

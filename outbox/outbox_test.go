@@ -314,3 +314,31 @@ func TestPoisonMessageAlone(t *testing.T) {
 		}
 	})
 }
+
+// On SQLite the relay publishes with no transaction open, so the application can
+// write while a publish is in flight: a slow broker must not stall every writer.
+func TestSQLiteRelayDoesNotHoldTheWriteLockWhilePublishing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "sqlite", openSQLite(t))
+	ctx := context.Background()
+	if err := placeOrder(ctx, e, "o-1", "", true); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	var writeErr error
+	sink := &memSink{fail: func(idem.Message) error {
+		once.Do(func() { writeErr = placeOrder(ctx, e, "o-2", "", true) }) // the app writes mid-publish
+		return nil
+	}}
+	relay, err := e.ob.Relay(sink, outbox.RelayConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainRelay(t, relay)
+	if writeErr != nil {
+		t.Fatalf("a business write during the publish failed: %v", writeErr)
+	}
+	if got := sink.ids(); len(got) != 2 || got[0] != "o-1" || got[1] != "o-2" {
+		t.Fatalf("published %v, want [o-1 o-2]", got)
+	}
+}

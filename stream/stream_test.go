@@ -446,3 +446,28 @@ func (f *fixture) metric(name, reason string) float64 {
 	}
 	return 0
 }
+
+// A client's acks reach the store (at a heartbeat or when it leaves), so what it
+// processed can be trimmed.
+func TestAcksReachTheStore(t *testing.T) {
+	t.Parallel()
+	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+		f := newFixture(t, db, stream.ServerConfig{Heartbeat: 100 * time.Millisecond})
+		appendN(t, f.srv, "c", 10, nil)
+		rec := &recorder{}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		c, _ := stream.NewClient(stream.ClientConfig{URL: f.http.URL, Channel: "c", ID: "phone", OnEvent: rec.on})
+		go func() { _ = c.Run(ctx) }()
+		waitFor(t, "the events", func() bool { return len(rec.snapshot()) == 10 })
+		trimmed := 0
+		waitFor(t, "the acks to reach the store", func() bool {
+			n, err := f.store.Trim(context.Background(), time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			trimmed += n
+			return trimmed == 10
+		})
+	})
+}
