@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -33,6 +34,33 @@ type TxStore[Tx any] interface {
 	ClaimTx(ctx context.Context, tx Tx, c Claim) (Result, error)
 	CompleteTx(ctx context.Context, tx Tx, k Key, token uint64, result []byte) error
 	ReleaseTx(ctx context.Context, tx Tx, k Key, token uint64) error
+}
+
+// Renewer is implemented by stores whose holders can extend their lease while the
+// effect is still running, so that a live holder keeps its key: the lease protects
+// against dead holders only. The HTTP middleware, `idem serve` and effect.Fence renew
+// a held key every third of its lease until the effect ends. Every store of this
+// module implements it.
+type Renewer interface {
+	// Renew extends the in-progress lease held by token to lease from now (zero
+	// means DefaultLease). A token that no longer holds the key (its lease ran out,
+	// it was taken over, released or swept) gets ErrLeaseLost, a completed key
+	// ErrCompleted; neither changes the record.
+	Renew(ctx context.Context, k Key, token uint64, lease time.Duration) error
+}
+
+// CheckRenew checks Renew's input (key, token, lease) and then whether ctx has
+// already ended: the prologue of every backend's Renew. It returns the lease with
+// the default applied.
+func CheckRenew(ctx context.Context, k Key, token uint64, lease time.Duration) (time.Duration, error) {
+	if lease < 0 {
+		return 0, &InputError{Field: "lease", Reason: fmt.Sprintf("is negative (%s)", lease),
+			Fix: "use a positive duration, or zero for the default " + DefaultLease.String()}
+	}
+	if lease == 0 {
+		lease = DefaultLease
+	}
+	return lease, CheckFinish(ctx, k, token)
 }
 
 // TxRecorder is implemented by SQL stores that can record many keys as completed in

@@ -179,6 +179,36 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 	return nil
 }
 
+// Renew implements idem.Renewer.
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
+	lease, err := idem.CheckRenew(ctx, k, token, lease)
+	if err != nil {
+		return err
+	}
+	now := s.now().UnixNano()
+	h := s.hash(k)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+
+	r, ok := sh.live[h]
+	if !ok {
+		if d, ok := sh.done[h]; ok && d.holds(token) && now < s.doneDeadline(d) {
+			return idem.ErrCompleted
+		}
+		return idem.ErrLeaseLost
+	}
+	switch {
+	case r.token != token || now >= r.deadline:
+		return idem.ErrLeaseLost
+	case r.completed:
+		return idem.ErrCompleted
+	}
+	r.deadline = addDur(now, lease)
+	sh.live[h] = r
+	return nil
+}
+
 // addDur adds d to the unix-ns time now, saturating instead of overflowing for
 // absurdly long leases or retentions.
 func addDur(now int64, d time.Duration) int64 {

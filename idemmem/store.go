@@ -48,6 +48,7 @@ var (
 	_ idem.Store        = (*Store)(nil)
 	_ idem.Sweeper      = (*Store)(nil)
 	_ idem.BatchClaimer = (*Store)(nil)
+	_ idem.Renewer      = (*Store)(nil)
 )
 
 // hkey is the 128-bit hash that stands for a key.
@@ -78,19 +79,21 @@ type liveRecord struct {
 	result    []byte
 }
 
-// doneRecord is a completed dedup-only record packed into 8 bytes, so that a map
-// slot (16-byte key + value) is 24 bytes: the high 32 bits hold the expiry in whole
-// seconds after the store's epoch, rounded up (never earlier than asked); the low 32
-// bits hold the low bits of the token, enough to tell a second Complete by the same
-// holder from a stale one.
-type doneRecord uint64
-
-func packDone(token uint64, expirySec uint32) doneRecord {
-	return doneRecord(uint64(expirySec)<<32 | token&0xffffffff)
+// doneRecord is a completed dedup-only record in 16 bytes, so that a map slot
+// (16-byte key + value) is 32 bytes: the whole token, to tell a second Complete by
+// the same holder from a stale one however far apart their tokens are, and the expiry
+// in whole seconds after the store's epoch, rounded up (never earlier than asked).
+type doneRecord struct {
+	token  uint64
+	expiry uint32
 }
 
-func (d doneRecord) expirySec() uint32       { return uint32(d >> 32) }
-func (d doneRecord) holds(token uint64) bool { return uint32(d) == uint32(token) }
+func packDone(token uint64, expirySec uint32) doneRecord {
+	return doneRecord{token: token, expiry: expirySec}
+}
+
+func (d doneRecord) expirySec() uint32       { return d.expiry }
+func (d doneRecord) holds(token uint64) bool { return d.token == token }
 
 // New returns an empty Store.
 func New(cfg Config) (*Store, error) {
