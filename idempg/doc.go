@@ -35,11 +35,15 @@
 // Leases and retention run on the database's clock (clock_timestamp()), never the
 // application's, so servers with skewed clocks agree on when a lease ends.
 //
-// Fencing tokens come from the sequence idem_records_token_seq. A sequence never
-// goes back, so a key's token rises across takeovers and across its incarnations:
-// after a release, an expiry or a sweep, the next claim still gets a token above any
-// the key ever had, and a late Complete or Release of an earlier holder gets
-// idem.ErrLeaseLost. Tokens are not dense; gaps are normal.
+// Fencing tokens come from the sequence idem_records_token_seq, and a token is drawn
+// only once its claim holds the key: a fresh claim inserts its row first and then
+// sets the token (the function idem_records_claim), a takeover draws it in the UPDATE
+// that holds the row lock. Every incarnation of a key therefore gets a token above
+// any the key had before, across takeovers, releases, expiry, sweeps and rolled-back
+// transactions, whatever the claims' interleaving (Claim, ClaimTx and ClaimBatch
+// alike), and a late Complete, Release or Renew of an earlier holder gets
+// idem.ErrLeaseLost. Tokens are not dense; gaps are normal. (RecordTx's rows draw
+// theirs before the insert, as nothing ever hands them out to a holder.)
 //
 // # Transactions
 //

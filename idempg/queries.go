@@ -21,7 +21,7 @@ type queries struct {
 
 // names are the quoted identifiers derived from Config.Table.
 type names struct {
-	table, seq, index string
+	table, seq, index, claim string
 	// regclass is the table name as a regclass literal, for pg_class lookups.
 	regclass string
 }
@@ -31,12 +31,13 @@ func namesFor(table string) names {
 		table:    pgx.Identifier{table}.Sanitize(),
 		seq:      pgx.Identifier{table + "_token_seq"}.Sanitize(),
 		index:    pgx.Identifier{table + "_expires_at_idx"}.Sanitize(),
+		claim:    pgx.Identifier{table + "_claim"}.Sanitize(),
 		regclass: pgx.Identifier{table}.Sanitize(),
 	}
 }
 
 func (n names) fill(sql string) string {
-	return strings.NewReplacer("{{table}}", n.table, "{{seq}}", n.seq, "{{index}}", n.index).Replace(sql)
+	return strings.NewReplacer("{{table}}", n.table, "{{seq}}", n.seq, "{{index}}", n.index, "{{claim}}", n.claim).Replace(sql)
 }
 
 func newQueries(n names) queries {
@@ -55,25 +56,19 @@ func newQueries(n names) queries {
 	}
 }
 
-// insertSQL claims a fresh key: the whole of a claim on the hot path, and as cheap as
-// a plain insert. Measured with pgbench at 16 clients against a raw INSERT … ON
-// CONFLICT DO NOTHING into a two-column table: this statement ran at 0.93–1.0× of it;
-// wrapping insert and read in one CTE statement (to answer duplicates in one round
-// trip) ran at 0.78–0.85×, and reading before inserting at 0.68×. Fresh keys are the
-// common case, so duplicates pay a second round trip (readSQL) instead.
+// insertSQL claims a fresh key: the whole of a claim on the hot path. It calls the
+// function of migration 002, which inserts the row and only then draws its token, so
+// that the token is above every token an earlier incarnation of the key had (see the
+// migration for the interleaving that an INSERT drawing nextval in its VALUES gets
+// wrong). No row means the key exists: the caller reads it.
 //
 // ON CONFLICT DO NOTHING leaves an existing row alone: no row lock, no write, so a
-// duplicate can never block the holder's Complete. nextval runs even then, so
-// duplicates burn sequence values: harmless, tokens need only rise. The two
-// clock_timestamp() calls make expires_at at least created_at + lease.
+// duplicate can never block the holder's Complete. The two clock_timestamp() calls
+// make expires_at at least created_at + lease.
 //
 // Parameters: $1 scope, $2 id, $3 fingerprint, $4 lease µs, $5 retention µs.
 const insertSQL = `
-INSERT INTO {{table}} (scope, id, state, fingerprint, token, retention, created_at, expires_at)
-VALUES ($1, $2, 1, COALESCE($3::bytea, ''::bytea), nextval('{{seq}}'),
-	$5::bigint * interval '1 microsecond', clock_timestamp(), clock_timestamp() + $4::bigint * interval '1 microsecond')
-ON CONFLICT (scope, id) DO NOTHING
-RETURNING token`
+SELECT t FROM {{claim}}($1::text, $2::text, $3::bytea, $4::bigint, $5::bigint) AS t WHERE t IS NOT NULL`
 
 // readSQL reads the row that made insertSQL do nothing, and says whether its lease or
 // retention has passed (then the caller runs takeoverSQL). No row means it was
