@@ -233,6 +233,31 @@ func (s *core[Tx]) release(ctx context.Context, cn conn, k idem.Key, token uint6
 	return backendErr(ctx, "release", errChurn)
 }
 
+// Renew implements idem.Renewer. It works on committed claims: a claim still inside
+// an open ClaimTx transaction is invisible to it (ErrLeaseLost), and needs no renewal,
+// since concurrent claimants wait for that transaction anyway.
+func (s *core[Tx]) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
+	lease, err := idem.CheckRenew(ctx, k, token, lease)
+	if err != nil {
+		return err
+	}
+	for range maxAttempts {
+		var answer int
+		if err := s.db.queryRow(ctx, s.q.renew, k.Scope, k.ID, tokenArg(token), micros(lease)).Scan(&answer); err != nil {
+			return backendErr(ctx, "renew", err)
+		}
+		switch answer {
+		case renewDone:
+			return nil
+		case renewCompleted:
+			return idem.ErrCompleted
+		case renewLost:
+			return idem.ErrLeaseLost
+		}
+	}
+	return backendErr(ctx, "renew", errChurn)
+}
+
 // tokenArg maps a token to the bigint column. Tokens above MaxInt64 were never
 // issued; they become negative, which no row holds, so they fence like any stranger.
 func tokenArg(token uint64) int64 { return int64(token) }

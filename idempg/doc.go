@@ -3,8 +3,8 @@
 // effect commits or rolls back with the effect.
 //
 // Store works on a pgx pool and implements idem.Store, idem.TxStore[pgx.Tx],
-// idem.Sweeper and idem.BatchClaimer. SQLStore does the same for database/sql
-// (idem.TxStore[*sql.Tx]). Both run the same statements and pass idemtest's
+// idem.Sweeper, idem.BatchClaimer and idem.Renewer. SQLStore does the same for
+// database/sql (idem.TxStore[*sql.Tx]), without BatchClaimer. Both run the same statements and pass idemtest's
 // StoreSuite and TxStoreSuite.
 //
 // # Table
@@ -66,6 +66,13 @@
 // Use READ COMMITTED, Postgres's default. Under REPEATABLE READ or SERIALIZABLE a
 // claim racing another transaction on the same key fails with a serialization error
 // (an *idem.BackendError); retry the transaction.
+//
+// # Renewing a lease
+//
+// Renew (idem.Renewer) moves a live holder's lease end to the given lease from now,
+// on the database's clock, in one statement. It works on committed claims: a claim
+// inside an open ClaimTx transaction is invisible to it (ErrLeaseLost), and needs no
+// renewal, since concurrent claimants wait for that transaction.
 //
 // # Sweeping
 //

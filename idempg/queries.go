@@ -15,8 +15,8 @@ const (
 // queries holds the statements of one store, with its table's names filled in once at
 // construction so every call reuses the same text (and pgx's prepared statement).
 type queries struct {
-	insert, read, takeover, complete, release, sweep, records string
-	recordInsert, recordOne, recordTakeover                   string
+	insert, read, takeover, complete, release, renew, sweep, records string
+	recordInsert, recordOne, recordTakeover                          string
 }
 
 // names are the quoted identifiers derived from Config.Table.
@@ -47,6 +47,7 @@ func newQueries(n names) queries {
 		takeover: n.fill(takeoverSQL),
 		complete: n.fill(completeSQL),
 		release:  n.fill(releaseSQL),
+		renew:    n.fill(renewSQL),
 		sweep:    n.fill(sweepSQL),
 		records:  recordsSQL,
 
@@ -133,6 +134,31 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM del) THEN 0 ELSE COALESCE((
 	SELECT CASE WHEN r.token <> $3 THEN 2 WHEN r.state = 2 THEN 1 ELSE 3 END
 	FROM {{table}} r, clk
 	WHERE r.scope = $1 AND r.id = $2 AND r.expires_at > clk.now), 0) END`
+
+// Answers of renewSQL.
+const (
+	renewDone      = 0 // the lease now ends $4 µs from now
+	renewCompleted = 1 // ErrCompleted
+	renewLost      = 2 // ErrLeaseLost
+	renewRetry     = 3 // the row changed under the statement: run it again
+)
+
+// renewSQL moves the end of the holder's live in-progress lease to $4 µs from now,
+// or says why it did not, like releaseSQL. A key with no live row was released,
+// swept or expired: the lease is lost.
+//
+// Parameters: $1 scope, $2 id, $3 token, $4 lease µs.
+const renewSQL = `
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS now),
+upd AS (
+	UPDATE {{table}} r SET expires_at = clk.now + $4::bigint * interval '1 microsecond' FROM clk
+	WHERE r.scope = $1::text AND r.id = $2::text AND r.token = $3::bigint AND r.state = 1 AND r.expires_at > clk.now
+	RETURNING 1
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM upd) THEN 0 ELSE COALESCE((
+	SELECT CASE WHEN r.token <> $3 THEN 2 WHEN r.state = 2 THEN 1 ELSE 3 END
+	FROM {{table}} r, clk
+	WHERE r.scope = $1 AND r.id = $2 AND r.expires_at > clk.now), 2) END`
 
 // sweepSQL deletes up to $1 expired rows. The clock is read in an InitPlan so the
 // expires_at index can serve the range (a volatile call in the WHERE could not); SKIP

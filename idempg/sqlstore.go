@@ -20,6 +20,7 @@ var (
 	_ idem.TxRecorder[*sql.Tx] = (*SQLStore)(nil)
 	_ idem.TxStore[*sql.Tx]    = (*SQLStore)(nil)
 	_ idem.Sweeper             = (*SQLStore)(nil)
+	_ idem.Renewer             = (*SQLStore)(nil)
 )
 
 // NewSQL returns an SQLStore on db, migrating as New does. Size db with

@@ -24,6 +24,7 @@ var (
 	_ idem.TxStore[pgx.Tx]    = (*Store)(nil)
 	_ idem.Sweeper            = (*Store)(nil)
 	_ idem.BatchClaimer       = (*Store)(nil)
+	_ idem.Renewer            = (*Store)(nil)
 )
 
 // New returns a Store on pool. Unless cfg.SkipMigrate is set it first creates or

@@ -1,7 +1,8 @@
 // Package idemredis is an idem.Store on Redis (7.0 or later): one record per key,
 // claimed, completed and released by Lua scripts in one round trip each, and expired
 // by Redis itself. It implements idem.BatchClaimer (many claims in one round trip)
-// and passes idemtest.StoreSuite like every other backend.
+// and idem.Renewer (a live holder extends its lease), and passes idemtest.StoreSuite
+// like every other backend.
 //
 // Use it when many service replicas must share dedup state at low latency and the
 // effect does not live in a SQL database. Where it does, prefer idempg or idemsqlite,
@@ -69,6 +70,9 @@
 //     as above.
 //   - A completed record expires after its retention (1ms at least), with the same
 //     argument.
+//
+// Renew rewrites a live holder's expiry and TTL to the new lease from now; the
+// arguments above hold as they are, since a renewal only lengthens a record's life.
 //
 // This relies on the Redis clock not jumping back by more than a lease. A failover to
 // a replica whose clock is behind, or a clock stepped back, could issue a token that

@@ -92,6 +92,22 @@ redis.call('SET', KEYS[1], '\0' .. ARGV[1], 'KEEPTTL')
 return 1
 `
 
+// renewLua: KEYS[1] record; ARGV token (8 bytes), lease ms. Rewrites the expiry of
+// the holder's in-progress record and its TTL to the lease from now. A tombstone or
+// a missing key means the lease was released or ran out.
+const renewLua = `
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 2, 9) ~= ARGV[1] then return 0 end
+local state = string.byte(v, 1)
+if state == 2 then return 2 end
+if state ~= 1 then return 0 end
+local lease = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+redis.call('SET', KEYS[1], string.sub(v, 1, 17) .. struct.pack('>I8', now + lease * 1000) .. string.sub(v, 26), 'PX', lease)
+return 1
+`
+
 // tokenArg encodes a token as the scripts compare it.
 func tokenArg(token uint64) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), token)

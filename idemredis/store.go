@@ -3,6 +3,7 @@ package idemredis
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
@@ -20,11 +21,13 @@ type Store struct {
 	claim    *redis.Script
 	complete *redis.Script
 	release  *redis.Script
+	renew    *redis.Script
 }
 
 var (
 	_ idem.Store        = (*Store)(nil)
 	_ idem.BatchClaimer = (*Store)(nil)
+	_ idem.Renewer      = (*Store)(nil)
 )
 
 // New returns a Store that keeps its records in client: a *redis.Client, a
@@ -51,6 +54,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 		claim:    redis.NewScript(claimLua),
 		complete: redis.NewScript(completeLua),
 		release:  redis.NewScript(releaseLua),
+		renew:    redis.NewScript(renewLua),
 	}, nil
 }
 
@@ -108,6 +112,26 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 	n, err := s.release.Run(ctx, s.client, []string{s.Key(k)}, tokenArg(token)).Int()
 	if err != nil {
 		return backendError("release", err)
+	}
+	switch n {
+	case replyOK:
+		return nil
+	case replyCompleted:
+		return idem.ErrCompleted
+	}
+	return idem.ErrLeaseLost
+}
+
+// Renew implements idem.Renewer in one round trip: the record's expiry and its TTL
+// become lease from now (rounded up to whole milliseconds), on Redis's clock.
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
+	lease, err := idem.CheckRenew(ctx, k, token, lease)
+	if err != nil {
+		return err
+	}
+	n, err := s.renew.Run(ctx, s.client, []string{s.Key(k)}, tokenArg(token), millis(lease)).Int()
+	if err != nil {
+		return backendError("renew", err)
 	}
 	switch n {
 	case replyOK:

@@ -2,6 +2,7 @@ package idemsqlite
 
 import (
 	"context"
+	"time"
 
 	"github.com/idemhq/idem"
 )
@@ -66,6 +67,16 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 		return err
 	}
 	_, err := s.send(ctx, &op{kind: opRelease, key: k, token: token})
+	return err
+}
+
+// Renew implements idem.Renewer through the group-commit writer, like Release.
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
+	lease, err := idem.CheckRenew(ctx, k, token, lease)
+	if err != nil {
+		return err
+	}
+	_, err = s.send(ctx, &op{kind: opRenew, key: k, token: token, lease: lease})
 	return err
 }
 

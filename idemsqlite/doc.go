@@ -1,6 +1,6 @@
 // Package idemsqlite is idem's embedded default store: an idem.Store,
-// idem.TxStore[*sql.Tx], idem.Sweeper and idem.BatchClaimer on one SQLite file,
-// through the pure-Go driver modernc.org/sqlite (no cgo).
+// idem.TxStore[*sql.Tx], idem.Sweeper, idem.BatchClaimer and idem.Renewer on one
+// SQLite file, through the pure-Go driver modernc.org/sqlite (no cgo).
 //
 //	store, err := idemsqlite.Open("idem.db", idemsqlite.Config{})
 //	...
@@ -73,6 +73,16 @@
 // process also remembers tokens handed out in transactions that were rolled back and
 // never reissues them; another process sharing the file does not know those, but
 // stays above them as long as tokens are issued more slowly than one per microsecond.
+// The order holds however claims interleave with callers' transactions: a token is
+// drawn inside the write transaction that writes the claim, and SQLite runs one such
+// transaction at a time per file.
+//
+// # Renewing a lease
+//
+// Renew (idem.Renewer) moves a live holder's lease end to the given lease from now,
+// through the group-commit writer like Release. It works on committed claims; a
+// claim inside a caller's open transaction needs none, since every other writer
+// waits for that transaction anyway.
 //
 // # Schema
 //

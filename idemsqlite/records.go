@@ -21,6 +21,7 @@ const (
 	upsertRecord
 	completeRecord
 	releaseRecord
+	renewRecord
 	sweepRecords
 	raiseMeta
 	selectMeta
@@ -45,6 +46,8 @@ var stmtSQL = [numStmts]string{
 			expires_ns = ?4 + MIN(retention_ns, 9223372036854775807 - ?4)
 		WHERE scope = ?1 AND id = ?2 AND token = ?3 AND state = 1 AND expires_ns > ?4`,
 	releaseRecord: `DELETE FROM idem_records
+		WHERE scope = ?1 AND id = ?2 AND token = ?3 AND state = 1 AND expires_ns > ?4`,
+	renewRecord: `UPDATE idem_records SET expires_ns = ?5
 		WHERE scope = ?1 AND id = ?2 AND token = ?3 AND state = 1 AND expires_ns > ?4`,
 	sweepRecords: `DELETE FROM idem_records WHERE (scope, id) IN
 		(SELECT scope, id FROM idem_records WHERE expires_ns <= ?1 LIMIT ?2)`,
@@ -163,6 +166,23 @@ func releaseRecordIn(ctx context.Context, q runner, k idem.Key, token uint64, no
 		return idem.ErrCompleted
 	}
 	return nil
+}
+
+// renewRecordIn returns nil, idem.ErrLeaseLost, idem.ErrCompleted, or a database
+// error.
+func renewRecordIn(ctx context.Context, q runner, k idem.Key, token uint64, lease time.Duration, now int64) error {
+	n, err := affected(q.exec(ctx, renewRecord, k.Scope, k.ID, int64(token), now, addSat(now, lease)))
+	if err != nil || n == 1 {
+		return err
+	}
+	state, tok, expires, found, err := fence(ctx, q, k)
+	switch {
+	case err != nil:
+		return err
+	case found && tok == int64(token) && state == stateCompleted && now < expires:
+		return idem.ErrCompleted
+	}
+	return idem.ErrLeaseLost
 }
 
 func fence(ctx context.Context, q runner, k idem.Key) (state, token, expires int64, found bool, err error) {

@@ -47,6 +47,7 @@ var (
 	_ idem.TxStore[*sql.Tx] = (*Store)(nil)
 	_ idem.Sweeper          = (*Store)(nil)
 	_ idem.BatchClaimer     = (*Store)(nil)
+	_ idem.Renewer          = (*Store)(nil)
 )
 
 // Open opens the SQLite database at path, creating it if needed, migrates the idem

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/idemhq/idem"
 	"modernc.org/sqlite"
@@ -19,6 +20,7 @@ const (
 	opClaimBatch
 	opComplete
 	opRelease
+	opRenew
 	opSweep
 )
 
@@ -28,6 +30,8 @@ func (k opKind) name() string {
 		return "complete"
 	case opRelease:
 		return "release"
+	case opRenew:
+		return "renew"
 	case opSweep:
 		return "sweep"
 	}
@@ -50,7 +54,8 @@ type op struct {
 	key    idem.Key
 	token  uint64
 	result []byte
-	limit  int // opSweep
+	limit  int           // opSweep
+	lease  time.Duration // opRenew
 
 	state atomic.Int32
 	done  chan reply // buffered 1: the writer never blocks on an answer
@@ -246,6 +251,9 @@ func (w *writer) apply(ctx context.Context, o *op, now int64) (reply, error) {
 		return reply{err: err}, dbErr(err)
 	case opRelease:
 		err := releaseRecordIn(ctx, q, o.key, o.token, now)
+		return reply{err: err}, dbErr(err)
+	case opRenew:
+		err := renewRecordIn(ctx, q, o.key, o.token, o.lease, now)
 		return reply{err: err}, dbErr(err)
 	case opSweep:
 		n, err := sweepRecordsIn(ctx, q, now, o.limit)

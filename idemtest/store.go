@@ -67,6 +67,13 @@ func StoreSuite(t *testing.T, h Harness) {
 			tt.fn(t, h.New(t))
 		})
 	}
+	for _, tt := range renewTests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := h.New(t)
+			tt.fn(t, s, renewer(t, s))
+		})
+	}
 	if h.Unreachable != nil {
 		t.Run("UnreachableBackend", func(t *testing.T) {
 			t.Parallel()
