@@ -44,36 +44,42 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 	if err := idem.CheckClaim(ctx, c); err != nil {
 		return idem.Result{}, err
 	}
-	res := s.claim(c.WithDefaults(), s.now().UnixNano())
-	s.m.Claim(c.Key.Scope, res.Outcome, nil, start)
-	return res, nil
+	res, err := s.claim(c.WithDefaults(), s.now().UnixNano())
+	s.m.Claim(c.Key.Scope, res.Outcome, err, start)
+	return res, err
 }
 
-func (s *Store) claim(c idem.Claim, now int64) idem.Result {
+// claim claims c at now. Only a key the store holds no record of can be refused
+// for the budget: taking over an expired record reuses its room.
+func (s *Store) claim(c idem.Claim, now int64) (idem.Result, error) {
 	h := s.hash(c.Key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 
-	if r, ok := sh.live[h]; ok {
-		if now < r.deadline {
-			return s.duplicate(c, r)
-		}
-	} else if d, ok := sh.done[h]; ok {
-		if deadline := s.doneDeadline(d); now < deadline {
-			return s.duplicate(c, liveRecord{deadline: deadline, completed: true})
-		}
-		delete(sh.done, h)
-	}
-	token := sh.nextToken(now)
-	sh.live[h] = liveRecord{
-		token:     token,
+	r := liveRecord{
 		deadline:  addDur(now, c.Lease),
 		created:   now,
 		retention: int64(c.Retention),
 		fp:        bytes.Clone(c.Fingerprint),
 	}
-	return idem.Result{Outcome: idem.Acquired, Token: token}
+	if old, ok := sh.live[h]; ok {
+		if now < old.deadline {
+			return s.duplicate(c, old), nil
+		}
+		s.budget.add(liveSize(r) - liveSize(old))
+	} else if d, ok := sh.done[h]; ok {
+		if deadline := s.doneDeadline(d); now < deadline {
+			return s.duplicate(c, liveRecord{deadline: deadline, completed: true}), nil
+		}
+		delete(sh.done, h)
+		s.budget.add(liveSize(r) - doneRecordBytes)
+	} else if !s.budget.reserve(liveSize(r)) {
+		return idem.Result{}, s.budget.full()
+	}
+	r.token = sh.nextToken(now)
+	sh.live[h] = r
+	return idem.Result{Outcome: idem.Acquired, Token: r.token}, nil
 }
 
 func (s *Store) duplicate(c idem.Claim, r liveRecord) idem.Result {
@@ -102,8 +108,19 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Res
 	out := make([]idem.Result, len(claims))
 	for i, c := range claims {
 		start := s.m.Start()
-		out[i] = s.claim(c.WithDefaults(), now)
-		s.m.Claim(c.Key.Scope, out[i].Outcome, nil, start)
+		var err error
+		out[i], err = s.claim(c.WithDefaults(), now)
+		s.m.Claim(c.Key.Scope, out[i].Outcome, err, start)
+		if err != nil {
+			// The batch fails as a whole: give back what it acquired, which no
+			// caller ever saw.
+			for j := range i {
+				if out[j].Outcome == idem.Acquired {
+					_ = s.Release(context.WithoutCancel(ctx), claims[j].Key, out[j].Token)
+				}
+			}
+			return nil, err
+		}
 	}
 	return out, nil
 }
@@ -132,17 +149,21 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 	if r.completed {
 		return nil // completed twice: keep the first result
 	}
+	// The claim was admitted, so its completion is never refused for the budget:
+	// the effect has run, and refusing to record it would let a retry run it again.
 	deadline := addDur(now, time.Duration(r.retention))
 	if len(r.fp) == 0 && len(result) == 0 {
 		// Dedup only: keep the compact form.
-		sh.dropLive(h)
+		s.dropLive(sh, h, r)
 		sh.done[h] = packDone(token, s.expirySec(deadline))
+		s.budget.add(doneRecordBytes)
 		return nil
 	}
 	r.completed = true
 	r.result = bytes.Clone(result)
 	r.deadline = deadline
 	sh.live[h] = r
+	s.budget.add(int64(len(r.result)))
 	return nil
 }
 
@@ -175,7 +196,7 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 	case r.completed:
 		return idem.ErrCompleted
 	}
-	sh.dropLive(h)
+	s.dropLive(sh, h, r)
 	return nil
 }
 
@@ -224,7 +245,8 @@ func addDur(now int64, d time.Duration) int64 {
 // every probe long (a quarter of the CPU of a claim+complete pair, profiled). Once
 // deletions outnumber the live records well, the map is rebuilt with just those:
 // O(len) work after Ω(len) deletions, so O(1) amortized.
-func (sh *shard) dropLive(h hkey) {
+func (s *Store) dropLive(sh *shard, h hkey, r liveRecord) {
+	s.budget.add(-liveSize(r))
 	delete(sh.live, h)
 	sh.deletes++
 	if sh.deletes < 2*len(sh.live)+1024 {
@@ -266,13 +288,14 @@ func (s *Store) sweepShard(sh *shard, now int64) int {
 	n := 0
 	for h, r := range sh.live {
 		if now >= r.deadline {
-			sh.dropLive(h)
+			s.dropLive(sh, h, r)
 			n++
 		}
 	}
 	for h, d := range sh.done {
 		if now >= s.doneDeadline(d) {
 			delete(sh.done, h)
+			s.budget.add(-doneRecordBytes)
 			n++
 		}
 	}

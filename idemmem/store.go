@@ -7,8 +7,26 @@
 // Keys are remembered by a 128-bit hash of (scope, id) under per-process random seeds,
 // not by their text: the chance that two distinct keys collide among a billion is
 // below 10^-20. Completed records without a result or fingerprint (dedup only) take
-// under 64 bytes of heap each (see BENCHMARKS.md); to get there they keep their
-// expiry in whole seconds, rounded up, and report Record.Token as zero on replay.
+// about 84 bytes of heap each (BenchmarkBytesPerKey, a million UUID keys); to get
+// there they keep their expiry in whole seconds, rounded up, and report Record.Token
+// as zero on replay.
+//
+// # Fencing tokens
+//
+// A token is the larger of the clock in microseconds and one above the highest token
+// issued in the key's shard, drawn under the shard's lock. A key always maps to the
+// same shard, so its tokens strictly rise across takeovers, releases, expiry and
+// sweeps, and Renew (idem.Renewer) extends a live holder's lease under the same lock.
+//
+// # Memory budget
+//
+// Config.MaxBytes (default 512 MiB) bounds the estimated heap of the records held,
+// reported by Store.Bytes and the gauge idem_records_bytes. Once full, a claim of a
+// key the store holds no record of fails with ErrFull; nothing else is refused, and
+// nothing is evicted: a completed record is remembered for its whole retention, and
+// a claim already admitted completes with its result even past the budget, since
+// refusing it after the effect ran would let a retry run the effect again. Expired
+// records free their room when swept (idem.RunSweeper) or taken over.
 package idemmem
 
 import (
@@ -30,6 +48,12 @@ type Config struct {
 	Shards int
 	// Now is the clock that drives leases, retention and tokens. Nil means time.Now.
 	Now func() time.Time
+	// MaxBytes bounds the estimated heap of the records held (see Store.Bytes). Once
+	// a claim of a new key would go past it, the claim fails with a *FullError
+	// (errors.Is ErrFull) inside an *idem.BackendError; expired records free their
+	// room when swept or taken over. Zero means DefaultMaxBytes (512 MiB), negative
+	// means unlimited. ParseMaxBytes reads it from text ("512MiB").
+	MaxBytes int64
 	// Registerer, if set, receives the store's Prometheus metrics.
 	Registerer prometheus.Registerer
 }
@@ -42,6 +66,7 @@ type Store struct {
 	now          func() time.Time
 	epoch        int64 // unix ns; compact records count seconds from here
 	m            *metrics.Store
+	budget       budget
 }
 
 var (
@@ -121,12 +146,29 @@ func New(cfg Config) (*Store, error) {
 		epoch:  now().UnixNano(),
 		m:      m,
 	}
+	switch {
+	case cfg.MaxBytes == 0:
+		s.budget.max = DefaultMaxBytes
+	case cfg.MaxBytes < 0:
+		s.budget.max = -1
+	default:
+		s.budget.max = cfg.MaxBytes
+	}
 	for i := range s.shards {
 		s.shards[i].live = make(map[hkey]liveRecord)
 		s.shards[i].done = make(map[hkey]doneRecord)
 	}
 	if err := metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return float64(s.Len()) }); err != nil {
 		return nil, err
+	}
+	if cfg.Registerer != nil {
+		if _, err := metrics.Register(cfg.Registerer, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "idem_records_bytes",
+			Help:        "Estimated heap of the records the store holds (in progress and completed, not yet swept); bounded by Config.MaxBytes.",
+			ConstLabels: prometheus.Labels{"backend": backend},
+		}, func() float64 { return float64(s.Bytes()) })); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
