@@ -60,6 +60,7 @@ func StoreSuite(t *testing.T, h Harness) {
 		{"BadInputNamesField", testBadInput},
 		{"CancelledContext", testCancelledContext},
 		{"BatchClaim", testBatchClaim},
+		{"Linearizable", testLinearizable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
