@@ -45,7 +45,9 @@ func TestBudgetRefusesNewKeysAndNeverDropsCompleted(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for refused := 0; refused < 3; {
+			// Far more keys than fit: a store that never refuses fails below
+			// instead of looping forever.
+			for refused := 0; refused < 3 && next.Load() < 20_000; {
 				k := idem.Key{Scope: "s", ID: fmt.Sprintf("g%d-%d", g, next.Add(1))}
 				fp := []byte(nil)
 				if g%2 == 0 {
@@ -71,7 +73,7 @@ func TestBudgetRefusesNewKeysAndNeverDropsCompleted(t *testing.T) {
 				}
 				result := []byte(nil)
 				if g%4 == 0 {
-					result = []byte("result bytes")
+					result = []byte("result bytes") // counted only now, past the claim's reservation
 				}
 				if err := s.Complete(ctx, k, res.Token, result); err != nil {
 					errs <- fmt.Errorf("complete %v: %w", k, err)
@@ -91,8 +93,10 @@ func TestBudgetRefusesNewKeysAndNeverDropsCompleted(t *testing.T) {
 	if refusals.Load() == 0 || len(completed) < 100 {
 		t.Fatalf("%d keys completed and %d claims refused: the budget did not fill", len(completed), refusals.Load())
 	}
-	if used := s.Bytes(); used > budget {
-		t.Fatalf("Bytes() = %d, over the budget %d before any result past it", used, budget)
+	// Completions are never refused, so each goroutine's last claim, admitted just
+	// under the budget, may have added its result on top.
+	if used, slack := s.Bytes(), int64(8*len("result bytes")); used > budget+slack {
+		t.Fatalf("Bytes() = %d, over the budget %d by more than the results of 8 admitted claims", used, budget)
 	}
 	t.Logf("%d keys completed in %d bytes of budget, %d claims refused", len(completed), budget, refusals.Load())
 
