@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem"
 )
@@ -39,6 +41,7 @@ func TxStoreSuite[Tx any](t *testing.T, newEnv func(t *testing.T) TxEnv[Tx]) {
 		{"WaiterAcquiresAfterRollback", testTxWaiterAfterRollback[Tx]},
 		{"ReleaseInTx", testTxRelease[Tx]},
 		{"BadInputInTx", testTxBadInput[Tx]},
+		{"TokensRiseAcrossTransactions", testTxTokensRise[Tx]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,4 +243,81 @@ func testTxBadInput[Tx any](t *testing.T, env TxEnv[Tx]) {
 	if res, err := env.Store.ClaimTx(ctx, tx, idem.Claim{Key: key(t, "k")}); err != nil || res.Outcome != idem.Acquired {
 		t.Fatalf("ClaimTx after bad input = %v, %v", res.Outcome, err)
 	}
+}
+
+// Transactions claim a key, release it, claim it again and release it again, while
+// others wait on them. A key is held by one transaction at a time, so the order in
+// which ClaimTx calls acquire it is the order of the key's incarnations, and their
+// tokens must rise in that order: a token drawn before waiting on another
+// transaction must not come out below the tokens that transaction drew.
+func testTxTokensRise[Tx any](t *testing.T, env TxEnv[Tx]) {
+	ctx := ctxFor(t)
+	c := idem.Claim{Key: key(t, "k"), Lease: time.Minute}
+
+	// A rolled-back claim's token is never reissued to a later one.
+	tx, err := env.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rolled, err := env.Store.ClaimTx(ctx, tx, c)
+	if err != nil || rolled.Outcome != idem.Acquired {
+		t.Fatalf("ClaimTx = %v, %v", rolled.Outcome, err)
+	}
+	if err := env.Rollback(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		mu     sync.Mutex
+		tokens = []uint64{rolled.Token}
+	)
+	const workers, rounds = 4, 8
+	errs := make(chan error, workers)
+	race(workers, func(int) {
+		for range rounds {
+			if err := claimReleaseTwice(ctx, env, c, func(token uint64) {
+				mu.Lock()
+				tokens = append(tokens, token)
+				mu.Unlock()
+			}); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("incarnation %d of key %v got token %d after %d: tokens in acquisition order %v",
+				i, c.Key, tokens[i], tokens[i-1], tokens)
+		}
+	}
+}
+
+// claimReleaseTwice runs one transaction that claims c and releases it twice,
+// reporting each acquired token before the transaction ends (while it holds the key).
+func claimReleaseTwice[Tx any](ctx context.Context, env TxEnv[Tx], c idem.Claim, acquired func(uint64)) error {
+	tx, err := env.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	for range 2 {
+		res, err := env.Store.ClaimTx(ctx, tx, c)
+		if err != nil {
+			_ = env.Rollback(ctx, tx)
+			return fmt.Errorf("ClaimTx: %w", err)
+		}
+		if res.Outcome != idem.Acquired {
+			return env.Rollback(ctx, tx)
+		}
+		acquired(res.Token)
+		if err := env.Store.ReleaseTx(ctx, tx, c.Key, res.Token); err != nil {
+			_ = env.Rollback(ctx, tx)
+			return fmt.Errorf("ReleaseTx: %w", err)
+		}
+	}
+	return env.Commit(ctx, tx)
 }
