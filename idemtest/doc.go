@@ -12,4 +12,11 @@
 //
 // The suites use real goroutines and short real leases (a few hundred milliseconds);
 // they wait for expiry by polling, never by asserting how long something took.
+//
+// StoreSuite also tests idem.Renewer (skipped for a store without it) and runs
+// CheckLinearizability: a random concurrent history of Claim, Complete, Release and
+// Renew calls checked by the porcupine model checker against a sequential model of
+// the contract, with per-key tokens required to rise strictly. TxStoreSuite checks
+// that tokens rise across transactions that release and claim a key again while
+// other transactions wait on them.
 package idemtest
