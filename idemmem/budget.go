@@ -48,14 +48,31 @@ func (e *FullError) Error() string {
 // Is makes errors.Is(err, ErrFull) true.
 func (e *FullError) Is(target error) bool { return target == ErrFull }
 
-// budget counts the estimated bytes of every record of a Store.
+// budget counts the estimated bytes of every record of a Store. A single counter
+// written by every claim and completion would be one cache line bouncing between all
+// cores, which the sharded store exists to avoid; so each shard draws room from the
+// counter in chunks and spends it under its own lock (shard.credit), going back to
+// the counter about once per chunk. A shard that cannot draw room takes back what
+// idle shards hold before it refuses, so the store refuses a new key only when its
+// records and the credit of shards busy at that moment (at most 1/16 of the budget)
+// would exceed MaxBytes.
 type budget struct {
-	max  int64 // <0: unlimited
-	used atomic.Int64
+	_     [64]byte // keep the counter off the cache lines of the fields read per call
+	used  atomic.Int64
+	_     [56]byte
+	max   int64 // <0: unlimited
+	chunk int64
 }
 
-// reserve takes n bytes for a new key, or reports false if they do not fit.
-func (b *budget) reserve(n int64) bool {
+func (b *budget) init(max int64, shards int) {
+	b.max, b.chunk = max, 64<<10
+	if max >= 0 {
+		b.chunk = min(b.chunk, max/int64(16*shards))
+	}
+}
+
+// tryAdd adds n to the counter if the result stays within the budget.
+func (b *budget) tryAdd(n int64) bool {
 	if b.max < 0 {
 		b.used.Add(n)
 		return true
@@ -71,8 +88,59 @@ func (b *budget) reserve(n int64) bool {
 	}
 }
 
-// add accounts n bytes (negative: freed) that are never refused.
-func (b *budget) add(n int64) { b.used.Add(n) }
+// take spends n bytes of room on a new key in sh, drawing more from the counter if
+// sh's credit is short, or reports false if they do not fit. sh.mu is held.
+func (s *Store) take(sh *shard, n int64) bool {
+	b := &s.budget
+	if sh.credit >= n {
+		sh.credit -= n
+		return true
+	}
+	need := n - sh.credit
+	switch {
+	case b.tryAdd(need + b.chunk):
+		sh.credit = b.chunk
+	case b.tryAdd(need), s.reclaim(sh) && b.tryAdd(need):
+		sh.credit = 0
+	default:
+		return false
+	}
+	return true
+}
+
+// charge accounts n bytes (negative: freed) in sh that are never refused: the
+// records of keys already admitted. Credit beyond two chunks goes back to the
+// counter. sh.mu is held.
+func (s *Store) charge(sh *shard, n int64) {
+	b := &s.budget
+	sh.credit -= n
+	switch {
+	case sh.credit < 0:
+		b.used.Add(-sh.credit)
+		sh.credit = 0
+	case sh.credit > 2*b.chunk:
+		b.used.Add(b.chunk - sh.credit)
+		sh.credit = b.chunk
+	}
+}
+
+// reclaim returns the credit of every other shard it can lock without waiting (sh's
+// lock is held, so waiting could deadlock with a shard doing the same). It reports
+// true, for use in a condition.
+func (s *Store) reclaim(sh *shard) bool {
+	for i := range s.shards {
+		o := &s.shards[i]
+		if o == sh || !o.mu.TryLock() {
+			continue
+		}
+		if o.credit > 0 {
+			s.budget.used.Add(-o.credit)
+			o.credit = 0
+		}
+		o.mu.Unlock()
+	}
+	return true
+}
 
 func (b *budget) full() error {
 	return &idem.BackendError{Backend: backend, Op: "claim", Err: &FullError{MaxBytes: b.max, Used: b.used.Load()}}
@@ -82,7 +150,16 @@ func liveSize(r liveRecord) int64 { return liveRecordBytes + int64(len(r.fp)+len
 
 // Bytes returns the estimated heap of the records the store holds, expired or not,
 // until swept: what Config.MaxBytes limits. It is exported as idem_records_bytes.
-func (s *Store) Bytes() int64 { return s.budget.used.Load() }
+func (s *Store) Bytes() int64 {
+	n := s.budget.used.Load()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n -= sh.credit
+		sh.mu.Unlock()
+	}
+	return n
+}
 
 // ParseMaxBytes parses a byte budget for Config.MaxBytes as written in a URL or a
 // flag: a whole number of bytes, optionally with a unit (KiB, MiB, GiB, TiB, or KB,

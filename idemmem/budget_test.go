@@ -174,3 +174,29 @@ func TestParseMaxBytes(t *testing.T) {
 		}
 	}
 }
+
+// Shards draw room in chunks; a refusal comes only once the records themselves
+// fill the budget, not when room sits idle in other shards' chunks.
+func TestBudgetRefusesOnlyWhenRecordsFillIt(t *testing.T) {
+	t.Parallel()
+	const budget = 4 << 20 // chunks of 4 KiB over 64 shards
+	s := newStore(t, idemmem.Config{MaxBytes: budget})
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		k := idem.Key{Scope: "s", ID: fmt.Sprint(i)}
+		res, err := s.Claim(ctx, idem.Claim{Key: k})
+		if errors.Is(err, idemmem.ErrFull) {
+			break
+		}
+		if err != nil || res.Outcome != idem.Acquired {
+			t.Fatalf("claim %d: %+v %v", i, res, err)
+		}
+		if err := s.Complete(ctx, k, res.Token, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The refused claim needed a live record's room (192 bytes estimated).
+	if used := s.Bytes(); used > budget || used < budget-192 {
+		t.Fatalf("refused at Bytes() = %d of %d: room was left idle", used, budget)
+	}
+}

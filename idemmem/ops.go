@@ -57,29 +57,30 @@ func (s *Store) claim(c idem.Claim, now int64) (idem.Result, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 
-	r := liveRecord{
-		deadline:  addDur(now, c.Lease),
-		created:   now,
-		retention: int64(c.Retention),
-		fp:        bytes.Clone(c.Fingerprint),
-	}
+	size := liveRecordBytes + int64(len(c.Fingerprint))
 	if old, ok := sh.live[h]; ok {
 		if now < old.deadline {
 			return s.duplicate(c, old), nil
 		}
-		s.budget.add(liveSize(r) - liveSize(old))
+		s.charge(sh, size-liveSize(old))
 	} else if d, ok := sh.done[h]; ok {
 		if deadline := s.doneDeadline(d); now < deadline {
 			return s.duplicate(c, liveRecord{deadline: deadline, completed: true}), nil
 		}
 		delete(sh.done, h)
-		s.budget.add(liveSize(r) - doneRecordBytes)
-	} else if !s.budget.reserve(liveSize(r)) {
+		s.charge(sh, size-doneRecordBytes)
+	} else if !s.take(sh, size) {
 		return idem.Result{}, s.budget.full()
 	}
-	r.token = sh.nextToken(now)
-	sh.live[h] = r
-	return idem.Result{Outcome: idem.Acquired, Token: r.token}, nil
+	token := sh.nextToken(now)
+	sh.live[h] = liveRecord{
+		token:     token,
+		deadline:  addDur(now, c.Lease),
+		created:   now,
+		retention: int64(c.Retention),
+		fp:        bytes.Clone(c.Fingerprint),
+	}
+	return idem.Result{Outcome: idem.Acquired, Token: token}, nil
 }
 
 func (s *Store) duplicate(c idem.Claim, r liveRecord) idem.Result {
@@ -156,14 +157,14 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 		// Dedup only: keep the compact form.
 		s.dropLive(sh, h, r)
 		sh.done[h] = packDone(token, s.expirySec(deadline))
-		s.budget.add(doneRecordBytes)
+		s.charge(sh, doneRecordBytes)
 		return nil
 	}
 	r.completed = true
 	r.result = bytes.Clone(result)
 	r.deadline = deadline
 	sh.live[h] = r
-	s.budget.add(int64(len(r.result)))
+	s.charge(sh, int64(len(r.result)))
 	return nil
 }
 
@@ -246,7 +247,7 @@ func addDur(now int64, d time.Duration) int64 {
 // deletions outnumber the live records well, the map is rebuilt with just those:
 // O(len) work after Ω(len) deletions, so O(1) amortized.
 func (s *Store) dropLive(sh *shard, h hkey, r liveRecord) {
-	s.budget.add(-liveSize(r))
+	s.charge(sh, -liveSize(r))
 	delete(sh.live, h)
 	sh.deletes++
 	if sh.deletes < 2*len(sh.live)+1024 {
@@ -295,7 +296,7 @@ func (s *Store) sweepShard(sh *shard, now int64) int {
 	for h, d := range sh.done {
 		if now >= s.doneDeadline(d) {
 			delete(sh.done, h)
-			s.budget.add(-doneRecordBytes)
+			s.charge(sh, -doneRecordBytes)
 			n++
 		}
 	}

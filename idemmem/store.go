@@ -91,7 +91,9 @@ type shard struct {
 	last uint64
 	// deletes counts deletions from live since it was last rebuilt; see dropLive.
 	deletes int
-	_       [32]byte // keep shards on separate cache lines
+	// credit is room drawn from the store's budget and not yet spent; see budget.
+	credit int64
+	_      [24]byte // keep shards on separate cache lines
 }
 
 type liveRecord struct {
@@ -148,11 +150,11 @@ func New(cfg Config) (*Store, error) {
 	}
 	switch {
 	case cfg.MaxBytes == 0:
-		s.budget.max = DefaultMaxBytes
+		s.budget.init(DefaultMaxBytes, n)
 	case cfg.MaxBytes < 0:
-		s.budget.max = -1
+		s.budget.init(-1, n)
 	default:
-		s.budget.max = cfg.MaxBytes
+		s.budget.init(cfg.MaxBytes, n)
 	}
 	for i := range s.shards {
 		s.shards[i].live = make(map[hkey]liveRecord)
