@@ -54,8 +54,8 @@ func (e *FullError) Is(target error) bool { return target == ErrFull }
 // counter in chunks and spends it under its own lock (shard.credit), going back to
 // the counter about once per chunk. A shard that cannot draw room takes back what
 // idle shards hold before it refuses, so the store refuses a new key only when its
-// records and the credit of shards busy at that moment (at most 1/16 of the budget)
-// would exceed MaxBytes.
+// records and the credit of shards busy at that moment (at most two chunks each, 1/8
+// of the budget in all) would exceed MaxBytes.
 type budget struct {
 	_     [64]byte // keep the counter off the cache lines of the fields read per call
 	used  atomic.Int64
@@ -64,10 +64,10 @@ type budget struct {
 	chunk int64
 }
 
-func (b *budget) init(max int64, shards int) {
-	b.max, b.chunk = max, 64<<10
-	if max >= 0 {
-		b.chunk = min(b.chunk, max/int64(16*shards))
+func (b *budget) init(limit int64, shards int) {
+	b.max, b.chunk = limit, 64<<10
+	if limit >= 0 {
+		b.chunk = min(b.chunk, limit/int64(16*shards))
 	}
 }
 
