@@ -299,3 +299,46 @@ func TestWebhookConfig(t *testing.T) {
 		t.Errorf("Features = %+v, want no dedup, ordered", f)
 	}
 }
+
+// A secret shorter than 32 bytes can be guessed from one signed request: refused,
+// with the fix.
+func TestWebhookRefusesShortSecrets(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 16, idemhttp.MinWebhookSecret - 1} {
+		_, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: "https://example.com/x", Secret: secret[:n]})
+		var ie *idem.InputError
+		if !errors.As(err, &ie) || ie.Field != "WebhookConfig.Secret" || !strings.Contains(err.Error(), "openssl rand -hex 32") {
+			t.Errorf("%d-byte secret: err %v, want an *idem.InputError on WebhookConfig.Secret with the fix", n, err)
+		}
+	}
+	if _, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: "https://example.com/x", Secret: secret[:idemhttp.MinWebhookSecret]}); err != nil {
+		t.Errorf("32-byte secret: %v, want it accepted", err)
+	}
+}
+
+// Errors name the webhook without its credentials: neither a password nor a
+// secret query value, on a network failure or a refusal.
+func TestWebhookErrorsHideSecrets(t *testing.T) {
+	t.Parallel()
+	const pw, token = "hunter2hunter2", "tok3nTOK3N"
+	m := idem.Message{ID: "k", Topic: "t"}
+	down, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{
+		URL: "http://u:" + pw + "@" + testsvc.ClosedAddr(t) + "/hook?token=" + token, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := down.Publish(context.Background(), m); err == nil || strings.Contains(err.Error(), pw) || strings.Contains(err.Error(), token) {
+		t.Errorf("connection refused: Publish = %v, want an error without the password or the token", err)
+	}
+
+	refusing := newReceiver(t, func(*http.Request, int) int { return http.StatusInternalServerError })
+	s, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: refusing.srv.URL + "/hook?token=" + token, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Publish(context.Background(), m)
+	var se *idemhttp.StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusInternalServerError || se.Body != "try later" || strings.Contains(err.Error(), token) {
+		t.Errorf("500: Publish = %v, want a *StatusError with the status and body, without the token", err)
+	}
+}
