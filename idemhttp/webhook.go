@@ -69,7 +69,7 @@ func (cfg WebhookConfig) withDefaults() (WebhookConfig, error) {
 		return cfg, &idem.InputError{Field: "WebhookConfig.Secret", Reason: "is empty",
 			Fix: "set a random secret of at least 32 bytes, shared with the receiver: anyone who can reach the URL could forge unsigned webhooks"}
 	case len(cfg.Secret) < MinWebhookSecret:
-		return cfg, &idem.InputError{Field: "WebhookConfig.Secret", Reason: fmt.Sprintf("is %d bytes long, shorter than %d", len(cfg.Secret), MinWebhookSecret),
+		return cfg, &idem.InputError{Field: "WebhookConfig.Secret", Reason: fmt.Sprintf("has %d bytes; it needs at least %d", len(cfg.Secret), MinWebhookSecret),
 			Fix: "use at least 32 random bytes shared with the receiver, such as the output of `openssl rand -hex 32`: a short secret can be guessed from one signed request"}
 	case cfg.Timeout < 0:
 		return cfg, &idem.InputError{Field: "WebhookConfig.Timeout", Reason: fmt.Sprintf("is negative (got %v)", cfg.Timeout),
