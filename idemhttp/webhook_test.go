@@ -342,3 +342,41 @@ func TestWebhookErrorsHideSecrets(t *testing.T) {
 		t.Errorf("500: Publish = %v, want a *StatusError with the status and body, without the token", err)
 	}
 }
+
+// FuzzVerifyWebhook feeds VerifyWebhook any timestamp, key, topic, signature header
+// and body: it never panics, refuses with ErrUnverified whatever is not the exact
+// v1 signature, and accepts a correctly signed request, even beside other versions
+// and garbage in the same header.
+func FuzzVerifyWebhook(f *testing.F) {
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	f.Add(now, "order-1", "orders", "v1=00", []byte("{}"))
+	f.Add("", "", "", "", []byte(nil))
+	f.Add("+1", "k", "t", "v1=", []byte("x"))
+	f.Add("-0", "k", "t", "v0=abc, v1=zz,,v1", []byte("x"))
+	f.Add("99999999999999999999", "k", "t", "v1="+strings.Repeat("0", 64), []byte("x"))
+	f.Add(now, "k\n", "t\r\n", "v1=ABCDEF", []byte{0, 1, 2})
+	f.Fuzz(func(t *testing.T, ts, id, topic, sig string, body []byte) {
+		req := func(sigs ...string) *http.Request {
+			r := httptest.NewRequest(http.MethodPost, "/hook", nil)
+			r.Header[idemhttp.HeaderTimestamp] = []string{ts}
+			r.Header[idemhttp.HeaderIdempotencyKey] = []string{id}
+			r.Header[idemhttp.HeaderTopic] = []string{topic}
+			r.Header[idemhttp.HeaderSignature] = sigs
+			return r
+		}
+		good := signV1(secret, ts, id, topic, body)
+		err := idemhttp.VerifyWebhook(secret, req(sig), body, time.Hour)
+		if err == nil && !strings.Contains(sig, good) && !strings.Contains(strings.ToLower(sig), good) {
+			t.Fatalf("accepted signature %q, want only %q", sig, good)
+		}
+		if err != nil && !errors.Is(err, idemhttp.ErrUnverified) {
+			t.Fatalf("VerifyWebhook = %v, want an error matching ErrUnverified", err)
+		}
+		// Correctly signed, beside whatever else the header holds.
+		unix, perr := strconv.ParseInt(ts, 10, 64)
+		fresh := perr == nil && ts[0] != '+' && ts[0] != '-' && time.Since(time.Unix(unix, 0)).Abs() < time.Hour-time.Minute
+		if err := idemhttp.VerifyWebhook(secret, req(sig, good), body, time.Hour); fresh && id != "" && err != nil {
+			t.Fatalf("refused a correctly signed request (ts %q, id %q, topic %q): %v", ts, id, topic, err)
+		}
+	})
+}

@@ -92,21 +92,26 @@ func validateHeader(k, v string, payloadLen int) error {
 // message with neither is delivered with an empty ID so the inbox dead-letters it.
 // NATS's own headers are left out.
 func fromNATS(msg jetstream.Msg) idem.Message {
-	m := idem.Message{Topic: msg.Subject(), Payload: msg.Data()}
+	return fromParts(msg.Subject(), msg.Headers(), msg.Data())
+}
+
+// fromParts is fromNATS on the parts of a message.
+func fromParts(subject string, hdr nats.Header, data []byte) idem.Message {
+	m := idem.Message{Topic: subject, Payload: data}
 	var fallbackID string
-	for k, vs := range msg.Headers() {
+	for k, vs := range hdr {
 		switch lk := strings.ToLower(k); {
 		case len(vs) == 0 || strings.HasPrefix(lk, natsPrefix):
 		case lk == strings.ToLower(idem.HeaderID):
 			fallbackID = vs[0]
 		default:
 			if m.Headers == nil {
-				m.Headers = make(map[string]string, len(msg.Headers()))
+				m.Headers = make(map[string]string, len(hdr))
 			}
 			m.Headers[k] = vs[0]
 		}
 	}
-	m.ID = msg.Headers().Get(jetstream.MsgIDHeader)
+	m.ID = hdr.Get(jetstream.MsgIDHeader)
 	if m.ID == "" {
 		m.ID = fallbackID
 	}
