@@ -34,7 +34,7 @@ func URL(raw string) string {
 }
 
 func redactParsed(u *url.URL) string {
-	if _, has := u.User.Password(); has {
+	if pw, has := u.User.Password(); has && !placeholder(pw) {
 		u.User = url.UserPassword(u.User.Username(), Mask)
 	}
 	if u.RawQuery != "" {
@@ -76,7 +76,7 @@ const secretWords = `(?:[a-z0-9]*(?:password|passwd|secret|token|credentials?|si
 // pairs matches name=value in a message, such as a keyword/value DSN
 // ("host=db password=hunter2") or a query quoted in an error, where the name says
 // secret.
-var pairs = regexp.MustCompile(`(?i)\b((?:[a-z0-9]+[_.\-])*` + secretWords + `)(\s*=\s*)('[^']*'|"[^"]*"|[^\s&;,'"]+)`)
+var pairs = regexp.MustCompile(`(?i)\b(_*(?:[a-z0-9]+[_.\-])*` + secretWords + `)(\s*=\s*)('[^']*'|"[^"]*"|[^\s&;,'"]+)`)
 
 // secretParam matches the name of a query parameter whose value is secret: the
 // words of pairs, and key alone (an API key, as in ?key=…).
@@ -93,8 +93,29 @@ func String(s string) string {
 		trail := len(m) - len(strings.TrimRight(m, ".,;:)]}"))
 		return URL(m[:len(m)-trail]) + m[len(m)-trail:]
 	})
-	s = scrubPairs(s)
-	return hostUserinfo.ReplaceAllString(s, "$1:"+Mask+"@$3")
+	return scrubHostUserinfo(scrubPairs(s))
+}
+
+// scrubHostUserinfo masks the password of every user:password@host.
+func scrubHostUserinfo(s string) string {
+	return hostUserinfo.ReplaceAllStringFunc(s, func(m string) string {
+		sub := hostUserinfo.FindStringSubmatch(m)
+		if placeholder(sub[2]) {
+			return m
+		}
+		return sub[1] + ":" + Mask + "@" + sub[3]
+	})
+}
+
+// placeholder reports whether a password is one of the examples of usage texts
+// (postgres://user:pass@host) or RabbitMQ's public default (guest:guest): left as
+// is, so help stays readable.
+func placeholder(pw string) bool {
+	switch pw {
+	case "pass", "password", "guest", Mask:
+		return true
+	}
+	return false
 }
 
 // scrubPairs masks the values of secret-named pairs.
@@ -113,7 +134,7 @@ func scrubPairs(s string) string {
 func scrubUserinfo(s string) string {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
-		return hostUserinfo.ReplaceAllString(s, "$1:"+Mask+"@$3")
+		return scrubHostUserinfo(s)
 	}
 	end := strings.IndexAny(rest, " \t\n")
 	if end < 0 {

@@ -42,6 +42,7 @@ var cases = []struct {
 	{`Post "https://h/in?token=` + secret + `": dial tcp: connection refused`, "connection refused"},
 	{"cannot parse `postgres://app:" + secret + "@db:x/o`: invalid port", "invalid port"},
 	{"dial redis://:" + secret + "@cache:6379.", "cache:6379."},
+	{"sqlite:app.db?_auth_pass=" + secret, "sqlite:app.db?_auth_pass="},
 }
 
 func TestString(t *testing.T) {
@@ -69,6 +70,7 @@ func TestStringKeepsHarmlessText(t *testing.T) {
 		"design=1 signal=2 keyboard=3 monkey=4",
 		"effect a/b: token 3 was taken over",
 		"webhook returned 500",
+		"use postgres://user:pass@host:5432/db or amqp://guest:guest@127.0.0.1:5672/",
 	} {
 		if got := redact.String(s); got != s {
 			t.Errorf("String(%q) = %q, want it unchanged", s, got)
