@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -102,4 +103,36 @@ func TestHandler(t *testing.T) {
 	if out := buf.String(); strings.Contains(out, secret) || !strings.Contains(out, "n=3") {
 		t.Errorf("log output %q, want no secret and the other attributes", out)
 	}
+}
+
+// FuzzString builds URLs and DSNs around a password and checks that no output
+// holds it, however the rest of the text looks.
+func FuzzString(f *testing.F) {
+	f.Add("postgres", "app", "db:5432/orders", "sslmode=require", "Hunter2Hunter2", "connect ")
+	f.Add("redis", "", "cache:6379", "", "p@ss/w:rd?#", "")
+	f.Add("kafka", "u", "k1:9092,k2:9092", "", "S3cret%20x", "dial: ")
+	f.Add("https", "tok", "hooks.example.com/in", "topic=a", "s e c r e t!", `Post "`)
+	f.Fuzz(func(t *testing.T, scheme, user, rest, query, pw, prefix string) {
+		if len(pw) < 8 || placeholderLike(pw) {
+			return
+		}
+		enc := url.UserPassword(user, pw).String() // the escaped form a URL holds
+		for _, s := range []string{
+			prefix + scheme + "://" + enc + "@" + rest + "?" + query,
+			prefix + scheme + "://" + user + "@" + rest + "?" + query + "&password=" + url.QueryEscape(pw),
+			prefix + scheme + "://" + rest + "?token=" + url.QueryEscape(pw) + "&" + query,
+			prefix + "host=h password='" + strings.ReplaceAll(pw, "'", "") + "' user=u",
+		} {
+			got := redact.String(s)
+			for _, form := range []string{pw, url.QueryEscape(pw), url.PathEscape(pw), enc} {
+				if len(form) >= 8 && strings.Contains(got, form) && !strings.Contains(s[:len(prefix)], form) {
+					t.Fatalf("String(%q) = %q still holds %q", s, got, form)
+				}
+			}
+		}
+	})
+}
+
+func placeholderLike(pw string) bool {
+	return strings.ContainsAny(pw, " \t\n\"'`<>") || pw == "password"
 }
