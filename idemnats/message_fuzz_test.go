@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"maps"
+	"net/textproto"
 	"strings"
 	"testing"
 
@@ -23,10 +24,15 @@ func FuzzHeaders(f *testing.F) {
 	f.Add("k", "orders", "nats-rollup", "all", "Status", "100", []byte(nil))
 	f.Add(strings.Repeat("x", 300), "a.b", "idem-id", "y", "x:y", "line\nbreak", []byte("p"))
 	f.Add("k", "orders.*", "Nats-Msg-Id", "other", "", "", []byte("p"))
+	f.Add(" k", "orders", "Trace", " x\t", "A", "b ", []byte("p"))
 	f.Fuzz(func(t *testing.T, id, topic, k1, v1, k2, v2 string, payload []byte) {
 		m := idem.Message{ID: id, Topic: topic, Payload: payload, Headers: map[string]string{k1: v1, k2: v2}}
 		if msg, err := toNATS(m, 0); err == nil {
-			got := fromParts(msg.Subject, msg.Header, msg.Data)
+			hdr, err := nats.DecodeHeadersMsg(wire(msg.Header))
+			if err != nil {
+				t.Fatalf("the header block of %+v does not decode: %v", m, err)
+			}
+			got := fromParts(msg.Subject, hdr, msg.Data)
 			if got.ID != m.ID || got.Topic != m.Topic || !bytes.Equal(got.Payload, m.Payload) || !maps.Equal(got.Headers, m.Headers) {
 				t.Fatalf("round trip changed the message:\n sent %+v\n  got %+v", m, got)
 			}
@@ -54,4 +60,18 @@ func FuzzHeaders(f *testing.F) {
 			t.Fatalf("Validate = %v, want nil or an *idem.InputError", err)
 		}
 	})
+}
+
+// wire encodes h as nats.go's client puts it on the wire (Msg.headerBytes): a
+// "k: v" line per value, the value trimmed of ASCII spaces, CR and LF replaced.
+func wire(h nats.Header) []byte {
+	var b strings.Builder
+	b.WriteString("NATS/1.0\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			b.WriteString(k + ": " + strings.NewReplacer("\r", " ", "\n", " ").Replace(textproto.TrimString(v)) + "\r\n")
+		}
+	}
+	b.WriteString("\r\n")
+	return []byte(b.String())
 }
