@@ -22,12 +22,17 @@ func FuzzStreamEntry(f *testing.F) {
 	f.Add("k", "s", "", "", []byte(nil), `{"a":1}`, true)
 	f.Add("k", "s", "x", "y", []byte("p"), `null`, true)
 	f.Add("k", "s", "x", "y", []byte("p"), `[`, false)
+	f.Add("0", "0", "\x90", "", []byte(""), "0", true)
+	f.Add("0", "0", "h", "\xff\xfe", []byte(""), "0", true)
 	f.Fuzz(func(t *testing.T, id, stream, k, v string, payload []byte, headersField string, hasID bool) {
 		m := idem.Message{ID: id, Topic: stream, Payload: payload, Headers: map[string]string{k: v}}
 		if err := m.Validate(); err == nil {
 			vals, err := entryValues(m)
+			if errors.Is(err, idem.ErrInvalid) {
+				return // refused, with a clear error
+			}
 			if err != nil {
-				t.Fatalf("entryValues(%+v) = %v", m, err)
+				t.Fatalf("entryValues(%+v) = %v, want nil or an *idem.InputError", m, err)
 			}
 			// go-redis reads every field value back as a string.
 			x := redis.XMessage{ID: "1-0", Values: map[string]any{}}
