@@ -66,9 +66,9 @@ func redactParsed(u *url.URL) string {
 // space or a quote.
 var urlInText = regexp.MustCompile("[a-zA-Z][a-zA-Z0-9+.-]*://[^\\s\"'`<>]+")
 
-// hostUserinfo matches "user:password@host" without a scheme, as in a Kafka seed
-// broker list or a DSN quoted piecemeal.
-var hostUserinfo = regexp.MustCompile(`([^\s:/@"'=]+):([^\s@/"']+)@([a-zA-Z0-9.\-\[\]:]+)`)
+// hostUserinfo matches "user:password@" outside a URL that parses, as in a Kafka
+// seed broker list, a DSN quoted piecemeal or a URL with a scheme that is not one.
+var hostUserinfo = regexp.MustCompile(`([^\s:/@"'=]*):([^\s@/"']+)@`)
 
 // secretWords end the names whose values are secret, in messages and queries.
 const secretWords = `(?:[a-z0-9]*(?:password|passwd|secret|token|credentials?|signature)|pwd|pass|sig|auth|apikey|api[_-]?key|access[_-]?key|private[_-]?key)`
@@ -103,7 +103,7 @@ func scrubHostUserinfo(s string) string {
 		if placeholder(sub[2]) {
 			return m
 		}
-		return sub[1] + ":" + Mask + "@" + sub[3]
+		return sub[1] + ":" + Mask + "@"
 	})
 }
 
