@@ -209,6 +209,14 @@ func validate(m idem.Message) error {
 		return &idem.InputError{Field: "Message.Topic", Reason: fmt.Sprintf("has a control character at byte %d", i),
 			Fix: "it travels in the Idem-Topic header: use printable characters"}
 	}
+	// HTTP drops the spaces around header values: the receiver would see another
+	// Idempotency-Key or topic than the one signed, and refuse every attempt.
+	for _, p := range [...]struct{ field, v string }{{"Message.ID", m.ID}, {"Message.Topic", m.Topic}} {
+		if padded(p.v) {
+			return &idem.InputError{Field: p.field, Reason: fmt.Sprintf("starts or ends with a space or tab (got %q), which HTTP header values drop", p.v),
+				Fix: "trim it where it is made: the receiver would see it trimmed and refuse the signature"}
+		}
+	}
 	seen := make(map[string]string, len(m.Headers))
 	for k, v := range m.Headers {
 		if !isToken(k) {
@@ -218,6 +226,10 @@ func validate(m idem.Message) error {
 		if i := badValue(v); i >= 0 {
 			return &idem.InputError{Field: "Message.Headers[" + strconv.Quote(k) + "]", Reason: fmt.Sprintf("has a control character at byte %d", i),
 				Fix: "HTTP header values cannot hold line breaks or control characters; encode the value"}
+		}
+		if padded(v) {
+			return &idem.InputError{Field: "Message.Headers[" + strconv.Quote(k) + "]", Reason: "starts or ends with a space or tab, which HTTP header values drop",
+				Fix: "trim the value, or encode it (for example base64)"}
 		}
 		c := http.CanonicalHeaderKey(k)
 		if other, dup := seen[c]; dup {
@@ -237,6 +249,11 @@ func badValue(s string) int {
 		}
 	}
 	return -1
+}
+
+// padded reports whether s starts or ends with what HTTP trims from a header value.
+func padded(s string) bool {
+	return s != "" && (s[0] == ' ' || s[0] == '\t' || s[len(s)-1] == ' ' || s[len(s)-1] == '\t')
 }
 
 // isToken reports whether s is an HTTP token (RFC 9110), as header names must be.

@@ -255,6 +255,9 @@ func TestWebhookFailures(t *testing.T) {
 		{ID: "k", Topic: "t", Headers: map[string]string{"bad name": "v"}},
 		{ID: "k", Topic: "t", Headers: map[string]string{"h": "line\nbreak"}},
 		{ID: "k", Topic: "t", Headers: map[string]string{"h": "1", "H": "2"}},
+		{ID: " k", Topic: "t"},
+		{ID: "k", Topic: "t\t"},
+		{ID: "k", Topic: "t", Headers: map[string]string{"h": "v "}},
 	} {
 		if err := ok.sink(t).Publish(context.Background(), m, bad); !errors.Is(err, idem.ErrInvalid) {
 			t.Errorf("bad message %+v: Publish = %v, want an *idem.InputError", bad, err)
@@ -377,6 +380,58 @@ func FuzzVerifyWebhook(f *testing.F) {
 		fresh := perr == nil && ts[0] != '+' && ts[0] != '-' && time.Since(time.Unix(unix, 0)).Abs() < time.Hour-time.Minute
 		if err := idemhttp.VerifyWebhook(secret, req(sig, good), body, time.Hour); fresh && id != "" && err != nil {
 			t.Fatalf("refused a correctly signed request (ts %q, id %q, topic %q): %v", ts, id, topic, err)
+		}
+	})
+}
+
+// FuzzWebhookRoundTrip sends one message through a WebhookSink to a receiver that
+// verifies it: every message the sink accepts arrives verified, with its ID as the
+// Idempotency-Key, its topic and its headers unchanged. HTTP trims the spaces around
+// header values, so a message that would arrive changed must be refused instead
+// (an ID " a" would be deduplicated with the message "a").
+func FuzzWebhookRoundTrip(f *testing.F) {
+	type got struct {
+		id, topic string
+		headers   map[string]string
+		err       error
+	}
+	last := make(chan got, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		g := got{id: r.Header.Get(idemhttp.HeaderIdempotencyKey), topic: r.Header.Get(idemhttp.HeaderTopic),
+			err: idemhttp.VerifyWebhook(secret, r, body, time.Minute)}
+		for k, vs := range r.Header {
+			if name, ok := strings.CutPrefix(k, idemhttp.HeaderPrefix); ok {
+				if g.headers == nil {
+					g.headers = map[string]string{}
+				}
+				g.headers[strings.ToLower(name)] = vs[0]
+			}
+		}
+		last <- g
+	}))
+	f.Cleanup(srv.Close)
+	sink, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: srv.URL, Secret: secret})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("order-1", "orders", "Trace-Id", "abc", []byte("{}"))
+	f.Add(" a", "orders", "h", "v", []byte{})
+	f.Add("a", "orders ", "h", "\tv", []byte{})
+	f.Add("a", "t", "h", "ü\x80", []byte{})
+	f.Fuzz(func(t *testing.T, id, topic, k, v string, body []byte) {
+		m := idem.Message{ID: id, Topic: topic, Payload: body, Headers: map[string]string{k: v}}
+		err := sink.Publish(context.Background(), m)
+		if errors.Is(err, idem.ErrInvalid) {
+			return // refused before sending, with a clear error
+		}
+		if err != nil {
+			t.Fatalf("Publish(%+v) = %v", m, err)
+		}
+		g := <-last
+		if g.err != nil || g.id != id || g.topic != topic || g.headers[strings.ToLower(k)] != v {
+			t.Fatalf("sent ID %q topic %q header %q=%q; receiver got ID %q topic %q headers %q, verify %v",
+				id, topic, k, v, g.id, g.topic, g.headers, g.err)
 		}
 	})
 }
