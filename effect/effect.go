@@ -10,6 +10,10 @@
 // COMPLETE in a second transaction. A retry of a COMPLETE effect returns the
 // stored result without calling again.
 //
+// While the call runs, the worker renews its lease every Lease/3 (only while its
+// token still holds the effect), so a call slower than Lease keeps its effect: the
+// lease protects against dead workers, not slow ones.
+//
 // A worker that crashes between its call and the COMPLETE leaves the effect
 // PENDING. Once its lease has passed, the next Do (or Recover, the sweeper) takes
 // the effect over with a higher fencing token and calls again with the same
@@ -37,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,9 +69,10 @@ type Reconcile func(ctx context.Context, step, key string) (result []byte, happe
 
 // Config configures a Fence. The zero value is usable.
 type Config struct {
-	// Lease is how long a PENDING effect belongs to the worker running its call.
-	// Set it above the call's longest duration (with its timeouts and retries):
-	// after it, another worker may call again. Default DefaultLease.
+	// Lease is how long a PENDING effect belongs to a worker after its last sign
+	// of life. A live worker renews it every Lease/3 while its call runs, so it
+	// bounds how long a crashed worker's effect waits for a takeover, not how long
+	// a call may take. Default DefaultLease.
 	Lease time.Duration
 	// Reconcile, if set, is asked before every call that follows a takeover.
 	Reconcile Reconcile
@@ -74,7 +80,8 @@ type Config struct {
 	Now func() time.Time
 	// Registerer receives idem_effects_total{step,outcome}.
 	Registerer prometheus.Registerer
-	// Logger receives recoveries at info level. Default slog.Default().
+	// Logger receives recoveries at info level, and failed or fenced lease
+	// renewals at warn level. Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -267,9 +274,13 @@ func (f *Fence[Tx]) acquire(ctx context.Context, key, step string, expiredOnly b
 	return c, &idem.BackendError{Backend: "effect", Op: "acquire", Err: err}
 }
 
-// run calls (after reconciling a takeover) and records the outcome.
+// run calls (after reconciling a takeover) and records the outcome. The lease is
+// renewed until the call (or the reconcile) returns, and not after: a renewal
+// racing the release of a failed call would hold the effect for a whole lease.
 func (f *Fence[Tx]) run(ctx context.Context, key, step string, c claim, call Call) ([]byte, error) {
 	derived := idemkey.Derive(key, step)
+	stop := f.heartbeat(ctx, key, step, c.token)
+	defer stop()
 	if c.takeover {
 		f.cfg.Logger.Info("effect: taking over an effect whose lease expired", "key", key, "step", step, "token", c.token)
 		if f.cfg.Reconcile != nil {
@@ -279,12 +290,14 @@ func (f *Fence[Tx]) run(ctx context.Context, key, step string, c claim, call Cal
 				return nil, fmt.Errorf("effect %s/%s: reconcile: %w", key, step, err)
 			}
 			if happened {
+				stop()
 				f.count(step, "reconciled")
 				return result, f.finish(ctx, key, step, c.token, StateComplete, result, "")
 			}
 		}
 	}
 	result, err := call(idem.WithKey(ctx, derived), derived)
+	stop()
 	if err != nil {
 		var pe *PermanentError
 		if errors.As(err, &pe) {
@@ -304,6 +317,60 @@ func (f *Fence[Tx]) run(ctx context.Context, key, step string, c claim, call Cal
 		f.count(step, "called")
 	}
 	return result, f.finish(ctx, key, step, c.token, StateComplete, result, "")
+}
+
+// heartbeat renews the lease of token every Lease/3 until stop is called; stop
+// returns once no renewal is running. A renewal that finds the token gone (the
+// effect was taken over: this worker was paused or cut off longer than a lease)
+// is logged and ends the heartbeat; the call's outcome will then be refused
+// (idem.ErrLeaseLost), as the new holder records the effect.
+func (f *Fence[Tx]) heartbeat(ctx context.Context, key, step string, token int64) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(f.cfg.Lease/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			held, err := f.renew(ctx, key, step, token)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				f.cfg.Logger.Warn("effect: renewing the lease failed; another worker may take the effect over if this lasts",
+					"key", key, "step", step, "token", token, "lease", f.cfg.Lease, "err", err)
+			case !held:
+				f.cfg.Logger.Warn("effect: lease lost while the call runs: another worker took the effect over; this call's result will not be recorded",
+					"key", key, "step", step, "token", token)
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+}
+
+// renew extends the lease of token, if it still holds the PENDING effect.
+func (f *Fence[Tx]) renew(ctx context.Context, key, step string, token int64) (held bool, err error) {
+	now := f.cfg.Now().UnixNano()
+	var n int64
+	err = f.db.InTx(ctx, func(tx Tx) (err error) {
+		n, err = f.db.Querier(tx).Exec(ctx, `UPDATE idem_effects SET lease_until = $1, updated_at = $2
+			WHERE key = $3 AND step = $4 AND token = $5 AND state = 'pending'`,
+			now+f.cfg.Lease.Nanoseconds(), now, key, step, token)
+		return err
+	})
+	return n == 1, err
 }
 
 // finish records the outcome if token still holds the effect.

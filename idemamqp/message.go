@@ -2,6 +2,7 @@ package idemamqp
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -87,7 +88,9 @@ func attempt(d amqp.Delivery, quorum bool) int {
 	if !quorum {
 		return 0
 	}
-	n := max(headerInt(d.Headers[headerDeliveryCount]), headerInt(d.Headers[headerAcquiredCount]))
+	// A count from another publisher may be anything: a negative one is no return,
+	// and a huge one must not wrap around to a negative attempt.
+	n := min(max(headerInt(d.Headers[headerDeliveryCount]), headerInt(d.Headers[headerAcquiredCount]), 0), math.MaxInt32)
 	a := n + 1
 	if d.Redelivered && a < 2 {
 		a = 2

@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/redact"
 )
 
 var (
@@ -31,6 +33,11 @@ const (
 // DefaultWebhookTimeout bounds one webhook request when WebhookConfig.Timeout is 0.
 const DefaultWebhookTimeout = 10 * time.Second
 
+// MinWebhookSecret is the shortest WebhookConfig.Secret NewWebhookSink accepts, in
+// bytes: an HMAC key shorter than its 32-byte output can be guessed offline from
+// one signed request.
+const MinWebhookSecret = 32
+
 const backend = "webhook"
 
 // WebhookConfig configures a WebhookSink. URL and Secret are required.
@@ -39,7 +46,8 @@ type WebhookConfig struct {
 	// beyond a trusted network: the signature authenticates, it does not encrypt).
 	URL string
 	// Secret keys the HMAC-SHA256 signature of every request; the receiver verifies
-	// it with the same secret (VerifyWebhook). Use at least 32 random bytes.
+	// it with the same secret (VerifyWebhook). It must be at least MinWebhookSecret
+	// (32) bytes, random: `openssl rand -hex 32` prints a suitable one.
 	Secret []byte
 	// Client sends the requests. Nil means a client that does not follow
 	// redirects: a 301 or 302 would turn the POST into a GET without the body, so a
@@ -55,11 +63,14 @@ func (cfg WebhookConfig) withDefaults() (WebhookConfig, error) {
 	case cfg.URL == "":
 		return cfg, &idem.InputError{Field: "WebhookConfig.URL", Reason: "is empty", Fix: "set the receiver's endpoint, such as https://example.com/hooks/orders"}
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return cfg, &idem.InputError{Field: "WebhookConfig.URL", Reason: fmt.Sprintf("is not an http:// or https:// URL with a host (got %q)", redact(cfg.URL)),
+		return cfg, &idem.InputError{Field: "WebhookConfig.URL", Reason: fmt.Sprintf("is not an http:// or https:// URL with a host (got %q)", redact.URL(cfg.URL)),
 			Fix: "use a URL such as https://example.com/hooks/orders"}
 	case len(cfg.Secret) == 0:
 		return cfg, &idem.InputError{Field: "WebhookConfig.Secret", Reason: "is empty",
 			Fix: "set a random secret of at least 32 bytes, shared with the receiver: anyone who can reach the URL could forge unsigned webhooks"}
+	case len(cfg.Secret) < MinWebhookSecret:
+		return cfg, &idem.InputError{Field: "WebhookConfig.Secret", Reason: fmt.Sprintf("has %d bytes; it needs at least %d", len(cfg.Secret), MinWebhookSecret),
+			Fix: "use at least 32 random bytes shared with the receiver, such as the output of `openssl rand -hex 32`: a short secret can be guessed from one signed request"}
 	case cfg.Timeout < 0:
 		return cfg, &idem.InputError{Field: "WebhookConfig.Timeout", Reason: fmt.Sprintf("is negative (got %v)", cfg.Timeout),
 			Fix: "use 0 for 10s, or how long the receiver may take to answer"}
@@ -89,7 +100,7 @@ func NewWebhookSink(cfg WebhookConfig) (*WebhookSink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &WebhookSink{cfg: cfg, url: redact(cfg.URL), secret: bytes.Clone(cfg.Secret), now: time.Now}, nil
+	return &WebhookSink{cfg: cfg, url: redact.URL(cfg.URL), secret: bytes.Clone(cfg.Secret), now: time.Now}, nil
 }
 
 // Features: no dedup in the transport (the receiver dedups by Idempotency-Key), and
@@ -144,7 +155,13 @@ func (s *WebhookSink) post(ctx context.Context, m idem.Message) error {
 	req.Header.Set(HeaderSignature, "v1="+sign(s.secret, ts, m.ID, m.Topic, m.Payload))
 	resp, err := s.cfg.Client.Do(req)
 	if err != nil {
-		return err // a *url.Error naming the URL (without its password)
+		// A *url.Error names the URL: net/http hides its password, not a secret
+		// in its query (?token=…).
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = s.url
+		}
+		return err
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
@@ -152,16 +169,34 @@ func (s *WebhookSink) post(ctx context.Context, m idem.Message) error {
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
-	return fmt.Errorf("POST %s: status %s%s", s.url, resp.Status, bodyNote(snippet))
+	return &StatusError{URL: s.url, StatusCode: resp.StatusCode, Status: resp.Status, Body: bodyNote(snippet)}
 }
 
-// bodyNote quotes the start of an error response, which usually says what is wrong.
+// StatusError is a webhook answered with a status other than 2xx. Publish wraps it
+// (errors.As finds it): a health check can report the status without the
+// receiver's words, which may quote anything, secrets included.
+type StatusError struct {
+	URL        string // the webhook's URL, without credentials or secret query values
+	StatusCode int    // such as 503
+	Status     string // such as "503 Service Unavailable"
+	Body       string // the start of the response (256 bytes at most), or ""
+}
+
+func (e *StatusError) Error() string {
+	msg := fmt.Sprintf("POST %s: status %s", e.URL, e.Status)
+	if e.Body != "" {
+		msg += fmt.Sprintf(" (response %q)", e.Body)
+	}
+	return msg
+}
+
+// bodyNote returns the start of an error response, which usually says what is wrong.
 func bodyNote(b []byte) string {
 	text := strings.TrimSpace(strings.ToValidUTF8(string(b), "?"))
 	if text == "" {
 		return ""
 	}
-	return fmt.Sprintf(" (response %q)", text)
+	return text
 }
 
 // validate checks what an HTTP request can carry beyond idem.Message.Validate: the
@@ -174,6 +209,14 @@ func validate(m idem.Message) error {
 		return &idem.InputError{Field: "Message.Topic", Reason: fmt.Sprintf("has a control character at byte %d", i),
 			Fix: "it travels in the Idem-Topic header: use printable characters"}
 	}
+	// HTTP drops the spaces around header values: the receiver would see another
+	// Idempotency-Key or topic than the one signed, and refuse every attempt.
+	for _, p := range [...]struct{ field, v string }{{"Message.ID", m.ID}, {"Message.Topic", m.Topic}} {
+		if padded(p.v) {
+			return &idem.InputError{Field: p.field, Reason: fmt.Sprintf("starts or ends with a space or tab (got %q), which HTTP header values drop", p.v),
+				Fix: "trim it where it is made: the receiver would see it trimmed and refuse the signature"}
+		}
+	}
 	seen := make(map[string]string, len(m.Headers))
 	for k, v := range m.Headers {
 		if !isToken(k) {
@@ -183,6 +226,10 @@ func validate(m idem.Message) error {
 		if i := badValue(v); i >= 0 {
 			return &idem.InputError{Field: "Message.Headers[" + strconv.Quote(k) + "]", Reason: fmt.Sprintf("has a control character at byte %d", i),
 				Fix: "HTTP header values cannot hold line breaks or control characters; encode the value"}
+		}
+		if padded(v) {
+			return &idem.InputError{Field: "Message.Headers[" + strconv.Quote(k) + "]", Reason: "starts or ends with a space or tab, which HTTP header values drop",
+				Fix: "trim the value, or encode it (for example base64)"}
 		}
 		c := http.CanonicalHeaderKey(k)
 		if other, dup := seen[c]; dup {
@@ -204,6 +251,11 @@ func badValue(s string) int {
 	return -1
 }
 
+// padded reports whether s starts or ends with what HTTP trims from a header value.
+func padded(s string) bool {
+	return s != "" && (s[0] == ' ' || s[0] == '\t' || s[len(s)-1] == ' ' || s[len(s)-1] == '\t')
+}
+
 // isToken reports whether s is an HTTP token (RFC 9110), as header names must be.
 func isToken(s string) bool {
 	if s == "" {
@@ -216,13 +268,4 @@ func isToken(s string) bool {
 		}
 	}
 	return true
-}
-
-// redact hides a password in a URL.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }

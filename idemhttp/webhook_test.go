@@ -255,6 +255,9 @@ func TestWebhookFailures(t *testing.T) {
 		{ID: "k", Topic: "t", Headers: map[string]string{"bad name": "v"}},
 		{ID: "k", Topic: "t", Headers: map[string]string{"h": "line\nbreak"}},
 		{ID: "k", Topic: "t", Headers: map[string]string{"h": "1", "H": "2"}},
+		{ID: " k", Topic: "t"},
+		{ID: "k", Topic: "t\t"},
+		{ID: "k", Topic: "t", Headers: map[string]string{"h": "v "}},
 	} {
 		if err := ok.sink(t).Publish(context.Background(), m, bad); !errors.Is(err, idem.ErrInvalid) {
 			t.Errorf("bad message %+v: Publish = %v, want an *idem.InputError", bad, err)
@@ -298,4 +301,137 @@ func TestWebhookConfig(t *testing.T) {
 	if f := s.Features(); f.Dedup || !f.OrderedPerKey {
 		t.Errorf("Features = %+v, want no dedup, ordered", f)
 	}
+}
+
+// A secret shorter than 32 bytes can be guessed from one signed request: refused,
+// with the fix.
+func TestWebhookRefusesShortSecrets(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 16, idemhttp.MinWebhookSecret - 1} {
+		_, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: "https://example.com/x", Secret: secret[:n]})
+		var ie *idem.InputError
+		if !errors.As(err, &ie) || ie.Field != "WebhookConfig.Secret" || !strings.Contains(err.Error(), "openssl rand -hex 32") {
+			t.Errorf("%d-byte secret: err %v, want an *idem.InputError on WebhookConfig.Secret with the fix", n, err)
+		}
+	}
+	if _, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: "https://example.com/x", Secret: secret[:idemhttp.MinWebhookSecret]}); err != nil {
+		t.Errorf("32-byte secret: %v, want it accepted", err)
+	}
+}
+
+// Errors name the webhook without its credentials: neither a password nor a
+// secret query value, on a network failure or a refusal.
+func TestWebhookErrorsHideSecrets(t *testing.T) {
+	t.Parallel()
+	const pw, token = "hunter2hunter2", "tok3nTOK3N"
+	m := idem.Message{ID: "k", Topic: "t"}
+	down, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{
+		URL: "http://u:" + pw + "@" + testsvc.ClosedAddr(t) + "/hook?token=" + token, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := down.Publish(context.Background(), m); err == nil || strings.Contains(err.Error(), pw) || strings.Contains(err.Error(), token) {
+		t.Errorf("connection refused: Publish = %v, want an error without the password or the token", err)
+	}
+
+	refusing := newReceiver(t, func(*http.Request, int) int { return http.StatusInternalServerError })
+	s, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: refusing.srv.URL + "/hook?token=" + token, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Publish(context.Background(), m)
+	var se *idemhttp.StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusInternalServerError || se.Body != "try later" || strings.Contains(err.Error(), token) {
+		t.Errorf("500: Publish = %v, want a *StatusError with the status and body, without the token", err)
+	}
+}
+
+// FuzzVerifyWebhook feeds VerifyWebhook any timestamp, key, topic, signature header
+// and body: it never panics, refuses with ErrUnverified whatever is not the exact
+// v1 signature, and accepts a correctly signed request, even beside other versions
+// and garbage in the same header.
+func FuzzVerifyWebhook(f *testing.F) {
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	f.Add(now, "order-1", "orders", "v1=00", []byte("{}"))
+	f.Add("", "", "", "", []byte(nil))
+	f.Add("+1", "k", "t", "v1=", []byte("x"))
+	f.Add("-0", "k", "t", "v0=abc, v1=zz,,v1", []byte("x"))
+	f.Add("99999999999999999999", "k", "t", "v1="+strings.Repeat("0", 64), []byte("x"))
+	f.Add(now, "k\n", "t\r\n", "v1=ABCDEF", []byte{0, 1, 2})
+	f.Fuzz(func(t *testing.T, ts, id, topic, sig string, body []byte) {
+		req := func(sigs ...string) *http.Request {
+			r := httptest.NewRequest(http.MethodPost, "/hook", nil)
+			r.Header[idemhttp.HeaderTimestamp] = []string{ts}
+			r.Header[idemhttp.HeaderIdempotencyKey] = []string{id}
+			r.Header[idemhttp.HeaderTopic] = []string{topic}
+			r.Header[idemhttp.HeaderSignature] = sigs
+			return r
+		}
+		good := signV1(secret, ts, id, topic, body)
+		err := idemhttp.VerifyWebhook(secret, req(sig), body, time.Hour)
+		if err == nil && !strings.Contains(sig, good) && !strings.Contains(strings.ToLower(sig), good) {
+			t.Fatalf("accepted signature %q, want only %q", sig, good)
+		}
+		if err != nil && !errors.Is(err, idemhttp.ErrUnverified) {
+			t.Fatalf("VerifyWebhook = %v, want an error matching ErrUnverified", err)
+		}
+		// Correctly signed, beside whatever else the header holds.
+		unix, perr := strconv.ParseInt(ts, 10, 64)
+		fresh := perr == nil && ts[0] != '+' && ts[0] != '-' && time.Since(time.Unix(unix, 0)).Abs() < time.Hour-time.Minute
+		if err := idemhttp.VerifyWebhook(secret, req(sig, good), body, time.Hour); fresh && id != "" && err != nil {
+			t.Fatalf("refused a correctly signed request (ts %q, id %q, topic %q): %v", ts, id, topic, err)
+		}
+	})
+}
+
+// FuzzWebhookRoundTrip sends one message through a WebhookSink to a receiver that
+// verifies it: every message the sink accepts arrives verified, with its ID as the
+// Idempotency-Key, its topic and its headers unchanged. HTTP trims the spaces around
+// header values, so a message that would arrive changed must be refused instead
+// (an ID " a" would be deduplicated with the message "a").
+func FuzzWebhookRoundTrip(f *testing.F) {
+	type got struct {
+		id, topic string
+		headers   map[string]string
+		err       error
+	}
+	last := make(chan got, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		g := got{id: r.Header.Get(idemhttp.HeaderIdempotencyKey), topic: r.Header.Get(idemhttp.HeaderTopic),
+			err: idemhttp.VerifyWebhook(secret, r, body, time.Minute)}
+		for k, vs := range r.Header {
+			if name, ok := strings.CutPrefix(k, idemhttp.HeaderPrefix); ok {
+				if g.headers == nil {
+					g.headers = map[string]string{}
+				}
+				g.headers[strings.ToLower(name)] = vs[0]
+			}
+		}
+		last <- g
+	}))
+	f.Cleanup(srv.Close)
+	sink, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: srv.URL, Secret: secret})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("order-1", "orders", "Trace-Id", "abc", []byte("{}"))
+	f.Add(" a", "orders", "h", "v", []byte{})
+	f.Add("a", "orders ", "h", "\tv", []byte{})
+	f.Add("a", "t", "h", "ü\x80", []byte{})
+	f.Fuzz(func(t *testing.T, id, topic, k, v string, body []byte) {
+		m := idem.Message{ID: id, Topic: topic, Payload: body, Headers: map[string]string{k: v}}
+		err := sink.Publish(context.Background(), m)
+		if errors.Is(err, idem.ErrInvalid) {
+			return // refused before sending, with a clear error
+		}
+		if err != nil {
+			t.Fatalf("Publish(%+v) = %v", m, err)
+		}
+		g := <-last
+		if g.err != nil || g.id != id || g.topic != topic || g.headers[strings.ToLower(k)] != v {
+			t.Fatalf("sent ID %q topic %q header %q=%q; receiver got ID %q topic %q headers %q, verify %v",
+				id, topic, k, v, g.id, g.topic, g.headers, g.err)
+		}
+	})
 }

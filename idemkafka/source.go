@@ -208,6 +208,24 @@ func (s *Source) deliver(e *entry) idem.Delivery {
 	e.state = stateDelivered
 	e.deliveries++
 	r := e.rec
+	m := fromRecord(r)
+	st := &e.first // one allocation fewer on the common path
+	if e.deliveries > 1 {
+		st = &settler{}
+	}
+	*st = settler{src: s, e: e, delivery: e.deliveries}
+	return idem.Delivery{
+		Message:  m,
+		Position: "partition " + strconv.FormatInt(int64(r.Partition), 10) + " offset " + strconv.FormatInt(r.Offset, 10),
+		Settler:  st,
+	}
+}
+
+// fromRecord maps a record to a message: the ID from the idem.HeaderID header (the
+// last, if a producer sent several), the other headers as they are (the last value
+// of a repeated key). A record without the header gets ID "", which the inbox
+// dead-letters.
+func fromRecord(r *kgo.Record) idem.Message {
 	m := idem.Message{Topic: r.Topic, Payload: r.Value}
 	if len(r.Key) > 0 {
 		m.OrderingKey = string(r.Key)
@@ -222,16 +240,7 @@ func (s *Source) deliver(e *entry) idem.Delivery {
 		}
 		m.Headers[h.Key] = string(h.Value)
 	}
-	st := &e.first // one allocation fewer on the common path
-	if e.deliveries > 1 {
-		st = &settler{}
-	}
-	*st = settler{src: s, e: e, delivery: e.deliveries}
-	return idem.Delivery{
-		Message:  m,
-		Position: "partition " + strconv.FormatInt(int64(r.Partition), 10) + " offset " + strconv.FormatInt(r.Offset, 10),
-		Settler:  st,
-	}
+	return m
 }
 
 // wake interrupts every poll in progress so Receive looks at the Nak queue again;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -20,7 +21,7 @@ func deliveries(msgs []jetstream.Msg, ackWait time.Duration) []idem.Delivery {
 	for i, m := range msgs {
 		d := idem.Delivery{Message: fromNATS(m), Settler: &settler{msg: m, ackWait: ackWait}}
 		if md, err := m.Metadata(); err == nil {
-			d.Attempt = int(md.NumDelivered)
+			d.Attempt = int(min(md.NumDelivered, math.MaxInt32)) // a uint64: no wrap to negative
 			d.Position = fmt.Sprintf("stream seq %d", md.Sequence.Stream)
 		}
 		out[i] = d

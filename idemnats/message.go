@@ -27,6 +27,12 @@ func toNATS(m idem.Message, maxPayload int64) (*nats.Msg, error) {
 	if err := validatePublishSubject(m.Topic); err != nil {
 		return nil, err
 	}
+	if trimmed(m.ID) {
+		// Nats-Msg-Id " a" would arrive as "a": JetStream would drop the message as a
+		// duplicate of message "a".
+		return nil, &idem.InputError{Field: "Message.ID", Reason: fmt.Sprintf("starts or ends with a space (got %q), which NATS headers drop", m.ID),
+			Fix: "trim the ID where it is made, or encode it: NATS would deduplicate it with the trimmed ID"}
+	}
 	h := make(nats.Header, len(m.Headers)+1)
 	size := len(jetstream.MsgIDHeader) + len(m.ID) + 4
 	for k, v := range m.Headers {
@@ -72,6 +78,9 @@ func validateHeader(k, v string, payloadLen int) error {
 			Fix: "use header names like \"Content-Type\" or \"Trace-Id\""}
 	case strings.ContainsAny(v, "\r\n"):
 		return &idem.InputError{Field: field, Reason: "has a line break in its value", Fix: "encode the value on one line (for example base64)"}
+	case trimmed(v):
+		return &idem.InputError{Field: field, Reason: fmt.Sprintf("starts or ends with a space or tab (got %q), which NATS headers drop", v),
+			Fix: "trim the value, or encode it (for example base64)"}
 	case strings.HasPrefix(strings.ToLower(k), natsPrefix):
 		return &idem.InputError{Field: field, Reason: "is reserved by NATS (Nats-* headers are server directives)",
 			Fix: "rename the header; the sink sets Nats-Msg-Id from Message.ID itself"}
@@ -87,26 +96,39 @@ func validateHeader(k, v string, payloadLen int) error {
 	return nil
 }
 
+// trimmed reports whether NATS would change v on the wire: the client trims the
+// spaces and tabs around every header value (textproto.TrimString).
+func trimmed(v string) bool {
+	return v != "" && (isSpace(v[0]) || isSpace(v[len(v)-1]))
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' }
+
 // fromNATS turns a received JetStream message into an idem.Message. The ID comes
 // from Nats-Msg-Id, or from idem.HeaderID for messages published by other tools; a
 // message with neither is delivered with an empty ID so the inbox dead-letters it.
 // NATS's own headers are left out.
 func fromNATS(msg jetstream.Msg) idem.Message {
-	m := idem.Message{Topic: msg.Subject(), Payload: msg.Data()}
+	return fromParts(msg.Subject(), msg.Headers(), msg.Data())
+}
+
+// fromParts is fromNATS on the parts of a message.
+func fromParts(subject string, hdr nats.Header, data []byte) idem.Message {
+	m := idem.Message{Topic: subject, Payload: data}
 	var fallbackID string
-	for k, vs := range msg.Headers() {
+	for k, vs := range hdr {
 		switch lk := strings.ToLower(k); {
 		case len(vs) == 0 || strings.HasPrefix(lk, natsPrefix):
 		case lk == strings.ToLower(idem.HeaderID):
 			fallbackID = vs[0]
 		default:
 			if m.Headers == nil {
-				m.Headers = make(map[string]string, len(msg.Headers()))
+				m.Headers = make(map[string]string, len(hdr))
 			}
 			m.Headers[k] = vs[0]
 		}
 	}
-	m.ID = msg.Headers().Get(jetstream.MsgIDHeader)
+	m.ID = hdr.Get(jetstream.MsgIDHeader)
 	if m.ID == "" {
 		m.ID = fallbackID
 	}

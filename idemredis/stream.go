@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"unicode/utf8"
 
 	"github.com/idemhq/idem"
 	"github.com/redis/go-redis/v9"
@@ -56,6 +57,13 @@ func entryValues(m idem.Message) ([]any, error) {
 		// The id field carries the ID; a second copy in the headers could only disagree.
 		h = maps.Clone(h)
 		delete(h, idem.HeaderID)
+	}
+	for k, v := range h {
+		// JSON replaces invalid UTF-8 with U+FFFD: the header would arrive changed.
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil, &idem.InputError{Field: fmt.Sprintf("Message.Headers[%q]", k), Reason: "is not valid UTF-8",
+				Fix: "headers travel as JSON in the stream entry: encode binary header values (for example base64)"}
+		}
 	}
 	if len(h) > 0 {
 		b, err := json.Marshal(h)

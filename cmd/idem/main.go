@@ -12,11 +12,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemhq/idem/internal/redact"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// go-redis logs its pool's dial failures to a global logger of its own.
+	redis.SetLogger(redisLogger{})
 	err := NewMain(os.Stdout, os.Stderr).Run(ctx, os.Args[1:])
 	switch {
 	case err == nil:
@@ -31,6 +37,13 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// redisLogger writes go-redis's log lines to stderr, redacted.
+type redisLogger struct{}
+
+func (redisLogger) Printf(_ context.Context, format string, v ...any) {
+	fmt.Fprintln(os.Stderr, "redis: "+redact.String(fmt.Sprintf(format, v...)))
 }
 
 // errUsage marks a command line that could not be parsed; the message was printed.
@@ -62,8 +75,27 @@ var commands = []command{
 	{"relay", "publish the transactional outbox to NATS, Kafka, Redis, RabbitMQ or a webhook", (*Main).runRelay},
 }
 
-// Run executes the command named by args[0].
+// Run executes the command named by args[0]. What it writes to Stderr and the
+// error it returns pass through redact: a password or a secret query value in a
+// URL that a driver quoted never reaches a terminal or a log collector.
 func (m *Main) Run(ctx context.Context, args []string) error {
+	rm := *m
+	rm.Stderr = redactWriter{m.Stderr}
+	return redact.Error(rm.run(ctx, args))
+}
+
+// redactWriter passes each Write through redact.String. Every message and log
+// line of the commands is written whole, in one call.
+type redactWriter struct{ w io.Writer }
+
+func (r redactWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(r.w, redact.String(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (m *Main) run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		m.usage()
 		if len(args) == 0 {

@@ -20,8 +20,13 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
 )
+
+// defaultRelayListen serves /metrics and /healthz on loopback only, as idem serve
+// does its admin port: exposing them is a choice (--listen :9464).
+const defaultRelayListen = "127.0.0.1:9464"
 
 // relayOptions are the flags of idem relay.
 type relayOptions struct {
@@ -47,15 +52,17 @@ Databases (--db):
   sqlite:PATH                          an existing file; run one relay per file
 
 Sinks (--sink):
-  nats://host:4222                     JetStream. The topics must belong to a stream:
+  nats://host:4222 (tls://host:4222)   JetStream. The topics must belong to a stream:
                                        create it, or pass --nats-stream and --nats-subjects
   kafka://host:9092[,host:9092]        Kafka (idempotent producer, acks=all)
   redis://host:6379[/db]               Redis Streams, one stream per topic
   amqp://user:pass@host:5672/[vhost]   RabbitMQ, default exchange unless --amqp-exchange
-  https://host/path                    webhook, signed with $IDEM_WEBHOOK_SECRET
+  https://host/path                    webhook, signed with $IDEM_WEBHOOK_SECRET (32+ bytes)
 
-HTTP (--listen): /metrics for Prometheus and /healthz, 200 while the database
-answers or publications succeed within 3 poll intervals, 503 otherwise.
+HTTP (--listen, loopback only by default): /metrics for Prometheus and /healthz,
+200 while the database answers or publications succeed within 3 poll intervals,
+503 otherwise. /healthz gives a status and a short reason ("sink: webhook
+returned 500"); the details are in the log, with credentials masked.
 SIGINT or SIGTERM stops the relay; unfinished publications are redone by the next.`
 
 func (m *Main) runRelay(ctx context.Context, args []string) error {
@@ -63,7 +70,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	o := &relayOptions{}
 	fs.StringVar(&o.db, "db", "", "the outbox's database: postgres://… or sqlite:PATH  [$IDEM_DB]")
 	fs.StringVar(&o.sink, "sink", "", "where to publish: nats://, kafka://, redis://, amqp:// or https:// (webhook)  [$IDEM_SINK]")
-	fs.StringVar(&o.listen, "listen", ":9464", "address of /metrics and /healthz; empty for none")
+	fs.StringVar(&o.listen, "listen", defaultRelayListen, "address of /metrics and /healthz (:9464 for every interface); empty for none")
 	fs.IntVar(&o.batch, "batch", 100, "messages published per round, 1 to 10000")
 	fs.DurationVar(&o.poll, "poll", time.Second, "how often to look for messages without a wake-up")
 	fs.IntVar(&o.maxAttempts, "max-attempts", 10, "failed publications after which a message is parked")
@@ -72,7 +79,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.StringVar(&o.natsSubjects, "nats-subjects", "", "comma-separated subjects of --nats-stream, such as 'orders.>' (default: the stream's name)")
 	fs.StringVar(&o.amqpExchange, "amqp-exchange", "", "RabbitMQ exchange to publish to, with the topic as routing key (default: the default exchange)")
 	fs.BoolVar(&o.amqpMandatory, "amqp-mandatory", true, "fail (and retry, then park) messages no RabbitMQ queue is bound to, instead of losing them")
-	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "HMAC secret of webhook signatures; prefer the environment  [$IDEM_WEBHOOK_SECRET]")
+	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "HMAC secret of webhook signatures, 32+ random bytes (openssl rand -hex 32); prefer the environment  [$IDEM_WEBHOOK_SECRET]")
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "time limit of one webhook request")
 	fs.BoolVar(&o.schema, "schema", false, "print the outbox table and the insert contract for services in other languages, and exit")
 	if err := parse(fs, args); err != nil {
@@ -88,7 +95,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	}
 	db, sink, err := o.check()
 	if err != nil {
-		return usageErr(fs, "%v", err)
+		return usageErr(fs, "%s", redact.String(err.Error()))
 	}
 	return m.relay(ctx, o, db, sink)
 }
@@ -151,7 +158,9 @@ func parseDB(raw string) (dbSpec, error) {
 	case "postgres":
 		cfg, err := pgxpool.ParseConfig(raw)
 		if err != nil {
-			return d, fmt.Errorf("--db: %v: use postgres://user:pass@host:5432/db", err)
+			// pgx quotes the URL in its errors (masking the password, not a
+			// password=… query parameter).
+			return d, fmt.Errorf("--db %s: %s: use postgres://user:pass@host:5432/db", d.desc, redact.String(err.Error()))
 		}
 		d.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	default:
@@ -163,7 +172,7 @@ func parseDB(raw string) (dbSpec, error) {
 // relay runs the relay until ctx ends, then stops it, the HTTP server and the
 // connections, in that order.
 func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpec) error {
-	log := slog.New(slog.NewTextHandler(m.Stderr, nil))
+	log := slog.New(redact.Handler(slog.NewTextHandler(m.Stderr, nil)))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := outbox.RelayConfig{BatchSize: o.batch, PollInterval: o.poll, MaxAttempts: o.maxAttempts,
@@ -174,7 +183,7 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 		return err
 	}
 	defer closeSink()
-	h := newHealth(3 * o.poll)
+	h := newHealth(3*o.poll, log)
 	tracked := trackedSink{Sink: sink, h: h}
 
 	var run, ping func(context.Context) error

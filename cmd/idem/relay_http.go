@@ -2,15 +2,27 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemhttp"
 )
 
 // health decides /healthz: the relay is healthy while its database answered a ping,
@@ -18,22 +30,36 @@ import (
 // refuses messages while the database answers keeps the relay healthy: restarting
 // it would not help, and the failure shows in idem_relay_failures_total and in the
 // /healthz text.
+//
+// /healthz reports a status and a sanitized reason only (reasonOf): whoever can
+// reach it must not read a downstream's words, which may quote anything (a webhook
+// receiver's error page once quoted its database URL with the password). The
+// details go to the log, redacted.
 type health struct {
 	window time.Duration
 	now    func() time.Time
+	log    *slog.Logger
 
 	mu                    sync.Mutex
 	lastPing, lastPublish time.Time
 	pingErr, publishErr   error
 }
 
-func newHealth(window time.Duration) *health {
-	return &health{window: window, now: time.Now, lastPing: time.Now()}
+func newHealth(window time.Duration, log *slog.Logger) *health {
+	return &health{window: window, now: time.Now, log: log, lastPing: time.Now()}
 }
 
+// pinged records a database ping. The publications' failures are logged by the
+// relay; the pings' are logged here, when they start, change or stop.
 func (h *health) pinged(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	switch {
+	case err != nil && (h.pingErr == nil || h.pingErr.Error() != err.Error()):
+		h.log.Warn("idem relay: the database does not answer", "err", err)
+	case err == nil && h.pingErr != nil:
+		h.log.Info("idem relay: the database answers again")
+	}
 	h.pingErr = err
 	if err == nil {
 		h.lastPing = h.now()
@@ -61,7 +87,7 @@ func (h *health) check() (bool, string) {
 	if age := now.Sub(last); age > h.window {
 		why := "no database ping or publication succeeded"
 		if h.pingErr != nil {
-			why += ": " + h.pingErr.Error()
+			why += ": database: " + reasonOf(h.pingErr)
 		}
 		return false, fmt.Sprintf("unhealthy: %s for %v (limit %v)", why, age.Round(time.Millisecond), h.window)
 	}
@@ -70,7 +96,7 @@ func (h *health) check() (bool, string) {
 		msg += fmt.Sprintf("; last publication %v ago", now.Sub(h.lastPublish).Round(time.Millisecond))
 	}
 	if h.publishErr != nil {
-		msg += "; the last attempt failed and will be retried: " + h.publishErr.Error()
+		msg += "; the last attempt failed and will be retried: sink: " + reasonOf(h.publishErr)
 	}
 	return true, msg
 }
@@ -128,4 +154,51 @@ func adminHandler(reg *prometheus.Registry, check func(context.Context) (bool, s
 		fmt.Fprintln(w, msg)
 	})
 	return mux
+}
+
+// reasonOf names what failed in words that are idem's, not the downstream's: a
+// status code, an errno, a protocol error code. It never quotes an error's text,
+// which may hold a URL, a response body or a server's message.
+func reasonOf(err error) string {
+	var (
+		status *idemhttp.StatusError
+		pg     *pgconn.PgError
+		ke     *kerr.Error
+		ae     *amqp.Error
+		dns    *net.DNSError
+		ne     net.Error
+		in     *idem.InputError
+		be     *idem.BackendError
+	)
+	switch {
+	case errors.As(err, &status):
+		return fmt.Sprintf("webhook returned %d", status.StatusCode)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "host unreachable"
+	case errors.As(err, &dns):
+		return "host name not found"
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+		return "no responders: no JetStream stream holds the subject"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.As(err, &ne) && ne.Timeout():
+		return "timed out"
+	case errors.As(err, &pg):
+		return "postgres error SQLSTATE " + pg.Code
+	case errors.As(err, &ke):
+		return "kafka error " + ke.Message
+	case errors.As(err, &ae):
+		return fmt.Sprintf("amqp error %d", ae.Code)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), errors.Is(err, nats.ErrConnectionClosed):
+		return "connection closed"
+	case errors.As(err, &in):
+		return "invalid message (" + in.Field + ")"
+	case errors.Is(err, idem.ErrLeaseLost):
+		return "lease lost"
+	case errors.As(err, &be):
+		return be.Backend + " " + be.Op + " failed (details in the log)"
+	}
+	return "failed (details in the log)"
 }

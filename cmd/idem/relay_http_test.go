@@ -1,21 +1,33 @@
 package main
 
 import (
-	"errors"
+	"bytes"
+	"context"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/internal/redact"
 )
 
 func TestRelayHealth(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
-	h := newHealth(3 * time.Second)
+	h := newHealth(3*time.Second, slog.New(slog.DiscardHandler))
 	h.now = func() time.Time { return now }
 	h.lastPing = now
 	srv := httptest.NewServer(relayHandler(prometheus.NewRegistry(), h))
@@ -36,7 +48,9 @@ func TestRelayHealth(t *testing.T) {
 	}
 	// The database stops answering: unhealthy once the window has passed.
 	now = now.Add(2 * time.Second)
-	h.pinged(errors.New("connection refused"))
+	refused := fmt.Errorf("failed to connect to `user=app database=orders`: %w",
+		&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)})
+	h.pinged(refused)
 	if code, _ := healthz(); code != http.StatusOK {
 		t.Fatalf("within the window: %d, want 200", code)
 	}
@@ -50,11 +64,74 @@ func TestRelayHealth(t *testing.T) {
 		t.Fatalf("after a publication: %d, want 200", code)
 	}
 	// A failing broker with a live database stays healthy, and says what fails.
-	h.published(errors.New("no responders"))
+	h.published(fmt.Errorf("nats publish: %w", nats.ErrNoResponders))
 	h.pinged(nil)
 	now = now.Add(10 * time.Second)
 	h.pinged(nil)
 	if code, body := healthz(); code != http.StatusOK || !strings.Contains(body, "no responders") {
 		t.Fatalf("broker failing, database up: %d %q, want 200 naming the failure", code, body)
+	}
+}
+
+// /healthz reports what failed in idem's words, never a downstream's: a webhook
+// receiver's error page quoting its database URL stays out of it. The log has the
+// details, with the password masked.
+func TestRelayHealthHidesDownstreamText(t *testing.T) {
+	t.Parallel()
+	const leak = "postgres://app:hunter2@db.internal/orders"
+	var logs bytes.Buffer
+	log := slog.New(redact.Handler(slog.NewTextHandler(&logs, nil)))
+	h := newHealth(3*time.Second, log)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "pq: cannot reach "+leak, http.StatusInternalServerError)
+	}))
+	t.Cleanup(receiver.Close)
+	wh, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: receiver.URL + "/hook?token=t0k3n", Secret: []byte(strings.Repeat("s", 32))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = trackedSink{Sink: wh, h: h}.Publish(context.Background(), idem.Message{ID: "m1", Topic: "orders"})
+	if err == nil {
+		t.Fatal("Publish to a failing receiver succeeded")
+	}
+	log.Warn("outbox relay: publish failed; will retry", "err", err) // as the relay logs it
+	h.pinged(fmt.Errorf("ping %s: %w", leak, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}))
+
+	srv := httptest.NewServer(relayHandler(prometheus.NewRegistry(), h))
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if s := string(body); strings.Contains(s, "hunter2") || strings.Contains(s, "t0k3n") || strings.Contains(s, "db.internal") ||
+		!strings.Contains(s, "sink: webhook returned 500") {
+		t.Errorf("/healthz = %q, want a sanitized reason (sink: webhook returned 500) and no downstream text", s)
+	}
+	if s := logs.String(); strings.Contains(s, "hunter2") || strings.Contains(s, "t0k3n") || !strings.Contains(s, "500") ||
+		!strings.Contains(s, "db.internal") {
+		t.Errorf("log = %q, want the details (status, body) with the secrets masked", s)
+	}
+}
+
+// Each failure has a short reason of idem's own.
+func TestReasonOf(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&idemhttp.StatusError{StatusCode: 502, Body: "secret"}, "webhook returned 502"},
+		{fmt.Errorf("x: %w", os.NewSyscallError("connect", syscall.ECONNREFUSED)), "connection refused"},
+		{fmt.Errorf("x: %w", nats.ErrNoResponders), "no responders"},
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), "timed out"},
+		{fmt.Errorf("x: %w", kerr.UnknownTopicOrPartition), "kafka error UNKNOWN_TOPIC_OR_PARTITION"},
+		{&idem.BackendError{Backend: "redis", Op: "publish", Err: fmt.Errorf("ERR redis://:pw@h")}, "redis publish failed"},
+		{fmt.Errorf("a body quoting postgres://u:pw@h"), "failed (details in the log)"},
+	} {
+		if got := reasonOf(c.err); !strings.Contains(got, c.want) || strings.Contains(got, "pw") || strings.Contains(got, "secret") {
+			t.Errorf("reasonOf(%v) = %q, want %q", c.err, got, c.want)
+		}
 	}
 }

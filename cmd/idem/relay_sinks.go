@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strings"
 	"sync"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/idemhq/idem/idemkafka"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idemredis"
+	"github.com/idemhq/idem/internal/redact"
 )
 
 // sinkSpec is a --sink URL, checked without connecting: open connects.
@@ -40,18 +40,23 @@ func parseSink(raw string, o *relayOptions) (sinkSpec, error) {
 	if o.natsSubjects != "" && o.natsStream == "" {
 		return s, errors.New("--nats-subjects needs --nats-stream: name the stream to create or update over those subjects")
 	}
-	if (o.natsStream != "") && scheme != "nats" {
+	if o.natsStream != "" && scheme != "nats" && scheme != "tls" {
 		return s, errors.New("--nats-stream applies to nats:// sinks only: drop it, or use a nats:// --sink")
 	}
 	switch scheme {
-	case "nats":
+	case "nats", "tls":
 		s.kind = "nats"
 	case "kafka":
 		s.kind = "kafka"
-		for _, b := range strings.Split(strings.TrimPrefix(raw, "kafka://"), ",") {
+		brokers := strings.TrimPrefix(raw, "kafka://")
+		if strings.Contains(brokers, "@") {
+			return s, fmt.Errorf("--sink %q: credentials in a kafka:// URL are not supported (no SASL yet): "+
+				"use kafka://host:9092[,host:9092] on a listener that needs none", s.desc)
+		}
+		for _, b := range strings.Split(brokers, ",") {
 			b = strings.TrimPrefix(b, "kafka://")
 			if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
-				return s, fmt.Errorf("--sink %q: %q is not a broker host:port: use kafka://host:9092[,host:9092]", raw, b)
+				return s, fmt.Errorf("--sink %q: %q is not a broker host:port: use kafka://host:9092[,host:9092]", s.desc, redact.String(b))
 			}
 			s.brokers = append(s.brokers, b)
 		}
@@ -59,19 +64,24 @@ func parseSink(raw string, o *relayOptions) (sinkSpec, error) {
 		s.kind = "redis"
 		opts, err := redis.ParseURL(raw)
 		if err != nil {
-			return s, fmt.Errorf("--sink %q: %v: use redis://host:6379[/db]", s.desc, err)
+			return s, fmt.Errorf("--sink %q: %s: use redis://host:6379[/db]", s.desc, redact.String(err.Error()))
 		}
 		s.redis = opts
 	case "amqp", "amqps":
 		s.kind = "amqp"
 		if _, err := amqp.ParseURI(raw); err != nil {
-			return s, fmt.Errorf("--sink %q: %v: use amqp://user:pass@host:5672/[vhost]", s.desc, err)
+			return s, fmt.Errorf("--sink %q: %s: use amqp://user:pass@host:5672/[vhost]", s.desc, redact.String(err.Error()))
 		}
 	case "http", "https":
 		s.kind = "webhook"
 		if o.webhookSecret == "" {
 			return s, errors.New("--sink " + s.desc + " is a webhook and needs a signing secret: set $IDEM_WEBHOOK_SECRET " +
 				"(or --webhook-secret) to a random string of 32+ bytes shared with the receiver; unsigned webhooks can be forged")
+		}
+		if n := len(o.webhookSecret); n < idemhttp.MinWebhookSecret {
+			return s, &idem.InputError{Field: "--webhook-secret ($IDEM_WEBHOOK_SECRET)",
+				Reason: fmt.Sprintf("has %d bytes; it needs at least %d", n, idemhttp.MinWebhookSecret),
+				Fix:    "use at least 32 random bytes shared with the receiver, such as the output of `openssl rand -hex 32`: a short secret can be guessed from one signed request"}
 		}
 		wh, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: raw, Secret: []byte(o.webhookSecret), Timeout: o.webhookTimeout})
 		if err != nil {
@@ -91,7 +101,7 @@ func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, cl
 	case "nats":
 		nc, err := nats.Connect(s.raw, nats.Name("idem relay"), nats.MaxReconnects(-1))
 		if err != nil {
-			return nil, nil, fmt.Errorf("--sink %s: connect: %w", s.desc, err)
+			return nil, nil, fmt.Errorf("--sink %s: connect: %w", s.desc, redact.Error(err))
 		}
 		js, err := jetstream.New(nc)
 		if err == nil && o.natsStream != "" {
@@ -108,13 +118,13 @@ func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, cl
 		}
 		if err != nil {
 			nc.Close()
-			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, err)
+			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
 		}
 		return sink, nc.Close, nil
 	case "kafka":
 		k, err := idemkafka.NewSink(idemkafka.SinkConfig{Brokers: s.brokers})
 		if err != nil {
-			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, err)
+			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
 		}
 		return k, func() { _ = k.Close() }, nil
 	case "redis":
@@ -125,13 +135,13 @@ func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, cl
 		}
 		if err != nil {
 			client.Close()
-			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, err)
+			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
 		}
 		return r, func() { _ = client.Close() }, nil
 	case "amqp":
 		a := &amqpSink{url: s.raw, cfg: idemamqp.SinkConfig{Exchange: o.amqpExchange, Mandatory: o.amqpMandatory}}
 		if err := a.connect(); err != nil {
-			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, err)
+			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
 		}
 		return a, a.close, nil
 	case "webhook":
@@ -193,14 +203,6 @@ func (a *amqpSink) release() {
 	a.conn, a.sink = nil, nil
 }
 
-// redactURL hides a password in a URL, for logs and errors.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil && strings.Contains(raw, "@"):
-		return "(a URL that does not parse)"
-	case err != nil || u.User == nil:
-		return raw
-	}
-	return u.Redacted()
-}
+// redactURL hides the credentials of a URL (password, secret query values), for
+// logs and errors.
+func redactURL(raw string) string { return redact.URL(raw) }
