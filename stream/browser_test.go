@@ -61,7 +61,7 @@ func TestBrowserSeesEveryEventOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := stream.NewServer(store, stream.ServerConfig{Heartbeat: time.Second})
+	srv, err := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

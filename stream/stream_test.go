@@ -123,7 +123,7 @@ func checkExactly(t *testing.T, who string, got []uint64, n int) {
 func TestDroppedConnectionsLoseNothing(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, store stream.Store, _ *chaos.Clock) {
-		f := serve(t, store, stream.ServerConfig{})
+		f := serve(t, store, stream.ServerConfig{AllowAnonymous: true})
 		proxy, err := chaos.NewProxy("stream", strings.TrimPrefix(f.http.URL, "http://"))
 		if err != nil {
 			t.Fatal(err)
@@ -174,7 +174,7 @@ func TestDroppedConnectionsLoseNothing(t *testing.T) {
 func TestReplayRESTHintsAndKeys(t *testing.T) {
 	t.Parallel()
 	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
-		f := newFixture(t, db, stream.ServerConfig{})
+		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		appendN(t, f.srv, "c", 10, nil)
 		hint, err := f.srv.Append(ctx, "c", stream.Event{Type: "order.updated", ID: "o-99"})
@@ -360,7 +360,7 @@ func TestBadInputAndAuthorization(t *testing.T) {
 func TestTrim(t *testing.T) {
 	t.Parallel()
 	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
-		f := newFixture(t, db, stream.ServerConfig{})
+		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		appendN(t, f.srv, "c", 10, nil)
 		if err := f.store.Ack(ctx, "c", "phone", 6); err != nil {
@@ -391,7 +391,7 @@ func TestTrim(t *testing.T) {
 func TestOutboxRelayFeedsTheStream(t *testing.T) {
 	t.Parallel()
 	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
-		f := newFixture(t, db, stream.ServerConfig{})
+		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		ob, err := outbox.New(ctx, db)
 		if err != nil {
@@ -452,7 +452,7 @@ func (f *fixture) metric(name, reason string) float64 {
 func TestAcksReachTheStore(t *testing.T) {
 	t.Parallel()
 	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
-		f := newFixture(t, db, stream.ServerConfig{Heartbeat: 100 * time.Millisecond})
+		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true, Heartbeat: 100 * time.Millisecond})
 		appendN(t, f.srv, "c", 10, nil)
 		rec := &recorder{}
 		ctx, cancel := context.WithCancel(context.Background())
