@@ -2,10 +2,13 @@ package stream_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -171,4 +174,55 @@ func TestOutOfRangeNumbersAreBadInput(t *testing.T) {
 		get(t, f.http.URL+"/events?channel=c&"+q, http.StatusBadRequest, nil)
 	}
 	get(t, f.http.URL+"/events?channel=c&since=4", http.StatusOK, nil)
+}
+
+// With Principal, acks are recorded per caller and client id: a hostile reader
+// of a shared channel who sends another reader's client id moves its own row,
+// never the other's.
+func TestPrincipalScopesAcks(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, sqltest.SQLite(t), stream.ServerConfig{
+		Heartbeat: 50 * time.Millisecond,
+		Authorize: func(r *http.Request, channel string) error { return nil },
+		Principal: func(r *http.Request) string { return r.Header.Get("X-User") },
+	})
+	appendN(t, f.srv, "news", 10, nil)
+	read := func(user string, since, ack int) {
+		ws := dial(t, f, fmt.Sprintf(`{"type":"hello","channel":"news","since":%d,"client":"tab-1"}`, since), http.Header{"X-User": {user}})
+		for {
+			w, err := next(t, ws, "event")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Event.Seq == uint64(ack) {
+				break
+			}
+		}
+		_ = ws.Write(context.Background(), websocket.MessageText, []byte(fmt.Sprintf(`{"type":"ack","seq":%d}`, ack)))
+		ws.Close(websocket.StatusNormalClosure, "")
+	}
+	rows := func() map[string]int64 {
+		out := map[string]int64{}
+		_ = f.db.InTx(context.Background(), func(tx *sql.Tx) error {
+			rs, err := tx.Query(`SELECT client, seq FROM idem_stream_clients WHERE channel = 'news'`)
+			if err != nil {
+				return err
+			}
+			defer rs.Close()
+			for rs.Next() {
+				var c string
+				var s int64
+				_ = rs.Scan(&c, &s)
+				out[c] = s
+			}
+			return rs.Err()
+		})
+		return out
+	}
+	read("alice", 0, 2)
+	read("mallory", 9, 10)
+	waitFor(t, "both acks recorded", func() bool { r := rows(); return r["alice/tab-1"] == 2 && r["mallory/tab-1"] == 10 })
+	if r := rows(); len(r) != 2 {
+		t.Fatalf("ack rows %v, want alice/tab-1 at 2 and mallory/tab-1 at 10", r)
+	}
 }

@@ -624,14 +624,16 @@ func (s *Server) writeLoop(ctx context.Context, name string, ch *channel, c *cli
 			if data == nil {
 				data, _ = json.Marshal(frame{Type: "event", Event: &batch[i].e})
 			}
+			// sent moves before the write: a fast client may ack the event before
+			// the write returns, and that ack must not be refused as bad_ack.
+			c.mu.Lock()
+			c.sent = batch[i].e.Seq
+			s.m.unacked.Inc()
+			c.mu.Unlock()
 			if err := writeRaw(ctx, c.ws, data, s.cfg.WriteTimeout); err != nil {
 				return s.reasonFor(ctx, c, err)
 			}
-			c.mu.Lock()
-			c.sent = batch[i].e.Seq
-			c.mu.Unlock()
 			s.m.sent.Inc()
-			s.m.unacked.Inc()
 		}
 		if len(batch) > 0 {
 			continue
