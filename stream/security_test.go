@@ -3,6 +3,7 @@ package stream_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -224,5 +225,38 @@ func TestPrincipalScopesAcks(t *testing.T) {
 	waitFor(t, "both acks recorded", func() bool { r := rows(); return r["alice/tab-1"] == 2 && r["mallory/tab-1"] == 10 })
 	if r := rows(); len(r) != 2 {
 		t.Fatalf("ack rows %v, want alice/tab-1 at 2 and mallory/tab-1 at 10", r)
+	}
+}
+
+// What a peer can make the server hold is bounded: sockets (MaxConnections),
+// and the events of one GET /events answer (about 4 MiB of data, whatever the
+// limit asked).
+func TestServerBoundsWhatAPeerCanHold(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, sqltest.SQLite(t), stream.ServerConfig{AllowAnonymous: true, MaxConnections: 2})
+	for range 2 {
+		ws := dial(t, f, `{"type":"hello","channel":"c"}`, nil)
+		if _, err := next(t, ws, "ready"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, resp, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(f.http.URL, "http")+"/stream", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a third socket over MaxConnections 2: %v, %v; want 503 with Retry-After", err, resp)
+	}
+
+	big := json.RawMessage(`"` + strings.Repeat("x", 50<<10) + `"`)
+	for range 250 {
+		if _, err := f.srv.Append(context.Background(), "big", stream.Event{Type: "t", Data: big}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var page struct {
+		Head   uint64         `json:"head"`
+		Events []stream.Event `json:"events"`
+	}
+	get(t, f.http.URL+"/events?channel=big&limit=10000", http.StatusOK, &page)
+	if n := len(page.Events); n == 0 || n >= 250 || page.Events[n-1].Seq != uint64(n) || page.Head != 250 {
+		t.Fatalf("GET /events of 250 events of 50 KiB: %d events (head %d); want a first page of about 4 MiB", n, page.Head)
 	}
 }

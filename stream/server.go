@@ -14,6 +14,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -78,6 +79,10 @@ type ServerConfig struct {
 	// frame tells the client its window, so it can ack in time. Default
 	// DefaultSendBuffer.
 	SendBuffer int
+	// MaxConnections, if positive, bounds the sockets open at once: the
+	// handshake of one more is refused with 503 and Retry-After. Zero: no bound
+	// (bound the listener or the proxy in front instead).
+	MaxConnections int
 	// HandshakeTimeout bounds the wait for the hello frame after the WebSocket
 	// handshake. Default DefaultHandshakeTimeout. (The HTTP handshake itself is
 	// bounded by the http.Server's ReadHeaderTimeout.)
@@ -105,6 +110,7 @@ type Server struct {
 	cfg   ServerConfig
 	m     *streamMetrics
 
+	conns    atomic.Int64 // sockets open, for MaxConnections
 	mu       sync.Mutex
 	channels map[string]*channel
 	closed   bool
@@ -361,7 +367,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, fmt.Sprintf("since %d is past the channel's head %d: pass the last seq the client processed", since, head))
 		return
 	}
-	events, err := s.store.Read(r.Context(), channelName, since, q.Limit)
+	events, err := s.readPage(r.Context(), channelName, since, q.Limit)
 	if errors.Is(err, ErrTrimmed) {
 		problem(w, http.StatusGone, fmt.Sprintf("events after seq %d were trimmed: reload the state and start from the head", since))
 		return
@@ -378,6 +384,41 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"channel": channelName, "head": head, "events": events})
+}
+
+// Bounds of one GET /events answer: it is read from the store in chunks of
+// eventsChunk events and ends after the chunk that reaches eventsBytes of
+// event data, so a request for 10000 large events does not hold them all. The
+// clients ask again from the last seq they got.
+const (
+	eventsChunk = 100
+	eventsBytes = 4 << 20
+)
+
+// readPage reads up to limit events after since, in chunks, stopping early
+// once eventsBytes of data are read.
+func (s *Server) readPage(ctx context.Context, name string, since uint64, limit int) ([]Event, error) {
+	var out []Event
+	size := 0
+	for len(out) < limit && size < eventsBytes {
+		want := min(limit-len(out), eventsChunk)
+		page, err := s.store.Read(ctx, name, since, want)
+		if err != nil {
+			if len(out) > 0 { // trimmed or failed after the first chunk: send what was read
+				return out, nil
+			}
+			return nil, err
+		}
+		for _, e := range page {
+			out = append(out, e)
+			size += len(e.Data) + len(e.Type) + len(e.ID)
+		}
+		if len(page) < want {
+			break
+		}
+		since = page[len(page)-1].Seq
+	}
+	return out, nil
 }
 
 func problem(w http.ResponseWriter, status int, detail string) {
@@ -401,6 +442,13 @@ type frame struct {
 }
 
 func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
+	if n := s.conns.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
+		s.conns.Add(-1)
+		w.Header().Set("Retry-After", "5")
+		problem(w, http.StatusServiceUnavailable, fmt.Sprintf("the server holds its maximum of %d connections: retry later", s.cfg.MaxConnections))
+		return
+	}
+	defer s.conns.Add(-1)
 	// Accept checks the Origin (403 for a foreign page) the way checkOrigin does.
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.OriginPatterns})
 	if err != nil {
@@ -595,7 +643,7 @@ func (s *Server) writeLoop(ctx context.Context, name string, ch *channel, c *cli
 			}
 			batch, head = ch.next(next, min(room, 64))
 			if len(batch) == 0 && next <= head {
-				events, err := s.store.Read(ctx, name, next-1, min(room, 256))
+				events, err := s.store.Read(ctx, name, next-1, min(room, 64))
 				for _, e := range events {
 					batch = append(batch, cached{e: e})
 				}
