@@ -233,16 +233,31 @@ func TestPrincipalScopesAcks(t *testing.T) {
 // limit asked).
 func TestServerBoundsWhatAPeerCanHold(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, sqltest.SQLite(t), stream.ServerConfig{AllowAnonymous: true, MaxConnections: 2})
-	for range 2 {
+	f := newFixture(t, sqltest.SQLite(t), stream.ServerConfig{AllowAnonymous: true, MaxConnections: 3, HandshakeTimeout: 200 * time.Millisecond})
+	wsURL := "ws" + strings.TrimPrefix(f.http.URL, "http") + "/stream"
+	// A peer that never says hello is closed after HandshakeTimeout.
+	silent, _, err := websocket.Dial(context.Background(), wsURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := next(t, silent, "never"); err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("a silent peer: %v after %v, want the connection closed after 200 ms", err, time.Since(start))
+	}
+	// A frame over 4 KiB ends the connection (1009, message too big).
+	huge := dial(t, f, `{"type":"hello","channel":"c","client":"`+strings.Repeat("x", 5000)+`"}`, nil)
+	if _, err := next(t, huge, "never"); websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+		t.Fatalf("a 5 KB hello: %v, want close 1009", err)
+	}
+	for range 3 {
 		ws := dial(t, f, `{"type":"hello","channel":"c"}`, nil)
 		if _, err := next(t, ws, "ready"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, resp, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(f.http.URL, "http")+"/stream", nil)
+	_, resp, err := websocket.Dial(context.Background(), wsURL, nil)
 	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("a third socket over MaxConnections 2: %v, %v; want 503 with Retry-After", err, resp)
+		t.Fatalf("a fourth socket over MaxConnections 3: %v, %v; want 503 with Retry-After", err, resp)
 	}
 
 	big := json.RawMessage(`"` + strings.Repeat("x", 50<<10) + `"`)
