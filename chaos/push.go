@@ -61,7 +61,7 @@ func (r *run) startPush(ctx context.Context) (*pusher, error) {
 	}
 	// The ledger appends in its own transactions, not through the server, so the
 	// server polls the store for new events.
-	srv, err := stream.NewServer(store, stream.ServerConfig{PollInterval: 50 * time.Millisecond, Heartbeat: time.Second, Logger: r.log})
+	srv, err := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true, PollInterval: 50 * time.Millisecond, Heartbeat: time.Second, Logger: r.log})
 	if err != nil {
 		return nil, err
 	}

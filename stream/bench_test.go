@@ -156,7 +156,7 @@ func BenchmarkFanout(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		srv, _ := stream.NewServer(store, stream.ServerConfig{})
+		srv, _ := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true})
 		hs := httptest.NewServer(srv.Handler())
 		defer hs.Close()
 		defer srv.Close()
@@ -224,7 +224,7 @@ func BenchmarkLatency(b *testing.B) {
 	}
 	b.Run("idem", func(b *testing.B) {
 		store, _ := stream.NewSQLStore(context.Background(), sqltest.SQLite(b), stream.SQLConfig{})
-		srv, _ := stream.NewServer(store, stream.ServerConfig{})
+		srv, _ := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true})
 		hs := httptest.NewServer(srv.Handler())
 		defer hs.Close()
 		defer srv.Close()
@@ -263,7 +263,7 @@ func BenchmarkConnected10k(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				srv, _ := stream.NewServer(store, stream.ServerConfig{Heartbeat: time.Minute})
+				srv, _ := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true, Heartbeat: time.Minute})
 				defer srv.Close()
 				h, path = srv.Handler(), "/stream"
 			}

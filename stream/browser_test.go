@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,7 +62,7 @@ func TestBrowserSeesEveryEventOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := stream.NewServer(store, stream.ServerConfig{Heartbeat: time.Second})
+	srv, err := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +213,21 @@ func TestBrowserSeesEveryEventOnce(t *testing.T) {
 	}
 	if st.Reconnects < kicked {
 		t.Errorf("page reconnected %d times after %d kicks", st.Reconnects, kicked)
+	}
+
+	// The page's client id: a random UUID, kept for the tab in sessionStorage, so
+	// that its acks are its own (a second stream in the tab reuses it).
+	var ids string
+	if err := page.eval(ctx, `JSON.stringify([idemDemo.stream.client, sessionStorage.getItem('idem-stream-client'),
+		new IdemStream({channel: 'x', onEvent: function () {}}).client])`, &ids); err != nil {
+		t.Fatal(err)
+	}
+	var id []string
+	if err := json.Unmarshal([]byte(ids), &id); err != nil || len(id) != 3 {
+		t.Fatalf("client ids %q: %v", ids, err)
+	}
+	if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(id[0]) || id[1] != id[0] || id[2] != id[0] {
+		t.Errorf("client ids (stream, sessionStorage, second stream) = %q, want one random UUID for the tab", id)
 	}
 
 	// Screenshot of the whole page.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/wait"
 )
 
@@ -24,7 +26,10 @@ type ClientConfig struct {
 	Channel string
 	// Since is the last seq the caller already processed (0: from the start).
 	Since uint64
-	// ID names the client for acks (one per device); empty acks anonymously.
+	// ID names the client for acks: the server trims only what every client of
+	// the channel acked, each under its own id, so two readers must not share
+	// one. Empty: a random UUID, new for each Client (see Client.ID); set it to
+	// keep one ack position across restarts of the process.
 	ID string
 	// OnEvent is called for each event exactly once, in seq order. An error stops
 	// Run; the event is not acknowledged and comes again on the next Run.
@@ -69,9 +74,18 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(5*time.Second, cfg.MinBackoff)
 	}
+	if cfg.ID == "" {
+		cfg.ID = idemkey.NewV4()
+	}
+	if err := validateClientID(cfg.ID); err != nil {
+		return nil, &idem.InputError{Field: "ClientConfig.ID", Reason: err.Error(), Fix: "leave it empty for a random UUID"}
+	}
 	cfg.URL = strings.TrimRight(cfg.URL, "/")
 	return &Client{cfg: cfg, last: cfg.Since}, nil
 }
+
+// ID is the id the client's acks are recorded under.
+func (c *Client) ID() string { return c.cfg.ID }
 
 // LastSeq is the seq of the last event OnEvent accepted.
 func (c *Client) LastSeq() uint64 { return c.last }

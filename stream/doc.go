@@ -11,17 +11,19 @@
 //     events in a SQLite or Postgres table (AppendTx joins the business
 //     transaction); RedisStore keeps them in a sorted set scored by seq.
 //   - A client connects to GET /stream and sends {"type":"hello","channel":…,
-//     "since":N}, the last seq it processed. The server replays everything after
-//     N from the store, then streams live. The client drops any seq it has seen
-//     and, when a seq skips, fetches the gap over REST before going on.
+//     "since":N,"client":ID}, the last seq it processed and its id. The server
+//     replays everything after N from the store, then streams live. The client
+//     drops any seq it has seen and, when a seq skips, fetches the gap over REST
+//     before going on.
 //   - The client acks what it processed. A client may have at most
 //     ServerConfig.SendBuffer events unacknowledged (its window); one that stays
 //     behind is disconnected as a slow consumer and catches up on reconnect.
 //     Heartbeat frames and pings detect dead connections both ways.
 //   - GET /events?channel=…&since=N returns the same events: the truth when the
 //     socket lies.
-//   - Store.Trim drops events every client acknowledged and events past the
-//     retention; a client behind the trim is told to reload (REST 410, close 4409).
+//   - Store.Trim drops events every known client of their channel acknowledged
+//     and events past the retention; a client behind the trim is told to reload
+//     (REST 410, close 4409).
 //
 // Events without data are hints ({"type":"order.updated","id":"o-1"}): the client
 // fetches the entity's current state itself, the pattern for data that must never
@@ -29,11 +31,51 @@
 // committed with the business write reaches the browser without a dual write.
 //
 // Clients: Client in Go, and a dependency-free JavaScript client that the server
-// serves at GET /idem-stream.js (its header documents its API). Authorization is
-// ServerConfig.Authorize: a channel is read only by a caller it allows.
+// serves at GET /idem-stream.js (its header documents its API).
 //
-// Bad input gets a clear error and the server keeps running: a bad hello closes
-// with 4400 and an error frame, an unknown channel 4404, a refused one 4403; a
-// malformed frame or an ack of a seq never sent gets an error frame and the
-// connection goes on.
+// # Who may read
+//
+// ServerConfig.Authorize decides, per request and channel, whether the caller
+// may read it, over the socket and GET /events alike. It is required: a server
+// without it refuses to be built unless ServerConfig.AllowAnonymous says every
+// channel is public. Authorize usually reads a cookie or a token; browsers send
+// cookies with a WebSocket handshake from any page, so the server also checks
+// the Origin header: a page of another origin than the server's host and
+// ServerConfig.OriginPatterns is refused with 403 (the socket and GET /events).
+// Requests without an Origin (non-browser clients) are not checked. The server
+// sends no CORS headers; add them yourself only for origins you trust.
+//
+// # Acks and trimming
+//
+// Each client has an id (a random UUID by default, per Client in Go and per tab
+// in JavaScript) and one ack row per channel, created when it connects. Trim
+// deletes only what every known client of a channel acknowledged, so a slow
+// reader keeps its events while a fast one acks. A store remembers a client for
+// ClientExpiry after it was last seen (default 24h; a connected client is
+// refreshed every 5 minutes) and at most MaxClients per channel (default 1000,
+// the most recently seen): a client forgotten this way is like a new one, and
+// if events after its seq were trimmed meanwhile it is told to reload. A client
+// can only ack what the server sent it on that connection. Ids are not secrets:
+// with ServerConfig.Principal, rows are scoped by the authenticated caller, so
+// one who learns another's id cannot move its acks.
+//
+// # Bad input and bounds
+//
+// Bad input gets a clear error and the server keeps running: a bad hello (not
+// JSON, no channel, a since that is negative, not a whole number, above MaxSeq
+// or above the channel's head, a client id over MaxClientID bytes or not
+// printable ASCII) closes with 4400 and an error frame; an unknown channel 4404,
+// a refused one 4403. A malformed frame or an ack of a seq never sent gets an
+// error frame and the connection goes on, up to 16 of them; then it is closed
+// with 4400. GET /events answers 400 to the same mistakes.
+//
+// What one peer can make the server hold is bounded: a frame from a client is
+// at most 4 KiB; the hello must come within ServerConfig.HandshakeTimeout (10
+// s); a connection reads one channel, holds at most SendBuffer (1024) events
+// unacknowledged and at most 64 events read from the store at a time; a client
+// that does not read or ack for WriteTimeout (10 s) is disconnected, and one
+// that does not answer a ping within Heartbeat (15 s) too. GET /events returns
+// at most limit events (default 1000, at most 10000) and stops after about 4
+// MiB of event data. ServerConfig.MaxConnections bounds the sockets; the HTTP
+// handshake is bounded by your http.Server (set ReadHeaderTimeout).
 package stream

@@ -20,11 +20,16 @@ type RedisConfig struct {
 	Prefix string
 	// Now is the clock of event times and retention. Nil means time.Now.
 	Now func() time.Time
+	// ClientExpiry and MaxClients bound the clients Trim waits for; see
+	// DefaultClientExpiry and DefaultMaxClients.
+	ClientExpiry time.Duration
+	MaxClients   int
 }
 
 // RedisStore keeps each channel in Redis: a sorted set of events scored by seq,
-// a counter for the head, a hash of append keys, a hash of client acks, and a
-// sorted set of event times for retention. Every append is one Lua script, so
+// a counter for the head, a hash of append keys, a hash of client acks with a
+// sorted set of when each client was last seen, and a sorted set of event times
+// for retention. Every append is one Lua script, so
 // seqs are assigned atomically and without gaps. It needs one Redis server (or
 // one primary): the append script also records the channel in a set that Trim
 // walks, which Redis Cluster would refuse across slots.
@@ -33,9 +38,10 @@ type RedisConfig struct {
 // always), a restart can lose recent events, and their seqs are then reused.
 // Use SQLStore where the events must survive what the business data survives.
 type RedisStore struct {
-	c      redis.UniversalClient
-	prefix string
-	now    func() time.Time
+	c       redis.UniversalClient
+	prefix  string
+	now     func() time.Time
+	clients clientBounds
 }
 
 // NewRedisStore returns a store on c.
@@ -49,13 +55,17 @@ func NewRedisStore(c redis.UniversalClient, cfg RedisConfig) (*RedisStore, error
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &RedisStore{c: c, prefix: cfg.Prefix, now: cfg.Now}, nil
+	bounds, err := newClientBounds(cfg.ClientExpiry, cfg.MaxClients)
+	if err != nil {
+		return nil, err
+	}
+	return &RedisStore{c: c, prefix: cfg.Prefix, now: cfg.Now, clients: bounds}, nil
 }
 
-// keys of one channel: head, events, append keys, acks, times.
+// keys of one channel: head, events, append keys, acks, times, clients seen.
 func (s *RedisStore) keys(channel string) []string {
 	base := s.prefix + "{" + channel + "}:"
-	return []string{base + "head", base + "events", base + "keys", base + "acks", base + "at"}
+	return []string{base + "head", base + "events", base + "keys", base + "acks", base + "at", base + "seen"}
 }
 
 // appendScript: KEYS head, events, keys, at, channels; ARGV body, ikey, at-ms.
@@ -149,19 +159,42 @@ func (s *RedisStore) Head(ctx context.Context, channel string) (uint64, error) {
 	return n, wrapRedis("head", err)
 }
 
+// ackScript: KEYS acks, seen; ARGV client, seq, now-ms.
 var ackScript = redis.NewScript(`
-local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-if tonumber(ARGV[2]) > cur then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur or tonumber(ARGV[2]) > tonumber(cur) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 return 0`)
 
-// Ack implements Store; an ack below the client's previous one is ignored.
+// Ack implements Store; an ack below the client's previous one only marks the
+// client as seen.
 func (s *RedisStore) Ack(ctx context.Context, channel, client string, seq uint64) error {
-	return wrapRedis("ack", ackScript.Run(ctx, s.c, []string{s.keys(channel)[3]}, client, seq).Err())
+	if seq > MaxSeq {
+		return &idem.InputError{Field: "seq", Reason: fmt.Sprintf("is %d", seq), Fix: fmt.Sprintf("ack a seq up to %d", uint64(MaxSeq))}
+	}
+	k := s.keys(channel)
+	return wrapRedis("ack", ackScript.Run(ctx, s.c, []string{k[3], k[5]}, client, seq, s.now().UnixMilli()).Err())
 }
 
-// trimScript: KEYS events, keys, acks, at; ARGV cutoff-ms. Removes events every
-// client acked and events older than the cutoff, with their append keys.
+// trimScript: KEYS events, keys, acks, at, seen; ARGV cutoff-ms,
+// client-expiry-ms, max-clients. Forgets clients not seen since the expiry
+// (or never, from earlier versions) and all but the max most recently seen,
+// then removes events every remaining client acked and events older than the
+// cutoff, with their append keys.
 var trimScript = redis.NewScript(`
+local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[2])
+local over = redis.call('ZCARD', KEYS[5]) - #gone - tonumber(ARGV[3])
+if over > 0 then
+  local oldest = redis.call('ZRANGE', KEYS[5], #gone, #gone + over - 1)
+  for _, c in ipairs(oldest) do table.insert(gone, c) end
+end
+for _, c in ipairs(gone) do
+  redis.call('HDEL', KEYS[3], c)
+  redis.call('ZREM', KEYS[5], c)
+end
+for _, c in ipairs(redis.call('HKEYS', KEYS[3])) do
+  if not redis.call('ZSCORE', KEYS[5], c) then redis.call('HDEL', KEYS[3], c) end
+end
 local upto = 0
 local acks = redis.call('HVALS', KEYS[3])
 if #acks > 0 then
@@ -186,10 +219,11 @@ func (s *RedisStore) Trim(ctx context.Context, retention time.Duration) (int, er
 		return 0, wrapRedis("trim", err)
 	}
 	cutoff := s.now().Add(-retention).UnixMilli()
+	expired := s.now().Add(-s.clients.expiry).UnixMilli()
 	total := 0
 	for _, ch := range channels {
 		k := s.keys(ch)
-		n, err := trimScript.Run(ctx, s.c, []string{k[1], k[2], k[3], k[4]}, cutoff).Int()
+		n, err := trimScript.Run(ctx, s.c, []string{k[1], k[2], k[3], k[4], k[5]}, cutoff, expired, s.clients.max).Int()
 		if err != nil {
 			return total, wrapRedis("trim", err)
 		}

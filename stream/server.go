@@ -2,14 +2,19 @@ package stream
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
+	"net/url"
+	"path"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -23,23 +28,44 @@ var jsClient []byte
 
 // WebSocket close codes the server uses, with a reason text.
 const (
-	CloseBadHello       websocket.StatusCode = 4400 // the first frame was not a valid hello
-	CloseForbidden      websocket.StatusCode = 4403 // Authorize refused the channel
-	CloseUnknown        websocket.StatusCode = 4404 // Channels does not know the channel
-	CloseSlowConsumer   websocket.StatusCode = 4408 // the client did not keep up
-	CloseTrimmed        websocket.StatusCode = 4409 // events after the client's seq were trimmed: reload
-	CloseKicked         websocket.StatusCode = 4410 // Kick, or the server shutting down
-	DefaultHeartbeat                         = 15 * time.Second
-	DefaultSendBuffer                        = 1024
-	defaultWriteTimeout                      = 10 * time.Second
+	CloseBadHello           websocket.StatusCode = 4400 // bad input: the first frame was not a valid hello, or too many bad frames
+	CloseForbidden          websocket.StatusCode = 4403 // Authorize refused the channel
+	CloseUnknown            websocket.StatusCode = 4404 // Channels does not know the channel
+	CloseSlowConsumer       websocket.StatusCode = 4408 // the client did not keep up
+	CloseTrimmed            websocket.StatusCode = 4409 // events after the client's seq were trimmed: reload
+	CloseKicked             websocket.StatusCode = 4410 // Kick, or the server shutting down
+	DefaultHeartbeat                             = 15 * time.Second
+	DefaultSendBuffer                            = 1024
+	DefaultHandshakeTimeout                      = 10 * time.Second
+	defaultWriteTimeout                          = 10 * time.Second
 )
 
-// ServerConfig configures a Server. The zero value is usable.
+// ServerConfig configures a Server. Authorize (or AllowAnonymous) must be set;
+// every other field has a default.
 type ServerConfig struct {
 	// Authorize decides whether the caller of r may read channel (never another
 	// user's events). An error refuses it: 403 on REST, close 4403 on the socket,
-	// with the error's text as the reason. Nil allows every caller.
+	// with the error's text as the reason. It is required unless AllowAnonymous
+	// is set: NewServer refuses a server with neither.
 	Authorize func(r *http.Request, channel string) error
+	// AllowAnonymous, with Authorize nil, lets every caller read every channel,
+	// over the socket and GET /events: for public channels only. Without it, a
+	// nil Authorize is a configuration error, not an open server.
+	AllowAnonymous bool
+	// OriginPatterns lists the browser origins, besides the server's own host,
+	// whose pages may open the socket and read GET /events (host patterns matched
+	// with path.Match, e.g. "app.example.com" or "*.example.com"; a pattern with
+	// "://" is matched against scheme://host). A request with any other Origin
+	// header is refused with 403, so a foreign page cannot ride the user's
+	// cookies (cross-site WebSocket hijacking). Requests without an Origin
+	// (non-browser clients) are not affected. The server never sends CORS
+	// headers.
+	OriginPatterns []string
+	// Principal, if set, names the authenticated caller of r (a user id). Acks
+	// are then recorded per principal and client id, so a caller who learns
+	// another's client id cannot move that client's acks. Nil: acks are recorded
+	// per client id alone (random UUIDs in the Go and JavaScript clients).
+	Principal func(r *http.Request) string
 	// Channels reports whether a channel exists. Nil: every valid name does.
 	Channels func(channel string) bool
 	// Heartbeat is how often the server sends a heartbeat frame (with the head) and
@@ -53,6 +79,14 @@ type ServerConfig struct {
 	// frame tells the client its window, so it can ack in time. Default
 	// DefaultSendBuffer.
 	SendBuffer int
+	// MaxConnections, if positive, bounds the sockets open at once: the
+	// handshake of one more is refused with 503 and Retry-After. Zero: no bound
+	// (bound the listener or the proxy in front instead).
+	MaxConnections int
+	// HandshakeTimeout bounds the wait for the hello frame after the WebSocket
+	// handshake. Default DefaultHandshakeTimeout. (The HTTP handshake itself is
+	// bounded by the http.Server's ReadHeaderTimeout.)
+	HandshakeTimeout time.Duration
 	// WriteTimeout bounds one frame's write and the wait for an ack when a client's
 	// window is full: a client that neither reads nor acks for this long is a slow
 	// consumer and is disconnected. Default 10 s.
@@ -76,6 +110,7 @@ type Server struct {
 	cfg   ServerConfig
 	m     *streamMetrics
 
+	conns    atomic.Int64 // sockets open, for MaxConnections
 	mu       sync.Mutex
 	channels map[string]*channel
 	closed   bool
@@ -110,8 +145,9 @@ type client struct {
 	mu      sync.Mutex
 	sent    uint64
 	acked   uint64
-	flushed uint64 // the ack last written to the store
-	id      string // the client's name for acks
+	flushed uint64    // the ack last written to the store
+	id      string    // the client's ack row: its id, scoped by its principal
+	seen    time.Time // when the ack row was last written
 }
 
 func (c *client) kick(code websocket.StatusCode, reason string) {
@@ -126,8 +162,21 @@ func NewServer(store Store, cfg ServerConfig) (*Server, error) {
 	if store == nil {
 		return nil, &idem.InputError{Field: "store", Reason: "is nil", Fix: "pass a stream.Store, e.g. NewSQLStore"}
 	}
+	if cfg.Authorize == nil && !cfg.AllowAnonymous {
+		return nil, &idem.InputError{Field: "ServerConfig.Authorize", Reason: "is nil and AllowAnonymous is false",
+			Fix: "set Authorize to check that the caller may read the channel, or AllowAnonymous: true if every channel is public"}
+	}
+	for _, p := range cfg.OriginPatterns {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			return nil, &idem.InputError{Field: "ServerConfig.OriginPatterns", Reason: fmt.Sprintf("has a bad pattern %q", p),
+				Fix: `list hosts such as "app.example.com" or "*.example.com"`}
+		}
+	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	if cfg.SendBuffer <= 0 {
 		cfg.SendBuffer = DefaultSendBuffer
@@ -253,11 +302,35 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// check validates, authorizes and finds channel for a caller.
-func (s *Server) check(r *http.Request, channelName string) (status int, code string, err error) {
-	if err := validateChannel(channelName); err != nil {
-		return http.StatusBadRequest, "bad_frame", err
+// checkOrigin refuses a browser request from a page of another origin than the
+// server's host and OriginPatterns: the rule websocket.Accept applies to the
+// socket, applied to GET /events too.
+func (s *Server) checkOrigin(r *http.Request) error {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil
 	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("Origin %.80q is not a URL with a host", origin)
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return nil
+	}
+	for _, p := range s.cfg.OriginPatterns {
+		target := u.Host
+		if strings.Contains(p, "://") {
+			target = u.Scheme + "://" + u.Host
+		}
+		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(target)); ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("Origin %.80q may not read this server's streams: add it to ServerConfig.OriginPatterns if it should", origin)
+}
+
+// check authorizes and finds channel (already validated) for a caller.
+func (s *Server) check(r *http.Request, channelName string) (status int, code string, err error) {
 	if s.cfg.Channels != nil && !s.cfg.Channels(channelName) {
 		return http.StatusNotFound, "unknown_channel", fmt.Errorf("no channel %q", channelName)
 	}
@@ -271,28 +344,30 @@ func (s *Server) check(r *http.Request, channelName string) (status int, code st
 
 // GET /events?channel=C&since=N&limit=L
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	channelName := q.Get("channel")
-	since, err := strconv.ParseUint(q.Get("since"), 10, 64)
-	if q.Get("since") == "" {
-		since, err = 0, nil
-	}
-	if err != nil {
-		problem(w, http.StatusBadRequest, "since must be the last seq the client processed (0 for none): "+err.Error())
+	if err := s.checkOrigin(r); err != nil {
+		problem(w, http.StatusForbidden, err.Error())
 		return
 	}
-	limit := 1000
-	if l := q.Get("limit"); l != "" {
-		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > 10000 {
-			problem(w, http.StatusBadRequest, "limit must be between 1 and 10000")
-			return
-		}
+	q, err := parseEventsQuery(r.URL.Query())
+	if err != nil {
+		problem(w, http.StatusBadRequest, err.Error())
+		return
 	}
+	channelName, since := q.Channel, q.Since
 	if status, _, err := s.check(r, channelName); err != nil {
 		problem(w, status, "channel: "+err.Error())
 		return
 	}
-	events, err := s.store.Read(r.Context(), channelName, since, limit)
+	head, err := s.store.Head(r.Context(), channelName)
+	if err != nil {
+		problem(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	if since > head {
+		problem(w, http.StatusBadRequest, fmt.Sprintf("since %d is past the channel's head %d: pass the last seq the client processed", since, head))
+		return
+	}
+	events, err := s.readPage(r.Context(), channelName, since, q.Limit)
 	if errors.Is(err, ErrTrimmed) {
 		problem(w, http.StatusGone, fmt.Sprintf("events after seq %d were trimmed: reload the state and start from the head", since))
 		return
@@ -301,16 +376,49 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	head, err := s.store.Head(r.Context(), channelName)
-	if err != nil {
-		problem(w, http.StatusServiceUnavailable, err.Error())
-		return
+	if n := len(events); n > 0 {
+		head = max(head, events[n-1].Seq)
 	}
 	if events == nil {
 		events = []Event{}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"channel": channelName, "head": head, "events": events})
+}
+
+// Bounds of one GET /events answer: it is read from the store in chunks of
+// eventsChunk events and ends after the chunk that reaches eventsBytes of
+// event data, so a request for 10000 large events does not hold them all. The
+// clients ask again from the last seq they got.
+const (
+	eventsChunk = 100
+	eventsBytes = 4 << 20
+)
+
+// readPage reads up to limit events after since, in chunks, stopping early
+// once eventsBytes of data are read.
+func (s *Server) readPage(ctx context.Context, name string, since uint64, limit int) ([]Event, error) {
+	var out []Event
+	size := 0
+	for len(out) < limit && size < eventsBytes {
+		want := min(limit-len(out), eventsChunk)
+		page, err := s.store.Read(ctx, name, since, want)
+		if err != nil {
+			if len(out) > 0 { // trimmed or failed after the first chunk: send what was read
+				return out, nil
+			}
+			return nil, err
+		}
+		for _, e := range page {
+			out = append(out, e)
+			size += len(e.Data) + len(e.Type) + len(e.ID)
+		}
+		if len(page) < want {
+			break
+		}
+		since = page[len(page)-1].Seq
+	}
+	return out, nil
 }
 
 func problem(w http.ResponseWriter, status int, detail string) {
@@ -334,26 +442,37 @@ type frame struct {
 }
 
 func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if n := s.conns.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
+		s.conns.Add(-1)
+		w.Header().Set("Retry-After", "5")
+		problem(w, http.StatusServiceUnavailable, fmt.Sprintf("the server holds its maximum of %d connections: retry later", s.cfg.MaxConnections))
+		return
+	}
+	defer s.conns.Add(-1)
+	// Accept checks the Origin (403 for a foreign page) the way checkOrigin does.
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.OriginPatterns})
 	if err != nil {
 		return // Accept wrote the HTTP error
 	}
-	ws.SetReadLimit(64 << 10)
+	ws.SetReadLimit(maxFrame)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 
-	hello, err := readHello(ctx, ws)
+	hello, err := s.readHello(ctx, ws)
 	if err != nil {
 		s.refuse(ctx, ws, "bad_frame", CloseBadHello, err.Error())
 		return
 	}
 	if _, code, err := s.check(r, hello.Channel); err != nil {
-		status := map[string]websocket.StatusCode{"bad_frame": CloseBadHello, "unknown_channel": CloseUnknown, "forbidden": CloseForbidden}[code]
+		status := map[string]websocket.StatusCode{"unknown_channel": CloseUnknown, "forbidden": CloseForbidden}[code]
 		s.refuse(ctx, ws, code, status, err.Error())
 		return
 	}
+	if hello.Client == "" { // an old client: its own ack row, for this connection
+		hello.Client = "conn-" + randomID()
+	}
 	c := &client{ws: ws, wake: make(chan struct{}, 1), kicked: make(chan struct{}), sent: hello.Since, acked: hello.Since,
-		flushed: hello.Since, id: hello.Client}
+		flushed: hello.Since, id: s.ackRow(r, hello.Client)}
 	ch, err := s.join(ctx, hello.Channel, c)
 	if err != nil {
 		s.refuse(ctx, ws, "unavailable", websocket.StatusTryAgainLater, err.Error())
@@ -361,16 +480,27 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.active.Done() // Add is in join, under the lock that Close takes
 	defer s.leave(hello.Channel, ch, c)
+	if head := ch.head(); hello.Since > head {
+		s.refuse(ctx, ws, "bad_frame", CloseBadHello, fmt.Sprintf("since %d is past the channel's head %d: send the last seq you processed", hello.Since, head))
+		return
+	}
+	// The client is known from now on: Trim keeps what it has not acked, even if
+	// it never acks (an ack of 0 never lowers a row, and refreshes it).
+	if err := s.store.Ack(ctx, hello.Channel, c.id, 0); err != nil {
+		s.refuse(ctx, ws, "unavailable", websocket.StatusTryAgainLater, "store unavailable, retry")
+		return
+	}
+	c.seen = time.Now()
 	s.m.clients.Inc()
 	defer s.m.clients.Dec()
 
-	if err := write(ctx, ws, frame{Type: "ready", Channel: hello.Channel, Head: ptr(ch.head()), Window: s.cfg.SendBuffer}); err != nil {
+	if err := write(ctx, ws, frame{Type: "ready", Channel: hello.Channel, Client: hello.Client, Head: ptr(ch.head()), Window: s.cfg.SendBuffer}); err != nil {
 		return
 	}
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		s.readAcks(ctx, ws, hello, c)
+		s.readAcks(ctx, ws, c)
 		cancel()
 	}()
 	reason := s.writeLoop(ctx, hello.Channel, ch, c)
@@ -382,7 +512,7 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		_ = ws.CloseNow()
 	}
 	<-readerDone
-	s.flushAck(context.WithoutCancel(r.Context()), hello.Channel, hello.Client, c)
+	s.flushAck(context.WithoutCancel(r.Context()), hello.Channel, c, false)
 	c.mu.Lock()
 	s.m.unacked.Sub(float64(c.sent - min(c.acked, c.sent)))
 	c.mu.Unlock()
@@ -394,18 +524,28 @@ type closeReason struct {
 	text  string
 }
 
-func readHello(ctx context.Context, ws *websocket.Conn) (frame, error) {
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+func (s *Server) readHello(ctx context.Context, ws *websocket.Conn) (hello, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
 	defer cancel()
 	_, data, err := ws.Read(rctx)
 	if err != nil {
-		return frame{}, fmt.Errorf("no hello: %w", err)
+		return hello{}, fmt.Errorf("no hello within %v: %w", s.cfg.HandshakeTimeout, err)
 	}
-	var f frame
-	if err := json.Unmarshal(data, &f); err != nil || f.Type != "hello" {
-		return frame{}, errors.New(`the first frame must be {"type":"hello","channel":"…","since":N}`)
+	return parseHello(data)
+}
+
+// ackRow is the name of a client's ack row: its id, scoped by its principal.
+func (s *Server) ackRow(r *http.Request, id string) string {
+	if s.cfg.Principal == nil {
+		return id
 	}
-	return f, nil
+	return s.cfg.Principal(r) + "/" + id
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func (s *Server) refuse(ctx context.Context, ws *websocket.Conn, code string, status websocket.StatusCode, msg string) {
@@ -503,7 +643,7 @@ func (s *Server) writeLoop(ctx context.Context, name string, ch *channel, c *cli
 			}
 			batch, head = ch.next(next, min(room, 64))
 			if len(batch) == 0 && next <= head {
-				events, err := s.store.Read(ctx, name, next-1, min(room, 256))
+				events, err := s.store.Read(ctx, name, next-1, min(room, 64))
 				for _, e := range events {
 					batch = append(batch, cached{e: e})
 				}
@@ -532,14 +672,16 @@ func (s *Server) writeLoop(ctx context.Context, name string, ch *channel, c *cli
 			if data == nil {
 				data, _ = json.Marshal(frame{Type: "event", Event: &batch[i].e})
 			}
+			// sent moves before the write: a fast client may ack the event before
+			// the write returns, and that ack must not be refused as bad_ack.
+			c.mu.Lock()
+			c.sent = batch[i].e.Seq
+			s.m.unacked.Inc()
+			c.mu.Unlock()
 			if err := writeRaw(ctx, c.ws, data, s.cfg.WriteTimeout); err != nil {
 				return s.reasonFor(ctx, c, err)
 			}
-			c.mu.Lock()
-			c.sent = batch[i].e.Seq
-			c.mu.Unlock()
 			s.m.sent.Inc()
-			s.m.unacked.Inc()
 		}
 		if len(batch) > 0 {
 			continue
@@ -559,7 +701,7 @@ func (s *Server) writeLoop(ctx context.Context, name string, ch *channel, c *cli
 				Message: fmt.Sprintf("%d events unacknowledged for %v: ack what you process; reconnect to catch up", inflight, s.cfg.WriteTimeout)})
 			return closeReason{"slow_consumer", CloseSlowConsumer, "slow consumer: window full"}
 		case <-heartbeat.C:
-			s.flushAck(ctx, name, c.id, c)
+			s.flushAck(ctx, name, c, true)
 			if err := write(ctx, c.ws, frame{Type: "heartbeat", Head: ptr(ch.head())}); err != nil {
 				return s.reasonFor(ctx, c, err)
 			}
@@ -588,30 +730,38 @@ func (s *Server) reasonFor(ctx context.Context, c *client, err error) closeReaso
 	return closeReason{"write_error", 0, ""}
 }
 
+// maxBadFrames is how many bad frames a connection may send (each answered
+// with an error frame) before it is closed with 4400.
+const maxBadFrames = 16
+
 // readAcks reads the client's frames: acks, and errors for anything else.
-func (s *Server) readAcks(ctx context.Context, ws *websocket.Conn, hello frame, c *client) {
+func (s *Server) readAcks(ctx context.Context, ws *websocket.Conn, c *client) {
+	bad := 0
 	for {
 		_, data, err := ws.Read(ctx)
 		if err != nil {
 			return
 		}
-		var f frame
-		if err := json.Unmarshal(data, &f); err != nil || f.Type != "ack" {
-			_ = write(ctx, ws, frame{Type: "error", Code: "bad_frame", Message: `expected {"type":"ack","seq":N}`})
-			continue
-		}
-		c.mu.Lock()
-		sent, acked := c.sent, c.acked
-		if f.Seq > sent {
+		seq, err := parseAck(data)
+		code := "bad_frame"
+		if err == nil {
+			c.mu.Lock()
+			if sent := c.sent; seq > sent {
+				err, code = fmt.Errorf("ack of seq %d, but only %d was sent", seq, sent), "bad_ack"
+			} else if acked := c.acked; seq > acked {
+				c.acked = seq
+				s.m.unacked.Sub(float64(seq - acked))
+			}
 			c.mu.Unlock()
-			_ = write(ctx, ws, frame{Type: "error", Code: "bad_ack", Message: fmt.Sprintf("ack of seq %d, but only %d was sent", f.Seq, sent)})
+		}
+		if err != nil {
+			if bad++; bad > maxBadFrames {
+				c.kick(CloseBadHello, "too many bad frames") // the write loop closes; read on until then
+				continue
+			}
+			_ = write(ctx, ws, frame{Type: "error", Code: code, Message: err.Error()})
 			continue
 		}
-		if f.Seq > acked {
-			c.acked = f.Seq
-			s.m.unacked.Sub(float64(f.Seq - acked))
-		}
-		c.mu.Unlock()
 		select {
 		case c.wake <- struct{}{}: // the window may have room again
 		default:
@@ -619,22 +769,27 @@ func (s *Server) readAcks(ctx context.Context, ws *websocket.Conn, hello frame, 
 	}
 }
 
-// flushAck records c's latest ack in the store, if it moved. Acks only drive
-// trimming, so they are written at each heartbeat and at disconnect, not one
-// write per ack frame.
-func (s *Server) flushAck(ctx context.Context, channelName, clientID string, c *client) {
+// ackRefresh is how often a connected client's ack row is rewritten even if its
+// ack did not move, so that a store's client expiry never drops a live client.
+const ackRefresh = 5 * time.Minute
+
+// flushAck records c's latest ack in the store, if it moved (or, with refresh,
+// if the row is due for a refresh). Acks only drive trimming, so they are
+// written at each heartbeat and at disconnect, not one write per ack frame.
+func (s *Server) flushAck(ctx context.Context, channelName string, c *client, refresh bool) {
 	c.mu.Lock()
-	acked, done := c.acked, c.flushed
+	acked, done, seen := c.acked, c.flushed, c.seen
 	c.mu.Unlock()
-	if acked <= done {
+	if acked <= done && !(refresh && time.Since(seen) > ackRefresh) {
 		return
 	}
-	if err := s.store.Ack(ctx, channelName, clientID, acked); err != nil {
+	if err := s.store.Ack(ctx, channelName, c.id, acked); err != nil {
 		s.cfg.Logger.Warn("stream: ack not recorded", "channel", channelName, "err", err)
 		return
 	}
 	c.mu.Lock()
 	c.flushed = max(c.flushed, acked)
+	c.seen = time.Now()
 	c.mu.Unlock()
 }
 

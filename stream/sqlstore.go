@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -13,14 +14,20 @@ import (
 type SQLConfig struct {
 	// Now is the clock of event times and retention. Nil means time.Now.
 	Now func() time.Time
+	// ClientExpiry and MaxClients bound the clients Trim waits for; see
+	// DefaultClientExpiry and DefaultMaxClients.
+	ClientExpiry time.Duration
+	MaxClients   int
 }
 
 // SQLStore keeps events in the tables idem_stream_events and idem_stream_heads of
-// a SQLite or PostgreSQL database. AppendTx appends in the caller's transaction,
+// a SQLite or PostgreSQL database, and each client's ack in idem_stream_clients
+// (idem_stream_acks, from earlier versions, is no longer read). AppendTx appends in the caller's transaction,
 // so an event exists if and only if the business write it reports commits.
 type SQLStore[Tx any] struct {
-	db  idem.TxDB[Tx]
-	now func() time.Time
+	db      idem.TxDB[Tx]
+	now     func() time.Time
+	clients clientBounds
 }
 
 // NewSQLStore returns a store on db, creating its tables if needed.
@@ -31,19 +38,23 @@ func NewSQLStore[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SQLConfig) (
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	bounds, err := newClientBounds(cfg.ClientExpiry, cfg.MaxClients)
+	if err != nil {
+		return nil, err
+	}
 	blob := "BLOB"
 	if db.Dialect == idem.Postgres {
 		blob = "BYTEA"
 	}
-	err := db.InTx(ctx, func(tx Tx) error {
+	err = db.InTx(ctx, func(tx Tx) error {
 		for _, stmt := range []string{
 			`CREATE TABLE IF NOT EXISTS idem_stream_heads (channel TEXT PRIMARY KEY, head BIGINT NOT NULL)`,
 			`CREATE TABLE IF NOT EXISTS idem_stream_events (channel TEXT NOT NULL, seq BIGINT NOT NULL, type TEXT NOT NULL,
 				entity TEXT NOT NULL, data ` + blob + `, ikey TEXT NOT NULL, at BIGINT NOT NULL, PRIMARY KEY (channel, seq))`,
 			`CREATE UNIQUE INDEX IF NOT EXISTS idem_stream_events_key ON idem_stream_events (channel, ikey) WHERE ikey <> ''`,
 			`CREATE INDEX IF NOT EXISTS idem_stream_events_at ON idem_stream_events (at)`,
-			`CREATE TABLE IF NOT EXISTS idem_stream_acks (channel TEXT NOT NULL, client TEXT NOT NULL, seq BIGINT NOT NULL,
-				PRIMARY KEY (channel, client))`,
+			`CREATE TABLE IF NOT EXISTS idem_stream_clients (channel TEXT NOT NULL, client TEXT NOT NULL, seq BIGINT NOT NULL,
+				seen BIGINT NOT NULL, PRIMARY KEY (channel, client))`,
 		} {
 			if _, err := db.Querier(tx).Exec(ctx, stmt); err != nil {
 				return err
@@ -54,7 +65,7 @@ func NewSQLStore[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SQLConfig) (
 	if err != nil {
 		return nil, &idem.BackendError{Backend: "stream", Op: "migrate", Err: err}
 	}
-	return &SQLStore[Tx]{db: db, now: cfg.Now}, nil
+	return &SQLStore[Tx]{db: db, now: cfg.Now, clients: bounds}, nil
 }
 
 // Append implements Store in a transaction of its own.
@@ -160,28 +171,44 @@ func (s *SQLStore[Tx]) Head(ctx context.Context, channel string) (uint64, error)
 	return uint64(head), nil
 }
 
-// Ack implements Store; an ack below the client's previous one is ignored.
+// Ack implements Store; an ack below the client's previous one only marks the
+// client as seen.
 func (s *SQLStore[Tx]) Ack(ctx context.Context, channel, client string, seq uint64) error {
+	if seq > MaxSeq {
+		return &idem.InputError{Field: "seq", Reason: fmt.Sprintf("is %d", seq), Fix: fmt.Sprintf("ack a seq up to %d", uint64(MaxSeq))}
+	}
 	return wrap("ack", s.db.InTx(ctx, func(tx Tx) error {
-		_, err := s.db.Querier(tx).Exec(ctx, `INSERT INTO idem_stream_acks (channel, client, seq) VALUES ($1, $2, $3)
-			ON CONFLICT (channel, client) DO UPDATE SET seq = CASE WHEN excluded.seq > idem_stream_acks.seq THEN excluded.seq ELSE idem_stream_acks.seq END`,
-			channel, client, int64(seq))
+		_, err := s.db.Querier(tx).Exec(ctx, `INSERT INTO idem_stream_clients (channel, client, seq, seen) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (channel, client) DO UPDATE SET seen = excluded.seen,
+			seq = CASE WHEN excluded.seq > idem_stream_clients.seq THEN excluded.seq ELSE idem_stream_clients.seq END`,
+			channel, client, int64(seq), s.now().UnixNano())
 		return err
 	}))
 }
 
-// Trim implements Store: events older than retention, and events at or below the
-// lowest ack of their channel's clients.
+// Trim implements Store: it forgets clients not seen for ClientExpiry and all
+// but the MaxClients most recently seen of each channel, then deletes events
+// older than retention and events at or below the lowest ack of their
+// channel's clients.
 func (s *SQLStore[Tx]) Trim(ctx context.Context, retention time.Duration) (int, error) {
 	var n int64
+	now := s.now()
 	err := s.db.InTx(ctx, func(tx Tx) error {
 		q := s.db.Querier(tx)
-		a, err := q.Exec(ctx, `DELETE FROM idem_stream_events WHERE at < $1`, s.now().Add(-retention).UnixNano())
+		if _, err := q.Exec(ctx, `DELETE FROM idem_stream_clients WHERE seen < $1`, now.Add(-s.clients.expiry).UnixNano()); err != nil {
+			return err
+		}
+		if _, err := q.Exec(ctx, `DELETE FROM idem_stream_clients WHERE (channel, client) IN (SELECT channel, client FROM
+			(SELECT channel, client, ROW_NUMBER() OVER (PARTITION BY channel ORDER BY seen DESC, client) AS rank
+			FROM idem_stream_clients) ranked WHERE rank > $1)`, s.clients.max); err != nil {
+			return err
+		}
+		a, err := q.Exec(ctx, `DELETE FROM idem_stream_events WHERE at < $1`, now.Add(-retention).UnixNano())
 		if err != nil {
 			return err
 		}
-		b, err := q.Exec(ctx, `DELETE FROM idem_stream_events WHERE seq <= (SELECT MIN(a.seq) FROM idem_stream_acks a
-			WHERE a.channel = idem_stream_events.channel)`)
+		b, err := q.Exec(ctx, `DELETE FROM idem_stream_events WHERE seq <= (SELECT MIN(c.seq) FROM idem_stream_clients c
+			WHERE c.channel = idem_stream_events.channel)`)
 		n = a + b
 		return err
 	})

@@ -47,11 +47,45 @@ type Store interface {
 	Read(ctx context.Context, channel string, since uint64, limit int) ([]Event, error)
 	// Head is the seq of the channel's last event, 0 for none.
 	Head(ctx context.Context, channel string) (uint64, error)
-	// Ack records that client processed channel up to seq.
+	// Ack records that client processed channel up to seq (never lowering what
+	// it recorded before) and that the client was seen now.
 	Ack(ctx context.Context, channel, client string, seq uint64) error
 	// Trim deletes events older than retention and events every client of their
-	// channel acknowledged, and returns how many it deleted.
+	// channel acknowledged, and returns how many it deleted. Clients not seen
+	// for the store's ClientExpiry, and all but the MaxClients most recently
+	// seen of a channel, are forgotten first: events they had not acked may go.
 	Trim(ctx context.Context, retention time.Duration) (int, error)
+}
+
+// Bounds of the clients a store remembers for trimming, per channel.
+const (
+	// DefaultClientExpiry is how long a store remembers a client that does not
+	// come back. A connected client's row is refreshed every few minutes.
+	DefaultClientExpiry = 24 * time.Hour
+	// DefaultMaxClients is how many clients per channel a store remembers (the
+	// most recently seen); Trim forgets the others.
+	DefaultMaxClients = 1000
+)
+
+// clientBounds is what a store remembers of clients, validated.
+type clientBounds struct {
+	expiry time.Duration
+	max    int
+}
+
+func newClientBounds(expiry time.Duration, maxClients int) (clientBounds, error) {
+	switch {
+	case expiry < 0:
+		return clientBounds{}, &idem.InputError{Field: "ClientExpiry", Reason: fmt.Sprintf("is negative (%v)", expiry), Fix: "leave it 0 for the default (24h)"}
+	case maxClients < 0:
+		return clientBounds{}, &idem.InputError{Field: "MaxClients", Reason: fmt.Sprintf("is negative (%d)", maxClients), Fix: "leave it 0 for the default (1000)"}
+	case expiry == 0:
+		expiry = DefaultClientExpiry
+	}
+	if maxClients == 0 {
+		maxClients = DefaultMaxClients
+	}
+	return clientBounds{expiry: expiry, max: maxClients}, nil
 }
 
 // ErrTrimmed is returned by Read when events after since were trimmed: the

@@ -20,6 +20,11 @@ import (
 // forEachStore runs fn on every Store: SQLite, Postgres and Redis, each with a
 // clock the test can move.
 func forEachStore(t *testing.T, fn func(t *testing.T, s stream.Store, clock *chaos.Clock)) {
+	forEachStoreWith(t, 0, fn)
+}
+
+// forEachStoreWith is forEachStore with the stores' MaxClients set.
+func forEachStoreWith(t *testing.T, maxClients int, fn func(t *testing.T, s stream.Store, clock *chaos.Clock)) {
 	for _, name := range []string{"sqlite", "postgres", "redis"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -32,12 +37,12 @@ func forEachStore(t *testing.T, fn func(t *testing.T, s stream.Store, clock *cha
 				if name == "postgres" {
 					db = sqltest.Postgres(t)
 				}
-				s, err = stream.NewSQLStore(context.Background(), db, stream.SQLConfig{Now: clock.Now})
+				s, err = stream.NewSQLStore(context.Background(), db, stream.SQLConfig{Now: clock.Now, MaxClients: maxClients})
 			case "redis":
 				testsvc.Reach(t, "redis", testsvc.RedisAddr())
 				c := redis.NewClient(&redis.Options{Addr: testsvc.RedisAddr()})
 				t.Cleanup(func() { c.Close() })
-				s, err = stream.NewRedisStore(c, stream.RedisConfig{Prefix: testsvc.RedisPrefix(t), Now: clock.Now})
+				s, err = stream.NewRedisStore(c, stream.RedisConfig{Prefix: testsvc.RedisPrefix(t), Now: clock.Now, MaxClients: maxClients})
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -118,6 +123,51 @@ func TestStoreContract(t *testing.T) {
 		clock.Jump(2 * time.Hour)
 		if n, err := s.Trim(ctx, time.Hour); err != nil || n != 51 {
 			t.Fatalf("Trim past retention = %d, %v; want the 51 left", n, err)
+		}
+	})
+}
+
+// Trim waits for every client it knows, but not forever: a client not seen for
+// the ClientExpiry, or beyond the MaxClients most recently seen of its
+// channel, is forgotten, and what it had not acked may go.
+func TestTrimForgetsClientsThatDoNotComeBack(t *testing.T) {
+	t.Parallel()
+	forEachStoreWith(t, 3, func(t *testing.T, s stream.Store, clock *chaos.Clock) {
+		ctx := context.Background()
+		const keep = 1000 * time.Hour // retention: only acks trim here
+		for range 10 {
+			if _, err := s.Append(ctx, "c", stream.Event{Type: "t"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Append(ctx, "d", stream.Event{Type: "t"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = s.Ack(ctx, "c", "fast", 8)
+		_ = s.Ack(ctx, "c", "gone", 2)
+		if n, err := s.Trim(ctx, keep); err != nil || n != 2 {
+			t.Fatalf("Trim = %d, %v; want the 2 both clients acked", n, err)
+		}
+		clock.Jump(stream.DefaultClientExpiry / 2)
+		_ = s.Ack(ctx, "c", "fast", 9)
+		_ = s.Ack(ctx, "c", "gone", 1) // lower: only refreshes
+		clock.Jump(stream.DefaultClientExpiry/2 + time.Minute)
+		if n, err := s.Trim(ctx, keep); err != nil || n != 0 {
+			t.Fatalf("Trim = %d, %v; want 0: an ack below the row refreshes it", n, err)
+		}
+		_ = s.Ack(ctx, "c", "fast", 9) // fast keeps coming back; gone does not
+		clock.Jump(stream.DefaultClientExpiry / 2)
+		if n, err := s.Trim(ctx, keep); err != nil || n != 7 {
+			t.Fatalf("Trim after the slow client expired = %d, %v; want 7 (3..9)", n, err)
+		}
+		// Channel d: four clients, three kept; the least recently seen goes.
+		_ = s.Ack(ctx, "d", "old", 1)
+		for _, id := range []string{"x", "y", "z"} {
+			clock.Jump(time.Second)
+			_ = s.Ack(ctx, "d", id, 10)
+		}
+		if n, err := s.Trim(ctx, keep); err != nil || n != 10 {
+			t.Fatalf("Trim over MaxClients = %d, %v; want 10 (the oldest client forgotten)", n, err)
 		}
 	})
 }

@@ -123,7 +123,7 @@ func checkExactly(t *testing.T, who string, got []uint64, n int) {
 func TestDroppedConnectionsLoseNothing(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, store stream.Store, _ *chaos.Clock) {
-		f := serve(t, store, stream.ServerConfig{})
+		f := serve(t, store, stream.ServerConfig{AllowAnonymous: true})
 		proxy, err := chaos.NewProxy("stream", strings.TrimPrefix(f.http.URL, "http://"))
 		if err != nil {
 			t.Fatal(err)
@@ -174,7 +174,7 @@ func TestDroppedConnectionsLoseNothing(t *testing.T) {
 func TestReplayRESTHintsAndKeys(t *testing.T) {
 	t.Parallel()
 	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
-		f := newFixture(t, db, stream.ServerConfig{})
+		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		appendN(t, f.srv, "c", 10, nil)
 		hint, err := f.srv.Append(ctx, "c", stream.Event{Type: "order.updated", ID: "o-99"})
@@ -360,7 +360,7 @@ func TestBadInputAndAuthorization(t *testing.T) {
 func TestTrim(t *testing.T) {
 	t.Parallel()
 	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
-		f := newFixture(t, db, stream.ServerConfig{})
+		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		appendN(t, f.srv, "c", 10, nil)
 		if err := f.store.Ack(ctx, "c", "phone", 6); err != nil {
@@ -391,7 +391,7 @@ func TestTrim(t *testing.T) {
 func TestOutboxRelayFeedsTheStream(t *testing.T) {
 	t.Parallel()
 	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
-		f := newFixture(t, db, stream.ServerConfig{})
+		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		ob, err := outbox.New(ctx, db)
 		if err != nil {
@@ -452,7 +452,7 @@ func (f *fixture) metric(name, reason string) float64 {
 func TestAcksReachTheStore(t *testing.T) {
 	t.Parallel()
 	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
-		f := newFixture(t, db, stream.ServerConfig{Heartbeat: 100 * time.Millisecond})
+		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true, Heartbeat: 100 * time.Millisecond})
 		appendN(t, f.srv, "c", 10, nil)
 		rec := &recorder{}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -469,5 +469,68 @@ func TestAcksReachTheStore(t *testing.T) {
 			trimmed += n
 			return trimmed == 10
 		})
+	})
+}
+
+// Two readers of one channel, each with the default client id: the fast one
+// acks everything and Trim runs; the slow one, which stopped early, still gets
+// every event when it resumes (each reader has its own ack row, and a reader is
+// known from the moment it connects).
+func TestTrimWaitsForTheSlowReader(t *testing.T) {
+	t.Parallel()
+	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true, Heartbeat: 100 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		appendN(t, f.srv, "c", 20, nil)
+
+		stop := errors.New("the slow reader stops")
+		slowRec := &recorder{}
+		slow, _ := stream.NewClient(stream.ClientConfig{URL: f.http.URL, Channel: "c", OnEvent: func(e stream.Event) error {
+			if e.Seq > 3 {
+				return stop
+			}
+			return slowRec.on(e)
+		}})
+		if err := slow.Run(ctx); !errors.Is(err, stop) {
+			t.Fatalf("slow Run = %v, want it stopped by OnEvent", err)
+		}
+
+		fastRec := &recorder{}
+		fast, _ := stream.NewClient(stream.ClientConfig{URL: f.http.URL, Channel: "c", OnEvent: fastRec.on})
+		fctx, fcancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = fast.Run(fctx) }()
+		waitFor(t, "the fast reader", func() bool { return len(fastRec.snapshot()) == 20 })
+		waitFor(t, "the fast reader's ack to reach the store (at a heartbeat)", func() bool {
+			var acked int64
+			_ = f.db.InTx(ctx, func(tx *sql.Tx) error {
+				return tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM idem_stream_clients WHERE channel = 'c'`).Scan(&acked)
+			})
+			return acked == 20
+		})
+		fcancel()
+		<-done
+		if _, err := f.store.Trim(ctx, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+
+		// The slow reader resumes where it stopped: nothing was trimmed under it.
+		var trimmed error
+		slow2, _ := stream.NewClient(stream.ClientConfig{URL: f.http.URL, Channel: "c", ID: slow.ID(), Since: slow.LastSeq(),
+			OnEvent: slowRec.on, OnDisconnect: func(err error) { trimmed = err }})
+		sctx, scancel := context.WithCancel(ctx)
+		defer scancel()
+		errc := make(chan error, 1)
+		go func() { errc <- slow2.Run(sctx) }()
+		waitFor(t, "the slow reader's replay", func() bool { return len(slowRec.snapshot()) == 20 || len(errc) > 0 })
+		scancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("slow reader: %v (last disconnect: %v), want every event on replay", err, trimmed)
+		}
+		checkExactly(t, "slow reader", slowRec.snapshot(), 20)
+		if fast.ID() == slow.ID() || fast.ID() == "" {
+			t.Fatalf("default client ids %q and %q: want two distinct ids", fast.ID(), slow.ID())
+		}
 	})
 }

@@ -23,7 +23,8 @@
  *     onError: (err) => { ... },         // optional: error frames from the server (err.code),
  *                                        //   failed REST catch-ups, exceptions thrown by your callbacks
  *     since: 0,                          // last seq you already have (default 0: from the start)
- *     client: "device-1",                // optional client id sent in hello
+ *     client: "device-1",                // optional client id for acks; default: a random UUID kept
+ *                                        //   for the tab's life in sessionStorage ("idem-stream-client")
  *     baseUrl: "https://host/api",       // REST base; default: derived from url, else location.origin
  *     url: "wss://host/api/stream",      // WebSocket URL; default: baseUrl + "/stream" (http->ws)
  *     minBackoff: 100, maxBackoff: 5000, // reconnect delay bounds in ms (exponential, with jitter)
@@ -32,6 +33,7 @@
  *   });
  *   s.start();        // connect; reconnects by itself until close()
  *   s.lastSeq         // seq of the last event handed to onEvent/onHint
+ *   s.client          // the client id the server records acks under
  *   s.state           // "connecting" | "open" | "closed"
  *   s.reconnects      // how many times it has reconnected
  *   s.close();        // stop for good (create a new IdemStream with since: s.lastSeq to resume)
@@ -50,11 +52,16 @@
  *     code "trimmed", close 4409, or REST 410), onError receives an error with
  *     err.code === "trimmed". The client keeps retrying, which cannot succeed: reload your
  *     state, close() this stream and start a new one from the channel's current head.
+ *   - Each client id has its own ack position on the server, and the server trims only what
+ *     every known client of the channel acked; so two tabs must not share an id. The default
+ *     id is random per tab (a tab duplicated by the browser copies its sessionStorage, and so
+ *     its id: pass `client` yourself if that matters). Do not derive ids from user data: an id
+ *     is not a secret, but a hostile reader who learns another's id could move its acks.
  *   - Nothing is logged to the console.
  *
  * WIRE PROTOCOL (text frames, one JSON object each)
  *   client -> server: {"type":"hello","channel":C,"since":N,"client":ID}, {"type":"ack","seq":S}
- *   server -> client: {"type":"ready","channel":C,"head":H}, {"type":"event","event":{...}},
+ *   server -> client: {"type":"ready","channel":C,"client":ID,"head":H}, {"type":"event","event":{...}},
  *                     {"type":"heartbeat","head":H}, {"type":"error","code":...,"message":...}
  *   REST catch-up:    GET {baseUrl}/events?channel=C&since=N -> {"channel","head","events":[...]}
  */
@@ -78,6 +85,36 @@
     return String(url).replace(/^http(s?):/i, 'ws$1:');
   }
 
+  var CLIENT_KEY = 'idem-stream-client';
+
+  // randomId is a UUIDv4: crypto.randomUUID where the page is a secure context,
+  // else built from crypto.getRandomValues (available everywhere crypto is).
+  function randomId() {
+    var c = typeof crypto !== 'undefined' ? crypto : null;
+    if (c && typeof c.randomUUID === 'function') return c.randomUUID();
+    var b = new Uint8Array(16);
+    if (c && typeof c.getRandomValues === 'function') c.getRandomValues(b);
+    else for (var i = 0; i < 16; i++) b[i] = Math.floor(Math.random() * 256);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    var h = Array.prototype.map.call(b, function (x) { return (x + 0x100).toString(16).slice(1); }).join('');
+    return h.slice(0, 8) + '-' + h.slice(8, 12) + '-' + h.slice(12, 16) + '-' + h.slice(16, 20) + '-' + h.slice(20);
+  }
+
+  // defaultClientId is this tab's id: kept in sessionStorage (one per tab, kept across
+  // reloads) when the page may use it, else new for this IdemStream.
+  function defaultClientId() {
+    var store = null;
+    try { store = typeof sessionStorage !== 'undefined' ? sessionStorage : null; } catch (e) { /* blocked */ }
+    try {
+      var id = store && store.getItem(CLIENT_KEY);
+      if (id) return id;
+    } catch (e) { /* blocked */ }
+    id = randomId();
+    try { store && store.setItem(CLIENT_KEY, id); } catch (e) { /* blocked or full */ }
+    return id;
+  }
+
   function num(v, def) {
     return typeof v === 'number' && isFinite(v) && v >= 0 ? v : def;
   }
@@ -98,7 +135,7 @@
       base = resolveBase(base).replace(/\/+$/, '');
 
       this.channel = opts.channel;
-      this.client = opts.client || '';
+      this.client = typeof opts.client === 'string' && opts.client ? opts.client : defaultClientId();
       this.baseUrl = base;
       this.url = opts.url ? resolveBase(opts.url) : httpToWs(base) + '/stream';
       this.minBackoff = num(opts.minBackoff, 100);
@@ -174,8 +211,7 @@
       this._armHeartbeat(gen);
       ws.onopen = function () {
         if (gen !== self._gen) return;
-        var hello = { type: 'hello', channel: self.channel, since: self._seq };
-        if (self.client) hello.client = self.client;
+        var hello = { type: 'hello', channel: self.channel, since: self._seq, client: self.client };
         self._helloSince = self._seq;
         self._connMax = self._seq; // highest seq this socket has carried (the server's "sent")
         self._send(hello);
