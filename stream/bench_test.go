@@ -263,7 +263,7 @@ func BenchmarkConnected10k(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				srv, _ := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true, Heartbeat: time.Minute})
+				srv, _ := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true, Heartbeat: time.Minute, MaxConnections: -1})
 				defer srv.Close()
 				h, path = srv.Handler(), "/stream"
 			}

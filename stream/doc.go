@@ -76,6 +76,6 @@
 // that does not read or ack for WriteTimeout (10 s) is disconnected, and one
 // that does not answer a ping within Heartbeat (15 s) too. GET /events returns
 // at most limit events (default 1000, at most 10000) and stops after about 4
-// MiB of event data. ServerConfig.MaxConnections bounds the sockets; the HTTP
-// handshake is bounded by your http.Server (set ReadHeaderTimeout).
+// MiB of event data. ServerConfig.MaxConnections bounds the sockets (default
+// 10,000); the HTTP handshake is bounded by your http.Server (set ReadHeaderTimeout).
 package stream

@@ -37,6 +37,7 @@ const (
 	DefaultHeartbeat                             = 15 * time.Second
 	DefaultSendBuffer                            = 1024
 	DefaultHandshakeTimeout                      = 10 * time.Second
+	DefaultMaxConnections                        = 10000
 	defaultWriteTimeout                          = 10 * time.Second
 )
 
@@ -79,8 +80,9 @@ type ServerConfig struct {
 	// frame tells the client its window, so it can ack in time. Default
 	// DefaultSendBuffer.
 	SendBuffer int
-	// MaxConnections, if positive, bounds the sockets open at once: the
-	// handshake of one more is refused with 503 and Retry-After. Zero: no bound
+	// MaxConnections bounds the sockets open at once: the handshake of one more is
+	// refused with 503 and Retry-After. Zero means DefaultMaxConnections (about 400
+	// MiB of connection state at the measured ~40 KiB each); negative means no bound
 	// (bound the listener or the proxy in front instead).
 	MaxConnections int
 	// HandshakeTimeout bounds the wait for the hello frame after the WebSocket
@@ -177,6 +179,9 @@ func NewServer(store Store, cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
 	}
 	if cfg.SendBuffer <= 0 {
 		cfg.SendBuffer = DefaultSendBuffer
