@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -124,5 +125,25 @@ func TestRelayListensOnLoopbackByDefault(t *testing.T) {
 	}
 	if defaultRelayListen != "127.0.0.1:9464" {
 		t.Errorf("defaultRelayListen = %q, want 127.0.0.1:9464", defaultRelayListen)
+	}
+}
+
+// idem verify's --db: a URL that does not parse, or a server that refuses, gives an
+// error without the password.
+func TestVerifyDBHidesCredentials(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{
+		"postgres://app:" + pw + "@db:notaport/orders",
+		"postgresql://app:" + pw + "@" + testsvc.ClosedAddr(t) + "/orders?sslmode=disable&connect_timeout=5",
+	} {
+		db, err := openVerifyDB(context.Background(), raw, false)
+		if err == nil {
+			db.close()
+			t.Errorf("openVerifyDB(%s) succeeded, want a failure", raw)
+			continue
+		}
+		if strings.Contains(err.Error(), pw) {
+			t.Errorf("openVerifyDB: the secret leaked: %v", err)
+		}
 	}
 }

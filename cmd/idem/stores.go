@@ -16,6 +16,7 @@ import (
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/internal/redact"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for postgres:// URLs
 )
 
@@ -70,16 +71,17 @@ func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error)
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
 		u, err := url.Parse(raw)
 		if err != nil {
-			return nil, fmt.Errorf("--db %q: %v: use postgres://user@host:5432/db", redactURL(raw), err)
+			// A *url.Error quotes the whole URL, password included.
+			return nil, fmt.Errorf("--db %q: %s: use postgres://user@host:5432/db", redactURL(raw), redact.String(err.Error()))
 		}
 		admin, err := sql.Open("pgx", raw)
 		if err != nil {
-			return nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)
+			return nil, fmt.Errorf("--db %s: %w", redactURL(raw), redact.Error(err))
 		}
 		schema := "idem_verify_" + randomHex(6)
 		if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
 			admin.Close()
-			return nil, fmt.Errorf("--db %s: create the run's schema: %w", redactURL(raw), err)
+			return nil, fmt.Errorf("--db %s: create the run's schema: %w", redactURL(raw), redact.Error(err))
 		}
 		drop := func() {
 			if !keep {
@@ -114,7 +116,7 @@ func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error)
 			}
 			proxy.Close()
 			drop()
-			return nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)
+			return nil, fmt.Errorf("--db %s: %w", redactURL(raw), redact.Error(err))
 		}
 		name := "postgres (schema " + schema + ")"
 		return &verifyDB{name: name, db: db, store: s, proxy: proxy,
