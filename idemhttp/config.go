@@ -71,8 +71,15 @@ type Config struct {
 	// long for the first one to finish and then replay its response; otherwise (and
 	// when the wait runs out) it is answered 409 with Retry-After.
 	Wait time.Duration
-	// Lease bounds how long a request may run before a retry can take its key over.
-	// Default idem.DefaultLease (30 s); raise it for slow handlers.
+	// Lease is how long a key stays claimed after its holder was last heard of.
+	// While the handler runs, the middleware renews the lease every Lease/3 when the
+	// store implements idem.Renewer (every store of this module does), so a live
+	// handler keeps its key however long it takes, and a retry meanwhile gets 409 (or
+	// waits); the lease only frees the key of a holder that died. With a store that
+	// cannot renew, Lease bounds how long a handler may run before a retry can take
+	// its key over. Default idem.DefaultLease (30 s). AtomicMiddleware needs no
+	// renewal: its claim is held by the open transaction (a row lock in Postgres, the
+	// write lock in SQLite), which a concurrent claim waits for whatever the lease.
 	Lease time.Duration
 	// Retention is how long a response is replayed. Default idem.DefaultRetention (24 h).
 	Retention time.Duration

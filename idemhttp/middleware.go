@@ -40,6 +40,7 @@ func Middleware(cfg Config) (func(http.Handler) http.Handler, error) {
 		return nil, err
 	}
 	c.run = c.runPlain
+	c.renewer, _ = c.cfg.Store.(idem.Renewer)
 	return c.wrap, nil
 }
 
@@ -51,7 +52,10 @@ type mwCore struct {
 	fpHeaders []string // canonical FingerprintHeaders
 	limit     int
 	m         *metrics.HTTP
-	run       func(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome
+	// renewer is the store's idem.Renewer, nil when it has none (and in atomic
+	// mode, where the claim is a row lock held by the transaction, not a lease).
+	renewer idem.Renewer
+	run     func(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome
 }
 
 func newMiddlewareCore(cfg Config, needStore bool) (*mwCore, error) {
@@ -188,15 +192,18 @@ func (c *mwCore) execute(next http.Handler, w http.ResponseWriter, r *http.Reque
 	rec.reset(w, c.limit, *c.cfg.StoreServerErrors, false)
 	hr := q.handlerRequest(context.WithoutCancel(r.Context()), r)
 	returned := false
+	hb := c.startHeartbeat(k, token)
 	defer func() {
 		if !returned {
 			// The handler panicked (net/http recovers it): give the key back so a
 			// retry runs the request again rather than waiting out the lease.
+			hb.stop()
 			c.release(r, k, token)
 		}
 	}()
 	next.ServeHTTP(rec, hr)
 	returned = true
+	hb.stop()
 
 	rec.finishHeader()
 	if !rec.held() {
