@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -47,11 +48,18 @@ type Config struct {
 	Methods []string
 	// RequireKey makes a missing Idempotency-Key a 400 instead of a pass-through.
 	RequireKey bool
-	// Scope returns the key scope of a request, so one tenant never receives another
-	// tenant's stored response. Default: a hash of the Authorization header
-	// ("auth:" + 32 hex digits), or "anonymous" without one. A tenant header is a
-	// common choice. An error is answered with 400.
+	// Scope returns the key scope of a request, so one caller never receives another
+	// caller's stored response. Default: CredentialScope over CredentialHeaders, a
+	// hash of every credential the request carries. HeaderScope adds a tenant header
+	// to it; TrustedHeaderScope uses the header alone (only behind a proxy that sets
+	// it). An error is answered with 400.
 	Scope func(r *http.Request) (string, error)
+	// CredentialHeaders are the request headers, beside Authorization,
+	// Proxy-Authorization and Cookie (always included), that carry a caller's
+	// credentials and so separate the default scope of one caller from another's.
+	// Default DefaultCredentialHeaders (X-Api-Key); an empty non-nil slice adds none.
+	// Ignored when Scope is set.
+	CredentialHeaders []string
 	// FingerprintHeaders are request headers included in the fingerprint (with the
 	// method, path, query and body): the same key with a different value is a 422.
 	FingerprintHeaders []string
@@ -112,8 +120,11 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 				Fix: "list only methods with effects, such as POST and PATCH"}
 		}
 	}
+	if cfg.CredentialHeaders == nil {
+		cfg.CredentialHeaders = DefaultCredentialHeaders
+	}
 	if cfg.Scope == nil {
-		cfg.Scope = AuthorizationScope
+		cfg.Scope = CredentialScope(cfg.CredentialHeaders...)
 	}
 	if cfg.ReplayHeaders == nil {
 		cfg.ReplayHeaders = defaultReplayHeaders
@@ -145,9 +156,64 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 	return cfg, nil
 }
 
-// AuthorizationScope is the default Config.Scope: the credentials' hash, so two
-// callers with different credentials never share a key space, and no credential is
-// stored in clear.
+// DefaultCredentialHeaders is Config.CredentialHeaders when nil: the API-key header
+// most APIs use beside Authorization and cookies.
+var DefaultCredentialHeaders = []string{"X-Api-Key"}
+
+// alwaysCredentials are part of every credential scope.
+var alwaysCredentials = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+
+// CredentialScope returns a Config.Scope that hashes the credentials a request
+// carries: the values of Authorization, Proxy-Authorization, Cookie and of headers
+// (all of them, in this order, each name and value length-prefixed) under SHA-256.
+// The scope is "cred:" and 32 hex digits of the hash, or "anonymous" for a request
+// that carries none of them. So two callers with different credentials never share
+// a key space, whichever way they authenticate, and no credential is stored in
+// clear.
+//
+// The scope changes whenever any of these values does: a retry must carry the same
+// credentials (and the same cookies: a browser whose analytics cookie changed
+// between attempts retries in another scope, where its key runs again). When only
+// some cookies identify the caller, write a Scope that hashes those.
+func CredentialScope(headers ...string) func(*http.Request) (string, error) {
+	names := append(slices.Clone(alwaysCredentials), headers...)
+	for i, n := range names {
+		names[i] = http.CanonicalHeaderKey(n)
+	}
+	names = slices.Compact(names)
+	return func(r *http.Request) (string, error) {
+		if s, ok := credentialHash(r, names); ok {
+			return "cred:" + s, nil
+		}
+		return "anonymous", nil
+	}
+}
+
+// credentialHash returns the hex hash of the values of names in r, and false when r
+// carries none of them.
+func credentialHash(r *http.Request, names []string) (string, bool) {
+	var stack [256]byte
+	b, found := stack[:0], false
+	for _, name := range names {
+		vs := r.Header[name]
+		found = found || len(vs) > 0
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendField(b, v)
+		}
+	}
+	if !found {
+		return "", false
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16]), true
+}
+
+// AuthorizationScope is a Config.Scope over the Authorization header alone: its
+// hash ("auth:" + 32 hex digits), or "anonymous" without one. It was the default
+// before CredentialScope; callers who authenticate with cookies or API keys are all
+// "anonymous" under it and replay each other's responses, so use it only where
+// Authorization is the one credential a request can carry.
 func AuthorizationScope(r *http.Request) (string, error) {
 	auth := r.Header.Get("Authorization")
 	if auth == "" {
@@ -157,14 +223,43 @@ func AuthorizationScope(r *http.Request) (string, error) {
 	return "auth:" + hex.EncodeToString(sum[:16]), nil
 }
 
-// HeaderScope returns a Config.Scope that scopes keys by the value of a tenant
-// header; a request without it is answered 400.
-func HeaderScope(header string) func(*http.Request) (string, error) {
+// HeaderScope returns a Config.Scope for a tenant header combined with the
+// caller's credentials: "tenant:<value>/" followed by CredentialScope's hash of
+// Authorization, Proxy-Authorization, Cookie and credentialHeaders (pass
+// DefaultCredentialHeaders for X-Api-Key), or "/anonymous". The header only
+// partitions keys further: a caller who sends another tenant's header value
+// without that tenant's credentials lands in a scope of its own and cannot receive
+// the tenant's responses. A request without the header is answered 400.
+func HeaderScope(header string, credentialHeaders ...string) func(*http.Request) (string, error) {
+	creds := CredentialScope(credentialHeaders...)
+	header = http.CanonicalHeaderKey(header)
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get(header)
 		if v == "" {
-			return "", &idem.InputError{Field: header, Reason: "is missing", Fix: "send the " + header + " header with every request"}
+			return "", missingHeader(header)
+		}
+		c, _ := creds(r)
+		return "tenant:" + v + "/" + c, nil
+	}
+}
+
+// TrustedHeaderScope returns a Config.Scope that is the value of a tenant header
+// alone ("tenant:" + value): every request that sends a tenant's value receives that
+// tenant's stored responses. Use it only behind a trusted proxy that authenticates
+// the caller and sets this header (and strips it from what callers send);
+// otherwise anyone can read a tenant's responses by sending its header, key and
+// body. A request without the header is answered 400.
+func TrustedHeaderScope(header string) func(*http.Request) (string, error) {
+	header = http.CanonicalHeaderKey(header)
+	return func(r *http.Request) (string, error) {
+		v := r.Header.Get(header)
+		if v == "" {
+			return "", missingHeader(header)
 		}
 		return "tenant:" + v, nil
 	}
+}
+
+func missingHeader(header string) error {
+	return &idem.InputError{Field: header, Reason: "is missing", Fix: "send the " + header + " header with every request"}
 }

@@ -342,7 +342,11 @@ func TestMiddlewareTenantIsolation(t *testing.T) {
 			header string // carries the tenant
 		}{
 			{"HeaderScope", idemhttp.HeaderScope("X-Tenant"), "X-Tenant"},
-			{"AuthorizationScope", nil, "Authorization"},
+			{"TrustedHeaderScope", idemhttp.TrustedHeaderScope("X-Tenant"), "X-Tenant"},
+			{"default/Authorization", nil, "Authorization"},
+			{"default/Cookie", nil, "Cookie"},
+			{"default/X-Api-Key", nil, "X-Api-Key"},
+			{"AuthorizationScope", idemhttp.AuthorizationScope, "Authorization"},
 		} {
 			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
@@ -361,7 +365,7 @@ func TestMiddlewareTenantIsolation(t *testing.T) {
 					t.Errorf("handler ran %d times, want once per tenant", n)
 				}
 				r := mwDo(t, "POST", srv.URL+"/balance", key, nil)
-				if tc.scope != nil {
+				if strings.HasSuffix(tc.name, "HeaderScope") {
 					mwProblem(t, r, http.StatusBadRequest, "X-Tenant")
 				} else if r.status != 200 || string(r.body) != "balance of " {
 					t.Errorf("anonymous caller got %d %q, want its own response", r.status, r.body)

@@ -31,7 +31,8 @@ type serveOptions struct {
 	listen, admin, upstream, store     string
 	scopeHeader, oversize, methods     string
 	fingerprintHeaders, replayHeaders  string
-	requireKey, store5xx               bool
+	credentialHeaders                  string
+	requireKey, store5xx, trustScope   bool
 	wait, lease, retention, drainLimit time.Duration
 	maxBody                            byteSize
 }
@@ -40,8 +41,14 @@ const serveSynopsis = `A reverse proxy to --upstream that makes any HTTP API saf
 PATCH with an Idempotency-Key header runs the upstream once, and every retry gets
 the stored response again (status, allow-listed headers, body; Idempotent-Replayed:
 true). The same key with another method, path, query or body gets 422; a retry
-while the first runs, 409 with Retry-After (or, with --wait, the replay). Keys are
-scoped by a hash of Authorization, or by --scope-header: no tenant sees another's.
+while the first runs, 409 with Retry-After (or, with --wait, the replay).
+
+Keys are scoped by a SHA-256 hash of the credentials a request carries
+(Authorization, Proxy-Authorization, Cookie and --credential-headers, default
+X-Api-Key; never stored in clear): a caller never receives a response stored for
+other credentials. --scope-header X-Tenant adds a tenant header to that hash;
+--trust-scope-header uses the header alone, which is safe only behind a trusted
+proxy that authenticates callers and sets (and strips) that header.
 
 Stores (--store):
   sqlite:PATH                         a file, created if missing (default); one gateway per file
@@ -79,7 +86,9 @@ func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.upstream, "upstream", "", "URL of the service behind the gateway, such as http://127.0.0.1:9000 (required)")
 	fs.StringVar(&o.store, "store", "sqlite:idem-gateway.db", "where keys and responses are kept: sqlite:PATH, postgres://…, redis://… or memory:")
 	fs.StringVar(&o.admin, "admin-listen", "127.0.0.1:9465", "address of /metrics and /healthz; empty for none")
-	fs.StringVar(&o.scopeHeader, "scope-header", "", "scope keys by this tenant header (requests without it get 400) instead of a hash of Authorization")
+	fs.StringVar(&o.scopeHeader, "scope-header", "", "also scope keys by this tenant header (requests without it get 400), combined with the caller's credentials")
+	fs.BoolVar(&o.trustScope, "trust-scope-header", false, "scope keys by --scope-header alone, without the credentials: only behind a trusted proxy that authenticates callers and sets (and strips) this header")
+	fs.StringVar(&o.credentialHeaders, "credential-headers", "X-Api-Key", "comma-separated request headers that carry credentials, hashed into the scope beside Authorization, Proxy-Authorization and Cookie")
 	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to POST and PATCH requests without an Idempotency-Key instead of passing them through")
 	fs.DurationVar(&o.wait, "wait", 0, "how long a retry waits for its key's first request to finish, then replays; 0 answers 409 at once")
 	fs.Var(&o.maxBody, "max-body", "largest request or response body kept for replay, such as 1MiB or 65536")
@@ -186,6 +195,12 @@ func (o *serveOptions) middlewareConfig() (idemhttp.Config, error) {
 	if err == nil {
 		c.ReplayHeaders, err = headerList("--replay-headers", o.replayHeaders, false)
 	}
+	if err == nil {
+		c.CredentialHeaders, err = headerList("--credential-headers", o.credentialHeaders, false)
+		if c.CredentialHeaders == nil {
+			c.CredentialHeaders = []string{} // none beside the three always hashed
+		}
+	}
 	if err != nil {
 		return c, err
 	}
@@ -196,7 +211,12 @@ func (o *serveOptions) middlewareConfig() (idemhttp.Config, error) {
 		case slices.Contains([]string{"authorization", "proxy-authorization", "cookie"}, strings.ToLower(h)):
 			return c, fmt.Errorf("--scope-header %s would store credentials in clear: leave it out, the default scope is a hash of Authorization", h)
 		}
-		c.Scope = idemhttp.HeaderScope(h)
+		c.Scope = idemhttp.HeaderScope(h, c.CredentialHeaders...)
+		if o.trustScope {
+			c.Scope = idemhttp.TrustedHeaderScope(h)
+		}
+	} else if o.trustScope {
+		return c, errors.New("--trust-scope-header needs --scope-header: name the header your trusted proxy sets")
 	}
 	return c, nil
 }

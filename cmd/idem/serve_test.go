@@ -316,6 +316,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--upstream", up, "--replay-headers", "X Bad"}, "--replay-headers"},
 		{[]string{"--upstream", up, "--scope-header", "Authorization"}, "--scope-header"},
 		{[]string{"--upstream", up, "--scope-header", "X Tenant"}, "--scope-header"},
+		{[]string{"--upstream", up, "--trust-scope-header"}, "--trust-scope-header needs --scope-header"},
+		{[]string{"--upstream", up, "--credential-headers", "X Key"}, "--credential-headers"},
 		{[]string{"--upstream", up, "extra"}, `unexpected argument "extra"`},
 	} {
 		_, stderr, err := run(t, append([]string{"serve"}, tc.args...)...)
@@ -366,8 +368,24 @@ func TestServeFlagsAndEnvironmentMapToConfig(t *testing.T) {
 	}
 	r := httptest.NewRequest("POST", "/", nil)
 	r.Header.Set("X-Tenant", "acme")
-	if scope, err := c.Scope(r); err != nil || scope != "tenant:acme" {
-		t.Fatalf("scope = %q, %v; want the X-Tenant header's", scope, err)
+	if scope, err := c.Scope(r); err != nil || scope != "tenant:acme/anonymous" {
+		t.Fatalf("scope = %q, %v; want the X-Tenant header's, without credentials", scope, err)
+	}
+	// A caller-controlled tenant header does not select the tenant's responses on
+	// its own: the credentials are part of the scope, unless the header is trusted.
+	r.Header.Set("X-Api-Key", "k1")
+	if scope, err := c.Scope(r); err != nil || !strings.HasPrefix(scope, "tenant:acme/cred:") {
+		t.Fatalf("scope with an API key = %q, %v; want the tenant and the credentials' hash", scope, err)
+	}
+	fs, o = NewMain(io.Discard, io.Discard).serveFlags()
+	if err := fs.Parse([]string{"--upstream", "http://u", "--scope-header", "X-Tenant", "--trust-scope-header", "--credential-headers", "X-Session"}); err != nil {
+		t.Fatal(err)
+	}
+	if spec, err = o.check(); err != nil {
+		t.Fatal(err)
+	}
+	if scope, err := spec.cfg.Scope(r); err != nil || scope != "tenant:acme" || fmt.Sprint(spec.cfg.CredentialHeaders) != "[X-Session]" {
+		t.Fatalf("trusted scope = %q, %v (credential headers %v); want the header alone", scope, err, spec.cfg.CredentialHeaders)
 	}
 
 	env["IDEM_WAIT"] = "soon"
