@@ -63,11 +63,22 @@ type Config struct {
 	// FingerprintHeaders are request headers included in the fingerprint (with the
 	// method, path, query and body): the same key with a different value is a 422.
 	FingerprintHeaders []string
-	// ReplayHeaders are the response headers stored and replayed. Default
-	// Content-Type, Content-Language, Location, Cache-Control, ETag, Last-Modified.
+	// ReplayHeaders, when set, is the allow-list of response headers stored and
+	// replayed (hop-by-hop headers, Content-Length and Idempotent-Replayed never are).
+	// Default nil: every response header is stored and replayed except hop-by-hop
+	// ones (RFC 9110 §7.6.1, and those named by Connection), Content-Length
+	// (recomputed), Date, Alt-Svc, Proxy-Authenticate, Set-Cookie (a cookie minted for
+	// the first attempt is not handed out again) and Strict-Transport-Security.
+	// Headers an outer middleware set before the handler ran, and the handler left
+	// alone, belong to each attempt and are not stored either. Stored headers are
+	// bounded by MaxStoredHeaderBytes.
 	ReplayHeaders []string
 	// MaxBodyBytes bounds the request and response bodies the middleware stores.
-	// Default 1 MiB. Beyond it, Oversize decides.
+	// Default 1 MiB. A request body beyond it: Oversize decides. A response body
+	// beyond it (or headers beyond MaxStoredHeaderBytes) is sent to the client as
+	// it is written, and the key keeps a marker instead of the response: a retry gets
+	// 500 ProblemResponseTooLarge and the handler does not run again. (In atomic mode
+	// the transaction is rolled back instead; see AtomicMiddleware.)
 	MaxBodyBytes int64
 	Oversize     Oversize
 	// StoreServerErrors keeps 5xx responses for replay, as Stripe does (the default,
@@ -101,8 +112,6 @@ type Config struct {
 // DefaultMaxBodyBytes is Config.MaxBodyBytes when zero.
 const DefaultMaxBodyBytes = 1 << 20
 
-var defaultReplayHeaders = []string{"Content-Type", "Content-Language", "Location", "Cache-Control", "ETag", "Last-Modified"}
-
 // withDefaults returns cfg with zero fields set to their defaults, validated: the one
 // place defaults are applied. needStore is false for the atomic middleware, which
 // takes its TxStore separately.
@@ -125,9 +134,6 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 	}
 	if cfg.Scope == nil {
 		cfg.Scope = CredentialScope(cfg.CredentialHeaders...)
-	}
-	if cfg.ReplayHeaders == nil {
-		cfg.ReplayHeaders = defaultReplayHeaders
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes

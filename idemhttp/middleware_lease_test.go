@@ -17,7 +17,7 @@ import (
 // run the retry replays its response.
 func TestMiddlewareRenewsLeaseOfSlowHandler(t *testing.T) {
 	t.Parallel()
-	const lease = 150 * time.Millisecond
+	const lease = 300 * time.Millisecond
 	release := make(chan struct{})
 	started := make(chan struct{}, 2)
 	var h *mwCounter
@@ -42,7 +42,7 @@ func TestMiddlewareRenewsLeaseOfSlowHandler(t *testing.T) {
 	<-started
 
 	// Poll well past several leases: every retry must find the key held.
-	for deadline := time.Now().Add(8 * lease); time.Now().Before(deadline); time.Sleep(lease / 4) {
+	for deadline := time.Now().Add(5 * lease); time.Now().Before(deadline); time.Sleep(lease / 4) {
 		r := mwDo(t, "POST", srv.URL+"/pay", key, []byte("x"))
 		mwProblem(t, r, http.StatusConflict, "still being processed")
 		if r.header.Get("Retry-After") == "" {

@@ -31,6 +31,11 @@ const (
 	// be stored with its effects, so both were rolled back (500 or 503); a retry with
 	// the same key runs the request again.
 	ProblemNotRecorded = "urn:idem:problem:not-recorded"
+	// ProblemResponseTooLarge: the request with this key was run, but its response
+	// was too large to store (Config.MaxBodyBytes), so it cannot be replayed (500).
+	// The request is not run again: do not retry; use a new key only to run a new
+	// request.
+	ProblemResponseTooLarge = "urn:idem:problem:response-too-large"
 	// ProblemCorruptRecord: a stored response could not be decoded (500).
 	ProblemCorruptRecord = "urn:idem:problem:corrupt-record"
 )

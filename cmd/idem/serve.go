@@ -39,8 +39,9 @@ type serveOptions struct {
 
 const serveSynopsis = `A reverse proxy to --upstream that makes any HTTP API safe to retry: a POST or
 PATCH with an Idempotency-Key header runs the upstream once, and every retry gets
-the stored response again (status, allow-listed headers, body; Idempotent-Replayed:
-true). The same key with another method, path, query or body gets 422; a retry
+the stored response again (status, headers but Set-Cookie, Date and hop-by-hop
+ones, body; Idempotent-Replayed: true). A response over --max-body reaches its
+client but is not stored: a retry gets 500 (response-too-large), never a rerun. The same key with another method, path, query or body gets 422; a retry
 while the first runs, 409 with Retry-After (or, with --wait, the replay).
 
 Keys are scoped by a SHA-256 hash of the credentials a request carries
@@ -98,7 +99,7 @@ func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.BoolVar(&o.store5xx, "store-5xx", true, "replay the upstream's 5xx responses like any other (Stripe's choice); false lets a retry run again")
 	fs.StringVar(&o.methods, "methods", "POST,PATCH", "comma-separated methods that take an Idempotency-Key; others pass through untouched")
 	fs.StringVar(&o.fingerprintHeaders, "fingerprint-headers", "", "comma-separated request headers that are part of a request's identity, beside method, path, query and body")
-	fs.StringVar(&o.replayHeaders, "replay-headers", "", "comma-separated response headers stored and replayed (default Content-Type, Content-Language, Location, Cache-Control, ETag, Last-Modified)")
+	fs.StringVar(&o.replayHeaders, "replay-headers", "", "comma-separated allow-list of response headers stored and replayed; default: every header but hop-by-hop ones, Content-Length, Date, Set-Cookie, Alt-Svc, Proxy-Authenticate and Strict-Transport-Security")
 	fs.DurationVar(&o.drainLimit, "shutdown-timeout", 30*time.Second, "how long a stop waits for requests in flight before cutting them")
 	return fs, o
 }
