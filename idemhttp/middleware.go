@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -20,6 +21,9 @@ const finishTimeout = 10 * time.Second
 // storeRetryAfter is the Retry-After of a 503 for a failed store: long enough for a
 // connection to be re-established, short enough for an interactive client.
 const storeRetryAfter = time.Second
+
+// overloadRetryAfter is the Retry-After of a 503 beyond Config.MaxInFlight.
+const overloadRetryAfter = time.Second
 
 // Middleware returns the server middleware of the IETF Idempotency-Key draft with
 // Stripe's semantics: the first request with a key runs the handler and stores its
@@ -54,7 +58,9 @@ type mwCore struct {
 	// renewer is the store's idem.Renewer, nil when it has none (and in atomic
 	// mode, where the claim is a row lock held by the transaction, not a lease).
 	renewer idem.Renewer
-	run     func(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome
+	// inFlight counts the keyed requests past the Config.MaxInFlight check.
+	inFlight atomic.Int64
+	run      func(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome
 }
 
 func newMiddlewareCore(cfg Config, needStore bool) (*mwCore, error) {
@@ -129,6 +135,17 @@ func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		return metrics.HTTPRejected
 	}
 
+	if c.cfg.MaxInFlight > 0 {
+		// Before the body is read: a request over the cap costs no memory.
+		if c.inFlight.Add(1) > int64(c.cfg.MaxInFlight) {
+			c.inFlight.Add(-1)
+			writeProblem(w, http.StatusServiceUnavailable, ProblemOverloaded, "Too many requests in flight",
+				fmt.Sprintf("idem: %d requests with an Idempotency-Key are already in flight, the most this server runs at once, so this one was not run: retry with the same Idempotency-Key after Retry-After seconds", c.cfg.MaxInFlight),
+				overloadRetryAfter)
+			return metrics.HTTPRejected
+		}
+		defer c.inFlight.Add(-1)
+	}
 	q := getMWRequest()
 	oversize, err := q.readBody(r, c.limit)
 	switch {

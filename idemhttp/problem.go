@@ -27,6 +27,10 @@ const (
 	// ProblemStoreUnavailable: the idempotency store failed, so the request was not
 	// run (503); retry after Retry-After seconds with the same key.
 	ProblemStoreUnavailable = "urn:idem:problem:store-unavailable"
+	// ProblemOverloaded: Config.MaxInFlight keyed requests are already running, so
+	// this one was not read nor run (503); retry after Retry-After seconds with the
+	// same key.
+	ProblemOverloaded = "urn:idem:problem:overloaded"
 	// ProblemNotRecorded: the handler ran in atomic mode but its response could not
 	// be stored with its effects, so both were rolled back (500 or 503); a retry with
 	// the same key runs the request again.
