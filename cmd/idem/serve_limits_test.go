@@ -154,3 +154,43 @@ func TestServeUpstreamUserinfo(t *testing.T) {
 		t.Errorf("the upstream's password was printed:\n%s", g.stderr)
 	}
 }
+
+// An upstream slower than --lease is not run twice: the gateway renews the key's
+// lease while it works, retries meanwhile get 409, and then the replay.
+func TestServeSlowUpstreamKeepsItsKey(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var once sync.Once
+	var up *upstream
+	up = newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if up.callsOf("POST", "slow-key") > 1 {
+			w.WriteHeader(http.StatusTeapot) // a second run: the bug
+			return
+		}
+		<-release
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "slow and done")
+	}, nil)
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	g := startGateway(t, up.URL, "--store", "memory:", "--lease", "300ms")
+	first := make(chan reply, 1)
+	go func() { first <- send(t, "POST", "http://"+g.addr+"/slow", "slow-key", "x") }()
+	for up.callsOf("POST", "slow-key") == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if r := send(t, "POST", "http://"+g.addr+"/slow", "slow-key", "x"); r.status != http.StatusConflict {
+			t.Fatalf("retry while the upstream works: %d %s, want 409", r.status, r.body)
+		}
+	}
+	once.Do(func() { close(release) })
+	if r := <-first; r.status != http.StatusCreated {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	if r := send(t, "POST", "http://"+g.addr+"/slow", "slow-key", "x"); r.status != http.StatusCreated || r.header.Get(idemhttp.HeaderReplayed) != "true" {
+		t.Fatalf("retry after: %d %v, want the replay", r.status, r.header)
+	}
+	if n := up.callsOf("POST", "slow-key"); n != 1 {
+		t.Fatalf("upstream ran %d times, want 1", n)
+	}
+}
