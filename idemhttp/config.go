@@ -189,7 +189,9 @@ var alwaysCredentials = []string{"Authorization", "Proxy-Authorization", "Cookie
 // carries: the values of Authorization, Proxy-Authorization, Cookie and of headers
 // (all of them, in this order, each name and value length-prefixed) under SHA-256.
 // The scope is "cred:" and 32 hex digits of the hash, or "anonymous" for a request
-// that carries none of them. So two callers with different credentials never share
+// that carries none of them; a request whose only credential is one Authorization
+// header gets AuthorizationScope's "auth:" scope, as before CredentialScope existed,
+// so keys stored by earlier versions keep replaying. So two callers with different credentials never share
 // a key space, whichever way they authenticate, and no credential is stored in
 // clear.
 //
@@ -198,17 +200,34 @@ var alwaysCredentials = []string{"Authorization", "Proxy-Authorization", "Cookie
 // between attempts retries in another scope, where its key runs again). When only
 // some cookies identify the caller, write a Scope that hashes those.
 func CredentialScope(headers ...string) func(*http.Request) (string, error) {
-	names := append(slices.Clone(alwaysCredentials), headers...)
-	for i, n := range names {
-		names[i] = http.CanonicalHeaderKey(n)
+	var names []string
+	for _, n := range append(slices.Clone(alwaysCredentials), headers...) {
+		if n = http.CanonicalHeaderKey(n); !slices.Contains(names, n) {
+			names = append(names, n)
+		}
 	}
-	names = slices.Compact(names)
 	return func(r *http.Request) (string, error) {
+		if auth := r.Header["Authorization"]; len(auth) == 1 && onlyCredential(r, names) {
+			// The scope AuthorizationScope gave before this one: keys stored by an
+			// earlier version keep replaying across an upgrade.
+			return AuthorizationScope(r)
+		}
 		if s, ok := credentialHash(r, names); ok {
 			return "cred:" + s, nil
 		}
 		return "anonymous", nil
 	}
+}
+
+// onlyCredential reports whether Authorization is the only one of names (which
+// start with it) that r carries.
+func onlyCredential(r *http.Request, names []string) bool {
+	for _, name := range names[1:] {
+		if len(r.Header[name]) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // credentialHash returns the hex hash of the values of names in r, and false when r

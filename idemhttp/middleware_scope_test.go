@@ -60,3 +60,21 @@ func TestMiddlewareScopeAttacks(t *testing.T) {
 		})
 	}
 }
+
+// A request authenticated by Authorization alone keeps the scope it had under
+// AuthorizationScope, the earlier default, so keys stored before an upgrade replay.
+func TestCredentialScopeKeepsAuthorizationScope(t *testing.T) {
+	t.Parallel()
+	scope := idemhttp.CredentialScope(append(idemhttp.DefaultCredentialHeaders, "authorization")...)
+	r, _ := http.NewRequest("POST", "/", nil)
+	r.Header.Set("Authorization", "Bearer t")
+	got, _ := scope(r)
+	want, _ := idemhttp.AuthorizationScope(r)
+	if got != want {
+		t.Fatalf("scope %q, want AuthorizationScope's %q", got, want)
+	}
+	r.Header.Set("X-Api-Key", "k")
+	if got, _ := scope(r); got == want {
+		t.Fatalf("an API key beside Authorization does not change the scope %q", got)
+	}
+}
