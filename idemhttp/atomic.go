@@ -26,7 +26,8 @@ import (
 //   - 429, or a 5xx with Config.StoreServerErrors false: Rollback; effects and claim
 //     are undone, the response goes to the client, and a retry runs again.
 //   - a panic: Rollback, and the panic goes on to net/http.
-//   - a response body beyond Config.MaxBodyBytes: it cannot be stored, and it must
+//   - a response body beyond Config.MaxBodyBytes (or headers beyond
+//     MaxStoredHeaderBytes): it cannot be stored, and it must
 //     not be sent for effects that are not recorded, so the transaction is rolled
 //     back and the client gets a 500 problem; raise the limit for such handlers.
 //
@@ -111,6 +112,7 @@ func (a *atomicRunner[Tx]) execute(next http.Handler, w http.ResponseWriter, r *
 	rec := &q.rec
 	rec.reset(w, c.limit, *c.cfg.StoreServerErrors, true)
 	hr := q.handlerRequest(context.WithValue(ctx, txContextKey[Tx]{}, tx), r)
+	q.snapshotHeader(w.Header())
 	returned := false
 	defer func() {
 		if !returned {
@@ -121,33 +123,38 @@ func (a *atomicRunner[Tx]) execute(next http.Handler, w http.ResponseWriter, r *
 	returned = true
 
 	rec.finishHeader()
+	var stored []byte
+	ok := !rec.oversize
+	if !rec.direct && ok {
+		stored, ok = c.encode(q)
+	}
 	switch {
 	case rec.direct: // not a result (429, or a 5xx not to store): already streamed
 		a.rollback(r, k, tx)
 		return metrics.HTTPExecuted
-	case rec.oversize:
+	case !ok:
 		a.rollback(r, k, tx)
-		c.notRecorded(w, rec, http.StatusInternalServerError, 0, fmt.Sprintf(
+		c.notRecorded(w, q, http.StatusInternalServerError, 0, fmt.Sprintf(
 			"idem: the response is larger than %d bytes, the most that can be stored for replay, so the request's effects were rolled back: raise Config.MaxBodyBytes or make the response smaller", c.limit))
 		return metrics.HTTPError
 	}
 	fctx, cancel := context.WithTimeout(ctx, finishTimeout)
 	defer cancel()
-	if err := a.store.CompleteTx(fctx, tx, k, token, c.encode(q)); err != nil {
+	if err := a.store.CompleteTx(fctx, tx, k, token, stored); err != nil {
 		a.rollback(r, k, tx)
-		return a.commitFailed(w, r, rec, "complete", k, err)
+		return a.commitFailed(w, r, q, "complete", k, err)
 	}
 	if err := a.db.Commit(fctx, tx); err != nil {
-		return a.commitFailed(w, r, rec, "commit", k, err)
+		return a.commitFailed(w, r, q, "commit", k, err)
 	}
 	rec.writeHeld()
 	return metrics.HTTPExecuted
 }
 
-func (a *atomicRunner[Tx]) commitFailed(w http.ResponseWriter, r *http.Request, rec *recorder, op string, k idem.Key, err error) metrics.HTTPOutcome {
+func (a *atomicRunner[Tx]) commitFailed(w http.ResponseWriter, r *http.Request, q *mwRequest, op string, k idem.Key, err error) metrics.HTTPOutcome {
 	a.c.cfg.Logger.WarnContext(r.Context(), "idem: the transaction of an idempotent request did not commit; answered 503",
 		"op", op, "key", k.String(), "err", err)
-	a.c.notRecorded(w, rec, http.StatusServiceUnavailable, storeRetryAfter,
+	a.c.notRecorded(w, q, http.StatusServiceUnavailable, storeRetryAfter,
 		"idem: the request's effects and response could not be committed, so neither was kept: retry with the same Idempotency-Key after Retry-After seconds")
 	return metrics.HTTPError
 }
@@ -163,9 +170,10 @@ func (a *atomicRunner[Tx]) rollback(r *http.Request, k idem.Key, tx Tx) {
 
 // notRecorded replaces a held response, never sent, by a problem: the handler's
 // representation headers describe a body the client will not get.
-func (c *mwCore) notRecorded(w http.ResponseWriter, rec *recorder, status int, retryAfter time.Duration, detail string) {
-	h := rec.Header()
-	for _, name := range c.allow {
+func (c *mwCore) notRecorded(w http.ResponseWriter, q *mwRequest, status int, retryAfter time.Duration, detail string) {
+	h := q.rec.Header()
+	c.storedNames(q, h)
+	for _, name := range q.names {
 		delete(h, name)
 	}
 	for _, name := range []string{"Content-Encoding", "Content-Range", "Set-Cookie", "Trailer"} {

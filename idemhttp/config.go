@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -47,19 +48,37 @@ type Config struct {
 	Methods []string
 	// RequireKey makes a missing Idempotency-Key a 400 instead of a pass-through.
 	RequireKey bool
-	// Scope returns the key scope of a request, so one tenant never receives another
-	// tenant's stored response. Default: a hash of the Authorization header
-	// ("auth:" + 32 hex digits), or "anonymous" without one. A tenant header is a
-	// common choice. An error is answered with 400.
+	// Scope returns the key scope of a request, so one caller never receives another
+	// caller's stored response. Default: CredentialScope over CredentialHeaders, a
+	// hash of every credential the request carries. HeaderScope adds a tenant header
+	// to it; TrustedHeaderScope uses the header alone (only behind a proxy that sets
+	// it). An error is answered with 400.
 	Scope func(r *http.Request) (string, error)
+	// CredentialHeaders are the request headers, beside Authorization,
+	// Proxy-Authorization and Cookie (always included), that carry a caller's
+	// credentials and so separate the default scope of one caller from another's.
+	// Default DefaultCredentialHeaders (X-Api-Key); an empty non-nil slice adds none.
+	// Ignored when Scope is set.
+	CredentialHeaders []string
 	// FingerprintHeaders are request headers included in the fingerprint (with the
 	// method, path, query and body): the same key with a different value is a 422.
 	FingerprintHeaders []string
-	// ReplayHeaders are the response headers stored and replayed. Default
-	// Content-Type, Content-Language, Location, Cache-Control, ETag, Last-Modified.
+	// ReplayHeaders, when set, is the allow-list of response headers stored and
+	// replayed (hop-by-hop headers, Content-Length and Idempotent-Replayed never are).
+	// Default nil: every response header is stored and replayed except hop-by-hop
+	// ones (RFC 9110 §7.6.1, and those named by Connection), Content-Length
+	// (recomputed), Date, Alt-Svc, Proxy-Authenticate, Set-Cookie (a cookie minted for
+	// the first attempt is not handed out again) and Strict-Transport-Security.
+	// Headers an outer middleware set before the handler ran, and the handler left
+	// alone, belong to each attempt and are not stored either. Stored headers are
+	// bounded by MaxStoredHeaderBytes.
 	ReplayHeaders []string
 	// MaxBodyBytes bounds the request and response bodies the middleware stores.
-	// Default 1 MiB. Beyond it, Oversize decides.
+	// Default 1 MiB. A request body beyond it: Oversize decides. A response body
+	// beyond it (or headers beyond MaxStoredHeaderBytes) is sent to the client as
+	// it is written, and the key keeps a marker instead of the response: a retry gets
+	// 500 ProblemResponseTooLarge and the handler does not run again. (In atomic mode
+	// the transaction is rolled back instead; see AtomicMiddleware.)
 	MaxBodyBytes int64
 	Oversize     Oversize
 	// StoreServerErrors keeps 5xx responses for replay, as Stripe does (the default,
@@ -71,11 +90,25 @@ type Config struct {
 	// long for the first one to finish and then replay its response; otherwise (and
 	// when the wait runs out) it is answered 409 with Retry-After.
 	Wait time.Duration
-	// Lease bounds how long a request may run before a retry can take its key over.
-	// Default idem.DefaultLease (30 s); raise it for slow handlers.
+	// Lease is how long a key stays claimed after its holder was last heard of.
+	// While the handler runs, the middleware renews the lease every Lease/3 when the
+	// store implements idem.Renewer (every store of this module does), so a live
+	// handler keeps its key however long it takes, and a retry meanwhile gets 409 (or
+	// waits); the lease only frees the key of a holder that died. With a store that
+	// cannot renew, Lease bounds how long a handler may run before a retry can take
+	// its key over. Default idem.DefaultLease (30 s). AtomicMiddleware needs no
+	// renewal: its claim is held by the open transaction (a row lock in Postgres, the
+	// write lock in SQLite), which a concurrent claim waits for whatever the lease.
 	Lease time.Duration
 	// Retention is how long a response is replayed. Default idem.DefaultRetention (24 h).
 	Retention time.Duration
+	// MaxInFlight caps the keyed requests being read or run at once (waiting ones
+	// included): beyond it a keyed request is answered 503 with Retry-After at once,
+	// before its body is read, so memory stays bounded (each one holds up to
+	// MaxBodyBytes of request and of response; see the package documentation for
+	// the figure). Default DefaultMaxInFlight; negative for no cap. Requests without
+	// a key, or with a method outside Methods, are not counted.
+	MaxInFlight int
 	// Registerer receives idem_http_requests_total{outcome} and
 	// idem_http_request_duration_seconds; the store has its own metrics.
 	Registerer prometheus.Registerer
@@ -86,7 +119,11 @@ type Config struct {
 // DefaultMaxBodyBytes is Config.MaxBodyBytes when zero.
 const DefaultMaxBodyBytes = 1 << 20
 
-var defaultReplayHeaders = []string{"Content-Type", "Content-Language", "Location", "Cache-Control", "ETag", "Last-Modified"}
+// DefaultMaxInFlight is Config.MaxInFlight when zero: enough for a busy API behind
+// one gateway (at 50 ms per request, 5,000 keyed requests a second), while the
+// bodies it may hold stay within 256 × 3 MiB = 768 MiB at the default MaxBodyBytes,
+// and in practice far less (bodies are rarely near the limit).
+const DefaultMaxInFlight = 256
 
 // withDefaults returns cfg with zero fields set to their defaults, validated: the one
 // place defaults are applied. needStore is false for the atomic middleware, which
@@ -105,11 +142,11 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 				Fix: "list only methods with effects, such as POST and PATCH"}
 		}
 	}
-	if cfg.Scope == nil {
-		cfg.Scope = AuthorizationScope
+	if cfg.CredentialHeaders == nil {
+		cfg.CredentialHeaders = DefaultCredentialHeaders
 	}
-	if cfg.ReplayHeaders == nil {
-		cfg.ReplayHeaders = defaultReplayHeaders
+	if cfg.Scope == nil {
+		cfg.Scope = CredentialScope(cfg.CredentialHeaders...)
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -127,6 +164,9 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
 	switch {
 	case cfg.MaxBodyBytes < 0:
 		return cfg, &idem.InputError{Field: "Config.MaxBodyBytes", Reason: "is negative", Fix: "leave it 0 for 1 MiB"}
@@ -138,9 +178,83 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 	return cfg, nil
 }
 
-// AuthorizationScope is the default Config.Scope: the credentials' hash, so two
-// callers with different credentials never share a key space, and no credential is
-// stored in clear.
+// DefaultCredentialHeaders is Config.CredentialHeaders when nil: the API-key header
+// most APIs use beside Authorization and cookies.
+var DefaultCredentialHeaders = []string{"X-Api-Key"}
+
+// alwaysCredentials are part of every credential scope.
+var alwaysCredentials = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+
+// CredentialScope returns a Config.Scope that hashes the credentials a request
+// carries: the values of Authorization, Proxy-Authorization, Cookie and of headers
+// (all of them, in this order, each name and value length-prefixed) under SHA-256.
+// The scope is "cred:" and 32 hex digits of the hash, or "anonymous" for a request
+// that carries none of them; a request whose only credential is one Authorization
+// header gets AuthorizationScope's "auth:" scope, as before CredentialScope existed,
+// so keys stored by earlier versions keep replaying. So two callers with different credentials never share
+// a key space, whichever way they authenticate, and no credential is stored in
+// clear.
+//
+// The scope changes whenever any of these values does: a retry must carry the same
+// credentials (and the same cookies: a browser whose analytics cookie changed
+// between attempts retries in another scope, where its key runs again). When only
+// some cookies identify the caller, write a Scope that hashes those.
+func CredentialScope(headers ...string) func(*http.Request) (string, error) {
+	var names []string
+	for _, n := range append(slices.Clone(alwaysCredentials), headers...) {
+		if n = http.CanonicalHeaderKey(n); !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return func(r *http.Request) (string, error) {
+		if auth := r.Header["Authorization"]; len(auth) == 1 && onlyCredential(r, names) {
+			// The scope AuthorizationScope gave before this one: keys stored by an
+			// earlier version keep replaying across an upgrade.
+			return AuthorizationScope(r)
+		}
+		if s, ok := credentialHash(r, names); ok {
+			return "cred:" + s, nil
+		}
+		return "anonymous", nil
+	}
+}
+
+// onlyCredential reports whether Authorization is the only one of names (which
+// start with it) that r carries.
+func onlyCredential(r *http.Request, names []string) bool {
+	for _, name := range names[1:] {
+		if len(r.Header[name]) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// credentialHash returns the hex hash of the values of names in r, and false when r
+// carries none of them.
+func credentialHash(r *http.Request, names []string) (string, bool) {
+	var stack [256]byte
+	b, found := stack[:0], false
+	for _, name := range names {
+		vs := r.Header[name]
+		found = found || len(vs) > 0
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendField(b, v)
+		}
+	}
+	if !found {
+		return "", false
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16]), true
+}
+
+// AuthorizationScope is a Config.Scope over the Authorization header alone: its
+// hash ("auth:" + 32 hex digits), or "anonymous" without one. It was the default
+// before CredentialScope; callers who authenticate with cookies or API keys are all
+// "anonymous" under it and replay each other's responses, so use it only where
+// Authorization is the one credential a request can carry.
 func AuthorizationScope(r *http.Request) (string, error) {
 	auth := r.Header.Get("Authorization")
 	if auth == "" {
@@ -150,14 +264,43 @@ func AuthorizationScope(r *http.Request) (string, error) {
 	return "auth:" + hex.EncodeToString(sum[:16]), nil
 }
 
-// HeaderScope returns a Config.Scope that scopes keys by the value of a tenant
-// header; a request without it is answered 400.
-func HeaderScope(header string) func(*http.Request) (string, error) {
+// HeaderScope returns a Config.Scope for a tenant header combined with the
+// caller's credentials: "tenant:<value>/" followed by CredentialScope's hash of
+// Authorization, Proxy-Authorization, Cookie and credentialHeaders (pass
+// DefaultCredentialHeaders for X-Api-Key), or "/anonymous". The header only
+// partitions keys further: a caller who sends another tenant's header value
+// without that tenant's credentials lands in a scope of its own and cannot receive
+// the tenant's responses. A request without the header is answered 400.
+func HeaderScope(header string, credentialHeaders ...string) func(*http.Request) (string, error) {
+	creds := CredentialScope(credentialHeaders...)
+	header = http.CanonicalHeaderKey(header)
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get(header)
 		if v == "" {
-			return "", &idem.InputError{Field: header, Reason: "is missing", Fix: "send the " + header + " header with every request"}
+			return "", missingHeader(header)
+		}
+		c, _ := creds(r)
+		return "tenant:" + v + "/" + c, nil
+	}
+}
+
+// TrustedHeaderScope returns a Config.Scope that is the value of a tenant header
+// alone ("tenant:" + value): every request that sends a tenant's value receives that
+// tenant's stored responses. Use it only behind a trusted proxy that authenticates
+// the caller and sets this header (and strips it from what callers send);
+// otherwise anyone can read a tenant's responses by sending its header, key and
+// body. A request without the header is answered 400.
+func TrustedHeaderScope(header string) func(*http.Request) (string, error) {
+	header = http.CanonicalHeaderKey(header)
+	return func(r *http.Request) (string, error) {
+		v := r.Header.Get(header)
+		if v == "" {
+			return "", missingHeader(header)
 		}
 		return "tenant:" + v, nil
 	}
+}
+
+func missingHeader(header string) error {
+	return &idem.InputError{Field: header, Reason: "is missing", Fix: "send the " + header + " header with every request"}
 }

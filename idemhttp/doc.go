@@ -16,17 +16,23 @@
 // and PATCH by default); GET, HEAD, OPTIONS, PUT and DELETE pass through untouched
 // and uncounted. For a request with an Idempotency-Key header it answers:
 //
-//	first request    the handler runs; its status, Config.ReplayHeaders and body
+//	first request    the handler runs; its status, headers (see below) and body
 //	                 are stored for Config.Retention (24 h) and sent
 //	same key again   the stored response, byte for byte, with Idempotent-Replayed: true
 //	still running    409 with Retry-After (seconds until the first request's lease
-//	                 ends), or with Config.Wait the stored response once it is there
+//	                 ends), or with Config.Wait the stored response once it is there;
+//	                 the lease is renewed while the handler runs, so a slow handler
+//	                 is never run twice
+//	too large        500 ProblemResponseTooLarge: the first response was over
+//	                 Config.MaxBodyBytes; it was sent, not stored, and is not rerun
 //	other request    422: the same key with another method, path, query, body or
 //	                 Config.FingerprintHeaders value
 //	bad key          400: empty, repeated, over 255 characters, not printable ASCII;
 //	                 also a missing key when Config.RequireKey is set
 //	bad scope        400: Config.Scope failed (HeaderScope without its header)
 //	body too large   413 (Reject413), or run without a key (PassThrough)
+//	overloaded       503 with Retry-After: Config.MaxInFlight keyed requests are in
+//	                 flight (default 256); the body is not read
 //	store failing    503 with Retry-After; the handler does not run
 //
 // The responses the middleware makes itself are RFC 9457 problems
@@ -34,21 +40,53 @@
 // Problem… constants) and are never stored. A request without a key runs as if
 // there were no middleware.
 //
-// Keys are scoped (Config.Scope, by default a hash of the Authorization header), so
-// one tenant never receives another's response. The fingerprint that detects a
+// Keys are scoped (Config.Scope), so one caller never receives another's response.
+// The default scope, CredentialScope, is "cred:" and a SHA-256 hash (128 bits, hex)
+// of every credential the request carries: the values of Authorization,
+// Proxy-Authorization, Cookie and Config.CredentialHeaders (default X-Api-Key); a
+// request with none of them is "anonymous", a scope shared by all such callers.
+// Credentials are never stored in clear. HeaderScope adds a tenant header to the
+// credentials' hash ("tenant:<value>/cred:<hash>"), so a caller who sends another
+// tenant's header without its credentials lands in a scope of its own;
+// TrustedHeaderScope uses the header alone, which is safe only behind a proxy that
+// authenticates callers and sets (and strips) the header. The fingerprint that detects a
 // reused key is SHA-256 over a length-prefixed encoding of the method, the escaped
 // path, the raw query, each fingerprinted header and the body.
 //
+// Response headers: with Config.ReplayHeaders nil (the default) every header the
+// handler set is stored and replayed except hop-by-hop ones (RFC 9110 §7.6.1:
+// Connection, Keep-Alive, Proxy-Connection, TE, Trailer, Transfer-Encoding,
+// Upgrade, and the fields Connection names), Content-Length (recomputed), Date,
+// Alt-Svc, Proxy-Authenticate, Set-Cookie and Strict-Transport-Security; headers an
+// outer middleware set before the handler (request ids, CORS) belong to each
+// attempt and are not stored. ReplayHeaders set is an allow-list. Stored headers
+// are bounded by MaxStoredHeaderBytes (64 KiB).
+//
 // What is not stored, so that a retry runs the handler again: a 429 (a rate limit
 // is not a result); a 5xx when Config.StoreServerErrors is false (by default it is
-// stored, as Stripe does, so a retry sees the same failure); a response whose body
-// exceeds Config.MaxBodyBytes, which is streamed to the client (it cannot be
-// refused once the handler ran) while the key is released; and a handler that
-// panics, whose key is released before the panic goes on to net/http.
+// stored, as Stripe does, so a retry sees the same failure); and a handler that
+// panics, whose key is released before the panic goes on to net/http. A response
+// whose body exceeds Config.MaxBodyBytes is streamed to the client (it cannot be
+// refused once the handler ran) and the key keeps a marker, so a retry gets
+// ProblemResponseTooLarge instead of a second run.
+//
+// Limits and memory. The middleware holds, per keyed request in flight, the
+// request body (up to MaxBodyBytes), the response body (up to MaxBodyBytes) and,
+// while it is stored, the stored record (up to MaxBodyBytes + MaxStoredHeaderBytes):
+// about 3 × MaxBodyBytes. Config.MaxInFlight caps those requests (256 by default),
+// so with the defaults the middleware's share is at most about 256 × 3.2 MiB ≈
+// 820 MiB, and a caller who only sends large bodies can make it hold 256 MiB. The
+// memory store adds what it keeps for Retention. The handler's context has no
+// deadline of its own (see below): bound slow handlers yourself, as idem serve does
+// with --upstream-timeout.
 //
 // The handler runs with a context detached from the client's
 // (context.WithoutCancel): a client that disconnects does not abort the first
-// execution, whose result is stored and replayed to the retry. The response is held
+// execution, whose result is stored and replayed to the retry. While it runs, the
+// key's lease is renewed every Config.Lease/3 (stores implementing idem.Renewer,
+// which all of this module's do), so only a holder that died loses its key; a
+// renewal refused with idem.ErrLeaseLost is logged (the holder was fenced, and its
+// response will not be stored). The response is held
 // until it is stored, so the handler's Flush calls have no effect, and a retry that
 // arrives after a client saw the response finds it stored (unless storing failed,
 // which is logged). Trailers are not stored.

@@ -1,11 +1,11 @@
 package idemhttp
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -21,6 +21,9 @@ const finishTimeout = 10 * time.Second
 // storeRetryAfter is the Retry-After of a 503 for a failed store: long enough for a
 // connection to be re-established, short enough for an interactive client.
 const storeRetryAfter = time.Second
+
+// overloadRetryAfter is the Retry-After of a 503 beyond Config.MaxInFlight.
+const overloadRetryAfter = time.Second
 
 // Middleware returns the server middleware of the IETF Idempotency-Key draft with
 // Stripe's semantics: the first request with a key runs the handler and stores its
@@ -40,6 +43,7 @@ func Middleware(cfg Config) (func(http.Handler) http.Handler, error) {
 		return nil, err
 	}
 	c.run = c.runPlain
+	c.renewer, _ = c.cfg.Store.(idem.Renewer)
 	return c.wrap, nil
 }
 
@@ -47,11 +51,16 @@ func Middleware(cfg Config) (func(http.Handler) http.Handler, error) {
 // claim and the answers to duplicates. run claims the key and executes the handler.
 type mwCore struct {
 	cfg       Config
-	allow     []string // canonical ReplayHeaders, without Content-Length
+	allow     []string // canonical ReplayHeaders, but unstorable ones; nil: all but the denied
 	fpHeaders []string // canonical FingerprintHeaders
 	limit     int
 	m         *metrics.HTTP
-	run       func(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome
+	// renewer is the store's idem.Renewer, nil when it has none (and in atomic
+	// mode, where the claim is a row lock held by the transaction, not a lease).
+	renewer idem.Renewer
+	// inFlight counts the keyed requests past the Config.MaxInFlight check.
+	inFlight atomic.Int64
+	run      func(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome
 }
 
 func newMiddlewareCore(cfg Config, needStore bool) (*mwCore, error) {
@@ -60,9 +69,13 @@ func newMiddlewareCore(cfg Config, needStore bool) (*mwCore, error) {
 		return nil, err
 	}
 	c := &mwCore{cfg: cfg, limit: int(cfg.MaxBodyBytes)}
+	if cfg.ReplayHeaders != nil {
+		c.allow = []string{} // an allow-list, even empty; nil stores all but the denied
+	}
 	for _, h := range cfg.ReplayHeaders {
-		// Content-Length is computed from the stored body, never replayed as stored.
-		if h = http.CanonicalHeaderKey(h); h != "Content-Length" && h != HeaderReplayed {
+		// Content-Length is computed from the stored body, never replayed as stored;
+		// hop-by-hop headers describe the first response's connection.
+		if h = http.CanonicalHeaderKey(h); !unstorable(h) {
 			c.allow = append(c.allow, h)
 		}
 	}
@@ -122,6 +135,17 @@ func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		return metrics.HTTPRejected
 	}
 
+	if c.cfg.MaxInFlight > 0 {
+		// Before the body is read: a request over the cap costs no memory.
+		if c.inFlight.Add(1) > int64(c.cfg.MaxInFlight) {
+			c.inFlight.Add(-1)
+			writeProblem(w, http.StatusServiceUnavailable, ProblemOverloaded, "Too many requests in flight",
+				fmt.Sprintf("idem: %d requests with an Idempotency-Key are already in flight, the most this server runs at once, so this one was not run: retry with the same Idempotency-Key after Retry-After seconds", c.cfg.MaxInFlight),
+				overloadRetryAfter)
+			return metrics.HTTPRejected
+		}
+		defer c.inFlight.Add(-1)
+	}
 	q := getMWRequest()
 	oversize, err := q.readBody(r, c.limit)
 	switch {
@@ -187,42 +211,60 @@ func (c *mwCore) execute(next http.Handler, w http.ResponseWriter, r *http.Reque
 	rec := &q.rec
 	rec.reset(w, c.limit, *c.cfg.StoreServerErrors, false)
 	hr := q.handlerRequest(context.WithoutCancel(r.Context()), r)
+	q.snapshotHeader(w.Header())
 	returned := false
+	hb := c.startHeartbeat(k, token)
 	defer func() {
 		if !returned {
 			// The handler panicked (net/http recovers it): give the key back so a
 			// retry runs the request again rather than waiting out the lease.
+			hb.stop()
 			c.release(r, k, token)
 		}
 	}()
 	next.ServeHTTP(rec, hr)
 	returned = true
+	hb.stop()
 
 	rec.finishHeader()
-	if !rec.held() {
-		// 429, a 5xx not to be stored, or a body too large to store: the response
-		// was streamed, and the key is given back so a retry runs again.
+	var stored []byte
+	switch {
+	case rec.oversize:
+		// Streamed to the client, too large to store: the key keeps a marker, so a
+		// retry is told so instead of running the request a second time.
+		stored = encodeTooLarge(rec.status, rec.size)
+	case rec.direct:
+		// 429 or a 5xx not to be stored: streamed, and the key is given back so a
+		// retry runs again.
 		c.release(r, k, token)
 		return metrics.HTTPExecuted
+	default:
+		var ok bool
+		if stored, ok = c.encode(q); !ok {
+			stored = encodeTooLarge(rec.status, int64(len(rec.buf))+MaxStoredHeaderBytes)
+		}
 	}
 	// The handler's detached context, without a timeout of its own: a timer per
 	// request costs more than the memory store's whole Complete, and the network
 	// stores bound their calls themselves (dial, read and statement timeouts).
-	if err := c.cfg.Store.Complete(hr.Context(), k, token, c.encode(q)); err != nil {
+	if err := c.cfg.Store.Complete(hr.Context(), k, token, stored); err != nil {
 		// The effect happened: the client still gets its response. A retry is not
 		// replayed: it gets 409 until the lease ends, then runs the handler again.
 		c.cfg.Logger.WarnContext(r.Context(), "idem: the response could not be stored for replay",
 			"key", k.String(), "err", err)
 	}
-	rec.writeHeld()
+	if !rec.oversize {
+		rec.writeHeld()
+	}
 	return metrics.HTTPExecuted
 }
 
-// encode returns the stored form of q's held response. It is built in q's scratch
-// buffer and copied once to a slice of its exact size, which the store may keep.
-func (c *mwCore) encode(q *mwRequest) []byte {
-	q.scratch = encodeResponse(q.scratch, q.rec.status, q.rec.Header(), c.allow, q.rec.buf)
-	return bytes.Clone(q.scratch)
+// encode returns the stored form of q's held response, in a slice of its exact size
+// that the store may keep; false when its headers are too large to store.
+func (c *mwCore) encode(q *mwRequest) ([]byte, bool) {
+	h := q.rec.Header()
+	c.storedNames(q, h)
+	return encodeResponse(q.rec.status, h, q.names, q.rec.buf)
 }
 
 func (c *mwCore) release(r *http.Request, k idem.Key, token uint64) {
@@ -273,7 +315,13 @@ func sleepUntil(ctx context.Context, d time.Duration, deadline time.Time) bool {
 func (c *mwCore) answerDuplicate(w http.ResponseWriter, r *http.Request, k idem.Key, res idem.Result) metrics.HTTPOutcome {
 	switch res.Outcome {
 	case idem.Replayed:
-		if err := replayResponse(w, res.Record.Result, c.allow); err != nil {
+		err := replayResponse(w, res.Record.Result, c.allow)
+		if tl, ok := errors.AsType[*errTooLarge](err); ok {
+			writeProblem(w, http.StatusInternalServerError, ProblemResponseTooLarge, "Response too large to replay",
+				fmt.Sprintf("idem: the request with Idempotency-Key %q was run and answered %d, but its response (over %d bytes) was too large to store, so it cannot be replayed; it is not run again: use a new key only to run a new request", k.ID, tl.status, c.limit), 0)
+			return metrics.HTTPReplayed
+		}
+		if err != nil {
 			c.cfg.Logger.ErrorContext(r.Context(), "idem: a stored response could not be replayed", "key", k.String(), "err", err)
 			writeProblem(w, http.StatusInternalServerError, ProblemCorruptRecord, "Stored response unreadable",
 				"idem: the response stored for this Idempotency-Key could not be decoded; it will not be replayed", 0)

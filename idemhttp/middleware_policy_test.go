@@ -107,7 +107,10 @@ func TestMiddlewareOversizeRequest(t *testing.T) {
 	}
 }
 
-func TestMiddlewareOversizeResponseIsNotStored(t *testing.T) {
+// A response too large to store reaches its client whole, and the key keeps a
+// marker: a retry is told the response cannot be replayed, and the handler does not
+// run a second time.
+func TestMiddlewareOversizeResponseIsNotRunTwice(t *testing.T) {
 	t.Parallel()
 	big := bytes.Repeat([]byte("abcdefgh"), 1000) // 8000 bytes > 1024
 	h := &mwCounter{fn: func(w http.ResponseWriter, _ *http.Request, _ []byte) {
@@ -118,14 +121,19 @@ func TestMiddlewareOversizeResponseIsNotStored(t *testing.T) {
 	}}
 	srv := mwServe(t, idemhttp.Config{Store: mwMemStore(t), MaxBodyBytes: 1024}, h)
 	key := idemkey.NewV7()
+	r := mwDo(t, "POST", srv.URL+"/export", key, nil)
+	if r.status != 200 || !bytes.Equal(r.body, big) || r.header.Get(idemhttp.HeaderReplayed) != "" {
+		t.Fatalf("got %d, %d bytes, replayed %q; want the whole response, executed", r.status, len(r.body), r.header.Get(idemhttp.HeaderReplayed))
+	}
 	for range 2 {
-		r := mwDo(t, "POST", srv.URL+"/export", key, nil)
-		if r.status != 200 || !bytes.Equal(r.body, big) || r.header.Get(idemhttp.HeaderReplayed) != "" {
-			t.Fatalf("got %d, %d bytes, replayed %q; want the whole response, executed", r.status, len(r.body), r.header.Get(idemhttp.HeaderReplayed))
+		r = mwDo(t, "POST", srv.URL+"/export", key, nil)
+		mwProblem(t, r, http.StatusInternalServerError, "too large to store")
+		if !strings.Contains(string(r.body), idemhttp.ProblemResponseTooLarge) {
+			t.Errorf("problem %s, want type %s", r.body, idemhttp.ProblemResponseTooLarge)
 		}
 	}
-	if n := h.runs.Load(); n != 2 {
-		t.Errorf("handler ran %d times, want 2: a response that cannot be stored frees the key", n)
+	if n := h.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1: a response too large to store still keeps its key", n)
 	}
 }
 

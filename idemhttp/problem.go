@@ -27,10 +27,19 @@ const (
 	// ProblemStoreUnavailable: the idempotency store failed, so the request was not
 	// run (503); retry after Retry-After seconds with the same key.
 	ProblemStoreUnavailable = "urn:idem:problem:store-unavailable"
+	// ProblemOverloaded: Config.MaxInFlight keyed requests are already running, so
+	// this one was not read nor run (503); retry after Retry-After seconds with the
+	// same key.
+	ProblemOverloaded = "urn:idem:problem:overloaded"
 	// ProblemNotRecorded: the handler ran in atomic mode but its response could not
 	// be stored with its effects, so both were rolled back (500 or 503); a retry with
 	// the same key runs the request again.
 	ProblemNotRecorded = "urn:idem:problem:not-recorded"
+	// ProblemResponseTooLarge: the request with this key was run, but its response
+	// was too large to store (Config.MaxBodyBytes), so it cannot be replayed (500).
+	// The request is not run again: do not retry; use a new key only to run a new
+	// request.
+	ProblemResponseTooLarge = "urn:idem:problem:response-too-large"
 	// ProblemCorruptRecord: a stored response could not be decoded (500).
 	ProblemCorruptRecord = "urn:idem:problem:corrupt-record"
 )

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"hash"
 	"io"
 	"net/http"
@@ -39,6 +38,8 @@ type recorder struct {
 	// oversize: the body went beyond limit (streamed, or dropped when held).
 	oversize bool
 	buf      []byte
+	// size counts the body bytes the handler wrote.
+	size int64
 }
 
 func (rec *recorder) reset(w http.ResponseWriter, limit int, storeErrors, holdOversize bool) {
@@ -72,6 +73,7 @@ func (rec *recorder) Write(p []byte) (int, error) {
 	if !rec.wroteHeader {
 		rec.WriteHeader(http.StatusOK)
 	}
+	rec.size += int64(len(p))
 	if rec.direct {
 		return rec.w.Write(p)
 	}
@@ -153,117 +155,6 @@ func bodyAllowed(status int) bool {
 	return status != http.StatusNoContent && status != http.StatusNotModified && status >= 200
 }
 
-// The stored form of a response (Store result bytes):
-//
-//	version byte (1) | status uint16 big endian | uvarint header count |
-//	per header value: uvarint len, name, uvarint len, value | body (the rest)
-//
-// Binary, not JSON: a replay decodes it without escaping or base64, and the body is
-// stored as is.
-const encodingV1 = 1
-
-var errCorrupt = errors.New("stored response is corrupt or from an unknown version")
-
-// encodeResponse returns the stored form of a response, built in buf's memory. Only
-// the headers named in allow (canonical names) are kept.
-func encodeResponse(buf []byte, status int, h http.Header, allow []string, body []byte) []byte {
-	// One pass over the headers: the count goes in a byte reserved before them.
-	dst := append(buf[:0], encodingV1, byte(status>>8), byte(status), 0)
-	n := 0
-	for _, name := range allow {
-		for _, v := range h[name] {
-			n++
-			dst = binary.AppendUvarint(dst, uint64(len(name)))
-			dst = append(dst, name...)
-			dst = binary.AppendUvarint(dst, uint64(len(v)))
-			dst = append(dst, v...)
-		}
-	}
-	if n >= 0x80 {
-		// Rare: the count needs more than the one byte reserved for it.
-		return encodeResponseSlow(buf[:0], status, h, allow, n, body)
-	}
-	dst[3] = byte(n)
-	return append(dst, body...)
-}
-
-func encodeResponseSlow(dst []byte, status int, h http.Header, allow []string, n int, body []byte) []byte {
-	dst = append(dst, encodingV1, byte(status>>8), byte(status))
-	dst = binary.AppendUvarint(dst, uint64(n))
-	for _, name := range allow {
-		for _, v := range h[name] {
-			dst = binary.AppendUvarint(dst, uint64(len(name)))
-			dst = append(dst, name...)
-			dst = binary.AppendUvarint(dst, uint64(len(v)))
-			dst = append(dst, v...)
-		}
-	}
-	return append(dst, body...)
-}
-
-// replayResponse writes a stored response with Idempotent-Replayed: true. Headers
-// no longer in allow (canonical names) are dropped: a header is replayed only while
-// it is allowed. Names are taken from allow and values are substrings of one string,
-// so a replay allocates a fixed handful of objects whatever its header count.
-func replayResponse(w http.ResponseWriter, stored []byte, allow []string) error {
-	if len(stored) < 3 || stored[0] != encodingV1 {
-		return errCorrupt
-	}
-	status := int(binary.BigEndian.Uint16(stored[1:3]))
-	count, k := binary.Uvarint(stored[3:])
-	if k <= 0 || count > uint64(len(stored)) || status < 200 || status > 999 {
-		return errCorrupt
-	}
-	rest := stored[3+k:]
-	// Find where the headers end, then turn the whole header section into one string.
-	end := 0
-	for range count * 2 {
-		l, k := binary.Uvarint(rest[end:])
-		if k <= 0 || l > uint64(len(rest)-end-k) {
-			return errCorrupt
-		}
-		end += k + int(l)
-	}
-	section, body := string(rest[:end]), rest[end:]
-	n := int(count)
-	vals := make([]string, n+2)
-	h := w.Header()
-	next := func(at int) (string, int) { // the field at offset at, and the offset after it
-		l, k := binary.Uvarint(rest[at:])
-		return section[at+k : at+k+int(l)], at + k + int(l)
-	}
-	at, first, prev := 0, 0, ""
-	for i := range n {
-		var name string
-		name, at = next(at)
-		vals[i], at = next(at)
-		if name != prev {
-			first, prev = i, name
-		}
-		for _, a := range allow {
-			if a == name {
-				// Values of one name are stored together: one subslice holds them all.
-				h[a] = vals[first : i+1 : i+1]
-				break
-			}
-		}
-	}
-	vals[n] = "true"
-	h[HeaderReplayed] = vals[n : n+1 : n+1]
-	if _, ok := h["Content-Type"]; !ok && len(body) > 0 {
-		h["Content-Type"] = nil // replay as stored: no sniffed type the original lacked
-	}
-	if bodyAllowed(status) && len(body) > chunkingSize {
-		vals[n+1] = strconv.Itoa(len(body))
-		h["Content-Length"] = vals[n+1 : n+2 : n+2]
-	}
-	w.WriteHeader(status)
-	if len(body) > 0 && bodyAllowed(status) {
-		_, _ = w.Write(body)
-	}
-	return nil
-}
-
 // mwRequest is the state of one request through the middleware, pooled: the request
 // body as read, the hasher, the claim and the response recorder.
 type mwRequest struct {
@@ -274,6 +165,11 @@ type mwRequest struct {
 	scratch []byte
 	fp      [sha256.Size]byte
 	claim   idem.Claim
+	// pre are the response headers set before the handler ran (by outer
+	// middleware: CORS, request ids); they belong to each attempt, not to the result.
+	pre []preHeader
+	// names are the response header names to store, in encoding order.
+	names []string
 }
 
 // mwPoolMax is the largest buffer kept in the pool; bigger ones are left to the GC
@@ -293,6 +189,10 @@ func putMWRequest(q *mwRequest) {
 	}
 	q.reader.Reset(nil)
 	q.rec.w = nil
+	clear(q.pre)
+	q.pre = q.pre[:0]
+	clear(q.names)
+	q.names = q.names[:0]
 	q.claim = idem.Claim{}
 	mwRequestPool.Put(q)
 }

@@ -105,3 +105,28 @@ func FuzzScope(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidateHeader checks the rules of ValidateHeader against their definition,
+// and that an accepted header is always a valid idem.Key ID (what the middleware
+// relies on to claim it without a second check).
+func FuzzValidateHeader(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add(s)
+	}
+	for _, s := range []string{" k", "k ", "a b", "\x7f", "\x1f", "~", strings.Repeat("k", idemkey.MaxHeaderLen)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		err := idemkey.ValidateHeader(s)
+		printable := s != "" && len(s) <= idemkey.MaxHeaderLen && s[0] != ' ' && s[len(s)-1] != ' ' &&
+			!strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r > 0x7e })
+		if (err == nil) != printable {
+			t.Fatalf("ValidateHeader(%q) = %v, want accepted=%v", s, err, printable)
+		}
+		if err == nil {
+			if verr := idemkey.Validate(s); verr != nil {
+				t.Fatalf("ValidateHeader accepts %q but Validate refuses it: %v", s, verr)
+			}
+		}
+	})
+}

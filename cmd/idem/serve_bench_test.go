@@ -42,7 +42,7 @@ func BenchmarkServe(b *testing.B) {
 	upURL, _ := url.Parse(up.URL)
 	plain := httptest.NewServer(&httputil.ReverseProxy{
 		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(upURL); pr.SetXForwarded() },
-		Transport:  newUpstreamTransport(),
+		Transport:  newUpstreamTransport(time.Minute),
 		BufferPool: proxyBuffers{},
 	})
 	b.Cleanup(plain.Close)

@@ -120,7 +120,7 @@ func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store i
 }
 
 // healthKey is claimed by /healthz. Its scope cannot be produced by a request: the
-// middleware's scopes are "anonymous", "auth:…" and "tenant:…".
+// middleware's scopes are "anonymous", "cred:…", "auth:…" and "tenant:…".
 var healthKey = idem.Key{Scope: "idem-serve:health", ID: "healthz"}
 
 // storeHealth answers /healthz by claiming and releasing healthKey: the path every

@@ -316,6 +316,14 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--upstream", up, "--replay-headers", "X Bad"}, "--replay-headers"},
 		{[]string{"--upstream", up, "--scope-header", "Authorization"}, "--scope-header"},
 		{[]string{"--upstream", up, "--scope-header", "X Tenant"}, "--scope-header"},
+		{[]string{"--upstream", up, "--trust-scope-header"}, "--trust-scope-header needs --scope-header"},
+		{[]string{"--upstream", up, "--max-inflight", "0"}, "--max-inflight"},
+		{[]string{"--upstream", up, "--upstream-timeout", "0s"}, "--upstream-timeout"},
+		{[]string{"--upstream", up, "--read-timeout", "0s"}, "--read-timeout"},
+		{[]string{"--upstream", up, "--write-timeout", "-1s"}, "--write-timeout"},
+		{[]string{"--upstream", up, "--write-timeout", "60s"}, "--write-timeout 1m0s must be longer than --upstream-timeout + --wait"},
+		{[]string{"--upstream", up, "--write-timeout", "70s", "--wait", "10s"}, "--write-timeout 1m10s must be longer than --upstream-timeout + --wait"},
+		{[]string{"--upstream", up, "--credential-headers", "X Key"}, "--credential-headers"},
 		{[]string{"--upstream", up, "extra"}, `unexpected argument "extra"`},
 	} {
 		_, stderr, err := run(t, append([]string{"serve"}, tc.args...)...)
@@ -346,7 +354,8 @@ func TestServeFlagsAndEnvironmentMapToConfig(t *testing.T) {
 	fs, o := NewMain(io.Discard, io.Discard).serveFlags()
 	if err := fs.Parse([]string{"--store", "memory:", "--wait", "3s", "--require-key", "--oversize", "pass",
 		"--methods", "post, put", "--lease", "1m", "--retention", "2h", "--scope-header", "X-Tenant",
-		"--fingerprint-headers", "X-Account", "--replay-headers", "Content-Type,X-Request-Id"}); err != nil {
+		"--fingerprint-headers", "X-Account", "--replay-headers", "Content-Type,X-Request-Id", "--max-inflight", "7",
+		"--upstream-timeout", "20s"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := applyEnv(fs, lookup); err != nil {
@@ -361,13 +370,30 @@ func TestServeFlagsAndEnvironmentMapToConfig(t *testing.T) {
 		c.Oversize != idemhttp.PassThrough || fmt.Sprint(c.Methods) != "[POST PUT]" || c.Lease != time.Minute ||
 		c.Retention != 2*time.Hour || fmt.Sprint(c.FingerprintHeaders) != "[X-Account]" ||
 		fmt.Sprint(c.ReplayHeaders) != "[Content-Type X-Request-Id]" || c.Scope == nil || o.admin != "" ||
-		spec.upstream.String() != env["IDEM_UPSTREAM"] || spec.store.kind != "memory" {
+		spec.upstream.String() != env["IDEM_UPSTREAM"] || spec.store.kind != "memory" || c.MaxInFlight != 7 ||
+		o.upstreamTimeout != 20*time.Second || o.writeTimeout != 30*time.Second+20*time.Second+3*time.Second+5*time.Second {
 		t.Fatalf("options %+v, config %+v: want the flags, and the environment where no flag was given", o, c)
 	}
 	r := httptest.NewRequest("POST", "/", nil)
 	r.Header.Set("X-Tenant", "acme")
-	if scope, err := c.Scope(r); err != nil || scope != "tenant:acme" {
-		t.Fatalf("scope = %q, %v; want the X-Tenant header's", scope, err)
+	if scope, err := c.Scope(r); err != nil || scope != "tenant:acme/anonymous" {
+		t.Fatalf("scope = %q, %v; want the X-Tenant header's, without credentials", scope, err)
+	}
+	// A caller-controlled tenant header does not select the tenant's responses on
+	// its own: the credentials are part of the scope, unless the header is trusted.
+	r.Header.Set("X-Api-Key", "k1")
+	if scope, err := c.Scope(r); err != nil || !strings.HasPrefix(scope, "tenant:acme/cred:") {
+		t.Fatalf("scope with an API key = %q, %v; want the tenant and the credentials' hash", scope, err)
+	}
+	fs, o = NewMain(io.Discard, io.Discard).serveFlags()
+	if err := fs.Parse([]string{"--upstream", "http://u", "--scope-header", "X-Tenant", "--trust-scope-header", "--credential-headers", "X-Session"}); err != nil {
+		t.Fatal(err)
+	}
+	if spec, err = o.check(); err != nil {
+		t.Fatal(err)
+	}
+	if scope, err := spec.cfg.Scope(r); err != nil || scope != "tenant:acme" || fmt.Sprint(spec.cfg.CredentialHeaders) != "[X-Session]" {
+		t.Fatalf("trusted scope = %q, %v (credential headers %v); want the header alone", scope, err, spec.cfg.CredentialHeaders)
 	}
 
 	env["IDEM_WAIT"] = "soon"
