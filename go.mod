@@ -18,6 +18,7 @@ require (
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0
+	golang.org/x/net v0.62.0
 	modernc.org/sqlite v1.60.1
 	pgregory.net/rapid v1.3.0
 )

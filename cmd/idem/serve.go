@@ -21,9 +21,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/net/netutil"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/internal/redact"
 )
 
 // serveOptions are the flags of idem serve.
@@ -37,7 +39,7 @@ type serveOptions struct {
 	upstreamTimeout, readTimeout       time.Duration
 	writeTimeout, idleTimeout          time.Duration
 	maxBody                            byteSize
-	maxInFlight                        int
+	maxInFlight, maxConns              int
 }
 
 const serveSynopsis = `A reverse proxy to --upstream that makes any HTTP API safe to retry: a POST or
@@ -63,7 +65,9 @@ their request within --read-timeout (30s) and take their response within
 --max-inflight (256) keyed requests are read or run at once; more get 503 with
 Retry-After before their body is read. Each holds at most about 3 x --max-body
 (request, response and stored copy): about 256 x 3.2 MiB = 820 MiB with the defaults,
-plus the store's own memory with --store memory:. Userinfo in --upstream
+plus the store's own memory with --store memory: (max_bytes, 512MiB). At most
+--max-conns (4096) client connections are open at once; more wait to be accepted.
+Userinfo in --upstream
 (http://user:pw@host) is sent as basic auth when the client sends no
 Authorization; it is never printed.
 
@@ -71,7 +75,8 @@ Stores (--store):
   sqlite:PATH                         a file, created if missing (default); one gateway per file
   postgres://user:pass@host:5432/db   shared by several gateways; pool size with ?pool_max_conns=N
   redis://host:6379[/db][?prefix=P]   shared by several gateways; keys start with P (default idem:)
-  memory:                             forgotten on restart: for tests and single-use setups
+  memory:[?max_bytes=512MiB]          forgotten on restart: for tests and single-use setups; new keys
+                                      get 503 once its records take max_bytes (default 512MiB)
 
 --admin-listen serves /metrics and /healthz (200 while the store answers a claim of
 a reserved key, 503 otherwise) apart from the proxied address, so no upstream path
@@ -117,6 +122,7 @@ func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.fingerprintHeaders, "fingerprint-headers", "", "comma-separated request headers that are part of a request's identity, beside method, path, query and body")
 	fs.StringVar(&o.replayHeaders, "replay-headers", "", "comma-separated allow-list of response headers stored and replayed; default: every header but hop-by-hop ones, Content-Length, Date, Set-Cookie, Alt-Svc, Proxy-Authenticate and Strict-Transport-Security")
 	fs.DurationVar(&o.drainLimit, "shutdown-timeout", 30*time.Second, "how long a stop waits for requests in flight before cutting them")
+	fs.IntVar(&o.maxConns, "max-conns", defaultMaxConns, "most client connections open at once on --listen; more wait in the kernel's accept queue")
 	fs.IntVar(&o.maxInFlight, "max-inflight", idemhttp.DefaultMaxInFlight, "most requests with an Idempotency-Key read or run at once; beyond it 503 with Retry-After, before the body is read")
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", 60*time.Second, "longest an upstream call may take, response body included; then 504 and the key is released (not stored)")
 	fs.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest a client may take to send a request, headers and body")
@@ -184,6 +190,8 @@ func (o *serveOptions) check() (serveSpec, error) {
 		return s, fmt.Errorf("--shutdown-timeout must be positive, such as 30s (got %v)", o.drainLimit)
 	case o.maxBody <= 0:
 		return s, fmt.Errorf("--max-body must be positive, such as 1MiB (got %d)", o.maxBody)
+	case o.maxConns <= 0:
+		return s, fmt.Errorf("--max-conns must be positive, such as %d (got %d)", defaultMaxConns, o.maxConns)
 	case o.maxInFlight <= 0:
 		return s, fmt.Errorf("--max-inflight must be positive, such as %d (got %d)", idemhttp.DefaultMaxInFlight, o.maxInFlight)
 	case o.upstreamTimeout <= 0:
@@ -281,7 +289,7 @@ func headerList(flagName, v string, upper bool) ([]string, error) {
 // serve runs the gateway until ctx ends, then stops taking connections, finishes the
 // requests in flight, stops the sweeper and closes the store, in that order.
 func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error {
-	log := slog.New(slog.NewTextHandler(m.Stderr, nil))
+	log := slog.New(redact.Handler(slog.NewTextHandler(m.Stderr, nil)))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The store's own metrics label claims by scope, which behind the gateway is one
@@ -300,7 +308,7 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 	}
 
 	srvErr := make(chan error, 2)
-	timeouts := serverTimeouts{read: o.readTimeout, write: o.writeTimeout, idle: o.idleTimeout}
+	timeouts := serverTimeouts{read: o.readTimeout, write: o.writeTimeout, idle: o.idleTimeout, maxConns: o.maxConns}
 	proxy := bounded(newProxy(spec.upstream, o.upstreamTimeout, log), o.upstreamTimeout)
 	srv, addr, err := startServer(o.listen, "--listen", catchUnreached(mw(proxy)), timeouts, log, srvErr)
 	if err != nil {
@@ -350,7 +358,15 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 // listener: a client that sends its request slowly (--read-timeout), or reads its
 // response slowly (--write-timeout), or keeps an idle connection (--idle-timeout),
 // is cut off instead of holding a goroutine and a descriptor forever.
-type serverTimeouts struct{ read, write, idle time.Duration }
+type serverTimeouts struct {
+	read, write, idle time.Duration
+	maxConns          int // open connections; 0 for no bound (the admin listener)
+}
+
+// defaultMaxConns bounds the gateway's client connections (--max-conns): each costs
+// a goroutine and its buffers, about 16 KiB idle, so 4,096 hold about 64 MiB, beside
+// the file descriptors (raise ulimit -n above it).
+const defaultMaxConns = 4096
 
 // startServer listens on addr and serves h in the background; a failure of Serve
 // lands on errs. flagName names the address in errors.
@@ -358,6 +374,11 @@ func startServer(addr, flagName string, h http.Handler, to serverTimeouts, log *
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s %s: %w", flagName, addr, err)
+	}
+	if to.maxConns > 0 {
+		// Beyond the bound, Accept waits: new clients queue in the kernel's backlog
+		// until a connection closes, instead of costing a goroutine each.
+		ln = netutil.LimitListener(ln, to.maxConns)
 	}
 	// No BaseContext from ctx: a stop must not cancel the requests it lets finish.
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, to.read),

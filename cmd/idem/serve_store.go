@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,14 +28,40 @@ type storeSpec struct {
 	path   string // sqlite
 	redis  *redis.Options
 	prefix string // redis key prefix (?prefix=), empty for idemredis.DefaultPrefix
+	// maxBytes is the memory store's budget (?max_bytes=): 0 for idemmem's default,
+	// negative for none.
+	maxBytes int64
 }
 
 // parseStore checks --store. Its errors are usage errors: they name the flag and the fix.
 func parseStore(raw string) (storeSpec, error) {
 	s := storeSpec{raw: raw, desc: redactURL(raw)}
 	switch {
-	case raw == "memory:":
-		s.kind, s.desc = "memory", "memory (lost on restart, not shared between gateways)"
+	case raw == "memory:" || strings.HasPrefix(raw, "memory:?"):
+		s.kind = "memory"
+		q, err := url.ParseQuery(strings.TrimPrefix(raw, "memory:?"))
+		if raw == "memory:" {
+			q, err = url.Values{}, nil
+		}
+		for name := range q {
+			if name != "max_bytes" && err == nil {
+				err = fmt.Errorf("unknown option %q", name)
+			}
+		}
+		if err == nil && q.Has("max_bytes") {
+			s.maxBytes, err = idemmem.ParseMaxBytes(q.Get("max_bytes"))
+		}
+		if err != nil {
+			return s, fmt.Errorf("--store %s: %v: use memory: or memory:?max_bytes=512MiB (the most its records may take; -1 for no limit)", raw, err)
+		}
+		budget := "512MiB"
+		switch {
+		case s.maxBytes < 0:
+			budget = "no limit"
+		case s.maxBytes > 0:
+			budget = strconv.FormatInt(s.maxBytes, 10) + " bytes"
+		}
+		s.desc = "memory (lost on restart, not shared between gateways; at most " + budget + ")"
 	case strings.HasPrefix(raw, "sqlite:"):
 		s.kind, s.path = "sqlite", strings.TrimPrefix(raw, "sqlite:")
 		if s.path == "" {
@@ -78,7 +105,7 @@ func parseStore(raw string) (storeSpec, error) {
 func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store idem.Store, close func(), err error) {
 	switch s.kind {
 	case "memory":
-		st, err := idemmem.New(idemmem.Config{Registerer: reg})
+		st, err := idemmem.New(idemmem.Config{Registerer: reg, MaxBytes: s.maxBytes})
 		return st, func() {}, err
 	case "sqlite":
 		st, err := idemsqlite.Open(s.path, idemsqlite.Config{Registerer: reg})

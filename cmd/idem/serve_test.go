@@ -301,6 +301,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--upstream", "127.0.0.1:9000"}, "--upstream"},
 		{[]string{"--upstream", up, "--store", "mysql://db"}, "--store"},
 		{[]string{"--upstream", up, "--store", "sqlite:"}, "--store"},
+		{[]string{"--upstream", up, "--store", "memory:?max_bytes=lots"}, "--store"},
+		{[]string{"--upstream", up, "--store", "memory:?maxbytes=1MiB"}, "--store"},
 		{[]string{"--upstream", up, "--store", "redis://host:6379/x"}, "--store"},
 		{[]string{"--upstream", up, "--listen", "8080"}, "--listen"},
 		{[]string{"--upstream", up, "--admin-listen", "nohost"}, "--admin-listen"},
