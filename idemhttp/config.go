@@ -60,6 +60,12 @@ type Config struct {
 	// Default DefaultCredentialHeaders (X-Api-Key); an empty non-nil slice adds none.
 	// Ignored when Scope is set.
 	CredentialHeaders []string
+	// CredentialCookies, if set, are the only cookies that identify a caller: the
+	// default scope hashes their values instead of the whole Cookie header, so a
+	// browser whose other cookies (analytics, preferences) changed between attempts
+	// still retries in its own scope. Name the session cookie(s), such as "sid".
+	// Ignored when Scope is set.
+	CredentialCookies []string
 	// FingerprintHeaders are request headers included in the fingerprint (with the
 	// method, path, query and body): the same key with a different value is a 422.
 	FingerprintHeaders []string
@@ -146,7 +152,7 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 		cfg.CredentialHeaders = DefaultCredentialHeaders
 	}
 	if cfg.Scope == nil {
-		cfg.Scope = CredentialScope(cfg.CredentialHeaders...)
+		cfg.Scope = CookieCredentialScope(cfg.CredentialCookies, cfg.CredentialHeaders...)
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -198,7 +204,7 @@ var alwaysCredentials = []string{"Authorization", "Proxy-Authorization", "Cookie
 // The scope changes whenever any of these values does: a retry must carry the same
 // credentials (and the same cookies: a browser whose analytics cookie changed
 // between attempts retries in another scope, where its key runs again). When only
-// some cookies identify the caller, write a Scope that hashes those.
+// some cookies identify the caller, use CookieCredentialScope.
 func CredentialScope(headers ...string) func(*http.Request) (string, error) {
 	var names []string
 	for _, n := range append(slices.Clone(alwaysCredentials), headers...) {
@@ -216,6 +222,69 @@ func CredentialScope(headers ...string) func(*http.Request) (string, error) {
 			return "cred:" + s, nil
 		}
 		return "anonymous", nil
+	}
+}
+
+// CookieCredentialScope is CredentialScope with only the named cookies standing for
+// the Cookie header: their values are hashed (each name with its values), the other
+// cookies are not, so a retry whose analytics cookie changed stays in its scope. A
+// request whose only credential is one Authorization header (none of the cookies)
+// gets AuthorizationScope's scope, as with CredentialScope. No cookies is
+// CredentialScope(headers...).
+func CookieCredentialScope(cookies []string, headers ...string) func(*http.Request) (string, error) {
+	if len(cookies) == 0 {
+		return CredentialScope(headers...)
+	}
+	var names []string
+	for _, n := range append(slices.Clone(alwaysCredentials), headers...) {
+		if n = http.CanonicalHeaderKey(n); n != "Cookie" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	cookies = slices.Clone(cookies)
+	return func(r *http.Request) (string, error) {
+		var b []byte
+		found := false
+		for _, name := range cookies {
+			var vs []string
+			for _, c := range r.CookiesNamed(name) {
+				vs = append(vs, c.Value)
+			}
+			found = found || len(vs) > 0
+			b = appendField(b, name)
+			b = binary.AppendUvarint(b, uint64(len(vs)))
+			for _, v := range vs {
+				b = appendField(b, v)
+			}
+		}
+		if !found && len(r.Header["Authorization"]) == 1 && onlyCredential(r, names) {
+			return AuthorizationScope(r)
+		}
+		h, ok := credentialHash(r, names)
+		if !ok && !found {
+			return "anonymous", nil
+		}
+		sum := sha256.Sum256(append(b, h...))
+		return "cred:" + hex.EncodeToString(sum[:16]), nil
+	}
+}
+
+// TenantScope returns a Config.Scope for a tenant header combined with the scope
+// creds gives the caller's credentials: "tenant:<value>/" followed by it. HeaderScope
+// is TenantScope over CredentialScope; pass CookieCredentialScope to name the
+// session cookies. A request without the header is answered 400.
+func TenantScope(header string, creds func(*http.Request) (string, error)) func(*http.Request) (string, error) {
+	header = http.CanonicalHeaderKey(header)
+	return func(r *http.Request) (string, error) {
+		v := r.Header.Get(header)
+		if v == "" {
+			return "", missingHeader(header)
+		}
+		c, err := creds(r)
+		if err != nil {
+			return "", err
+		}
+		return "tenant:" + v + "/" + c, nil
 	}
 }
 
@@ -272,16 +341,7 @@ func AuthorizationScope(r *http.Request) (string, error) {
 // without that tenant's credentials lands in a scope of its own and cannot receive
 // the tenant's responses. A request without the header is answered 400.
 func HeaderScope(header string, credentialHeaders ...string) func(*http.Request) (string, error) {
-	creds := CredentialScope(credentialHeaders...)
-	header = http.CanonicalHeaderKey(header)
-	return func(r *http.Request) (string, error) {
-		v := r.Header.Get(header)
-		if v == "" {
-			return "", missingHeader(header)
-		}
-		c, _ := creds(r)
-		return "tenant:" + v + "/" + c, nil
-	}
+	return TenantScope(header, CredentialScope(credentialHeaders...))
 }
 
 // TrustedHeaderScope returns a Config.Scope that is the value of a tenant header

@@ -31,6 +31,14 @@ func TestMiddlewareScopeAttacks(t *testing.T) {
 		{"api key vs api key", idemhttp.Config{}, []string{"X-Api-Key: alice-key"}, []string{"X-Api-Key: mallory-key"}},
 		{"custom credential header", idemhttp.Config{CredentialHeaders: []string{"X-Session"}}, []string{"X-Session: alice"}, []string{"X-Session: mallory"}},
 		{"proxy authorization", idemhttp.Config{}, []string{"Proxy-Authorization: Basic YWxpY2U6cHc="}, nil},
+		// With named session cookies, only they identify the caller; another session,
+		// or none with the victim's other cookies, is another scope.
+		{"named cookie vs other session", idemhttp.Config{CredentialCookies: []string{"sid"}},
+			[]string{"Cookie: sid=alice; theme=dark"}, []string{"Cookie: sid=mallory; theme=dark"}},
+		{"named cookie vs other cookies only", idemhttp.Config{CredentialCookies: []string{"sid"}},
+			[]string{"Cookie: sid=alice; _ga=1"}, []string{"Cookie: _ga=1"}},
+		{"tenant with named cookie", idemhttp.Config{Scope: idemhttp.TenantScope("X-Tenant", idemhttp.CookieCredentialScope([]string{"sid"}))},
+			[]string{"X-Tenant: acme", "Cookie: sid=alice"}, []string{"X-Tenant: acme", "Cookie: sid=mallory"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -76,5 +84,22 @@ func TestCredentialScopeKeepsAuthorizationScope(t *testing.T) {
 	r.Header.Set("X-Api-Key", "k")
 	if got, _ := scope(r); got == want {
 		t.Fatalf("an API key beside Authorization does not change the scope %q", got)
+	}
+}
+
+// With CredentialCookies, a browser retry whose other cookies changed (analytics,
+// preferences) stays in the caller's scope and replays instead of running again.
+func TestMiddlewareCredentialCookiesIgnoreOtherCookies(t *testing.T) {
+	t.Parallel()
+	h := &mwCounter{fn: func(w http.ResponseWriter, r *http.Request, _ []byte) { w.Write([]byte("charged")) }}
+	srv := mwServe(t, idemhttp.Config{Store: mwMemStore(t), CredentialCookies: []string{"sid"}}, h)
+	key := idemkey.NewV7()
+	first := mwDo(t, "POST", srv.URL+"/pay", key, []byte("5"), "Cookie: sid=alice; _ga=GA1.1.111")
+	retry := mwDo(t, "POST", srv.URL+"/pay", key, []byte("5"), "Cookie: _ga=GA1.1.222; sid=alice")
+	if first.status != 200 || retry.header.Get(idemhttp.HeaderReplayed) != "true" {
+		t.Fatalf("retry with a changed analytics cookie: %d replayed=%q; want the replay", retry.status, retry.header.Get(idemhttp.HeaderReplayed))
+	}
+	if n := h.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want once", n)
 	}
 }

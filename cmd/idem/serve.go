@@ -34,6 +34,7 @@ type serveOptions struct {
 	scopeHeader, oversize, methods     string
 	fingerprintHeaders, replayHeaders  string
 	credentialHeaders                  string
+	credentialCookies                  string
 	requireKey, store5xx, trustScope   bool
 	wait, lease, retention, drainLimit time.Duration
 	upstreamTimeout, readTimeout       time.Duration
@@ -110,6 +111,7 @@ func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.admin, "admin-listen", "127.0.0.1:9465", "address of /metrics and /healthz; empty for none")
 	fs.StringVar(&o.scopeHeader, "scope-header", "", "also scope keys by this tenant header (requests without it get 400), combined with the caller's credentials")
 	fs.BoolVar(&o.trustScope, "trust-scope-header", false, "scope keys by --scope-header alone, without the credentials: only behind a trusted proxy that authenticates callers and sets (and strips) this header")
+	fs.StringVar(&o.credentialCookies, "credential-cookies", "", "comma-separated cookie names that identify a caller (such as sid); when set, only they of the Cookie header are hashed into the scope, so other cookies may change between retries")
 	fs.StringVar(&o.credentialHeaders, "credential-headers", "X-Api-Key", "comma-separated request headers that carry credentials, hashed into the scope beside Authorization, Proxy-Authorization and Cookie")
 	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to POST and PATCH requests without an Idempotency-Key instead of passing them through")
 	fs.DurationVar(&o.wait, "wait", 0, "how long a retry waits for its key's first request to finish, then replays; 0 answers 409 at once")
@@ -247,6 +249,9 @@ func (o *serveOptions) middlewareConfig() (idemhttp.Config, error) {
 			c.CredentialHeaders = []string{} // none beside the three always hashed
 		}
 	}
+	if err == nil {
+		c.CredentialCookies, err = cookieList(o.credentialCookies)
+	}
 	if err != nil {
 		return c, err
 	}
@@ -257,7 +262,7 @@ func (o *serveOptions) middlewareConfig() (idemhttp.Config, error) {
 		case slices.Contains([]string{"authorization", "proxy-authorization", "cookie"}, strings.ToLower(h)):
 			return c, fmt.Errorf("--scope-header %s would store credentials in clear: leave it out, the default scope is a hash of Authorization", h)
 		}
-		c.Scope = idemhttp.HeaderScope(h, c.CredentialHeaders...)
+		c.Scope = idemhttp.TenantScope(h, idemhttp.CookieCredentialScope(c.CredentialCookies, c.CredentialHeaders...))
 		if o.trustScope {
 			c.Scope = idemhttp.TrustedHeaderScope(h)
 		}
@@ -265,6 +270,21 @@ func (o *serveOptions) middlewareConfig() (idemhttp.Config, error) {
 		return c, errors.New("--trust-scope-header needs --scope-header: name the header your trusted proxy sets")
 	}
 	return c, nil
+}
+
+// cookieList splits --credential-cookies into cookie names (RFC 6265 tokens).
+func cookieList(v string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !tokenRE.MatchString(f) {
+			return nil, fmt.Errorf("--credential-cookies: %q is not a cookie name; separate names with commas, such as sid,session", f)
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // headerList splits a comma-separated flag into HTTP tokens (upper-cased for methods);

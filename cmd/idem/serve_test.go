@@ -302,6 +302,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--upstream", up, "--store", "mysql://db"}, "--store"},
 		{[]string{"--upstream", up, "--store", "sqlite:"}, "--store"},
 		{[]string{"--upstream", up, "--store", "memory:?max_bytes=lots"}, "--store"},
+		{[]string{"--upstream", up, "--credential-cookies", "sid,a b"}, "--credential-cookies"},
+		{[]string{"--upstream", up, "--max-conns", "0"}, "--max-conns"},
 		{[]string{"--upstream", up, "--store", "memory:?maxbytes=1MiB"}, "--store"},
 		{[]string{"--upstream", up, "--store", "redis://host:6379/x"}, "--store"},
 		{[]string{"--upstream", up, "--listen", "8080"}, "--listen"},
