@@ -29,6 +29,7 @@ type Injector struct {
 
 	ops     atomic.Int64
 	faulted atomic.Int64
+	calm    atomic.Bool
 	mu      sync.Mutex
 	counts  map[string]int
 }
@@ -48,6 +49,9 @@ func (in *Injector) Roll(id string, attempt int, faults []Fault) string {
 // whose faults cost more than one operation (a crash loses a whole batch).
 func (in *Injector) RollScaled(id string, attempt int, scale float64, faults []Fault) string {
 	in.ops.Add(1)
+	if in.calm.Load() {
+		return ""
+	}
 	r := rand.New(rand.NewPCG(in.seed^fnvHash(id), uint64(attempt)))
 	if r.Float64() >= in.rate*scale {
 		return ""
@@ -98,6 +102,9 @@ func (in *Injector) Count(kind string) {
 }
 
 // Ops is the number of operations rolled, Faulted the number a fault hit.
+// Calm stops injecting: every later Roll returns "". Counting goes on.
+func (in *Injector) Calm() { in.calm.Store(true) }
+
 func (in *Injector) Ops() int     { return int(in.ops.Load()) }
 func (in *Injector) Faulted() int { return int(in.faulted.Load()) }
 
