@@ -21,7 +21,9 @@ import (
 )
 
 func benchMemory(ctx context.Context, o benchOptions) ([]benchRow, error) {
-	s, err := idemmem.New(idemmem.Config{})
+	// No budget: a figure measures millions of fresh keys, which would fill the
+	// default 512 MiB within seconds, and the raw baseline has no bound either.
+	s, err := idemmem.New(idemmem.Config{MaxBytes: -1})
 	if err != nil {
 		return nil, err
 	}
