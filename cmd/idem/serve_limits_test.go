@@ -194,3 +194,28 @@ func TestServeSlowUpstreamKeepsItsKey(t *testing.T) {
 		t.Fatalf("upstream ran %d times, want 1", n)
 	}
 }
+
+// The gateway replays the upstream's end-to-end headers, but not its cookies.
+func TestServeReplaysUpstreamHeaders(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		w.Header().Set("X-Order-Id", "ord_"+strconv.FormatInt(n, 10))
+		w.Header().Set("Set-Cookie", "session=s"+strconv.FormatInt(n, 10))
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(up.Close)
+	g := startGateway(t, up.URL, "--store", "memory:")
+	first := send(t, "POST", "http://"+g.addr+"/orders", "hdr-1", "{}")
+	again := send(t, "POST", "http://"+g.addr+"/orders", "hdr-1", "{}")
+	if first.header.Get("X-Order-Id") != "ord_1" || first.header.Get("Set-Cookie") == "" {
+		t.Fatalf("first response headers %v", first.header)
+	}
+	if again.header.Get(idemhttp.HeaderReplayed) != "true" || again.header.Get("X-Order-Id") != "ord_1" || again.header.Get("Set-Cookie") != "" {
+		t.Fatalf("replayed headers %v, want X-Order-Id ord_1 and no Set-Cookie", again.header)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("upstream ran %d times", calls.Load())
+	}
+}
