@@ -26,14 +26,20 @@ var ErrUnverified = errors.New("idemhttp: webhook not verified")
 // with secret by a WebhookSink within tolerance of now (0 means DefaultTolerance):
 // the v1 signature of its timestamp, Idempotency-Key, Idem-Topic and body (see the
 // package documentation), compared in constant time. It returns nil for an authentic
-// request, an error matching ErrUnverified otherwise, and an *idem.InputError for an
-// empty secret.
+// request, an error matching ErrUnverified otherwise, and an *idem.InputError for a
+// secret shorter than MinWebhookSecret (as NewWebhookSink refuses to sign with).
 //
 // Read the body with a size limit (http.MaxBytesReader) before verifying. A verified
 // request may still be a retry: deduplicate by its Idempotency-Key.
 func VerifyWebhook(secret []byte, r *http.Request, body []byte, tolerance time.Duration) error {
 	if len(secret) == 0 {
 		return &idem.InputError{Field: "secret", Reason: "is empty", Fix: "pass the secret the sender signs with (WebhookConfig.Secret)"}
+	}
+	if len(secret) < MinWebhookSecret {
+		// No sender signs with it (NewWebhookSink refuses it), and a short secret is
+		// one an attacker can guess: refuse it rather than verify against it.
+		return &idem.InputError{Field: "secret", Reason: fmt.Sprintf("has %d bytes; it needs at least %d", len(secret), MinWebhookSecret),
+			Fix: "use the sender's secret (WebhookConfig.Secret, at least 32 bytes, such as the output of `openssl rand -hex 32`)"}
 	}
 	if tolerance <= 0 {
 		tolerance = DefaultTolerance

@@ -172,7 +172,7 @@ func TestWebhookVerificationRefusesForgeries(t *testing.T) {
 		{"tampered body", secret, g.req, []byte(`{"amount":999}`)},
 		{"other topic", secret, with("Idem-Topic", "refunds"), g.body},
 		{"other key", secret, with("Idempotency-Key", "pay-8"), g.body},
-		{"wrong secret", []byte("not the secret"), g.req, g.body},
+		{"wrong secret", []byte("not the secret, but just as long."), g.req, g.body},
 		{"no signature", secret, with("Idem-Signature", ""), g.body},
 		{"no timestamp", secret, with("Idem-Timestamp", ""), g.body},
 		{"old timestamp, correctly signed", secret, func() *http.Request {
@@ -192,6 +192,13 @@ func TestWebhookVerificationRefusesForgeries(t *testing.T) {
 	}
 	if err := idemhttp.VerifyWebhook(nil, g.req, g.body, 0); !errors.Is(err, idem.ErrInvalid) {
 		t.Errorf("empty secret: %v, want an *idem.InputError", err)
+	}
+	// A receiver configured with a short secret is refused like a sender would be:
+	// a signature made with a guessable secret proves nothing.
+	short := []byte("k")
+	forged := with("Idem-Signature", signV1(short, g.req.Header.Get("Idem-Timestamp"), m.ID, m.Topic, m.Payload))
+	if err := idemhttp.VerifyWebhook(short, forged, g.body, 0); !errors.Is(err, idem.ErrInvalid) || !strings.Contains(err.Error(), "32") {
+		t.Errorf("1-byte secret: %v, want an *idem.InputError naming the 32-byte minimum", err)
 	}
 }
 
