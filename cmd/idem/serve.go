@@ -260,7 +260,7 @@ func (o *serveOptions) middlewareConfig() (idemhttp.Config, error) {
 		case !tokenRE.MatchString(h):
 			return c, fmt.Errorf("--scope-header %q is not an HTTP header name", h)
 		case slices.Contains([]string{"authorization", "proxy-authorization", "cookie"}, strings.ToLower(h)):
-			return c, fmt.Errorf("--scope-header %s would store credentials in clear: leave it out, the default scope is a hash of Authorization", h)
+			return c, fmt.Errorf("--scope-header %s would store credentials in clear: leave it out, the default scope is a hash of every credential the request carries", h)
 		}
 		c.Scope = idemhttp.TenantScope(h, idemhttp.CookieCredentialScope(c.CredentialCookies, c.CredentialHeaders...))
 		if o.trustScope {
