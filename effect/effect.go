@@ -104,19 +104,17 @@ func (e *FailedError) Error() string {
 }
 
 // PermanentError marks a call's error as final: Do records the effect as failed.
-type PermanentError struct{ Err error }
-
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
-func (e *PermanentError) Unwrap() error { return e.Err }
+// It is idem.PermanentError, so errors marked by inbox.Permanent are final here too.
+type PermanentError = idem.PermanentError
 
 // Permanent marks err as final (a declined card): the effect is recorded as failed
 // and not retried. Other errors leave it PENDING, to be retried with the same key.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &PermanentError{Err: err}
-}
+// It is idem.Permanent; Permanent(nil) is nil.
+func Permanent(err error) error { return idem.Permanent(err) }
+
+// IsPermanent reports whether err, or an error it wraps, was marked by Permanent
+// (this package's, inbox's or idem's).
+func IsPermanent(err error) bool { return idem.IsPermanent(err) }
 
 // New returns a Fence on db, creating its table idem_effects if needed.
 func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx], error) {
@@ -299,8 +297,7 @@ func (f *Fence[Tx]) run(ctx context.Context, key, step string, c claim, call Cal
 	result, err := call(idem.WithKey(ctx, derived), derived)
 	stop()
 	if err != nil {
-		var pe *PermanentError
-		if errors.As(err, &pe) {
+		if IsPermanent(err) {
 			f.count(step, "failed")
 			if ferr := f.finish(ctx, key, step, c.token, StateFailed, nil, err.Error()); ferr != nil {
 				return nil, ferr
