@@ -472,7 +472,7 @@ func (f *Fence[Tx]) Get(ctx context.Context, key, step string) (e Effect, ok boo
 		e.Key, e.Step, e.LeaseUntil, ok = key, step, time.Unix(0, until), true
 		return nil
 	})
-	if err != nil && isNoRows(err) {
+	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 		return Effect{}, false, nil
 	}
 	if err != nil {
@@ -499,7 +499,3 @@ func validate(key, step string) error {
 	}
 	return nil
 }
-
-// isNoRows matches database/sql's and pgx's "no rows" (pgx.ErrNoRows is
-// sql.ErrNoRows for errors.Is).
-func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

@@ -511,7 +511,7 @@ func (o *Orchestrator[Tx]) Get(ctx context.Context, id string) (inst Instance, o
 		return rerr
 	})
 	if err != nil {
-		if isNoRows(err) {
+		if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 			return Instance{}, false, nil
 		}
 		return Instance{}, false, &idem.BackendError{Backend: "saga", Op: "get", Err: err}
@@ -570,5 +570,3 @@ func defaultBackoff(attempt int) time.Duration {
 	d = min(d, 30*time.Second)
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
-
-func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
