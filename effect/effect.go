@@ -48,6 +48,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/metrics"
 )
 
 // DefaultLease is how long a PENDING effect belongs to the worker running it.
@@ -135,16 +136,12 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx],
 	}
 	f := &Fence[Tx]{db: db, cfg: cfg}
 	if cfg.Registerer != nil {
-		m := prometheus.NewCounterVec(prometheus.CounterOpts{
+		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_effects_total",
 			Help: "External effects through the fence, by step and outcome (called, replayed, in_progress, recovered, reconciled, fenced, failed, error).",
-		}, []string{"step", "outcome"})
-		if err := cfg.Registerer.Register(m); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			m = are.ExistingCollector.(*prometheus.CounterVec)
+		}, []string{"step", "outcome"}))
+		if err != nil {
+			return nil, err
 		}
 		f.metrics = m
 	}

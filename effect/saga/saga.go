@@ -33,6 +33,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/wait"
 )
 
@@ -160,16 +161,12 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Defi
 	}
 	o.fence = fence
 	if cfg.Registerer != nil {
-		m := prometheus.NewCounterVec(prometheus.CounterOpts{
+		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_sagas_total",
 			Help: "Sagas by outcome: started, completed, compensated, failed.",
-		}, []string{"saga", "outcome"})
-		if err := cfg.Registerer.Register(m); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			m = are.ExistingCollector.(*prometheus.CounterVec)
+		}, []string{"saga", "outcome"}))
+		if err != nil {
+			return nil, err
 		}
 		o.metrics = m
 	}
