@@ -68,6 +68,32 @@ func IsRetryable(err error) bool {
 	return errors.As(err, &be)
 }
 
+// PermanentError marks an error as final: retrying the same call will not help (a
+// declined card, an undecodable payload). The inbox dead-letters such a message at
+// once and the effect fence records such an effect as failed, instead of retrying.
+// inbox.PermanentError and effect.PermanentError are this type, so a mark made with
+// either package's Permanent is recognised by both.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as final (see PermanentError). Permanent(nil) is nil, so
+// `return idem.Permanent(err)` stays a success when err is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked by Permanent.
+func IsPermanent(err error) bool {
+	var pe *PermanentError
+	return errors.As(err, &pe)
+}
+
 // ValidateToken checks the token passed to Complete or Release.
 func ValidateToken(token uint64) error {
 	if token == 0 {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"sync"
+
+	"github.com/idemhq/idem/idemhttp"
 )
 
 // Faults of the client → HTTP boundary, injected by Transport.
@@ -44,7 +46,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	id := req.Header.Get("Idempotency-Key")
+	id := req.Header.Get(idemhttp.HeaderKey)
 	if id == "" {
 		id = req.Method + " " + req.URL.String()
 	}

@@ -48,6 +48,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/metrics"
 )
 
 // DefaultLease is how long a PENDING effect belongs to the worker running it.
@@ -104,19 +105,17 @@ func (e *FailedError) Error() string {
 }
 
 // PermanentError marks a call's error as final: Do records the effect as failed.
-type PermanentError struct{ Err error }
-
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
-func (e *PermanentError) Unwrap() error { return e.Err }
+// It is idem.PermanentError, so errors marked by inbox.Permanent are final here too.
+type PermanentError = idem.PermanentError
 
 // Permanent marks err as final (a declined card): the effect is recorded as failed
 // and not retried. Other errors leave it PENDING, to be retried with the same key.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &PermanentError{Err: err}
-}
+// It is idem.Permanent; Permanent(nil) is nil.
+func Permanent(err error) error { return idem.Permanent(err) }
+
+// IsPermanent reports whether err, or an error it wraps, was marked by Permanent
+// (this package's, inbox's or idem's).
+func IsPermanent(err error) bool { return idem.IsPermanent(err) }
 
 // New returns a Fence on db, creating its table idem_effects if needed.
 func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx], error) {
@@ -137,16 +136,12 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx],
 	}
 	f := &Fence[Tx]{db: db, cfg: cfg}
 	if cfg.Registerer != nil {
-		m := prometheus.NewCounterVec(prometheus.CounterOpts{
+		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_effects_total",
 			Help: "External effects through the fence, by step and outcome (called, replayed, in_progress, recovered, reconciled, fenced, failed, error).",
-		}, []string{"step", "outcome"})
-		if err := cfg.Registerer.Register(m); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			m = are.ExistingCollector.(*prometheus.CounterVec)
+		}, []string{"step", "outcome"}))
+		if err != nil {
+			return nil, err
 		}
 		f.metrics = m
 	}
@@ -299,8 +294,7 @@ func (f *Fence[Tx]) run(ctx context.Context, key, step string, c claim, call Cal
 	result, err := call(idem.WithKey(ctx, derived), derived)
 	stop()
 	if err != nil {
-		var pe *PermanentError
-		if errors.As(err, &pe) {
+		if IsPermanent(err) {
 			f.count(step, "failed")
 			if ferr := f.finish(ctx, key, step, c.token, StateFailed, nil, err.Error()); ferr != nil {
 				return nil, ferr
@@ -475,7 +469,7 @@ func (f *Fence[Tx]) Get(ctx context.Context, key, step string) (e Effect, ok boo
 		e.Key, e.Step, e.LeaseUntil, ok = key, step, time.Unix(0, until), true
 		return nil
 	})
-	if err != nil && isNoRows(err) {
+	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 		return Effect{}, false, nil
 	}
 	if err != nil {
@@ -502,7 +496,3 @@ func validate(key, step string) error {
 	}
 	return nil
 }
-
-// isNoRows matches database/sql's and pgx's "no rows" (pgx.ErrNoRows is
-// sql.ErrNoRows for errors.Is).
-func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

@@ -23,7 +23,9 @@ var (
 
 // Headers of a webhook request; see the package documentation.
 const (
-	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderIdempotencyKey is HeaderKey, the same Idempotency-Key header the
+	// middleware reads, named here for webhook receivers.
+	HeaderIdempotencyKey = HeaderKey
 	HeaderTopic          = "Idem-Topic"
 	HeaderPrefix         = "Idem-Header-"
 	HeaderTimestamp      = "Idem-Timestamp"

@@ -157,7 +157,7 @@ func (c *Consumer[Tx]) Replay(ctx context.Context, id int64) (applied bool, err 
 			attempts, first_at, dead_at FROM idem_dead_letters WHERE id = $1 AND consumer = $2 AND replayed_at IS NULL`,
 			id, c.cfg.Consumer))
 		if err != nil {
-			if isNoRows(err) {
+			if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 				return ErrNoDeadLetter
 			}
 			return err
@@ -191,6 +191,3 @@ func (c *Consumer[Tx]) Replay(ctx context.Context, id int64) (applied bool, err 
 	})
 	return applied, err
 }
-
-// isNoRows matches database/sql's and pgx's "no rows" (pgx.ErrNoRows wraps sql.ErrNoRows).
-func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

@@ -131,24 +131,16 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 
 // Permanent marks err as not worth retrying: the message goes to the dead-letter
 // table at once (undecodable payload, a business rule that will never pass).
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &PermanentError{Err: err}
-}
+// It is idem.Permanent; Permanent(nil) is nil.
+func Permanent(err error) error { return idem.Permanent(err) }
 
-// PermanentError is an error marked by Permanent.
-type PermanentError struct{ Err error }
+// PermanentError is an error marked by Permanent. It is idem.PermanentError, so
+// errors marked by effect.Permanent are permanent here too.
+type PermanentError = idem.PermanentError
 
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
-func (e *PermanentError) Unwrap() error { return e.Err }
-
-// IsPermanent reports whether err, or an error it wraps, was marked by Permanent.
-func IsPermanent(err error) bool {
-	var pe *PermanentError
-	return errors.As(err, &pe)
-}
+// IsPermanent reports whether err, or an error it wraps, was marked by Permanent
+// (this package's, effect's or idem's).
+func IsPermanent(err error) bool { return idem.IsPermanent(err) }
 
 // failed records a failed attempt of key and returns how many there were, taking the
 // broker's count when it has one.

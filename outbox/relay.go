@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,12 +57,12 @@ type RelayConfig struct {
 }
 
 func (c RelayConfig) withDefaults() (RelayConfig, error) {
-	c.BatchSize = cmpOr(c.BatchSize, 100)
-	c.PollInterval = cmpOr(c.PollInterval, time.Second)
-	c.MaxAttempts = cmpOr(c.MaxAttempts, 10)
-	c.Retention = cmpOr(c.Retention, 7*24*time.Hour)
-	c.CleanupInterval = cmpOr(c.CleanupInterval, time.Minute)
-	c.CleanupBatch = cmpOr(c.CleanupBatch, 1000)
+	c.BatchSize = cmp.Or(c.BatchSize, 100)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
+	c.Retention = cmp.Or(c.Retention, 7*24*time.Hour)
+	c.CleanupInterval = cmp.Or(c.CleanupInterval, time.Minute)
+	c.CleanupBatch = cmp.Or(c.CleanupBatch, 1000)
 	if c.Backoff == nil {
 		c.Backoff = func(n int) time.Duration {
 			d := min(200*time.Millisecond<<min(max(n-1, 0), 10), time.Minute)
@@ -80,13 +81,6 @@ func (c RelayConfig) withDefaults() (RelayConfig, error) {
 		return c, &idem.InputError{Field: "RelayConfig", Reason: "has a negative interval or batch", Fix: "leave fields 0 for their defaults"}
 	}
 	return c, nil
-}
-
-func cmpOr[T int | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // Relay publishes the outbox's messages to a Sink and marks them published. Several

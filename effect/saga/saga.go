@@ -33,6 +33,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/wait"
 )
 
@@ -160,16 +161,12 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Defi
 	}
 	o.fence = fence
 	if cfg.Registerer != nil {
-		m := prometheus.NewCounterVec(prometheus.CounterOpts{
+		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_sagas_total",
 			Help: "Sagas by outcome: started, completed, compensated, failed.",
-		}, []string{"saga", "outcome"})
-		if err := cfg.Registerer.Register(m); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			m = are.ExistingCollector.(*prometheus.CounterVec)
+		}, []string{"saga", "outcome"}))
+		if err != nil {
+			return nil, err
 		}
 		o.metrics = m
 	}
@@ -511,7 +508,7 @@ func (o *Orchestrator[Tx]) Get(ctx context.Context, id string) (inst Instance, o
 		return rerr
 	})
 	if err != nil {
-		if isNoRows(err) {
+		if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 			return Instance{}, false, nil
 		}
 		return Instance{}, false, &idem.BackendError{Backend: "saga", Op: "get", Err: err}
@@ -570,5 +567,3 @@ func defaultBackoff(attempt int) time.Duration {
 	d = min(d, 30*time.Second)
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
-
-func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
