@@ -15,19 +15,10 @@ import (
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/internal/sqltest"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 const hbLease = 300 * time.Millisecond
-
-// waitFor polls cond until it holds; the limit only ends a test that hangs.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-	}
-}
 
 // A live holder keeps its effect: a call that runs for several leases is not taken
 // over by a concurrent Do or by Recover, and its result is recorded once.
@@ -64,7 +55,7 @@ func TestLiveHolderKeepsItsLease(t *testing.T) {
 
 		for lease := range 4 {
 			clock.Jump(hbLease + time.Millisecond) // the lease as taken has passed
-			waitFor(t, "the holder renewed its lease", func() bool {
+			testsvc.Eventually(t, 20*time.Second, "the holder renewed its lease", func() bool {
 				e, ok, err := f.Get(ctx, "order-1", "charge")
 				return err == nil && ok && e.LeaseUntil.After(clock.Now())
 			})
@@ -124,7 +115,7 @@ func TestFencedHolderStopsRenewing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the holder logged its lost lease", func() bool {
+		testsvc.Eventually(t, 20*time.Second, "the holder logged its lost lease", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return bytes.Contains(logs.Bytes(), []byte("lease lost"))
