@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/sqltest"
+	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/stream"
 )
 
@@ -222,7 +223,7 @@ func TestPrincipalScopesAcks(t *testing.T) {
 	}
 	read("alice", 0, 2)
 	read("mallory", 9, 10)
-	waitFor(t, "both acks recorded", func() bool { r := rows(); return r["alice/tab-1"] == 2 && r["mallory/tab-1"] == 10 })
+	testsvc.Eventually(t, time.Minute, "both acks recorded", func() bool { r := rows(); return r["alice/tab-1"] == 2 && r["mallory/tab-1"] == 10 })
 	if r := rows(); len(r) != 2 {
 		t.Fatalf("ack rows %v, want alice/tab-1 at 2 and mallory/tab-1 at 10", r)
 	}

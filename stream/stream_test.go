@@ -19,6 +19,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/internal/sqltest"
+	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
 	"github.com/idemhq/idem/stream"
 )
@@ -92,19 +93,6 @@ func appendN(t *testing.T, srv *stream.Server, channel string, n int, each func(
 	}
 }
 
-// waitFor polls cond for up to a minute (no timing is asserted: a slow machine
-// only waits longer).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func checkExactly(t *testing.T, who string, got []uint64, n int) {
 	t.Helper()
 	if len(got) != n {
@@ -156,7 +144,7 @@ func TestDroppedConnectionsLoseNothing(t *testing.T) {
 			}
 		})
 		for i, r := range recs {
-			waitFor(t, fmt.Sprintf("client %d to catch up", i), func() bool { return len(r.snapshot()) >= n })
+			testsvc.Eventually(t, time.Minute, fmt.Sprintf("client %d to catch up", i), func() bool { return len(r.snapshot()) >= n })
 		}
 		cancel()
 		wg.Wait()
@@ -203,7 +191,7 @@ func TestReplayRESTHintsAndKeys(t *testing.T) {
 		ctx2, cancel := context.WithCancel(ctx)
 		c, _ := stream.NewClient(stream.ClientConfig{URL: f.http.URL, Channel: "c", Since: 9, OnEvent: rec.on})
 		go func() { _ = c.Run(ctx2) }()
-		waitFor(t, "replay", func() bool { return len(rec.snapshot()) == 3 })
+		testsvc.Eventually(t, time.Minute, "replay", func() bool { return len(rec.snapshot()) == 3 })
 		cancel()
 		if got := rec.snapshot(); got[0] != 10 || got[2] != 12 {
 			t.Fatalf("replay after 9: %v", got)
@@ -352,7 +340,7 @@ func TestBadInputAndAuthorization(t *testing.T) {
 	defer cancel()
 	c, _ := stream.NewClient(stream.ClientConfig{URL: f.http.URL, Channel: "user:alice", Header: alice, OnEvent: rec.on})
 	go func() { _ = c.Run(ctx) }()
-	waitFor(t, "a healthy client after the slow one", func() bool { return len(rec.snapshot()) == 44 })
+	testsvc.Eventually(t, time.Minute, "a healthy client after the slow one", func() bool { return len(rec.snapshot()) == 44 })
 }
 
 // Acked events are trimmed, and so are events past the retention; a client behind
@@ -423,7 +411,7 @@ func TestOutboxRelayFeedsTheStream(t *testing.T) {
 		defer cancel()
 		c, _ := stream.NewClient(stream.ClientConfig{URL: f.http.URL, Channel: "user:7", OnEvent: rec.on})
 		go func() { _ = c.Run(cctx) }()
-		waitFor(t, "the relayed events", func() bool { return len(rec.snapshot()) == 5 })
+		testsvc.Eventually(t, time.Minute, "the relayed events", func() bool { return len(rec.snapshot()) == 5 })
 		time.Sleep(50 * time.Millisecond) // nothing more may arrive
 		checkExactly(t, "client", rec.snapshot(), 5)
 	})
@@ -459,9 +447,9 @@ func TestAcksReachTheStore(t *testing.T) {
 		defer cancel()
 		c, _ := stream.NewClient(stream.ClientConfig{URL: f.http.URL, Channel: "c", ID: "phone", OnEvent: rec.on})
 		go func() { _ = c.Run(ctx) }()
-		waitFor(t, "the events", func() bool { return len(rec.snapshot()) == 10 })
+		testsvc.Eventually(t, time.Minute, "the events", func() bool { return len(rec.snapshot()) == 10 })
 		trimmed := 0
-		waitFor(t, "the acks to reach the store", func() bool {
+		testsvc.Eventually(t, time.Minute, "the acks to reach the store", func() bool {
 			n, err := f.store.Trim(context.Background(), time.Hour)
 			if err != nil {
 				t.Fatal(err)
@@ -501,8 +489,8 @@ func TestTrimWaitsForTheSlowReader(t *testing.T) {
 		fctx, fcancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = fast.Run(fctx) }()
-		waitFor(t, "the fast reader", func() bool { return len(fastRec.snapshot()) == 20 })
-		waitFor(t, "the fast reader's ack to reach the store (at a heartbeat)", func() bool {
+		testsvc.Eventually(t, time.Minute, "the fast reader", func() bool { return len(fastRec.snapshot()) == 20 })
+		testsvc.Eventually(t, time.Minute, "the fast reader's ack to reach the store (at a heartbeat)", func() bool {
 			var acked int64
 			_ = f.db.InTx(ctx, func(tx *sql.Tx) error {
 				return tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM idem_stream_clients WHERE channel = 'c'`).Scan(&acked)
@@ -523,7 +511,7 @@ func TestTrimWaitsForTheSlowReader(t *testing.T) {
 		defer scancel()
 		errc := make(chan error, 1)
 		go func() { errc <- slow2.Run(sctx) }()
-		waitFor(t, "the slow reader's replay", func() bool { return len(slowRec.snapshot()) == 20 || len(errc) > 0 })
+		testsvc.Eventually(t, time.Minute, "the slow reader's replay", func() bool { return len(slowRec.snapshot()) == 20 || len(errc) > 0 })
 		scancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Fatalf("slow reader: %v (last disconnect: %v), want every event on replay", err, trimmed)
