@@ -8,9 +8,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // Config.MaxInFlight bounds the memory of keyed requests: many concurrent large
@@ -64,7 +66,7 @@ func TestMiddlewareMaxInFlightBoundsMemory(t *testing.T) {
 			}
 		})
 	}
-	mwEventually(t, func() bool { return started.Load()+rejected.Load()+failed.Load() == clients })
+	testsvc.Eventually(t, time.Minute, "every client to be started, rejected or failed", func() bool { return started.Load()+rejected.Load()+failed.Load() == clients })
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)

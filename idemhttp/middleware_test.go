@@ -77,22 +77,12 @@ func mwServeHandler(t testing.TB, h http.Handler) *httptest.Server {
 	return srv
 }
 
-// mwEventually polls cond until it holds, failing the test after a minute.
-func mwEventually(t testing.TB, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within a minute")
-		}
-	}
-}
-
 // mwMetric waits for idem_http_requests_total{outcome} to reach want: the middleware
 // counts a request after its response is written, so the client may be first.
 func mwMetric(t testing.TB, reg prometheus.Gatherer, outcome string, want float64) {
 	t.Helper()
 	labels := map[string]string{"outcome": outcome}
-	mwEventually(t, func() bool { return idemtest.MetricValue(t, reg, "idem_http_requests_total", labels) >= want })
+	testsvc.Eventually(t, time.Minute, "idem_http_requests_total{outcome="+outcome+"} to reach the count", func() bool { return idemtest.MetricValue(t, reg, "idem_http_requests_total", labels) >= want })
 	for _, name := range []string{"idem_http_requests_total", "idem_http_request_duration_seconds"} {
 		if got := idemtest.MetricValue(t, reg, name, labels); got != want {
 			t.Errorf("%s{outcome=%q} = %v, want %v", name, outcome, got, want)
@@ -302,7 +292,7 @@ func TestMiddlewareConcurrentDuplicatesRunOnce(t *testing.T) {
 					})
 				}
 				if wait > 0 {
-					mwEventually(t, func() bool { return store.inProgress.Load() >= n-1 })
+					testsvc.Eventually(t, time.Minute, "the other requests to find the key in progress", func() bool { return store.inProgress.Load() >= n-1 })
 					close(release) // with Wait: every duplicate is waiting
 				}
 				wg.Wait()
