@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkafka"
+	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -67,7 +68,7 @@ func testRebalanceMidBatch(t *testing.T, balancer kgo.Opt) {
 	ca := startConsumer("A", a)
 	b := f.source(t, balancer)
 	cb := startConsumer("B", b)
-	waitFor(t, 30*time.Second, "B receives records after joining", func() bool {
+	testsvc.Eventually(t, 30*time.Second, "B receives records after joining", func() bool {
 		received, _, _ := cb.snapshot()
 		return len(received) > 0
 	})
@@ -105,7 +106,7 @@ func testRebalanceMidBatch(t *testing.T, balancer kgo.Opt) {
 		}
 		return union
 	}
-	waitFor(t, 30*time.Second, "every record is acknowledged", func() bool { return len(all()) == n })
+	testsvc.Eventually(t, 30*time.Second, "every record is acknowledged", func() bool { return len(all()) == n })
 	ca.stop()
 	cb.stop()
 
@@ -128,17 +129,5 @@ func testRebalanceMidBatch(t *testing.T, balancer kgo.Opt) {
 	b.Close()
 	if extra := receive(t, f.source(t), 1, 3*time.Second); len(extra) != 0 {
 		t.Fatalf("after every record was acknowledged, a new member received %s (%s)", extra[0].ID, extra[0].Position)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
