@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // A hung upstream does not hold the gateway's goroutines and connections after
@@ -175,9 +176,7 @@ func TestServeSlowUpstreamKeepsItsKey(t *testing.T) {
 	g := startGateway(t, up.URL, "--store", "memory:", "--lease", "300ms")
 	first := make(chan reply, 1)
 	go func() { first <- send(t, "POST", "http://"+g.addr+"/slow", "slow-key", "x") }()
-	for up.callsOf("POST", "slow-key") == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsvc.Eventually(t, time.Minute, "the upstream to receive the first request", func() bool { return up.callsOf("POST", "slow-key") > 0 })
 	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if r := send(t, "POST", "http://"+g.addr+"/slow", "slow-key", "x"); r.status != http.StatusConflict {
 			t.Fatalf("retry while the upstream works: %d %s, want 409", r.status, r.body)
