@@ -250,7 +250,8 @@ func (o *serveOptions) middlewareConfig() (idemhttp.Config, error) {
 		}
 	}
 	if err == nil {
-		c.CredentialCookies, err = cookieList(o.credentialCookies)
+		// Cookie names are tokens too (RFC 6265 §4.1.1).
+		c.CredentialCookies, err = headerList("--credential-cookies", o.credentialCookies, false)
 	}
 	if err != nil {
 		return c, err
@@ -270,21 +271,6 @@ func (o *serveOptions) middlewareConfig() (idemhttp.Config, error) {
 		return c, errors.New("--trust-scope-header needs --scope-header: name the header your trusted proxy sets")
 	}
 	return c, nil
-}
-
-// cookieList splits --credential-cookies into cookie names (RFC 6265 tokens).
-func cookieList(v string) ([]string, error) {
-	var out []string
-	for _, f := range strings.Split(v, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		if !tokenRE.MatchString(f) {
-			return nil, fmt.Errorf("--credential-cookies: %q is not a cookie name; separate names with commas, such as sid,session", f)
-		}
-		out = append(out, f)
-	}
-	return out, nil
 }
 
 // headerList splits a comma-separated flag into HTTP tokens (upper-cased for methods);
