@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -34,6 +35,26 @@ func TestInjectorIsSeededAndHitsItsRate(t *testing.T) {
 	}
 	if n := capped.Counts()["rare"]; n != 3 {
 		t.Fatalf("a fault capped at 3 was injected %d times", n)
+	}
+}
+
+// After Calm an injector hits nothing, even at rate 1, and still counts operations:
+// verify's last phase, after the clock jumps past retention, runs without faults.
+func TestInjectorCalm(t *testing.T) {
+	t.Parallel()
+	in := NewInjector(7, 1)
+	faults := []Fault{{Kind: FaultDuplicateDelivery, Weight: 1}}
+	if in.Roll("before", 1, faults) == "" {
+		t.Fatal("rate 1 hit nothing before Calm")
+	}
+	in.Calm()
+	for i := range 100 {
+		if f := in.Roll(fmt.Sprint("op-", i), 1, faults); f != "" {
+			t.Fatalf("operation %d hit by %s after Calm", i, f)
+		}
+	}
+	if in.Ops() != 101 || in.Faulted() != 1 {
+		t.Fatalf("ops %d, faulted %d; want 101 and 1", in.Ops(), in.Faulted())
 	}
 }
 
