@@ -16,7 +16,7 @@ import (
 // the names it uses without declaring them: the parameters of the function it is
 // compiled in. A snippet without an entry fails the test, which says so.
 var readmeEnvs = []struct{ has, params string }{
-	{"idemsqlite.Open(", "ctx context.Context, invoiceID string, chargeCard func(context.Context, string) ([]byte, error)"},
+	{"idemsqlite.Open(ctx, ", "ctx context.Context, invoiceID string, chargeCard func(context.Context, string) ([]byte, error)"},
 	{`"ledger-consumer"`, "ctx context.Context, pool *pgxpool.Pool, store *idempg.Store, msg struct{ ID, Account string; Amount int64 }"},
 	{"idemnats.NewSource(", "ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool"},
 	{"outbox.New(", "ctx context.Context, pool *pgxpool.Pool, customerID string, body []byte, natsSink idem.Sink"},

@@ -356,7 +356,7 @@ func (r *run) placeOrder(w http.ResponseWriter, req *http.Request) {
 			return err
 		}
 		payload, _ := json.Marshal(orderEvent{OrderID: id, Customer: in.Customer, Amount: in.Amount})
-		_, err := r.ob.Enqueue(req.Context(), tx, idem.Message{ID: id, Topic: r.f.Broker.Topic(), Payload: payload})
+		_, err := r.ob.EnqueueTx(req.Context(), tx, idem.Message{ID: id, Topic: r.f.Broker.Topic(), Payload: payload})
 		return err
 	}
 	var err error

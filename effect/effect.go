@@ -123,7 +123,7 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx],
 		return nil, err
 	}
 	if cfg.Lease < 0 {
-		return nil, &idem.InputError{Field: "Lease", Reason: "is negative", Fix: "use a positive duration, or 0 for DefaultLease"}
+		return nil, &idem.InputError{Field: "Config.Lease", Reason: "is negative", Fix: "use a positive duration, or 0 for DefaultLease"}
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease

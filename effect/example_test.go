@@ -25,7 +25,7 @@ func ExampleFence_Do() {
 
 	dir, _ := os.MkdirTemp("", "effect-example-")
 	defer os.RemoveAll(dir)
-	store, _ := idemsqlite.Open(filepath.Join(dir, "app.db"), idemsqlite.Config{})
+	store, _ := idemsqlite.Open(context.Background(), filepath.Join(dir, "app.db"), idemsqlite.Config{})
 	defer store.Close()
 	ctx := context.Background()
 	db, _ := idem.SQLDB(ctx, store.DB())

@@ -35,7 +35,7 @@ func TestAtomicMiddleware(t *testing.T) {
 	ctx := context.Background()
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		s := mwMust(idemsqlite.Open(filepath.Join(t.TempDir(), "app.db"), idemsqlite.Config{}))(t)
+		s := mwMust(idemsqlite.Open(ctx, filepath.Join(t.TempDir(), "app.db"), idemsqlite.Config{}))(t)
 		t.Cleanup(func() { s.Close() })
 		mwAtomicSuite(t, mwAtomicEnv[*sql.Tx]{mwMust(idem.SQLDB(ctx, s.DB()))(t), s})
 	})
@@ -186,7 +186,7 @@ func mwAtomicSuite[Tx any](t *testing.T, env mwAtomicEnv[Tx]) {
 
 func TestAtomicMiddlewareConfigErrors(t *testing.T) {
 	t.Parallel()
-	s := mwMust(idemsqlite.Open(filepath.Join(t.TempDir(), "app.db"), idemsqlite.Config{}))(t)
+	s := mwMust(idemsqlite.Open(context.Background(), filepath.Join(t.TempDir(), "app.db"), idemsqlite.Config{}))(t)
 	t.Cleanup(func() { s.Close() })
 	db := mwMust(idem.SQLDB(context.Background(), s.DB()))(t)
 	if _, err := idemhttp.AtomicMiddleware[*sql.Tx](db, nil, idemhttp.Config{}); !errors.Is(err, idem.ErrInvalid) {

@@ -71,7 +71,7 @@ func ExampleAtomicMiddleware() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	store, err := idemsqlite.Open(filepath.Join(dir, "app.db"), idemsqlite.Config{})
+	store, err := idemsqlite.Open(context.Background(), filepath.Join(dir, "app.db"), idemsqlite.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -36,7 +36,7 @@ var mwStores = []struct {
 }{
 	{"memory", func(t *testing.T) idem.Store { return mwMust(idemmem.New(idemmem.Config{}))(t) }},
 	{"sqlite", func(t *testing.T) idem.Store {
-		s := mwMust(idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), idemsqlite.Config{}))(t)
+		s := mwMust(idemsqlite.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), idemsqlite.Config{}))(t)
 		t.Cleanup(func() { s.Close() })
 		return s
 	}},

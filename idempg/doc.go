@@ -86,6 +86,6 @@
 // # Outbox wake-ups
 //
 // TxDB adapts a pool to idem's transactional components (inbox, outbox). A Notifier
-// (NewNotifier) listens for the NOTIFY idem_outbox that outbox.Enqueue sends, and
+// (NewNotifier) listens for the NOTIFY idem_outbox that outbox.EnqueueTx sends, and
 // wakes an outbox relay on commit instead of at its next poll.
 package idempg

@@ -12,7 +12,7 @@ import (
 	"github.com/idemhq/idem"
 )
 
-// DefaultChannel is the channel outbox.Enqueue notifies on commit.
+// DefaultChannel is the channel outbox.EnqueueTx notifies on commit.
 const DefaultChannel = "idem_outbox"
 
 // notifyCheckEvery is how long Wait waits on a silent connection before it checks

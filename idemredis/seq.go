@@ -33,7 +33,7 @@ var _ idemseq.Tracker = (*SeqTracker)(nil)
 
 // NewSeqTracker returns a tracker on client whose keys start with prefix (DefaultPrefix
 // when empty; the same rules as Config.Prefix) followed by "seq:".
-func NewSeqTracker(client redis.UniversalClient, prefix string, cfg idemseq.Config) (*SeqTracker, error) {
+func NewSeqTracker(client redis.UniversalClient, cfg idemseq.Config, prefix string) (*SeqTracker, error) {
 	if client == nil {
 		return nil, &idem.InputError{Field: "client", Reason: "is nil",
 			Fix: "pass a connected client, e.g. redis.NewClient(&redis.Options{Addr: \"localhost:6379\"})"}

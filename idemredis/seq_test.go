@@ -17,7 +17,7 @@ import (
 func newSeqTracker(t *testing.T, cfg idemseq.Config) (*idemredis.SeqTracker, bundle) {
 	t.Helper()
 	b := setup(t, idemredis.Config{})
-	tr, err := idemredis.NewSeqTracker(b.client, b.prefix, cfg)
+	tr, err := idemredis.NewSeqTracker(b.client, cfg, b.prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestSeqTrackerResize(t *testing.T) {
 			t.Fatalf("Check(%d) = %v, %v", seq, v, err)
 		}
 	}
-	big, err := idemredis.NewSeqTracker(b.client, b.prefix, idemseq.Config{Window: 1024})
+	big, err := idemredis.NewSeqTracker(b.client, idemseq.Config{Window: 1024}, b.prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestSeqTrackerUnreachable(t *testing.T) {
 	t.Parallel()
 	client := redis.NewClient(&redis.Options{Addr: testsvc.ClosedAddr(t), MaxRetries: -1})
 	defer client.Close()
-	tr, err := idemredis.NewSeqTracker(client, "", idemseq.Config{})
+	tr, err := idemredis.NewSeqTracker(client, idemseq.Config{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestSeqTrackerUnreachable(t *testing.T) {
 	if !errors.As(err, &be) || be.Op != "seq.check" || !idem.IsRetryable(err) {
 		t.Fatalf("Check on a dead Redis = %v, want a retryable *idem.BackendError from seq.check", err)
 	}
-	if _, err := idemredis.NewSeqTracker(client, "bad{prefix}", idemseq.Config{}); !errors.Is(err, idem.ErrInvalid) {
+	if _, err := idemredis.NewSeqTracker(client, idemseq.Config{}, "bad{prefix}"); !errors.Is(err, idem.ErrInvalid) {
 		t.Errorf("prefix with a hash tag: %v, want idem.ErrInvalid", err)
 	}
 }

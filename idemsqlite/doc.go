@@ -2,7 +2,7 @@
 // idem.TxStore[*sql.Tx], idem.Sweeper, idem.BatchClaimer and idem.Renewer on one
 // SQLite file, through the pure-Go driver modernc.org/sqlite (no cgo).
 //
-//	store, err := idemsqlite.Open("idem.db", idemsqlite.Config{})
+//	store, err := idemsqlite.Open(ctx, "idem.db", idemsqlite.Config{})
 //	...
 //	defer store.Close()
 //	go idem.RunSweeper(ctx, store, time.Minute, nil) // delete expired records

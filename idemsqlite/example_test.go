@@ -18,7 +18,7 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	store, err := idemsqlite.Open(filepath.Join(dir, "idem.db"), idemsqlite.Config{})
+	store, err := idemsqlite.Open(context.Background(), filepath.Join(dir, "idem.db"), idemsqlite.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func ExampleStore_ClaimTx() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	store, err := idemsqlite.Open(filepath.Join(dir, "idem.db"), idemsqlite.Config{})
+	store, err := idemsqlite.Open(context.Background(), filepath.Join(dir, "idem.db"), idemsqlite.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -55,7 +55,7 @@ var (
 // synchronous=FULL (Config.Synchronous may relax it), busy_timeout, foreign keys on,
 // and _txlock=immediate, so a transaction from Store.DB() takes the write lock at
 // BEGIN: a concurrent claimant of the same key then waits for it instead of failing.
-func Open(path string, cfg Config) (*Store, error) {
+func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -67,7 +67,7 @@ func Open(path string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
 	}
-	s, err := newStore(db, cfg, true)
+	s, err := newStore(ctx, db, cfg, true)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -102,7 +102,7 @@ func dsn(path string, cfg Config) string {
 // group-commit writer keeps one connection of db for itself and sets
 // Config.Synchronous and Config.BusyTimeout on it, so db must allow at least two
 // open connections. Close stops the writer but leaves db open.
-func New(db *sql.DB, cfg Config) (*Store, error) {
+func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -114,11 +114,10 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		return nil, &idem.InputError{Field: "db", Reason: "allows one open connection (SetMaxOpenConns(1))",
 			Fix: "allow at least 2: the group-commit writer keeps one connection for itself"}
 	}
-	return newStore(db, cfg, false)
+	return newStore(ctx, db, cfg, false)
 }
 
-func newStore(db *sql.DB, cfg Config, ownDB bool) (*Store, error) {
-	ctx := context.Background()
+func newStore(ctx context.Context, db *sql.DB, cfg Config, ownDB bool) (*Store, error) {
 	if err := migrate(ctx, db, cfg.Now().UnixNano()); err != nil {
 		return nil, &idem.BackendError{Backend: backend, Op: "migrate", Err: err}
 	}

@@ -20,7 +20,7 @@ import (
 func openStore(t testing.TB, cfg idemsqlite.Config) (*idemsqlite.Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "idem.db")
-	s, err := idemsqlite.Open(path, cfg)
+	s, err := idemsqlite.Open(context.Background(), path, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestReopenKeepsRecordsAndTokensRise(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t)
 	path := filepath.Join(t.TempDir(), "idem.db")
-	s, err := idemsqlite.Open(path, idemsqlite.Config{})
+	s, err := idemsqlite.Open(ctx, path, idemsqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestReopenKeepsRecordsAndTokensRise(t *testing.T) {
 
 	// A clock far behind: tokens must still rise, from the durable floor.
 	past := time.Now().Add(-24 * time.Hour)
-	s2, err := idemsqlite.Open(path, idemsqlite.Config{Now: func() time.Time { return past }})
+	s2, err := idemsqlite.Open(ctx, path, idemsqlite.Config{Now: func() time.Time { return past }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestGroupCommitBatches(t *testing.T) {
 func TestCloseStopsWriter(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t)
-	s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), idemsqlite.Config{})
+	s, err := idemsqlite.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), idemsqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestCloseStopsWriter(t *testing.T) {
 func TestCloseWhileBusy(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t)
-	s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), idemsqlite.Config{})
+	s, err := idemsqlite.Open(ctx, filepath.Join(t.TempDir(), "idem.db"), idemsqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,18 +239,18 @@ func TestConfigValidationNamesField(t *testing.T) {
 	}
 	for _, tc := range cases {
 		path := filepath.Join(t.TempDir(), "idem.db")
-		_, err := idemsqlite.Open(path, tc.cfg)
+		_, err := idemsqlite.Open(context.Background(), path, tc.cfg)
 		var ie *idem.InputError
 		if !errors.As(err, &ie) || ie.Field != tc.field || !strings.Contains(err.Error(), tc.field) || ie.Fix == "" {
 			t.Errorf("Open(%+v) = %v, want an *idem.InputError naming %s with a fix", tc.cfg, err, tc.field)
 		}
 	}
 	for _, path := range []string{"", ":memory:", "file::memory:?cache=shared"} {
-		if _, err := idemsqlite.Open(path, idemsqlite.Config{}); !errors.Is(err, idem.ErrInvalid) || !strings.Contains(err.Error(), "path") {
+		if _, err := idemsqlite.Open(context.Background(), path, idemsqlite.Config{}); !errors.Is(err, idem.ErrInvalid) || !strings.Contains(err.Error(), "path") {
 			t.Errorf("Open(%q) = %v, want an input error naming path", path, err)
 		}
 	}
-	if _, err := idemsqlite.New(nil, idemsqlite.Config{}); !errors.Is(err, idem.ErrInvalid) || !strings.Contains(err.Error(), "db") {
+	if _, err := idemsqlite.New(context.Background(), nil, idemsqlite.Config{}); !errors.Is(err, idem.ErrInvalid) || !strings.Contains(err.Error(), "db") {
 		t.Errorf("New(nil) = %v, want an input error naming db", err)
 	}
 }
@@ -259,7 +259,7 @@ func TestConfigValidationNamesField(t *testing.T) {
 func TestOpenOddPath(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "a?b#c%d")
-	s, err := idemsqlite.Open(dir+".db", idemsqlite.Config{Synchronous: idemsqlite.SyncNormal})
+	s, err := idemsqlite.Open(context.Background(), dir+".db", idemsqlite.Config{Synchronous: idemsqlite.SyncNormal})
 	if err != nil {
 		t.Fatal(err)
 	}

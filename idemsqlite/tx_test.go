@@ -99,7 +99,7 @@ func TestNewOnCallersDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	s, err := idemsqlite.New(db, idemsqlite.Config{})
+	s, err := idemsqlite.New(ctx, db, idemsqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestNewOnCallersDB(t *testing.T) {
 		t.Fatalf("caller's db after Close: %v", err)
 	}
 	// Migrations are idempotent: a second store on the same file sees the record.
-	s2, err := idemsqlite.New(db, idemsqlite.Config{})
+	s2, err := idemsqlite.New(ctx, db, idemsqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestNewOnCallersDB(t *testing.T) {
 	}
 	defer one.Close()
 	one.SetMaxOpenConns(1)
-	if _, err := idemsqlite.New(one, idemsqlite.Config{}); !errors.Is(err, idem.ErrInvalid) {
+	if _, err := idemsqlite.New(ctx, one, idemsqlite.Config{}); !errors.Is(err, idem.ErrInvalid) {
 		t.Fatalf("New on a one-connection pool = %v, want an input error", err)
 	}
 }

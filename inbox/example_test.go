@@ -24,7 +24,7 @@ func Example() {
 	dir, _ := os.MkdirTemp("", "inbox-example")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	store, err := idemsqlite.Open(filepath.Join(dir, "ledger.db"), idemsqlite.Config{})
+	store, err := idemsqlite.Open(ctx, filepath.Join(dir, "ledger.db"), idemsqlite.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func forEachDB(t *testing.T, fn func(t *testing.T, b bundle)) {
 
 func sqliteBundle(t *testing.T) bundle {
 	t.Helper()
-	s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "inbox.db"), idemsqlite.Config{Synchronous: idemsqlite.SyncNormal})
+	s, err := idemsqlite.Open(context.Background(), filepath.Join(t.TempDir(), "inbox.db"), idemsqlite.Config{Synchronous: idemsqlite.SyncNormal})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 		ms := msgs(subject, b.N)
 		for start := 0; start < len(ms); start += 500 {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				_, err := ob.Enqueue(ctx, tx, ms[start:min(start+500, len(ms))]...)
+				_, err := ob.EnqueueTx(ctx, tx, ms[start:min(start+500, len(ms))]...)
 				return err
 			})
 			if err != nil {
@@ -133,7 +133,7 @@ func relayLatency(b *testing.B, notify bool) (p50, p99 time.Duration) {
 		cfg.Notifier = n
 	}
 	// The relay runs on an Outbox of its own, as in another process: no in-process
-	// wake from the producer's Enqueue, only NOTIFY or the poll.
+	// wake from the producer's EnqueueTx, only NOTIFY or the poll.
 	relayOb, err := outbox.New(ctx, idempg.TxDB(pool))
 	if err != nil {
 		b.Fatal(err)
@@ -151,7 +151,7 @@ func relayLatency(b *testing.B, notify bool) (p50, p99 time.Duration) {
 		<-tick.C
 		id := fmt.Sprintf("lat-%d", i)
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := ob.Enqueue(ctx, tx, idem.Message{ID: id, Topic: subject, Payload: []byte("x")})
+			_, err := ob.EnqueueTx(ctx, tx, idem.Message{ID: id, Topic: subject, Payload: []byte("x")})
 			return err
 		})
 		if err != nil {

@@ -2,12 +2,12 @@
 // publishes an event must never publish for a write that rolled back, nor lose the
 // event of a write that committed.
 //
-// Enqueue writes the event into the table idem_outbox in the caller's transaction
+// EnqueueTx writes the event into the table idem_outbox in the caller's transaction
 // (pgx.Tx or *sql.Tx; PostgreSQL or SQLite), so it commits or rolls back with the
 // business write. A Relay then publishes committed rows to an idem.Sink (NATS, Kafka,
 // Redis Streams, RabbitMQ, a webhook) and marks them published:
 //
-//	BEGIN; UPDATE orders …; outbox.Enqueue(ctx, tx, msg); COMMIT   ← the service
+//	BEGIN; UPDATE orders …; outbox.EnqueueTx(ctx, tx, msg); COMMIT   ← the service
 //	lock partitions; SELECT … FOR UPDATE → sink.Publish → UPDATE published_at   ← the relay
 //
 // Publication is at-least-once: a relay that dies after publishing and before
@@ -23,10 +23,10 @@
 // holds) and locks their rows, so a row is published by one relay at a time and the messages of one OrderingKey leave in the order they were
 // enqueued by transactions that committed one after another (as writes to one
 // aggregate do, serialized by its row lock). A message waiting out a backoff holds
-// back the later messages of its key; a parked one no longer does. Enqueue sends
+// back the later messages of its key; a parked one no longer does. EnqueueTx sends
 // NOTIFY idem_outbox, and a relay with a Notifier (idempg.NewNotifier) wakes on
 // commit instead of waiting for its poll. On SQLite run one relay per file; it is
-// woken in-process by Enqueue of the same Outbox.
+// woken in-process by EnqueueTx of the same Outbox.
 //
 // # Failures
 //

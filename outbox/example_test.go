@@ -38,7 +38,7 @@ func Example() {
 	js, _ := jetstream.New(nc)
 	idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
 
-	store, err := idemsqlite.Open(filepath.Join(dir, "shop.db"), idemsqlite.Config{})
+	store, err := idemsqlite.Open(ctx, filepath.Join(dir, "shop.db"), idemsqlite.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func Example() {
 		tx, _ := db.BeginTx(ctx, nil)
 		defer tx.Rollback()
 		tx.ExecContext(ctx, "INSERT INTO orders VALUES ($1, $2)", id, total)
-		ob.Enqueue(ctx, tx, idem.Message{ID: id, Topic: "orders.placed", Payload: []byte(fmt.Sprint(total))})
+		ob.EnqueueTx(ctx, tx, idem.Message{ID: id, Topic: "orders.placed", Payload: []byte(fmt.Sprint(total))})
 		if commit {
 			tx.Commit()
 		}

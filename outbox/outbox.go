@@ -38,11 +38,11 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx]) (*Outbox[Tx], error) {
 	return o, nil
 }
 
-// Enqueue writes msgs in tx: they are published if and only if tx commits. A message
+// EnqueueTx writes msgs in tx: they are published if and only if tx commits. A message
 // without an ID gets a UUIDv7, which becomes its broker dedup id and its consumers'
 // idempotency key; the IDs are returned in order. On PostgreSQL the commit also wakes
 // the relays (NOTIFY idem_outbox), so publication does not wait for a poll.
-func (o *Outbox[Tx]) Enqueue(ctx context.Context, tx Tx, msgs ...idem.Message) ([]string, error) {
+func (o *Outbox[Tx]) EnqueueTx(ctx context.Context, tx Tx, msgs ...idem.Message) ([]string, error) {
 	ids := make([]string, len(msgs))
 	q := o.db.Querier(tx)
 	now := o.now().UnixMilli()

@@ -113,7 +113,7 @@ func placeOrder(ctx context.Context, e env, id, key string, commit bool) error {
 	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1)", id); err != nil {
 		return err
 	}
-	if _, err := e.ob.Enqueue(ctx, tx, idem.Message{ID: id, Topic: "orders", OrderingKey: key,
+	if _, err := e.ob.EnqueueTx(ctx, tx, idem.Message{ID: id, Topic: "orders", OrderingKey: key,
 		Headers: map[string]string{"k": key}, Payload: []byte(id)}); err != nil {
 		return err
 	}
@@ -184,13 +184,13 @@ func TestEnqueueGeneratesIDsAndRefusesBadMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	ids, err := e.ob.Enqueue(ctx, tx, idem.Message{Topic: "t"}, idem.Message{Topic: "t"})
+	ids, err := e.ob.EnqueueTx(ctx, tx, idem.Message{Topic: "t"}, idem.Message{Topic: "t"})
 	if err != nil || len(ids) != 2 || ids[0] == "" || ids[0] == ids[1] {
-		t.Fatalf("Enqueue without IDs = %v, %v; want two fresh ids", ids, err)
+		t.Fatalf("EnqueueTx without IDs = %v, %v; want two fresh ids", ids, err)
 	}
 	for _, m := range []idem.Message{{ID: "x"}, {ID: "x\x00", Topic: "t"}, {ID: "x", Topic: "t", Payload: make([]byte, idem.MaxPayload+1)}} {
-		if _, err := e.ob.Enqueue(ctx, tx, m); !errors.Is(err, idem.ErrInvalid) {
-			t.Errorf("Enqueue(%q, topic %q, %d bytes) = %v, want idem.ErrInvalid", m.ID, m.Topic, len(m.Payload), err)
+		if _, err := e.ob.EnqueueTx(ctx, tx, m); !errors.Is(err, idem.ErrInvalid) {
+			t.Errorf("EnqueueTx(%q, topic %q, %d bytes) = %v, want idem.ErrInvalid", m.ID, m.Topic, len(m.Payload), err)
 		}
 	}
 }

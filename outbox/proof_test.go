@@ -119,7 +119,7 @@ func prove(t *testing.T, e env, relays int) {
 				}
 				id := fmt.Sprintf("order-%05d", i)
 				tx.ExecContext(ctx, "INSERT INTO orders (id) VALUES ($1)", id)
-				if _, err := e.ob.Enqueue(ctx, tx, idem.Message{ID: id, Topic: subject, OrderingKey: key, Payload: []byte(id)}); err != nil {
+				if _, err := e.ob.EnqueueTx(ctx, tx, idem.Message{ID: id, Topic: subject, OrderingKey: key, Payload: []byte(id)}); err != nil {
 					t.Error(err)
 				}
 				if i%10 == 9 {
@@ -213,7 +213,7 @@ func consume(t *testing.T, e env, js jetstream.JetStream, stream string, want in
 	if e.name == "postgres" {
 		store, err = idempg.NewSQL(ctx, e.db, idempg.Config{})
 	} else {
-		store, err = idemsqlite.New(e.db, idemsqlite.Config{})
+		store, err = idemsqlite.New(ctx, e.db, idemsqlite.Config{})
 	}
 	if err != nil {
 		t.Fatal(err)

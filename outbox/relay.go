@@ -20,7 +20,7 @@ import (
 )
 
 // Notifier wakes a relay when messages were committed: idempg.NewNotifier listens for
-// the NOTIFY that Enqueue sends on PostgreSQL. Wait returns when a notification
+// the NOTIFY that EnqueueTx sends on PostgreSQL. Wait returns when a notification
 // arrives, or with an error when the listening connection failed (the relay then
 // polls and calls Wait again).
 type Notifier interface {
@@ -46,7 +46,7 @@ type RelayConfig struct {
 	CleanupInterval time.Duration
 	CleanupBatch    int
 	// Notifier wakes the relay on commit (PostgreSQL: idempg.NewNotifier). Without it
-	// the relay polls, and is woken in-process by Enqueue of the same Outbox.
+	// the relay polls, and is woken in-process by EnqueueTx of the same Outbox.
 	Notifier Notifier
 	// Registerer receives idem_outbox_unpublished, idem_outbox_oldest_age_seconds,
 	// idem_outbox_parked, idem_relay_published_total, idem_relay_failures_total,

@@ -49,7 +49,7 @@ func TestBrowserSeesEveryEventOnce(t *testing.T) {
 
 	// The server, on SQLite.
 	dir := t.TempDir()
-	sq, err := idemsqlite.Open(filepath.Join(dir, "stream.db"), idemsqlite.Config{})
+	sq, err := idemsqlite.Open(ctx, filepath.Join(dir, "stream.db"), idemsqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

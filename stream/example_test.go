@@ -114,7 +114,7 @@ func ExampleClient() {
 
 // openStore opens a stream store in a SQLite file under dir.
 func openStore(ctx context.Context, dir string) (*stream.SQLStore[*sql.Tx], func()) {
-	sq, err := idemsqlite.Open(filepath.Join(dir, "app.db"), idemsqlite.Config{})
+	sq, err := idemsqlite.Open(ctx, filepath.Join(dir, "app.db"), idemsqlite.Config{})
 	if err != nil {
 		panic(err)
 	}

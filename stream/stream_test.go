@@ -387,7 +387,7 @@ func TestOutboxRelayFeedsTheStream(t *testing.T) {
 		}
 		for i := range 5 {
 			if err := db.InTx(ctx, func(tx *sql.Tx) error {
-				_, err := ob.Enqueue(ctx, tx, idem.Message{ID: fmt.Sprint("m", i), Topic: "user:7",
+				_, err := ob.EnqueueTx(ctx, tx, idem.Message{ID: fmt.Sprint("m", i), Topic: "user:7",
 					Headers: map[string]string{stream.HeaderEventType: "order.placed"}, Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))})
 				return err
 			}); err != nil {

@@ -89,7 +89,7 @@ func benchSQLite(ctx context.Context, o benchOptions) ([]benchRow, error) {
 		return nil, err
 	}
 
-	s, err := idemsqlite.Open(filepath.Join(dir, "idem.db"), idemsqlite.Config{})
+	s, err := idemsqlite.Open(ctx, filepath.Join(dir, "idem.db"), idemsqlite.Config{})
 	if err != nil {
 		return nil, err
 	}

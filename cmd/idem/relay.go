@@ -42,7 +42,7 @@ type relayOptions struct {
 }
 
 const relaySynopsis = `Publishes the transactional outbox (the table idem_outbox, written by
-outbox.Enqueue or by any service that follows the contract printed by --schema)
+outbox.EnqueueTx or by any service that follows the contract printed by --schema)
 to a broker or a webhook, and marks what it published. Every message carries its
 ID as the broker's dedup id or the webhook's Idempotency-Key, so the copies that a
 crash or a retry produces are dropped downstream.

@@ -147,7 +147,7 @@ func sqliteOutbox(t *testing.T, topic string) (string, *sql.DB, func(ids ...stri
 		t.Helper()
 		err := txdb.InTx(ctx, func(tx *sql.Tx) error {
 			for _, id := range ids {
-				if _, err := ob.Enqueue(ctx, tx, msg(topic, id)); err != nil {
+				if _, err := ob.EnqueueTx(ctx, tx, msg(topic, id)); err != nil {
 					return err
 				}
 			}
@@ -242,7 +242,7 @@ func TestRelayPostgresToNATS(t *testing.T) {
 
 	r := startRelay(t, "--db", cs, "--sink", natsURL(), "--poll", "1m")
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := ob.Enqueue(ctx, tx, msg(subject+".orders", "p1"), msg(subject+".orders", "p2"), msg(subject+".orders", "p3"))
+		_, err := ob.EnqueueTx(ctx, tx, msg(subject+".orders", "p1"), msg(subject+".orders", "p2"), msg(subject+".orders", "p3"))
 		return err
 	})
 	if err != nil {

@@ -108,7 +108,7 @@ func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store i
 		st, err := idemmem.New(idemmem.Config{Registerer: reg, MaxBytes: s.maxBytes})
 		return st, func() {}, err
 	case "sqlite":
-		st, err := idemsqlite.Open(s.path, idemsqlite.Config{Registerer: reg})
+		st, err := idemsqlite.Open(ctx, s.path, idemsqlite.Config{Registerer: reg})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
 		}

@@ -57,7 +57,7 @@ func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error)
 			return nil, fmt.Errorf("--db %s: the file exists; a run needs a database of its own: name a new file, or use sqlite: for a temporary one", raw)
 		}
 		clock := &chaos.Clock{}
-		s, err := idemsqlite.Open(path, idemsqlite.Config{Now: clock.Now})
+		s, err := idemsqlite.Open(ctx, path, idemsqlite.Config{Now: clock.Now})
 		if err != nil {
 			cleanup()
 			return nil, fmt.Errorf("--db %s: %w", raw, err)

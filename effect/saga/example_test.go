@@ -20,7 +20,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "saga-example-")
 	defer os.RemoveAll(dir)
-	sq, err := idemsqlite.Open(filepath.Join(dir, "app.db"), idemsqlite.Config{})
+	sq, err := idemsqlite.Open(ctx, filepath.Join(dir, "app.db"), idemsqlite.Config{})
 	if err != nil {
 		panic(err)
 	}

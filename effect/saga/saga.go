@@ -129,13 +129,19 @@ type Instance struct {
 
 // New returns an orchestrator for defs on db, creating its tables if needed.
 func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Definition) (*Orchestrator[Tx], error) {
-	if cfg.Lease <= 0 {
+	switch {
+	case cfg.Lease < 0:
+		return nil, &idem.InputError{Field: "Config.Lease", Reason: "is negative", Fix: "use a positive duration, or 0 for 30s"}
+	case cfg.PollInterval < 0:
+		return nil, &idem.InputError{Field: "Config.PollInterval", Reason: "is negative", Fix: "use a positive duration, or 0 for 200ms"}
+	}
+	if cfg.Lease == 0 {
 		cfg.Lease = 30 * time.Second
 	}
 	if cfg.Backoff == nil {
 		cfg.Backoff = defaultBackoff
 	}
-	if cfg.PollInterval <= 0 {
+	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 200 * time.Millisecond
 	}
 	if cfg.Now == nil {

@@ -287,3 +287,26 @@ func TestBadDefinitions(t *testing.T) {
 		}
 	}
 }
+
+// A negative duration is refused by name, as effect.New refuses it; zero means the
+// default.
+func TestBadConfig(t *testing.T) {
+	t.Parallel()
+	db := sqltest.SQLite(t)
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Lease: -time.Second}, "Config.Lease"},
+		{Config{PollInterval: -time.Second}, "Config.PollInterval"},
+	} {
+		_, err := New(context.Background(), db, tc.cfg)
+		var ie *idem.InputError
+		if !errors.As(err, &ie) || ie.Field != tc.field {
+			t.Errorf("New(%+v): %v, want an InputError on %s", tc.cfg, err, tc.field)
+		}
+	}
+	if _, err := New(context.Background(), db, Config{}); err != nil {
+		t.Fatalf("New with zero durations (the defaults): %v", err)
+	}
+}

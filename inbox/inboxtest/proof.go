@@ -69,7 +69,7 @@ func openDB(t *testing.T, name string) (*sql.DB, idem.TxDB[*sql.Tx], idem.TxStor
 		store idem.TxStore[*sql.Tx]
 	)
 	if name == "sqlite" {
-		s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "proof.db"), idemsqlite.Config{})
+		s, err := idemsqlite.Open(ctx, filepath.Join(t.TempDir(), "proof.db"), idemsqlite.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,7 +35,7 @@ func NewRelay(reg prometheus.Registerer, backlog func() (unpublished, oldestAge,
 		return nil, err
 	}
 	lag, err := Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "idem_relay_lag_seconds", Help: "From Enqueue to confirmed publication, per message.",
+		Name: "idem_relay_lag_seconds", Help: "From EnqueueTx to confirmed publication, per message.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}))
 	if err != nil {
 		return nil, err

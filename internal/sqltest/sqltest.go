@@ -33,7 +33,7 @@ func ForEachDB(t *testing.T, fn func(t *testing.T, db idem.TxDB[*sql.Tx])) {
 // SQLite opens a new SQLite database, closed when t ends.
 func SQLite(t testing.TB) idem.TxDB[*sql.Tx] {
 	t.Helper()
-	s, err := idemsqlite.Open(filepath.Join(t.TempDir(), "test.db"), idemsqlite.Config{})
+	s, err := idemsqlite.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"), idemsqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
