@@ -95,13 +95,19 @@ func SQLDB(ctx context.Context, db *sql.DB) (TxDB[*sql.Tx], error) {
 	} else if err := db.PingContext(ctx); err != nil {
 		return TxDB[*sql.Tx]{}, &BackendError{Backend: "sql", Op: "open", Err: err}
 	}
+	return SQLDBFor(d, db), nil
+}
+
+// SQLDBFor returns the TxDB of a database/sql handle whose dialect the caller knows,
+// without asking the database.
+func SQLDBFor(d Dialect, db *sql.DB) TxDB[*sql.Tx] {
 	return TxDB[*sql.Tx]{
 		Dialect:  d,
 		Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
 		Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
 		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
 		Querier:  SQLQuerier,
-	}, nil
+	}
 }
 
 // SQLQuerier adapts a database/sql transaction to Querier.

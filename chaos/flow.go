@@ -202,7 +202,7 @@ func (f *Flow) Run(ctx context.Context) (*Report, error) {
 	if err := r.createTables(ctx); err != nil {
 		return nil, err
 	}
-	if r.ob, err = outbox.New(ctx, txdb); err != nil {
+	if r.ob, err = outbox.New(ctx, txdb, outbox.Config{}); err != nil {
 		return nil, err
 	}
 	start := time.Now()

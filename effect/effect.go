@@ -49,6 +49,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/migrate"
 )
 
 // DefaultLease is how long a PENDING effect belongs to the worker running it.
@@ -84,6 +85,10 @@ type Config struct {
 	// Logger receives recoveries at info level, and failed or fenced lease
 	// renewals at warn level. Default slog.Default().
 	Logger *slog.Logger
+	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
+	// print` with their own tool: New then only checks that idem_effects is up to
+	// date, and fails with a *migrate.BehindError naming the missing migration.
+	SkipMigrate bool
 }
 
 // Fence runs external effects at most once per key and step in effect. It is
@@ -134,6 +139,9 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx],
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Effect); err != nil {
+		return nil, err
+	}
 	f := &Fence[Tx]{db: db, cfg: cfg}
 	if cfg.Registerer != nil {
 		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -145,30 +153,7 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx],
 		}
 		f.metrics = m
 	}
-	if err := db.InTx(ctx, func(tx Tx) error {
-		for _, stmt := range schema[db.Dialect] {
-			if _, err := db.Querier(tx).Exec(ctx, stmt); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		return nil, &idem.BackendError{Backend: "effect", Op: "migrate", Err: err}
-	}
 	return f, nil
-}
-
-var schema = map[idem.Dialect][]string{
-	idem.Postgres: {`CREATE TABLE IF NOT EXISTS idem_effects (
-		key TEXT NOT NULL, step TEXT NOT NULL, state TEXT NOT NULL, token BIGINT NOT NULL,
-		lease_until BIGINT NOT NULL, attempts INTEGER NOT NULL, result BYTEA, reason TEXT NOT NULL DEFAULT '',
-		created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL, PRIMARY KEY (key, step))`,
-		`CREATE INDEX IF NOT EXISTS idem_effects_pending ON idem_effects (step, lease_until) WHERE state = 'pending'`},
-	idem.SQLite: {`CREATE TABLE IF NOT EXISTS idem_effects (
-		key TEXT NOT NULL, step TEXT NOT NULL, state TEXT NOT NULL, token INTEGER NOT NULL,
-		lease_until INTEGER NOT NULL, attempts INTEGER NOT NULL, result BLOB, reason TEXT NOT NULL DEFAULT '',
-		created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, PRIMARY KEY (key, step))`,
-		`CREATE INDEX IF NOT EXISTS idem_effects_pending ON idem_effects (step, lease_until) WHERE state = 'pending'`},
 }
 
 // States of an effect.

@@ -5,6 +5,7 @@ import (
 	"regexp"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/migrate"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,7 +17,7 @@ const (
 
 // maxTableLen leaves room for the longest derived name (Table+"_expires_at_idx")
 // within Postgres's 63-byte identifier limit, so no name is silently truncated.
-const maxTableLen = 63 - len("_expires_at_idx")
+const maxTableLen = migrate.MaxNameLen
 
 var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
@@ -35,10 +36,14 @@ type Config struct {
 	// until a statement deletes fewer. Smaller batches hold locks and bloat WAL
 	// bursts for less time. Zero means DefaultSweepBatch; negative is invalid.
 	SweepBatch int
-	// SkipMigrate makes New skip creating the table, for deployments that apply
-	// migrations/*.sql themselves or run with a role that may not run DDL. New then
-	// does no I/O at all.
+	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
+	// print` with their own tool or run with a role that may not run DDL: New then
+	// only checks that the table is up to date, and fails with a *migrate.BehindError
+	// naming the missing migration (a table under another name is its own line of
+	// versions: `idem migrate print --table name`).
 	SkipMigrate bool
+
+	offline bool // tests only: no schema check either (export_test.go)
 }
 
 // withDefaults returns cfg with zero fields replaced by the defaults, validated.

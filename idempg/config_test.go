@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -45,7 +46,7 @@ func TestConfigValidation(t *testing.T) {
 func TestConfigLongestTable(t *testing.T) {
 	t.Parallel()
 	table := strings.Repeat("t", 48) // + "_expires_at_idx" is exactly 63 bytes
-	if _, err := idempg.New(ctxFor(t), unreachablePool(t), idempg.Config{Table: table, SkipMigrate: true}); err != nil {
+	if _, err := idempg.New(ctxFor(t), testsvc.PostgresPool(t), idempg.Config{Table: table}); err != nil {
 		t.Fatalf("48-byte table name: %v", err)
 	}
 }

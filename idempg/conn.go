@@ -54,28 +54,3 @@ func (c sqlConn) exec(ctx context.Context, query string, args ...any) (int64, er
 func (c sqlConn) queryRow(ctx context.Context, query string, args ...any) row {
 	return c.q.QueryRowContext(ctx, query, args...)
 }
-
-// inTx runs fn in a transaction on a database handle; migrations need one.
-type inTx func(ctx context.Context, fn func(conn) error) error
-
-func pgxInTx(db interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}) inTx {
-	return func(ctx context.Context, fn func(conn) error) error {
-		return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return fn(pgxConn{tx}) })
-	}
-}
-
-func sqlInTx(db *sql.DB) inTx {
-	return func(ctx context.Context, fn func(conn) error) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := fn(sqlConn{tx}); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	}
-}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/migrate"
 )
 
 const backend = "postgres"
@@ -31,18 +32,15 @@ type core[Tx any] struct {
 	sweepBatch int
 }
 
-func newCore[Tx any](ctx context.Context, cfg Config, db conn, txConn func(Tx) conn, tx inTx) (core[Tx], error) {
+func newCore[Tx, MTx any](ctx context.Context, cfg Config, db conn, txConn func(Tx) conn, mdb idem.TxDB[MTx]) (core[Tx], error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return core[Tx]{}, err
 	}
 	n := namesFor(cfg.Table)
-	if !cfg.SkipMigrate {
-		if err := ctx.Err(); err != nil {
+	if !cfg.offline {
+		if err := migrate.Ensure(ctx, mdb, cfg.SkipMigrate, migrate.Records(cfg.Table)); err != nil {
 			return core[Tx]{}, err
-		}
-		if err := migrate(ctx, tx, cfg.Table, n); err != nil {
-			return core[Tx]{}, backendErr(ctx, "migrate", err)
 		}
 	}
 	m, err := metrics.NewStore(cfg.Registerer, backend)

@@ -9,8 +9,9 @@
 //
 // # Table
 //
-// New creates the table unless Config.SkipMigrate is set (the statements are in
-// migrations/, applied under an advisory lock and recorded in idem_migrations):
+// New creates the table through package migrate (the statements are in
+// migrate/sql/postgres/records/, applied under an advisory lock and recorded in
+// idem_migrations), or with Config.SkipMigrate only checks it is up to date:
 //
 //	CREATE TABLE idem_records (
 //	    scope       text        NOT NULL,

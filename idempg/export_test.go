@@ -5,3 +5,10 @@ import "time"
 // SetNotifierCheck shortens how long n waits on a silent connection before it
 // checks the connection, so a test sees several checks.
 func SetNotifierCheck(n *Notifier, d time.Duration) { n.check = d }
+
+// Offline returns cfg for a store on a server that is not there, for the tests of
+// what its calls then return: the store skips even the schema check.
+func Offline(cfg Config) Config {
+	cfg.offline = true
+	return cfg
+}

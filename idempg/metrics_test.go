@@ -71,7 +71,7 @@ func TestMetrics(t *testing.T) {
 func TestMetricsUnreachable(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	s, err := idempg.New(context.Background(), unreachablePool(t), idempg.Config{Registerer: reg, SkipMigrate: true})
+	s, err := idempg.New(context.Background(), unreachablePool(t), idempg.Offline(idempg.Config{Registerer: reg}))
 	if err != nil {
 		t.Fatal(err)
 	}

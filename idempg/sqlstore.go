@@ -29,7 +29,7 @@ func NewSQL(ctx context.Context, db *sql.DB, cfg Config) (*SQLStore, error) {
 	if db == nil {
 		return nil, &idem.InputError{Field: "db", Reason: "is nil", Fix: `pass a handle from sql.Open("pgx", url)`}
 	}
-	c, err := newCore(ctx, cfg, sqlConn{db}, sqlTxConn, sqlInTx(db))
+	c, err := newCore(ctx, cfg, sqlConn{db}, sqlTxConn, idem.SQLDBFor(idem.Postgres, db))
 	if err != nil {
 		return nil, err
 	}

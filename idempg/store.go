@@ -35,7 +35,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, &idem.InputError{Field: "pool", Reason: "is nil", Fix: "pass a pool from pgxpool.New"}
 	}
-	c, err := newCore(ctx, cfg, pgxConn{pool}, pgxTxConn, pgxInTx(pool))
+	c, err := newCore(ctx, cfg, pgxConn{pool}, pgxTxConn, TxDB(pool))
 	if err != nil {
 		return nil, err
 	}

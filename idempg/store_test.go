@@ -17,7 +17,7 @@ import (
 )
 
 // offline makes New do no I/O, so a store can point at a server that is not there.
-var offline = idempg.Config{SkipMigrate: true}
+var offline = idempg.Offline(idempg.Config{})
 
 func check(t *testing.T, err error) {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/wait"
+	"github.com/idemhq/idem/migrate"
 )
 
 // sqliteTable is a BlockSource on one row of the idem_hilo table.
@@ -21,11 +22,6 @@ type sqliteTable struct {
 var _ BlockSource = (*sqliteTable)(nil)
 
 const (
-	sqliteHiLoSchema = `CREATE TABLE IF NOT EXISTS idem_hilo (
-	name  TEXT PRIMARY KEY,
-	next  INTEGER NOT NULL,
-	block INTEGER NOT NULL
-)`
 	sqliteHiLoInsert = `INSERT INTO idem_hilo (name, next, block) VALUES (?1, 1, ?2) ON CONFLICT (name) DO NOTHING`
 	sqliteHiLoBlock  = `SELECT block FROM idem_hilo WHERE name = ?1`
 	// The bound keeps next+block inside a signed 64-bit integer: past it SQLite
@@ -36,7 +32,7 @@ const (
 )
 
 // SQLiteTable returns a BlockSource on the row name of the table idem_hilo, creating
-// both if they are missing; the row holds the first id of the next block and the
+// both if they are missing (the table through package migrate); the row holds the first id of the next block and the
 // block size. Each NextBlock is one statement that advances the row and returns the
 // block it skipped over; it commits on its own (db must not be inside a
 // transaction, which a *sql.DB never is), so the block is durable before any of its
@@ -80,7 +76,7 @@ func SQLiteTable(ctx context.Context, db *sql.DB, name string, block uint64) (Bl
 func sqliteHiLoOpen(ctx context.Context, db *sql.DB, name string, block uint64) (stored int64, err error) {
 	deadline := time.Now().Add(openBusyFor)
 	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
-		_, err = db.ExecContext(ctx, sqliteHiLoSchema)
+		err = migrate.Up(ctx, idem.SQLDBFor(idem.SQLite, db), migrate.HiLo)
 		if err == nil {
 			_, err = db.ExecContext(ctx, sqliteHiLoInsert, name, int64(block))
 		}

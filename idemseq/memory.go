@@ -37,6 +37,11 @@ type Config struct {
 	// Scope names whose view of the producers this is, usually the consumer: trackers
 	// with different scopes keep separate state in one table. "default" when empty.
 	Scope string
+	// SkipMigrate, for the SQL tracker, leaves the schema alone (for deployments
+	// that apply `idem migrate print` with their own tool): NewSQLTracker then only
+	// checks that idem_sequences is up to date, and fails with a *migrate.BehindError
+	// naming the missing migration. Other trackers have no schema.
+	SkipMigrate bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults, validated: the one

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/migrate"
 )
 
 // SQLTracker keeps producers' windows in the table idem_sequences, one row per
@@ -30,7 +31,8 @@ func OpenSQL(ctx context.Context, db *sql.DB, cfg Config) (*SQLTracker[*sql.Tx],
 	return NewSQLTracker(ctx, tdb, cfg)
 }
 
-// NewSQLTracker returns a tracker on db, creating its table if missing.
+// NewSQLTracker returns a tracker on db, creating or upgrading its table (package
+// migrate) unless cfg.SkipMigrate is set.
 func NewSQLTracker[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*SQLTracker[Tx], error) {
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
@@ -39,32 +41,11 @@ func NewSQLTracker[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*
 	if err := db.Validate(); err != nil {
 		return nil, err
 	}
-	t := &SQLTracker[Tx]{db: db, cfg: cfg}
-	if err := t.inTx(ctx, "migrate", func(q idem.Querier) error {
-		_, err := q.Exec(ctx, createTable[db.Dialect])
-		return err
-	}); err != nil {
-		// Two processes creating the table at once: one of them fails on Postgres's
-		// catalog; the table exists either way.
-		if t.inTx(ctx, "migrate", func(q idem.Querier) error {
-			_, err := q.Exec(ctx, "SELECT 1 FROM idem_sequences LIMIT 1")
-			return err
-		}) != nil {
-			return nil, err
-		}
+	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Sequences); err != nil {
+		return nil, err
 	}
+	t := &SQLTracker[Tx]{db: db, cfg: cfg}
 	return t, nil
-}
-
-var createTable = map[idem.Dialect]string{
-	idem.Postgres: `CREATE TABLE IF NOT EXISTS idem_sequences (
-		scope TEXT NOT NULL, producer TEXT NOT NULL,
-		epoch BIGINT NOT NULL, next BIGINT NOT NULL, bits BYTEA,
-		PRIMARY KEY (scope, producer))`,
-	idem.SQLite: `CREATE TABLE IF NOT EXISTS idem_sequences (
-		scope TEXT NOT NULL, producer TEXT NOT NULL,
-		epoch INTEGER NOT NULL, next INTEGER NOT NULL, bits BLOB,
-		PRIMARY KEY (scope, producer))`,
 }
 
 const (

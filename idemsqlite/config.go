@@ -57,6 +57,10 @@ type Config struct {
 	Now func() time.Time
 	// Registerer, if set, receives the store's Prometheus metrics.
 	Registerer prometheus.Registerer
+	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
+	// print` with their own tool: Open and New then only check that the schema is up
+	// to date, and fail with a *migrate.BehindError naming the missing migration.
+	SkipMigrate bool
 }
 
 // withDefaults validates c and fills in its zero fields: the one place both are done.

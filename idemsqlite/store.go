@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/migrate"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -118,8 +119,8 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 }
 
 func newStore(ctx context.Context, db *sql.DB, cfg Config, ownDB bool) (*Store, error) {
-	if err := migrate(ctx, db, cfg.Now().UnixNano()); err != nil {
-		return nil, &idem.BackendError{Backend: backend, Op: "migrate", Err: err}
+	if err := migrate.Ensure(ctx, idem.SQLDBFor(idem.SQLite, db), cfg.SkipMigrate, migrate.Records(migrate.DefaultRecordsTable)); err != nil {
+		return nil, err
 	}
 	m, err := metrics.NewStore(cfg.Registerer, backend)
 	if err != nil {

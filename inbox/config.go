@@ -42,6 +42,10 @@ type Config struct {
 	// Logger receives failures of acks and naks (which are harmless: see the package
 	// docs) at warn level. Default slog.Default().
 	Logger *slog.Logger
+	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
+	// print` with their own tool: New then only checks that idem_dead_letters is up
+	// to date, and fails with a *migrate.BehindError naming the missing migration.
+	SkipMigrate bool
 }
 
 const (

@@ -26,48 +26,6 @@ type DeadLetter struct {
 	DeadAt   time.Time
 }
 
-var createDeadLetters = map[idem.Dialect][]string{
-	idem.Postgres: {`CREATE TABLE IF NOT EXISTS idem_dead_letters (
-		id BIGSERIAL PRIMARY KEY, consumer TEXT NOT NULL, msg_id TEXT NOT NULL, topic TEXT NOT NULL,
-		position TEXT NOT NULL, headers TEXT NOT NULL, payload BYTEA NOT NULL, kind TEXT NOT NULL,
-		reason TEXT NOT NULL, attempts INTEGER NOT NULL, first_at BIGINT NOT NULL, dead_at BIGINT NOT NULL,
-		replayed_at BIGINT)`},
-	idem.SQLite: {`CREATE TABLE IF NOT EXISTS idem_dead_letters (
-		id INTEGER PRIMARY KEY AUTOINCREMENT, consumer TEXT NOT NULL, msg_id TEXT NOT NULL, topic TEXT NOT NULL,
-		position TEXT NOT NULL, headers TEXT NOT NULL, payload BLOB NOT NULL, kind TEXT NOT NULL,
-		reason TEXT NOT NULL, attempts INTEGER NOT NULL, first_at INTEGER NOT NULL, dead_at INTEGER NOT NULL,
-		replayed_at INTEGER)`},
-}
-
-// One pending dead letter per message id and consumer: a redelivery of a message
-// dead-lettered just before a lost ack does not add a second row.
-const deadLetterIndex = `CREATE UNIQUE INDEX IF NOT EXISTS idem_dead_letters_pending
-	ON idem_dead_letters (consumer, msg_id) WHERE replayed_at IS NULL AND msg_id <> ''`
-
-func (c *Consumer[Tx]) migrate(ctx context.Context) error {
-	stmts := append(createDeadLetters[c.db.Dialect], deadLetterIndex)
-	err := c.db.InTx(ctx, func(tx Tx) error {
-		for _, s := range stmts {
-			if _, err := c.db.Querier(tx).Exec(ctx, s); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		// Two consumers creating the table at once: Postgres fails one of them on its
-		// catalog, and the table exists either way.
-		if c.db.InTx(ctx, func(tx Tx) error {
-			_, err := c.db.Querier(tx).Exec(ctx, "SELECT 1 FROM idem_dead_letters LIMIT 1")
-			return err
-		}) == nil {
-			return nil
-		}
-		return &idem.BackendError{Backend: c.db.Dialect.String(), Op: "inbox.migrate", Err: err}
-	}
-	return nil
-}
-
 func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idem.Querier, it *item) error {
 	headers, err := json.Marshal(it.d.Headers)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/wait"
+	"github.com/idemhq/idem/migrate"
 )
 
 // Handler applies one message's effect inside tx, the transaction in which the
@@ -74,7 +75,7 @@ func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store i
 	for _, o := range opts {
 		o(c)
 	}
-	if err := c.migrate(ctx); err != nil {
+	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Inbox); err != nil {
 		return nil, err
 	}
 	return c, nil

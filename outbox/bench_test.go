@@ -23,7 +23,7 @@ import (
 func BenchmarkRelayThroughput(b *testing.B) {
 	ctx := context.Background()
 	pool := testsvc.PostgresPool(b)
-	ob, err := outbox.New(ctx, idempg.TxDB(pool))
+	ob, err := outbox.New(ctx, idempg.TxDB(pool), outbox.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func relayLatency(b *testing.B, notify bool) (p50, p99 time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pool := testsvc.PostgresPool(b)
-	ob, err := outbox.New(ctx, idempg.TxDB(pool))
+	ob, err := outbox.New(ctx, idempg.TxDB(pool), outbox.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func relayLatency(b *testing.B, notify bool) (p50, p99 time.Duration) {
 	}
 	// The relay runs on an Outbox of its own, as in another process: no in-process
 	// wake from the producer's EnqueueTx, only NOTIFY or the poll.
-	relayOb, err := outbox.New(ctx, idempg.TxDB(pool))
+	relayOb, err := outbox.New(ctx, idempg.TxDB(pool), outbox.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

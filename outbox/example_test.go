@@ -47,7 +47,7 @@ func Example() {
 	db.Exec("CREATE TABLE orders (id TEXT PRIMARY KEY, total INTEGER)")
 	db.Exec("CREATE TABLE ledger (order_id TEXT, total INTEGER)")
 	txdb, _ := idem.SQLDB(ctx, db)
-	ob, _ := outbox.New(ctx, txdb)
+	ob, _ := outbox.New(ctx, txdb, outbox.Config{})
 
 	place := func(id string, total int, commit bool) {
 		tx, _ := db.BeginTx(ctx, nil)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/migrate"
 )
 
 // Partitions is how many ordering partitions the outbox has. A message's partition is
@@ -26,16 +27,23 @@ type Outbox[Tx any] struct {
 	wake chan struct{} // pokes an in-process relay (SQLite)
 }
 
-// New returns the outbox of db, creating its table if missing.
-func New[Tx any](ctx context.Context, db idem.TxDB[Tx]) (*Outbox[Tx], error) {
+// Config configures an Outbox. The zero value is ready to use.
+type Config struct {
+	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
+	// print` with their own tool: New then only checks that idem_outbox is up to
+	// date, and fails with a *migrate.BehindError naming the missing migration.
+	SkipMigrate bool
+}
+
+// New returns the outbox of db, creating or upgrading its table (package migrate).
+func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Outbox[Tx], error) {
 	if err := db.Validate(); err != nil {
 		return nil, err
 	}
-	o := &Outbox[Tx]{db: db, now: time.Now, wake: make(chan struct{}, 1)}
-	if err := o.migrate(ctx); err != nil {
+	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Outbox); err != nil {
 		return nil, err
 	}
-	return o, nil
+	return &Outbox[Tx]{db: db, now: time.Now, wake: make(chan struct{}, 1)}, nil
 }
 
 // EnqueueTx writes msgs in tx: they are published if and only if tx commits. A message
@@ -92,71 +100,11 @@ func partition(m idem.Message) int {
 const insertSQL = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`
 
-var createSQL = map[idem.Dialect][]string{
-	idem.Postgres: {`CREATE TABLE IF NOT EXISTS idem_outbox (
-		id BIGSERIAL PRIMARY KEY,
-		msg_id TEXT NOT NULL,
-		topic TEXT NOT NULL,
-		ordering_key TEXT NOT NULL DEFAULT '',
-		part INTEGER NOT NULL,
-		headers TEXT NOT NULL DEFAULT '{}',
-		payload BYTEA NOT NULL,
-		created_at BIGINT NOT NULL,
-		available_at BIGINT NOT NULL,
-		attempts INTEGER NOT NULL DEFAULT 0,
-		last_error TEXT NOT NULL DEFAULT '',
-		published_at BIGINT,
-		parked_at BIGINT)`},
-	idem.SQLite: {`CREATE TABLE IF NOT EXISTS idem_outbox (
-		id INTEGER PRIMARY KEY AUTOINCREMENT,
-		msg_id TEXT NOT NULL,
-		topic TEXT NOT NULL,
-		ordering_key TEXT NOT NULL DEFAULT '',
-		part INTEGER NOT NULL,
-		headers TEXT NOT NULL DEFAULT '{}',
-		payload BLOB NOT NULL,
-		created_at INTEGER NOT NULL,
-		available_at INTEGER NOT NULL,
-		attempts INTEGER NOT NULL DEFAULT 0,
-		last_error TEXT NOT NULL DEFAULT '',
-		published_at INTEGER,
-		parked_at INTEGER)`},
-}
-
-var indexSQL = []string{
-	`CREATE INDEX IF NOT EXISTS idem_outbox_pending ON idem_outbox (id) WHERE published_at IS NULL AND parked_at IS NULL`,
-	`CREATE INDEX IF NOT EXISTS idem_outbox_part ON idem_outbox (part, id) WHERE published_at IS NULL AND parked_at IS NULL`,
-	`CREATE INDEX IF NOT EXISTS idem_outbox_failing ON idem_outbox (ordering_key, id) WHERE published_at IS NULL AND parked_at IS NULL AND attempts > 0`,
-	`CREATE INDEX IF NOT EXISTS idem_outbox_published ON idem_outbox (published_at) WHERE published_at IS NOT NULL`,
-}
-
-// Schema returns the statements that create the outbox table and its indexes in d:
-// what New runs, and what services in other languages can read (idem relay --schema).
-func Schema(d idem.Dialect) []string {
-	return append(append([]string(nil), createSQL[d]...), indexSQL...)
-}
-
-func (o *Outbox[Tx]) migrate(ctx context.Context) error {
-	stmts := Schema(o.db.Dialect)
-	err := o.db.InTx(ctx, func(tx Tx) error {
-		for _, s := range stmts {
-			if _, err := o.db.Querier(tx).Exec(ctx, s); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		// Two processes creating the table at once: Postgres fails one on its catalog.
-		if o.db.InTx(ctx, func(tx Tx) error {
-			_, err := o.db.Querier(tx).Exec(ctx, "SELECT 1 FROM idem_outbox LIMIT 1")
-			return err
-		}) == nil {
-			return nil
-		}
-		return &idem.BackendError{Backend: o.db.Dialect.String(), Op: "outbox.migrate", Err: err}
-	}
-	return nil
+// Schema returns the SQL that creates the outbox table and its indexes in d, with
+// the idem_migrations rows New checks for: what services in other languages can
+// read (idem relay --schema). It is the outbox part of `idem migrate print`.
+func Schema(d idem.Dialect) (string, error) {
+	return migrate.Script(d, false, migrate.Outbox)
 }
 
 // Parked is a message the relay gave up on after MaxAttempts: visible, with its last

@@ -88,7 +88,7 @@ func newEnv(t testing.TB, name string, db *sql.DB) env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(ctx, tdb)
+	ob, err := outbox.New(ctx, tdb, outbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

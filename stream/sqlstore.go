@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/migrate"
 )
 
 // SQLConfig configures a SQLStore. The zero value is usable.
@@ -18,6 +19,11 @@ type SQLConfig struct {
 	// DefaultClientExpiry and DefaultMaxClients.
 	ClientExpiry time.Duration
 	MaxClients   int
+	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
+	// print` with their own tool: NewSQLStore then only checks that the stream
+	// tables are up to date, and fails with a *migrate.BehindError naming the missing
+	// migration.
+	SkipMigrate bool
 }
 
 // SQLStore keeps events in the tables idem_stream_events and idem_stream_heads of
@@ -30,7 +36,8 @@ type SQLStore[Tx any] struct {
 	clients clientBounds
 }
 
-// NewSQLStore returns a store on db, creating its tables if needed.
+// NewSQLStore returns a store on db, creating or upgrading its tables (package
+// migrate).
 func NewSQLStore[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SQLConfig) (*SQLStore[Tx], error) {
 	if err := db.Validate(); err != nil {
 		return nil, err
@@ -42,28 +49,8 @@ func NewSQLStore[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SQLConfig) (
 	if err != nil {
 		return nil, err
 	}
-	blob := "BLOB"
-	if db.Dialect == idem.Postgres {
-		blob = "BYTEA"
-	}
-	err = db.InTx(ctx, func(tx Tx) error {
-		for _, stmt := range []string{
-			`CREATE TABLE IF NOT EXISTS idem_stream_heads (channel TEXT PRIMARY KEY, head BIGINT NOT NULL)`,
-			`CREATE TABLE IF NOT EXISTS idem_stream_events (channel TEXT NOT NULL, seq BIGINT NOT NULL, type TEXT NOT NULL,
-				entity TEXT NOT NULL, data ` + blob + `, ikey TEXT NOT NULL, at BIGINT NOT NULL, PRIMARY KEY (channel, seq))`,
-			`CREATE UNIQUE INDEX IF NOT EXISTS idem_stream_events_key ON idem_stream_events (channel, ikey) WHERE ikey <> ''`,
-			`CREATE INDEX IF NOT EXISTS idem_stream_events_at ON idem_stream_events (at)`,
-			`CREATE TABLE IF NOT EXISTS idem_stream_clients (channel TEXT NOT NULL, client TEXT NOT NULL, seq BIGINT NOT NULL,
-				seen BIGINT NOT NULL, PRIMARY KEY (channel, client))`,
-		} {
-			if _, err := db.Querier(tx).Exec(ctx, stmt); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, &idem.BackendError{Backend: "stream", Op: "migrate", Err: err}
+	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Stream); err != nil {
+		return nil, err
 	}
 	return &SQLStore[Tx]{db: db, now: cfg.Now, clients: bounds}, nil
 }

@@ -381,7 +381,7 @@ func TestOutboxRelayFeedsTheStream(t *testing.T) {
 	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
-		ob, err := outbox.New(ctx, db)
+		ob, err := outbox.New(ctx, db, outbox.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,6 @@
 // Command idem runs idem's daemons and checks: verify (the end-to-end proof under
 // faults), bench (store figures beside raw baselines), serve (HTTP idempotency
-// gateway) and relay (outbox relay).
+// gateway), relay (outbox relay) and migrate (idem's SQL schema).
 package main
 
 import (
@@ -73,6 +73,7 @@ var commands = []command{
 	{"bench", "measure store throughput beside raw baselines (SET NX, INSERT … ON CONFLICT)", (*Main).runBench},
 	{"serve", "HTTP Idempotency-Key gateway: a reverse proxy that runs each keyed POST once and replays it", (*Main).runServe},
 	{"relay", "publish the transactional outbox to NATS, Kafka, Redis, RabbitMQ or a webhook", (*Main).runRelay},
+	{"migrate", "apply, roll back, show or print idem's SQL schema (up, down, status, print)", (*Main).runMigrate},
 }
 
 // Run executes the command named by args[0]. What it writes to Stderr and the

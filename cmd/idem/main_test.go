@@ -27,7 +27,7 @@ func TestHelpListsCommands(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help returned %v", err)
 	}
-	for _, c := range []string{"verify", "bench", "serve", "relay"} {
+	for _, c := range []string{"verify", "bench", "serve", "relay", "migrate"} {
 		if !strings.Contains(stderr, "\n  "+c+" ") {
 			t.Errorf("--help does not list %q:\n%s", c, stderr)
 		}

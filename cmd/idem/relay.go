@@ -197,7 +197,7 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 			return fmt.Errorf("--db %s: connect: %w", db.desc, err)
 		}
 		defer pool.Close()
-		ob, err := outbox.New(ctx, idempg.TxDB(pool))
+		ob, err := outbox.New(ctx, idempg.TxDB(pool), outbox.Config{})
 		if err != nil {
 			return fmt.Errorf("--db %s: %w", db.desc, err)
 		}
@@ -224,7 +224,7 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 		if err != nil {
 			return fmt.Errorf("--db %s: %w", db.desc, err)
 		}
-		ob, err := outbox.New(ctx, txdb)
+		ob, err := outbox.New(ctx, txdb, outbox.Config{})
 		if err != nil {
 			return fmt.Errorf("--db %s: %w", db.desc, err)
 		}

@@ -82,7 +82,7 @@ func TestRelaySchemaMatchesOutboxSQLite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := outbox.New(ctx, txdb); err != nil {
+	if _, err := outbox.New(ctx, txdb, outbox.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := byPrinted.ExecContext(ctx, schemaText(idem.SQLite)); err != nil {
@@ -125,7 +125,7 @@ func TestRelaySchemaMatchesOutboxPostgres(t *testing.T) {
 	}
 	byOutbox, s1 := open()
 	byPrinted, s2 := open()
-	if _, err := outbox.New(ctx, idempg.TxDB(byOutbox)); err != nil {
+	if _, err := outbox.New(ctx, idempg.TxDB(byOutbox), outbox.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := byPrinted.Exec(ctx, schemaText(idem.Postgres)); err != nil {

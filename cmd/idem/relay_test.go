@@ -139,7 +139,7 @@ func sqliteOutbox(t *testing.T, topic string) (string, *sql.DB, func(ids ...stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob, err := outbox.New(ctx, txdb)
+	ob, err := outbox.New(ctx, txdb, outbox.Config{})
 	if err != nil {
 		t.Fatalf("outbox.New: %v", err)
 	}
@@ -220,7 +220,7 @@ func TestRelayPostgresToNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	ob, err := outbox.New(ctx, idempg.TxDB(pool))
+	ob, err := outbox.New(ctx, idempg.TxDB(pool), outbox.Config{})
 	if err != nil {
 		t.Fatalf("outbox.New: %v", err)
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/wait"
+	"github.com/idemhq/idem/migrate"
 )
 
 // States of a saga instance.
@@ -99,6 +100,11 @@ type Config struct {
 	// compensated, failed) and the fence's idem_effects_total.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
+	// print` with their own tool: New then only checks that idem_sagas and
+	// idem_effects are up to date, and fails with a *migrate.BehindError naming the
+	// missing migration.
+	SkipMigrate bool
 	// crash, in tests, is called at named points of a step and may panic there.
 	crash func(point string)
 }
@@ -161,7 +167,11 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Defi
 		}
 		o.defs[d.Name] = d
 	}
-	fence, err := effect.New(ctx, db, effect.Config{Lease: cfg.Lease, Now: cfg.Now, Registerer: cfg.Registerer, Logger: cfg.Logger})
+	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Saga, migrate.Effect); err != nil {
+		return nil, err
+	}
+	fence, err := effect.New(ctx, db, effect.Config{Lease: cfg.Lease, Now: cfg.Now, Registerer: cfg.Registerer, Logger: cfg.Logger,
+		SkipMigrate: cfg.SkipMigrate})
 	if err != nil {
 		return nil, err
 	}
@@ -175,26 +185,6 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Defi
 			return nil, err
 		}
 		o.metrics = m
-	}
-	blob := "BLOB"
-	if db.Dialect == idem.Postgres {
-		blob = "BYTEA"
-	}
-	if err := db.InTx(ctx, func(tx Tx) error {
-		for _, stmt := range []string{
-			`CREATE TABLE IF NOT EXISTS idem_sagas (id TEXT PRIMARY KEY, saga TEXT NOT NULL, state TEXT NOT NULL,
-				step INTEGER NOT NULL, data ` + blob + ` NOT NULL, results TEXT NOT NULL, attempts INTEGER NOT NULL,
-				reason TEXT NOT NULL, next_at BIGINT NOT NULL, lease_until BIGINT NOT NULL, token BIGINT NOT NULL,
-				created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL)`,
-			`CREATE INDEX IF NOT EXISTS idem_sagas_due ON idem_sagas (next_at) WHERE state IN ('running', 'compensating')`,
-		} {
-			if _, err := db.Querier(tx).Exec(ctx, stmt); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		return nil, &idem.BackendError{Backend: "saga", Op: "migrate", Err: err}
 	}
 	return o, nil
 }

@@ -1,13 +1,13 @@
--- The records table. {{table}}, {{seq}} and {{index}} are replaced by the quoted names
--- derived from Config.Table before this runs.
+-- The records table of idem.Store on PostgreSQL. {{table}} is Config.Table (a lowercase
+-- identifier); the sequence and the index are named after it.
 
 -- Tokens come from one sequence for the whole table, so they rise across takeovers,
 -- releases and expiry of a key: no earlier holder can ever present a matching token.
 -- CACHE must stay 1: with per-session caches, a later claim in another session could
 -- draw a lower token than an earlier one.
-CREATE SEQUENCE IF NOT EXISTS {{seq}} AS bigint;
+CREATE SEQUENCE IF NOT EXISTS "{{table}}_token_seq" AS bigint;
 
-CREATE TABLE IF NOT EXISTS {{table}} (
+CREATE TABLE IF NOT EXISTS "{{table}}" (
     scope       text        NOT NULL,
     id          text        NOT NULL,
     state       smallint    NOT NULL CHECK (state IN (1, 2)), -- 1 in progress, 2 completed
@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 );
 
 -- Dropping the table drops its sequence.
-ALTER SEQUENCE {{seq}} OWNED BY {{table}}.token;
+ALTER SEQUENCE "{{table}}_token_seq" OWNED BY "{{table}}".token;
 
 -- The sweeper's range scan.
-CREATE INDEX IF NOT EXISTS {{index}} ON {{table}} (expires_at);
+CREATE INDEX IF NOT EXISTS "{{table}}_expires_at_idx" ON "{{table}}" (expires_at);

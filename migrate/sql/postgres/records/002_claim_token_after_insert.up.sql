@@ -9,21 +9,21 @@
 -- incarnation's token larger than any earlier one's, whether that one was released,
 -- swept, taken over or rolled back.
 --
--- {{claim}}(scope, id, fingerprint, lease µs, retention µs) returns the new token, or
+-- "{{table}}_claim"(scope, id, fingerprint, lease µs, retention µs) returns the new token, or
 -- NULL when the key already has a row (the caller then reads it).
-CREATE OR REPLACE FUNCTION {{claim}}(p_scope text, p_id text, p_fp bytea, p_lease bigint, p_retention bigint)
+CREATE OR REPLACE FUNCTION "{{table}}_claim"(p_scope text, p_id text, p_fp bytea, p_lease bigint, p_retention bigint)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
 	t bigint;
 BEGIN
-	INSERT INTO {{table}} (scope, id, state, fingerprint, token, retention, created_at, expires_at)
+	INSERT INTO "{{table}}" (scope, id, state, fingerprint, token, retention, created_at, expires_at)
 	VALUES (p_scope, p_id, 1, COALESCE(p_fp, ''::bytea), 0,
 		p_retention * interval '1 microsecond', clock_timestamp(), clock_timestamp() + p_lease * interval '1 microsecond')
 	ON CONFLICT (scope, id) DO NOTHING;
 	IF NOT FOUND THEN
 		RETURN NULL;
 	END IF;
-	UPDATE {{table}} SET token = nextval('{{seq}}') WHERE scope = p_scope AND id = p_id
+	UPDATE "{{table}}" SET token = nextval('"{{table}}_token_seq"') WHERE scope = p_scope AND id = p_id
 	RETURNING token INTO t;
 	RETURN t;
 END

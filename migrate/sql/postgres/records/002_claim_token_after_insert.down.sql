@@ -1,0 +1,1 @@
+DROP FUNCTION IF EXISTS "{{table}}_claim"(text, text, bytea, bigint, bigint);

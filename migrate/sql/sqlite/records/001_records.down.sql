@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS idem_meta;
+DROP TABLE IF EXISTS idem_records;
