@@ -1,0 +1,90 @@
+package effect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+// Recover is the sweeper: it takes over up to limit PENDING effects of step whose
+// lease has expired (their worker crashed between the call and the COMPLETE, or
+// gave up after an error) and runs call for each, with the same derived key and
+// after Reconcile. It returns how many it completed; the first error stops it.
+// Run it periodically for every step, in one process or many.
+func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Call) (int, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var keys []string
+	err := f.db.InTx(ctx, func(tx Tx) error {
+		rows, err := f.db.Querier(tx).Query(ctx, `SELECT key FROM idem_effects WHERE step = $1 AND state = 'pending' AND lease_until <= $2
+			ORDER BY lease_until LIMIT $3`, step, f.cfg.Now().UnixNano(), limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				return err
+			}
+			keys = append(keys, k)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, &idem.BackendError{Backend: "effect", Op: "recover", Err: err}
+	}
+	done := 0
+	for _, key := range keys {
+		c, err := f.acquire(ctx, key, step, true)
+		if errors.Is(err, ErrInProgress) {
+			continue // another sweeper or a retry got there first
+		}
+		if err != nil {
+			return done, err
+		}
+		if c.done {
+			continue
+		}
+		if _, err := f.run(ctx, key, step, c, call); err != nil {
+			return done, err
+		}
+		done++
+	}
+	return done, nil
+}
+
+// Effect is the stored state of one effect.
+type Effect struct {
+	Key, Step, State string
+	Token            int64
+	Attempts         int
+	Result           []byte
+	Reason           string
+	LeaseUntil       time.Time
+}
+
+// Get returns the stored effect of key and step, or ok false if there is none.
+func (f *Fence[Tx]) Get(ctx context.Context, key, step string) (e Effect, ok bool, err error) {
+	err = f.db.InTx(ctx, func(tx Tx) error {
+		var until int64
+		err := f.db.Querier(tx).QueryRow(ctx, `SELECT state, token, attempts, result, reason, lease_until FROM idem_effects WHERE key = $1 AND step = $2`,
+			key, step).Scan(&e.State, &e.Token, &e.Attempts, &e.Result, &e.Reason, &until)
+		if err != nil {
+			return err
+		}
+		e.Key, e.Step, e.LeaseUntil, ok = key, step, time.Unix(0, until), true
+		return nil
+	})
+	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
+		return Effect{}, false, nil
+	}
+	if err != nil {
+		return Effect{}, false, &idem.BackendError{Backend: "effect", Op: "get", Err: err}
+	}
+	return e, ok, nil
+}

@@ -1,0 +1,204 @@
+package saga
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/effect"
+)
+
+// advance takes saga id's lease and runs its steps until it ends or must wait.
+func (o *Orchestrator[Tx]) advance(ctx context.Context, id string) (bool, error) {
+	inst, token, ok, err := o.lease(ctx, id)
+	if err != nil || !ok {
+		return false, err
+	}
+	def := o.defs[inst.Saga]
+	if def == nil {
+		return false, fmt.Errorf("saga %s: definition %q is not known to this orchestrator", id, inst.Saga)
+	}
+	for inst.State == Running || inst.State == Compensating {
+		wait, err := o.step(ctx, def, &inst)
+		if err != nil {
+			return true, err
+		}
+		if err := o.save(ctx, &inst, token, wait); err != nil {
+			return true, err
+		}
+		if wait > 0 {
+			return true, nil
+		}
+		switch inst.State {
+		case Completed, Compensated, Failed:
+			o.count(inst.Saga, inst.State)
+		}
+	}
+	return true, nil
+}
+
+// step runs one action or compensation of inst and moves inst on. A positive
+// wait means: try again after it (a transient failure).
+func (o *Orchestrator[Tx]) step(ctx context.Context, def *Definition, inst *Instance) (time.Duration, error) {
+	if inst.State == Running {
+		s := def.Steps[inst.Step]
+		o.crash("before:" + s.Name)
+		result, err := o.call(ctx, inst, s, "do:", func(ctx context.Context, in Input) ([]byte, error) { return s.Action(ctx, in) })
+		o.crash("after:" + s.Name)
+		var fe *effect.FailedError
+		switch {
+		case err == nil:
+			inst.Results[s.Name] = result
+			inst.Step++
+			inst.Attempts = 0
+			if inst.Step == len(def.Steps) {
+				inst.State = Completed
+			}
+		case errors.As(err, &fe):
+			o.turnAround(inst, inst.Step-1, fmt.Sprintf("step %s failed: %s", s.Name, fe.Reason))
+		case errors.Is(err, effect.ErrInProgress):
+			return o.cfg.Lease / 4, nil // another orchestrator's call, or a crashed one's lease
+		default:
+			inst.Attempts++
+			max := s.MaxAttempts
+			if max <= 0 {
+				max = 5
+			}
+			if inst.Attempts >= max {
+				// It may have happened: compensate this step too.
+				o.turnAround(inst, inst.Step, fmt.Sprintf("step %s failed %d times: %v", s.Name, inst.Attempts, err))
+				return 0, nil
+			}
+			return o.cfg.Backoff(inst.Attempts), nil
+		}
+		return 0, nil
+	}
+	if inst.Step < 0 {
+		inst.State = Compensated
+		return 0, nil
+	}
+	s := def.Steps[inst.Step]
+	if !s.NoCompensation {
+		o.crash("before-undo:" + s.Name)
+		_, err := o.call(ctx, inst, s, "undo:", func(ctx context.Context, in Input) ([]byte, error) { return nil, s.Compensate(ctx, in) })
+		o.crash("after-undo:" + s.Name)
+		var fe *effect.FailedError
+		switch {
+		case errors.As(err, &fe):
+			inst.State = Failed
+			inst.Reason += fmt.Sprintf("; compensation of %s failed: %s", s.Name, fe.Reason)
+			return 0, nil
+		case errors.Is(err, effect.ErrInProgress):
+			return o.cfg.Lease / 4, nil
+		case err != nil:
+			inst.Attempts++
+			return o.cfg.Backoff(inst.Attempts), nil
+		}
+	}
+	inst.Step--
+	inst.Attempts = 0
+	if inst.Step < 0 {
+		inst.State = Compensated
+	}
+	return 0, nil
+}
+
+func (o *Orchestrator[Tx]) turnAround(inst *Instance, from int, reason string) {
+	inst.State, inst.Step, inst.Attempts, inst.Reason = Compensating, from, 0, reason
+	if from < 0 {
+		inst.State = Compensated
+	}
+}
+
+// call runs fn for step s through the fence, under the step's timeout.
+func (o *Orchestrator[Tx]) call(ctx context.Context, inst *Instance, s Step, prefix string, fn func(context.Context, Input) ([]byte, error)) ([]byte, error) {
+	return o.fence.Do(ctx, inst.ID, prefix+s.Name, func(ctx context.Context, key string) ([]byte, error) {
+		if s.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, s.Timeout)
+			defer cancel()
+		}
+		return fn(ctx, Input{SagaID: inst.ID, Key: key, Data: inst.Data, Results: inst.Results})
+	})
+}
+
+func (o *Orchestrator[Tx]) crash(point string) {
+	if o.cfg.crash != nil {
+		o.cfg.crash(point)
+	}
+}
+
+// lease takes saga id if it is due and no other orchestrator holds it.
+func (o *Orchestrator[Tx]) lease(ctx context.Context, id string) (inst Instance, token int64, ok bool, err error) {
+	now := o.cfg.Now().UnixNano()
+	err = o.db.InTx(ctx, func(tx Tx) error {
+		q := o.db.Querier(tx)
+		n, err := q.Exec(ctx, `UPDATE idem_sagas SET lease_until = $1, token = token + 1
+			WHERE id = $2 AND state IN ('running', 'compensating') AND lease_until <= $3 AND next_at <= $3`,
+			now+o.cfg.Lease.Nanoseconds(), id, now)
+		if err != nil || n == 0 {
+			return err
+		}
+		inst, token, err = o.read(ctx, q, id)
+		ok = err == nil
+		return err
+	})
+	if err != nil {
+		return inst, 0, false, &idem.BackendError{Backend: "saga", Op: "lease", Err: err}
+	}
+	return inst, token, ok, nil
+}
+
+func (o *Orchestrator[Tx]) read(ctx context.Context, q idem.Querier, id string) (Instance, int64, error) {
+	var inst Instance
+	var results string
+	var token, created, updated int64
+	err := q.QueryRow(ctx, `SELECT saga, state, step, data, results, attempts, reason, token, created_at, updated_at
+		FROM idem_sagas WHERE id = $1`, id).Scan(&inst.Saga, &inst.State, &inst.Step, &inst.Data, &results,
+		&inst.Attempts, &inst.Reason, &token, &created, &updated)
+	if err != nil {
+		return inst, 0, err
+	}
+	inst.ID, inst.Created, inst.Updated = id, time.Unix(0, created), time.Unix(0, updated)
+	if err := json.Unmarshal([]byte(results), &inst.Results); err != nil {
+		return inst, 0, fmt.Errorf("saga %s: results: %w", id, err)
+	}
+	if inst.Results == nil {
+		inst.Results = map[string][]byte{}
+	}
+	return inst, token, nil
+}
+
+// save writes inst if token still holds it; a positive wait schedules the next
+// attempt and gives the lease back.
+func (o *Orchestrator[Tx]) save(ctx context.Context, inst *Instance, token int64, wait time.Duration) error {
+	results, err := json.Marshal(inst.Results)
+	if err != nil {
+		return err
+	}
+	now := o.cfg.Now()
+	next, lease := now.UnixNano(), now.Add(o.cfg.Lease).UnixNano()
+	if wait > 0 {
+		next, lease = now.Add(wait).UnixNano(), 0
+	}
+	if inst.State != Running && inst.State != Compensating {
+		lease = 0
+	}
+	var n int64
+	err = o.db.InTx(ctx, func(tx Tx) (err error) {
+		n, err = o.db.Querier(tx).Exec(ctx, `UPDATE idem_sagas SET state = $1, step = $2, results = $3, attempts = $4,
+			reason = $5, next_at = $6, lease_until = $7, updated_at = $8 WHERE id = $9 AND token = $10`,
+			inst.State, inst.Step, string(results), inst.Attempts, inst.Reason, next, lease, now.UnixNano(), inst.ID, token)
+		return err
+	})
+	if err != nil {
+		return &idem.BackendError{Backend: "saga", Op: "save", Err: err}
+	}
+	if n == 0 {
+		return fmt.Errorf("saga %s: another orchestrator took it over: %w", inst.ID, idem.ErrLeaseLost)
+	}
+	return nil
+}

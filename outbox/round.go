@@ -1,0 +1,158 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+// lockPartitions locks up to partitionsPerRound partitions with due rows (PostgreSQL).
+func (r *Relay[Tx]) lockPartitions(ctx context.Context, q idem.Querier) ([]int32, error) {
+	rs, err := q.Query(ctx, lockPartitionsSQL, r.o.now().UnixMilli(), partitionsPerRound)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var parts []int32
+	for rs.Next() {
+		var p int32
+		if err := rs.Scan(&p); err != nil {
+			return nil, err
+		}
+		parts = append(parts, p)
+	}
+	return parts, rs.Err()
+}
+
+func (r *Relay[Tx]) claim(ctx context.Context, q idem.Querier, query string, parts []int32) ([]row, error) {
+	args := []any{r.o.now().UnixMilli(), r.cfg.BatchSize}
+	if parts != nil {
+		args = append(args, parts)
+	}
+	rs, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []row
+	for rs.Next() {
+		var w row
+		var headers string
+		if err := rs.Scan(&w.id, &w.msg.ID, &w.msg.Topic, &w.msg.OrderingKey, &headers, &w.msg.Payload, &w.attempts, &w.created); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(headers), &w.msg.Headers); err != nil {
+			return nil, fmt.Errorf("outbox row %d: headers are not a JSON object: %w", w.id, err)
+		}
+		out = append(out, w)
+	}
+	return out, rs.Err()
+}
+
+// publish sends rows to the sink and records the outcome in q. When the batch fails
+// it is sent again one message at a time, so one bad message costs only its own
+// attempt: messages that go through are marked published; the first failure of an
+// ordering key records an attempt (with backoff, parked at MaxAttempts) and holds
+// back the rest of that key in the batch, untouched, so nothing overtakes it.
+func (r *Relay[Tx]) publish(ctx context.Context, q idem.Querier, rows []row) (int, error) {
+	msgs := make([]idem.Message, len(rows))
+	for i, w := range rows {
+		msgs[i] = w.msg
+	}
+	perr := r.send(ctx, msgs)
+	if perr == nil {
+		return len(rows), r.markPublished(ctx, q, rows)
+	}
+	if ctx.Err() != nil {
+		return 0, perr // shutting down: nothing is recorded, the rows come again
+	}
+	if len(rows) == 1 {
+		return 0, r.markFailed(ctx, q, rows[0], perr)
+	}
+	var ok []row
+	held := map[string]bool{}
+	for _, w := range rows {
+		if w.msg.OrderingKey != "" && held[w.msg.OrderingKey] {
+			continue
+		}
+		err := r.send(ctx, []idem.Message{w.msg})
+		if ctx.Err() != nil {
+			return 0, err
+		}
+		if err == nil {
+			ok = append(ok, w)
+			continue
+		}
+		held[w.msg.OrderingKey] = w.msg.OrderingKey != ""
+		if err := r.markFailed(ctx, q, w, err); err != nil {
+			return 0, err
+		}
+	}
+	if len(ok) == 0 {
+		return 0, nil
+	}
+	return len(ok), r.markPublished(ctx, q, ok)
+}
+
+// send publishes msgs and records the call: its duration and, if it failed, how many
+// messages it failed.
+func (r *Relay[Tx]) send(ctx context.Context, msgs []idem.Message) error {
+	start := time.Now()
+	err := r.sink.Publish(ctx, msgs...)
+	failed := 0
+	if err != nil {
+		failed = len(msgs)
+	}
+	r.m.Publish(time.Since(start).Seconds(), failed)
+	return err
+}
+
+func (r *Relay[Tx]) markPublished(ctx context.Context, q idem.Querier, rows []row) error {
+	now := r.o.now().UnixMilli()
+	ids, args := idList(rows, 2)
+	if _, err := q.Exec(ctx, "UPDATE idem_outbox SET published_at = $1 WHERE id IN ("+ids+")", append([]any{now}, args...)...); err != nil {
+		return err
+	}
+	lags := make([]float64, len(rows))
+	for i, w := range rows {
+		lags[i] = float64(now-w.created) / 1000
+	}
+	r.m.Published(lags)
+	return nil
+}
+
+// markFailed records a failed attempt of w: its error, a backoff, and parking at
+// MaxAttempts.
+func (r *Relay[Tx]) markFailed(ctx context.Context, q idem.Querier, w row, perr error) error {
+	now := r.o.now().UnixMilli()
+	attempts := w.attempts + 1
+	var parked *int64
+	if attempts >= r.cfg.MaxAttempts {
+		parked = &now
+	}
+	_, err := q.Exec(ctx, `UPDATE idem_outbox SET attempts = $1, last_error = $2, available_at = $3, parked_at = $4 WHERE id = $5`,
+		attempts, perr.Error(), now+r.cfg.Backoff(attempts).Milliseconds(), parked, w.id)
+	if err == nil {
+		r.cfg.Logger.Warn("outbox relay: publish failed; will retry", "id", w.msg.ID, "attempt", attempts, "parked", parked != nil, "err", perr)
+	}
+	return err
+}
+
+// idList returns "$k, $k+1, …" for rows' ids, and the ids as arguments.
+func idList(rows []row, k int) (string, []any) {
+	var b strings.Builder
+	args := make([]any, len(rows))
+	for i, w := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("$" + strconv.Itoa(k+i))
+		args[i] = w.id
+	}
+	return b.String(), args
+}
