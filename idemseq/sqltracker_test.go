@@ -31,13 +31,7 @@ func openSQLite(t *testing.T) *sql.DB {
 
 func openPostgres(t *testing.T) *sql.DB {
 	t.Helper()
-	cs, _ := testsvc.PostgresSchema(t)
-	db, err := sql.Open("pgx", cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return testsvc.PostgresDB(t)
 }
 
 func sqlHarness(open func(*testing.T) *sql.DB, maxSteps int) idemtest.SeqHarness {

@@ -49,12 +49,7 @@ func sqliteBundle(t *testing.T) bundle {
 
 func postgresBundle(t *testing.T) bundle {
 	t.Helper()
-	cs, _ := testsvc.PostgresSchema(t)
-	db, err := sql.Open("pgx", cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testsvc.PostgresDB(t)
 	s, err := idempg.NewSQL(context.Background(), db, idempg.Config{})
 	if err != nil {
 		t.Fatal(err)

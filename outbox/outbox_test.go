@@ -72,13 +72,7 @@ func openSQLite(t testing.TB) *sql.DB {
 
 func openPostgres(t testing.TB) *sql.DB {
 	t.Helper()
-	cs, _ := testsvc.PostgresSchema(t)
-	db, err := sql.Open("pgx", cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return testsvc.PostgresDB(t)
 }
 
 func newEnv(t testing.TB, name string, db *sql.DB) env {

@@ -44,13 +44,7 @@ func SQLite(t testing.TB) idem.TxDB[*sql.Tx] {
 // Postgres opens a fresh schema of the test database, dropped when t ends.
 func Postgres(t testing.TB) idem.TxDB[*sql.Tx] {
 	t.Helper()
-	cs, _ := testsvc.PostgresSchema(t)
-	db, err := sql.Open("pgx", cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return txdb(t, db)
+	return txdb(t, testsvc.PostgresDB(t))
 }
 
 func txdb(t testing.TB, db *sql.DB) idem.TxDB[*sql.Tx] {

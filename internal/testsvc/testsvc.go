@@ -8,6 +8,7 @@ package testsvc
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 )
 
 // Env names the variables that point tests at services.
@@ -104,6 +106,19 @@ func PostgresSchema(t testing.TB) (connString, schema string) {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	return u.String(), schema
+}
+
+// PostgresDB opens a database/sql handle (driver "pgx") on a fresh schema (see
+// PostgresSchema), closed when t ends.
+func PostgresDB(t testing.TB) *sql.DB {
+	t.Helper()
+	cs, _ := PostgresSchema(t)
+	db, err := sql.Open("pgx", cs)
+	if err != nil {
+		t.Fatalf("sql.Open pgx: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // PostgresPool opens a pool on a fresh schema (see PostgresSchema), closed when t ends.
