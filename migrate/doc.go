@@ -20,10 +20,11 @@
 // not at all.
 //
 // Every constructor that owns tables (idempg.New, idemsqlite.Open, outbox.New,
-// inbox.New, effect.New, saga.New, stream.NewSQLStore, idemseq.NewSQLTracker,
-// idemseq.SQLiteTable) calls Up for the components it needs. With its
-// Config.SkipMigrate set it calls Require instead, and fails with a *BehindError
-// naming the first missing migration if the schema is behind; it never runs DDL.
+// inbox.New, effect.New, saga.New, stream.NewSQLStore, idemseq.NewSQLTracker)
+// calls Up for the components it needs (Ensure). With its Config.SkipMigrate set it
+// calls Require instead, and fails with a *BehindError naming the first missing
+// migration if the schema is behind; it never runs DDL. (idemseq.SQLiteTable, which
+// takes no Config, always calls Up for idem_hilo.)
 // That is for teams whose migrations go through their own tool (goose,
 // golang-migrate, atlas, flyway): `idem migrate print` writes the SQL, including the
 // idem_migrations rows that Require checks.
