@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"database/sql"
+	"strconv"
+	"strings"
 )
 
 // Dialect is the SQL a transactional component speaks.
@@ -13,6 +15,9 @@ const (
 	Postgres Dialect = iota + 1
 	// SQLite: SQLite through modernc.org/sqlite.
 	SQLite
+	// MySQL: MySQL 8.0 or MariaDB 10.6 and later, through github.com/go-sql-driver/mysql.
+	// Its Querier rewrites the $1 placeholders of idem's statements to ?.
+	MySQL
 )
 
 // String returns "postgres" or "sqlite", the backend label of errors and metrics.
@@ -22,6 +27,8 @@ func (d Dialect) String() string {
 		return "postgres"
 	case SQLite:
 		return "sqlite"
+	case MySQL:
+		return "mysql"
 	}
 	return "unknown"
 }
@@ -61,7 +68,7 @@ type TxDB[Tx any] struct {
 // Validate reports a TxDB with a missing field as an *InputError.
 func (d TxDB[Tx]) Validate() error {
 	switch {
-	case d.Dialect != Postgres && d.Dialect != SQLite:
+	case d.Dialect != Postgres && d.Dialect != SQLite && d.Dialect != MySQL:
 		return &InputError{Field: "TxDB.Dialect", Reason: "is not set", Fix: "use idem.SQLDB or idempg.TxDB, which set it"}
 	case d.Begin == nil || d.Commit == nil || d.Rollback == nil || d.Querier == nil:
 		return &InputError{Field: "TxDB", Reason: "has a nil function", Fix: "build it with idem.SQLDB or idempg.TxDB"}
@@ -82,8 +89,9 @@ func (d TxDB[Tx]) InTx(ctx context.Context, fn func(tx Tx) error) error {
 	return d.Commit(ctx, tx)
 }
 
-// SQLDB returns the TxDB of a database/sql handle to PostgreSQL (pgx's stdlib driver)
-// or SQLite (modernc.org/sqlite). The dialect is asked of the database itself.
+// SQLDB returns the TxDB of a database/sql handle to PostgreSQL (pgx's stdlib driver),
+// SQLite (modernc.org/sqlite) or MySQL/MariaDB (go-sql-driver/mysql). The dialect is
+// asked of the database itself.
 func SQLDB(ctx context.Context, db *sql.DB) (TxDB[*sql.Tx], error) {
 	if db == nil {
 		return TxDB[*sql.Tx]{}, &InputError{Field: "db", Reason: "is nil", Fix: "pass an open *sql.DB"}
@@ -92,6 +100,8 @@ func SQLDB(ctx context.Context, db *sql.DB) (TxDB[*sql.Tx], error) {
 	var v string
 	if err := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v); err == nil {
 		d = SQLite
+	} else if err := db.QueryRowContext(ctx, "SELECT @@version_comment").Scan(&v); err == nil {
+		d = MySQL
 	} else if err := db.PingContext(ctx); err != nil {
 		return TxDB[*sql.Tx]{}, &BackendError{Backend: "sql", Op: "open", Err: err}
 	}
@@ -106,8 +116,15 @@ func SQLDBFor(d Dialect, db *sql.DB) TxDB[*sql.Tx] {
 		Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
 		Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
 		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
-		Querier:  SQLQuerier,
+		Querier:  querierFor(d),
 	}
+}
+
+func querierFor(d Dialect) func(*sql.Tx) Querier {
+	if d == MySQL {
+		return func(tx *sql.Tx) Querier { return mysqlQuerier{sqlQuerier{tx}} }
+	}
+	return SQLQuerier
 }
 
 // SQLQuerier adapts a database/sql transaction to Querier.
@@ -138,3 +155,60 @@ func (q sqlQuerier) Exec(ctx context.Context, query string, args ...any) (int64,
 type sqlRows struct{ *sql.Rows }
 
 func (r sqlRows) Close() { _ = r.Rows.Close() }
+
+// mysqlQuerier runs idem's statements, written with $1 placeholders, on MySQL, whose
+// driver takes ? in the order of the arguments.
+type mysqlQuerier struct{ q sqlQuerier }
+
+func (m mysqlQuerier) QueryRow(ctx context.Context, query string, args ...any) Row {
+	query, args = Rebind(query, args)
+	return m.q.QueryRow(ctx, query, args...)
+}
+
+func (m mysqlQuerier) Query(ctx context.Context, query string, args ...any) (Rows, error) {
+	query, args = Rebind(query, args)
+	return m.q.Query(ctx, query, args...)
+}
+
+func (m mysqlQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	query, args = Rebind(query, args)
+	return m.q.Exec(ctx, query, args...)
+}
+
+// Rebind rewrites the $N placeholders of query (outside quoted strings and
+// identifiers) to ?, and returns the arguments in the order the ? take them: $2, $1,
+// $2 becomes ?, ?, ? with args[1], args[0], args[1]. A query without $ is returned as
+// it is.
+func Rebind(query string, args []any) (string, []any) {
+	if !strings.Contains(query, "$") {
+		return query, args
+	}
+	var b strings.Builder
+	out := make([]any, 0, len(args))
+	var quote byte
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"' || c == '`':
+			quote = c
+		case c == '$' && i+1 < len(query) && query[i+1] >= '0' && query[i+1] <= '9':
+			j := i + 1
+			for j < len(query) && query[j] >= '0' && query[j] <= '9' {
+				j++
+			}
+			n, err := strconv.Atoi(query[i+1 : j])
+			if err == nil && n >= 1 && n <= len(args) {
+				b.WriteByte('?')
+				out = append(out, args[n-1])
+				i = j - 1
+				continue
+			}
+		}
+		b.WriteByte(c)
+	}
+	return b.String(), out
+}

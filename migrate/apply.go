@@ -2,6 +2,8 @@ package migrate
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,6 +19,8 @@ var createTable = map[idem.Dialect]string{
 		`applied_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (component, version))`,
 	idem.SQLite: `CREATE TABLE IF NOT EXISTS idem_migrations (component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL, ` +
 		`applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), PRIMARY KEY (component, version))`,
+	idem.MySQL: "CREATE TABLE IF NOT EXISTS idem_migrations (component VARCHAR(255) NOT NULL, version INT NOT NULL, name VARCHAR(255) NOT NULL, " +
+		"applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), PRIMARY KEY (component, version)) ENGINE=InnoDB",
 }
 
 // lockSQL serialises migrators. On PostgreSQL it is an advisory lock per schema
@@ -27,7 +31,12 @@ var createTable = map[idem.Dialect]string{
 var lockSQL = map[idem.Dialect]string{
 	idem.Postgres: `SELECT pg_advisory_xact_lock(hashtextextended('idempg.migrate:' || COALESCE(current_schema(), ''), 0))`,
 	idem.SQLite:   `DELETE FROM idem_migrations WHERE 0`,
+	idem.MySQL:    `SELECT GET_LOCK(CONCAT('idem.migrate:', COALESCE(DATABASE(), '')), 60)`,
 }
+
+// mysqlUnlockSQL releases the named lock, which belongs to the connection, not to
+// the transaction: it must be released before the connection goes back to the pool.
+const mysqlUnlockSQL = `SELECT RELEASE_LOCK(CONCAT('idem.migrate:', COALESCE(DATABASE(), '')))`
 
 const (
 	appliedSQL = `SELECT component, MAX(version) FROM idem_migrations GROUP BY component`
@@ -50,7 +59,7 @@ func Up[Tx any](ctx context.Context, db idem.TxDB[Tx], sets ...Set) error {
 					}
 					// No arguments: both drivers of PostgreSQL send the text with the
 					// simple protocol, which runs several statements; so does SQLite.
-					if _, err := q.Exec(ctx, st.Up); err != nil {
+					if err := execScript(ctx, db.Dialect, q, st.Up); err != nil {
 						return fmt.Errorf("migrate %s %s: %w", p.Set, st.Name, err)
 					}
 					if _, err := q.Exec(ctx, recordSQL, p.Name, st.Version, st.Name); err != nil {
@@ -77,7 +86,7 @@ func Down[Tx any](ctx context.Context, db idem.TxDB[Tx], set Set) (rolled Step, 
 				if st.Version != v {
 					continue
 				}
-				if _, err := q.Exec(ctx, st.Down); err != nil {
+				if err := execScript(ctx, db.Dialect, q, st.Down); err != nil {
 					return fmt.Errorf("migrate down %s %s: %w", set, st.Name, err)
 				}
 				if _, err := q.Exec(ctx, forgetSQL, set.Name, v); err != nil {
@@ -160,10 +169,13 @@ func locked[Tx any](ctx context.Context, db idem.TxDB[Tx], fn func(q idem.Querie
 	}
 	err := db.InTx(ctx, func(tx Tx) error {
 		q := db.Querier(tx)
-		if _, err := q.Exec(ctx, lockSQL[d]); err != nil {
+		if err := lock(ctx, d, q); err != nil {
 			return err
 		}
-		if d == idem.Postgres {
+		if d == idem.MySQL {
+			defer q.Exec(context.WithoutCancel(ctx), mysqlUnlockSQL) //nolint:errcheck // the session's end releases it too
+		}
+		if d != idem.SQLite {
 			if _, err := q.Exec(ctx, createTable[d]); err != nil {
 				return err
 			}
@@ -181,6 +193,64 @@ func locked[Tx any](ctx context.Context, db idem.TxDB[Tx], fn func(q idem.Querie
 		return &idem.BackendError{Backend: d.String(), Op: "migrate", Err: err}
 	}
 	return nil
+}
+
+// lock takes the migration lock of d in the transaction of q.
+func lock(ctx context.Context, d idem.Dialect, q idem.Querier) error {
+	if d != idem.MySQL {
+		_, err := q.Exec(ctx, lockSQL[d])
+		return err
+	}
+	var got sql.NullInt64
+	if err := q.QueryRow(ctx, lockSQL[d]).Scan(&got); err != nil {
+		return err
+	}
+	if got.Int64 != 1 {
+		return errors.New("another process held the migration lock (GET_LOCK idem.migrate) for 60 s")
+	}
+	return nil
+}
+
+// execScript runs a migration file. MySQL's driver runs one statement per call
+// unless the DSN sets multiStatements, so there the file is split at the semicolons
+// that end a line (idem's MySQL migrations have no procedure bodies). MySQL also
+// commits DDL on its own: a migration interrupted there is applied again, which its
+// IF NOT EXISTS statements allow.
+func execScript(ctx context.Context, d idem.Dialect, q idem.Querier, script string) error {
+	if d != idem.MySQL {
+		_, err := q.Exec(ctx, script)
+		return err
+	}
+	for _, stmt := range splitStatements(script) {
+		if _, err := q.Exec(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// splitStatements splits a script at semicolons that end a line, dropping comment
+// lines and empty statements.
+func splitStatements(script string) []string {
+	var out []string
+	var cur strings.Builder
+	for _, line := range strings.Split(script, "\n") {
+		t := strings.TrimSpace(line)
+		if strings.HasPrefix(t, "--") {
+			continue
+		}
+		cur.WriteString(line + "\n")
+		if strings.HasSuffix(t, ";") {
+			if stmt := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(cur.String()), ";")); stmt != "" {
+				out = append(out, stmt)
+			}
+			cur.Reset()
+		}
+	}
+	if stmt := strings.TrimSpace(cur.String()); stmt != "" {
+		out = append(out, stmt)
+	}
+	return out
 }
 
 // readApplied returns the newest version of each name; none if idem_migrations does
@@ -214,8 +284,12 @@ func readApplied(ctx context.Context, d idem.Dialect, q idem.Querier) (map[strin
 }
 
 func tableShape(ctx context.Context, d idem.Dialect, q idem.Querier) (exists, firstShape bool, err error) {
-	if d == idem.Postgres {
+	switch d {
+	case idem.Postgres:
 		err = q.QueryRow(ctx, `SELECT to_regclass('idem_migrations') IS NOT NULL`).Scan(&exists)
+		return exists, false, err
+	case idem.MySQL:
+		err = q.QueryRow(ctx, `SELECT COUNT(*) > 0 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'idem_migrations'`).Scan(&exists)
 		return exists, false, err
 	}
 	var cols, component int

@@ -236,8 +236,12 @@ func Script(d idem.Dialect, down bool, sets ...Set) (string, error) {
 				fmt.Fprintf(&b, "%s\nDELETE FROM idem_migrations WHERE component = '%s' AND version = %d;\n", strings.TrimSpace(st.Down), s.Name, st.Version)
 				continue
 			}
-			fmt.Fprintf(&b, "%s\nINSERT INTO idem_migrations (component, version, name) VALUES ('%s', %d, '%s') ON CONFLICT DO NOTHING;\n",
-				strings.TrimSpace(st.Up), s.Name, st.Version, st.Name)
+			insert, conflict := "INSERT INTO", " ON CONFLICT DO NOTHING"
+			if d == idem.MySQL {
+				insert, conflict = "INSERT IGNORE INTO", ""
+			}
+			fmt.Fprintf(&b, "%s\n%s idem_migrations (component, version, name) VALUES ('%s', %d, '%s')%s;\n",
+				strings.TrimSpace(st.Up), insert, s.Name, st.Version, st.Name, conflict)
 		}
 	}
 	return b.String(), nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/migrate"
 )
@@ -35,6 +37,23 @@ func forEachDB(t *testing.T, fn func(t *testing.T, d idem.Dialect, open opener))
 		cs, _ := testsvc.PostgresSchema(t)
 		fn(t, idem.Postgres, func(t *testing.T) idem.TxDB[*sql.Tx] { return handle(t, "pgx", cs) })
 	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		dsn, err := idemmysql.DSN(testsvc.MySQLDatabase(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(t, idem.MySQL, func(t *testing.T) idem.TxDB[*sql.Tx] { return handle(t, "mysql", dsn) })
+	})
+}
+
+// tables are the tables Up creates in each dialect.
+var tables = map[idem.Dialect][]string{
+	idem.Postgres: {"idem_records", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas",
+		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences"},
+	idem.SQLite: {"idem_records", "idem_meta", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas",
+		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences", "idem_hilo"},
+	idem.MySQL: {"idem_records", "idem_records_tokens"},
 }
 
 func handle(t *testing.T, driver, dsn string) idem.TxDB[*sql.Tx] {
@@ -59,6 +78,30 @@ func exec(t *testing.T, db idem.TxDB[*sql.Tx], stmt string) error {
 	})
 }
 
+// execScript applies a printed script as psql, sqlite3 or mysql would: MySQL's
+// driver takes one statement at a time.
+func execScript(t *testing.T, d idem.Dialect, db idem.TxDB[*sql.Tx], script string) error {
+	t.Helper()
+	if d != idem.MySQL {
+		return exec(t, db, script)
+	}
+	for _, stmt := range strings.Split(script, ";\n") {
+		var lines []string
+		for _, l := range strings.Split(stmt, "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+				lines = append(lines, l)
+			}
+		}
+		if stmt = strings.TrimSpace(strings.Join(lines, "\n")); stmt == "" {
+			continue
+		}
+		if err := exec(t, db, stmt); err != nil {
+			return fmt.Errorf("%w in %s", err, stmt)
+		}
+	}
+	return nil
+}
+
 func tableExists(t *testing.T, db idem.TxDB[*sql.Tx], table string) bool {
 	t.Helper()
 	return exec(t, db, "SELECT 1 FROM "+table+" LIMIT 1") == nil
@@ -80,8 +123,7 @@ func TestUpCreatesEverySetOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for _, table := range []string{"idem_records", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas",
-			"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences"} {
+		for _, table := range tables[d] {
 			if !tableExists(t, db, table) {
 				t.Errorf("%s: table %s missing after Up", d, table)
 			}
@@ -153,7 +195,11 @@ func TestDownOneStep(t *testing.T) {
 		ctx := context.Background()
 		db := open(t)
 		set := migrate.Records(migrate.DefaultRecordsTable)
-		if err := migrate.Up(ctx, db, set, migrate.Outbox); err != nil {
+		sets := []migrate.Set{set}
+		if d != idem.MySQL {
+			sets = append(sets, migrate.Outbox)
+		}
+		if err := migrate.Up(ctx, db, sets...); err != nil {
 			t.Fatal(err)
 		}
 		steps, err := migrate.Steps(d, set)
@@ -173,7 +219,7 @@ func TestDownOneStep(t *testing.T) {
 		if tableExists(t, db, "idem_records") {
 			t.Error("idem_records still there after rolling back every step")
 		}
-		if !tableExists(t, db, "idem_outbox") {
+		if d != idem.MySQL && !tableExists(t, db, "idem_outbox") {
 			t.Error("rolling back records dropped the outbox")
 		}
 		if _, ok, err := migrate.Down(ctx, db, set); ok || err != nil {
@@ -198,7 +244,7 @@ func TestScriptIsWhatRequireChecks(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2 {
-			if err := exec(t, db, up); err != nil {
+			if err := execScript(t, d, db, up); err != nil {
 				t.Fatalf("applying the printed script: %v", err)
 			}
 		}
@@ -209,11 +255,13 @@ func TestScriptIsWhatRequireChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := exec(t, db, down); err != nil {
+		if err := execScript(t, d, db, down); err != nil {
 			t.Fatalf("applying the printed down script: %v", err)
 		}
-		if tableExists(t, db, "idem_outbox") {
-			t.Error("idem_outbox still there after the down script")
+		for _, table := range tables[d] {
+			if tableExists(t, db, table) {
+				t.Errorf("%s still there after the down script", table)
+			}
 		}
 		err = migrate.Require(ctx, db, all...)
 		var be *migrate.BehindError

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure the services idem's tests use are running on 127.0.0.1: PostgreSQL (5432),
-# Redis (6379), NATS with JetStream (4222) and RabbitMQ (5672). Each one that is down is
+# Redis (6379), NATS with JetStream (4222), RabbitMQ (5672) and MariaDB (3306). Each one that is down is
 # started, after installing it with apt-get if it is missing. Idempotent: safe to run
 # again at any time. Exits non-zero naming the service that could not be brought up.
 set -uo pipefail
@@ -58,8 +58,22 @@ start_rabbitmq() {
   wait_up 5672 90
 }
 
+start_mysql() {
+  need mariadbd mariadb-server || return 1
+  as_root /etc/init.d/mariadb start >/dev/null 2>&1 || true
+  wait_up 3306 60
+}
+
+# The tests connect as root with an empty password over TCP to the database test.
+mysql_ready() {
+  mariadb -h 127.0.0.1 -u root -e "CREATE DATABASE IF NOT EXISTS test" 2>/dev/null && return 0
+  # A fresh install lets root in through the socket only: allow TCP without a password.
+  as_root mariadb -u root -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD(''); CREATE DATABASE IF NOT EXISTS test" 2>/dev/null &&
+    mariadb -h 127.0.0.1 -u root -e "SELECT 1" >/dev/null 2>&1
+}
+
 status=0
-for svc in postgres:5432 redis:6379 nats:4222 rabbitmq:5672; do
+for svc in postgres:5432 redis:6379 nats:4222 rabbitmq:5672 mysql:3306; do
   name=${svc%%:*} port=${svc##*:}
   if up "$port"; then
     log "$name up on 127.0.0.1:$port"
@@ -73,6 +87,11 @@ for svc in postgres:5432 redis:6379 nats:4222 rabbitmq:5672; do
     status=1
   fi
 done
+
+if up 3306 && ! mysql_ready; then
+  log "ERROR: MariaDB is up but root cannot log in over TCP to create the database test"
+  status=1
+fi
 
 # Headless Chromium for stream's browser test (Debian's package).
 if [ -x /usr/bin/chromium ]; then

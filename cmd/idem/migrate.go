@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -24,7 +25,8 @@ records, outbox, dead letters, effects, sagas, stream and sequence tables).
                                     flyway or psql; it records the versions that
                                     constructors with SkipMigrate check
 
-URL is postgres://user:pass@host:5432/db or sqlite:PATH. Migrations run in one
+URL is postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db or
+sqlite:PATH. Migrations run in one
 transaction, under a lock, so several processes may run them at once; running
 them again changes nothing.`
 
@@ -40,8 +42,8 @@ func (m *Main) runMigrate(ctx context.Context, args []string) error {
 		fs.PrintDefaults()
 	}
 	var o migrateOptions
-	fs.StringVar(&o.db, "db", "", "the database: postgres://user:pass@host:5432/db or sqlite:PATH")
-	fs.StringVar(&o.dialect, "dialect", "", "print: postgres or sqlite (default: the dialect of --db)")
+	fs.StringVar(&o.db, "db", "", "the database: postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db or sqlite:PATH")
+	fs.StringVar(&o.dialect, "dialect", "", "print: postgres, sqlite or mysql (default: the dialect of --db)")
 	fs.StringVar(&o.table, "table", "", "the records table's name, where it is not idem_records (PostgreSQL: idempg.Config.Table)")
 	fs.StringVar(&o.component, "component", "", "only these components, comma-separated (records, outbox, inbox, effect, saga, stream, sequences, hilo)")
 	fs.BoolVar(&o.down, "down", false, "print: the SQL that removes the schema instead")
@@ -66,7 +68,7 @@ func (m *Main) runMigrate(ctx context.Context, args []string) error {
 		return errUsage
 	}
 	if o.db == "" {
-		return errors.New("idem migrate " + action + ": --db is required: postgres://user:pass@host:5432/db or sqlite:PATH")
+		return errors.New("idem migrate " + action + ": --db is required: postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db or sqlite:PATH")
 	}
 	db, closeDB, err := openMigrateDB(ctx, o.db)
 	if err != nil {
@@ -181,10 +183,12 @@ func printDialect(o migrateOptions) (idem.Dialect, error) {
 		return idem.Postgres, nil
 	case "sqlite":
 		return idem.SQLite, nil
+	case "mysql", "mariadb":
+		return idem.MySQL, nil
 	case "":
-		return 0, errors.New("idem migrate print: --dialect is required (postgres or sqlite), or a --db to take it from")
+		return 0, errors.New("idem migrate print: --dialect is required (postgres, sqlite or mysql), or a --db to take it from")
 	}
-	return 0, fmt.Errorf("idem migrate print: --dialect %q: use postgres or sqlite", name)
+	return 0, fmt.Errorf("idem migrate print: --dialect %q: use postgres, sqlite or mysql", name)
 }
 
 // migrateSets returns the sets of d that o selects, the records set under o.table.
@@ -226,17 +230,23 @@ func migrateSets(d idem.Dialect, o migrateOptions) ([]migrate.Set, error) {
 func openMigrateDB(ctx context.Context, raw string) (idem.TxDB[*sql.Tx], func(), error) {
 	var db *sql.DB
 	var err error
-	switch dialectOf(raw) {
-	case "postgres":
+	switch {
+	case strings.HasPrefix(raw, "mysql://"):
+		dsn, derr := idemmysql.DSN(raw)
+		if derr != nil {
+			return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db: %w", derr)
+		}
+		db, err = sql.Open("mysql", dsn)
+	case dialectOf(raw) == "postgres":
 		db, err = sql.Open("pgx", raw)
-	case "sqlite":
+	case dialectOf(raw) == "sqlite":
 		path := strings.TrimPrefix(raw, "sqlite:")
 		if path == "" {
 			return idem.TxDB[*sql.Tx]{}, nil, errors.New("--db sqlite: needs a path, such as sqlite:./app.db")
 		}
 		db, err = sql.Open("sqlite", sqliteDSN(path))
 	default:
-		return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db or sqlite:PATH", redactURL(raw))
+		return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redactURL(raw))
 	}
 	if err != nil {
 		return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)

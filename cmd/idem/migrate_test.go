@@ -80,7 +80,7 @@ func TestMigrateBadCommandLines(t *testing.T) {
 		{[]string{"migrate", "up"}, "--db is required"},
 		{[]string{"migrate", "up", "--db", "mongodb://x"}, "unknown database"},
 		{[]string{"migrate", "print"}, "--dialect is required"},
-		{[]string{"migrate", "print", "--dialect", "oracle"}, "use postgres or sqlite"},
+		{[]string{"migrate", "print", "--dialect", "oracle"}, "use postgres, sqlite or mysql"},
 		{[]string{"migrate", "print", "--dialect", "sqlite", "--component", "nope"}, `--component "nope"`},
 		{[]string{"migrate", "print", "--dialect", "sqlite", "--table", "custom"}, "fixed name"},
 		{[]string{"migrate", "print", "--dialect", "postgres", "--table", "Bad-Name"}, "lowercase SQL identifier"},
@@ -89,5 +89,25 @@ func TestMigrateBadCommandLines(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error()+stderr, tc.want) {
 			t.Errorf("idem %s = %v (stderr %q), want an error saying %q", strings.Join(tc.args, " "), err, stderr, tc.want)
 		}
+	}
+}
+
+// The same commands on MySQL/MariaDB, through a mysql:// URL.
+func TestMigrateMySQL(t *testing.T) {
+	t.Parallel()
+	db := testsvc.MySQLDatabase(t)
+	out, _, err := run(t, "migrate", "up", "--db", db, "--table", "order_keys")
+	if err != nil || !strings.Contains(out, "applied records (order_keys)") {
+		t.Fatalf("migrate up on mysql = %v:\n%s", err, out)
+	}
+	out, _, err = run(t, "migrate", "status", "--db", db, "--table", "order_keys")
+	if err != nil || !strings.Contains(out, "order_keys") || strings.Contains(out, "001_records") {
+		t.Fatalf("status = %v:\n%s", err, out)
+	}
+	if out, _, err = run(t, "migrate", "down", "--db", db, "--table", "order_keys"); err != nil || !strings.Contains(out, "rolled back records (order_keys)") {
+		t.Fatalf("down = %v:\n%s", err, out)
+	}
+	if out, _, err = run(t, "migrate", "print", "--dialect", "mysql"); err != nil || !strings.Contains(out, "INSERT IGNORE INTO idem_migrations") {
+		t.Fatalf("print --dialect mysql = %v:\n%s", err, out)
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/idemhq/idem/idemmysql"
 )
 
 // Env names the variables that point tests at services.
@@ -28,7 +30,61 @@ const (
 	EnvRequire  = "IDEM_REQUIRE_SERVICES"
 	EnvPostgres = "IDEM_TEST_POSTGRES_URL" // default postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 	EnvRedis    = "IDEM_TEST_REDIS_ADDR"   // default 127.0.0.1:6379
+	EnvMySQL    = "IDEM_TEST_MYSQL_URL"    // default mysql://root@127.0.0.1:3306/test
 )
+
+// MySQLURL is the MySQL or MariaDB server the tests use.
+func MySQLURL() string { return envOr(EnvMySQL, "mysql://root@127.0.0.1:3306/test") }
+
+// MySQLDatabase creates a fresh database for t, dropped when t ends, and returns the
+// mysql:// URL of it.
+func MySQLDatabase(t testing.TB) string {
+	t.Helper()
+	base := MySQLURL()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", EnvMySQL, base, err)
+	}
+	Reach(t, "mysql", u.Host)
+	dsn, err := idemmysql.DSN(base)
+	if err != nil {
+		t.Fatalf("%s: %v", EnvMySQL, err)
+	}
+	admin, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := UniqueName("idem_test_")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close()
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name)
+		admin.Close()
+	})
+	u.Path = "/" + name
+	return u.String()
+}
+
+// MySQLDB opens a handle on a fresh database (see MySQLDatabase), closed when t ends.
+func MySQLDB(t testing.TB) *sql.DB {
+	t.Helper()
+	dsn, err := idemmysql.DSN(MySQLDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
 
 // PostgresURL is the Postgres the tests use.
 func PostgresURL() string {

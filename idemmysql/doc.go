@@ -1,0 +1,44 @@
+// Package idemmysql is the MySQL and MariaDB backend of idem: an idem.Store whose
+// claims and completions can join the application's own database/sql transaction,
+// so the record of an effect commits or rolls back with the effect.
+//
+// Store implements idem.Store, idem.TxStore[*sql.Tx], idem.Sweeper and
+// idem.Renewer on github.com/go-sql-driver/mysql, for MySQL 8.0 and MariaDB 10.6 or
+// later with InnoDB, and passes idemtest's StoreSuite and TxStoreSuite.
+//
+//	store, err := idemmysql.Open(ctx, "mysql://app:secret@127.0.0.1:3306/shop", idemmysql.Config{})
+//
+// # Table
+//
+// New creates the table through package migrate (migrate/sql/mysql/records/), or
+// with Config.SkipMigrate only checks it is up to date. Times are microseconds of
+// the server's UTC clock, so leases do not depend on the clocks or time zones of the
+// application's hosts or sessions.
+//
+// # How a claim works
+//
+// INSERT IGNORE adds the key's row in progress with token 0. If it went in, the
+// transaction now holds the row's lock, and only then draws the token: an
+// AUTO_INCREMENT id from the table Table+"_tokens". Any later incarnation of the key
+// (after a release, expiry or sweep) must wait for that lock, so it draws a larger
+// token: tokens rise strictly per key. If the row was there, a locking read (LOCK IN
+// SHARE MODE, which sees the newest committed row whatever the isolation level)
+// answers the duplicate, or finds the row expired and takes it over under FOR UPDATE
+// with a fresh token.
+//
+// # Isolation levels
+//
+// Every read the store makes is a locking read, so it behaves the same under
+// REPEATABLE READ (InnoDB's default) and READ COMMITTED; both run the conformance
+// suites in this package's tests. The difference is in locks: under REPEATABLE READ
+// a locking read of a key with no row also locks the gap before the next key, so two
+// claimants of new neighbouring keys in long transactions can deadlock. InnoDB then
+// rolls one transaction back (error 1213): Claim, which runs its own transaction,
+// tries again; ClaimTx returns an *idem.BackendError, and the caller retries its
+// whole transaction as it would for any deadlock. READ COMMITTED takes no gap locks
+// and is the better choice for busy tables.
+//
+// A duplicate ClaimTx keeps a shared lock on the key's row until its transaction
+// ends, so the holder's Complete waits for it: end transactions that met a
+// duplicate promptly (they usually roll back at once).
+package idemmysql

@@ -1,0 +1,358 @@
+package idemmysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/wait"
+	"github.com/idemhq/idem/migrate"
+)
+
+const backend = "mysql"
+
+// Defaults applied to a zero Config.
+const (
+	DefaultTable      = migrate.DefaultRecordsTable
+	DefaultSweepBatch = 10_000
+)
+
+// Config configures a Store. The zero value is ready to use.
+type Config struct {
+	// Table is the records table: a lowercase identifier (a-z, 0-9, _) of at most
+	// migrate.MaxNameLen bytes, in the connection's database. Its tokens are drawn
+	// from Table+"_tokens". Empty means DefaultTable.
+	Table string
+	// Registerer, if set, receives the store's Prometheus metrics: idem_claims_total,
+	// idem_duplicates_total, idem_claim_duration_seconds, idem_swept_total and
+	// idem_records (InnoDB's estimate).
+	Registerer prometheus.Registerer
+	// SweepBatch is how many expired rows one Sweep statement deletes. Zero means
+	// DefaultSweepBatch; negative is invalid.
+	SweepBatch int
+	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
+	// print --dialect mysql` with their own tool: New then only checks that the table
+	// is up to date, and fails with a *migrate.BehindError naming the missing
+	// migration.
+	SkipMigrate bool
+
+	offline bool // tests only: no schema check either (export_test.go)
+}
+
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if cfg.SweepBatch == 0 {
+		cfg.SweepBatch = DefaultSweepBatch
+	}
+	if cfg.SweepBatch < 0 {
+		return cfg, &idem.InputError{Field: "idemmysql.Config.SweepBatch", Reason: fmt.Sprintf("is negative (%d)", cfg.SweepBatch),
+			Fix: fmt.Sprintf("use a positive row count, or zero for the default %d", DefaultSweepBatch)}
+	}
+	if _, err := migrate.Steps(idem.MySQL, migrate.Records(cfg.Table)); err != nil {
+		var ie *idem.InputError
+		if errors.As(err, &ie) {
+			return cfg, &idem.InputError{Field: "idemmysql.Config.Table", Reason: ie.Reason, Fix: ie.Fix}
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// Store is an idem.Store and idem.TxStore[*sql.Tx] on MySQL or MariaDB. It is safe
+// for concurrent use.
+type Store struct {
+	db         *sql.DB
+	ownDB      bool
+	q          queries
+	m          *metrics.Store
+	sweepBatch int
+}
+
+var (
+	_ idem.Store            = (*Store)(nil)
+	_ idem.TxStore[*sql.Tx] = (*Store)(nil)
+	_ idem.Sweeper          = (*Store)(nil)
+	_ idem.Renewer          = (*Store)(nil)
+)
+
+// Open connects to the database of a mysql://user:password@host:3306/database URL
+// (see DSN) and returns a Store on it; Close closes the connection pool.
+func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
+	dsn, err := DSN(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
+	}
+	s, err := New(ctx, db, cfg)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	s.ownDB = true
+	return s, nil
+}
+
+// New returns a Store on db, a handle from sql.Open("mysql", dsn), creating or
+// upgrading its table (package migrate) unless cfg.SkipMigrate is set. Size db with
+// SetMaxOpenConns: database/sql opens a connection per concurrent call by default.
+func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, &idem.InputError{Field: "db", Reason: "is nil", Fix: `pass a handle from sql.Open("mysql", dsn), or use idemmysql.Open`}
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.offline {
+		if err := migrate.Ensure(ctx, idem.SQLDBFor(idem.MySQL, db), cfg.SkipMigrate, migrate.Records(cfg.Table)); err != nil {
+			return nil, err
+		}
+	}
+	m, err := metrics.NewStore(cfg.Registerer, backend)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, q: newQueries(cfg.Table), m: m, sweepBatch: cfg.SweepBatch}
+	err = metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return s.records(cfg.Table) })
+	return s, err
+}
+
+// DB returns the handle the store runs on, for the application's own transactions.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the connection pool if Open made it.
+func (s *Store) Close() error {
+	if s.ownDB {
+		return s.db.Close()
+	}
+	return nil
+}
+
+// maxAttempts bounds the rounds of a claim whose row changes under it, and the
+// deadlock retries of the calls that run their own transaction.
+const maxAttempts = 8
+
+var errChurn = errors.New("the key's row kept changing; try again")
+
+var errNilTx = &idem.InputError{Field: "tx", Reason: "is nil", Fix: "pass the transaction the business write runs in"}
+
+// Claim implements idem.Store in a transaction of its own, tried again when InnoDB
+// picks it as a deadlock victim.
+func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
+	start := s.m.Start()
+	if err := c.Validate(); err != nil {
+		return idem.Result{}, err
+	}
+	var res idem.Result
+	err := s.ownTx(ctx, "claim", func(tx *sql.Tx) (err error) {
+		res, err = s.claim(ctx, tx, c)
+		return err
+	})
+	s.m.Claim(c.Key.Scope, res.Outcome, err, start)
+	return res, err
+}
+
+// ClaimTx implements idem.TxStore: the claim joins tx. A concurrent claimant of the
+// same key waits for tx to end. A deadlock (which InnoDB ends by rolling tx back) is
+// an *idem.BackendError: run the whole transaction again.
+func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Result, error) {
+	start := s.m.Start()
+	if err := c.Validate(); err != nil {
+		return idem.Result{}, err
+	}
+	if tx == nil {
+		return idem.Result{}, errNilTx
+	}
+	res, err := s.claim(ctx, tx, c)
+	if err != nil {
+		err = backendErr(ctx, "claim", err)
+	}
+	s.m.Claim(c.Key.Scope, res.Outcome, err, start)
+	return res, err
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
+		return err
+	}
+	return s.ownTx(ctx, "complete", func(tx *sql.Tx) error { return s.complete(ctx, tx, k, token, result) })
+}
+
+// CompleteTx implements idem.TxStore: the completion commits or rolls back with tx.
+func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) error {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
+		return err
+	}
+	if tx == nil {
+		return errNilTx
+	}
+	return finalErr(ctx, "complete", s.complete(ctx, tx, k, token, result))
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
+		return err
+	}
+	return s.ownTx(ctx, "release", func(tx *sql.Tx) error { return s.release(ctx, tx, k, token) })
+}
+
+// ReleaseTx implements idem.TxStore.
+func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) error {
+	if err := idem.CheckFinish(ctx, k, token); err != nil {
+		return err
+	}
+	if tx == nil {
+		return errNilTx
+	}
+	return finalErr(ctx, "release", s.release(ctx, tx, k, token))
+}
+
+// Renew implements idem.Renewer. It works on committed claims: a claim still inside
+// an open ClaimTx transaction is invisible to it and waits for it.
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
+	lease, err := idem.CheckRenew(ctx, k, token, lease)
+	if err != nil {
+		return err
+	}
+	return s.ownTx(ctx, "renew", func(tx *sql.Tx) error { return s.renew(ctx, tx, k, token, lease) })
+}
+
+// Sweep implements idem.Sweeper: it deletes expired rows, SweepBatch per statement,
+// until a statement finds fewer, then the token rows below the newest (which stays,
+// so the AUTO_INCREMENT counter can never fall back, even after a restart of an old
+// server that recomputes it from the table).
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	total := 0
+	defer func() { s.m.Swept(total) }()
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := exec(ctx, s.db, s.q.sweep, s.sweepBatch)
+		if err != nil {
+			return total, backendErr(ctx, "sweep", err)
+		}
+		total += int(n)
+		if n < int64(s.sweepBatch) {
+			break
+		}
+	}
+	var newest sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, s.q.newestToken).Scan(&newest); err != nil {
+		return total, backendErr(ctx, "sweep", err)
+	}
+	for newest.Valid {
+		n, err := exec(ctx, s.db, s.q.sweepTokens, newest.Int64, s.sweepBatch)
+		if err != nil {
+			return total, backendErr(ctx, "sweep", err)
+		}
+		if n < int64(s.sweepBatch) {
+			break
+		}
+	}
+	return total, nil
+}
+
+// ownTx runs fn in a transaction of its own, again if InnoDB rolled it back to break
+// a deadlock. idem's errors from fn (ErrLeaseLost, ErrCompleted) pass unchanged;
+// driver errors become *idem.BackendError.
+func (s *Store) ownTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	var err error
+	for attempt := range maxAttempts {
+		err = s.inTx(ctx, fn)
+		if !deadlock(err) {
+			break
+		}
+		if !wait.Sleep(ctx, time.Duration(attempt+1)*time.Millisecond) {
+			break
+		}
+	}
+	return finalErr(ctx, op, err)
+}
+
+func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// finalErr passes idem's own errors and wraps the driver's.
+func finalErr(ctx context.Context, op string, err error) error {
+	var ie *idem.InputError
+	switch {
+	case err == nil, errors.Is(err, idem.ErrLeaseLost), errors.Is(err, idem.ErrCompleted), errors.As(err, &ie):
+		return err
+	}
+	return backendErr(ctx, op, err)
+}
+
+// deadlock reports InnoDB's ER_LOCK_DEADLOCK, after which the transaction was rolled
+// back and may run again.
+func deadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
+}
+
+// backendErr wraps a driver failure. If ctx ended, its error stays matchable with
+// errors.Is even when the driver reported the cancellation in its own words.
+func backendErr(ctx context.Context, op string, err error) error {
+	var be *idem.BackendError
+	if errors.As(err, &be) {
+		return err
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w (%w)", err, cerr)
+	}
+	return &idem.BackendError{Backend: backend, Op: op, Err: err}
+}
+
+// records reads InnoDB's row estimate of the table. A scrape cannot return an error,
+// so a failed read reports NaN (no value) rather than a false zero.
+func (s *Store) records(table string) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var n sql.NullFloat64
+	if err := s.db.QueryRowContext(ctx, `SELECT TABLE_ROWS FROM information_schema.tables
+		WHERE table_schema = DATABASE() AND table_name = ?`, table).Scan(&n); err != nil || !n.Valid {
+		return math.NaN()
+	}
+	return n.Float64
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func exec(ctx context.Context, db execer, query string, args ...any) (int64, error) {
+	r, err := db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
+// quote returns the table's name as a quoted identifier; names are checked to be
+// lowercase identifiers before they get here.
+func quote(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }

@@ -1,0 +1,168 @@
+package idemmysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idemtest"
+	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/idemhq/idem/migrate"
+)
+
+func ctxFor(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// isolations are the levels the store is documented to work under; each runs the
+// whole conformance suite.
+var isolations = map[string]string{
+	"repeatable_read": "",
+	"read_committed":  "tx_isolation=%27READ-COMMITTED%27",
+}
+
+// newStore opens a store on a fresh database with the session isolation level of
+// param ("" for the server's default, REPEATABLE READ).
+func newStore(t *testing.T, param string, cfg idemmysql.Config) *idemmysql.Store {
+	t.Helper()
+	u := testsvc.MySQLDatabase(t)
+	if param != "" {
+		u += "?" + param
+	}
+	s, err := idemmysql.Open(ctxFor(t), u, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if param != "" {
+		var level string
+		if err := s.DB().QueryRowContext(ctxFor(t), "SELECT @@tx_isolation").Scan(&level); err != nil || level != "READ-COMMITTED" {
+			t.Fatalf("session isolation = %q, %v; want READ-COMMITTED", level, err)
+		}
+	}
+	return s
+}
+
+func TestStoreConformance(t *testing.T) {
+	t.Parallel()
+	for name, param := range isolations {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			idemtest.StoreSuite(t, idemtest.Harness{
+				New:         func(t *testing.T) idem.Store { return newStore(t, param, idemmysql.Config{}) },
+				Unreachable: unreachable,
+			})
+		})
+	}
+}
+
+func TestTxStoreConformance(t *testing.T) {
+	t.Parallel()
+	for name, param := range isolations {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			idemtest.TxStoreSuite(t, func(t *testing.T) idemtest.TxEnv[*sql.Tx] {
+				s := newStore(t, param, idemmysql.Config{})
+				return idemtest.SQLTxEnv(t, s.DB(), s)
+			})
+		})
+	}
+}
+
+func unreachable(t *testing.T) idem.Store {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s, err := idemmysql.Open(ctxFor(t), "mysql://root@"+addr+"/test", idemmysql.Offline(idemmysql.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// A custom table, and the schema check of SkipMigrate.
+func TestTableAndSkipMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t)
+	u := testsvc.MySQLDatabase(t)
+	_, err := idemmysql.Open(ctx, u, idemmysql.Config{Table: "order_keys", SkipMigrate: true})
+	if !errors.Is(err, migrate.ErrBehind) || !strings.Contains(err.Error(), "001_records") {
+		t.Fatalf("SkipMigrate on an empty database = %v, want ErrBehind naming 001_records", err)
+	}
+	s, err := idemmysql.Open(ctx, u, idemmysql.Config{Table: "order_keys"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := s.Claim(ctx, idem.Claim{Key: idem.Key{Scope: "s", ID: "k"}})
+	if err != nil || r.Outcome != idem.Acquired {
+		t.Fatalf("Claim = %+v, %v", r, err)
+	}
+	var n int
+	if err := s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM order_keys").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("order_keys has %d rows (%v), want the claim's", n, err)
+	}
+	if _, err := idemmysql.Open(ctx, u, idemmysql.Config{Table: "order_keys", SkipMigrate: true}); err != nil {
+		t.Fatalf("SkipMigrate after the migration: %v", err)
+	}
+	for _, bad := range []idemmysql.Config{{Table: "Orders"}, {Table: "x`; DROP TABLE y"}, {SweepBatch: -1}} {
+		var ie *idem.InputError
+		if _, err := idemmysql.Open(ctx, u, bad); !errors.As(err, &ie) || !strings.HasPrefix(ie.Field, "idemmysql.Config.") {
+			t.Errorf("Open(%+v) = %v, want an InputError on the field", bad, err)
+		}
+	}
+}
+
+// Sweep deletes expired records and old token rows, and tokens keep rising after it.
+func TestSweepKeepsTokensRising(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t)
+	s := newStore(t, "", idemmysql.Config{SweepBatch: 2})
+	var last uint64
+	for i := range 5 {
+		r, err := s.Claim(ctx, idem.Claim{Key: idem.Key{Scope: "s", ID: "k"}, Lease: time.Millisecond})
+		if err != nil || r.Outcome != idem.Acquired || r.Token <= last {
+			t.Fatalf("claim %d = %+v, %v; want acquired with a token above %d", i, r, err, last)
+		}
+		last = r.Token
+		time.Sleep(3 * time.Millisecond) // the lease must pass on the server's clock
+		if _, err := s.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tokens int
+	if err := s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_records_tokens").Scan(&tokens); err != nil || tokens != 1 {
+		t.Fatalf("token rows after sweeping = %d (%v), want the newest only", tokens, err)
+	}
+}
+
+func TestDSN(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"mysql://root@127.0.0.1:3306/test":               "root@tcp(127.0.0.1:3306)/test?timeout=10s",
+		"mysql://app:p%40ss@db/shop?timeout=2s&tls=true": "app:p@ss@tcp(db:3306)/shop?timeout=2s&tls=true",
+	} {
+		got, err := idemmysql.DSN(in)
+		if err != nil || got != want {
+			t.Errorf("DSN(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "postgres://x@h/db", "mysql://root@h:3306/", "mysql://root:secret@h/db?timeout=never"} {
+		_, err := idemmysql.DSN(bad)
+		if !errors.Is(err, idem.ErrInvalid) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("DSN(%q) = %v, want an InputError that does not print the password", bad, err)
+		}
+	}
+}

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS `{{table}}_tokens`;
+DROP TABLE IF EXISTS `{{table}}`;
