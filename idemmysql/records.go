@@ -17,8 +17,8 @@ const nowUS = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6
 // queries are the store's statements with its table's names filled in.
 type queries struct {
 	insert, drawToken, setToken, read, lockRow, takeover string
-	complete, release, renew, live                        string
-	sweep, newestToken, sweepTokens                       string
+	complete, release, renew, live                       string
+	sweep, newestToken, sweepTokens                      string
 }
 
 func newQueries(table string) queries {
