@@ -1,0 +1,81 @@
+package idemmysql_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/internal/testsvc"
+)
+
+// benchClients is the number of concurrent clients of every benchmark, each with a
+// connection, so Claim and its raw baseline compare like for like.
+const benchClients = 16
+
+func runClients(b *testing.B, op func(ctx context.Context, id string) error) {
+	b.Helper()
+	ctx := context.Background()
+	var seq atomic.Uint64
+	b.SetParallelism(max(1, benchClients/runtime.GOMAXPROCS(0)))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := op(ctx, "k"+strconv.FormatUint(seq.Add(1), 10)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
+
+// BenchmarkClaim is a fresh key's claim, its own transaction; BenchmarkRawInsertIgnore
+// is the baseline: one autocommit INSERT IGNORE of the same key shape.
+func BenchmarkClaim(b *testing.B) {
+	s := openBench(b)
+	runClients(b, func(ctx context.Context, id string) error {
+		_, err := s.Claim(ctx, idem.Claim{Key: idem.Key{Scope: "bench", ID: id}})
+		return err
+	})
+}
+
+func BenchmarkClaimComplete(b *testing.B) {
+	s := openBench(b)
+	runClients(b, func(ctx context.Context, id string) error {
+		k := idem.Key{Scope: "bench", ID: id}
+		r, err := s.Claim(ctx, idem.Claim{Key: k})
+		if err != nil {
+			return err
+		}
+		return s.Complete(ctx, k, r.Token, []byte("result"))
+	})
+}
+
+func BenchmarkRawInsertIgnore(b *testing.B) {
+	s := openBench(b)
+	if _, err := s.DB().Exec(`CREATE TABLE raw (scope VARBINARY(255) NOT NULL, id VARBINARY(255) NOT NULL, PRIMARY KEY (scope, id)) ENGINE=InnoDB`); err != nil {
+		b.Fatal(err)
+	}
+	runClients(b, func(ctx context.Context, id string) error {
+		_, err := s.DB().ExecContext(ctx, `INSERT IGNORE INTO raw (scope, id) VALUES (?, ?)`, "bench", id)
+		return err
+	})
+}
+
+func mysqlDatabase(b *testing.B) string { return testsvc.MySQLDatabase(b) }
+
+func openBench(b *testing.B) *idemmysql.Store {
+	b.Helper()
+	s, err := idemmysql.Open(context.Background(), mysqlDatabase(b), idemmysql.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	s.DB().SetMaxOpenConns(benchClients)
+	s.DB().SetMaxIdleConns(benchClients)
+	return s
+}
