@@ -161,9 +161,7 @@ func prove(t *testing.T, e env, relays int) {
 			}
 		}()
 	}
-	for pending(t, e) > 0 && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testsvc.Eventually(t, 4*time.Minute, "the relays to publish everything", func() bool { return pending(t, e) == 0 })
 	close(relaysDone)
 	rwg.Wait()
 	if ctx.Err() != nil {
@@ -232,13 +230,10 @@ func consume(t *testing.T, e env, js jetstream.JetStream, stream string, want in
 	}
 	go c.Run(ctx)
 	var rows, distinct, rolledBack int
-	for ctx.Err() == nil {
+	testsvc.Eventually(t, 2*time.Minute, "the consumer to apply every order", func() bool {
 		e.db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT order_id) FROM ledger").Scan(&rows, &distinct)
-		if rows >= want {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return rows >= want
+	})
 	e.db.QueryRow("SELECT COUNT(*) FROM ledger WHERE order_id NOT IN (SELECT id FROM orders)").Scan(&rolledBack)
 	if rows != want || distinct != want || rolledBack != 0 {
 		t.Fatalf("ledger: %d rows (%d distinct, %d of rolled-back orders); want %d committed orders once each", rows, distinct, rolledBack, want)
