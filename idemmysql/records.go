@@ -28,13 +28,17 @@ func newQueries(table string) queries {
 		// where INSERT IGNORE would take a shared one: claimants of one key then queue
 		// for the row instead of each holding a shared lock and deadlocking when they
 		// upgrade it to take an expired row over.
+		// The no-op update also hands the existing row's token to the statement's
+		// LastInsertId, which a fresh insert leaves at 0 (the table has no
+		// AUTO_INCREMENT column): that tells the two apart whatever the connection's
+		// clientFoundRows does to the affected-row count.
 		insert: r.Replace(`INSERT INTO {{t}} (scope, id, state, fingerprint, token, retention_us, created_us, expires_us)
-			VALUES (?, ?, 1, ?, 0, ?, {{now}}, {{now}} + ?) ON DUPLICATE KEY UPDATE state = state`),
+			VALUES (?, ?, 1, ?, 0, ?, {{now}}, {{now}} + ?) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)`),
 		drawToken: r.Replace(`INSERT INTO {{tokens}} () VALUES ()`),
 		setToken:  r.Replace(`UPDATE {{t}} SET token = ? WHERE scope = ? AND id = ?`),
-		// The row the insert locked, read with the lock (so the newest committed
-		// version, in every isolation level). Token 0 marks this transaction's own
-		// insert: a row is never committed without its token.
+		// The row the insert found and locked, read with the lock (so the newest
+		// committed version, in every isolation level). Token 0 would mark this
+		// transaction's own insert: a row is never committed without its token.
 		read: r.Replace(`SELECT state, fingerprint, token, result, created_us, expires_us, expires_us <= {{now}}
 			FROM {{t}} WHERE scope = ? AND id = ? FOR UPDATE`),
 		takeover: r.Replace(`UPDATE {{t}} SET state = 1, fingerprint = ?, token = ?, result = NULL, retention_us = ?,
@@ -76,8 +80,14 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Resul
 	}
 	lease, retention := micros(c.Lease), micros(c.Retention)
 	for range maxAttempts {
-		if _, err := exec(ctx, tx, s.q.insert, c.Key.Scope, c.Key.ID, fp, retention, lease); err != nil {
+		r, err := tx.ExecContext(ctx, s.q.insert, c.Key.Scope, c.Key.ID, fp, retention, lease)
+		if err != nil {
 			return idem.Result{}, err
+		}
+		if existingToken, err := r.LastInsertId(); err != nil {
+			return idem.Result{}, err
+		} else if existingToken == 0 {
+			return s.acquired(ctx, tx, c.Key)
 		}
 		res, st, err := s.existing(ctx, tx, c)
 		switch {
