@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 var (
@@ -133,4 +134,22 @@ func CheckBatch(ctx context.Context, claims []Claim) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// IsSerializationFailure reports whether err is the database rolling a transaction
+// back to break a deadlock or a serialization conflict (SQLSTATE 40001 or 40P01:
+// PostgreSQL's serialization_failure and deadlock_detected, MySQL's ER_LOCK_DEADLOCK),
+// after which running the whole transaction again is the expected answer.
+func IsSerializationFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		st := coded.SQLState()
+		return st == "40001" || st == "40P01"
+	}
+	// go-sql-driver/mysql's error has the state in its message only: "Error 1213 (40001): …".
+	msg := err.Error()
+	return strings.Contains(msg, "Error 1213 (40001)") || strings.Contains(msg, "Error 1213: ")
 }

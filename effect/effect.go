@@ -92,6 +92,7 @@ type Config struct {
 // safe for concurrent use; several processes may share its table.
 type Fence[Tx any] struct {
 	db      idem.TxDB[Tx]
+	q       queries
 	cfg     Config
 	metrics *prometheus.CounterVec
 }
@@ -139,7 +140,7 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx],
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Effect); err != nil {
 		return nil, err
 	}
-	f := &Fence[Tx]{db: db, cfg: cfg}
+	f := &Fence[Tx]{db: db, q: newQueries(db.Dialect), cfg: cfg}
 	if cfg.Registerer != nil {
 		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_effects_total",

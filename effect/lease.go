@@ -2,6 +2,7 @@ package effect
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -22,48 +23,12 @@ type claim struct {
 // acquire inserts the effect as PENDING, or takes it over if its lease expired.
 // expiredOnly makes it refuse (ErrInProgress) an effect it would have to insert.
 func (f *Fence[Tx]) acquire(ctx context.Context, key, step string, expiredOnly bool) (claim, error) {
-	var c claim
 	now := f.cfg.Now().UnixNano()
 	lease := now + f.cfg.Lease.Nanoseconds()
-	err := f.db.InTx(ctx, func(tx Tx) error {
-		q := f.db.Querier(tx)
-		if !expiredOnly {
-			n, err := q.Exec(ctx, `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, created_at, updated_at)
-				VALUES ($1, $2, 'pending', 1, $3, 1, $4, $4) ON CONFLICT (key, step) DO NOTHING`, key, step, lease, now)
-			if err != nil {
-				return err
-			}
-			if n == 1 {
-				c.token = 1
-				return nil
-			}
-		}
-		lock := ""
-		if f.db.Dialect == idem.Postgres {
-			lock = " FOR UPDATE"
-		}
-		var state, reason string
-		var token, until int64
-		var result []byte
-		if err := q.QueryRow(ctx, `SELECT state, token, lease_until, result, reason FROM idem_effects WHERE key = $1 AND step = $2`+lock,
-			key, step).Scan(&state, &token, &until, &result, &reason); err != nil {
-			return err
-		}
-		switch {
-		case state == StateComplete:
-			c.done, c.result = true, result
-			return nil
-		case state == StateFailed:
-			return &FailedError{Key: key, Step: step, Reason: reason}
-		case until > now:
-			return ErrInProgress
-		}
-		if _, err := q.Exec(ctx, `UPDATE idem_effects SET token = $1, lease_until = $2, attempts = attempts + 1, updated_at = $3
-			WHERE key = $4 AND step = $5`, token+1, lease, now, key, step); err != nil {
-			return err
-		}
-		c.token, c.takeover = token+1, true
-		return nil
+	var c claim
+	err := f.inTx(ctx, func(q idem.Querier) error {
+		c = claim{}
+		return f.acquireTx(ctx, q, key, step, expiredOnly, now, lease, &c)
 	})
 	switch {
 	case err == nil:
@@ -76,6 +41,100 @@ func (f *Fence[Tx]) acquire(ctx context.Context, key, step string, expiredOnly b
 		return c, err
 	}
 	return c, &idem.BackendError{Backend: "effect", Op: "acquire", Err: err}
+}
+
+// maxAttempts bounds the runs of a transaction the database rolled back to break a
+// deadlock.
+const maxAttempts = 8
+
+// inTx runs fn in a transaction, again if the database rolled it back to break a
+// deadlock (MySQL does, between workers racing for one new effect).
+func (f *Fence[Tx]) inTx(ctx context.Context, fn func(q idem.Querier) error) error {
+	var err error
+	for range maxAttempts {
+		err = f.db.InTx(ctx, func(tx Tx) error { return fn(f.db.Querier(tx)) })
+		if !idem.IsSerializationFailure(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// errRaced makes inTx run a transaction again: on MySQL, another worker inserted the
+// effect between this one's read and its insert.
+var errRaced = &raceError{}
+
+type raceError struct{}
+
+func (*raceError) Error() string    { return "effect: inserted concurrently" }
+func (*raceError) SQLState() string { return "40001" }
+
+func (f *Fence[Tx]) acquireTx(ctx context.Context, q idem.Querier, key, step string, expiredOnly bool, now, lease int64, c *claim) error {
+	if f.db.Dialect == idem.MySQL {
+		// Lock the row first and insert only when there is none. Inserting first
+		// (INSERT IGNORE) would take a shared lock on an existing row and upgrade it
+		// below: waiting workers and the holder's COMPLETE would deadlock on it.
+		return f.acquireLockFirst(ctx, q, key, step, expiredOnly, now, lease, c)
+	}
+	if !expiredOnly {
+		n, err := q.Exec(ctx, f.q.insert, key, step, lease, now)
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			c.token = 1
+			return nil
+		}
+	}
+	var state, reason string
+	var token, until int64
+	var result []byte
+	if err := q.QueryRow(ctx, f.q.lock, key, step).Scan(&state, &token, &until, &result, &reason); err != nil {
+		return err
+	}
+	return f.decide(ctx, q, key, step, now, lease, state, reason, token, until, result, c)
+}
+
+// decide answers from the effect's row: its stored result, its failure, another
+// worker's live lease, or a takeover with the next token.
+func (f *Fence[Tx]) decide(ctx context.Context, q idem.Querier, key, step string, now, lease int64,
+	state, reason string, token, until int64, result []byte, c *claim) error {
+	switch {
+	case state == StateComplete:
+		c.done, c.result = true, result
+		return nil
+	case state == StateFailed:
+		return &FailedError{Key: key, Step: step, Reason: reason}
+	case until > now:
+		return ErrInProgress
+	}
+	if _, err := q.Exec(ctx, f.q.takeover, token+1, lease, now, key, step); err != nil {
+		return err
+	}
+	c.token, c.takeover = token+1, true
+	return nil
+}
+
+func (f *Fence[Tx]) acquireLockFirst(ctx context.Context, q idem.Querier, key, step string, expiredOnly bool, now, lease int64, c *claim) error {
+	var state, reason string
+	var token, until int64
+	var result []byte
+	err := q.QueryRow(ctx, f.q.lock, key, step).Scan(&state, &token, &until, &result, &reason)
+	if errors.Is(err, sql.ErrNoRows) && !expiredOnly {
+		n, err := q.Exec(ctx, f.q.insert, key, step, lease, now)
+		switch {
+		case err != nil:
+			return err
+		case n != 1:
+			return errRaced
+		}
+		c.token = 1
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.decide(ctx, q, key, step, now, lease, state, reason, token, until, result, c)
 }
 
 // run calls (after reconciling a takeover) and records the outcome. The lease is
@@ -167,10 +226,8 @@ func (f *Fence[Tx]) heartbeat(ctx context.Context, key, step string, token int64
 func (f *Fence[Tx]) renew(ctx context.Context, key, step string, token int64) (held bool, err error) {
 	now := f.cfg.Now().UnixNano()
 	var n int64
-	err = f.db.InTx(ctx, func(tx Tx) (err error) {
-		n, err = f.db.Querier(tx).Exec(ctx, `UPDATE idem_effects SET lease_until = $1, updated_at = $2
-			WHERE key = $3 AND step = $4 AND token = $5 AND state = 'pending'`,
-			now+f.cfg.Lease.Nanoseconds(), now, key, step, token)
+	err = f.inTx(ctx, func(q idem.Querier) (err error) {
+		n, err = q.Exec(ctx, f.q.renew, now+f.cfg.Lease.Nanoseconds(), now, key, step, token)
 		return err
 	})
 	return n == 1, err
@@ -179,10 +236,8 @@ func (f *Fence[Tx]) renew(ctx context.Context, key, step string, token int64) (h
 // finish records the outcome if token still holds the effect.
 func (f *Fence[Tx]) finish(ctx context.Context, key, step string, token int64, state string, result []byte, reason string) error {
 	var n int64
-	err := f.db.InTx(ctx, func(tx Tx) (err error) {
-		n, err = f.db.Querier(tx).Exec(ctx, `UPDATE idem_effects SET state = $1, result = $2, reason = $3, updated_at = $4
-			WHERE key = $5 AND step = $6 AND token = $7 AND state = 'pending'`,
-			state, result, reason, f.cfg.Now().UnixNano(), key, step, token)
+	err := f.inTx(ctx, func(q idem.Querier) (err error) {
+		n, err = q.Exec(ctx, f.q.finish, state, result, reason, f.cfg.Now().UnixNano(), key, step, token)
 		return err
 	})
 	if err != nil {
@@ -200,9 +255,8 @@ func (f *Fence[Tx]) finish(ctx context.Context, key, step string, token int64, s
 // for it. The effect stays PENDING: the call may have happened.
 func (f *Fence[Tx]) release(ctx context.Context, key, step string, token int64) {
 	ctx = context.WithoutCancel(ctx) // a call that failed because ctx ended must still release
-	_ = f.db.InTx(ctx, func(tx Tx) error {
-		_, err := f.db.Querier(tx).Exec(ctx, `UPDATE idem_effects SET lease_until = 0, updated_at = $1
-			WHERE key = $2 AND step = $3 AND token = $4 AND state = 'pending'`, f.cfg.Now().UnixNano(), key, step, token)
+	_ = f.inTx(ctx, func(q idem.Querier) error {
+		_, err := q.Exec(ctx, f.q.release, f.cfg.Now().UnixNano(), key, step, token)
 		return err
 	})
 }

@@ -20,8 +20,7 @@ func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Ca
 	}
 	var keys []string
 	err := f.db.InTx(ctx, func(tx Tx) error {
-		rows, err := f.db.Querier(tx).Query(ctx, `SELECT key FROM idem_effects WHERE step = $1 AND state = 'pending' AND lease_until <= $2
-			ORDER BY lease_until LIMIT $3`, step, f.cfg.Now().UnixNano(), limit)
+		rows, err := f.db.Querier(tx).Query(ctx, f.q.due, step, f.cfg.Now().UnixNano(), limit)
 		if err != nil {
 			return err
 		}
@@ -72,8 +71,7 @@ type Effect struct {
 func (f *Fence[Tx]) Get(ctx context.Context, key, step string) (e Effect, ok bool, err error) {
 	err = f.db.InTx(ctx, func(tx Tx) error {
 		var until int64
-		err := f.db.Querier(tx).QueryRow(ctx, `SELECT state, token, attempts, result, reason, lease_until FROM idem_effects WHERE key = $1 AND step = $2`,
-			key, step).Scan(&e.State, &e.Token, &e.Attempts, &e.Result, &e.Reason, &until)
+		err := f.db.Querier(tx).QueryRow(ctx, f.q.get, key, step).Scan(&e.State, &e.Token, &e.Attempts, &e.Result, &e.Reason, &until)
 		if err != nil {
 			return err
 		}

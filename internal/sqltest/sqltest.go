@@ -41,6 +41,12 @@ func SQLite(t testing.TB) idem.TxDB[*sql.Tx] {
 	return txdb(t, s.DB())
 }
 
+// MySQL opens a fresh MySQL/MariaDB database, dropped when t ends.
+func MySQL(t testing.TB) idem.TxDB[*sql.Tx] {
+	t.Helper()
+	return idem.SQLDBFor(idem.MySQL, testsvc.MySQLDB(t))
+}
+
 // Postgres opens a fresh schema of the test database, dropped when t ends.
 func Postgres(t testing.TB) idem.TxDB[*sql.Tx] {
 	t.Helper()
