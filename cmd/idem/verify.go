@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/cmd/idem/internal/verify"
 )
 
 func (m *Main) runVerify(ctx context.Context, args []string) error {
@@ -81,7 +81,7 @@ of a request or delivery); goroutine scheduling still varies between runs.`)
 	}
 	defer b.close()
 
-	flow := &chaos.Flow{
+	flow := &verify.Flow{
 		DB: vdb.db, Store: vdb.store, Broker: b, Clock: vdb.clock, DBProxy: vdb.proxy,
 		Orders: *ops, Clients: *clients, Consumers: *consumers, FaultRate: *rate, Seed: *seed,
 		Unsafe: *unsafe, Timeout: *timeout, Logger: logger,
@@ -131,7 +131,7 @@ func newProgressBar(w io.Writer) *progressBar {
 	return &progressBar{w: w, width: 30}
 }
 
-func (b *progressBar) update(p chaos.Progress) {
+func (b *progressBar) update(p verify.Progress) {
 	done := p.Applied * b.width / max(p.Orders, 1)
 	done = min(done, b.width)
 	phase := "placing"

@@ -57,7 +57,7 @@ func (s *ownedSource) Close() error {
 	return errors.Join(s.Source.Close(), s.closer.Close())
 }
 
-// verifyBroker is a chaos.Broker and what closes it.
+// verifyBroker is a verify.Broker and what closes it.
 type verifyBroker struct {
 	name, topic string
 	proxy       *chaos.Proxy

@@ -1,4 +1,4 @@
-package chaos
+package verify
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
@@ -48,7 +49,7 @@ const paymentLease = time.Second
 type paymentService struct {
 	srv      *http.Server
 	url      string
-	received Tally // requests, by order
+	received chaos.Tally // requests, by order
 	mu       sync.Mutex
 	charges  map[string]int // order → charges made
 }
@@ -106,13 +107,13 @@ var errCrash = errors.New("chaos: payment worker killed")
 // effect.Fence (key = order id, step "charge"); unsafe, the worker calls and then
 // records, at least once.
 func (r *run) payments(ctx context.Context, fence *effect.Fence[*sql.Tx], svc *paymentService, workers int) {
-	faults := []Fault{
+	faults := []chaos.Fault{
 		{Kind: FaultPaymentResponseDropped, Weight: 3},
 		{Kind: FaultPaymentWorkerKilled, Weight: 1},
 		{Kind: FaultPaymentWorkerPaused, Weight: 0.3, Max: 3},
 	}
 	client := &http.Client{Transport: &idemhttp.Transport{MaxAttempts: 1}, Timeout: 10 * time.Second}
-	attempts := &Tally{}
+	attempts := &chaos.Tally{}
 	call := func(order string) effect.Call {
 		return func(ctx context.Context, key string) ([]byte, error) {
 			fault := r.inj.Roll("charge "+order, attempts.Add(order), faults)
@@ -135,7 +136,7 @@ func (r *run) payments(ctx context.Context, fence *effect.Fence[*sql.Tx], svc *p
 			}
 			switch fault {
 			case FaultPaymentResponseDropped:
-				return nil, fmt.Errorf("%w: %s", ErrInjected, fault)
+				return nil, fmt.Errorf("%w: %s", chaos.ErrInjected, fault)
 			case FaultPaymentWorkerKilled:
 				panic(errCrash)
 			case FaultPaymentWorkerPaused:

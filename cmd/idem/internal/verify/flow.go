@@ -1,4 +1,4 @@
-package chaos
+package verify
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
@@ -59,7 +60,7 @@ type Broker interface {
 	// delivers it again (JetStream AckWait, Redis MinIdle).
 	AckWait() time.Duration
 	// Proxy is the proxy the broker connections go through, or nil.
-	Proxy() *Proxy
+	Proxy() *chaos.Proxy
 	// Stored is the number of messages the broker holds, when it can tell: the
 	// broker's own dedup is the difference with what was published.
 	Stored(ctx context.Context) (n int, ok bool)
@@ -68,7 +69,7 @@ type Broker interface {
 // CumulativeAcker is implemented by a Broker whose acks are cumulative offsets
 // (Kafka): a consumer commits "everything up to here", so a lost commit is healed
 // by the next one and an ack lost for a single message is not a fault such a broker
-// has. Flow injects no FaultLostAck on it; crashes before the ack still apply.
+// has. Flow injects no chaos.FaultLostAck on it; crashes before the ack still apply.
 type CumulativeAcker interface {
 	CumulativeAcks() bool
 }
@@ -90,9 +91,9 @@ type Flow struct {
 	Broker Broker
 	// Clock, if set, is the clock that drives Store's expiry: clock jumps are injected
 	// on it, and a few orders are retried after the retention window (late retries).
-	Clock *Clock
+	Clock *chaos.Clock
 	// DBProxy, if set, is the proxy DB's connections go through: cuts are injected.
-	DBProxy *Proxy
+	DBProxy *chaos.Proxy
 
 	Orders    int     // orders to place; default 10,000
 	Clients   int     // concurrent clients; default 16
@@ -135,19 +136,20 @@ type run struct {
 	f     *Flow
 	txdb  idem.TxDB[*sql.Tx]
 	ob    *outbox.Outbox[*sql.Tx]
-	inj   *Injector
+	inj   *chaos.Injector
 	reg   *prometheus.Registry
 	log   *slog.Logger
 	store idem.TxStore[*sql.Tx]
 
-	received   Tally        // requests that reached the server, by key
+	received   chaos.Tally  // requests that reached the server, by key
 	executions atomic.Int64 // order handler runs
 	placed     atomic.Int64
-	published  Tally // messages handed to the broker, by id
-	delivered  Tally // deliveries to consumers, by id
+	published  chaos.Tally // messages handed to the broker, by id
+	delivered  chaos.Tally // deliveries to consumers, by id
 	restarts   atomic.Int64
 	paysvc     *paymentService
 	push       *pusher
+	cutting    sync.Map // *chaos.Proxy → *atomic.Bool, held while the proxy is being cut
 }
 
 // intent is one order a client means to place once.
@@ -195,7 +197,7 @@ func (f *Flow) Run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{f: f, txdb: txdb, inj: NewInjector(f.Seed, f.FaultRate), reg: prometheus.NewRegistry(), log: f.Logger, store: f.Store}
+	r := &run{f: f, txdb: txdb, inj: chaos.NewInjector(f.Seed, f.FaultRate), reg: prometheus.NewRegistry(), log: f.Logger, store: f.Store}
 	if f.Unsafe {
 		r.store = noDedup{}
 	}
@@ -387,17 +389,17 @@ func (r *run) intents() []intent {
 
 func (r *run) client() *http.Client {
 	base := &http.Transport{MaxIdleConnsPerHost: r.f.Clients * 2, ResponseHeaderTimeout: 30 * time.Second}
-	faults := []Fault{{Kind: FaultDropResponse, Weight: 4}, {Kind: FaultDuplicateRequest, Weight: 3}}
+	faults := []chaos.Fault{{Kind: chaos.FaultDropResponse, Weight: 4}, {Kind: chaos.FaultDuplicateRequest, Weight: 3}}
 	if r.f.Clock != nil {
-		faults = append(faults, Fault{Kind: FaultClockJump, Weight: 0.2})
+		faults = append(faults, chaos.Fault{Kind: FaultClockJump, Weight: 0.2})
 	}
 	if r.f.DBProxy != nil {
-		faults = append(faults, Fault{Kind: FaultDBCut, Weight: 0.3})
+		faults = append(faults, chaos.Fault{Kind: FaultDBCut, Weight: 0.3})
 	}
 	if r.f.Broker.Proxy() != nil {
-		faults = append(faults, Fault{Kind: FaultBrokerCut, Weight: 0.3})
+		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3})
 	}
-	ct := &Transport{Base: base, Injector: r.inj, Faults: faults, OnFault: r.onFault}
+	ct := &chaos.Transport{Base: base, Injector: r.inj, Faults: faults, OnFault: r.onFault}
 	return &http.Client{Transport: &idemhttp.Transport{Base: ct, MaxAttempts: 8, MinBackoff: 2 * time.Millisecond,
 		MaxBackoff: 200 * time.Millisecond, MaxElapsed: time.Minute, Logger: r.log}}
 }
@@ -423,13 +425,15 @@ func (r *run) onFault(kind string) {
 // cut cuts p's connections in the background, one cut of p at a time and at
 // most one every quarter second, so that the flow makes progress between cuts; a cut
 // that does not happen is taken back from the fault counts.
-func (r *run) cut(p *Proxy, kind string) {
-	if !p.cutting.CompareAndSwap(false, true) {
+func (r *run) cut(p *chaos.Proxy, kind string) {
+	v, _ := r.cutting.LoadOrStore(p, new(atomic.Bool))
+	busy := v.(*atomic.Bool)
+	if !busy.CompareAndSwap(false, true) {
 		r.inj.Cancel(kind)
 		return
 	}
 	go func() {
-		defer p.cutting.Store(false)
+		defer busy.Store(false)
 		if err := p.Cut(20 * time.Millisecond); err != nil {
 			r.log.Warn("chaos: proxy cut", "err", err)
 		}
@@ -526,9 +530,9 @@ func (r *run) retryLate(ctx context.Context, url string, intents []intent) {
 // --- outbox → broker ---
 
 func (r *run) superviseRelay(ctx context.Context) {
-	faults := []Fault{{Kind: FaultRelayCrash, Weight: 2}, {Kind: FaultPublishError, Weight: 1}}
+	faults := []chaos.Fault{{Kind: chaos.FaultRelayCrash, Weight: 2}, {Kind: chaos.FaultPublishError, Weight: 1}}
 	if r.f.Broker.Proxy() != nil {
-		faults = append(faults, Fault{Kind: FaultBrokerCut, Weight: 0.3})
+		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3})
 	}
 	for first := true; ctx.Err() == nil; first = false {
 		if !first {
@@ -542,7 +546,7 @@ func (r *run) superviseRelay(ctx context.Context) {
 			wait.Sleep(ctx, 100*time.Millisecond)
 			continue
 		}
-		cs := &Sink{Sink: sink, Injector: r.inj, Faults: faults, Kill: kill, OnFault: r.onFault, Tally: &r.published}
+		cs := &chaos.Sink{Sink: sink, Injector: r.inj, Faults: faults, Kill: kill, OnFault: r.onFault, Tally: &r.published}
 		relay, err := r.ob.Relay(cutSink{cs, r}, outbox.RelayConfig{
 			BatchSize: 100, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
 			Backoff: func(int) time.Duration { return 20 * time.Millisecond },
@@ -564,7 +568,7 @@ func (r *run) superviseRelay(ctx context.Context) {
 
 // cutSink turns the broker cut fault of a publish into a real cut.
 type cutSink struct {
-	s *Sink
+	s *chaos.Sink
 	r *run
 }
 
@@ -573,7 +577,7 @@ func (c cutSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, ErrInjected) {
+	if errors.Is(err, chaos.ErrInjected) {
 		return err
 	}
 	// A failure of the broker connection: start over on a fresh one, as a
@@ -609,16 +613,16 @@ func (r *run) ledger(ctx context.Context, tx *sql.Tx, m idem.Message) error {
 }
 
 func (r *run) superviseConsumer(ctx context.Context) {
-	faults := []Fault{{Kind: FaultDuplicateDelivery, Weight: 3}}
+	faults := []chaos.Fault{{Kind: chaos.FaultDuplicateDelivery, Weight: 3}}
 	if c, ok := r.f.Broker.(CumulativeAcker); !ok || !c.CumulativeAcks() {
-		faults = append(faults, Fault{Kind: FaultLostAck, Weight: 2})
+		faults = append(faults, chaos.Fault{Kind: chaos.FaultLostAck, Weight: 2})
 	}
 	if r.f.Broker.Proxy() != nil {
-		faults = append(faults, Fault{Kind: FaultBrokerCut, Weight: 0.3})
+		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3})
 	}
-	batch := []Fault{{Kind: FaultCrashBeforeEffect, Weight: 1}, {Kind: FaultCrashAfterEffect, Weight: 1}, {Kind: FaultCrashAfterCommit, Weight: 1}}
+	batch := []chaos.Fault{{Kind: chaos.FaultCrashBeforeEffect, Weight: 1}, {Kind: chaos.FaultCrashAfterEffect, Weight: 1}, {Kind: chaos.FaultCrashAfterCommit, Weight: 1}}
 	if r.f.Consumers > 1 {
-		batch = append(batch, Fault{Kind: FaultPaused, Weight: 0.3, Max: 3})
+		batch = append(batch, chaos.Fault{Kind: chaos.FaultPaused, Weight: 0.3, Max: 3})
 	}
 	pause := r.f.Broker.AckWait() + 500*time.Millisecond
 	for first := true; ctx.Err() == nil; first = false {
@@ -633,8 +637,8 @@ func (r *run) superviseConsumer(ctx context.Context) {
 			wait.Sleep(ctx, 100*time.Millisecond)
 			continue
 		}
-		cs := &Source{Source: src, Injector: r.inj, Faults: faults, BatchFaults: batch, BatchScale: 0.25, Kill: kill, Tally: &r.delivered}
-		c, err := inbox.New(cctx, cutSource{cs, r}, r.txdb, r.store, Handler(r.ledger, pause, kill), r.inboxConfig())
+		cs := &chaos.Source{Source: src, Injector: r.inj, Faults: faults, BatchFaults: batch, BatchScale: 0.25, Kill: kill, Tally: &r.delivered}
+		c, err := inbox.New(cctx, cutSource{cs, r}, r.txdb, r.store, chaos.Handler(r.ledger, pause, kill), r.inboxConfig())
 		if err == nil {
 			err = c.Run(cctx)
 		}
@@ -649,7 +653,7 @@ func (r *run) superviseConsumer(ctx context.Context) {
 
 // cutSource turns a broker cut fault chosen for a delivery into a real cut.
 type cutSource struct {
-	s *Source
+	s *chaos.Source
 	r *run
 }
 
@@ -661,7 +665,7 @@ func (c cutSource) Receive(ctx context.Context, max int) ([]idem.Delivery, error
 		c.s.Kill()
 	}
 	for _, d := range ds {
-		if d.Headers[HeaderFault] == FaultBrokerCut {
+		if d.Headers[chaos.HeaderFault] == FaultBrokerCut {
 			c.r.cut(c.r.f.Broker.Proxy(), FaultBrokerCut)
 		}
 	}
