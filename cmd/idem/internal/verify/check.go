@@ -40,44 +40,75 @@ func dupes(es []applied, retention time.Duration) (dup, late int, lateAmount int
 	return dup, late, lateAmount
 }
 
-// check reads the databases back and builds the report.
+// check reads the databases back and builds the report: one row per boundary.
 func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
-	db := r.f.DB
 	rep := &Report{}
-	query := func(what, q string, scan func(scan func(...any) error) error) error {
-		rows, err := db.QueryContext(ctx, q)
-		if err != nil {
+	orders, httpRow, err := r.checkOrders(ctx, intents, rep)
+	if err != nil {
+		return nil, err
+	}
+	obRow, relayRow, err := r.checkOutbox(ctx, orders)
+	if err != nil {
+		return nil, err
+	}
+	inRow, err := r.checkLedger(ctx, orders, rep)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_dead_letters WHERE replayed_at IS NULL").Scan(&rep.DeadLetters); err != nil {
+		return nil, fmt.Errorf("chaos: read the dead letters: %w", err)
+	}
+	pushRow, err := r.push.check(ctx, inRow.EffectsApplied)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read the streams: %w", err)
+	}
+	rep.Rows = []Row{httpRow, obRow, relayRow, inRow, r.checkPayments(orders.amount), pushRow}
+	return rep, nil
+}
+
+// orderSet is the orders the service wrote: amounts by order id, and their sum.
+type orderSet struct {
+	amount map[string]int64
+	sum    int64
+}
+
+// query runs q and calls scan for each row; what names the table in errors.
+func (r *run) query(ctx context.Context, what, q string, scan func(scan func(...any) error) error) error {
+	rows, err := r.f.DB.QueryContext(ctx, q)
+	if err != nil {
+		return fmt.Errorf("chaos: read %s: %w", what, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows.Scan); err != nil {
 			return fmt.Errorf("chaos: read %s: %w", what, err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := scan(rows.Scan); err != nil {
-				return fmt.Errorf("chaos: read %s: %w", what, err)
-			}
-		}
-		return rows.Err()
 	}
+	return rows.Err()
+}
 
-	// Orders, by request key and by id.
+// checkOrders reads the orders, by request key and by id, and builds the HTTP row:
+// one order per accepted request key. It counts the accepted and unanswered
+// requests into rep.
+func (r *run) checkOrders(ctx context.Context, intents []intent, rep *Report) (orderSet, Row, error) {
 	byKey := map[string][]applied{}
-	orders := map[string]int64{}
-	var orderSum int64
-	if err := query("orders", "SELECT id, request_key, amount, created_at FROM "+tableOrders, func(scan func(...any) error) error {
+	orders := orderSet{amount: map[string]int64{}}
+	if err := r.query(ctx, "orders", "SELECT id, request_key, amount, created_at FROM "+tableOrders, func(scan func(...any) error) error {
 		var e applied
 		var key string
 		if err := scan(&e.id, &key, &e.amount, &e.at); err != nil {
 			return err
 		}
 		byKey[key] = append(byKey[key], e)
-		orders[e.id] = e.amount
-		orderSum += e.amount
+		orders.amount[e.id] = e.amount
+		orders.sum += e.amount
 		return nil
 	}); err != nil {
-		return nil, err
+		return orders, Row{}, err
 	}
-	httpRow := Row{Boundary: BoundaryHTTP, Attempts: r.received.Total(), EffectsApplied: len(orders)}
-	httpRow.DuplicatesDelivered = r.received.Total() - r.received.Distinct()
-	httpRow.DuplicatesSuppressed = max(0, r.received.Total()-int(r.executions.Load()))
+	row := Row{Boundary: BoundaryHTTP, Attempts: r.received.Total(), EffectsApplied: len(orders.amount)}
+	row.DuplicatesDelivered = r.received.Total() - r.received.Distinct()
+	row.DuplicatesSuppressed = max(0, r.received.Total()-int(r.executions.Load()))
 	for _, in := range intents {
 		if !in.accepted {
 			rep.Unanswered++
@@ -85,19 +116,23 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 			rep.Accepted++
 		}
 		if in.accepted && len(byKey[in.key]) == 0 {
-			httpRow.Lost++
+			row.Lost++
 		}
 	}
 	for _, es := range byKey {
 		d, l, _ := dupes(es, r.f.Retention)
-		httpRow.DuplicatedEffects += d
-		httpRow.LateDuplicates += l
+		row.DuplicatedEffects += d
+		row.LateDuplicates += l
 	}
+	return orders, row, nil
+}
 
-	// The outbox: one message per order, written in the order's transaction.
+// checkOutbox builds the outbox row (one message per order, written in the
+// order's transaction) and the relay row (every message published).
+func (r *run) checkOutbox(ctx context.Context, orders orderSet) (obRow, relayRow Row, err error) {
 	outboxRows := map[string]int{}
 	published := map[string]bool{}
-	if err := query("the outbox", "SELECT msg_id, published_at IS NOT NULL FROM idem_outbox", func(scan func(...any) error) error {
+	if err := r.query(ctx, "the outbox", "SELECT msg_id, published_at IS NOT NULL FROM idem_outbox", func(scan func(...any) error) error {
 		var id string
 		var pub bool
 		if err := scan(&id, &pub); err != nil {
@@ -107,16 +142,16 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 		published[id] = published[id] || pub
 		return nil
 	}); err != nil {
-		return nil, err
+		return obRow, relayRow, err
 	}
-	obRow := Row{Boundary: BoundaryOutbox, Attempts: len(orders)}
-	relayRow := Row{Boundary: BoundaryRelay, Attempts: r.published.Total()}
+	obRow = Row{Boundary: BoundaryOutbox, Attempts: len(orders.amount)}
+	relayRow = Row{Boundary: BoundaryRelay, Attempts: r.published.Total()}
 	relayRow.DuplicatesDelivered = r.published.Total() - r.published.Distinct()
 	if stored, ok := r.f.Broker.Stored(ctx); ok {
 		relayRow.DuplicatesSuppressed = min(relayRow.DuplicatesDelivered, max(0, relayRow.DuplicatesDelivered-(stored-r.published.Distinct())))
 	}
 	for id, n := range outboxRows {
-		if _, ok := orders[id]; !ok {
+		if _, ok := orders.amount[id]; !ok {
 			obRow.DuplicatedEffects += n // a message without its order: a torn transaction
 			continue
 		}
@@ -128,16 +163,20 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 			relayRow.Lost++
 		}
 	}
-	for id := range orders {
+	for id := range orders.amount {
 		if outboxRows[id] == 0 {
 			obRow.Lost++
 		}
 	}
+	return obRow, relayRow, nil
+}
 
-	// The ledger: one entry per order, and the balance.
+// checkLedger builds the inbox row: one ledger entry per order, and a balance
+// equal to the ledger and to the orders. It records the balance into rep.
+func (r *run) checkLedger(ctx context.Context, orders orderSet, rep *Report) (Row, error) {
 	byOrder := map[string][]applied{}
 	var ledgerSum int64
-	if err := query("the ledger", "SELECT order_id, amount, applied_at FROM "+tableLedger, func(scan func(...any) error) error {
+	if err := r.query(ctx, "the ledger", "SELECT order_id, amount, applied_at FROM "+tableLedger, func(scan func(...any) error) error {
 		var e applied
 		if err := scan(&e.id, &e.amount, &e.at); err != nil {
 			return err
@@ -146,47 +185,38 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 		ledgerSum += e.amount
 		return nil
 	}); err != nil {
-		return nil, err
+		return Row{}, err
 	}
-	inRow := Row{Boundary: BoundaryInbox, Attempts: r.delivered.Total()}
-	inRow.DuplicatesDelivered = r.delivered.Total() - r.delivered.Distinct()
-	inRow.DuplicatesSuppressed = r.metric("idem_inbox_messages_total", "outcome", "duplicate")
+	row := Row{Boundary: BoundaryInbox, Attempts: r.delivered.Total()}
+	row.DuplicatesDelivered = r.delivered.Total() - r.delivered.Distinct()
+	row.DuplicatesSuppressed = r.metric("idem_inbox_messages_total", "outcome", "duplicate")
 	var lateSum int64
 	for id, es := range byOrder {
-		inRow.EffectsApplied += len(es)
-		if _, ok := orders[id]; !ok {
-			inRow.DuplicatedEffects += len(es) // an effect without an order
+		row.EffectsApplied += len(es)
+		if _, ok := orders.amount[id]; !ok {
+			row.DuplicatedEffects += len(es) // an effect without an order
 			continue
 		}
 		d, l, amt := dupes(es, r.f.Retention)
-		inRow.DuplicatedEffects += d
-		inRow.LateDuplicates += l
+		row.DuplicatedEffects += d
+		row.LateDuplicates += l
 		lateSum += amt
 	}
-	for id := range orders {
+	for id := range orders.amount {
 		if len(byOrder[id]) == 0 {
-			inRow.Lost++
+			row.Lost++
 		}
 	}
 	var total int64
-	if err := db.QueryRowContext(ctx, "SELECT total FROM "+tableBalance+" WHERE id = 1").Scan(&total); err != nil {
-		return nil, fmt.Errorf("chaos: read the balance: %w", err)
+	if err := r.f.DB.QueryRowContext(ctx, "SELECT total FROM "+tableBalance+" WHERE id = 1").Scan(&total); err != nil {
+		return row, fmt.Errorf("chaos: read the balance: %w", err)
 	}
 	// The balance must equal the ledger (no torn write) and the sum of the orders,
 	// each once (plus the documented late duplicates).
-	ok := total == ledgerSum && total == orderSum+lateSum
-	inRow.BalanceOK = &ok
-	rep.Balance, rep.OrderSum = total, orderSum
-
-	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_dead_letters WHERE replayed_at IS NULL").Scan(&rep.DeadLetters); err != nil {
-		return nil, fmt.Errorf("chaos: read the dead letters: %w", err)
-	}
-	pushRow, err := r.push.check(ctx, inRow.EffectsApplied)
-	if err != nil {
-		return nil, fmt.Errorf("chaos: read the streams: %w", err)
-	}
-	rep.Rows = []Row{httpRow, obRow, relayRow, inRow, r.checkPayments(orders), pushRow}
-	return rep, nil
+	ok := total == ledgerSum && total == orders.sum+lateSum
+	row.BalanceOK = &ok
+	rep.Balance, rep.OrderSum = total, orders.sum
+	return row, nil
 }
 
 // metric sums the counter name of the run's registry over series whose label

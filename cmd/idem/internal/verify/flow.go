@@ -1,31 +1,22 @@
 package verify
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/effect"
-	"github.com/idemhq/idem/idemhttp"
-	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/inbox"
-	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/outbox"
 )
 
@@ -186,6 +177,35 @@ func (f *Flow) defaults() {
 // The error is for failures of the harness itself (a database that cannot be
 // set up); lost or doubled effects are in the Report.
 func (f *Flow) Run(ctx context.Context) (*Report, error) {
+	r, err := f.newRun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	srv, url, err := r.startServer()
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+	stop, closeAll, err := r.startBackground(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+
+	intents := r.intents()
+	r.placeAll(ctx, url, intents)
+	if r.settle(ctx, start) && f.Clock != nil && f.FaultRate > 0 && ctx.Err() == nil {
+		r.retryLate(ctx, url, intents)
+		r.settle(ctx, time.Now())
+	}
+	elapsed := time.Since(start)
+	stop()
+	return r.report(ctx, intents, elapsed)
+}
+
+// newRun checks f, applies its defaults and sets up the run's tables and outbox.
+func (f *Flow) newRun(ctx context.Context) (*run, error) {
 	f.defaults()
 	switch {
 	case f.DB == nil || f.Broker == nil:
@@ -207,61 +227,65 @@ func (f *Flow) Run(ctx context.Context) (*Report, error) {
 	if r.ob, err = outbox.New(ctx, txdb); err != nil {
 		return nil, err
 	}
-	start := time.Now()
+	return r, nil
+}
 
-	srv, url, err := r.startServer()
-	if err != nil {
-		return nil, err
+// startBackground starts everything but the clients: the payment service and its
+// workers, the push server and its watchers, the relay and the consumers. They run
+// until stop; closeAll then closes the servers (after the check).
+func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err error) {
+	var closers []func()
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
 	}
-	defer srv.Close()
-
-	// Relay and consumers run until stop; the first consumer is created here so
-	// that its tables exist before the others race to create them.
-	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	if _, err := inbox.New(ctx, emptySource{}, txdb, r.store, r.ledger, r.inboxConfig()); err != nil {
-		stop()
-		return nil, err
+	fail := func(err error) (func(), func(), error) {
+		closeAll()
+		return nil, nil, err
 	}
-	if r.paysvc, err = startPaymentService(f.Unsafe); err != nil {
-		stop()
-		return nil, err
+	// The first consumer is created here so that its tables exist before the
+	// others race to create them.
+	if _, err := inbox.New(ctx, emptySource{}, r.txdb, r.store, r.ledger, r.inboxConfig()); err != nil {
+		return fail(err)
 	}
-	defer r.paysvc.srv.Close()
+	if r.paysvc, err = startPaymentService(r.f.Unsafe); err != nil {
+		return fail(err)
+	}
+	closers = append(closers, func() { r.paysvc.srv.Close() })
 	// The fence's leases run on the real clock: a backward jump of the flow's clock
 	// (up to minutes) would hold every crashed worker's effect for that long.
 	var fence *effect.Fence[*sql.Tx]
-	if !f.Unsafe {
-		if fence, err = effect.New(ctx, txdb, effect.Config{Lease: paymentLease, Registerer: r.reg, Logger: r.log}); err != nil {
-			stop()
-			return nil, err
+	if !r.f.Unsafe {
+		if fence, err = effect.New(ctx, r.txdb, effect.Config{Lease: paymentLease, Registerer: r.reg, Logger: r.log}); err != nil {
+			return fail(err)
 		}
 	}
-	wg.Go(func() { r.payments(bg, fence, r.paysvc, 2) })
 	if r.push, err = r.startPush(ctx); err != nil {
-		stop()
-		return nil, err
+		return fail(err)
 	}
-	defer r.push.close()
+	closers = append(closers, r.push.close)
+
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { r.payments(bg, fence, r.paysvc, 2) })
 	wg.Go(func() { r.push.watch(bg) })
 	wg.Go(func() { r.superviseRelay(bg) })
-	for range f.Consumers {
+	for range r.f.Consumers {
 		wg.Go(func() { r.superviseConsumer(bg) })
 	}
 	progressDone := r.reportProgress(bg)
-
-	intents := r.intents()
-	r.placeAll(ctx, url, intents)
-	settled := r.settle(ctx, start)
-	if settled && f.Clock != nil && f.FaultRate > 0 && ctx.Err() == nil {
-		r.retryLate(ctx, url, intents)
-		r.settle(ctx, time.Now())
+	stop = func() {
+		cancel()
+		wg.Wait()
+		<-progressDone
 	}
-	elapsed := time.Since(start)
-	stop()
-	wg.Wait()
-	<-progressDone
+	return stop, closeAll, nil
+}
 
+// report checks the databases and fills in the run's setup and faults.
+func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duration) (*Report, error) {
+	f := r.f
 	rep, err := r.check(context.WithoutCancel(ctx), intents)
 	if err != nil {
 		return nil, err
@@ -301,470 +325,4 @@ func (r *run) now() time.Time {
 		return r.f.Clock.Now()
 	}
 	return time.Now()
-}
-
-// --- client → HTTP API → order service → outbox ---
-
-type orderRequest struct {
-	Customer string `json:"customer"`
-	Amount   int64  `json:"amount"`
-}
-
-type orderEvent struct {
-	OrderID  string `json:"order_id"`
-	Customer string `json:"customer"`
-	Amount   int64  `json:"amount"`
-}
-
-func (r *run) startServer() (*http.Server, string, error) {
-	handler := http.Handler(http.HandlerFunc(r.placeOrder))
-	if !r.f.Unsafe {
-		mw, err := idemhttp.AtomicMiddleware(r.txdb, r.f.Store, idemhttp.Config{
-			RequireKey: true, Retention: r.f.Retention, Registerer: r.reg, Logger: r.log,
-		})
-		if err != nil {
-			return nil, "", err
-		}
-		handler = mw(handler)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("POST /orders", handler)
-	counted := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		r.received.Add(req.Header.Get(idemhttp.HeaderKey))
-		mux.ServeHTTP(w, req)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", err
-	}
-	srv := &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelWarn)}
-	go func() { _ = srv.Serve(ln) }()
-	return srv, "http://" + ln.Addr().String() + "/orders", nil
-}
-
-// placeOrder is the order service: the order and its event in one transaction
-// (the middleware's, or its own in unsafe mode).
-func (r *run) placeOrder(w http.ResponseWriter, req *http.Request) {
-	r.executions.Add(1)
-	var in orderRequest
-	if err := json.NewDecoder(req.Body).Decode(&in); err != nil || in.Amount <= 0 || in.Customer == "" {
-		http.Error(w, "body: want {\"customer\": non-empty, \"amount\": > 0}", http.StatusBadRequest)
-		return
-	}
-	id := idemkey.NewV7()
-	write := func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(req.Context(), "INSERT INTO "+tableOrders+" (id, request_key, customer, amount, created_at) VALUES ($1, $2, $3, $4, $5)",
-			id, req.Header.Get(idemhttp.HeaderKey), in.Customer, in.Amount, r.now().UnixNano()); err != nil {
-			return err
-		}
-		payload, _ := json.Marshal(orderEvent{OrderID: id, Customer: in.Customer, Amount: in.Amount})
-		_, err := r.ob.EnqueueTx(req.Context(), tx, idem.Message{ID: id, Topic: r.f.Broker.Topic(), Payload: payload})
-		return err
-	}
-	var err error
-	if tx, ok := idemhttp.TxFrom[*sql.Tx](req.Context()); ok {
-		err = write(tx)
-	} else {
-		err = r.txdb.InTx(req.Context(), write)
-	}
-	if err != nil {
-		http.Error(w, "order service: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusCreated)
-	_ = json.NewEncoder(w).Encode(map[string]string{"order_id": id})
-}
-
-// intents derives the orders from the seed: keys, customers and amounts.
-func (r *run) intents() []intent {
-	rng := rand.New(rand.NewPCG(uint64(r.f.Seed), 0x1de))
-	out := make([]intent, r.f.Orders)
-	for i := range out {
-		id, _ := uuid.NewRandomFromReader(rngReader{rng})
-		out[i] = intent{key: id.String(), customer: fmt.Sprintf("c%03d", rng.IntN(500)), amount: 1 + rng.Int64N(1000)}
-	}
-	return out
-}
-
-func (r *run) client() *http.Client {
-	base := &http.Transport{MaxIdleConnsPerHost: r.f.Clients * 2, ResponseHeaderTimeout: 30 * time.Second}
-	faults := []chaos.Fault{{Kind: chaos.FaultDropResponse, Weight: 4}, {Kind: chaos.FaultDuplicateRequest, Weight: 3}}
-	if r.f.Clock != nil {
-		faults = append(faults, chaos.Fault{Kind: FaultClockJump, Weight: 0.2})
-	}
-	if r.f.DBProxy != nil {
-		faults = append(faults, chaos.Fault{Kind: FaultDBCut, Weight: 0.3})
-	}
-	if r.f.Broker.Proxy() != nil {
-		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3})
-	}
-	ct := &chaos.Transport{Base: base, Injector: r.inj, Faults: faults, OnFault: r.onFault}
-	return &http.Client{Transport: &idemhttp.Transport{Base: ct, MaxAttempts: 8, MinBackoff: 2 * time.Millisecond,
-		MaxBackoff: 200 * time.Millisecond, MaxElapsed: time.Minute, Logger: r.log}}
-}
-
-// onFault injects the faults that are not about one request.
-func (r *run) onFault(kind string) {
-	switch kind {
-	case FaultClockJump:
-		// ±(30 s to 3 min), the total kept within ±10 min: leases expire and come
-		// back, and retention (hours) is never crossed by accident.
-		d := time.Duration(30+rand.IntN(150)) * time.Second
-		if off := r.f.Clock.Offset(); off > 7*time.Minute || (off > -7*time.Minute && rand.IntN(2) == 0) {
-			d = -d
-		}
-		r.f.Clock.Jump(d)
-	case FaultDBCut:
-		r.cut(r.f.DBProxy, kind)
-	case FaultBrokerCut:
-		r.cut(r.f.Broker.Proxy(), kind)
-	}
-}
-
-// cut cuts p's connections in the background, one cut of p at a time and at
-// most one every quarter second, so that the flow makes progress between cuts; a cut
-// that does not happen is taken back from the fault counts.
-func (r *run) cut(p *chaos.Proxy, kind string) {
-	v, _ := r.cutting.LoadOrStore(p, new(atomic.Bool))
-	busy := v.(*atomic.Bool)
-	if !busy.CompareAndSwap(false, true) {
-		r.inj.Cancel(kind)
-		return
-	}
-	go func() {
-		defer busy.Store(false)
-		if err := p.Cut(20 * time.Millisecond); err != nil {
-			r.log.Warn("chaos: proxy cut", "err", err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}()
-}
-
-// placeAll runs the client fleet: each order is placed with its own key, retried
-// by idemhttp.Transport and, when the Transport gives up, by the client itself
-// with the same key, up to 5 times.
-func (r *run) placeAll(ctx context.Context, url string, intents []intent) {
-	client := r.client()
-	defer client.CloseIdleConnections()
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range r.f.Clients {
-		wg.Go(func() {
-			for i := range next {
-				r.place(ctx, client, url, &intents[i])
-				r.placed.Add(1)
-			}
-		})
-	}
-	for i := range intents {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	close(next)
-	wg.Wait()
-}
-
-func (r *run) place(ctx context.Context, client *http.Client, url string, in *intent) (id string, ok bool) {
-	body, _ := json.Marshal(orderRequest{Customer: in.customer, Amount: in.amount})
-	for attempt := 0; attempt < 5 && ctx.Err() == nil; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return "", false
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(idemhttp.HeaderKey, in.key)
-		resp, err := client.Do(req)
-		if err != nil {
-			continue
-		}
-		var out struct {
-			OrderID string `json:"order_id"`
-		}
-		derr := json.NewDecoder(resp.Body).Decode(&out)
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusCreated && derr == nil {
-			if !in.accepted {
-				in.accepted, in.orderID = true, out.OrderID
-			}
-			return out.OrderID, true
-		}
-		if resp.StatusCode < 500 && resp.StatusCode != http.StatusConflict && resp.StatusCode != http.StatusTooManyRequests {
-			r.log.Warn("chaos: order refused", "key", in.key, "status", resp.StatusCode)
-			return "", false
-		}
-	}
-	return "", false
-}
-
-// retryLate moves the clock past the retention window and retries a few accepted
-// orders with their original keys: the server no longer remembers them.
-func (r *run) retryLate(ctx context.Context, url string, intents []intent) {
-	n := max(1, len(intents)/1000)
-	// No more faults: this phase shows the window's documented limit at HTTP. A
-	// consumer restart now would make Kafka replay old messages from its last
-	// committed offset, past their keys' retention too, and the run would count
-	// them as applied again: the same limit, where the checker of the later
-	// boundaries does not expect it.
-	r.inj.Calm()
-	// Past the window from every key, whatever the earlier jumps (±10 min) did.
-	r.f.Clock.Jump(r.f.Retention + 15*time.Minute - r.f.Clock.Offset())
-	client := &http.Client{Transport: &idemhttp.Transport{MaxAttempts: 8, MinBackoff: 2 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Logger: r.log}}
-	defer client.CloseIdleConnections()
-	rng := rand.New(rand.NewPCG(uint64(r.f.Seed), 0x1a7e))
-	for range n {
-		in := intents[rng.IntN(len(intents))]
-		if !in.accepted {
-			continue
-		}
-		r.inj.Count(FaultLateRetry)
-		r.place(ctx, client, url, &in)
-	}
-}
-
-// --- outbox → broker ---
-
-func (r *run) superviseRelay(ctx context.Context) {
-	faults := []chaos.Fault{{Kind: chaos.FaultRelayCrash, Weight: 2}, {Kind: chaos.FaultPublishError, Weight: 1}}
-	if r.f.Broker.Proxy() != nil {
-		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3})
-	}
-	for first := true; ctx.Err() == nil; first = false {
-		if !first {
-			r.restarts.Add(1)
-		}
-		rctx, kill := context.WithCancel(ctx)
-		sink, err := r.f.Broker.OpenSink(rctx)
-		if err != nil {
-			r.log.Warn("chaos: open sink", "err", err)
-			kill()
-			wait.Sleep(ctx, 100*time.Millisecond)
-			continue
-		}
-		cs := &chaos.Sink{Sink: sink, Injector: r.inj, Faults: faults, Kill: kill, OnFault: r.onFault, Tally: &r.published}
-		relay, err := r.ob.Relay(cutSink{cs, r}, outbox.RelayConfig{
-			BatchSize: 100, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
-			Backoff: func(int) time.Duration { return 20 * time.Millisecond },
-			Logger:  r.log,
-		})
-		if err == nil {
-			err = relay.Run(rctx)
-		}
-		kill()
-		if err != nil && ctx.Err() == nil && rctx.Err() == nil {
-			r.log.Warn("chaos: relay stopped", "err", err)
-			wait.Sleep(ctx, 50*time.Millisecond)
-		}
-		if c, ok := sink.(io.Closer); ok {
-			_ = c.Close()
-		}
-	}
-}
-
-// cutSink turns the broker cut fault of a publish into a real cut.
-type cutSink struct {
-	s *chaos.Sink
-	r *run
-}
-
-func (c cutSink) Publish(ctx context.Context, msgs ...idem.Message) error {
-	err := c.s.Publish(ctx, msgs...)
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, chaos.ErrInjected) {
-		return err
-	}
-	// A failure of the broker connection: start over on a fresh one, as a
-	// supervised relay process would.
-	c.s.Kill()
-	return err
-}
-
-// --- broker → consumer → ledger ---
-
-func (r *run) inboxConfig() inbox.Config {
-	return inbox.Config{
-		Consumer: consumerName, BatchSize: 32, MaxAttempts: 100, Retention: r.f.Retention,
-		Backoff:    func(int) time.Duration { return 20 * time.Millisecond },
-		Registerer: r.reg, Logger: r.log,
-	}
-}
-
-// ledger applies one order: a ledger entry and the running balance.
-func (r *run) ledger(ctx context.Context, tx *sql.Tx, m idem.Message) error {
-	var ev orderEvent
-	if err := json.Unmarshal(m.Payload, &ev); err != nil || ev.OrderID == "" {
-		return inbox.Permanent(fmt.Errorf("payload: want {\"order_id\", \"amount\"}: %v", err))
-	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO "+tableLedger+" (order_id, amount, applied_at) VALUES ($1, $2, $3)",
-		ev.OrderID, ev.Amount, r.now().UnixNano()); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, "UPDATE "+tableBalance+" SET total = total + $1 WHERE id = 1", ev.Amount); err != nil {
-		return err
-	}
-	return r.push.appendTx(ctx, tx, ev)
-}
-
-func (r *run) superviseConsumer(ctx context.Context) {
-	faults := []chaos.Fault{{Kind: chaos.FaultDuplicateDelivery, Weight: 3}}
-	if c, ok := r.f.Broker.(CumulativeAcker); !ok || !c.CumulativeAcks() {
-		faults = append(faults, chaos.Fault{Kind: chaos.FaultLostAck, Weight: 2})
-	}
-	if r.f.Broker.Proxy() != nil {
-		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3})
-	}
-	batch := []chaos.Fault{{Kind: chaos.FaultCrashBeforeEffect, Weight: 1}, {Kind: chaos.FaultCrashAfterEffect, Weight: 1}, {Kind: chaos.FaultCrashAfterCommit, Weight: 1}}
-	if r.f.Consumers > 1 {
-		batch = append(batch, chaos.Fault{Kind: chaos.FaultPaused, Weight: 0.3, Max: 3})
-	}
-	pause := r.f.Broker.AckWait() + 500*time.Millisecond
-	for first := true; ctx.Err() == nil; first = false {
-		if !first {
-			r.restarts.Add(1)
-		}
-		cctx, kill := context.WithCancel(ctx)
-		src, err := r.f.Broker.OpenSource(cctx)
-		if err != nil {
-			r.log.Warn("chaos: open source", "err", err)
-			kill()
-			wait.Sleep(ctx, 100*time.Millisecond)
-			continue
-		}
-		cs := &chaos.Source{Source: src, Injector: r.inj, Faults: faults, BatchFaults: batch, BatchScale: 0.25, Kill: kill, Tally: &r.delivered}
-		c, err := inbox.New(cctx, cutSource{cs, r}, r.txdb, r.store, chaos.Handler(r.ledger, pause, kill), r.inboxConfig())
-		if err == nil {
-			err = c.Run(cctx)
-		}
-		kill()
-		_ = src.Close()
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-			r.log.Warn("chaos: consumer stopped", "err", err)
-			wait.Sleep(ctx, 50*time.Millisecond)
-		}
-	}
-}
-
-// cutSource turns a broker cut fault chosen for a delivery into a real cut.
-type cutSource struct {
-	s *chaos.Source
-	r *run
-}
-
-func (c cutSource) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	ds, err := c.s.Receive(ctx, max)
-	if err != nil && ctx.Err() == nil {
-		// A broken broker connection (RabbitMQ's does not recover by itself):
-		// start over on a fresh one, as a supervised consumer process would.
-		c.s.Kill()
-	}
-	for _, d := range ds {
-		if d.Headers[chaos.HeaderFault] == FaultBrokerCut {
-			c.r.cut(c.r.f.Broker.Proxy(), FaultBrokerCut)
-		}
-	}
-	return ds, err
-}
-
-func (c cutSource) Close() error { return c.s.Close() }
-
-// --- settling ---
-
-// settle waits until every order is published and applied and the deliveries have
-// stopped for longer than the broker's ack wait (so late redeliveries are counted),
-// or until the timeout. It reports whether the flow settled.
-func (r *run) settle(ctx context.Context, since time.Time) bool {
-	deadline := time.Now().Add(r.f.Timeout)
-	quiet := r.f.Broker.AckWait() + time.Second
-	last, lastChange := -1, time.Now()
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		if n := r.delivered.Total(); n != last {
-			last, lastChange = n, time.Now()
-		}
-		pending, err := r.pending(ctx)
-		if err == nil && pending == 0 && time.Since(lastChange) >= quiet {
-			return true
-		}
-		wait.Sleep(ctx, 100*time.Millisecond)
-	}
-	return false
-}
-
-// pending counts orders not yet published, applied to the ledger or paid.
-func (r *run) pending(ctx context.Context) (int, error) {
-	var unpublished, unapplied int
-	err := r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_outbox WHERE published_at IS NULL").Scan(&unpublished)
-	if err != nil {
-		return 0, err
-	}
-	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tableLedger+" l WHERE l.order_id = o.id)").Scan(&unapplied)
-	if err != nil {
-		return 0, err
-	}
-	var unpaid int
-	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id)").Scan(&unpaid)
-	if err != nil {
-		return 0, err
-	}
-	unshown, err := r.push.pending(ctx)
-	return unpublished + unapplied + unpaid + unshown, err
-}
-
-func (r *run) reportProgress(ctx context.Context) <-chan struct{} {
-	done := make(chan struct{})
-	if r.f.Progress == nil {
-		close(done)
-		return done
-	}
-	go func() {
-		defer close(done)
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			var applied int
-			_ = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(DISTINCT order_id) FROM "+tableLedger).Scan(&applied)
-			placed := int(r.placed.Load())
-			r.f.Progress(Progress{Placed: placed, Applied: applied, Orders: r.f.Orders, Faults: r.inj.Total(), Settling: placed >= r.f.Orders})
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return done
-}
-
-// noDedup is the unsafe mode's store: every key is new, every time.
-type noDedup struct{}
-
-func (noDedup) ClaimTx(context.Context, *sql.Tx, idem.Claim) (idem.Result, error) {
-	return idem.Result{Outcome: idem.Acquired, Token: 1}, nil
-}
-func (noDedup) CompleteTx(context.Context, *sql.Tx, idem.Key, uint64, []byte) error { return nil }
-func (noDedup) ReleaseTx(context.Context, *sql.Tx, idem.Key, uint64) error          { return nil }
-
-// emptySource lets inbox.New create its tables before the consumers start.
-type emptySource struct{}
-
-func (emptySource) Receive(ctx context.Context, _ int) ([]idem.Delivery, error) {
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-func (emptySource) Close() error { return nil }
-
-// rngReader adapts a math/rand/v2 source to io.Reader for seeded UUIDs.
-type rngReader struct{ r *rand.Rand }
-
-func (r rngReader) Read(p []byte) (int, error) {
-	for i := range p {
-		p[i] = byte(r.r.Uint32())
-	}
-	return len(p), nil
 }
