@@ -1,24 +1,16 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idemamqp"
 	"github.com/idemhq/idem/idemhttp"
-	"github.com/idemhq/idem/idemkafka"
-	"github.com/idemhq/idem/idemnats"
-	"github.com/idemhq/idem/idemredis"
 	"github.com/idemhq/idem/internal/redact"
 )
 
@@ -93,114 +85,6 @@ func parseSink(raw string, o *relayOptions) (sinkSpec, error) {
 			"amqp://user:pass@host:5672/ or https://host/path (webhook)", s.desc)
 	}
 	return s, nil
-}
-
-// open connects the sink; close releases what open acquired.
-func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, close func(), err error) {
-	switch s.kind {
-	case "nats":
-		nc, err := nats.Connect(s.raw, nats.Name("idem relay"), nats.MaxReconnects(-1))
-		if err != nil {
-			return nil, nil, fmt.Errorf("--sink %s: connect: %w", s.desc, redact.Error(err))
-		}
-		js, err := jetstream.New(nc)
-		if err == nil && o.natsStream != "" {
-			var subjects []string
-			for _, subj := range strings.Split(o.natsSubjects, ",") {
-				if subj = strings.TrimSpace(subj); subj != "" {
-					subjects = append(subjects, subj)
-				}
-			}
-			_, err = idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: o.natsStream, Subjects: subjects})
-		}
-		if err == nil {
-			sink, err = idemnats.NewSink(js, idemnats.SinkConfig{})
-		}
-		if err != nil {
-			nc.Close()
-			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
-		}
-		return sink, nc.Close, nil
-	case "kafka":
-		k, err := idemkafka.NewSink(idemkafka.SinkConfig{Brokers: s.brokers})
-		if err != nil {
-			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
-		}
-		return k, func() { _ = k.Close() }, nil
-	case "redis":
-		client := redis.NewClient(s.redis)
-		r, err := idemredis.NewStreamSink(client, idemredis.StreamSinkConfig{})
-		if err == nil {
-			err = client.Ping(ctx).Err()
-		}
-		if err != nil {
-			client.Close()
-			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
-		}
-		return r, func() { _ = client.Close() }, nil
-	case "amqp":
-		a := &amqpSink{url: s.raw, cfg: idemamqp.SinkConfig{Exchange: o.amqpExchange, Mandatory: o.amqpMandatory}}
-		if err := a.connect(); err != nil {
-			return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
-		}
-		return a, a.close, nil
-	case "webhook":
-		return s.webhook, func() {}, nil
-	}
-	return nil, nil, fmt.Errorf("--sink %s: unknown sink", s.desc)
-}
-
-// amqpSink redials RabbitMQ when its connection died: an idemamqp.Sink replaces a
-// dead channel itself, but a dead connection needs a new connection and sink.
-type amqpSink struct {
-	url string
-	cfg idemamqp.SinkConfig
-
-	mu   sync.Mutex
-	conn *amqp.Connection
-	sink *idemamqp.Sink
-}
-
-func (a *amqpSink) connect() error {
-	conn, err := amqp.Dial(a.url)
-	if err != nil {
-		return &idem.BackendError{Backend: idemamqp.Backend, Op: "dial", Err: err}
-	}
-	sink, err := idemamqp.NewSink(conn, a.cfg)
-	if err != nil {
-		_ = conn.Close()
-		return err
-	}
-	a.conn, a.sink = conn, sink
-	return nil
-}
-
-func (a *amqpSink) Publish(ctx context.Context, msgs ...idem.Message) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.conn == nil || a.conn.IsClosed() {
-		a.release()
-		if err := a.connect(); err != nil {
-			return err
-		}
-	}
-	return a.sink.Publish(ctx, msgs...)
-}
-
-func (a *amqpSink) close() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.release()
-}
-
-func (a *amqpSink) release() {
-	if a.sink != nil {
-		_ = a.sink.Close()
-	}
-	if a.conn != nil {
-		_ = a.conn.Close()
-	}
-	a.conn, a.sink = nil, nil
 }
 
 // redactURL hides the credentials of a URL (password, secret query values), for

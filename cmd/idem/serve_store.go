@@ -10,14 +10,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmem"
-	"github.com/idemhq/idem/idempg"
-	"github.com/idemhq/idem/idemredis"
-	"github.com/idemhq/idem/idemsqlite"
 )
 
 // storeSpec is a --store URL, checked without connecting: open connects.
@@ -98,52 +94,6 @@ func parseStore(raw string) (storeSpec, error) {
 			"redis://host:6379[/db] or memory:", s.desc)
 	}
 	return s, nil
-}
-
-// open connects the store and registers its metrics on reg; close releases what
-// it acquired, after the last request that used the store.
-func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store idem.Store, close func(), err error) {
-	switch s.kind {
-	case "memory":
-		st, err := idemmem.New(idemmem.Config{Registerer: reg, MaxBytes: s.maxBytes})
-		return st, func() {}, err
-	case "sqlite":
-		st, err := idemsqlite.Open(ctx, s.path, idemsqlite.Config{Registerer: reg})
-		if err != nil {
-			return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
-		}
-		return st, func() { _ = st.Close() }, nil
-	case "postgres":
-		pool, err := pgxpool.New(ctx, s.raw)
-		if err == nil {
-			err = pool.Ping(ctx)
-		}
-		if err != nil {
-			if pool != nil {
-				pool.Close()
-			}
-			return nil, nil, fmt.Errorf("--store %s: connect: %w", s.desc, err)
-		}
-		st, err := idempg.New(ctx, pool, idempg.Config{Registerer: reg})
-		if err != nil {
-			pool.Close()
-			return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
-		}
-		return st, pool.Close, nil
-	case "redis":
-		client := redis.NewClient(s.redis)
-		if err := client.Ping(ctx).Err(); err != nil {
-			_ = client.Close()
-			return nil, nil, fmt.Errorf("--store %s: connect: %w", s.desc, err)
-		}
-		st, err := idemredis.New(client, idemredis.Config{Prefix: s.prefix, Registerer: reg})
-		if err != nil {
-			_ = client.Close()
-			return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
-		}
-		return st, func() { _ = client.Close() }, nil
-	}
-	return nil, nil, fmt.Errorf("--store %s: unknown store kind %q", s.desc, s.kind)
 }
 
 // healthKey is claimed by /healthz. Its scope cannot be produced by a request: the
