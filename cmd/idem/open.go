@@ -67,6 +67,17 @@ func openRelayDB(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.Rela
 	return nil, fmt.Errorf("--db %s: unknown database", db.desc)
 }
 
+// withRelay sets rd.run to the relay of ob to sink, or closes rd.
+func withRelay[Tx any](rd *relayDB, ob *outbox.Outbox[Tx], sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
+	r, err := ob.Relay(sink, cfg)
+	if err != nil {
+		rd.close()
+		return nil, err
+	}
+	rd.run = r.Run
+	return rd, nil
+}
+
 // open connects the sink; close releases what open acquired.
 func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, close func(), err error) {
 	switch s.kind {

@@ -68,13 +68,7 @@ func openPostgresRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbo
 		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
 	}
 	cfg.Notifier = n
-	r, err := ob.Relay(sink, cfg)
-	if err != nil {
-		rd.close()
-		return nil, err
-	}
-	rd.run = r.Run
-	return rd, nil
+	return withRelay(rd, ob, sink, cfg)
 }
 
 // openVerifyPostgres is verify's --db postgres://…: a fresh schema, dropped after

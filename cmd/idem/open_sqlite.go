@@ -49,13 +49,7 @@ func openSQLiteRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.
 		rd.close()
 		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
 	}
-	r, err := ob.Relay(sink, cfg)
-	if err != nil {
-		rd.close()
-		return nil, err
-	}
-	rd.run = r.Run
-	return rd, nil
+	return withRelay(rd, ob, sink, cfg)
 }
 
 // openVerifySQLite is verify's --db sqlite:[PATH]: a new file (a temporary one,
