@@ -56,11 +56,11 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 		return nil, err
 	}
 	if err := r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_dead_letters WHERE replayed_at IS NULL").Scan(&rep.DeadLetters); err != nil {
-		return nil, fmt.Errorf("chaos: read the dead letters: %w", err)
+		return nil, fmt.Errorf("read the dead letters: %w", err)
 	}
 	pushRow, err := r.push.check(ctx, inRow.EffectsApplied)
 	if err != nil {
-		return nil, fmt.Errorf("chaos: read the streams: %w", err)
+		return nil, fmt.Errorf("read the streams: %w", err)
 	}
 	rep.Rows = []Row{httpRow, obRow, relayRow, inRow, r.checkPayments(orders.amount), pushRow}
 	return rep, nil
@@ -76,12 +76,12 @@ type orderSet struct {
 func (r *run) query(ctx context.Context, what, q string, scan func(scan func(...any) error) error) error {
 	rows, err := r.f.DB.QueryContext(ctx, q)
 	if err != nil {
-		return fmt.Errorf("chaos: read %s: %w", what, err)
+		return fmt.Errorf("read %s: %w", what, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		if err := scan(rows.Scan); err != nil {
-			return fmt.Errorf("chaos: read %s: %w", what, err)
+			return fmt.Errorf("read %s: %w", what, err)
 		}
 	}
 	return rows.Err()
@@ -209,7 +209,7 @@ func (r *run) checkLedger(ctx context.Context, orders orderSet, rep *Report) (Ro
 	}
 	var total int64
 	if err := r.f.DB.QueryRowContext(ctx, "SELECT total FROM "+tableBalance+" WHERE id = 1").Scan(&total); err != nil {
-		return row, fmt.Errorf("chaos: read the balance: %w", err)
+		return row, fmt.Errorf("read the balance: %w", err)
 	}
 	// The balance must equal the ledger (no torn write) and the sum of the orders,
 	// each once (plus the documented late duplicates).

@@ -61,7 +61,7 @@ func (r *run) superviseConsumer(ctx context.Context) {
 		cctx, kill := context.WithCancel(ctx)
 		src, err := r.f.Broker.OpenSource(cctx)
 		if err != nil {
-			r.log.Warn("chaos: open source", "err", err)
+			r.log.Warn("verify: open source", "err", err)
 			kill()
 			wait.Sleep(ctx, 100*time.Millisecond)
 			continue
@@ -74,7 +74,7 @@ func (r *run) superviseConsumer(ctx context.Context) {
 		kill()
 		_ = src.Close()
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-			r.log.Warn("chaos: consumer stopped", "err", err)
+			r.log.Warn("verify: consumer stopped", "err", err)
 			wait.Sleep(ctx, 50*time.Millisecond)
 		}
 	}

@@ -41,7 +41,7 @@ func (r *run) cut(p *chaos.Proxy, kind string) {
 	go func() {
 		defer busy.Store(false)
 		if err := p.Cut(20 * time.Millisecond); err != nil {
-			r.log.Warn("chaos: proxy cut", "err", err)
+			r.log.Warn("verify: proxy cut", "err", err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}()

@@ -209,9 +209,9 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 	f.defaults()
 	switch {
 	case f.DB == nil || f.Broker == nil:
-		return nil, errors.New("chaos: Flow needs DB and Broker")
+		return nil, errors.New("verify: Flow needs DB and Broker")
 	case !f.Unsafe && f.Store == nil:
-		return nil, errors.New("chaos: Flow.Store is nil; set it, or set Unsafe for the negative control")
+		return nil, errors.New("verify: Flow.Store is nil; set it, or set Unsafe for the negative control")
 	}
 	txdb, err := idem.SQLDB(ctx, f.DB)
 	if err != nil {
@@ -314,7 +314,7 @@ func (r *run) createTables(ctx context.Context) error {
 		"CREATE TABLE " + tablePaid + " (order_id TEXT PRIMARY KEY)",
 	} {
 		if _, err := r.f.DB.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("chaos: set up the flow's tables (the database must be new to the run): %w", err)
+			return fmt.Errorf("set up the flow's tables (the database must be new to the run): %w", err)
 		}
 	}
 	return nil

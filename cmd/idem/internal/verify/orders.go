@@ -177,7 +177,7 @@ func (r *run) place(ctx context.Context, client *http.Client, url string, in *in
 			return out.OrderID, true
 		}
 		if resp.StatusCode < 500 && resp.StatusCode != http.StatusConflict && resp.StatusCode != http.StatusTooManyRequests {
-			r.log.Warn("chaos: order refused", "key", in.key, "status", resp.StatusCode)
+			r.log.Warn("verify: order refused", "key", in.key, "status", resp.StatusCode)
 			return "", false
 		}
 	}

@@ -100,7 +100,7 @@ func (p *paymentService) counts() map[string]int {
 }
 
 // errCrash is the panic of a payment worker killed on purpose.
-var errCrash = errors.New("chaos: payment worker killed")
+var errCrash = errors.New("payment worker killed")
 
 // payments runs the payment workers until ctx ends: each charges the orders the
 // ledger applied and records them paid. With idem, every charge goes through
@@ -188,7 +188,7 @@ func (r *run) pay(ctx context.Context, fence *effect.Fence[*sql.Tx], order strin
 	}
 	_, err = r.f.DB.ExecContext(ctx, "INSERT INTO "+tablePaid+" (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING", order)
 	if err != nil {
-		r.log.Warn("chaos: record paid", "order", order, "err", err)
+		r.log.Warn("verify: record paid", "order", order, "err", err)
 	}
 }
 

@@ -114,7 +114,7 @@ func (p *pusher) watch(ctx context.Context) {
 			MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 			OnEvent: func(e stream.Event) error { p.display(ch, e.Seq); return nil }})
 		if err != nil {
-			p.r.log.Warn("chaos: watcher", "err", err)
+			p.r.log.Warn("verify: watcher", "err", err)
 			continue
 		}
 		wg.Go(func() { _ = c.Run(ctx) })

@@ -26,7 +26,7 @@ func (r *run) superviseRelay(ctx context.Context) {
 		rctx, kill := context.WithCancel(ctx)
 		sink, err := r.f.Broker.OpenSink(rctx)
 		if err != nil {
-			r.log.Warn("chaos: open sink", "err", err)
+			r.log.Warn("verify: open sink", "err", err)
 			kill()
 			wait.Sleep(ctx, 100*time.Millisecond)
 			continue
@@ -42,7 +42,7 @@ func (r *run) superviseRelay(ctx context.Context) {
 		}
 		kill()
 		if err != nil && ctx.Err() == nil && rctx.Err() == nil {
-			r.log.Warn("chaos: relay stopped", "err", err)
+			r.log.Warn("verify: relay stopped", "err", err)
 			wait.Sleep(ctx, 50*time.Millisecond)
 		}
 		if c, ok := sink.(io.Closer); ok {
