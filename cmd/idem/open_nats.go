@@ -92,17 +92,8 @@ func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logge
 		return err
 	}
 	b.cleanup = append(b.cleanup, nc.Close)
-	st, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: stream, Subjects: []string{b.topic}})
-	if err != nil {
+	if err := b.natsStream(ctx, js, stream); err != nil {
 		return fmt.Errorf("--broker %s: %w", raw, err)
-	}
-	b.cleanup = append(b.cleanup, func() { _ = js.DeleteStream(context.Background(), stream) })
-	b.stored = func(ctx context.Context) (int, bool) {
-		info, err := st.Info(ctx)
-		if err != nil {
-			return 0, false
-		}
-		return int(info.State.Msgs), true
 	}
 	b.openSink = func(ctx context.Context) (idem.Sink, error) {
 		nc, js, err := connect()
@@ -128,6 +119,24 @@ func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logge
 			return nil, err
 		}
 		return &ownedSource{s, natsCloser(nc)}, nil
+	}
+	return nil
+}
+
+// natsStream creates the run's stream over b.topic, deleted by b.close, and
+// counts the messages it stores.
+func (b *verifyBroker) natsStream(ctx context.Context, js jetstream.JetStream, name string) error {
+	st, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: name, Subjects: []string{b.topic}})
+	if err != nil {
+		return err
+	}
+	b.cleanup = append(b.cleanup, func() { _ = js.DeleteStream(context.Background(), name) })
+	b.stored = func(ctx context.Context) (int, bool) {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0, false
+		}
+		return int(info.State.Msgs), true
 	}
 	return nil
 }

@@ -39,19 +39,7 @@ func parseSink(raw string, o *relayOptions) (sinkSpec, error) {
 	case "nats", "tls":
 		s.kind = "nats"
 	case "kafka":
-		s.kind = "kafka"
-		brokers := strings.TrimPrefix(raw, "kafka://")
-		if strings.Contains(brokers, "@") {
-			return s, fmt.Errorf("--sink %q: credentials in a kafka:// URL are not supported (no SASL yet): "+
-				"use kafka://host:9092[,host:9092] on a listener that needs none", s.desc)
-		}
-		for _, b := range strings.Split(brokers, ",") {
-			b = strings.TrimPrefix(b, "kafka://")
-			if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
-				return s, fmt.Errorf("--sink %q: %q is not a broker host:port: use kafka://host:9092[,host:9092]", s.desc, redact.String(b))
-			}
-			s.brokers = append(s.brokers, b)
-		}
+		return parseKafkaSink(s)
 	case "redis", "rediss":
 		s.kind = "redis"
 		opts, err := redis.ParseURL(raw)
@@ -65,25 +53,50 @@ func parseSink(raw string, o *relayOptions) (sinkSpec, error) {
 			return s, fmt.Errorf("--sink %q: %s: use amqp://user:pass@host:5672/[vhost]", s.desc, redact.String(err.Error()))
 		}
 	case "http", "https":
-		s.kind = "webhook"
-		if o.webhookSecret == "" {
-			return s, errors.New("--sink " + s.desc + " is a webhook and needs a signing secret: set $IDEM_WEBHOOK_SECRET " +
-				"(or --webhook-secret) to a random string of 32+ bytes shared with the receiver; unsigned webhooks can be forged")
-		}
-		if n := len(o.webhookSecret); n < idemhttp.MinWebhookSecret {
-			return s, &idem.InputError{Field: "--webhook-secret ($IDEM_WEBHOOK_SECRET)",
-				Reason: fmt.Sprintf("has %d bytes; it needs at least %d", n, idemhttp.MinWebhookSecret),
-				Fix:    "use at least 32 random bytes shared with the receiver, such as the output of `openssl rand -hex 32`: a short secret can be guessed from one signed request"}
-		}
-		wh, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: raw, Secret: []byte(o.webhookSecret), Timeout: o.webhookTimeout})
-		if err != nil {
-			return s, fmt.Errorf("--sink %q: %w", s.desc, err)
-		}
-		s.webhook = wh
+		return parseWebhookSink(s, o)
 	default:
 		return s, fmt.Errorf("--sink %q: unknown sink; use nats://host:4222, kafka://host:9092, redis://host:6379, "+
 			"amqp://user:pass@host:5672/ or https://host/path (webhook)", s.desc)
 	}
+	return s, nil
+}
+
+// parseKafkaSink checks --sink kafka://host:9092[,host:9092].
+func parseKafkaSink(s sinkSpec) (sinkSpec, error) {
+	s.kind = "kafka"
+	brokers := strings.TrimPrefix(s.raw, "kafka://")
+	if strings.Contains(brokers, "@") {
+		return s, fmt.Errorf("--sink %q: credentials in a kafka:// URL are not supported (no SASL yet): "+
+			"use kafka://host:9092[,host:9092] on a listener that needs none", s.desc)
+	}
+	for _, b := range strings.Split(brokers, ",") {
+		b = strings.TrimPrefix(b, "kafka://")
+		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+			return s, fmt.Errorf("--sink %q: %q is not a broker host:port: use kafka://host:9092[,host:9092]", s.desc, redact.String(b))
+		}
+		s.brokers = append(s.brokers, b)
+	}
+	return s, nil
+}
+
+// parseWebhookSink checks --sink https://… and its signing secret, and makes the
+// webhook sink (it connects per request).
+func parseWebhookSink(s sinkSpec, o *relayOptions) (sinkSpec, error) {
+	s.kind = "webhook"
+	if o.webhookSecret == "" {
+		return s, errors.New("--sink " + s.desc + " is a webhook and needs a signing secret: set $IDEM_WEBHOOK_SECRET " +
+			"(or --webhook-secret) to a random string of 32+ bytes shared with the receiver; unsigned webhooks can be forged")
+	}
+	if n := len(o.webhookSecret); n < idemhttp.MinWebhookSecret {
+		return s, &idem.InputError{Field: "--webhook-secret ($IDEM_WEBHOOK_SECRET)",
+			Reason: fmt.Sprintf("has %d bytes; it needs at least %d", n, idemhttp.MinWebhookSecret),
+			Fix:    "use at least 32 random bytes shared with the receiver, such as the output of `openssl rand -hex 32`: a short secret can be guessed from one signed request"}
+	}
+	wh, err := idemhttp.NewWebhookSink(idemhttp.WebhookConfig{URL: s.raw, Secret: []byte(o.webhookSecret), Timeout: o.webhookTimeout})
+	if err != nil {
+		return s, fmt.Errorf("--sink %q: %w", s.desc, err)
+	}
+	s.webhook = wh
 	return s, nil
 }
 
