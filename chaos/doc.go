@@ -13,8 +13,8 @@
 //   - Clock, a clock that jumps, for the component whose expiry it drives;
 //   - Injector, which decides from a seed which operation a fault hits.
 //
-// The package imports the root package and idemhttp only, so a test that needs a
-// Clock does not link the rest of idem. The scenario behind idem verify, which
+// The package imports nothing of idem but the root package, so a test that needs
+// a Clock does not link the rest of idem. The scenario behind idem verify, which
 // puts these injectors at every boundary of a whole flow and checks the
 // databases, lives with the command (cmd/idem/internal/verify).
 package chaos
