@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemhq/idem/idemhttp"
 )
 
 func TestInjectorIsSeededAndHitsItsRate(t *testing.T) {
@@ -154,5 +156,13 @@ func TestTransportFaults(t *testing.T) {
 		if hits.Load() != tc.hits {
 			t.Fatalf("%s: the server saw %d requests, want %d", tc.fault, hits.Load(), tc.hits)
 		}
+	}
+}
+
+// Transport identifies requests by the header idemhttp sets, without importing it.
+func TestHeaderKeyIsIdemhttps(t *testing.T) {
+	t.Parallel()
+	if headerKey != idemhttp.HeaderKey {
+		t.Fatalf("headerKey = %q, idemhttp.HeaderKey = %q", headerKey, idemhttp.HeaderKey)
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"io"
 	"net/http"
 	"sync"
-
-	"github.com/idemhq/idem/idemhttp"
 )
 
 // Faults of the client → HTTP boundary, injected by Transport.
@@ -18,6 +16,10 @@ const (
 	// proxy retrying on its own); the client sees one of the two responses.
 	FaultDuplicateRequest = "http_duplicate_request"
 )
+
+// headerKey is the request header idemhttp.HeaderKey names; chaos does not import
+// idemhttp, so that it imports nothing of idem but the root.
+const headerKey = "Idempotency-Key"
 
 // ErrInjected is the error of an operation a fault broke on purpose.
 var ErrInjected = errors.New("chaos: injected fault")
@@ -46,7 +48,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	id := req.Header.Get(idemhttp.HeaderKey)
+	id := req.Header.Get(headerKey)
 	if id == "" {
 		id = req.Method + " " + req.URL.String()
 	}

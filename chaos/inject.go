@@ -4,7 +4,6 @@ import (
 	"hash/fnv"
 	"maps"
 	"math/rand/v2"
-	"sort"
 	"sync"
 	"sync/atomic"
 )
@@ -122,15 +121,6 @@ func (in *Injector) Total() int {
 		n += v
 	}
 	return n
-}
-
-func sortedKeys(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func fnvHash(s string) uint64 {

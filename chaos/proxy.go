@@ -21,8 +21,6 @@ type Proxy struct {
 	addr  string
 	cuts  atomic.Int64
 	close sync.Once
-	// cutting is held by a flow while it cuts this proxy (and a little after).
-	cutting atomic.Bool
 }
 
 // NewProxy starts a proxy on a free port of 127.0.0.1 forwarding to upstream

@@ -64,7 +64,7 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 	if err := checkPath(path); err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite", dsn(path, cfg))
+	db, err := sql.Open("sqlite", DSN(path, cfg))
 	if err != nil {
 		return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
 	}
@@ -87,8 +87,15 @@ func checkPath(path string) error {
 	return nil
 }
 
-// dsn builds a file: URI so that '?', '#' and '%' in the path stay part of the name.
-func dsn(path string, cfg Config) string {
+// DSN is the database/sql data source name Open uses for the file at path, for
+// sql.Open("sqlite", DSN(path, cfg)) beside a Store or before New: a file: URI (so
+// '?', '#' and '%' in the path stay part of the name) in WAL mode, with cfg's
+// Synchronous and BusyTimeout (DefaultBusyTimeout when zero), foreign keys on and
+// _txlock=immediate.
+func DSN(path string, cfg Config) string {
+	if cfg.BusyTimeout <= 0 {
+		cfg.BusyTimeout = DefaultBusyTimeout
+	}
 	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	return fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(%s)&_pragma=busy_timeout(%d)"+
 		"&_pragma=foreign_keys(1)&_txlock=immediate", esc, cfg.Synchronous.pragma(), cfg.BusyTimeout.Milliseconds())

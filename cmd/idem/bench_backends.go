@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -70,10 +69,9 @@ func benchSQLite(ctx context.Context, o benchOptions) ([]benchRow, error) {
 	}
 	defer os.RemoveAll(dir)
 
-	// Baseline: the same pragmas (WAL, synchronous=FULL), one INSERT … ON CONFLICT per
+	// Baseline: the same pragmas as idemsqlite (WAL, synchronous=FULL), one INSERT … ON CONFLICT per
 	// transaction, as a plain application would write.
-	raw, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "raw.db")+
-		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_txlock=immediate")
+	raw, err := openSQLite(filepath.Join(dir, "raw.db"))
 	if err != nil {
 		return nil, err
 	}

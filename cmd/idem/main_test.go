@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/cmd/idem/internal/verify"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -50,10 +51,10 @@ func TestUnknownCommandAndBadFlags(t *testing.T) {
 	}
 }
 
-func verifyReport(t *testing.T, ops int, args ...string) (*chaos.Report, error) {
+func verifyReport(t *testing.T, ops int, args ...string) (*verify.Report, error) {
 	t.Helper()
 	stdout, stderr, err := run(t, append([]string{"verify", "--json", "--ops", strconv.Itoa(ops), "--seed", "7"}, args...)...)
-	var r chaos.Report
+	var r verify.Report
 	if jerr := json.Unmarshal([]byte(stdout), &r); jerr != nil {
 		t.Fatalf("verify %v: %v; stdout %q stderr %q", args, err, stdout, stderr)
 	}
@@ -61,13 +62,13 @@ func verifyReport(t *testing.T, ops int, args ...string) (*chaos.Report, error) 
 }
 
 // rows indexes a report's rows by boundary and checks that every boundary is there.
-func rows(t *testing.T, r *chaos.Report) map[string]chaos.Row {
+func rows(t *testing.T, r *verify.Report) map[string]verify.Row {
 	t.Helper()
-	m := map[string]chaos.Row{}
+	m := map[string]verify.Row{}
 	for _, row := range r.Rows {
 		m[row.Boundary] = row
 	}
-	for _, b := range []string{chaos.BoundaryHTTP, chaos.BoundaryOutbox, chaos.BoundaryRelay, chaos.BoundaryInbox, chaos.BoundaryPayment, chaos.BoundaryPush} {
+	for _, b := range []string{verify.BoundaryHTTP, verify.BoundaryOutbox, verify.BoundaryRelay, verify.BoundaryInbox, verify.BoundaryPayment, verify.BoundaryPush} {
 		if _, ok := m[b]; !ok {
 			t.Fatalf("report has no row %q: %+v", b, r.Rows)
 		}
@@ -76,15 +77,15 @@ func rows(t *testing.T, r *chaos.Report) map[string]chaos.Row {
 }
 
 // checkHolds asserts a run that kept the guarantee under faults at every boundary.
-func checkHolds(t *testing.T, r *chaos.Report, err error, ops int) {
+func checkHolds(t *testing.T, r *verify.Report, err error, ops int) {
 	t.Helper()
 	if err != nil || !r.OK() {
 		t.Fatalf("verify failed: %v\n%+v", err, r)
 	}
 	m := rows(t, r)
-	late := m[chaos.BoundaryHTTP].LateDuplicates
-	if late != r.Faults[chaos.FaultLateRetry] {
-		t.Errorf("late duplicates at HTTP = %d, want one per late retry (%d)", late, r.Faults[chaos.FaultLateRetry])
+	late := m[verify.BoundaryHTTP].LateDuplicates
+	if late != r.Faults[verify.FaultLateRetry] {
+		t.Errorf("late duplicates at HTTP = %d, want one per late retry (%d)", late, r.Faults[verify.FaultLateRetry])
 	}
 	orders := ops + late
 	for _, row := range r.Rows {
@@ -92,38 +93,38 @@ func checkHolds(t *testing.T, r *chaos.Report, err error, ops int) {
 			t.Errorf("row %+v failed", row)
 		}
 	}
-	if n := m[chaos.BoundaryHTTP].EffectsApplied; n != orders {
+	if n := m[verify.BoundaryHTTP].EffectsApplied; n != orders {
 		t.Errorf("orders = %d, want %d", n, orders)
 	}
-	if n := m[chaos.BoundaryOutbox].EffectsApplied; n != orders {
+	if n := m[verify.BoundaryOutbox].EffectsApplied; n != orders {
 		t.Errorf("outbox messages = %d, want %d", n, orders)
 	}
-	if n := m[chaos.BoundaryInbox].EffectsApplied; n != orders {
+	if n := m[verify.BoundaryInbox].EffectsApplied; n != orders {
 		t.Errorf("ledger entries = %d, want %d", n, orders)
 	}
-	if n := m[chaos.BoundaryPayment].EffectsApplied; n != orders {
+	if n := m[verify.BoundaryPayment].EffectsApplied; n != orders {
 		t.Errorf("charges = %d, want %d", n, orders)
 	}
-	if n := m[chaos.BoundaryPush].EffectsApplied; n != orders {
+	if n := m[verify.BoundaryPush].EffectsApplied; n != orders {
 		t.Errorf("events displayed = %d, want %d", n, orders)
 	}
 	if r.Balance != r.OrderSum {
 		t.Errorf("balance %d, orders sum %d", r.Balance, r.OrderSum)
 	}
 	// The faults really happened, and duplicates really arrived and were absorbed.
-	for _, b := range []string{chaos.BoundaryHTTP, chaos.BoundaryRelay, chaos.BoundaryInbox, chaos.BoundaryPayment} {
+	for _, b := range []string{verify.BoundaryHTTP, verify.BoundaryRelay, verify.BoundaryInbox, verify.BoundaryPayment} {
 		if row := m[b]; row.DuplicatesDelivered == 0 {
 			t.Errorf("%s: no duplicates delivered: %+v", b, row)
 		}
 	}
-	if m[chaos.BoundaryHTTP].DuplicatesSuppressed == 0 || m[chaos.BoundaryInbox].DuplicatesSuppressed == 0 || m[chaos.BoundaryPayment].DuplicatesSuppressed == 0 {
+	if m[verify.BoundaryHTTP].DuplicatesSuppressed == 0 || m[verify.BoundaryInbox].DuplicatesSuppressed == 0 || m[verify.BoundaryPayment].DuplicatesSuppressed == 0 {
 		t.Errorf("no duplicates suppressed: %+v", r.Rows)
 	}
 	if pct := float64(r.Faulted) / float64(r.Operations); pct < 0.15 {
 		t.Errorf("%d of %d operations faulted (%.0f%%), want about the fault rate", r.Faulted, r.Operations, 100*pct)
 	}
-	for _, k := range []string{chaos.FaultDropResponse, chaos.FaultDuplicateRequest, chaos.FaultDuplicateDelivery, chaos.FaultRestart,
-		chaos.FaultPaymentResponseDropped, chaos.FaultPaymentWorkerKilled, chaos.FaultPushKicked} {
+	for _, k := range []string{chaos.FaultDropResponse, chaos.FaultDuplicateRequest, chaos.FaultDuplicateDelivery, verify.FaultRestart,
+		verify.FaultPaymentResponseDropped, verify.FaultPaymentWorkerKilled, verify.FaultPushKicked} {
 		if r.Faults[k] == 0 {
 			t.Errorf("no %s fault in %v", k, r.Faults)
 		}
@@ -135,7 +136,7 @@ func TestVerifyHoldsOnSQLiteAndNATS(t *testing.T) {
 	t.Parallel()
 	r, err := verifyReport(t, 600, "--fault-rate", "0.3")
 	checkHolds(t, r, err, 600)
-	if r.Faults[chaos.FaultClockJump] == 0 || r.Faults[chaos.FaultLateRetry] == 0 || r.Faults[chaos.FaultBrokerCut] == 0 || r.Faults[chaos.FaultLostAck] == 0 {
+	if r.Faults[verify.FaultClockJump] == 0 || r.Faults[verify.FaultLateRetry] == 0 || r.Faults[verify.FaultBrokerCut] == 0 || r.Faults[chaos.FaultLostAck] == 0 {
 		t.Errorf("SQLite + NATS run without clock jumps, late retries or broker cuts: %v", r.Faults)
 	}
 }
@@ -149,14 +150,14 @@ func TestVerifyUnsafeFails(t *testing.T) {
 		t.Fatalf("--unsafe returned %v, want a failing verdict", err)
 	}
 	m := rows(t, r)
-	if r.OK() || m[chaos.BoundaryHTTP].DuplicatedEffects == 0 || m[chaos.BoundaryInbox].DuplicatedEffects == 0 || m[chaos.BoundaryPayment].DuplicatedEffects == 0 {
+	if r.OK() || m[verify.BoundaryHTTP].DuplicatedEffects == 0 || m[verify.BoundaryInbox].DuplicatedEffects == 0 || m[verify.BoundaryPayment].DuplicatedEffects == 0 {
 		t.Fatalf("--unsafe rows = %+v, want duplicated effects at HTTP, at the consumer and at the payment API", r.Rows)
 	}
-	if m[chaos.BoundaryPush].Lost == 0 {
-		t.Fatalf("--unsafe push row = %+v, want events a plain WebSocket push lost", m[chaos.BoundaryPush])
+	if m[verify.BoundaryPush].Lost == 0 {
+		t.Fatalf("--unsafe push row = %+v, want events a plain WebSocket push lost", m[verify.BoundaryPush])
 	}
-	if ok := m[chaos.BoundaryInbox].BalanceOK; ok == nil || *ok {
-		t.Fatalf("--unsafe balance reported exact: %+v", m[chaos.BoundaryInbox])
+	if ok := m[verify.BoundaryInbox].BalanceOK; ok == nil || *ok {
+		t.Fatalf("--unsafe balance reported exact: %+v", m[verify.BoundaryInbox])
 	}
 }
 
@@ -165,7 +166,7 @@ func TestVerifyHoldsOnPostgres(t *testing.T) {
 	testsvc.Reach(t, "postgres", "127.0.0.1:5432")
 	r, err := verifyReport(t, 400, "--fault-rate", "0.3", "--db", testsvc.PostgresURL())
 	checkHolds(t, r, err, 400)
-	if r.Faults[chaos.FaultDBCut] == 0 {
+	if r.Faults[verify.FaultDBCut] == 0 {
 		t.Errorf("postgres run without database cuts: %v", r.Faults)
 	}
 }

@@ -244,7 +244,7 @@ func openMigrateDB(ctx context.Context, raw string) (idem.TxDB[*sql.Tx], func(),
 		if path == "" {
 			return idem.TxDB[*sql.Tx]{}, nil, errors.New("--db sqlite: needs a path, such as sqlite:./app.db")
 		}
-		db, err = sql.Open("sqlite", sqliteDSN(path))
+		db, err = openSQLite(path)
 	default:
 		return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redactURL(raw))
 	}

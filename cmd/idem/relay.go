@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,8 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
 )
@@ -186,62 +183,12 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 	h := newHealth(3*o.poll, log)
 	tracked := trackedSink{Sink: sink, h: h}
 
-	var run, ping func(context.Context) error
-	switch db.dialect {
-	case "postgres":
-		pool, err := pgxpool.New(ctx, db.raw)
-		if err == nil {
-			err = pool.Ping(ctx)
-		}
-		if err != nil {
-			return fmt.Errorf("--db %s: connect: %w", db.desc, err)
-		}
-		defer pool.Close()
-		ob, err := outbox.New(ctx, idempg.TxDB(pool), outbox.Config{})
-		if err != nil {
-			return fmt.Errorf("--db %s: %w", db.desc, err)
-		}
-		n := idempg.NewNotifier(pool, idempg.DefaultChannel)
-		defer n.Close()
-		// Listen before the first round: every commit after it wakes the relay, and
-		// every commit before it is seen by that round.
-		if err := n.Listen(ctx); err != nil {
-			return fmt.Errorf("--db %s: %w", db.desc, err)
-		}
-		cfg.Notifier = n
-		r, err := ob.Relay(tracked, cfg)
-		if err != nil {
-			return err
-		}
-		run, ping = r.Run, pool.Ping
-	case "sqlite":
-		sdb, err := sql.Open("sqlite", sqliteDSN(db.path))
-		if err != nil {
-			return fmt.Errorf("--db %s: %w", db.desc, err)
-		}
-		defer sdb.Close()
-		txdb, err := idem.SQLDB(ctx, sdb)
-		if err != nil {
-			return fmt.Errorf("--db %s: %w", db.desc, err)
-		}
-		ob, err := outbox.New(ctx, txdb, outbox.Config{})
-		if err != nil {
-			return fmt.Errorf("--db %s: %w", db.desc, err)
-		}
-		r, err := ob.Relay(tracked, cfg)
-		if err != nil {
-			return err
-		}
-		run, ping = r.Run, sdb.PingContext
+	rd, err := openRelayDB(ctx, db, tracked, cfg)
+	if err != nil {
+		return err
 	}
-	return m.serveRelay(ctx, o, h, reg, run, ping, fmt.Sprintf("%s → %s", db.desc, ss.desc))
-}
-
-// sqliteDSN opens path as idemsqlite does: WAL so the service's writes and the
-// relay's reads do not block each other, a busy timeout, immediate transactions.
-func sqliteDSN(path string) string {
-	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
-	return "file:" + esc + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_txlock=immediate"
+	defer rd.close()
+	return m.serveRelay(ctx, o, h, reg, rd.run, rd.ping, fmt.Sprintf("%s → %s", db.desc, ss.desc))
 }
 
 // serveRelay runs the relay, the database pinger and the HTTP server until ctx

@@ -70,7 +70,7 @@ func TestRelaySchemaMatchesOutboxSQLite(t *testing.T) {
 		return b.String()
 	}
 	open := func(name string) *sql.DB {
-		db, err := sql.Open("sqlite", sqliteDSN(filepath.Join(t.TempDir(), name)))
+		db, err := openSQLite(filepath.Join(t.TempDir(), name))
 		if err != nil {
 			t.Fatal(err)
 		}

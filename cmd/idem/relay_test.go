@@ -130,7 +130,7 @@ func sqliteOutbox(t *testing.T, topic string) (string, *sql.DB, func(ids ...stri
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "app.db")
-	db, err := sql.Open("sqlite", sqliteDSN(path))
+	db, err := openSQLite(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,14 +10,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmem"
-	"github.com/idemhq/idem/idempg"
-	"github.com/idemhq/idem/idemredis"
-	"github.com/idemhq/idem/idemsqlite"
 )
 
 // storeSpec is a --store URL, checked without connecting: open connects.
@@ -38,30 +34,7 @@ func parseStore(raw string) (storeSpec, error) {
 	s := storeSpec{raw: raw, desc: redactURL(raw)}
 	switch {
 	case raw == "memory:" || strings.HasPrefix(raw, "memory:?"):
-		s.kind = "memory"
-		q, err := url.ParseQuery(strings.TrimPrefix(raw, "memory:?"))
-		if raw == "memory:" {
-			q, err = url.Values{}, nil
-		}
-		for name := range q {
-			if name != "max_bytes" && err == nil {
-				err = fmt.Errorf("unknown option %q", name)
-			}
-		}
-		if err == nil && q.Has("max_bytes") {
-			s.maxBytes, err = idemmem.ParseMaxBytes(q.Get("max_bytes"))
-		}
-		if err != nil {
-			return s, fmt.Errorf("--store %s: %v: use memory: or memory:?max_bytes=512MiB (the most its records may take; -1 for no limit)", raw, err)
-		}
-		budget := "512MiB"
-		switch {
-		case s.maxBytes < 0:
-			budget = "no limit"
-		case s.maxBytes > 0:
-			budget = strconv.FormatInt(s.maxBytes, 10) + " bytes"
-		}
-		s.desc = "memory (lost on restart, not shared between gateways; at most " + budget + ")"
+		return parseMemoryStore(s)
 	case strings.HasPrefix(raw, "sqlite:"):
 		s.kind, s.path = "sqlite", strings.TrimPrefix(raw, "sqlite:")
 		if s.path == "" {
@@ -76,23 +49,7 @@ func parseStore(raw string) (storeSpec, error) {
 		}
 		s.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	case strings.HasPrefix(raw, "redis://"), strings.HasPrefix(raw, "rediss://"):
-		s.kind = "redis"
-		// prefix is ours, not go-redis's: take it out before ParseURL, which refuses
-		// options it does not know.
-		u, err := url.Parse(raw)
-		if err != nil {
-			return s, fmt.Errorf("--store %s: %v: use redis://host:6379[/db][?prefix=idem:]", s.desc, err)
-		}
-		q := u.Query()
-		s.prefix = q.Get("prefix")
-		q.Del("prefix")
-		u.RawQuery = q.Encode()
-		opts, err := redis.ParseURL(u.String())
-		if err != nil {
-			return s, fmt.Errorf("--store %s: %v: use redis://host:6379[/db][?prefix=idem:]", s.desc, err)
-		}
-		s.redis = opts
-		s.desc = fmt.Sprintf("redis (%s db %d)", opts.Addr, opts.DB)
+		return parseRedisStore(s)
 	default:
 		return s, fmt.Errorf("--store %q: unknown store; use sqlite:PATH, postgres://user@host:5432/db, "+
 			"redis://host:6379[/db] or memory:", s.desc)
@@ -100,50 +57,56 @@ func parseStore(raw string) (storeSpec, error) {
 	return s, nil
 }
 
-// open connects the store and registers its metrics on reg; close releases what
-// it acquired, after the last request that used the store.
-func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store idem.Store, close func(), err error) {
-	switch s.kind {
-	case "memory":
-		st, err := idemmem.New(idemmem.Config{Registerer: reg, MaxBytes: s.maxBytes})
-		return st, func() {}, err
-	case "sqlite":
-		st, err := idemsqlite.Open(ctx, s.path, idemsqlite.Config{Registerer: reg})
-		if err != nil {
-			return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
-		}
-		return st, func() { _ = st.Close() }, nil
-	case "postgres":
-		pool, err := pgxpool.New(ctx, s.raw)
-		if err == nil {
-			err = pool.Ping(ctx)
-		}
-		if err != nil {
-			if pool != nil {
-				pool.Close()
-			}
-			return nil, nil, fmt.Errorf("--store %s: connect: %w", s.desc, err)
-		}
-		st, err := idempg.New(ctx, pool, idempg.Config{Registerer: reg})
-		if err != nil {
-			pool.Close()
-			return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
-		}
-		return st, pool.Close, nil
-	case "redis":
-		client := redis.NewClient(s.redis)
-		if err := client.Ping(ctx).Err(); err != nil {
-			_ = client.Close()
-			return nil, nil, fmt.Errorf("--store %s: connect: %w", s.desc, err)
-		}
-		st, err := idemredis.New(client, idemredis.Config{Prefix: s.prefix, Registerer: reg})
-		if err != nil {
-			_ = client.Close()
-			return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
-		}
-		return st, func() { _ = client.Close() }, nil
+// parseMemoryStore checks --store memory:[?max_bytes=N].
+func parseMemoryStore(s storeSpec) (storeSpec, error) {
+	raw := s.raw
+	s.kind = "memory"
+	q, err := url.ParseQuery(strings.TrimPrefix(raw, "memory:?"))
+	if raw == "memory:" {
+		q, err = url.Values{}, nil
 	}
-	return nil, nil, fmt.Errorf("--store %s: unknown store kind %q", s.desc, s.kind)
+	for name := range q {
+		if name != "max_bytes" && err == nil {
+			err = fmt.Errorf("unknown option %q", name)
+		}
+	}
+	if err == nil && q.Has("max_bytes") {
+		s.maxBytes, err = idemmem.ParseMaxBytes(q.Get("max_bytes"))
+	}
+	if err != nil {
+		return s, fmt.Errorf("--store %s: %v: use memory: or memory:?max_bytes=512MiB (the most its records may take; -1 for no limit)", raw, err)
+	}
+	budget := "512MiB"
+	switch {
+	case s.maxBytes < 0:
+		budget = "no limit"
+	case s.maxBytes > 0:
+		budget = strconv.FormatInt(s.maxBytes, 10) + " bytes"
+	}
+	s.desc = "memory (lost on restart, not shared between gateways; at most " + budget + ")"
+	return s, nil
+}
+
+// parseRedisStore checks --store redis://…[?prefix=P].
+func parseRedisStore(s storeSpec) (storeSpec, error) {
+	s.kind = "redis"
+	// prefix is ours, not go-redis's: take it out before ParseURL, which refuses
+	// options it does not know.
+	u, err := url.Parse(s.raw)
+	if err != nil {
+		return s, fmt.Errorf("--store %s: %v: use redis://host:6379[/db][?prefix=idem:]", s.desc, err)
+	}
+	q := u.Query()
+	s.prefix = q.Get("prefix")
+	q.Del("prefix")
+	u.RawQuery = q.Encode()
+	opts, err := redis.ParseURL(u.String())
+	if err != nil {
+		return s, fmt.Errorf("--store %s: %v: use redis://host:6379[/db][?prefix=idem:]", s.desc, err)
+	}
+	s.redis = opts
+	s.desc = fmt.Sprintf("redis (%s db %d)", opts.Addr, opts.DB)
+	return s, nil
 }
 
 // healthKey is claimed by /healthz. Its scope cannot be produced by a request: the

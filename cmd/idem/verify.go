@@ -10,11 +10,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/cmd/idem/internal/verify"
 )
 
-func (m *Main) runVerify(ctx context.Context, args []string) error {
-	fs := m.newFlagSet("verify", `Runs a whole exactly-once flow under injected faults and checks, from the
+// verifyOptions are the flags of idem verify.
+type verifyOptions struct {
+	ops, clients, consumers       int
+	rate                          float64
+	seed                          int64
+	db, broker                    string
+	unsafe, asJSON, keep, verbose bool
+	timeout                       time.Duration
+}
+
+const verifySynopsis = `Runs a whole exactly-once flow under injected faults and checks, from the
 databases themselves, that every order took effect exactly once:
 
   clients --HTTP, Idempotency-Key--> order service --one tx--> order + outbox
@@ -36,58 +45,80 @@ protection (no idempotency middleware, no inbox dedup): it must report
 duplicated effects and exit 1, which proves the checker can fail.
 
 --seed fixes the orders and which operation each fault hits (the n-th attempt
-of a request or delivery); goroutine scheduling still varies between runs.`)
-	ops := fs.Int("ops", 10000, "orders to place")
-	clients := fs.Int("clients", 16, "concurrent HTTP clients")
-	consumers := fs.Int("consumers", 2, "concurrent consumer processes")
-	rate := fs.Float64("fault-rate", 0.25, "fraction of operations (requests, publishes, deliveries) hit by a fault, 0 to 1")
-	seed := fs.Int64("seed", 0, "seed for orders and faults (0: pick one and print it)")
-	db := fs.String("db", envOr("IDEM_DB", "sqlite:"), "database: sqlite: (temporary file), sqlite:PATH (new file) or postgres://user@host/db (a fresh schema)  [$IDEM_DB]")
-	broker := fs.String("broker", envOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams) or amqp://user:pass@host:5672/  [$IDEM_BROKER]")
-	unsafe := fs.Bool("unsafe", false, "turn idem's protection off (plain at-least-once): the negative control, expected to fail")
-	asJSON := fs.Bool("json", false, "write the report as JSON instead of a table")
-	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived is lost")
-	keep := fs.Bool("keep", false, "keep the run's database (temporary SQLite file or Postgres schema) for inspection")
-	verbose := fs.Bool("v", false, "log the warnings of relays and consumers (many, under faults) to stderr")
+of a request or delivery); goroutine scheduling still varies between runs.`
+
+func (m *Main) runVerify(ctx context.Context, args []string) error {
+	fs, o := m.verifyFlags()
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	switch {
-	case *ops <= 0:
-		return usageErr(fs, "--ops must be positive (got %d)", *ops)
-	case *clients <= 0:
-		return usageErr(fs, "--clients must be positive (got %d)", *clients)
-	case *consumers <= 0:
-		return usageErr(fs, "--consumers must be positive (got %d)", *consumers)
-	case *rate < 0 || *rate > 1:
-		return usageErr(fs, "--fault-rate must be between 0 and 1 (got %g)", *rate)
+	if err := o.check(); err != nil {
+		return usageErr(fs, "%v", err)
 	}
-	if *seed == 0 {
-		*seed = time.Now().UnixNano() % 1_000_000_000
+	if o.seed == 0 {
+		o.seed = time.Now().UnixNano() % 1_000_000_000
 	}
+	return m.verify(ctx, o)
+}
 
-	vdb, err := openVerifyDB(ctx, *db, *keep)
+// verifyFlags returns the flag set of idem verify and the options it fills.
+func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
+	fs := m.newFlagSet("verify", verifySynopsis)
+	o := &verifyOptions{}
+	fs.IntVar(&o.ops, "ops", 10000, "orders to place")
+	fs.IntVar(&o.clients, "clients", 16, "concurrent HTTP clients")
+	fs.IntVar(&o.consumers, "consumers", 2, "concurrent consumer processes")
+	fs.Float64Var(&o.rate, "fault-rate", 0.25, "fraction of operations (requests, publishes, deliveries) hit by a fault, 0 to 1")
+	fs.Int64Var(&o.seed, "seed", 0, "seed for orders and faults (0: pick one and print it)")
+	fs.StringVar(&o.db, "db", envOr("IDEM_DB", "sqlite:"), "database: sqlite: (temporary file), sqlite:PATH (new file) or postgres://user@host/db (a fresh schema)  [$IDEM_DB]")
+	fs.StringVar(&o.broker, "broker", envOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams) or amqp://user:pass@host:5672/  [$IDEM_BROKER]")
+	fs.BoolVar(&o.unsafe, "unsafe", false, "turn idem's protection off (plain at-least-once): the negative control, expected to fail")
+	fs.BoolVar(&o.asJSON, "json", false, "write the report as JSON instead of a table")
+	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived is lost")
+	fs.BoolVar(&o.keep, "keep", false, "keep the run's database (temporary SQLite file or Postgres schema) for inspection")
+	fs.BoolVar(&o.verbose, "v", false, "log the warnings of relays and consumers (many, under faults) to stderr")
+	return fs, o
+}
+
+// check validates the flags before anything starts; its errors name the flag.
+func (o *verifyOptions) check() error {
+	switch {
+	case o.ops <= 0:
+		return fmt.Errorf("--ops must be positive (got %d)", o.ops)
+	case o.clients <= 0:
+		return fmt.Errorf("--clients must be positive (got %d)", o.clients)
+	case o.consumers <= 0:
+		return fmt.Errorf("--consumers must be positive (got %d)", o.consumers)
+	case o.rate < 0 || o.rate > 1:
+		return fmt.Errorf("--fault-rate must be between 0 and 1 (got %g)", o.rate)
+	}
+	return nil
+}
+
+// verify opens the run's database and broker, runs the flow and writes the report.
+func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
+	vdb, err := openVerifyDB(ctx, o.db, o.keep)
 	if err != nil {
 		return err
 	}
 	defer vdb.close()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if *verbose {
+	if o.verbose {
 		logger = slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	b, err := openVerifyBroker(ctx, *broker, randomHex(4), logger)
+	b, err := openVerifyBroker(ctx, o.broker, randomHex(4), logger)
 	if err != nil {
 		return err
 	}
 	defer b.close()
 
-	flow := &chaos.Flow{
+	flow := &verify.Flow{
 		DB: vdb.db, Store: vdb.store, Broker: b, Clock: vdb.clock, DBProxy: vdb.proxy,
-		Orders: *ops, Clients: *clients, Consumers: *consumers, FaultRate: *rate, Seed: *seed,
-		Unsafe: *unsafe, Timeout: *timeout, Logger: logger,
+		Orders: o.ops, Clients: o.clients, Consumers: o.consumers, FaultRate: o.rate, Seed: o.seed,
+		Unsafe: o.unsafe, Timeout: o.timeout, Logger: logger,
 	}
 	bar := newProgressBar(m.Stderr)
-	if bar != nil && !*verbose {
+	if bar != nil && !o.verbose {
 		flow.Progress = bar.update
 	}
 	report, err := flow.Run(ctx)
@@ -98,7 +129,7 @@ of a request or delivery); goroutine scheduling still varies between runs.`)
 		return fmt.Errorf("idem verify: %w", err)
 	}
 	report.Store = vdb.name
-	if *asJSON {
+	if o.asJSON {
 		err = report.WriteJSON(m.Stdout)
 	} else {
 		err = report.WriteTable(m.Stdout)
@@ -131,7 +162,7 @@ func newProgressBar(w io.Writer) *progressBar {
 	return &progressBar{w: w, width: 30}
 }
 
-func (b *progressBar) update(p chaos.Progress) {
+func (b *progressBar) update(p verify.Progress) {
 	done := p.Applied * b.width / max(p.Orders, 1)
 	done = min(done, b.width)
 	phase := "placing"

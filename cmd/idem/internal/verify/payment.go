@@ -1,4 +1,4 @@
-package chaos
+package verify
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
@@ -48,7 +49,7 @@ const paymentLease = time.Second
 type paymentService struct {
 	srv      *http.Server
 	url      string
-	received Tally // requests, by order
+	received chaos.Tally // requests, by order
 	mu       sync.Mutex
 	charges  map[string]int // order → charges made
 }
@@ -99,20 +100,20 @@ func (p *paymentService) counts() map[string]int {
 }
 
 // errCrash is the panic of a payment worker killed on purpose.
-var errCrash = errors.New("chaos: payment worker killed")
+var errCrash = errors.New("payment worker killed")
 
 // payments runs the payment workers until ctx ends: each charges the orders the
 // ledger applied and records them paid. With idem, every charge goes through
 // effect.Fence (key = order id, step "charge"); unsafe, the worker calls and then
 // records, at least once.
 func (r *run) payments(ctx context.Context, fence *effect.Fence[*sql.Tx], svc *paymentService, workers int) {
-	faults := []Fault{
+	faults := []chaos.Fault{
 		{Kind: FaultPaymentResponseDropped, Weight: 3},
 		{Kind: FaultPaymentWorkerKilled, Weight: 1},
 		{Kind: FaultPaymentWorkerPaused, Weight: 0.3, Max: 3},
 	}
 	client := &http.Client{Transport: &idemhttp.Transport{MaxAttempts: 1}, Timeout: 10 * time.Second}
-	attempts := &Tally{}
+	attempts := &chaos.Tally{}
 	call := func(order string) effect.Call {
 		return func(ctx context.Context, key string) ([]byte, error) {
 			fault := r.inj.Roll("charge "+order, attempts.Add(order), faults)
@@ -135,7 +136,7 @@ func (r *run) payments(ctx context.Context, fence *effect.Fence[*sql.Tx], svc *p
 			}
 			switch fault {
 			case FaultPaymentResponseDropped:
-				return nil, fmt.Errorf("%w: %s", ErrInjected, fault)
+				return nil, fmt.Errorf("%w: %s", chaos.ErrInjected, fault)
 			case FaultPaymentWorkerKilled:
 				panic(errCrash)
 			case FaultPaymentWorkerPaused:
@@ -187,7 +188,7 @@ func (r *run) pay(ctx context.Context, fence *effect.Fence[*sql.Tx], order strin
 	}
 	_, err = r.f.DB.ExecContext(ctx, "INSERT INTO "+tablePaid+" (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING", order)
 	if err != nil {
-		r.log.Warn("chaos: record paid", "order", order, "err", err)
+		r.log.Warn("verify: record paid", "order", order, "err", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package chaos
+package verify
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/stream"
 )
@@ -47,7 +48,7 @@ type pusher struct {
 	store  *stream.SQLStore[*sql.Tx]
 	srv    *stream.Server
 	http   *http.Server
-	proxy  *Proxy
+	proxy  *chaos.Proxy
 	base   string // the watchers' URL, through the proxy
 	mu     sync.Mutex
 	seen   map[string][]uint64 // region → seqs displayed, in order
@@ -72,7 +73,7 @@ func (r *run) startPush(ctx context.Context) (*pusher, error) {
 	p := &pusher{r: r, store: store, srv: srv, seen: map[string][]uint64{}, frames: map[string]int{}}
 	p.http = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = p.http.Serve(ln) }()
-	if p.proxy, err = NewProxy("push", ln.Addr().String()); err != nil {
+	if p.proxy, err = chaos.NewProxy("push", ln.Addr().String()); err != nil {
 		p.close()
 		return nil, err
 	}
@@ -113,7 +114,7 @@ func (p *pusher) watch(ctx context.Context) {
 			MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 			OnEvent: func(e stream.Event) error { p.display(ch, e.Seq); return nil }})
 		if err != nil {
-			p.r.log.Warn("chaos: watcher", "err", err)
+			p.r.log.Warn("verify: watcher", "err", err)
 			continue
 		}
 		wg.Go(func() { _ = c.Run(ctx) })
@@ -121,7 +122,7 @@ func (p *pusher) watch(ctx context.Context) {
 	wg.Wait()
 }
 
-var pushFaults = []Fault{{Kind: FaultPushKicked, Weight: 2}, {Kind: FaultPushCut, Weight: 1}}
+var pushFaults = []chaos.Fault{{Kind: FaultPushKicked, Weight: 2}, {Kind: FaultPushCut, Weight: 1}}
 
 // display records one event shown by channel's watcher, and perhaps breaks its
 // connection.

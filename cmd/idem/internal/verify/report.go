@@ -1,29 +1,11 @@
-// Package chaos breaks exactly-once flows on purpose and checks the result from the
-// databases themselves: every effect applied once, none lost, none doubled.
-//
-// Flow is the flow behind idem verify: clients → HTTP (idemhttp) → order service
-// and outbox in one transaction → relay (outbox.Relay) → broker → consumers
-// (inbox) → ledger. It injects faults at every boundary and reports one Row per
-// boundary.
-//
-// The fault injectors are reusable in your own tests:
-//
-//   - Transport, an http.RoundTripper that drops responses after the server
-//     executed the request and sends concurrent duplicates;
-//   - Sink and Source, wrappers of any idem.Sink / idem.Source that kill the relay
-//     between publish and mark, fail publishes, duplicate deliveries, lose acks,
-//     and (with Handler) kill consumers before the effect, before the commit and
-//     before the ack, or pause them past their lease;
-//   - Proxy, an in-process TCP proxy (toxiproxy) that cuts database and broker
-//     connections;
-//   - Clock, a clock that jumps, for the component whose expiry it drives;
-//   - Injector, which decides from a seed which operation a fault hits.
-package chaos
+package verify
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -118,7 +100,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "faults: %d of %d operations hit (%.1f%%, --fault-rate %g); %d injected in all:\n",
 		r.Faulted, r.Operations, pct, r.FaultRate, r.FaultTotal())
-	for _, k := range sortedKeys(r.Faults) {
+	for _, k := range slices.Sorted(maps.Keys(r.Faults)) {
 		fmt.Fprintf(w, "  %-32s %d\n", k, r.Faults[k])
 	}
 	fmt.Fprintln(w)

@@ -1,0 +1,243 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Boundary names, one Row each.
+const (
+	BoundaryHTTP   = "client → HTTP API"
+	BoundaryOutbox = "order → outbox (one tx)"
+	BoundaryRelay  = "outbox → broker (relay)"
+	BoundaryInbox  = "broker → consumer (inbox)"
+)
+
+type applied struct {
+	id     string
+	amount int64
+	at     int64 // unix ns on the flow's clock
+}
+
+// dupes splits the effects of one cause beyond the first into duplicated effects
+// and late duplicates: those that happened a retention window or more after the
+// first, when the key had been forgotten by design.
+func dupes(es []applied, retention time.Duration) (dup, late int, lateAmount int64) {
+	if len(es) < 2 {
+		return 0, 0, 0
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].at < es[j].at })
+	for _, e := range es[1:] {
+		if time.Duration(e.at-es[0].at) >= retention {
+			late++
+			lateAmount += e.amount
+		} else {
+			dup++
+		}
+	}
+	return dup, late, lateAmount
+}
+
+// check reads the databases back and builds the report: one row per boundary.
+func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
+	rep := &Report{}
+	orders, httpRow, err := r.checkOrders(ctx, intents, rep)
+	if err != nil {
+		return nil, err
+	}
+	obRow, relayRow, err := r.checkOutbox(ctx, orders)
+	if err != nil {
+		return nil, err
+	}
+	inRow, err := r.checkLedger(ctx, orders, rep)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_dead_letters WHERE replayed_at IS NULL").Scan(&rep.DeadLetters); err != nil {
+		return nil, fmt.Errorf("read the dead letters: %w", err)
+	}
+	pushRow, err := r.push.check(ctx, inRow.EffectsApplied)
+	if err != nil {
+		return nil, fmt.Errorf("read the streams: %w", err)
+	}
+	rep.Rows = []Row{httpRow, obRow, relayRow, inRow, r.checkPayments(orders.amount), pushRow}
+	return rep, nil
+}
+
+// orderSet is the orders the service wrote: amounts by order id, and their sum.
+type orderSet struct {
+	amount map[string]int64
+	sum    int64
+}
+
+// query runs q and calls scan for each row; what names the table in errors.
+func (r *run) query(ctx context.Context, what, q string, scan func(scan func(...any) error) error) error {
+	rows, err := r.f.DB.QueryContext(ctx, q)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", what, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows.Scan); err != nil {
+			return fmt.Errorf("read %s: %w", what, err)
+		}
+	}
+	return rows.Err()
+}
+
+// checkOrders reads the orders, by request key and by id, and builds the HTTP row:
+// one order per accepted request key. It counts the accepted and unanswered
+// requests into rep.
+func (r *run) checkOrders(ctx context.Context, intents []intent, rep *Report) (orderSet, Row, error) {
+	byKey := map[string][]applied{}
+	orders := orderSet{amount: map[string]int64{}}
+	if err := r.query(ctx, "orders", "SELECT id, request_key, amount, created_at FROM "+tableOrders, func(scan func(...any) error) error {
+		var e applied
+		var key string
+		if err := scan(&e.id, &key, &e.amount, &e.at); err != nil {
+			return err
+		}
+		byKey[key] = append(byKey[key], e)
+		orders.amount[e.id] = e.amount
+		orders.sum += e.amount
+		return nil
+	}); err != nil {
+		return orders, Row{}, err
+	}
+	row := Row{Boundary: BoundaryHTTP, Attempts: r.received.Total(), EffectsApplied: len(orders.amount)}
+	row.DuplicatesDelivered = r.received.Total() - r.received.Distinct()
+	row.DuplicatesSuppressed = max(0, r.received.Total()-int(r.executions.Load()))
+	for _, in := range intents {
+		if !in.accepted {
+			rep.Unanswered++
+		} else {
+			rep.Accepted++
+		}
+		if in.accepted && len(byKey[in.key]) == 0 {
+			row.Lost++
+		}
+	}
+	for _, es := range byKey {
+		d, l, _ := dupes(es, r.f.Retention)
+		row.DuplicatedEffects += d
+		row.LateDuplicates += l
+	}
+	return orders, row, nil
+}
+
+// checkOutbox builds the outbox row (one message per order, written in the
+// order's transaction) and the relay row (every message published).
+func (r *run) checkOutbox(ctx context.Context, orders orderSet) (obRow, relayRow Row, err error) {
+	outboxRows := map[string]int{}
+	published := map[string]bool{}
+	if err := r.query(ctx, "the outbox", "SELECT msg_id, published_at IS NOT NULL FROM idem_outbox", func(scan func(...any) error) error {
+		var id string
+		var pub bool
+		if err := scan(&id, &pub); err != nil {
+			return err
+		}
+		outboxRows[id]++
+		published[id] = published[id] || pub
+		return nil
+	}); err != nil {
+		return obRow, relayRow, err
+	}
+	obRow = Row{Boundary: BoundaryOutbox, Attempts: len(orders.amount)}
+	relayRow = Row{Boundary: BoundaryRelay, Attempts: r.published.Total()}
+	relayRow.DuplicatesDelivered = r.published.Total() - r.published.Distinct()
+	if stored, ok := r.f.Broker.Stored(ctx); ok {
+		relayRow.DuplicatesSuppressed = min(relayRow.DuplicatesDelivered, max(0, relayRow.DuplicatesDelivered-(stored-r.published.Distinct())))
+	}
+	for id, n := range outboxRows {
+		if _, ok := orders.amount[id]; !ok {
+			obRow.DuplicatedEffects += n // a message without its order: a torn transaction
+			continue
+		}
+		obRow.EffectsApplied += n
+		obRow.DuplicatedEffects += n - 1
+		if published[id] {
+			relayRow.EffectsApplied++
+		} else {
+			relayRow.Lost++
+		}
+	}
+	for id := range orders.amount {
+		if outboxRows[id] == 0 {
+			obRow.Lost++
+		}
+	}
+	return obRow, relayRow, nil
+}
+
+// checkLedger builds the inbox row: one ledger entry per order, and a balance
+// equal to the ledger and to the orders. It records the balance into rep.
+func (r *run) checkLedger(ctx context.Context, orders orderSet, rep *Report) (Row, error) {
+	byOrder := map[string][]applied{}
+	var ledgerSum int64
+	if err := r.query(ctx, "the ledger", "SELECT order_id, amount, applied_at FROM "+tableLedger, func(scan func(...any) error) error {
+		var e applied
+		if err := scan(&e.id, &e.amount, &e.at); err != nil {
+			return err
+		}
+		byOrder[e.id] = append(byOrder[e.id], e)
+		ledgerSum += e.amount
+		return nil
+	}); err != nil {
+		return Row{}, err
+	}
+	row := Row{Boundary: BoundaryInbox, Attempts: r.delivered.Total()}
+	row.DuplicatesDelivered = r.delivered.Total() - r.delivered.Distinct()
+	row.DuplicatesSuppressed = r.metric("idem_inbox_messages_total", "outcome", "duplicate")
+	var lateSum int64
+	for id, es := range byOrder {
+		row.EffectsApplied += len(es)
+		if _, ok := orders.amount[id]; !ok {
+			row.DuplicatedEffects += len(es) // an effect without an order
+			continue
+		}
+		d, l, amt := dupes(es, r.f.Retention)
+		row.DuplicatedEffects += d
+		row.LateDuplicates += l
+		lateSum += amt
+	}
+	for id := range orders.amount {
+		if len(byOrder[id]) == 0 {
+			row.Lost++
+		}
+	}
+	var total int64
+	if err := r.f.DB.QueryRowContext(ctx, "SELECT total FROM "+tableBalance+" WHERE id = 1").Scan(&total); err != nil {
+		return row, fmt.Errorf("read the balance: %w", err)
+	}
+	// The balance must equal the ledger (no torn write) and the sum of the orders,
+	// each once (plus the documented late duplicates).
+	ok := total == ledgerSum && total == orders.sum+lateSum
+	row.BalanceOK = &ok
+	rep.Balance, rep.OrderSum = total, orders.sum
+	return row, nil
+}
+
+// metric sums the counter name of the run's registry over series whose label
+// has value.
+func (r *run) metric(name, label, value string) int {
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return int(total)
+}

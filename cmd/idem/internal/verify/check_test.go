@@ -1,0 +1,61 @@
+package verify
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A repeat within the retention window is a duplicated effect; one a window or
+// more after the first is a late duplicate, reported apart with its amount.
+func TestDupes(t *testing.T) {
+	t.Parallel()
+	const ret = time.Hour
+	at := func(d time.Duration) int64 { return int64(d) }
+	for _, tc := range []struct {
+		name       string
+		es         []applied
+		dup, late  int
+		lateAmount int64
+	}{
+		{"none", nil, 0, 0, 0},
+		{"once", []applied{{amount: 5, at: 0}}, 0, 0, 0},
+		{"twice within the window", []applied{{amount: 5, at: at(time.Minute)}, {amount: 5, at: 0}}, 1, 0, 0},
+		{"again after the window", []applied{{amount: 5, at: 0}, {amount: 7, at: at(ret)}}, 0, 1, 7},
+		{"both", []applied{{amount: 1, at: at(2 * ret)}, {amount: 2, at: 0}, {amount: 3, at: at(time.Second)}}, 1, 1, 1},
+	} {
+		dup, late, amt := dupes(tc.es, ret)
+		if dup != tc.dup || late != tc.late || amt != tc.lateAmount {
+			t.Errorf("%s: dupes = %d, %d, %d; want %d, %d, %d", tc.name, dup, late, amt, tc.dup, tc.late, tc.lateAmount)
+		}
+	}
+}
+
+// The verdict fails on any lost or doubled effect and on a wrong balance, not on
+// late duplicates, and names the boundary.
+func TestReportVerdict(t *testing.T) {
+	t.Parallel()
+	yes, no := true, false
+	for _, tc := range []struct {
+		name string
+		rows []Row
+		ok   bool
+		says string
+	}{
+		{"no rows", nil, false, "no boundary checked"},
+		{"exact", []Row{{Boundary: BoundaryInbox, EffectsApplied: 3, LateDuplicates: 1, BalanceOK: &yes}}, true, "OK: nothing lost, nothing doubled"},
+		{"lost", []Row{{Boundary: BoundaryRelay, Lost: 2}}, false, BoundaryRelay + " lost 2"},
+		{"doubled", []Row{{Boundary: BoundaryHTTP, DuplicatedEffects: 1}}, false, BoundaryHTTP + " doubled 1"},
+		{"balance", []Row{{Boundary: BoundaryInbox, BalanceOK: &no}}, false, BoundaryInbox + " balance wrong"},
+	} {
+		r := &Report{Rows: tc.rows, Faults: map[string]int{}}
+		var out bytes.Buffer
+		if err := r.WriteTable(&out); err != nil {
+			t.Fatal(err)
+		}
+		if r.OK() != tc.ok || !strings.Contains(out.String(), tc.says) {
+			t.Errorf("%s: OK() = %v, want %v; table lacks %q:\n%s", tc.name, r.OK(), tc.ok, tc.says, out.String())
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package verify
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/wait"
+)
+
+// The broker → consumer → ledger boundary: supervised consumers applying each
+// order to the ledger through the inbox.
+
+func (r *run) inboxConfig() inbox.Config {
+	return inbox.Config{
+		Consumer: consumerName, BatchSize: 32, MaxAttempts: 100, Retention: r.f.Retention,
+		Backoff:    func(int) time.Duration { return 20 * time.Millisecond },
+		Registerer: r.reg, Logger: r.log,
+	}
+}
+
+// ledger applies one order: a ledger entry and the running balance.
+func (r *run) ledger(ctx context.Context, tx *sql.Tx, m idem.Message) error {
+	var ev orderEvent
+	if err := json.Unmarshal(m.Payload, &ev); err != nil || ev.OrderID == "" {
+		return inbox.Permanent(fmt.Errorf("payload: want {\"order_id\", \"amount\"}: %v", err))
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO "+tableLedger+" (order_id, amount, applied_at) VALUES ($1, $2, $3)",
+		ev.OrderID, ev.Amount, r.now().UnixNano()); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE "+tableBalance+" SET total = total + $1 WHERE id = 1", ev.Amount); err != nil {
+		return err
+	}
+	return r.push.appendTx(ctx, tx, ev)
+}
+
+func (r *run) superviseConsumer(ctx context.Context) {
+	faults := []chaos.Fault{{Kind: chaos.FaultDuplicateDelivery, Weight: 3}}
+	if c, ok := r.f.Broker.(CumulativeAcker); !ok || !c.CumulativeAcks() {
+		faults = append(faults, chaos.Fault{Kind: chaos.FaultLostAck, Weight: 2})
+	}
+	if r.f.Broker.Proxy() != nil {
+		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3})
+	}
+	batch := []chaos.Fault{{Kind: chaos.FaultCrashBeforeEffect, Weight: 1}, {Kind: chaos.FaultCrashAfterEffect, Weight: 1}, {Kind: chaos.FaultCrashAfterCommit, Weight: 1}}
+	if r.f.Consumers > 1 {
+		batch = append(batch, chaos.Fault{Kind: chaos.FaultPaused, Weight: 0.3, Max: 3})
+	}
+	pause := r.f.Broker.AckWait() + 500*time.Millisecond
+	for first := true; ctx.Err() == nil; first = false {
+		if !first {
+			r.restarts.Add(1)
+		}
+		cctx, kill := context.WithCancel(ctx)
+		src, err := r.f.Broker.OpenSource(cctx)
+		if err != nil {
+			r.log.Warn("verify: open source", "err", err)
+			kill()
+			wait.Sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		cs := &chaos.Source{Source: src, Injector: r.inj, Faults: faults, BatchFaults: batch, BatchScale: 0.25, Kill: kill, Tally: &r.delivered}
+		c, err := inbox.New(cctx, cutSource{cs, r}, r.txdb, r.store, chaos.Handler(r.ledger, pause, kill), r.inboxConfig())
+		if err == nil {
+			err = c.Run(cctx)
+		}
+		kill()
+		_ = src.Close()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			r.log.Warn("verify: consumer stopped", "err", err)
+			wait.Sleep(ctx, 50*time.Millisecond)
+		}
+	}
+}
+
+// cutSource turns a broker cut fault chosen for a delivery into a real cut.
+type cutSource struct {
+	s *chaos.Source
+	r *run
+}
+
+func (c cutSource) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
+	ds, err := c.s.Receive(ctx, max)
+	if err != nil && ctx.Err() == nil {
+		// A broken broker connection (RabbitMQ's does not recover by itself):
+		// start over on a fresh one, as a supervised consumer process would.
+		c.s.Kill()
+	}
+	for _, d := range ds {
+		if d.Headers[chaos.HeaderFault] == FaultBrokerCut {
+			c.r.cut(c.r.f.Broker.Proxy(), FaultBrokerCut)
+		}
+	}
+	return ds, err
+}
+
+func (c cutSource) Close() error { return c.s.Close() }
+
+// noDedup is the unsafe mode's store: every key is new, every time.
+type noDedup struct{}
+
+func (noDedup) ClaimTx(context.Context, *sql.Tx, idem.Claim) (idem.Result, error) {
+	return idem.Result{Outcome: idem.Acquired, Token: 1}, nil
+}
+func (noDedup) CompleteTx(context.Context, *sql.Tx, idem.Key, uint64, []byte) error { return nil }
+func (noDedup) ReleaseTx(context.Context, *sql.Tx, idem.Key, uint64) error          { return nil }
+
+// emptySource lets inbox.New create its tables before the consumers start.
+type emptySource struct{}
+
+func (emptySource) Receive(ctx context.Context, _ int) ([]idem.Delivery, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (emptySource) Close() error { return nil }

@@ -1,0 +1,328 @@
+package verify
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/outbox"
+)
+
+// Faults the flow ties to operations through OnFault hooks.
+const (
+	// FaultClockJump: the clock that drives the stores' leases and retention jumps
+	// forwards or backwards by up to a few minutes.
+	FaultClockJump = "clock_jump"
+	// FaultDBCut: every database connection is cut (through a Proxy).
+	FaultDBCut = "db_connection_cut"
+	// FaultBrokerCut: every broker connection is cut (through a Proxy).
+	FaultBrokerCut = "broker_connection_cut"
+	// FaultLateRetry: a client retries an order after the server forgot its key
+	// (the clock jumped past the retention window): a documented limit, reported
+	// apart from the guarantee.
+	FaultLateRetry = "late_retry_past_retention"
+	// FaultRestart counts relay and consumer processes started again after a crash.
+	FaultRestart = "process_restart"
+)
+
+// Broker is the message broker of a Flow. The flow opens a sink for every relay
+// process and a source for every consumer process it starts, so a crashed process
+// comes back on connections of its own where the broker needs it.
+type Broker interface {
+	// Name describes the broker in reports ("nats (embedded)").
+	Name() string
+	// Topic is the subject, topic, stream or queue the orders are published to.
+	Topic() string
+	OpenSink(ctx context.Context) (idem.Sink, error)
+	OpenSource(ctx context.Context) (idem.Source, error)
+	// AckWait is how long a delivery may stay unacknowledged before the broker
+	// delivers it again (JetStream AckWait, Redis MinIdle).
+	AckWait() time.Duration
+	// Proxy is the proxy the broker connections go through, or nil.
+	Proxy() *chaos.Proxy
+	// Stored is the number of messages the broker holds, when it can tell: the
+	// broker's own dedup is the difference with what was published.
+	Stored(ctx context.Context) (n int, ok bool)
+}
+
+// CumulativeAcker is implemented by a Broker whose acks are cumulative offsets
+// (Kafka): a consumer commits "everything up to here", so a lost commit is healed
+// by the next one and an ack lost for a single message is not a fault such a broker
+// has. Flow injects no chaos.FaultLostAck on it; crashes before the ack still apply.
+type CumulativeAcker interface {
+	CumulativeAcks() bool
+}
+
+// Flow is the whole exactly-once flow of idem verify, with faults at every
+// boundary: clients place orders over HTTP with Idempotency-Key (idemhttp
+// Transport and AtomicMiddleware); the order service writes each order and an
+// outbox message in one transaction (outbox); a relay publishes the outbox to the
+// broker (outbox.Relay); consumers apply each order to a ledger and a running
+// balance in one transaction with the message key (inbox). At the end Run reads
+// the databases and reports, per boundary, what was delivered and what took effect.
+type Flow struct {
+	// DB holds the orders, the outbox, the ledger and the keys. It must be a database
+	// the run owns (a new SQLite file, a fresh Postgres schema): Run creates tables.
+	DB *sql.DB
+	// Store records the keys of requests and messages in their transactions.
+	// Required unless Unsafe.
+	Store  idem.TxStore[*sql.Tx]
+	Broker Broker
+	// Clock, if set, is the clock that drives Store's expiry: clock jumps are injected
+	// on it, and a few orders are retried after the retention window (late retries).
+	Clock *chaos.Clock
+	// DBProxy, if set, is the proxy DB's connections go through: cuts are injected.
+	DBProxy *chaos.Proxy
+
+	Orders    int     // orders to place; default 10,000
+	Clients   int     // concurrent clients; default 16
+	Consumers int     // concurrent consumer processes; default 2
+	FaultRate float64 // fraction of operations hit by a fault at each boundary
+	Seed      int64
+	// Unsafe turns idem's protection off: no idempotency middleware, no inbox
+	// dedup. Everything else (retries, redeliveries, faults) is the same: the plain
+	// at-least-once flow, which the checker must catch doubling effects.
+	Unsafe bool
+	// Retention is the key retention of Store (HTTP and inbox). Default 24 h.
+	Retention time.Duration
+	// Timeout bounds the wait for the flow to settle once the clients are done.
+	// Default 2 minutes; what has not arrived by then is reported lost.
+	Timeout time.Duration
+	// Progress, if set, is called a few times a second while the flow runs.
+	Progress func(Progress)
+	// Logger receives the warnings of relays and consumers (expected under faults).
+	// Nil discards them.
+	Logger *slog.Logger
+}
+
+// Progress is the state of a running flow.
+type Progress struct {
+	Placed, Applied, Orders int // orders answered by the service, orders in the ledger, orders to place
+	Faults                  int // faults injected so far
+	Settling                bool
+}
+
+const (
+	tableOrders  = "verify_orders"
+	tableLedger  = "verify_ledger"
+	tableBalance = "verify_balance"
+	tablePaid    = "verify_paid"
+	consumerName = "ledger"
+)
+
+// run is the state of one Run.
+type run struct {
+	f     *Flow
+	txdb  idem.TxDB[*sql.Tx]
+	ob    *outbox.Outbox[*sql.Tx]
+	inj   *chaos.Injector
+	reg   *prometheus.Registry
+	log   *slog.Logger
+	store idem.TxStore[*sql.Tx]
+
+	received   chaos.Tally  // requests that reached the server, by key
+	executions atomic.Int64 // order handler runs
+	placed     atomic.Int64
+	published  chaos.Tally // messages handed to the broker, by id
+	delivered  chaos.Tally // deliveries to consumers, by id
+	restarts   atomic.Int64
+	paysvc     *paymentService
+	push       *pusher
+	cutting    sync.Map // *chaos.Proxy → *atomic.Bool, held while the proxy is being cut
+}
+
+// intent is one order a client means to place once.
+type intent struct {
+	key      string
+	customer string
+	amount   int64
+	accepted bool   // the client got 201
+	orderID  string // from the 201
+}
+
+func (f *Flow) defaults() {
+	if f.Orders <= 0 {
+		f.Orders = 10000
+	}
+	if f.Clients <= 0 {
+		f.Clients = 16
+	}
+	if f.Consumers <= 0 {
+		f.Consumers = 2
+	}
+	if f.Retention <= 0 {
+		f.Retention = idem.DefaultRetention
+	}
+	if f.Timeout <= 0 {
+		f.Timeout = 2 * time.Minute
+	}
+	if f.Logger == nil {
+		f.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Run places the orders, waits for the flow to settle, and checks the databases.
+// The error is for failures of the harness itself (a database that cannot be
+// set up); lost or doubled effects are in the Report.
+func (f *Flow) Run(ctx context.Context) (*Report, error) {
+	r, err := f.newRun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	srv, url, err := r.startServer()
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+	stop, closeAll, err := r.startBackground(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+
+	intents := r.intents()
+	r.placeAll(ctx, url, intents)
+	if r.settle(ctx, start) && f.Clock != nil && f.FaultRate > 0 && ctx.Err() == nil {
+		r.retryLate(ctx, url, intents)
+		r.settle(ctx, time.Now())
+	}
+	elapsed := time.Since(start)
+	stop()
+	return r.report(ctx, intents, elapsed)
+}
+
+// newRun checks f, applies its defaults and sets up the run's tables and outbox.
+func (f *Flow) newRun(ctx context.Context) (*run, error) {
+	f.defaults()
+	switch {
+	case f.DB == nil || f.Broker == nil:
+		return nil, errors.New("verify: Flow needs DB and Broker")
+	case !f.Unsafe && f.Store == nil:
+		return nil, errors.New("verify: Flow.Store is nil; set it, or set Unsafe for the negative control")
+	}
+	txdb, err := idem.SQLDB(ctx, f.DB)
+	if err != nil {
+		return nil, err
+	}
+	r := &run{f: f, txdb: txdb, inj: chaos.NewInjector(f.Seed, f.FaultRate), reg: prometheus.NewRegistry(), log: f.Logger, store: f.Store}
+	if f.Unsafe {
+		r.store = noDedup{}
+	}
+	if err := r.createTables(ctx); err != nil {
+		return nil, err
+	}
+	if r.ob, err = outbox.New(ctx, txdb, outbox.Config{}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// startBackground starts everything but the clients: the payment service and its
+// workers, the push server and its watchers, the relay and the consumers. They run
+// until stop; closeAll then closes the servers (after the check).
+func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err error) {
+	var closers []func()
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	fail := func(err error) (func(), func(), error) {
+		closeAll()
+		return nil, nil, err
+	}
+	// The first consumer is created here so that its tables exist before the
+	// others race to create them.
+	if _, err := inbox.New(ctx, emptySource{}, r.txdb, r.store, r.ledger, r.inboxConfig()); err != nil {
+		return fail(err)
+	}
+	if r.paysvc, err = startPaymentService(r.f.Unsafe); err != nil {
+		return fail(err)
+	}
+	closers = append(closers, func() { r.paysvc.srv.Close() })
+	// The fence's leases run on the real clock: a backward jump of the flow's clock
+	// (up to minutes) would hold every crashed worker's effect for that long.
+	var fence *effect.Fence[*sql.Tx]
+	if !r.f.Unsafe {
+		if fence, err = effect.New(ctx, r.txdb, effect.Config{Lease: paymentLease, Registerer: r.reg, Logger: r.log}); err != nil {
+			return fail(err)
+		}
+	}
+	if r.push, err = r.startPush(ctx); err != nil {
+		return fail(err)
+	}
+	closers = append(closers, r.push.close)
+
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { r.payments(bg, fence, r.paysvc, 2) })
+	wg.Go(func() { r.push.watch(bg) })
+	wg.Go(func() { r.superviseRelay(bg) })
+	for range r.f.Consumers {
+		wg.Go(func() { r.superviseConsumer(bg) })
+	}
+	progressDone := r.reportProgress(bg)
+	stop = func() {
+		cancel()
+		wg.Wait()
+		<-progressDone
+	}
+	return stop, closeAll, nil
+}
+
+// report checks the databases and fills in the run's setup and faults.
+func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duration) (*Report, error) {
+	f := r.f
+	rep, err := r.check(context.WithoutCancel(ctx), intents)
+	if err != nil {
+		return nil, err
+	}
+	rep.Seed, rep.FaultRate, rep.Ops, rep.Unsafe, rep.Elapsed = f.Seed, f.FaultRate, f.Orders, f.Unsafe, elapsed
+	rep.Broker = f.Broker.Name()
+	rep.Operations, rep.Faulted = r.inj.Ops(), r.inj.Faulted()
+	rep.Faults = r.inj.Counts()
+	if n := int(r.restarts.Load()); n > 0 {
+		rep.Faults[FaultRestart] = n
+	}
+	if ctx.Err() != nil {
+		return rep, ctx.Err()
+	}
+	return rep, nil
+}
+
+func (r *run) createTables(ctx context.Context) error {
+	for _, stmt := range []string{
+		"CREATE TABLE " + tableOrders + " (id TEXT PRIMARY KEY, request_key TEXT NOT NULL, customer TEXT NOT NULL, amount BIGINT NOT NULL, created_at BIGINT NOT NULL)",
+		// No unique constraint on order_id: a doubled effect must be visible, not refused.
+		"CREATE TABLE " + tableLedger + " (order_id TEXT NOT NULL, amount BIGINT NOT NULL, applied_at BIGINT NOT NULL)",
+		"CREATE INDEX " + tableLedger + "_order ON " + tableLedger + " (order_id)",
+		"CREATE TABLE " + tableBalance + " (id INTEGER PRIMARY KEY, total BIGINT NOT NULL)",
+		"INSERT INTO " + tableBalance + " (id, total) VALUES (1, 0)",
+		"CREATE TABLE " + tablePaid + " (order_id TEXT PRIMARY KEY)",
+	} {
+		if _, err := r.f.DB.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("set up the flow's tables (the database must be new to the run): %w", err)
+		}
+	}
+	return nil
+}
+
+func (r *run) now() time.Time {
+	if r.f.Clock != nil {
+		return r.f.Clock.Now()
+	}
+	return time.Now()
+}

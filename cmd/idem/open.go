@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/outbox"
+)
+
+// The URL flags of every command map here, one switch per kind of backend, to one
+// small opener per URL scheme. The openers of a scheme live in its own file
+// (open_postgres.go, open_sqlite.go, open_redis.go, open_nats.go, open_kafka.go,
+// open_amqp.go) with the connection helper serve, relay, verify and bench share.
+// A command's parse checks its flag without connecting (parseStore, parseDB,
+// parseSink); the openers connect, and their errors name the flag.
+//
+//	serve  --store   sqlite:PATH, postgres://, redis://, memory:     storeSpec.open
+//	relay  --db      sqlite:PATH, postgres://                        openRelayDB
+//	relay  --sink    nats://, kafka://, redis://, amqp://, https://  sinkSpec.open
+//	verify --db      sqlite:[PATH], postgres://                      openVerifyDB
+//	verify --broker  nats:[//…], kafka:[//…], redis://, amqp://      openVerifyBroker
+//	bench            the same SQLite DSN (openSQLite)
+
+// open connects the store and registers its metrics on reg; close releases what
+// it acquired, after the last request that used the store.
+func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store idem.Store, close func(), err error) {
+	switch s.kind {
+	case "memory":
+		return openMemoryStore(s, reg)
+	case "sqlite":
+		return openSQLiteStore(ctx, s, reg)
+	case "postgres":
+		return openPostgresStore(ctx, s, reg)
+	case "redis":
+		return openRedisStore(ctx, s, reg)
+	}
+	return nil, nil, fmt.Errorf("--store %s: unknown store kind %q", s.desc, s.kind)
+}
+
+// openMemoryStore is serve's --store memory:[?max_bytes=N].
+func openMemoryStore(s storeSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
+	st, err := idemmem.New(idemmem.Config{Registerer: reg, MaxBytes: s.maxBytes})
+	return st, func() {}, err
+}
+
+// relayDB is the outbox relay on relay's --db: run publishes until its context
+// ends, ping checks the database, close releases the connections.
+type relayDB struct {
+	run, ping func(context.Context) error
+	close     func()
+}
+
+// openRelayDB opens the outbox of --db and its relay publishing to sink.
+func openRelayDB(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
+	switch db.dialect {
+	case "postgres":
+		return openPostgresRelay(ctx, db, sink, cfg)
+	case "sqlite":
+		return openSQLiteRelay(ctx, db, sink, cfg)
+	}
+	return nil, fmt.Errorf("--db %s: unknown database", db.desc)
+}
+
+// withRelay sets rd.run to the relay of ob to sink, or closes rd.
+func withRelay[Tx any](rd *relayDB, ob *outbox.Outbox[Tx], sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
+	r, err := ob.Relay(sink, cfg)
+	if err != nil {
+		rd.close()
+		return nil, err
+	}
+	rd.run = r.Run
+	return rd, nil
+}
+
+// open connects the sink; close releases what open acquired.
+func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, close func(), err error) {
+	switch s.kind {
+	case "nats":
+		return openNATSSink(ctx, s, o)
+	case "kafka":
+		return openKafkaSink(s)
+	case "redis":
+		return openRedisSink(ctx, s)
+	case "amqp":
+		return openAMQPSink(s, o)
+	case "webhook":
+		return s.webhook, func() {}, nil
+	}
+	return nil, nil, fmt.Errorf("--sink %s: unknown sink", s.desc)
+}
+
+// openVerifyDB maps verify's --db to a database the run owns:
+//
+//	sqlite:        a SQLite file in a temporary directory, removed after
+//	sqlite:PATH    a new SQLite file at PATH, kept (it must not exist)
+//	postgres://…   PostgreSQL, through a chaos.Proxy; the run's tables go into a
+//	               fresh schema, dropped after unless keep
+func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
+	switch {
+	case strings.HasPrefix(raw, "sqlite:"):
+		return openVerifySQLite(ctx, raw, keep)
+	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		return openVerifyPostgres(ctx, raw, keep)
+	}
+	return nil, fmt.Errorf("--db %q: unknown database; use sqlite: (temporary), sqlite:PATH or postgres://user@host/db", redactURL(raw))
+}
+
+// openVerifyBroker maps verify's --broker to a broker for the run:
+//
+//	nats:                 embedded NATS JetStream in a temporary directory (default)
+//	nats://host:4222      a NATS server with JetStream
+//	kafka:                an in-process Kafka cluster (franz-go's kfake)
+//	kafka://host:9092     a Kafka cluster
+//	redis://host:6379     Redis Streams
+//	amqp://user:pass@host RabbitMQ (a quorum queue)
+//
+// Every run uses its own stream, topic or queue, named after run. Connections to
+// NATS, Redis and RabbitMQ go through a chaos.Proxy, so the run can cut them.
+func openVerifyBroker(ctx context.Context, raw, run string, logger *slog.Logger) (*verifyBroker, error) {
+	b := &verifyBroker{}
+	var err error
+	switch scheme, _, _ := strings.Cut(raw, ":"); scheme {
+	case "nats":
+		err = openNATSBroker(ctx, b, raw, run, logger)
+	case "kafka":
+		err = openKafkaBroker(b, raw, run)
+	case "redis", "rediss":
+		err = openRedisBroker(ctx, b, raw, run)
+	case "amqp", "amqps":
+		err = openAMQPBroker(b, raw, run)
+	default:
+		err = fmt.Errorf("--broker %q: unknown broker; use nats: (embedded), nats://host:4222, kafka: (in-process), "+
+			"kafka://host:9092, redis://host:6379 (Streams) or amqp://user:pass@host:5672/", redactURL(raw))
+	}
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"net/url"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for verify's postgres:// URLs
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/internal/redact"
+	"github.com/idemhq/idem/outbox"
+)
+
+// openPostgres connects a pool to the postgres:// URL raw and checks that the
+// server answers; flag and desc name the URL in errors.
+func openPostgres(ctx context.Context, flag, desc, raw string) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.New(ctx, raw)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		return nil, fmt.Errorf("%s %s: connect: %w", flag, desc, err)
+	}
+	return pool, nil
+}
+
+// openPostgresStore is serve's --store postgres://…: an idempg.Store on a pool.
+func openPostgresStore(ctx context.Context, s storeSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
+	pool, err := openPostgres(ctx, "--store", s.desc, s.raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := idempg.New(ctx, pool, idempg.Config{Registerer: reg})
+	if err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
+	}
+	return st, pool.Close, nil
+}
+
+// openPostgresRelay is relay's --db postgres://…: the outbox on a pool, the relay
+// woken by LISTEN/NOTIFY.
+func openPostgresRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
+	pool, err := openPostgres(ctx, "--db", db.desc, db.raw)
+	if err != nil {
+		return nil, err
+	}
+	n := idempg.NewNotifier(pool, idempg.DefaultChannel)
+	rd := &relayDB{ping: pool.Ping, close: func() { n.Close(); pool.Close() }}
+	ob, err := outbox.New(ctx, idempg.TxDB(pool), outbox.Config{})
+	if err == nil {
+		// Listen before the first round: every commit after it wakes the relay, and
+		// every commit before it is seen by that round.
+		err = n.Listen(ctx)
+	}
+	if err != nil {
+		rd.close()
+		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
+	}
+	cfg.Notifier = n
+	return withRelay(rd, ob, sink, cfg)
+}
+
+// openVerifyPostgres is verify's --db postgres://…: a fresh schema, dropped after
+// unless keep, reached through a chaos.Proxy so the run can cut the connections.
+func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// A *url.Error quotes the whole URL, password included.
+		return nil, fmt.Errorf("--db %q: %s: use postgres://user@host:5432/db", redactURL(raw), redact.String(err.Error()))
+	}
+	admin, err := sql.Open("pgx", raw)
+	if err != nil {
+		return nil, fmt.Errorf("--db %s: %w", redactURL(raw), redact.Error(err))
+	}
+	schema := "idem_verify_" + randomHex(6)
+	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("--db %s: create the run's schema: %w", redactURL(raw), redact.Error(err))
+	}
+	drop := func() {
+		if !keep {
+			_, _ = admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		}
+		admin.Close()
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "5432")
+	}
+	proxy, err := chaos.NewProxy("postgres", host)
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	u.Host = proxy.Addr()
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	db, err := sql.Open("pgx", u.String())
+	if err == nil {
+		db.SetMaxOpenConns(32)
+	}
+	var s *idempg.SQLStore
+	if err == nil {
+		s, err = idempg.NewSQL(ctx, db, idempg.Config{})
+	}
+	if err != nil {
+		if db != nil {
+			db.Close()
+		}
+		proxy.Close()
+		drop()
+		return nil, fmt.Errorf("--db %s: %w", redactURL(raw), redact.Error(err))
+	}
+	name := "postgres (schema " + schema + ")"
+	return &verifyDB{name: name, db: db, store: s, proxy: proxy,
+		close: func() { db.Close(); proxy.Close(); drop() }}, nil
+}

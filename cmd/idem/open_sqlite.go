@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/outbox"
+)
+
+// openSQLite opens the SQLite file at path as idemsqlite.Open does
+// (idemsqlite.DSN): WAL, so a service's writes and the relay's reads do not block
+// each other, a busy timeout, immediate transactions.
+func openSQLite(path string) (*sql.DB, error) {
+	return sql.Open("sqlite", idemsqlite.DSN(path, idemsqlite.Config{}))
+}
+
+// openSQLiteStore is serve's --store sqlite:PATH.
+func openSQLiteStore(ctx context.Context, s storeSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
+	st, err := idemsqlite.Open(ctx, s.path, idemsqlite.Config{Registerer: reg})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
+	}
+	return st, func() { _ = st.Close() }, nil
+}
+
+// openSQLiteRelay is relay's --db sqlite:PATH: the outbox of the service's file,
+// polled.
+func openSQLiteRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
+	sdb, err := openSQLite(db.path)
+	if err != nil {
+		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
+	}
+	rd := &relayDB{ping: sdb.PingContext, close: func() { sdb.Close() }}
+	txdb, err := idem.SQLDB(ctx, sdb)
+	var ob *outbox.Outbox[*sql.Tx]
+	if err == nil {
+		ob, err = outbox.New(ctx, txdb, outbox.Config{})
+	}
+	if err != nil {
+		rd.close()
+		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
+	}
+	return withRelay(rd, ob, sink, cfg)
+}
+
+// openVerifySQLite is verify's --db sqlite:[PATH]: a new file (a temporary one,
+// removed after unless keep, when PATH is empty) whose store runs on a chaos.Clock
+// the run makes jump.
+func openVerifySQLite(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
+	path := strings.TrimPrefix(raw, "sqlite:")
+	name := "sqlite " + path
+	cleanup := func() {}
+	if path == "" {
+		dir, err := os.MkdirTemp("", "idem-verify-")
+		if err != nil {
+			return nil, err
+		}
+		path, name = filepath.Join(dir, "idem.db"), "sqlite (temporary file)"
+		if keep {
+			name = "sqlite " + path
+		} else {
+			cleanup = func() { os.RemoveAll(dir) }
+		}
+	} else if _, err := os.Stat(path); err == nil {
+		return nil, fmt.Errorf("--db %s: the file exists; a run needs a database of its own: name a new file, or use sqlite: for a temporary one", raw)
+	}
+	clock := &chaos.Clock{}
+	s, err := idemsqlite.Open(ctx, path, idemsqlite.Config{Now: clock.Now})
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("--db %s: %w", raw, err)
+	}
+	// One writer at a time: SQLite serializes writers anyway, and a few
+	// connections queue in database/sql (FIFO) instead of sleeping in
+	// SQLite's busy handler, which backs off up to 100 ms per try.
+	s.DB().SetMaxOpenConns(3)
+	return &verifyDB{name: name, db: s.DB(), store: s, clock: clock, close: func() { s.Close(); cleanup() }}, nil
+}
