@@ -20,7 +20,7 @@ import (
 // A command's parse checks its flag without connecting (parseStore, parseDB,
 // parseSink); the openers connect, and their errors name the flag.
 //
-//	serve  --store   sqlite:PATH, postgres://, redis://, memory:     storeSpec.open
+//	serve  --store   sqlite:PATH, postgres://, mysql://, redis://, memory:  storeSpec.open
 //	relay  --db      sqlite:PATH, postgres://                        openRelayDB
 //	relay  --sink    nats://, kafka://, redis://, amqp://, https://  sinkSpec.open
 //	verify --db      sqlite:[PATH], postgres://                      openVerifyDB
@@ -39,6 +39,8 @@ func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store i
 		return openPostgresStore(ctx, s, reg)
 	case "redis":
 		return openRedisStore(ctx, s, reg)
+	case "mysql":
+		return openMySQLStore(ctx, s, reg)
 	}
 	return nil, nil, fmt.Errorf("--store %s: unknown store kind %q", s.desc, s.kind)
 }

@@ -69,6 +69,7 @@ Authorization; it is never printed.
 Stores (--store):
   sqlite:PATH                         a file, created if missing (default); one gateway per file
   postgres://user:pass@host:5432/db   shared by several gateways; pool size with ?pool_max_conns=N
+  mysql://user:pass@host:3306/db      MySQL 8.0 or MariaDB 10.6+, shared by several gateways
   redis://host:6379[/db][?prefix=P]   shared by several gateways; keys start with P (default idem:)
   memory:[?max_bytes=512MiB]          forgotten on restart: for tests and single-use setups; new keys
                                       get 503 once its records take max_bytes (default 512MiB)
@@ -101,7 +102,7 @@ func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
 	o := &serveOptions{maxBody: idemhttp.DefaultMaxBodyBytes}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the gateway serves on (:8080 for every interface)")
 	fs.StringVar(&o.upstream, "upstream", "", "URL of the service behind the gateway, such as http://127.0.0.1:9000 (required)")
-	fs.StringVar(&o.store, "store", "sqlite:idem-gateway.db", "where keys and responses are kept: sqlite:PATH, postgres://…, redis://… or memory:")
+	fs.StringVar(&o.store, "store", "sqlite:idem-gateway.db", "where keys and responses are kept: sqlite:PATH, postgres://…, mysql://…, redis://… or memory:")
 	fs.StringVar(&o.admin, "admin-listen", "127.0.0.1:9465", "address of /metrics and /healthz; empty for none")
 	fs.StringVar(&o.scopeHeader, "scope-header", "", "also scope keys by this tenant header (requests without it get 400), combined with the caller's credentials")
 	fs.BoolVar(&o.trustScope, "trust-scope-header", false, "scope keys by --scope-header alone, without the credentials: only behind a trusted proxy that authenticates callers and sets (and strips) this header")

@@ -50,9 +50,11 @@ func parseStore(raw string) (storeSpec, error) {
 		s.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	case strings.HasPrefix(raw, "redis://"), strings.HasPrefix(raw, "rediss://"):
 		return parseRedisStore(s)
+	case strings.HasPrefix(raw, "mysql://"):
+		return parseMySQLStore(s)
 	default:
 		return s, fmt.Errorf("--store %q: unknown store; use sqlite:PATH, postgres://user@host:5432/db, "+
-			"redis://host:6379[/db] or memory:", s.desc)
+			"mysql://user@host:3306/db, redis://host:6379[/db] or memory:", s.desc)
 	}
 	return s, nil
 }

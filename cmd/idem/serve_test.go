@@ -185,6 +185,7 @@ func TestServeRestartKeepsReplaying(t *testing.T) {
 	}{
 		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "gw.db") }},
 		{"postgres", func(t *testing.T) string { cs, _ := testsvc.PostgresSchema(t); return cs }},
+		{"mysql", func(t *testing.T) string { return testsvc.MySQLDatabase(t) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
