@@ -124,12 +124,8 @@ func (e env) fence(t *testing.T, cfg effect.Config) *effect.Fence[*sql.Tx] {
 
 // forEachDB runs fn on SQLite, Postgres and MySQL, each in a database of its own.
 func forEachDB(t *testing.T, fn func(t *testing.T, e env)) {
-	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		fn(t, env{db.Dialect.String(), db, &chaos.Clock{}})
-	})
-	t.Run("mysql", func(t *testing.T) {
-		t.Parallel()
-		fn(t, env{"mysql", sqltest.MySQL(t), &chaos.Clock{}})
 	})
 }
 

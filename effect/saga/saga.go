@@ -236,9 +236,13 @@ func (o *Orchestrator[Tx]) StartTx(ctx context.Context, tx Tx, name, id string, 
 		data = []byte{}
 	}
 	now := o.cfg.Now().UnixNano()
-	n, err := o.db.Querier(tx).Exec(ctx, `INSERT INTO idem_sagas (id, saga, state, step, data, results, attempts, reason,
-		next_at, lease_until, token, created_at, updated_at) VALUES ($1, $2, 'running', 0, $3, '{}', 0, '', $4, 0, 0, $4, $4)
-		ON CONFLICT (id) DO NOTHING`, id, name, data, now)
+	insert, conflict := "INSERT INTO", " ON CONFLICT (id) DO NOTHING"
+	if o.db.Dialect == idem.MySQL {
+		insert, conflict = "INSERT IGNORE INTO", "" // the id fits its column: Validate bounds it
+	}
+	n, err := o.db.Querier(tx).Exec(ctx, insert+` idem_sagas (id, saga, state, step, data, results, attempts, reason,
+		next_at, lease_until, token, created_at, updated_at) VALUES ($1, $2, 'running', 0, $3, '{}', 0, '', $4, 0, 0, $4, $4)`+conflict,
+		id, name, data, now)
 	if err != nil {
 		return false, &idem.BackendError{Backend: "saga", Op: "start", Err: err}
 	}

@@ -124,7 +124,7 @@ type env struct {
 }
 
 func forEachDB(t *testing.T, fn func(t *testing.T, e env)) {
-	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		fn(t, env{db, &chaos.Clock{}})
 	})
 }

@@ -30,6 +30,16 @@ func ForEachDB(t *testing.T, fn func(t *testing.T, db idem.TxDB[*sql.Tx])) {
 	})
 }
 
+// ForEachDialect runs fn as ForEachDB does, and as a third parallel subtest "mysql"
+// on a MySQL/MariaDB database of its own: for the components that speak MySQL.
+func ForEachDialect(t *testing.T, fn func(t *testing.T, db idem.TxDB[*sql.Tx])) {
+	ForEachDB(t, fn)
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		fn(t, MySQL(t))
+	})
+}
+
 // SQLite opens a new SQLite database, closed when t ends.
 func SQLite(t testing.TB) idem.TxDB[*sql.Tx] {
 	t.Helper()
