@@ -59,6 +59,17 @@ const (
 	registerSQL = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, 1, 0, NULL)
 		ON CONFLICT (scope, producer) DO UPDATE SET epoch = idem_sequences.epoch + 1
 		RETURNING epoch, next`
+
+	// MySQL has neither ON CONFLICT nor UPDATE ... RETURNING. IGNORE skips only the
+	// duplicate: CheckArgs bounds the producer by its column.
+	// As lockUpsert: insert a blank window or take the existing row's exclusive lock,
+	// then read it under that lock. Reading first (a locking read of a missing row
+	// takes a gap lock) deadlocks first checks of a new producer with each other.
+	mysqlLockUpsert = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, 0, 0, NULL)
+		ON DUPLICATE KEY UPDATE epoch = epoch`
+	mysqlRegister = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, 1, 0, NULL)
+		ON DUPLICATE KEY UPDATE epoch = epoch + 1`
+	mysqlRegistered = `SELECT epoch, next FROM idem_sequences WHERE scope = $1 AND producer = $2`
 )
 
 // CheckTx records seq from producer at epoch inside tx. The verdict holds only if tx
@@ -95,9 +106,14 @@ func (t *SQLTracker[Tx]) check(ctx context.Context, q idem.Querier, producer str
 		bitmap []byte
 		err    error
 	)
-	if t.db.Dialect == idem.SQLite {
+	switch t.db.Dialect {
+	case idem.SQLite:
 		err = q.QueryRow(ctx, lockUpsert, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
-	} else {
+	case idem.MySQL:
+		if _, err = q.Exec(ctx, mysqlLockUpsert, t.cfg.Scope, producer); err == nil {
+			err = q.QueryRow(ctx, selectForUpdate, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
+		}
+	default:
 		err = q.QueryRow(ctx, selectForUpdate, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
 		if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 			v, _ := w.Check(epoch, seq)
@@ -132,7 +148,16 @@ func (t *SQLTracker[Tx]) Register(ctx context.Context, producer string) (r Regis
 	}
 	err = t.inTx(ctx, "register", func(q idem.Querier) error {
 		var e, n int64
-		if err := q.QueryRow(ctx, registerSQL, t.cfg.Scope, producer).Scan(&e, &n); err != nil {
+		if t.db.Dialect == idem.MySQL {
+			// The upsert holds the row's lock until the end of the transaction, so
+			// the read sees this upsert's epoch.
+			if _, err := q.Exec(ctx, mysqlRegister, t.cfg.Scope, producer); err != nil {
+				return err
+			}
+			if err := q.QueryRow(ctx, mysqlRegistered, t.cfg.Scope, producer).Scan(&e, &n); err != nil {
+				return err
+			}
+		} else if err := q.QueryRow(ctx, registerSQL, t.cfg.Scope, producer).Scan(&e, &n); err != nil {
 			return err
 		}
 		r = Registration{Producer: producer, Epoch: uint64(e), Next: uint64(n)}
@@ -141,12 +166,23 @@ func (t *SQLTracker[Tx]) Register(ctx context.Context, producer string) (r Regis
 	return r, err
 }
 
+// inTx runs fn in a transaction of its own, again if the database rolled it back to
+// break a deadlock (MySQL does, between first checks of a new producer).
 func (t *SQLTracker[Tx]) inTx(ctx context.Context, op string, fn func(idem.Querier) error) error {
-	if err := t.db.InTx(ctx, func(tx Tx) error { return fn(t.db.Querier(tx)) }); err != nil {
+	var err error
+	for range maxTxAttempts {
+		if err = t.db.InTx(ctx, func(tx Tx) error { return fn(t.db.Querier(tx)) }); !idem.IsSerializationFailure(err) {
+			break
+		}
+	}
+	if err != nil {
 		return t.backendErr(ctx, op, err)
 	}
 	return nil
 }
+
+// maxTxAttempts bounds the runs of a transaction rolled back for a deadlock.
+const maxTxAttempts = 8
 
 func (t *SQLTracker[Tx]) backendErr(ctx context.Context, op string, err error) error {
 	var ie *idem.InputError

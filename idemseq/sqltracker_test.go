@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -42,6 +44,21 @@ func sqlHarness(open func(*testing.T) *sql.DB, maxSteps int) idemtest.SeqHarness
 		}
 		return tr
 	}}
+}
+
+func openMySQL(t *testing.T) *sql.DB {
+	t.Helper()
+	return testsvc.MySQLDB(t)
+}
+
+func TestMySQLSuite(t *testing.T) {
+	t.Parallel()
+	idemtest.SeqSuite(t, sqlHarness(openMySQL, 30))
+}
+
+func TestMySQLCheckTx(t *testing.T) {
+	t.Parallel()
+	testCheckTx(t, openMySQL(t))
 }
 
 func TestSQLiteSuite(t *testing.T) {
@@ -86,7 +103,11 @@ func testCheckTx(t *testing.T, db *sql.DB) {
 		if err != nil || v != idemseq.Accepted {
 			return v, err
 		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO effects VALUES ('p', $1)", int64(seq)); err != nil {
+		query, args := idem.Rebind("INSERT INTO effects VALUES ('p', $1)", []any{int64(seq)})
+		if !strings.Contains(fmt.Sprintf("%T", db.Driver()), "mysql") {
+			query, args = "INSERT INTO effects VALUES ('p', $1)", []any{int64(seq)}
+		}
+		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
 			return 0, err
 		}
 		if !commit {
