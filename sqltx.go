@@ -63,6 +63,11 @@ type TxDB[Tx any] struct {
 	Commit   func(ctx context.Context, tx Tx) error
 	Rollback func(ctx context.Context, tx Tx) error
 	Querier  func(tx Tx) Querier
+	// BeginReadCommitted, where set, begins a READ COMMITTED transaction. The outbox
+	// relay on MySQL needs one: under InnoDB's default REPEATABLE READ its locking
+	// reads would lock gaps and hold producers' inserts back while it publishes.
+	// SQLDB sets it for MySQL.
+	BeginReadCommitted func(ctx context.Context) (Tx, error)
 }
 
 // Validate reports a TxDB with a missing field as an *InputError.
@@ -78,7 +83,20 @@ func (d TxDB[Tx]) Validate() error {
 
 // InTx runs fn in a transaction of d and commits it, or rolls it back if fn fails.
 func (d TxDB[Tx]) InTx(ctx context.Context, fn func(tx Tx) error) error {
-	tx, err := d.Begin(ctx)
+	return d.inTx(ctx, d.Begin, fn)
+}
+
+// InTxReadCommitted is InTx in a READ COMMITTED transaction where BeginReadCommitted
+// is set, and InTx where it is not.
+func (d TxDB[Tx]) InTxReadCommitted(ctx context.Context, fn func(tx Tx) error) error {
+	if d.BeginReadCommitted == nil {
+		return d.InTx(ctx, fn)
+	}
+	return d.inTx(ctx, d.BeginReadCommitted, fn)
+}
+
+func (d TxDB[Tx]) inTx(ctx context.Context, begin func(context.Context) (Tx, error), fn func(tx Tx) error) error {
+	tx, err := begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -111,13 +129,19 @@ func SQLDB(ctx context.Context, db *sql.DB) (TxDB[*sql.Tx], error) {
 // SQLDBFor returns the TxDB of a database/sql handle whose dialect the caller knows,
 // without asking the database.
 func SQLDBFor(d Dialect, db *sql.DB) TxDB[*sql.Tx] {
-	return TxDB[*sql.Tx]{
+	t := TxDB[*sql.Tx]{
 		Dialect:  d,
 		Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
 		Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
 		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
 		Querier:  querierFor(d),
 	}
+	if d == MySQL {
+		t.BeginReadCommitted = func(ctx context.Context) (*sql.Tx, error) {
+			return db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		}
+	}
+	return t
 }
 
 func querierFor(d Dialect) func(*sql.Tx) Querier {

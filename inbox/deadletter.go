@@ -40,10 +40,15 @@ func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idem.Querier, it 
 	if payload == nil {
 		payload = []byte{}
 	}
+	conflict := ` ON CONFLICT (consumer, msg_id) WHERE replayed_at IS NULL AND msg_id <> '' DO NOTHING`
+	if c.db.Dialect == idem.MySQL {
+		// Not IGNORE, which would also turn a value too long for its column into a
+		// warning: the duplicate alone is skipped.
+		conflict = ` ON DUPLICATE KEY UPDATE id = id`
+	}
 	_, err = q.Exec(ctx, `INSERT INTO idem_dead_letters
 		(consumer, msg_id, topic, position, headers, payload, kind, reason, attempts, first_at, dead_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-		ON CONFLICT (consumer, msg_id) WHERE replayed_at IS NULL AND msg_id <> '' DO NOTHING`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`+conflict,
 		c.cfg.Consumer, it.d.ID, it.d.Topic, it.d.Position, string(headers), payload, it.kind,
 		it.err.Error(), attempts, first.UnixMilli(), now.UnixMilli())
 	return err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemtest"
+	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
 )
@@ -86,7 +87,7 @@ func newEnv(t testing.TB, name string, db *sql.DB) env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, "CREATE TABLE orders (id TEXT PRIMARY KEY)"); err != nil {
+	if _, err := db.ExecContext(ctx, "CREATE TABLE orders (id VARCHAR(255) PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
 	return env{name: name, db: db, tx: tdb, ob: ob}
@@ -95,6 +96,7 @@ func newEnv(t testing.TB, name string, db *sql.DB) env {
 func forEachDB(t *testing.T, fn func(t *testing.T, e env)) {
 	t.Run("sqlite", func(t *testing.T) { t.Parallel(); fn(t, newEnv(t, "sqlite", openSQLite(t))) })
 	t.Run("postgres", func(t *testing.T) { t.Parallel(); fn(t, newEnv(t, "postgres", openPostgres(t))) })
+	t.Run("mysql", func(t *testing.T) { t.Parallel(); fn(t, newEnv(t, "mysql", sqltest.MySQLDollarDB(t))) })
 }
 
 // placeOrder is the business write: an order row and its event, in one transaction.

@@ -17,10 +17,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
 )
@@ -86,6 +88,11 @@ func natsSink(t testing.TB) (jetstream.JetStream, string, string, idem.Sink) {
 func TestProofPostgresThreeRelays(t *testing.T) {
 	t.Parallel()
 	prove(t, newEnv(t, "postgres", openPostgres(t)), 3)
+}
+
+func TestProofMySQLThreeRelays(t *testing.T) {
+	t.Parallel()
+	prove(t, newEnv(t, "mysql", sqltest.MySQLDollarDB(t)), 3)
 }
 
 func TestProofSQLiteOneRelay(t *testing.T) {
@@ -203,14 +210,17 @@ func checkOrder(t *testing.T, k *killer) {
 func consume(t *testing.T, e env, js jetstream.JetStream, stream string, want int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := e.db.ExecContext(ctx, "CREATE TABLE ledger (order_id TEXT NOT NULL)"); err != nil {
+	if _, err := e.db.ExecContext(ctx, "CREATE TABLE ledger (order_id VARCHAR(255) NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
 	var store idem.TxStore[*sql.Tx]
 	var err error
-	if e.name == "postgres" {
+	switch e.name {
+	case "postgres":
 		store, err = idempg.NewSQL(ctx, e.db, idempg.Config{})
-	} else {
+	case "mysql":
+		store, err = idemmysql.New(ctx, e.db, idemmysql.Config{})
+	default:
 		store, err = idemsqlite.New(ctx, e.db, idemsqlite.Config{})
 	}
 	if err != nil {

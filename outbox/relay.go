@@ -203,8 +203,11 @@ type row struct {
 
 // RunOnce publishes one batch and returns how many messages it marked published.
 func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
-	if r.o.db.Dialect == idem.SQLite {
+	switch r.o.db.Dialect {
+	case idem.SQLite:
 		return r.roundSQLite(ctx)
+	case idem.MySQL:
+		return r.roundMySQL(ctx)
 	}
 	var n int
 	err := r.o.db.InTx(ctx, func(tx Tx) error {
@@ -226,12 +229,39 @@ func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// roundMySQL is the PostgreSQL round on MySQL: it locks partitions with due rows
+// (their rows in idem_outbox_parts, skipping those another relay holds), reads and
+// publishes their rows, and marks them, in one READ COMMITTED transaction. Under
+// REPEATABLE READ the claim's locking read would lock the gaps after the rows it
+// reads, and producers inserting there would wait for the publish.
+func (r *Relay[Tx]) roundMySQL(ctx context.Context) (int, error) {
+	var n int
+	err := r.o.db.InTxReadCommitted(ctx, func(tx Tx) error {
+		q := r.o.db.Querier(tx)
+		parts, err := r.lockPartitionsMySQL(ctx, q)
+		if err != nil || len(parts) == 0 {
+			return err
+		}
+		in, args := intList(parts, 3)
+		rows, err := r.claim(ctx, q, claimMySQL+" AND o.part IN ("+in+")\nORDER BY o.id LIMIT $2 FOR UPDATE", args...)
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		n, err = r.publish(ctx, q, rows)
+		return err
+	})
+	if err != nil {
+		return 0, &idem.BackendError{Backend: "mysql", Op: "relay", Err: err}
+	}
+	return n, nil
+}
+
 // roundSQLite reads a batch, publishes it without holding SQLite's write lock (so
 // producers keep writing), then marks it in a short transaction. One relay per file.
 func (r *Relay[Tx]) roundSQLite(ctx context.Context) (int, error) {
 	var rows []row
 	err := r.o.db.InTx(ctx, func(tx Tx) (err error) {
-		rows, err = r.claim(ctx, r.o.db.Querier(tx), claimSQLite, nil)
+		rows, err = r.claim(ctx, r.o.db.Querier(tx), claimSQLite)
 		return err
 	})
 	if err != nil || len(rows) == 0 {
@@ -305,6 +335,13 @@ const (
 ORDER BY o.id LIMIT $2 FOR UPDATE`
 	claimSQLite = selectCols + dueSQL + `
 ORDER BY o.id LIMIT $2`
+	claimMySQL = selectCols + dueSQL // + the partitions held, the order, the limit and the lock
+
+	// duePartsMySQL lists the partitions with due rows; lockPartsMySQL then locks
+	// some of them, from a random one on, in the index's order so that it locks only
+	// the rows it returns. $1 is the first partition, then the candidates.
+	duePartsMySQL  = `SELECT DISTINCT part FROM idem_outbox WHERE published_at IS NULL AND parked_at IS NULL AND available_at <= $1`
+	lockPartsMySQL = `SELECT part FROM idem_outbox_parts WHERE part IN (%s) ORDER BY part LIMIT %d FOR UPDATE SKIP LOCKED`
 )
 
 // The partition locks are keyed by the schema too, so outboxes in two schemas of one
@@ -325,8 +362,7 @@ func (r *Relay[Tx]) Cleanup(ctx context.Context) (int, error) {
 	for {
 		var n int64
 		err := r.o.db.InTx(ctx, func(tx Tx) (err error) {
-			n, err = r.o.db.Querier(tx).Exec(ctx, `DELETE FROM idem_outbox WHERE id IN (
-				SELECT id FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)`, cutoff, r.cfg.CleanupBatch)
+			n, err = r.o.db.Querier(tx).Exec(ctx, cleanupSQL[r.o.db.Dialect], cutoff, r.cfg.CleanupBatch)
 			return err
 		})
 		if err != nil {
@@ -339,6 +375,16 @@ func (r *Relay[Tx]) Cleanup(ctx context.Context) (int, error) {
 	}
 }
 
+// cleanupSQL deletes up to $2 rows published before $1. MySQL can neither limit an
+// IN subquery nor read the table it deletes from in one, but limits DELETE itself.
+var cleanupSQL = map[idem.Dialect]string{
+	idem.Postgres: `DELETE FROM idem_outbox WHERE id IN (
+		SELECT id FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)`,
+	idem.SQLite: `DELETE FROM idem_outbox WHERE id IN (
+		SELECT id FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)`,
+	idem.MySQL: `DELETE FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at LIMIT $2`,
+}
+
 // backlog feeds the gauges: unpublished count, age of the oldest, parked count.
 func (r *Relay[Tx]) backlog() (unpublished, oldestAge, parked float64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -347,9 +393,9 @@ func (r *Relay[Tx]) backlog() (unpublished, oldestAge, parked float64) {
 	var oldest *int64
 	err := r.o.db.InTx(ctx, func(tx Tx) error {
 		return r.o.db.Querier(tx).QueryRow(ctx, `SELECT
-			COUNT(*) FILTER (WHERE parked_at IS NULL),
-			COUNT(*) FILTER (WHERE parked_at IS NOT NULL),
-			MIN(created_at) FILTER (WHERE parked_at IS NULL)
+			COUNT(CASE WHEN parked_at IS NULL THEN 1 END),
+			COUNT(CASE WHEN parked_at IS NOT NULL THEN 1 END),
+			MIN(CASE WHEN parked_at IS NULL THEN created_at END)
 			FROM idem_outbox WHERE published_at IS NULL`).Scan(&u, &p, &oldest)
 	})
 	if err != nil {

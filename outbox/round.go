@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -29,11 +30,8 @@ func (r *Relay[Tx]) lockPartitions(ctx context.Context, q idem.Querier) ([]int32
 	return parts, rs.Err()
 }
 
-func (r *Relay[Tx]) claim(ctx context.Context, q idem.Querier, query string, parts []int32) ([]row, error) {
-	args := []any{r.o.now().UnixMilli(), r.cfg.BatchSize}
-	if parts != nil {
-		args = append(args, parts)
-	}
+func (r *Relay[Tx]) claim(ctx context.Context, q idem.Querier, query string, extra ...any) ([]row, error) {
+	args := append([]any{r.o.now().UnixMilli(), r.cfg.BatchSize}, extra...)
 	rs, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -141,6 +139,69 @@ func (r *Relay[Tx]) markFailed(ctx context.Context, q idem.Querier, w row, perr 
 		r.cfg.Logger.Warn("outbox relay: publish failed; will retry", "id", w.msg.ID, "attempt", attempts, "parked", parked != nil, "err", perr)
 	}
 	return err
+}
+
+// lockPartitionsMySQL locks up to partitionsPerRound partitions with due rows,
+// skipping those other relays hold. It starts at a random partition, so that relays
+// spread over a backlog, and wraps around.
+func (r *Relay[Tx]) lockPartitionsMySQL(ctx context.Context, q idem.Querier) ([]int32, error) {
+	due, err := queryInts(ctx, q, duePartsMySQL, r.o.now().UnixMilli())
+	if err != nil || len(due) == 0 {
+		return nil, err
+	}
+	start := rand.Int32N(Partitions)
+	var later, earlier []int32
+	for _, p := range due {
+		if p >= start {
+			later = append(later, p)
+		} else {
+			earlier = append(earlier, p)
+		}
+	}
+	var held []int32
+	for _, cands := range [][]int32{later, earlier} {
+		if len(cands) == 0 || len(held) == partitionsPerRound {
+			continue
+		}
+		in, args := intList(cands, 1)
+		got, err := queryInts(ctx, q, fmt.Sprintf(lockPartsMySQL, in, partitionsPerRound-len(held)), args...)
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, got...)
+	}
+	return held, nil
+}
+
+func queryInts(ctx context.Context, q idem.Querier, query string, args ...any) ([]int32, error) {
+	rs, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []int32
+	for rs.Next() {
+		var v int32
+		if err := rs.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rs.Err()
+}
+
+// intList returns "$k, $k+1, …" for vs, and vs as arguments.
+func intList(vs []int32, k int) (string, []any) {
+	var b strings.Builder
+	args := make([]any, len(vs))
+	for i, v := range vs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("$" + strconv.Itoa(k+i))
+		args[i] = v
+	}
+	return b.String(), args
 }
 
 // idList returns "$k, $k+1, …" for rows' ids, and the ids as arguments.

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS idem_outbox_parts;
+DROP TABLE IF EXISTS idem_outbox;
