@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
@@ -103,58 +102,6 @@ func checkExactly(t *testing.T, who string, got []uint64, n int) {
 			t.Fatalf("%s: event %d has seq %d, want %d (gap or repeat)", who, i, s, i+1)
 		}
 	}
-}
-
-// Connections dropped again and again while events are appended: by the server
-// (Kick), and by the network (a TCP proxy cut). Every client ends with exactly
-// the appended sequence, no gaps, no repeats.
-func TestDroppedConnectionsLoseNothing(t *testing.T) {
-	t.Parallel()
-	forEachStore(t, func(t *testing.T, store stream.Store, _ *chaos.Clock) {
-		f := serve(t, store, stream.ServerConfig{AllowAnonymous: true})
-		proxy, err := chaos.NewProxy("stream", strings.TrimPrefix(f.http.URL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer proxy.Close()
-		const n, clients = 400, 6
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		recs := make([]*recorder, clients)
-		var wg sync.WaitGroup
-		for i := range clients {
-			recs[i] = &recorder{}
-			base := f.http.URL
-			if i%2 == 1 {
-				base = "http://" + proxy.Addr() // half the clients cross the cut network
-			}
-			c, err := stream.NewClient(stream.ClientConfig{URL: base, Channel: "user:1", ID: fmt.Sprint("dev-", i),
-				OnEvent: recs[i].on, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wg.Go(func() { _ = c.Run(ctx) })
-		}
-		appendN(t, f.srv, "user:1", n, func(i int) {
-			if i%40 == 20 {
-				f.srv.Kick("user:1")
-			}
-			if i%40 == 0 {
-				_ = proxy.Cut(time.Millisecond)
-			}
-		})
-		for i, r := range recs {
-			testsvc.Eventually(t, time.Minute, fmt.Sprintf("client %d to catch up", i), func() bool { return len(r.snapshot()) >= n })
-		}
-		cancel()
-		wg.Wait()
-		for i, r := range recs {
-			checkExactly(t, fmt.Sprint("client ", i), r.snapshot(), n)
-		}
-		if proxy.Cuts() == 0 {
-			t.Fatal("the network was never cut")
-		}
-	})
 }
 
 // A client that reconnects with its last seq gets the rest; REST returns the same
