@@ -5,16 +5,13 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/sqltest"
-	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/stream"
 	"github.com/idemhq/idem/stream/streamtest"
 )
 
-// The Store contract, on SQLite, Postgres and Redis.
+// The Store contract, on SQLite and Postgres (idemredis runs it on Redis).
 func TestStoreSuite(t *testing.T) {
 	t.Parallel()
 	for name, open := range map[string]func(testing.TB) idem.TxDB[*sql.Tx]{"sqlite": sqltest.SQLite, "postgres": sqltest.Postgres} {
@@ -29,17 +26,4 @@ func TestStoreSuite(t *testing.T) {
 			}})
 		})
 	}
-	t.Run("redis", func(t *testing.T) {
-		t.Parallel()
-		streamtest.StoreSuite(t, streamtest.Harness{New: func(t *testing.T, cfg streamtest.Config) stream.Store {
-			testsvc.Reach(t, "redis", testsvc.RedisAddr())
-			c := redis.NewClient(&redis.Options{Addr: testsvc.RedisAddr()})
-			t.Cleanup(func() { c.Close() })
-			s, err := stream.NewRedisStore(c, stream.RedisConfig{Prefix: testsvc.RedisPrefix(t), Now: cfg.Now, MaxClients: cfg.MaxClients})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		}})
-	})
 }
