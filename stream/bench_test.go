@@ -14,13 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/idemhq/idem/internal/sqltest"
+	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/stream"
 )
 
@@ -70,30 +70,47 @@ func rawFrame(i int) []byte {
 	return m
 }
 
-func (h *rawHub) count() int { h.mu.Lock(); defer h.mu.Unlock(); return len(h.conns) }
+// waitConnected waits until n clients are connected to the hub.
+func (h *rawHub) waitConnected(b *testing.B, n int) {
+	testsvc.Eventually(b, time.Minute, fmt.Sprintf("%d clients to connect", n), func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.conns) >= n
+	})
+}
 
 // fanout starts k receivers and returns a function that waits until each has
 // received n events, and the latencies seen (append time to receipt).
 type receivers struct {
-	got  []atomic.Int64
-	mu   sync.Mutex
-	lats []time.Duration
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	mu       sync.Mutex
+	received *sync.Cond // broadcast at every receipt
+	got      []int      // events received, per receiver
+	lats     []time.Duration
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+func newReceivers(k int, stop context.CancelFunc) *receivers {
+	r := &receivers{got: make([]int, k), stop: stop}
+	r.received = sync.NewCond(&r.mu)
+	return r
 }
 
 func (r *receivers) record(i int, at time.Time) {
-	r.got[i].Add(1)
 	r.mu.Lock()
+	r.got[i]++
 	r.lats = append(r.lats, time.Since(at))
 	r.mu.Unlock()
+	r.received.Broadcast()
 }
 
-func (r *receivers) wait(n int64) {
-	for i := range r.got {
-		for r.got[i].Load() < n {
-			time.Sleep(time.Millisecond)
-		}
+// wait blocks until every receiver has received n events: woken by each
+// receipt, so the time measured ends with the last one.
+func (r *receivers) wait(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for slices.ContainsFunc(r.got, func(g int) bool { return g < n }) {
+		r.received.Wait()
 	}
 }
 
@@ -109,7 +126,7 @@ func (r *receivers) percentiles() (p50, p99 time.Duration) {
 
 func idemReceivers(b *testing.B, url string, k int) *receivers {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &receivers{got: make([]atomic.Int64, k), stop: cancel}
+	r := newReceivers(k, cancel)
 	for i := range k {
 		c, err := stream.NewClient(stream.ClientConfig{URL: url, Channel: "bench", ID: fmt.Sprint(i),
 			OnEvent: func(e stream.Event) error { r.record(i, e.At); return nil }})
@@ -123,7 +140,7 @@ func idemReceivers(b *testing.B, url string, k int) *receivers {
 
 func rawReceivers(b *testing.B, url string, k int) *receivers {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &receivers{got: make([]atomic.Int64, k), stop: cancel}
+	r := newReceivers(k, cancel)
 	for i := range k {
 		ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http"), nil)
 		if err != nil {
@@ -169,7 +186,7 @@ func BenchmarkFanout(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		r.wait(int64(b.N))
+		r.wait(b.N)
 		b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
 	})
 	b.Run("raw", func(b *testing.B) {
@@ -178,14 +195,12 @@ func BenchmarkFanout(b *testing.B) {
 		defer hs.Close()
 		r := rawReceivers(b, hs.URL, benchClients)
 		defer func() { r.stop(); r.wg.Wait() }()
-		for h.count() < benchClients {
-			time.Sleep(time.Millisecond)
-		}
+		h.waitConnected(b, benchClients)
 		b.ResetTimer()
 		for i := range b.N {
 			h.broadcast(rawFrame(i))
 		}
-		r.wait(int64(b.N))
+		r.wait(b.N)
 		b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
 	})
 }
@@ -199,10 +214,8 @@ func (r *receivers) warm(b *testing.B, srv *stream.Server) {
 	r.wait(1)
 	r.mu.Lock()
 	r.lats = r.lats[:0]
+	clear(r.got)
 	r.mu.Unlock()
-	for i := range r.got {
-		r.got[i].Store(0)
-	}
 }
 
 // BenchmarkLatency: append-to-receive latency at 1,000 events/s to 100 clients
@@ -241,9 +254,7 @@ func BenchmarkLatency(b *testing.B) {
 		defer hs.Close()
 		r := rawReceivers(b, hs.URL, benchClients)
 		defer func() { r.stop(); r.wg.Wait() }()
-		for h.count() < benchClients {
-			time.Sleep(time.Millisecond)
-		}
+		h.waitConnected(b, benchClients)
 		run(b, func(i int) { h.broadcast(rawFrame(i)) }, r)
 	})
 }
@@ -293,7 +304,9 @@ func BenchmarkConnected10k(b *testing.B) {
 			if !connected {
 				b.Fatal("the client process did not connect its clients")
 			}
-			time.Sleep(500 * time.Millisecond) // let the last handshakes settle on this side
+			// The last connections' setup on this side (their reader goroutines start
+			// after the ready frame) has no hook to wait for: a pause of real time.
+			time.Sleep(500 * time.Millisecond)
 			runtime.GC()
 			var after runtime.MemStats
 			runtime.ReadMemStats(&after)
