@@ -113,25 +113,27 @@ type fakeSettler struct {
 var errAckLost = errors.New("fake broker: ack lost")
 
 func (s fakeSettler) Ack(context.Context) error {
-	b := s.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	fm, ok := b.inflight[s.tag]
-	if !ok {
-		return errors.New("fake broker: delivery already settled")
-	}
-	delete(b.inflight, s.tag)
-	b.cond.Broadcast() // a message back in the queue, or maybe nothing unsettled
-	if b.loseAcks > 0 {
-		b.loseAcks--
-		b.queue = append(b.queue, fm)
-		return errAckLost
-	}
-	b.acked[fm.m.ID]++
-	return nil
+	return s.settle(func(b *fakeBroker, fm fakeMsg) error {
+		if b.loseAcks > 0 {
+			b.loseAcks--
+			b.queue = append(b.queue, fm)
+			return errAckLost
+		}
+		b.acked[fm.m.ID]++
+		return nil
+	})
 }
 
 func (s fakeSettler) Nak(context.Context, time.Duration) error {
+	return s.settle(func(b *fakeBroker, fm fakeMsg) error {
+		b.queue = append(b.queue, fm)
+		return nil
+	})
+}
+
+// settle takes the delivery out of flight and calls then with the broker locked,
+// to ack or requeue it.
+func (s fakeSettler) settle(then func(b *fakeBroker, fm fakeMsg) error) error {
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -140,7 +142,6 @@ func (s fakeSettler) Nak(context.Context, time.Duration) error {
 		return errors.New("fake broker: delivery already settled")
 	}
 	delete(b.inflight, s.tag)
-	b.queue = append(b.queue, fm)
-	b.cond.Broadcast()
-	return nil
+	b.cond.Broadcast() // it comes back to the queue, or nothing may be unsettled
+	return then(b, fm)
 }

@@ -139,40 +139,40 @@ func (c *Consumer[Tx]) applyFast(ctx context.Context, tx Tx, items []item) error
 		return err
 	}
 	single := len(items) == 1
-	for i := range items {
-		it := &items[i]
-		if it.v == dead { // decided by prepare: no key, or too many attempts
-			if err := c.insertDeadLetter(ctx, c.db.Querier(tx), it); err != nil {
-				return err
-			}
-			continue
-		}
+	return c.applyEach(ctx, tx, items, func(it *item) error {
 		if err := c.apply(ctx, tx, it, single); err != nil {
-			return err // the store or the database failed: the whole batch retries
+			return err
 		}
-		if failedHandler(it) {
-			if single {
-				return errHandler
-			}
-			return errSavepoints
+		switch {
+		case !failedHandler(it):
+			return nil
+		case single:
+			return errHandler
 		}
-	}
-	return nil
+		return errSavepoints
+	})
 }
 
 // applyGuarded runs each item of a batch in a savepoint of its own; every verdict
 // stands.
 func (c *Consumer[Tx]) applyGuarded(ctx context.Context, tx Tx, items []item) error {
+	return c.applyEach(ctx, tx, items, func(it *item) error { return c.applyInSavepoint(ctx, tx, it) })
+}
+
+// applyEach dead-letters the items prepare decided (no key, too many attempts) and
+// calls apply for the others, in order. Its first error ends the transaction: a
+// failed store or database retries the whole batch.
+func (c *Consumer[Tx]) applyEach(ctx context.Context, tx Tx, items []item, apply func(it *item) error) error {
 	for i := range items {
 		it := &items[i]
-		if it.v == dead { // decided by prepare: no key, or too many attempts
-			if err := c.insertDeadLetter(ctx, c.db.Querier(tx), it); err != nil {
-				return err
-			}
-			continue
+		var err error
+		if it.v == dead {
+			err = c.insertDeadLetter(ctx, c.db.Querier(tx), it)
+		} else {
+			err = apply(it)
 		}
-		if err := c.applyInSavepoint(ctx, tx, it); err != nil {
-			return err // the store or the database failed: the whole batch retries
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -164,22 +164,41 @@ func rawReceivers(b *testing.B, url string, k int) *receivers {
 
 const benchClients = 100
 
+// idemBench serves a Server on SQLite to benchClients receivers, connected and
+// warm. Everything stops when b's run ends.
+func idemBench(b *testing.B) (*stream.Server, *receivers) {
+	store, err := stream.NewSQLStore(context.Background(), sqltest.SQLite(b), stream.SQLConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, _ := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true})
+	hs := httptest.NewServer(srv.Handler())
+	b.Cleanup(hs.Close)
+	b.Cleanup(func() { srv.Close() })
+	r := idemReceivers(b, hs.URL, benchClients)
+	b.Cleanup(func() { r.stop(); r.wg.Wait() })
+	r.warm(b, srv)
+	return srv, r
+}
+
+// rawBench serves the raw hub to benchClients receivers, connected. Everything
+// stops when b's run ends.
+func rawBench(b *testing.B) (*rawHub, *receivers) {
+	h := &rawHub{conns: map[chan []byte]struct{}{}}
+	hs := httptest.NewServer(h)
+	b.Cleanup(hs.Close)
+	r := rawReceivers(b, hs.URL, benchClients)
+	b.Cleanup(func() { r.stop(); r.wg.Wait() })
+	h.waitConnected(b, benchClients)
+	return h, r
+}
+
 // BenchmarkFanout: events delivered per second to 100 clients of one channel.
 // idem: append to SQLite, then push with seq, window and acks. raw: the same
 // frames broadcast with no store (the at-most-once baseline).
 func BenchmarkFanout(b *testing.B) {
 	b.Run("idem", func(b *testing.B) {
-		store, err := stream.NewSQLStore(context.Background(), sqltest.SQLite(b), stream.SQLConfig{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		srv, _ := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true})
-		hs := httptest.NewServer(srv.Handler())
-		defer hs.Close()
-		defer srv.Close()
-		r := idemReceivers(b, hs.URL, benchClients)
-		defer func() { r.stop(); r.wg.Wait() }()
-		r.warm(b, srv)
+		srv, r := idemBench(b)
 		b.ResetTimer()
 		for range b.N {
 			if _, err := srv.Append(context.Background(), "bench", stream.Event{Type: "t", Data: json.RawMessage(`{"n":1}`)}); err != nil {
@@ -190,12 +209,7 @@ func BenchmarkFanout(b *testing.B) {
 		b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
 	})
 	b.Run("raw", func(b *testing.B) {
-		h := &rawHub{conns: map[chan []byte]struct{}{}}
-		hs := httptest.NewServer(h)
-		defer hs.Close()
-		r := rawReceivers(b, hs.URL, benchClients)
-		defer func() { r.stop(); r.wg.Wait() }()
-		h.waitConnected(b, benchClients)
+		h, r := rawBench(b)
 		b.ResetTimer()
 		for i := range b.N {
 			h.broadcast(rawFrame(i))
@@ -236,25 +250,13 @@ func BenchmarkLatency(b *testing.B) {
 		b.ReportMetric(float64(p99.Microseconds()), "p99-µs")
 	}
 	b.Run("idem", func(b *testing.B) {
-		store, _ := stream.NewSQLStore(context.Background(), sqltest.SQLite(b), stream.SQLConfig{})
-		srv, _ := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true})
-		hs := httptest.NewServer(srv.Handler())
-		defer hs.Close()
-		defer srv.Close()
-		r := idemReceivers(b, hs.URL, benchClients)
-		defer func() { r.stop(); r.wg.Wait() }()
-		r.warm(b, srv)
+		srv, r := idemBench(b)
 		run(b, func(int) {
 			_, _ = srv.Append(context.Background(), "bench", stream.Event{Type: "t", Data: json.RawMessage(`{"n":1}`)})
 		}, r)
 	})
 	b.Run("raw", func(b *testing.B) {
-		h := &rawHub{conns: map[chan []byte]struct{}{}}
-		hs := httptest.NewServer(h)
-		defer hs.Close()
-		r := rawReceivers(b, hs.URL, benchClients)
-		defer func() { r.stop(); r.wg.Wait() }()
-		h.waitConnected(b, benchClients)
+		h, r := rawBench(b)
 		run(b, func(i int) { h.broadcast(rawFrame(i)) }, r)
 	})
 }

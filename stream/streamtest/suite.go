@@ -207,16 +207,16 @@ func testDroppedConnections(t *testing.T, h Harness) {
 	const n, clients = 400, 6
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	recs := make([]*recorder, clients)
+	recs := make([]*Recorder, clients)
 	var wg sync.WaitGroup
 	for i := range clients {
-		recs[i] = &recorder{}
+		recs[i] = &Recorder{}
 		base := hs.URL
 		if i%2 == 1 {
 			base = "http://" + proxy.Addr() // half the clients cross the cut network
 		}
 		c, err := stream.NewClient(stream.ClientConfig{URL: base, Channel: "user:1", ID: fmt.Sprint("dev-", i),
-			OnEvent: recs[i].on, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+			OnEvent: recs[i].OnEvent, MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,41 +235,50 @@ func testDroppedConnections(t *testing.T, h Harness) {
 		}
 	}
 	for i, r := range recs {
-		testsvc.Eventually(t, time.Minute, fmt.Sprintf("client %d to catch up", i), func() bool { return len(r.snapshot()) >= n })
+		testsvc.Eventually(t, time.Minute, fmt.Sprintf("client %d to catch up", i), func() bool { return len(r.Seqs()) >= n })
 	}
 	cancel()
 	wg.Wait()
 	for i, r := range recs {
-		got := r.snapshot()
-		if len(got) != n {
-			t.Fatalf("client %d received %d events, want %d", i, len(got), n)
-		}
-		for j, s := range got {
-			if s != uint64(j+1) {
-				t.Fatalf("client %d: event %d has seq %d, want %d (gap or repeat)", i, j, s, j+1)
-			}
-		}
+		CheckSeqs(t, fmt.Sprint("client ", i), r.Seqs(), n)
 	}
 	if proxy.Cuts() == 0 {
 		t.Fatal("the network was never cut")
 	}
 }
 
-// recorder collects the seqs a client delivered.
-type recorder struct {
+// Recorder collects the seqs a client delivered: pass its OnEvent as
+// stream.ClientConfig.OnEvent. It is safe for concurrent use.
+type Recorder struct {
 	mu   sync.Mutex
 	seqs []uint64
 }
 
-func (r *recorder) on(e stream.Event) error {
+// OnEvent records e's seq.
+func (r *Recorder) OnEvent(e stream.Event) error {
 	r.mu.Lock()
 	r.seqs = append(r.seqs, e.Seq)
 	r.mu.Unlock()
 	return nil
 }
 
-func (r *recorder) snapshot() []uint64 {
+// Seqs returns a copy of the seqs recorded so far, in delivery order.
+func (r *Recorder) Seqs() []uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]uint64(nil), r.seqs...)
+}
+
+// CheckSeqs fails t unless got is exactly 1 to n in order: no gap, no repeat.
+// who names the client in the failure.
+func CheckSeqs(t testing.TB, who string, got []uint64, n int) {
+	t.Helper()
+	if len(got) != n {
+		t.Fatalf("%s received %d events, want %d", who, len(got), n)
+	}
+	for i, s := range got {
+		if s != uint64(i+1) {
+			t.Fatalf("%s: event %d has seq %d, want %d (gap or repeat)", who, i, s, i+1)
+		}
+	}
 }
