@@ -100,4 +100,11 @@
 // StreamFieldHeaders (a layout services in other languages can read and write),
 // XREADGROUP to receive, XACK to acknowledge, and XAUTOCLAIM to take over the pending
 // entries of consumers that died. Streams do not deduplicate: the inbox does.
+//
+// # Push channels
+//
+// PushStore is the Redis stream.Store: the numbered channels a stream.Server
+// pushes to browsers, one sorted set per channel appended to by one script. It
+// is named for package stream's push, not for Redis Streams, which it does not
+// use.
 package idemredis

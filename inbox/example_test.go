@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsqlite"
@@ -51,9 +50,7 @@ func Example() {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	go consumer.Run(runCtx)
-	for !broker.settled() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	broker.waitSettled(ctx)
 	stop()
 
 	var n, sum int

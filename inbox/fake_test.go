@@ -47,8 +47,7 @@ func (b *fakeBroker) Publish(_ context.Context, msgs ...idem.Message) error {
 }
 
 func (b *fakeBroker) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	stop := context.AfterFunc(ctx, func() { b.mu.Lock(); b.cond.Broadcast(); b.mu.Unlock() })
-	defer stop()
+	defer b.wakeWhenDone(ctx)()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for len(b.queue) == 0 && !b.closed && ctx.Err() == nil {
@@ -88,10 +87,22 @@ func (b *fakeBroker) requeueInflight() {
 	b.cond.Broadcast()
 }
 
-func (b *fakeBroker) settled() bool {
+// waitSettled blocks until the broker holds nothing unsettled (every message
+// acked), or ctx ends.
+func (b *fakeBroker) waitSettled(ctx context.Context) error {
+	defer b.wakeWhenDone(ctx)()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.queue) == 0 && len(b.inflight) == 0
+	for (len(b.queue) > 0 || len(b.inflight) > 0) && ctx.Err() == nil {
+		b.cond.Wait()
+	}
+	return ctx.Err()
+}
+
+// wakeWhenDone wakes the broker's waiters when ctx ends, until the returned
+// stop is called.
+func (b *fakeBroker) wakeWhenDone(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, func() { b.mu.Lock(); b.cond.Broadcast(); b.mu.Unlock() })
 }
 
 type fakeSettler struct {
@@ -102,25 +113,27 @@ type fakeSettler struct {
 var errAckLost = errors.New("fake broker: ack lost")
 
 func (s fakeSettler) Ack(context.Context) error {
-	b := s.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	fm, ok := b.inflight[s.tag]
-	if !ok {
-		return errors.New("fake broker: delivery already settled")
-	}
-	delete(b.inflight, s.tag)
-	if b.loseAcks > 0 {
-		b.loseAcks--
-		b.queue = append(b.queue, fm)
-		b.cond.Broadcast()
-		return errAckLost
-	}
-	b.acked[fm.m.ID]++
-	return nil
+	return s.settle(func(b *fakeBroker, fm fakeMsg) error {
+		if b.loseAcks > 0 {
+			b.loseAcks--
+			b.queue = append(b.queue, fm)
+			return errAckLost
+		}
+		b.acked[fm.m.ID]++
+		return nil
+	})
 }
 
 func (s fakeSettler) Nak(context.Context, time.Duration) error {
+	return s.settle(func(b *fakeBroker, fm fakeMsg) error {
+		b.queue = append(b.queue, fm)
+		return nil
+	})
+}
+
+// settle takes the delivery out of flight and calls then with the broker locked,
+// to ack or requeue it.
+func (s fakeSettler) settle(then func(b *fakeBroker, fm fakeMsg) error) error {
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -129,7 +142,6 @@ func (s fakeSettler) Nak(context.Context, time.Duration) error {
 		return errors.New("fake broker: delivery already settled")
 	}
 	delete(b.inflight, s.tag)
-	b.queue = append(b.queue, fm)
-	b.cond.Broadcast()
-	return nil
+	b.cond.Broadcast() // it comes back to the queue, or nothing may be unsettled
+	return then(b, fm)
 }

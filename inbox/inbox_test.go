@@ -127,14 +127,12 @@ func drainAny(t *testing.T, run func(context.Context) error, fb *fakeBroker) {
 	done := make(chan error, 1)
 	runCtx, stop := context.WithCancel(ctx)
 	go func() { done <- run(runCtx) }()
-	for !fb.settled() && ctx.Err() == nil {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitErr := fb.waitSettled(ctx)
 	stop()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run returned %v, want context.Canceled", err)
 	}
-	if ctx.Err() != nil {
+	if waitErr != nil {
 		t.Fatal("the broker still holds unsettled messages after 60 s")
 	}
 }

@@ -124,52 +124,83 @@ func (c *Consumer[Tx]) prepare(d idem.Delivery) item {
 // Process runs the batch again with a savepoint per message (guarded), so the failed
 // handler rolls back only its own writes. A single message needs no savepoint.
 func (c *Consumer[Tx]) applyAll(ctx context.Context, tx Tx, items []item, guarded bool) error {
-	q := c.db.Querier(tx)
-	batch := len(items) > 1
-	if !guarded {
-		if err := c.recordAll(ctx, tx, items); err != nil {
+	if guarded {
+		return c.applyGuarded(ctx, tx, items)
+	}
+	return c.applyFast(ctx, tx, items)
+}
+
+// applyFast runs items without savepoints: their keys recorded in one statement
+// where the store can, then each handler. A failed handler aborts the transaction:
+// with errHandler for a single message, whose verdict stands, and with
+// errSavepoints for a batch, whose verdicts only a guarded run decides.
+func (c *Consumer[Tx]) applyFast(ctx context.Context, tx Tx, items []item) error {
+	if err := c.recordAll(ctx, tx, items); err != nil {
+		return err
+	}
+	single := len(items) == 1
+	return c.applyEach(ctx, tx, items, func(it *item) error {
+		if err := c.apply(ctx, tx, it, single); err != nil {
+			return err
+		}
+		switch {
+		case !failedHandler(it):
+			return nil
+		case single:
+			return errHandler
+		}
+		return errSavepoints
+	})
+}
+
+// applyGuarded runs each item of a batch in a savepoint of its own; every verdict
+// stands.
+func (c *Consumer[Tx]) applyGuarded(ctx context.Context, tx Tx, items []item) error {
+	return c.applyEach(ctx, tx, items, func(it *item) error { return c.applyInSavepoint(ctx, tx, it) })
+}
+
+// applyEach dead-letters the items prepare decided (no key, too many attempts) and
+// calls apply for the others, in order. Its first error ends the transaction: a
+// failed store or database retries the whole batch.
+func (c *Consumer[Tx]) applyEach(ctx context.Context, tx Tx, items []item, apply func(it *item) error) error {
+	for i := range items {
+		it := &items[i]
+		var err error
+		if it.v == dead {
+			err = c.insertDeadLetter(ctx, c.db.Querier(tx), it)
+		} else {
+			err = apply(it)
+		}
+		if err != nil {
 			return err
 		}
 	}
-	for i := range items {
-		it := &items[i]
+	return nil
+}
+
+// applyInSavepoint applies it inside a savepoint. A failed handler's writes are
+// rolled back to the savepoint; a permanent failure's dead letter is written after
+// that rollback, so it stays.
+func (c *Consumer[Tx]) applyInSavepoint(ctx context.Context, tx Tx, it *item) error {
+	q := c.db.Querier(tx)
+	if _, err := q.Exec(ctx, "SAVEPOINT idem_msg"); err != nil {
+		return err
+	}
+	if err := c.apply(ctx, tx, it, true); err != nil {
+		return err
+	}
+	if failedHandler(it) {
+		if _, err := q.Exec(ctx, "ROLLBACK TO SAVEPOINT idem_msg"); err != nil {
+			return err
+		}
 		if it.v == dead {
 			if err := c.insertDeadLetter(ctx, q, it); err != nil {
 				return err
 			}
-			continue
-		}
-		if guarded {
-			if _, err := q.Exec(ctx, "SAVEPOINT idem_msg"); err != nil {
-				return err
-			}
-		}
-		if err := c.apply(ctx, tx, it, !batch || guarded); err != nil {
-			return err // the store or the database failed: the whole batch retries
-		}
-		if failedHandler(it) {
-			if !guarded {
-				if batch {
-					return errSavepoints
-				}
-				return errHandler
-			}
-			if _, err := q.Exec(ctx, "ROLLBACK TO SAVEPOINT idem_msg"); err != nil {
-				return err
-			}
-			if it.v == dead {
-				if err := c.insertDeadLetter(ctx, q, it); err != nil {
-					return err
-				}
-			}
-		}
-		if guarded {
-			if _, err := q.Exec(ctx, "RELEASE SAVEPOINT idem_msg"); err != nil {
-				return err
-			}
 		}
 	}
-	return nil
+	_, err := q.Exec(ctx, "RELEASE SAVEPOINT idem_msg")
+	return err
 }
 
 // failedHandler reports whether it's handler failed (and its writes must go).

@@ -14,13 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/idemhq/idem/internal/sqltest"
+	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/stream"
 )
 
@@ -70,30 +70,47 @@ func rawFrame(i int) []byte {
 	return m
 }
 
-func (h *rawHub) count() int { h.mu.Lock(); defer h.mu.Unlock(); return len(h.conns) }
+// waitConnected waits until n clients are connected to the hub.
+func (h *rawHub) waitConnected(b *testing.B, n int) {
+	testsvc.Eventually(b, time.Minute, fmt.Sprintf("%d clients to connect", n), func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.conns) >= n
+	})
+}
 
 // fanout starts k receivers and returns a function that waits until each has
 // received n events, and the latencies seen (append time to receipt).
 type receivers struct {
-	got  []atomic.Int64
-	mu   sync.Mutex
-	lats []time.Duration
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	mu       sync.Mutex
+	received *sync.Cond // broadcast at every receipt
+	got      []int      // events received, per receiver
+	lats     []time.Duration
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+func newReceivers(k int, stop context.CancelFunc) *receivers {
+	r := &receivers{got: make([]int, k), stop: stop}
+	r.received = sync.NewCond(&r.mu)
+	return r
 }
 
 func (r *receivers) record(i int, at time.Time) {
-	r.got[i].Add(1)
 	r.mu.Lock()
+	r.got[i]++
 	r.lats = append(r.lats, time.Since(at))
 	r.mu.Unlock()
+	r.received.Broadcast()
 }
 
-func (r *receivers) wait(n int64) {
-	for i := range r.got {
-		for r.got[i].Load() < n {
-			time.Sleep(time.Millisecond)
-		}
+// wait blocks until every receiver has received n events: woken by each
+// receipt, so the time measured ends with the last one.
+func (r *receivers) wait(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for slices.ContainsFunc(r.got, func(g int) bool { return g < n }) {
+		r.received.Wait()
 	}
 }
 
@@ -109,7 +126,7 @@ func (r *receivers) percentiles() (p50, p99 time.Duration) {
 
 func idemReceivers(b *testing.B, url string, k int) *receivers {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &receivers{got: make([]atomic.Int64, k), stop: cancel}
+	r := newReceivers(k, cancel)
 	for i := range k {
 		c, err := stream.NewClient(stream.ClientConfig{URL: url, Channel: "bench", ID: fmt.Sprint(i),
 			OnEvent: func(e stream.Event) error { r.record(i, e.At); return nil }})
@@ -123,7 +140,7 @@ func idemReceivers(b *testing.B, url string, k int) *receivers {
 
 func rawReceivers(b *testing.B, url string, k int) *receivers {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &receivers{got: make([]atomic.Int64, k), stop: cancel}
+	r := newReceivers(k, cancel)
 	for i := range k {
 		ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http"), nil)
 		if err != nil {
@@ -147,45 +164,57 @@ func rawReceivers(b *testing.B, url string, k int) *receivers {
 
 const benchClients = 100
 
+// idemBench serves a Server on SQLite to benchClients receivers, connected and
+// warm. Everything stops when b's run ends.
+func idemBench(b *testing.B) (*stream.Server, *receivers) {
+	store, err := stream.NewSQLStore(context.Background(), sqltest.SQLite(b), stream.SQLConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, _ := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true})
+	hs := httptest.NewServer(srv.Handler())
+	b.Cleanup(hs.Close)
+	b.Cleanup(func() { srv.Close() })
+	r := idemReceivers(b, hs.URL, benchClients)
+	b.Cleanup(func() { r.stop(); r.wg.Wait() })
+	r.warm(b, srv)
+	return srv, r
+}
+
+// rawBench serves the raw hub to benchClients receivers, connected. Everything
+// stops when b's run ends.
+func rawBench(b *testing.B) (*rawHub, *receivers) {
+	h := &rawHub{conns: map[chan []byte]struct{}{}}
+	hs := httptest.NewServer(h)
+	b.Cleanup(hs.Close)
+	r := rawReceivers(b, hs.URL, benchClients)
+	b.Cleanup(func() { r.stop(); r.wg.Wait() })
+	h.waitConnected(b, benchClients)
+	return h, r
+}
+
 // BenchmarkFanout: events delivered per second to 100 clients of one channel.
 // idem: append to SQLite, then push with seq, window and acks. raw: the same
 // frames broadcast with no store (the at-most-once baseline).
 func BenchmarkFanout(b *testing.B) {
 	b.Run("idem", func(b *testing.B) {
-		store, err := stream.NewSQLStore(context.Background(), sqltest.SQLite(b), stream.SQLConfig{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		srv, _ := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true})
-		hs := httptest.NewServer(srv.Handler())
-		defer hs.Close()
-		defer srv.Close()
-		r := idemReceivers(b, hs.URL, benchClients)
-		defer func() { r.stop(); r.wg.Wait() }()
-		r.warm(b, srv)
+		srv, r := idemBench(b)
 		b.ResetTimer()
 		for range b.N {
 			if _, err := srv.Append(context.Background(), "bench", stream.Event{Type: "t", Data: json.RawMessage(`{"n":1}`)}); err != nil {
 				b.Fatal(err)
 			}
 		}
-		r.wait(int64(b.N))
+		r.wait(b.N)
 		b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
 	})
 	b.Run("raw", func(b *testing.B) {
-		h := &rawHub{conns: map[chan []byte]struct{}{}}
-		hs := httptest.NewServer(h)
-		defer hs.Close()
-		r := rawReceivers(b, hs.URL, benchClients)
-		defer func() { r.stop(); r.wg.Wait() }()
-		for h.count() < benchClients {
-			time.Sleep(time.Millisecond)
-		}
+		h, r := rawBench(b)
 		b.ResetTimer()
 		for i := range b.N {
 			h.broadcast(rawFrame(i))
 		}
-		r.wait(int64(b.N))
+		r.wait(b.N)
 		b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
 	})
 }
@@ -199,10 +228,8 @@ func (r *receivers) warm(b *testing.B, srv *stream.Server) {
 	r.wait(1)
 	r.mu.Lock()
 	r.lats = r.lats[:0]
+	clear(r.got)
 	r.mu.Unlock()
-	for i := range r.got {
-		r.got[i].Store(0)
-	}
 }
 
 // BenchmarkLatency: append-to-receive latency at 1,000 events/s to 100 clients
@@ -223,27 +250,13 @@ func BenchmarkLatency(b *testing.B) {
 		b.ReportMetric(float64(p99.Microseconds()), "p99-µs")
 	}
 	b.Run("idem", func(b *testing.B) {
-		store, _ := stream.NewSQLStore(context.Background(), sqltest.SQLite(b), stream.SQLConfig{})
-		srv, _ := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true})
-		hs := httptest.NewServer(srv.Handler())
-		defer hs.Close()
-		defer srv.Close()
-		r := idemReceivers(b, hs.URL, benchClients)
-		defer func() { r.stop(); r.wg.Wait() }()
-		r.warm(b, srv)
+		srv, r := idemBench(b)
 		run(b, func(int) {
 			_, _ = srv.Append(context.Background(), "bench", stream.Event{Type: "t", Data: json.RawMessage(`{"n":1}`)})
 		}, r)
 	})
 	b.Run("raw", func(b *testing.B) {
-		h := &rawHub{conns: map[chan []byte]struct{}{}}
-		hs := httptest.NewServer(h)
-		defer hs.Close()
-		r := rawReceivers(b, hs.URL, benchClients)
-		defer func() { r.stop(); r.wg.Wait() }()
-		for h.count() < benchClients {
-			time.Sleep(time.Millisecond)
-		}
+		h, r := rawBench(b)
 		run(b, func(i int) { h.broadcast(rawFrame(i)) }, r)
 	})
 }
@@ -293,7 +306,9 @@ func BenchmarkConnected10k(b *testing.B) {
 			if !connected {
 				b.Fatal("the client process did not connect its clients")
 			}
-			time.Sleep(500 * time.Millisecond) // let the last handshakes settle on this side
+			// The last connections' setup on this side (their reader goroutines start
+			// after the ready frame) has no hook to wait for: a pause of real time.
+			time.Sleep(500 * time.Millisecond)
 			runtime.GC()
 			var after runtime.MemStats
 			runtime.ReadMemStats(&after)

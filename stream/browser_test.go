@@ -162,7 +162,7 @@ func TestBrowserSeesEveryEventOnce(t *testing.T) {
 					kicks = append(kicks, kick{i, srv.Kick(channel)})
 					reconnects = st.Reconnects + 1
 				}
-				if i%10 == 0 {
+				if i%10 == 0 { // pace the burst over real time, so the page renders while events arrive
 					time.Sleep(5 * time.Millisecond)
 				}
 			}
@@ -178,7 +178,8 @@ func TestBrowserSeesEveryEventOnce(t *testing.T) {
 	if waitErr != nil {
 		t.Errorf("%v", waitErr)
 	}
-	// Give duplicates (a bug) a moment to show up, then read what the page rendered.
+	// Give duplicates (a bug) a moment to show up, then read what the page rendered:
+	// absence over real time, which no hook of the page can signal.
 	time.Sleep(300 * time.Millisecond)
 	var raw string
 	if err := page.eval(ctx, `JSON.stringify(Array.from(document.querySelectorAll('#events li'), li => Number(li.dataset.seq)))`, &raw); err != nil {

@@ -64,7 +64,7 @@ func TestForeignOriginIsRefused(t *testing.T) {
 			return nil
 		},
 	})
-	appendN(t, f.srv, "user:alice", 2, nil)
+	appendN(t, f.srv, "user:alice", 2)
 	cookie := "session=alice"
 	wsURL := "ws" + strings.TrimPrefix(f.http.URL, "http") + "/stream"
 	for _, tc := range []struct {
@@ -128,7 +128,7 @@ func TestForeignOriginIsRefused(t *testing.T) {
 func TestOutOfRangeNumbersAreBadInput(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, sqltest.SQLite(t), stream.ServerConfig{AllowAnonymous: true})
-	appendN(t, f.srv, "c", 3, nil)
+	appendN(t, f.srv, "c", 3)
 
 	for _, since := range []string{`18446744073709551615`, `9223372036854775808`, `-1`, `1.5`, `1e2`, `"2"`, `true`, `4`, `99999999999999999999999`} {
 		ws := dial(t, f, `{"type":"hello","channel":"c","since":`+since+`}`, nil)
@@ -158,7 +158,7 @@ func TestOutOfRangeNumbersAreBadInput(t *testing.T) {
 			t.Fatalf("ack seq %s: error frame %+v, %v; want bad_frame naming seq", seq, w, err)
 		}
 	}
-	appendN(t, f.srv, "c", 1, nil)
+	appendN(t, f.srv, "c", 1)
 	if w, err := next(t, ws, "event"); err != nil || w.Event.Seq != 4 {
 		t.Fatalf("after bad acks: %+v, %v", w, err)
 	}
@@ -188,7 +188,7 @@ func TestPrincipalScopesAcks(t *testing.T) {
 		Authorize: func(r *http.Request, channel string) error { return nil },
 		Principal: func(r *http.Request) string { return r.Header.Get("X-User") },
 	})
-	appendN(t, f.srv, "news", 10, nil)
+	appendN(t, f.srv, "news", 10)
 	read := func(user string, since, ack int) {
 		ws := dial(t, f, fmt.Sprintf(`{"type":"hello","channel":"news","since":%d,"client":"tab-1"}`, since), http.Header{"X-User": {user}})
 		for {

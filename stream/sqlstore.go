@@ -33,7 +33,7 @@ type SQLConfig struct {
 type SQLStore[Tx any] struct {
 	db      idem.TxDB[Tx]
 	now     func() time.Time
-	clients clientBounds
+	clients ClientBounds
 }
 
 // NewSQLStore returns a store on db, creating or upgrading its tables (package
@@ -45,7 +45,7 @@ func NewSQLStore[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SQLConfig) (
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	bounds, err := newClientBounds(cfg.ClientExpiry, cfg.MaxClients)
+	bounds, err := NewClientBounds(cfg.ClientExpiry, cfg.MaxClients)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +69,7 @@ func (s *SQLStore[Tx]) Append(ctx context.Context, channel string, e Event) (Eve
 // locked until the transaction ends, so seqs are assigned in commit order and a
 // reader never sees seq N+1 before seq N.
 func (s *SQLStore[Tx]) AppendTx(ctx context.Context, tx Tx, channel string, e Event) (Event, error) {
-	if err := validate(channel, e); err != nil {
+	if err := ValidateAppend(channel, e); err != nil {
 		return Event{}, err
 	}
 	q := s.db.Querier(tx)
@@ -140,7 +140,7 @@ func (s *SQLStore[Tx]) Read(ctx context.Context, channel string, since uint64, l
 	if err != nil {
 		return nil, wrap("read", err)
 	}
-	return checkTrimmed(ctx, s.Head, channel, since, out)
+	return CheckTrimmed(ctx, s.Head, channel, since, out)
 }
 
 // Head implements Store.
@@ -182,12 +182,12 @@ func (s *SQLStore[Tx]) Trim(ctx context.Context, retention time.Duration) (int, 
 	now := s.now()
 	err := s.db.InTx(ctx, func(tx Tx) error {
 		q := s.db.Querier(tx)
-		if _, err := q.Exec(ctx, `DELETE FROM idem_stream_clients WHERE seen < $1`, now.Add(-s.clients.expiry).UnixNano()); err != nil {
+		if _, err := q.Exec(ctx, `DELETE FROM idem_stream_clients WHERE seen < $1`, now.Add(-s.clients.Expiry).UnixNano()); err != nil {
 			return err
 		}
 		if _, err := q.Exec(ctx, `DELETE FROM idem_stream_clients WHERE (channel, client) IN (SELECT channel, client FROM
 			(SELECT channel, client, ROW_NUMBER() OVER (PARTITION BY channel ORDER BY seen DESC, client) AS rank
-			FROM idem_stream_clients) ranked WHERE rank > $1)`, s.clients.max); err != nil {
+			FROM idem_stream_clients) ranked WHERE rank > $1)`, s.clients.Max); err != nil {
 			return err
 		}
 		a, err := q.Exec(ctx, `DELETE FROM idem_stream_events WHERE at < $1`, now.Add(-retention).UnixNano())

@@ -38,8 +38,11 @@ const (
 	MaxData    = 1 << 20
 )
 
-// Store keeps each channel's events in seq order. SQLStore (SQLite, Postgres) and
-// RedisStore implement it.
+// Store keeps each channel's events in seq order. SQLStore (SQLite, Postgres)
+// and idemredis.PushStore implement it; streamtest.StoreSuite is the contract
+// every implementation runs. An implementation in another package starts
+// Append with ValidateAppend, ends Read with CheckTrimmed, and takes its client
+// bounds from NewClientBounds.
 type Store interface {
 	// Append stores e on channel with the next seq and returns it as stored.
 	Append(ctx context.Context, channel string, e Event) (Event, error)
@@ -67,32 +70,41 @@ const (
 	DefaultMaxClients = 1000
 )
 
-// clientBounds is what a store remembers of clients, validated.
-type clientBounds struct {
-	expiry time.Duration
-	max    int
+// ClientBounds is what a Store remembers of clients for Trim: those seen
+// within Expiry, at most Max per channel (the most recently seen).
+type ClientBounds struct {
+	Expiry time.Duration
+	Max    int
 }
 
-func newClientBounds(expiry time.Duration, maxClients int) (clientBounds, error) {
+// NewClientBounds returns the bounds of a store configured with expiry and
+// maxClients (its ClientExpiry and MaxClients fields), a zero one meaning
+// DefaultClientExpiry or DefaultMaxClients. A negative one is an
+// *idem.InputError naming the field.
+func NewClientBounds(expiry time.Duration, maxClients int) (ClientBounds, error) {
 	switch {
 	case expiry < 0:
-		return clientBounds{}, &idem.InputError{Field: "ClientExpiry", Reason: fmt.Sprintf("is negative (%v)", expiry), Fix: "leave it 0 for the default (24h)"}
+		return ClientBounds{}, &idem.InputError{Field: "ClientExpiry", Reason: fmt.Sprintf("is negative (%v)", expiry), Fix: "leave it 0 for the default (24h)"}
 	case maxClients < 0:
-		return clientBounds{}, &idem.InputError{Field: "MaxClients", Reason: fmt.Sprintf("is negative (%d)", maxClients), Fix: "leave it 0 for the default (1000)"}
+		return ClientBounds{}, &idem.InputError{Field: "MaxClients", Reason: fmt.Sprintf("is negative (%d)", maxClients), Fix: "leave it 0 for the default (1000)"}
 	case expiry == 0:
 		expiry = DefaultClientExpiry
 	}
 	if maxClients == 0 {
 		maxClients = DefaultMaxClients
 	}
-	return clientBounds{expiry: expiry, max: maxClients}, nil
+	return ClientBounds{Expiry: expiry, Max: maxClients}, nil
 }
 
 // ErrTrimmed is returned by Read when events after since were trimmed: the
 // client is too far behind to catch up from the stream and must reload its state.
 var ErrTrimmed = errors.New("stream: events after this seq were trimmed")
 
-func validate(channel string, e Event) error {
+// ValidateAppend returns an *idem.InputError naming the field when e may not be
+// appended to channel: an empty, too long or not UTF-8 channel, an empty or too
+// long type, data over MaxData or not JSON. Every Store's Append starts with it,
+// so all stores refuse the same input the same way.
+func ValidateAppend(channel string, e Event) error {
 	if err := validateChannel(channel); err != nil {
 		return err
 	}
@@ -121,9 +133,11 @@ func validateChannel(channel string) error {
 	return nil
 }
 
-// checkTrimmed returns ErrTrimmed, with out, when the events read after since do
-// not start at since+1, or none were read while the head is past since.
-func checkTrimmed(ctx context.Context, head func(context.Context, string) (uint64, error), channel string, since uint64, out []Event) ([]Event, error) {
+// CheckTrimmed returns what a Store's Read returns for the events out it read
+// after since: ErrTrimmed, with out, when out does not start at since+1, or
+// when it is empty while the channel's head (from head) is past since;
+// otherwise out.
+func CheckTrimmed(ctx context.Context, head func(context.Context, string) (uint64, error), channel string, since uint64, out []Event) ([]Event, error) {
 	if len(out) > 0 {
 		if out[0].Seq != since+1 {
 			return out, ErrTrimmed

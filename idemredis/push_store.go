@@ -1,4 +1,4 @@
-package stream
+package idemredis
 
 import (
 	"context"
@@ -12,58 +12,75 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/stream"
 )
 
-// RedisConfig configures a RedisStore.
-type RedisConfig struct {
-	// Prefix starts every key the store writes. Default "idem:stream:".
+// DefaultPushPrefix is the key prefix of a PushStore whose
+// PushStoreConfig.Prefix is empty.
+const DefaultPushPrefix = "idem:stream:"
+
+// PushStoreConfig configures a PushStore. The zero value is ready to use.
+type PushStoreConfig struct {
+	// Prefix starts every key the store writes. Empty means DefaultPushPrefix.
+	// The rules of Config.Prefix apply.
 	Prefix string
 	// Now is the clock of event times and retention. Nil means time.Now.
 	Now func() time.Time
 	// ClientExpiry and MaxClients bound the clients Trim waits for; see
-	// DefaultClientExpiry and DefaultMaxClients.
+	// stream.DefaultClientExpiry and stream.DefaultMaxClients.
 	ClientExpiry time.Duration
 	MaxClients   int
 }
 
-// RedisStore keeps each channel in Redis: a sorted set of events scored by seq,
-// a counter for the head, a hash of append keys, a hash of client acks with a
-// sorted set of when each client was last seen, and a sorted set of event times
-// for retention. Every append is one Lua script, so
-// seqs are assigned atomically and without gaps. It needs one Redis server (or
-// one primary): the append script also records the channel in a set that Trim
-// walks, which Redis Cluster would refuse across slots.
+// PushStore is a stream.Store: it keeps the channels a stream.Server pushes to
+// browsers. (It is not StreamSource or StreamSink, which carry idem messages
+// over Redis Streams; a push channel is not a Redis stream.)
+//
+// Each channel is a sorted set of events scored by seq, a counter for the
+// head, a hash of append keys, a hash of client acks with a sorted set of when
+// each client was last seen, and a sorted set of event times for retention.
+// Every append is one Lua script, so seqs are assigned atomically and without
+// gaps. It needs one Redis server (or one primary): the append script also
+// records the channel in a set that Trim walks, which Redis Cluster would
+// refuse across slots.
 //
 // Redis keeps what its persistence settings keep: without AOF (appendfsync
 // always), a restart can lose recent events, and their seqs are then reused.
-// Use SQLStore where the events must survive what the business data survives.
-type RedisStore struct {
+// Use stream.SQLStore where the events must survive what the business data
+// survives.
+type PushStore struct {
 	c       redis.UniversalClient
 	prefix  string
 	now     func() time.Time
-	clients clientBounds
+	clients stream.ClientBounds
 }
 
-// NewRedisStore returns a store on c.
-func NewRedisStore(c redis.UniversalClient, cfg RedisConfig) (*RedisStore, error) {
+var _ stream.Store = (*PushStore)(nil)
+
+// NewPushStore returns a store on c.
+func NewPushStore(c redis.UniversalClient, cfg PushStoreConfig) (*PushStore, error) {
 	if c == nil {
-		return nil, &idem.InputError{Field: "client", Reason: "is nil", Fix: "pass a go-redis client"}
+		return nil, &idem.InputError{Field: "client", Reason: "is nil",
+			Fix: "pass a connected client, e.g. redis.NewClient(&redis.Options{Addr: \"localhost:6379\"})"}
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = "idem:stream:"
+		cfg.Prefix = DefaultPushPrefix
+	}
+	if err := (Config{Prefix: cfg.Prefix}).validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	bounds, err := newClientBounds(cfg.ClientExpiry, cfg.MaxClients)
+	bounds, err := stream.NewClientBounds(cfg.ClientExpiry, cfg.MaxClients)
 	if err != nil {
 		return nil, err
 	}
-	return &RedisStore{c: c, prefix: cfg.Prefix, now: cfg.Now, clients: bounds}, nil
+	return &PushStore{c: c, prefix: cfg.Prefix, now: cfg.Now, clients: bounds}, nil
 }
 
 // keys of one channel: head, events, append keys, acks, times, clients seen.
-func (s *RedisStore) keys(channel string) []string {
+func (s *PushStore) keys(channel string) []string {
 	base := s.prefix + "{" + channel + "}:"
 	return []string{base + "head", base + "events", base + "keys", base + "acks", base + "at", base + "seen"}
 }
@@ -95,40 +112,40 @@ type stored struct {
 	Key  string          `json:"k,omitempty"`
 }
 
-// Append implements Store.
-func (s *RedisStore) Append(ctx context.Context, channel string, e Event) (Event, error) {
-	if err := validate(channel, e); err != nil {
-		return Event{}, err
+// Append implements stream.Store.
+func (s *PushStore) Append(ctx context.Context, channel string, e stream.Event) (stream.Event, error) {
+	if err := stream.ValidateAppend(channel, e); err != nil {
+		return stream.Event{}, err
 	}
 	at := s.now().UTC()
 	body, err := json.Marshal(stored{Type: e.Type, ID: e.ID, Data: e.Data, At: at.UnixNano(), Key: e.Key})
 	if err != nil {
-		return Event{}, err
+		return stream.Event{}, err
 	}
 	k := s.keys(channel)
 	member, err := appendScript.Run(ctx, s.c, []string{k[0], k[1], k[2], k[4], s.prefix + "channels"},
 		body, e.Key, at.UnixMilli(), channel).Text()
 	if err != nil {
-		return Event{}, wrapRedis("append", err)
+		return stream.Event{}, pushError("append", err)
 	}
 	return decodeMember(member)
 }
 
-func decodeMember(member string) (Event, error) {
+func decodeMember(member string) (stream.Event, error) {
 	seqText, body, ok := strings.Cut(member, ":")
 	seq, err := strconv.ParseUint(seqText, 10, 64)
 	if !ok || err != nil {
-		return Event{}, fmt.Errorf("stream: damaged member %.40q", member)
+		return stream.Event{}, fmt.Errorf("idemredis: damaged push store member %.40q", member)
 	}
 	var st stored
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
-		return Event{}, fmt.Errorf("stream: damaged event %d: %w", seq, err)
+		return stream.Event{}, fmt.Errorf("idemredis: damaged push event %d: %w", seq, err)
 	}
-	return Event{Seq: seq, Type: st.Type, ID: st.ID, Data: st.Data, At: time.Unix(0, st.At).UTC(), Key: st.Key}, nil
+	return stream.Event{Seq: seq, Type: st.Type, ID: st.ID, Data: st.Data, At: time.Unix(0, st.At).UTC(), Key: st.Key}, nil
 }
 
-// Read implements Store.
-func (s *RedisStore) Read(ctx context.Context, channel string, since uint64, limit int) ([]Event, error) {
+// Read implements stream.Store.
+func (s *PushStore) Read(ctx context.Context, channel string, since uint64, limit int) ([]stream.Event, error) {
 	if limit <= 0 {
 		limit = 1000
 	}
@@ -136,9 +153,9 @@ func (s *RedisStore) Read(ctx context.Context, channel string, since uint64, lim
 	members, err := s.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: k[1], Start: "(" + strconv.FormatUint(since, 10), Stop: "+inf",
 		ByScore: true, Count: int64(limit)}).Result()
 	if err != nil {
-		return nil, wrapRedis("read", err)
+		return nil, pushError("read", err)
 	}
-	out := make([]Event, 0, len(members))
+	out := make([]stream.Event, 0, len(members))
 	for _, m := range members {
 		e, err := decodeMember(m)
 		if err != nil {
@@ -147,16 +164,16 @@ func (s *RedisStore) Read(ctx context.Context, channel string, since uint64, lim
 		e.Key = ""
 		out = append(out, e)
 	}
-	return checkTrimmed(ctx, s.Head, channel, since, out)
+	return stream.CheckTrimmed(ctx, s.Head, channel, since, out)
 }
 
-// Head implements Store.
-func (s *RedisStore) Head(ctx context.Context, channel string) (uint64, error) {
+// Head implements stream.Store.
+func (s *PushStore) Head(ctx context.Context, channel string) (uint64, error) {
 	n, err := s.c.Get(ctx, s.keys(channel)[0]).Uint64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
-	return n, wrapRedis("head", err)
+	return n, pushError("head", err)
 }
 
 // ackScript: KEYS acks, seen; ARGV client, seq, now-ms.
@@ -166,14 +183,14 @@ if not cur or tonumber(ARGV[2]) > tonumber(cur) then redis.call('HSET', KEYS[1],
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 return 0`)
 
-// Ack implements Store; an ack below the client's previous one only marks the
+// Ack implements stream.Store; an ack below the client's previous one only marks the
 // client as seen.
-func (s *RedisStore) Ack(ctx context.Context, channel, client string, seq uint64) error {
-	if seq > MaxSeq {
-		return &idem.InputError{Field: "seq", Reason: fmt.Sprintf("is %d", seq), Fix: fmt.Sprintf("ack a seq up to %d", uint64(MaxSeq))}
+func (s *PushStore) Ack(ctx context.Context, channel, client string, seq uint64) error {
+	if seq > stream.MaxSeq {
+		return &idem.InputError{Field: "seq", Reason: fmt.Sprintf("is %d", seq), Fix: fmt.Sprintf("ack a seq up to %d", uint64(stream.MaxSeq))}
 	}
 	k := s.keys(channel)
-	return wrapRedis("ack", ackScript.Run(ctx, s.c, []string{k[3], k[5]}, client, seq, s.now().UnixMilli()).Err())
+	return pushError("ack", ackScript.Run(ctx, s.c, []string{k[3], k[5]}, client, seq, s.now().UnixMilli()).Err())
 }
 
 // trimScript: KEYS events, keys, acks, at, seen; ARGV cutoff-ms,
@@ -212,29 +229,30 @@ for i = 1, #ks, 2 do
 end
 return n`)
 
-// Trim implements Store.
-func (s *RedisStore) Trim(ctx context.Context, retention time.Duration) (int, error) {
+// Trim implements stream.Store.
+func (s *PushStore) Trim(ctx context.Context, retention time.Duration) (int, error) {
 	channels, err := s.c.SMembers(ctx, s.prefix+"channels").Result()
 	if err != nil {
-		return 0, wrapRedis("trim", err)
+		return 0, pushError("trim", err)
 	}
 	cutoff := s.now().Add(-retention).UnixMilli()
-	expired := s.now().Add(-s.clients.expiry).UnixMilli()
+	expired := s.now().Add(-s.clients.Expiry).UnixMilli()
 	total := 0
 	for _, ch := range channels {
 		k := s.keys(ch)
-		n, err := trimScript.Run(ctx, s.c, []string{k[1], k[2], k[3], k[4], k[5]}, cutoff, expired, s.clients.max).Int()
+		n, err := trimScript.Run(ctx, s.c, []string{k[1], k[2], k[3], k[4], k[5]}, cutoff, expired, s.clients.Max).Int()
 		if err != nil {
-			return total, wrapRedis("trim", err)
+			return total, pushError("trim", err)
 		}
 		total += n
 	}
 	return total, nil
 }
 
-func wrapRedis(op string, err error) error {
+// pushError wraps err, if any, for op.
+func pushError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &idem.BackendError{Backend: "redis", Op: "stream " + op, Err: err}
+	return backendError("push "+op, err)
 }
