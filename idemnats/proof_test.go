@@ -11,11 +11,11 @@ import (
 
 // TestExactlyOnce: 10,000 messages through JetStream, each delivered at least twice
 // (JetStream drops the republished copy; every first ack is lost), applied exactly
-// once by the inbox on SQLite and on Postgres.
+// once by the inbox on SQLite, on Postgres and on MySQL/MariaDB.
 func TestExactlyOnce(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t)
-	inboxtest.Proof(t, brokerEnv(js), inboxtest.Options{})
+	inboxtest.Proof(t, brokerEnv(js), inboxtest.Options{MySQL: true})
 }
 
 // BenchmarkInbox: the inbox on JetStream + Postgres against a plain at-least-once

@@ -19,11 +19,13 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemseq"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -36,6 +38,8 @@ type Options struct {
 	// idemseq tracker on the same database) instead of by key. Position dedup does not
 	// recognise a message published twice, so the proof then publishes each once.
 	Sequences inbox.SeqFunc
+	// MySQL runs the proof on MySQL/MariaDB too, beside SQLite and PostgreSQL.
+	MySQL bool
 }
 
 // Proof publishes opts.Messages messages through the broker of newEnv, publishes
@@ -52,7 +56,11 @@ func Proof(t *testing.T, newEnv func(t *testing.T) idemtest.BrokerEnv, opts Opti
 	if opts.Consumers == 0 {
 		opts.Consumers = 2
 	}
-	for _, name := range []string{"sqlite", "postgres"} {
+	dbs := []string{"sqlite", "postgres"}
+	if opts.MySQL {
+		dbs = append(dbs, "mysql")
+	}
+	for _, name := range dbs {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			db, txdb, store := openDB(t, name)
@@ -68,14 +76,21 @@ func openDB(t *testing.T, name string) (*sql.DB, idem.TxDB[*sql.Tx], idem.TxStor
 		db    *sql.DB
 		store idem.TxStore[*sql.Tx]
 	)
-	if name == "sqlite" {
+	switch name {
+	case "sqlite":
 		s, err := idemsqlite.Open(ctx, filepath.Join(t.TempDir(), "proof.db"), idemsqlite.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
 		db, store = s.DB(), s
-	} else {
+	case "mysql":
+		db = sqltest.MySQLDollarDB(t) // apply's own SQL says $1
+		var err error
+		if store, err = idemmysql.New(ctx, db, idemmysql.Config{}); err != nil {
+			t.Fatal(err)
+		}
+	default:
 		cs, _ := testsvc.PostgresSchema(t)
 		var err error
 		if db, err = sql.Open("pgx", cs); err != nil {
