@@ -154,8 +154,9 @@ func TestSweepKeepsTokensRising(t *testing.T) {
 func TestDSN(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		"mysql://root@127.0.0.1:3306/test":               "root@tcp(127.0.0.1:3306)/test?timeout=10s",
-		"mysql://app:p%40ss@db/shop?timeout=2s&tls=true": "app:p@ss@tcp(db:3306)/shop?timeout=2s&tls=true",
+		"mysql://root@127.0.0.1:3306/test":                     "root@tcp(127.0.0.1:3306)/test?interpolateParams=true&timeout=10s",
+		"mysql://app:p%40ss@db/shop?timeout=2s&tls=true":       "app:p@ss@tcp(db:3306)/shop?interpolateParams=true&timeout=2s&tls=true",
+		"mysql://root@h/db?interpolateParams=false&timeout=1s": "root@tcp(h:3306)/db?timeout=1s",
 	} {
 		got, err := idemmysql.DSN(in)
 		if err != nil || got != want {

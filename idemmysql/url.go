@@ -22,7 +22,8 @@ const DefaultDialTimeout = 10 * time.Second
 // into the DSN of github.com/go-sql-driver/mysql. The query parameters are the
 // driver's (tls, timeout, readTimeout, charset, collation, tx_isolation and other
 // system variables...). The port defaults to 3306, the dial timeout to
-// DefaultDialTimeout, and the session time zone of parsed times to UTC.
+// DefaultDialTimeout, interpolateParams to true (one round trip per statement), and
+// the session time zone of parsed times to UTC.
 func DSN(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "mysql" || u.Host == "" {
@@ -47,6 +48,12 @@ func DSN(raw string) (string, error) {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultDialTimeout
+	}
+	if !u.Query().Has("interpolateParams") {
+		// Send a statement with its arguments in one round trip instead of
+		// preparing, executing and closing it. The driver escapes the values, and
+		// refuses the character sets (BIG5, SJIS, GBK...) where that is unsafe.
+		cfg.InterpolateParams = true
 	}
 	return cfg.FormatDSN(), nil
 }
