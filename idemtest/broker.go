@@ -29,10 +29,7 @@ type BrokerEnv struct {
 // BrokerSuite runs the Source/Sink contract against a broker adapter: every adapter
 // runs it unchanged, and it checks a Features promise only where the adapter makes it.
 func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, BrokerEnv)
-	}{
+	runParallel(t, newEnv, []subtest[BrokerEnv]{
 		{"PublishReceiveAck", testBrokerPublishReceive},
 		{"UnackedIsRedelivered", testBrokerUnacked},
 		{"NakIsRedelivered", testBrokerNak},
@@ -40,18 +37,25 @@ func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
 		{"OrderPerKey", testBrokerOrder},
 		{"BadMessageRefused", testBrokerBadInput},
 		{"CancelledReceive", testBrokerCancelled},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			tt.fn(t, newEnv(t))
-		})
-	}
+	})
 }
 
 func brokerMsg(env BrokerEnv, i int) idem.Message {
 	return idem.Message{ID: fmt.Sprintf("msg-%04d", i), Topic: env.Topic, OrderingKey: "k",
 		Headers: map[string]string{"n": fmt.Sprint(i)}, Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+}
+
+// publishN publishes n messages under one ordering key and receives them from a new
+// source, returning what was published, the source and what arrived.
+func publishN(t *testing.T, env BrokerEnv, n int) ([]idem.Message, idem.Source, []idem.Delivery) {
+	t.Helper()
+	msgs := make([]idem.Message, n)
+	for i := range msgs {
+		msgs[i] = brokerMsg(env, i)
+	}
+	Publish(t, env.Sink, msgs...)
+	src := env.NewSource(t)
+	return msgs, src, Receive(t, src, n, env.wait())
 }
 
 func (env BrokerEnv) wait() time.Duration {
@@ -103,13 +107,7 @@ func Publish(t testing.TB, sink idem.Sink, msgs ...idem.Message) {
 
 func testBrokerPublishReceive(t *testing.T, env BrokerEnv) {
 	const n = 20
-	msgs := make([]idem.Message, n)
-	for i := range msgs {
-		msgs[i] = brokerMsg(env, i)
-	}
-	Publish(t, env.Sink, msgs...)
-	src := env.NewSource(t)
-	got := Receive(t, src, n, env.wait())
+	msgs, src, got := publishN(t, env, n)
 	if len(got) != n {
 		t.Fatalf("received %d of %d messages", len(got), n)
 	}
@@ -206,14 +204,7 @@ func testBrokerOrder(t *testing.T, env BrokerEnv) {
 	if !env.Features.OrderedPerKey {
 		t.Skip("the adapter does not promise order")
 	}
-	const n = 50
-	msgs := make([]idem.Message, n)
-	for i := range msgs {
-		msgs[i] = brokerMsg(env, i)
-	}
-	Publish(t, env.Sink, msgs...)
-	src := env.NewSource(t)
-	got := Receive(t, src, n, env.wait())
+	msgs, _, got := publishN(t, env, 50)
 	Ack(t, got...)
 	if want := ids(deliveriesOf(msgs)); !slices.Equal(ids(got), want) {
 		t.Fatalf("order per key: got %v, want %v", ids(got), want)
