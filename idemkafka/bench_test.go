@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkafka"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -49,18 +50,7 @@ func benchAdapter(b *testing.B) {
 		}
 	}
 	published := time.Now()
-	for n := 0; n < b.N; {
-		ds, err := src.Receive(ctx, benchBatch)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, d := range ds {
-			if err := d.Settler.Ack(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		n += len(ds)
-	}
+	idemtest.ReceiveAck(b, src, b.N, benchBatch)
 	if err := src.Close(); err != nil { // the final commit is part of the work
 		b.Fatal(err)
 	}

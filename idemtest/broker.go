@@ -95,6 +95,26 @@ func Ack(t testing.TB, ds ...idem.Delivery) {
 	}
 }
 
+// ReceiveAck receives n deliveries from src, at most batch per Receive, and
+// acknowledges each, failing tb on an error. It has no deadline: it is the consuming
+// half of a benchmark, whose caller bounds it.
+func ReceiveAck(tb testing.TB, src idem.Source, n, batch int) {
+	tb.Helper()
+	ctx := context.Background()
+	for got := 0; got < n; {
+		ds, err := src.Receive(ctx, min(batch, n-got))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, d := range ds {
+			if err := d.Settler.Ack(ctx); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		got += len(ds)
+	}
+}
+
 // Publish publishes msgs to sink within 30 s, failing t on an error.
 func Publish(t testing.TB, sink idem.Sink, msgs ...idem.Message) {
 	t.Helper()
