@@ -219,32 +219,6 @@ func TestForeignMessages(t *testing.T) {
 	ack(t, got...)
 }
 
-func TestReceiveAfterClose(t *testing.T) {
-	t.Parallel()
-	queue := declareQueue(t, idemamqp.QueueConfig{})
-	src := newSource(t, dial(t), idemamqp.SourceConfig{Queue: queue})
-	if _, err := src.Receive(context.Background(), 0); !errors.Is(err, idem.ErrInvalid) {
-		t.Errorf("Receive(max 0) = %v, want idem.ErrInvalid", err)
-	}
-	blocked := make(chan error, 1)
-	go func() {
-		_, err := src.Receive(context.Background(), 1)
-		blocked <- err
-	}()
-	if err := src.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if err := <-blocked; !errors.Is(err, idem.ErrClosed) {
-		t.Errorf("a Receive blocked during Close returned %v, want idem.ErrClosed", err)
-	}
-	if _, err := src.Receive(context.Background(), 1); !errors.Is(err, idem.ErrClosed) {
-		t.Errorf("Receive after Close = %v, want idem.ErrClosed", err)
-	}
-	if err := src.Close(); err != nil {
-		t.Errorf("second Close = %v", err)
-	}
-}
-
 func TestConstructorsRefuse(t *testing.T) {
 	t.Parallel()
 	reach(t)

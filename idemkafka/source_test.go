@@ -139,33 +139,6 @@ func TestSettleRules(t *testing.T) {
 	}
 }
 
-// Receive on a closed source is ErrClosed, also for a Receive blocked at Close;
-// max below 1 is an input error.
-func TestReceiveClosedAndBadMax(t *testing.T) {
-	t.Parallel()
-	f := setup(t, 1)
-	src := f.source(t)
-	if _, err := src.Receive(context.Background(), 0); !errors.Is(err, idem.ErrInvalid) {
-		t.Errorf("Receive(max 0) = %v, want idem.ErrInvalid", err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := src.Receive(context.Background(), 1)
-		errc <- err
-	}()
-	time.Sleep(100 * time.Millisecond) // let it block; either order must give ErrClosed
-	src.Close()
-	if err := <-errc; !errors.Is(err, idem.ErrClosed) {
-		t.Errorf("blocked Receive at Close = %v, want idem.ErrClosed", err)
-	}
-	if _, err := src.Receive(context.Background(), 1); !errors.Is(err, idem.ErrClosed) {
-		t.Errorf("Receive after Close = %v, want idem.ErrClosed", err)
-	}
-	if err := src.Close(); err != nil {
-		t.Errorf("second Close = %v", err)
-	}
-}
-
 // Deliveries carry the message as published: ID from the header (which is not
 // among the headers), the key as OrderingKey, the position and Offset; a record
 // without an ID (produced by a foreign producer) is delivered with ID "".

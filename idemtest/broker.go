@@ -37,6 +37,7 @@ func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
 		{"OrderPerKey", testBrokerOrder},
 		{"BadMessageRefused", testBrokerBadInput},
 		{"CancelledReceive", testBrokerCancelled},
+		{"ClosedSource", testBrokerClosed},
 	})
 }
 
@@ -251,6 +252,33 @@ func testBrokerCancelled(t *testing.T, env BrokerEnv) {
 	ds, err := src.Receive(ctx, 10) // nothing was published: it must return when ctx ends
 	if len(ds) != 0 || err == nil {
 		t.Fatalf("Receive on an empty topic with a cancelled ctx = %v, %v; want no deliveries and an error", ids(ds), err)
+	}
+}
+
+// testBrokerClosed: max below 1 is an input error; a Receive blocked at Close and
+// every Receive after it return idem.ErrClosed; a second Close is harmless.
+func testBrokerClosed(t *testing.T, env BrokerEnv) {
+	src := env.NewSource(t)
+	if _, err := src.Receive(context.Background(), 0); !errors.Is(err, idem.ErrInvalid) {
+		t.Errorf("Receive(max 0) = %v, want idem.ErrInvalid", err)
+	}
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := src.Receive(context.Background(), 1) // nothing was published: blocks until Close
+		blocked <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let it block; either order must give ErrClosed
+	if err := src.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-blocked; !errors.Is(err, idem.ErrClosed) {
+		t.Errorf("a Receive blocked at Close returned %v, want idem.ErrClosed", err)
+	}
+	if _, err := src.Receive(context.Background(), 1); !errors.Is(err, idem.ErrClosed) {
+		t.Errorf("Receive after Close = %v, want idem.ErrClosed", err)
+	}
+	if err := src.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
 	}
 }
 
