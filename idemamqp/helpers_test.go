@@ -1,7 +1,6 @@
 package idemamqp_test
 
 import (
-	"context"
 	"net"
 	"os"
 	"strconv"
@@ -9,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemamqp"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -124,6 +122,14 @@ func deleteQueue(t testing.TB, name string) {
 	}
 }
 
+// The idemtest helpers under the names these tests use.
+var (
+	publish  = idemtest.Publish
+	receive  = idemtest.Receive
+	receiveN = idemtest.ReceiveN
+	ack      = idemtest.Ack
+)
+
 func newSink(t testing.TB, conn *amqp.Connection, cfg idemamqp.SinkConfig) *idemamqp.Sink {
 	t.Helper()
 	s, err := idemamqp.NewSink(conn, cfg)
@@ -142,24 +148,4 @@ func newSource(t testing.TB, conn *amqp.Connection, cfg idemamqp.SourceConfig) *
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-func publish(t testing.TB, sink idem.Sink, msgs ...idem.Message) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := sink.Publish(ctx, msgs...); err != nil {
-		t.Fatalf("Publish: %v", err)
-	}
-}
-
-// receive and ack are idemtest's, under the names these tests use.
-func receive(t testing.TB, src idem.Source, n int, within time.Duration) []idem.Delivery {
-	t.Helper()
-	return idemtest.Receive(t, src, n, within)
-}
-
-func ack(t testing.TB, ds ...idem.Delivery) {
-	t.Helper()
-	idemtest.Ack(t, ds...)
 }

@@ -87,6 +87,15 @@ func (f fixture) source(t testing.TB, extra ...kgo.Opt) *idemkafka.Source {
 	return newSource(t, f.c, f.group, f.topic, extra...)
 }
 
+// env is the fixture as idemtest sees a broker.
+func (f fixture) env() idemtest.BrokerEnv {
+	return idemtest.BrokerEnv{Topic: f.topic, Sink: f.sink, Features: f.sink.Features(),
+		NewSource: func(t *testing.T) idem.Source { return f.source(t) },
+		// A closed source leaves the group at once; the next member resumes from
+		// the committed offsets as soon as it has joined.
+		Redelivery: 5 * time.Second}
+}
+
 // msgs returns n messages numbered from 0, spread over keys ordering keys.
 func (f fixture) msgs(n, keys int) []idem.Message {
 	out := make([]idem.Message, n)
@@ -128,23 +137,15 @@ func (f fixture) committed(t testing.TB) map[int32]int64 {
 
 func (f fixture) publish(t testing.TB, msgs ...idem.Message) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := f.sink.Publish(ctx, msgs...); err != nil {
-		t.Fatalf("Publish: %v", err)
-	}
+	idemtest.Publish(t, f.sink, msgs...)
 }
 
-// receive and ack are idemtest's, under the names these tests use.
-func receive(t testing.TB, src idem.Source, n int, within time.Duration) []idem.Delivery {
-	t.Helper()
-	return idemtest.Receive(t, src, n, within)
-}
-
-func ack(t testing.TB, ds ...idem.Delivery) {
-	t.Helper()
-	idemtest.Ack(t, ds...)
-}
+// The idemtest helpers under the names these tests use.
+var (
+	receive  = idemtest.Receive
+	receiveN = idemtest.ReceiveN
+	ack      = idemtest.Ack
+)
 
 func idsOf(ds []idem.Delivery) []string {
 	out := make([]string, len(ds))

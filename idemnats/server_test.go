@@ -106,7 +106,7 @@ func TestServerMaxPayload(t *testing.T) {
 	if !bytes.Equal(d.Payload, big) {
 		t.Fatalf("received %d bytes, want %d", len(d.Payload), len(big))
 	}
-	ackAll(t, []idem.Delivery{d})
+	ackAll(t, d)
 }
 
 func TestServerConfig(t *testing.T) {

@@ -45,7 +45,7 @@ func TestDedup(t *testing.T) {
 					t.Fatalf("delivery %d is %s, want %s (publish order)", i, d.ID, want)
 				}
 			}
-			ackAll(t, got)
+			ackAll(t, got...)
 		})
 	}
 }

@@ -38,7 +38,7 @@ func TestDeliveryFields(t *testing.T) {
 	if again.ID != m.ID || again.Attempt != 2 {
 		t.Errorf("after Nak: %s Attempt %d, want %s Attempt 2", again.ID, again.Attempt, m.ID)
 	}
-	ackAll(t, []idem.Delivery{again})
+	ackAll(t, again)
 	if err := again.Settler.Ack(context.Background()); err == nil || idem.IsRetryable(err) {
 		t.Errorf("second Ack = %v, want a non-retryable error (already settled)", err)
 	}
@@ -68,7 +68,7 @@ func TestForeignMessages(t *testing.T) {
 	if got[1].ID != "from-kafka-bridge" || len(got[1].Headers) != 0 {
 		t.Errorf("message with %s delivered as %+v, want its ID and no headers left", idem.HeaderID, got[1].Message)
 	}
-	ackAll(t, got)
+	ackAll(t, got...)
 }
 
 // TestClose: deliveries handed out before Close can still be acked (BrokerSuite
@@ -86,7 +86,7 @@ func TestClose(t *testing.T) {
 	if err := src.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ackAll(t, held)
+	ackAll(t, held...)
 }
 
 // TestCompetingSources: two sources of one durable share the messages; together
@@ -118,7 +118,7 @@ func TestCompetingSources(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d of 100 messages seen within 60s", len(seen))
 		}
-		ackAll(t, ds)
+		ackAll(t, ds...)
 		for _, d := range ds {
 			seen[d.ID]++
 		}
@@ -213,7 +213,7 @@ func TestCancelledReceiveKeepsMessages(t *testing.T) {
 			t.Errorf("%s has Attempt %d, want 1: it was lost to a cancelled fetch", d.ID, d.Attempt)
 		}
 	}
-	ackAll(t, got)
+	ackAll(t, got...)
 }
 
 // TestCloseGivesBackPrefetched: messages fetched but not handed out when the
@@ -233,12 +233,12 @@ func TestCloseGivesBackPrefetched(t *testing.T) {
 		t.Fatal(err)
 	}
 	held = append(held, ds...) // the fetch for 4 may have brought more than it returned
-	ackAll(t, held)
+	ackAll(t, held...)
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
 	rest := receiveN(t, openSource(t, js, cfg), 5-len(held)) // within 30 s, below AckWait
-	ackAll(t, rest)
+	ackAll(t, rest...)
 }
 
 func TestReceiveMax(t *testing.T) {
@@ -271,7 +271,7 @@ func TestMaxAckPendingOneKeepsOrder(t *testing.T) {
 				}
 				continue
 			}
-			ackAll(t, []idem.Delivery{d})
+			ackAll(t, d)
 			order = append(order, d.ID)
 		}
 	}

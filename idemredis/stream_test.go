@@ -58,43 +58,27 @@ func (b streamBundle) source(t *testing.T, cfg idemredis.StreamSourceConfig) *id
 	return src
 }
 
+// The idemtest helpers under the names these tests use.
+var (
+	streamReceive = idemtest.ReceiveN
+	streamAck     = idemtest.Ack
+)
+
+// streamEnv is a fresh stream as idemtest sees a broker.
+func streamEnv(t *testing.T) idemtest.BrokerEnv {
+	b := streamSetup(t)
+	return idemtest.BrokerEnv{
+		Topic:      b.stream,
+		Sink:       b.sink,
+		NewSource:  func(t *testing.T) idem.Source { return b.source(t, idemredis.StreamSourceConfig{}) },
+		Features:   b.sink.Features(),
+		Redelivery: streamMinIdle,
+	}
+}
+
 func TestStreamBrokerSuite(t *testing.T) {
 	t.Parallel()
-	idemtest.BrokerSuite(t, func(t *testing.T) idemtest.BrokerEnv {
-		b := streamSetup(t)
-		return idemtest.BrokerEnv{
-			Topic:      b.stream,
-			Sink:       b.sink,
-			NewSource:  func(t *testing.T) idem.Source { return b.source(t, idemredis.StreamSourceConfig{}) },
-			Features:   b.sink.Features(),
-			Redelivery: streamMinIdle,
-		}
-	})
-}
-
-// streamReceive receives until n deliveries arrived or 20s passed.
-func streamReceive(t *testing.T, src idem.Source, n int) []idem.Delivery {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var got []idem.Delivery
-	for len(got) < n {
-		ds, err := src.Receive(ctx, n-len(got))
-		if err != nil {
-			t.Fatalf("Receive after %d of %d deliveries: %v", len(got), n, err)
-		}
-		got = append(got, ds...)
-	}
-	return got
-}
-
-func streamAck(t *testing.T, ds ...idem.Delivery) {
-	t.Helper()
-	for _, d := range ds {
-		if err := d.Settler.Ack(context.Background()); err != nil {
-			t.Fatalf("Ack %s: %v", d.Position, err)
-		}
-	}
+	idemtest.BrokerSuite(t, streamEnv)
 }
 
 func (b streamBundle) pendingCount(t *testing.T) int64 {

@@ -96,6 +96,17 @@ func Ack(t testing.TB, ds ...idem.Delivery) {
 	}
 }
 
+// ReceiveN receives n deliveries from src, failing t unless all of them arrived
+// within 30 s.
+func ReceiveN(t testing.TB, src idem.Source, n int) []idem.Delivery {
+	t.Helper()
+	got := Receive(t, src, n, 30*time.Second)
+	if len(got) != n {
+		t.Fatalf("received %d of %d deliveries within 30s", len(got), n)
+	}
+	return got
+}
+
 // ReceiveAck receives n deliveries from src, at most batch per Receive, and
 // acknowledges each, failing tb on an error. It has no deadline: it is the consuming
 // half of a benchmark, whose caller bounds it.
