@@ -147,6 +147,7 @@ func TestBrokerSuiteEmbedded(t *testing.T) {
 
 // The idemtest helpers under the names these tests use.
 var (
+	publish  = idemtest.Publish
 	receiveN = idemtest.ReceiveN
 	ackAll   = idemtest.Ack
 )

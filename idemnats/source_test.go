@@ -20,9 +20,7 @@ func TestDeliveryFields(t *testing.T) {
 	stream, prefix := newStream(t, js)
 	sink := newSink(t, js, idemnats.SinkConfig{})
 	m := idem.Message{ID: "order-1", Topic: prefix + ".orders.created", Headers: map[string]string{"trace": "abc", "Content-Type": "application/json"}, Payload: []byte(`{}`)}
-	if err := sink.Publish(context.Background(), m); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, sink, m)
 	src := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "d", FilterSubjects: []string{prefix + ".orders.>"}})
 	d := receiveN(t, src, 1)[0]
 	if d.ID != m.ID || d.Topic != m.Topic || string(d.Payload) != "{}" || d.Attempt != 1 || d.Position != "stream seq 1" {
@@ -78,9 +76,7 @@ func TestClose(t *testing.T) {
 	_, js := connect(t)
 	stream, prefix := newStream(t, js)
 	sink := newSink(t, js, idemnats.SinkConfig{})
-	if err := sink.Publish(context.Background(), idem.Message{ID: "a", Topic: prefix + ".x", Payload: []byte("a")}); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, sink, idem.Message{ID: "a", Topic: prefix + ".x", Payload: []byte("a")})
 	src := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "d"})
 	held := receiveN(t, src, 1)
 	if err := src.Close(); err != nil {
@@ -95,9 +91,7 @@ func TestCompetingSources(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t)
 	stream, prefix := newStream(t, js)
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(context.Background(), hundred(prefix)...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)...)
 	cfg := idemnats.SourceConfig{Stream: stream, Durable: "group", AckWait: time.Minute}
 	a, b := openSource(t, js, cfg), openSource(t, js, cfg)
 	seen := map[string]int{}
@@ -136,9 +130,7 @@ func TestDeadConnectionReceive(t *testing.T) {
 	t.Parallel()
 	nc, js := connect(t)
 	stream, prefix := newStream(t, js)
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(context.Background(), hundred(prefix)[:2]...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)[:2]...)
 	src := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "d", FetchWait: time.Second})
 	ds := receiveN(t, src, 1)
 	nc.Close()
@@ -204,9 +196,7 @@ func TestCancelledReceiveKeepsMessages(t *testing.T) {
 	if ds, err := src.Receive(ctx, 5); !errors.Is(err, context.DeadlineExceeded) || len(ds) != 0 {
 		t.Fatalf("Receive on an empty stream = %d deliveries, %v; want context.DeadlineExceeded", len(ds), err)
 	}
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(context.Background(), hundred(prefix)[:3]...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)[:3]...)
 	got := receiveN(t, src, 3) // within 30 s, far below the 1 minute AckWait
 	for _, d := range got {
 		if d.Attempt != 1 {
@@ -222,9 +212,7 @@ func TestCloseGivesBackPrefetched(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t)
 	stream, prefix := newStream(t, js)
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(context.Background(), hundred(prefix)[:5]...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)[:5]...)
 	cfg := idemnats.SourceConfig{Stream: stream, Durable: "d", AckWait: time.Minute}
 	first := openSource(t, js, cfg)
 	held := receiveN(t, first, 1) // the fetch asked for 1: nothing else is prefetched
@@ -258,9 +246,7 @@ func TestMaxAckPendingOneKeepsOrder(t *testing.T) {
 	_, js := connect(t)
 	stream, prefix := newStream(t, js)
 	msgs := hundred(prefix)[:4]
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(context.Background(), msgs...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), msgs...)
 	src := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "d", MaxAckPending: 1, AckWait: time.Minute})
 	var order []string
 	for len(order) < len(msgs) {

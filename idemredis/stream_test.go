@@ -60,6 +60,7 @@ func (b streamBundle) source(t *testing.T, cfg idemredis.StreamSourceConfig) *id
 
 // The idemtest helpers under the names these tests use.
 var (
+	streamPublish = idemtest.Publish
 	streamReceive = idemtest.ReceiveN
 	streamAck     = idemtest.Ack
 )
@@ -134,9 +135,7 @@ func TestStreamDeadConsumerReclaimed(t *testing.T) {
 	b := streamSetup(t)
 	ctx := ctxFor(t)
 	for i := range 3 {
-		if err := b.sink.Publish(ctx, idem.Message{ID: fmt.Sprint("m", i), Topic: b.stream}); err != nil {
-			t.Fatal(err)
-		}
+		streamPublish(t, b.sink, idem.Message{ID: fmt.Sprint("m", i), Topic: b.stream})
 	}
 	dead := b.source(t, idemredis.StreamSourceConfig{Consumer: "dead"})
 	first := streamReceive(t, dead, 3) // and it crashes: no ack, no Close
@@ -211,9 +210,7 @@ func TestStreamDeletedWhilePending(t *testing.T) {
 	t.Parallel()
 	b := streamSetup(t)
 	ctx := ctxFor(t)
-	if err := b.sink.Publish(ctx, idem.Message{ID: "gone", Topic: b.stream}, idem.Message{ID: "kept", Topic: b.stream}); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, b.sink, idem.Message{ID: "gone", Topic: b.stream}, idem.Message{ID: "kept", Topic: b.stream})
 	if err := b.client.XGroupCreate(ctx, b.stream, "g", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -247,9 +244,7 @@ func TestStreamNakLongerThanMinIdle(t *testing.T) {
 	t.Parallel()
 	b := streamSetup(t)
 	ctx := ctxFor(t)
-	if err := b.sink.Publish(ctx, idem.Message{ID: "long", Topic: b.stream}, idem.Message{ID: "short", Topic: b.stream}); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, b.sink, idem.Message{ID: "long", Topic: b.stream}, idem.Message{ID: "short", Topic: b.stream})
 	src := b.source(t, idemredis.StreamSourceConfig{})
 	got := streamReceive(t, src, 2)
 	if err := got[0].Settler.Nak(ctx, 5*streamMinIdle); err != nil {
@@ -279,16 +274,12 @@ func TestStreamRecreatedGroup(t *testing.T) {
 	b := streamSetup(t)
 	ctx := ctxFor(t)
 	src := b.source(t, idemredis.StreamSourceConfig{})
-	if err := b.sink.Publish(ctx, idem.Message{ID: "before", Topic: b.stream}); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, b.sink, idem.Message{ID: "before", Topic: b.stream})
 	streamAck(t, streamReceive(t, src, 1)...)
 	if err := b.client.Del(ctx, b.stream).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.sink.Publish(ctx, idem.Message{ID: "after", Topic: b.stream}); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, b.sink, idem.Message{ID: "after", Topic: b.stream})
 	got := streamReceive(t, src, 1)
 	if got[0].ID != "after" {
 		t.Fatalf("after the stream was recreated, received %q", got[0].ID)
@@ -301,9 +292,7 @@ func TestStreamClose(t *testing.T) {
 	t.Parallel()
 	b := streamSetup(t)
 	ctx := ctxFor(t)
-	if err := b.sink.Publish(ctx, idem.Message{ID: "m", Topic: b.stream}); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, b.sink, idem.Message{ID: "m", Topic: b.stream})
 	long := idemredis.StreamSourceConfig{MinIdle: time.Hour} // nothing is reclaimed here
 	idle := b.source(t, long)
 	holder := b.source(t, long)
@@ -342,9 +331,7 @@ func TestStreamMaxLen(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = idem.Message{ID: fmt.Sprint("m", i), Topic: b.stream}
 	}
-	if err := sink.Publish(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, sink, msgs...)
 	if n := b.client.XLen(ctx, b.stream).Val(); n < 10 || n >= 1000 {
 		t.Errorf("XLEN = %d after 1000 entries with MaxLen ~10", n)
 	}
