@@ -39,11 +39,7 @@ func dial(t testing.TB) *amqp.Connection {
 	t.Helper()
 	reach(t)
 	conn, err := amqp.Dial(amqpURL())
-	if err != nil {
-		t.Fatalf("dial rabbitmq: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return idemtest.Opened(t, conn, err)
 }
 
 // cuttable is a connection whose socket the test can cut, as a network failure would.
@@ -71,11 +67,7 @@ func dialCuttable(t testing.TB) *cuttable {
 		c.mu.Unlock()
 		return sock, err
 	}})
-	if err != nil {
-		t.Fatalf("dial rabbitmq: %v", err)
-	}
-	c.Connection = conn
-	t.Cleanup(func() { _ = conn.Close() })
+	c.Connection = idemtest.Opened(t, conn, err)
 	return c
 }
 
@@ -133,19 +125,11 @@ var (
 func newSink(t testing.TB, conn *amqp.Connection, cfg idemamqp.SinkConfig) *idemamqp.Sink {
 	t.Helper()
 	s, err := idemamqp.NewSink(conn, cfg)
-	if err != nil {
-		t.Fatalf("NewSink: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return idemtest.Opened(t, s, err)
 }
 
 func newSource(t testing.TB, conn *amqp.Connection, cfg idemamqp.SourceConfig) *idemamqp.Source {
 	t.Helper()
 	s, err := idemamqp.NewSource(conn, cfg)
-	if err != nil {
-		t.Fatalf("NewSource: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return idemtest.Opened(t, s, err)
 }

@@ -43,11 +43,7 @@ func fastGroup() []kgo.Opt {
 func newSink(t testing.TB, c *kfake.Cluster) *idemkafka.Sink {
 	t.Helper()
 	sink, err := idemkafka.NewSink(idemkafka.SinkConfig{Brokers: c.ListenAddrs()})
-	if err != nil {
-		t.Fatalf("NewSink: %v", err)
-	}
-	t.Cleanup(func() { sink.Close() })
-	return sink
+	return idemtest.Opened(t, sink, err)
 }
 
 // newSource joins group on c, closed when t ends; extra options follow fastGroup's.
@@ -60,11 +56,7 @@ func newSource(t testing.TB, c *kfake.Cluster, group, topic string, extra ...kgo
 func newSourceConfig(t testing.TB, cfg idemkafka.SourceConfig) *idemkafka.Source {
 	t.Helper()
 	src, err := idemkafka.NewSource(cfg)
-	if err != nil {
-		t.Fatalf("NewSource: %v", err)
-	}
-	t.Cleanup(func() { src.Close() })
-	return src
+	return idemtest.Opened(t, src, err)
 }
 
 // fixture is one topic on its own cluster with a sink and a group name.

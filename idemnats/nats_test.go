@@ -99,11 +99,7 @@ func openSource(t testing.TB, js jetstream.JetStream, cfg idemnats.SourceConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	src, err := idemnats.NewSource(ctx, js, cfg)
-	if err != nil {
-		t.Fatalf("NewSource: %v", err)
-	}
-	t.Cleanup(func() { src.Close() })
-	return src
+	return idemtest.Opened(t, src, err)
 }
 
 func newSink(t testing.TB, js jetstream.JetStream, cfg idemnats.SinkConfig) *idemnats.Sink {

@@ -51,11 +51,7 @@ func (b streamBundle) source(t *testing.T, cfg idemredis.StreamSourceConfig) *id
 		cfg.MinIdle = streamMinIdle
 	}
 	src, err := idemredis.NewStreamSource(b.client, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = src.Close() })
-	return src
+	return idemtest.Opened(t, src, err)
 }
 
 // The idemtest helpers under the names these tests use.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -125,6 +126,17 @@ func ReceiveAck(tb testing.TB, src idem.Source, n, batch int) {
 		}
 		got += len(ds)
 	}
+}
+
+// Opened takes what a constructor returned: it fails t on err, and closes c when t
+// ends.
+func Opened[C io.Closer](t testing.TB, c C, err error) C {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("open %T: %v", c, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // Publish publishes msgs to sink within 30 s, failing t on an error.
