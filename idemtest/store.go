@@ -101,6 +101,18 @@ func wantOutcome(t *testing.T, res idem.Result, want idem.Outcome) {
 	}
 }
 
+// wantReplay claims c and fails t unless the claim replays result; it returns the
+// replayed record.
+func wantReplay(t *testing.T, s idem.Store, c idem.Claim, result string) idem.Record {
+	t.Helper()
+	rep := MustClaim(t, s, c)
+	wantOutcome(t, rep, idem.Replayed)
+	if string(rep.Record.Result) != result {
+		t.Fatalf("replayed %q, want %q", rep.Record.Result, result)
+	}
+	return rep.Record
+}
+
 // awaitAcquired claims c until the store says Acquired, failing after expiryDeadline.
 // It is how the suite waits for a lease or retention to pass without asserting time.
 func awaitAcquired(t *testing.T, s idem.Store, c idem.Claim) idem.Result {
@@ -138,13 +150,12 @@ func testAcquireCompleteReplay(t *testing.T, s idem.Store) {
 	if err := s.Complete(ctx, c.Key, res.Token, []byte("result-1")); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
-	rep := MustClaim(t, s, c)
-	wantOutcome(t, rep, idem.Replayed)
-	if string(rep.Record.Result) != "result-1" || rep.Record.State != idem.StateCompleted {
-		t.Fatalf("Replayed record = %+v, want completed with result-1", rep.Record)
+	rec := wantReplay(t, s, c, "result-1")
+	if rec.State != idem.StateCompleted {
+		t.Fatalf("Replayed record = %+v, want completed", rec)
 	}
-	if rep.Record.Key != c.Key {
-		t.Fatalf("Replayed record key = %v, want %v", rep.Record.Key, c.Key)
+	if rec.Key != c.Key {
+		t.Fatalf("Replayed record key = %v, want %v", rec.Key, c.Key)
 	}
 }
 
@@ -310,11 +321,7 @@ func testFingerprintMismatch(t *testing.T, s idem.Store) {
 	if mm.Record.Result != nil {
 		t.Fatalf("Mismatch leaked the first intent's result %q", mm.Record.Result)
 	}
-	rep := MustClaim(t, s, a)
-	wantOutcome(t, rep, idem.Replayed)
-	if string(rep.Record.Result) != "charged 100" {
-		t.Fatalf("replayed %q after a mismatching claim, want the first result", rep.Record.Result)
-	}
+	wantReplay(t, s, a, "charged 100") // the mismatching claim changed nothing
 	// Nil and empty fingerprints are the same intent.
 	k2 := key(t, "nil-vs-empty")
 	res2 := MustClaim(t, s, idem.Claim{Key: k2})
@@ -368,11 +375,7 @@ func testLeaseExpiry(t *testing.T, s idem.Store) {
 	if err := s.Complete(ctx, c.Key, second.Token, []byte("fresh")); err != nil {
 		t.Fatalf("new holder's Complete: %v", err)
 	}
-	rep := MustClaim(t, s, long)
-	wantOutcome(t, rep, idem.Replayed)
-	if string(rep.Record.Result) != "fresh" {
-		t.Fatalf("replayed %q, want the new holder's result", rep.Record.Result)
-	}
+	wantReplay(t, s, long, "fresh") // the new holder's result
 }
 
 // Many claimants find the same expired lease at once: exactly one takes it over.
@@ -447,11 +450,7 @@ func testCompleteTwice(t *testing.T, s idem.Store) {
 	if err := s.Complete(ctx, c.Key, res.Token, []byte("second")); err != nil {
 		t.Fatalf("second Complete with the same token = %v, want nil", err)
 	}
-	rep := MustClaim(t, s, c)
-	wantOutcome(t, rep, idem.Replayed)
-	if string(rep.Record.Result) != "first" {
-		t.Fatalf("replayed %q, want the first result", rep.Record.Result)
-	}
+	wantReplay(t, s, c, "first")
 	if err := s.Complete(ctx, c.Key, res.Token+1, []byte("other")); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("Complete with another token = %v, want ErrLeaseLost", err)
 	}
