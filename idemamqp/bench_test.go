@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemamqp"
+	"github.com/idemhq/idem/idemtest"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -55,18 +56,7 @@ func benchAdapter(b *testing.B, quorum bool) {
 		if err := sink.Publish(ctx, msgs...); err != nil {
 			b.Fatal(err)
 		}
-		for got := 0; got < benchN; {
-			ds, err := src.Receive(ctx, benchN-got)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, d := range ds {
-				if err := d.Settler.Ack(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			got += len(ds)
-		}
+		idemtest.ReceiveAck(b, src, benchN, benchN)
 	}
 	reportRate(b)
 }

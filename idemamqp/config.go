@@ -27,6 +27,12 @@ const DefaultMaxNakDelay = time.Minute
 // down the whole connection, so such input is refused before it is sent.
 const maxShortStr = 255
 
+// tooLong is the error for s, the value of field, when it is longer than an AMQP
+// short string; fix says what to use instead.
+func tooLong(field, s, fix string) error {
+	return &idem.InputError{Field: field, Reason: fmt.Sprintf("is longer than %d bytes (got %d)", maxShortStr, len(s)), Fix: fix}
+}
+
 // SinkConfig configures a Sink. The zero value publishes to the default exchange,
 // where a message's Topic is the name of the queue it goes to.
 type SinkConfig struct {
@@ -44,8 +50,7 @@ type SinkConfig struct {
 
 func (cfg SinkConfig) withDefaults() (SinkConfig, error) {
 	if len(cfg.Exchange) > maxShortStr {
-		return cfg, &idem.InputError{Field: "SinkConfig.Exchange", Reason: fmt.Sprintf("is longer than %d bytes (got %d)", maxShortStr, len(cfg.Exchange)),
-			Fix: "use an exchange name of at most 255 bytes, as AMQP requires"}
+		return cfg, tooLong("SinkConfig.Exchange", cfg.Exchange, "use an exchange name of at most 255 bytes, as AMQP requires")
 	}
 	return cfg, nil
 }
@@ -95,11 +100,9 @@ func (cfg SourceConfig) validate() error {
 	case cfg.Queue == "":
 		return &idem.InputError{Field: "SourceConfig.Queue", Reason: "is empty", Fix: "name the queue to consume from (declare it with DeclareQueue)"}
 	case len(cfg.Queue) > maxShortStr:
-		return &idem.InputError{Field: "SourceConfig.Queue", Reason: fmt.Sprintf("is longer than %d bytes (got %d)", maxShortStr, len(cfg.Queue)),
-			Fix: "use a queue name of at most 255 bytes, as AMQP requires"}
+		return tooLong("SourceConfig.Queue", cfg.Queue, "use a queue name of at most 255 bytes, as AMQP requires")
 	case len(cfg.ConsumerTag) > maxShortStr:
-		return &idem.InputError{Field: "SourceConfig.ConsumerTag", Reason: fmt.Sprintf("is longer than %d bytes (got %d)", maxShortStr, len(cfg.ConsumerTag)),
-			Fix: "use a tag of at most 255 bytes, or leave it empty to have one generated"}
+		return tooLong("SourceConfig.ConsumerTag", cfg.ConsumerTag, "use a tag of at most 255 bytes, or leave it empty to have one generated")
 	case cfg.Prefetch < 0 || cfg.Prefetch > 65535:
 		return &idem.InputError{Field: "SourceConfig.Prefetch", Reason: fmt.Sprintf("is outside 0..65535 (got %d)", cfg.Prefetch),
 			Fix: "leave it zero for the default of 64, or pick a count that fits AMQP's 16-bit prefetch"}
@@ -135,14 +138,11 @@ func (cfg QueueConfig) validate(name string) error {
 	case name == "":
 		return &idem.InputError{Field: "name", Reason: "is empty", Fix: "name the queue; server-named queues are exclusive and lose messages with their connection"}
 	case len(name) > maxShortStr:
-		return &idem.InputError{Field: "name", Reason: fmt.Sprintf("is longer than %d bytes (got %d)", maxShortStr, len(name)),
-			Fix: "use a queue name of at most 255 bytes, as AMQP requires"}
+		return tooLong("name", name, "use a queue name of at most 255 bytes, as AMQP requires")
 	case len(cfg.DeadLetterExchange) > maxShortStr:
-		return &idem.InputError{Field: "QueueConfig.DeadLetterExchange", Reason: fmt.Sprintf("is longer than %d bytes (got %d)", maxShortStr, len(cfg.DeadLetterExchange)),
-			Fix: "use an exchange name of at most 255 bytes"}
+		return tooLong("QueueConfig.DeadLetterExchange", cfg.DeadLetterExchange, "use an exchange name of at most 255 bytes")
 	case len(cfg.DeadLetterRoutingKey) > maxShortStr:
-		return &idem.InputError{Field: "QueueConfig.DeadLetterRoutingKey", Reason: fmt.Sprintf("is longer than %d bytes (got %d)", maxShortStr, len(cfg.DeadLetterRoutingKey)),
-			Fix: "use a routing key of at most 255 bytes"}
+		return tooLong("QueueConfig.DeadLetterRoutingKey", cfg.DeadLetterRoutingKey, "use a routing key of at most 255 bytes")
 	case cfg.DeliveryLimit < 0:
 		return &idem.InputError{Field: "QueueConfig.DeliveryLimit", Reason: fmt.Sprintf("is negative (got %d)", cfg.DeliveryLimit),
 			Fix: "leave it zero for the broker's default, or set a positive limit"}

@@ -1,7 +1,6 @@
 package idemamqp_test
 
 import (
-	"context"
 	"net"
 	"os"
 	"strconv"
@@ -9,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemamqp"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -41,11 +39,7 @@ func dial(t testing.TB) *amqp.Connection {
 	t.Helper()
 	reach(t)
 	conn, err := amqp.Dial(amqpURL())
-	if err != nil {
-		t.Fatalf("dial rabbitmq: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return idemtest.Opened(t, conn, err)
 }
 
 // cuttable is a connection whose socket the test can cut, as a network failure would.
@@ -73,11 +67,7 @@ func dialCuttable(t testing.TB) *cuttable {
 		c.mu.Unlock()
 		return sock, err
 	}})
-	if err != nil {
-		t.Fatalf("dial rabbitmq: %v", err)
-	}
-	c.Connection = conn
-	t.Cleanup(func() { _ = conn.Close() })
+	c.Connection = idemtest.Opened(t, conn, err)
 	return c
 }
 
@@ -124,42 +114,22 @@ func deleteQueue(t testing.TB, name string) {
 	}
 }
 
+// The idemtest helpers under the names these tests use.
+var (
+	publish  = idemtest.Publish
+	receive  = idemtest.Receive
+	receiveN = idemtest.ReceiveN
+	ack      = idemtest.Ack
+)
+
 func newSink(t testing.TB, conn *amqp.Connection, cfg idemamqp.SinkConfig) *idemamqp.Sink {
 	t.Helper()
 	s, err := idemamqp.NewSink(conn, cfg)
-	if err != nil {
-		t.Fatalf("NewSink: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return idemtest.Opened(t, s, err)
 }
 
 func newSource(t testing.TB, conn *amqp.Connection, cfg idemamqp.SourceConfig) *idemamqp.Source {
 	t.Helper()
 	s, err := idemamqp.NewSource(conn, cfg)
-	if err != nil {
-		t.Fatalf("NewSource: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-func publish(t testing.TB, sink idem.Sink, msgs ...idem.Message) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := sink.Publish(ctx, msgs...); err != nil {
-		t.Fatalf("Publish: %v", err)
-	}
-}
-
-// receive and ack are idemtest's, under the names these tests use.
-func receive(t testing.TB, src idem.Source, n int, within time.Duration) []idem.Delivery {
-	t.Helper()
-	return idemtest.Receive(t, src, n, within)
-}
-
-func ack(t testing.TB, ds ...idem.Delivery) {
-	t.Helper()
-	idemtest.Ack(t, ds...)
+	return idemtest.Opened(t, s, err)
 }

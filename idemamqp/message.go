@@ -24,8 +24,7 @@ func validateMessage(m idem.Message) error {
 		return err
 	}
 	if len(m.Topic) > maxShortStr {
-		return &idem.InputError{Field: "Message.Topic", Reason: fmt.Sprintf("is longer than %d bytes (got %d)", maxShortStr, len(m.Topic)),
-			Fix: "AMQP routing keys are at most 255 bytes: shorten the routing key"}
+		return tooLong("Message.Topic", m.Topic, "AMQP routing keys are at most 255 bytes: shorten the routing key")
 	}
 	for k := range m.Headers {
 		if len(k) > maxShortStr {

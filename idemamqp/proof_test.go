@@ -5,7 +5,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemamqp"
-	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/inbox/inboxtest"
 )
 
@@ -13,16 +12,7 @@ import (
 // at least twice, applied exactly once by the inbox on SQLite and on Postgres.
 func TestExactlyOnce(t *testing.T) {
 	t.Parallel()
-	inboxtest.Proof(t, func(t *testing.T) idemtest.BrokerEnv {
-		conn := dial(t)
-		queue := declareQueue(t, idemamqp.QueueConfig{Quorum: true})
-		cfg := idemamqp.SourceConfig{Queue: queue, Quorum: true, Prefetch: 256}
-		return idemtest.BrokerEnv{
-			Topic:     queue,
-			Sink:      newSink(t, conn, idemamqp.SinkConfig{Mandatory: true}),
-			NewSource: func(t *testing.T) idem.Source { return newSource(t, conn, cfg) },
-		}
-	}, inboxtest.Options{})
+	inboxtest.Proof(t, queueEnv(true, 256), inboxtest.Options{})
 }
 
 // BenchmarkInbox: the inbox on RabbitMQ + Postgres against a plain at-least-once

@@ -103,10 +103,7 @@ func TestPublishLargeBatch(t *testing.T) {
 		msgs[i] = idem.Message{ID: fmt.Sprintf("m-%04d", i), Topic: queue, Payload: []byte(strconv.Itoa(i))}
 	}
 	publish(t, newSink(t, conn, idemamqp.SinkConfig{Mandatory: true}), msgs...)
-	got := receive(t, newSource(t, conn, idemamqp.SourceConfig{Queue: queue, Prefetch: n}), n, 30*time.Second)
-	if len(got) != n {
-		t.Fatalf("received %d of %d", len(got), n)
-	}
+	got := receiveN(t, newSource(t, conn, idemamqp.SourceConfig{Queue: queue, Prefetch: n}), n)
 	for i, d := range got {
 		if d.ID != msgs[i].ID {
 			t.Fatalf("delivery %d is %s, want %s", i, d.ID, msgs[i].ID)

@@ -45,10 +45,7 @@ func TestConnectionDiesMidStream(t *testing.T) {
 			victim := dialCuttable(t)
 			cfg := idemamqp.SourceConfig{Queue: queue, Quorum: tt.quorum}
 			src := newSource(t, victim.Connection, cfg)
-			got := receive(t, src, 1, 30*time.Second)
-			if len(got) != 1 {
-				t.Fatal("message not received")
-			}
+			got := receiveN(t, src, 1)
 			tt.kill(victim)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -109,10 +106,7 @@ func TestDelayedNak(t *testing.T) {
 	if !src.Features().DelayedNak {
 		t.Fatal("Features().DelayedNak is false with the default MaxNakDelay")
 	}
-	got := receive(t, src, 1, 30*time.Second)
-	if len(got) != 1 {
-		t.Fatal("message not received")
-	}
+	got := receiveN(t, src, 1)
 	if err := got[0].Settler.Nak(context.Background(), time.Hour); err != nil { // capped at a minute
 		t.Fatalf("Nak: %v", err)
 	}
@@ -162,10 +156,7 @@ func TestSettleTwice(t *testing.T) {
 	sink := newSink(t, conn, idemamqp.SinkConfig{})
 	publish(t, sink, idem.Message{ID: "a", Topic: queue, Payload: []byte("a")})
 	src := newSource(t, conn, idemamqp.SourceConfig{Queue: queue})
-	got := receive(t, src, 1, 30*time.Second)
-	if len(got) != 1 {
-		t.Fatal("message not received")
-	}
+	got := receiveN(t, src, 1)
 	ack(t, got...)
 	if err := got[0].Settler.Ack(context.Background()); !errors.Is(err, idem.ErrInvalid) {
 		t.Fatalf("second Ack = %v, want idem.ErrInvalid", err)
@@ -200,10 +191,7 @@ func TestForeignMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := receive(t, newSource(t, conn, idemamqp.SourceConfig{Queue: queue}), 2, 30*time.Second)
-	if len(got) != 2 {
-		t.Fatalf("received %d of 2", len(got))
-	}
+	got := receiveN(t, newSource(t, conn, idemamqp.SourceConfig{Queue: queue}), 2)
 	if d := got[0]; d.ID != "from-header" || d.Headers["n"] != "42" || d.Headers["ok"] != "true" || d.Topic != queue {
 		t.Errorf("first message: %+v", d.Message)
 	}
@@ -217,32 +205,6 @@ func TestForeignMessages(t *testing.T) {
 		t.Errorf("Position %q does not name the queue and delivery tag", got[0].Position)
 	}
 	ack(t, got...)
-}
-
-func TestReceiveAfterClose(t *testing.T) {
-	t.Parallel()
-	queue := declareQueue(t, idemamqp.QueueConfig{})
-	src := newSource(t, dial(t), idemamqp.SourceConfig{Queue: queue})
-	if _, err := src.Receive(context.Background(), 0); !errors.Is(err, idem.ErrInvalid) {
-		t.Errorf("Receive(max 0) = %v, want idem.ErrInvalid", err)
-	}
-	blocked := make(chan error, 1)
-	go func() {
-		_, err := src.Receive(context.Background(), 1)
-		blocked <- err
-	}()
-	if err := src.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if err := <-blocked; !errors.Is(err, idem.ErrClosed) {
-		t.Errorf("a Receive blocked during Close returned %v, want idem.ErrClosed", err)
-	}
-	if _, err := src.Receive(context.Background(), 1); !errors.Is(err, idem.ErrClosed) {
-		t.Errorf("Receive after Close = %v, want idem.ErrClosed", err)
-	}
-	if err := src.Close(); err != nil {
-		t.Errorf("second Close = %v", err)
-	}
 }
 
 func TestConstructorsRefuse(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +18,6 @@ import (
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idempg"
-	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -35,8 +33,7 @@ func TestAtomicMiddleware(t *testing.T) {
 	ctx := context.Background()
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		s := mwMust(idemsqlite.Open(ctx, filepath.Join(t.TempDir(), "app.db"), idemsqlite.Config{}))(t)
-		t.Cleanup(func() { s.Close() })
+		s := mwSQLite(t)
 		mwAtomicSuite(t, mwAtomicEnv[*sql.Tx]{mwMust(idem.SQLDB(ctx, s.DB()))(t), s})
 	})
 	t.Run("postgres/database-sql", func(t *testing.T) {
@@ -186,8 +183,7 @@ func mwAtomicSuite[Tx any](t *testing.T, env mwAtomicEnv[Tx]) {
 
 func TestAtomicMiddlewareConfigErrors(t *testing.T) {
 	t.Parallel()
-	s := mwMust(idemsqlite.Open(context.Background(), filepath.Join(t.TempDir(), "app.db"), idemsqlite.Config{}))(t)
-	t.Cleanup(func() { s.Close() })
+	s := mwSQLite(t)
 	db := mwMust(idem.SQLDB(context.Background(), s.DB()))(t)
 	if _, err := idemhttp.AtomicMiddleware[*sql.Tx](db, nil, idemhttp.Config{}); !errors.Is(err, idem.ErrInvalid) {
 		t.Errorf("nil store: %v", err)

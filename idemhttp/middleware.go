@@ -11,6 +11,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // finishTimeout bounds the store calls made after the handler ran (Complete,
@@ -298,17 +299,7 @@ func (c *mwCore) wait(ctx context.Context, res idem.Result, try func() (idem.Res
 // may try again: false once the deadline has passed or ctx has ended.
 func sleepUntil(ctx context.Context, d time.Duration, deadline time.Time) bool {
 	left := time.Until(deadline)
-	if left <= 0 {
-		return false
-	}
-	t := time.NewTimer(min(d, left))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return left > 0 && wait.Sleep(ctx, min(d, left))
 }
 
 // answerDuplicate answers a claim that was not acquired: the replay, 409 or 422.

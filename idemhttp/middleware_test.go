@@ -35,11 +35,7 @@ var mwStores = []struct {
 	open func(t *testing.T) idem.Store
 }{
 	{"memory", func(t *testing.T) idem.Store { return mwMust(idemmem.New(idemmem.Config{}))(t) }},
-	{"sqlite", func(t *testing.T) idem.Store {
-		s := mwMust(idemsqlite.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), idemsqlite.Config{}))(t)
-		t.Cleanup(func() { s.Close() })
-		return s
-	}},
+	{"sqlite", func(t *testing.T) idem.Store { return mwSQLite(t) }},
 	{"postgres", func(t *testing.T) idem.Store {
 		return mwMust(idempg.New(context.Background(), testsvc.PostgresPool(t), idempg.Config{}))(t)
 	}},
@@ -49,6 +45,13 @@ var mwStores = []struct {
 		t.Cleanup(func() { client.Close() })
 		return mwMust(idemredis.New(client, idemredis.Config{Prefix: prefix}))(t)
 	}},
+}
+
+// mwSQLite opens a SQLite store in a fresh file, closed when t ends.
+func mwSQLite(t *testing.T) *idemsqlite.Store {
+	s := mwMust(idemsqlite.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), idemsqlite.Config{}))(t)
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // mwMust(f())(t) is f's value, or the test fails with f's error.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkafka"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -33,7 +34,7 @@ func benchAdapter(b *testing.B) {
 	src := newSourceConfig(b, idemkafka.SourceConfig{Brokers: f.c.ListenAddrs(), Group: f.group, Topics: []string{f.topic}, Options: fastGroup()})
 	ctx := context.Background()
 	f.publish(b, benchMsg(f.topic, -1)) // joins the group before the clock starts
-	ack(b, receive(b, src, 1, 30*time.Second)...)
+	ack(b, receiveN(b, src, 1)...)
 
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -49,18 +50,7 @@ func benchAdapter(b *testing.B) {
 		}
 	}
 	published := time.Now()
-	for n := 0; n < b.N; {
-		ds, err := src.Receive(ctx, benchBatch)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, d := range ds {
-			if err := d.Settler.Ack(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		n += len(ds)
-	}
+	idemtest.ReceiveAck(b, src, b.N, benchBatch)
 	if err := src.Close(); err != nil { // the final commit is part of the work
 		b.Fatal(err)
 	}

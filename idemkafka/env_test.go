@@ -43,11 +43,7 @@ func fastGroup() []kgo.Opt {
 func newSink(t testing.TB, c *kfake.Cluster) *idemkafka.Sink {
 	t.Helper()
 	sink, err := idemkafka.NewSink(idemkafka.SinkConfig{Brokers: c.ListenAddrs()})
-	if err != nil {
-		t.Fatalf("NewSink: %v", err)
-	}
-	t.Cleanup(func() { sink.Close() })
-	return sink
+	return idemtest.Opened(t, sink, err)
 }
 
 // newSource joins group on c, closed when t ends; extra options follow fastGroup's.
@@ -60,11 +56,7 @@ func newSource(t testing.TB, c *kfake.Cluster, group, topic string, extra ...kgo
 func newSourceConfig(t testing.TB, cfg idemkafka.SourceConfig) *idemkafka.Source {
 	t.Helper()
 	src, err := idemkafka.NewSource(cfg)
-	if err != nil {
-		t.Fatalf("NewSource: %v", err)
-	}
-	t.Cleanup(func() { src.Close() })
-	return src
+	return idemtest.Opened(t, src, err)
 }
 
 // fixture is one topic on its own cluster with a sink and a group name.
@@ -85,6 +77,15 @@ func setup(t testing.TB, partitions int32) fixture {
 func (f fixture) source(t testing.TB, extra ...kgo.Opt) *idemkafka.Source {
 	t.Helper()
 	return newSource(t, f.c, f.group, f.topic, extra...)
+}
+
+// env is the fixture as idemtest sees a broker.
+func (f fixture) env() idemtest.BrokerEnv {
+	return idemtest.BrokerEnv{Topic: f.topic, Sink: f.sink, Features: f.sink.Features(),
+		NewSource: func(t *testing.T) idem.Source { return f.source(t) },
+		// A closed source leaves the group at once; the next member resumes from
+		// the committed offsets as soon as it has joined.
+		Redelivery: 5 * time.Second}
 }
 
 // msgs returns n messages numbered from 0, spread over keys ordering keys.
@@ -128,23 +129,15 @@ func (f fixture) committed(t testing.TB) map[int32]int64 {
 
 func (f fixture) publish(t testing.TB, msgs ...idem.Message) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := f.sink.Publish(ctx, msgs...); err != nil {
-		t.Fatalf("Publish: %v", err)
-	}
+	idemtest.Publish(t, f.sink, msgs...)
 }
 
-// receive and ack are idemtest's, under the names these tests use.
-func receive(t testing.TB, src idem.Source, n int, within time.Duration) []idem.Delivery {
-	t.Helper()
-	return idemtest.Receive(t, src, n, within)
-}
-
-func ack(t testing.TB, ds ...idem.Delivery) {
-	t.Helper()
-	idemtest.Ack(t, ds...)
-}
+// The idemtest helpers under the names these tests use.
+var (
+	receive  = idemtest.Receive
+	receiveN = idemtest.ReceiveN
+	ack      = idemtest.Ack
+)
 
 func idsOf(ds []idem.Delivery) []string {
 	out := make([]string, len(ds))

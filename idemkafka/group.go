@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemhq/idem/internal/wait"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -18,20 +19,13 @@ const commitTimeout = 10 * time.Second
 // commitLoop commits acknowledged offsets every CommitInterval until ctx ends.
 func (s *Source) commitLoop(ctx context.Context) {
 	defer close(s.loopDone)
-	t := time.NewTicker(s.cfg.CommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.Every(ctx, s.cfg.CommitInterval, func() {
 		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
+		defer cancel()
 		if err := s.commit(cctx, nil, false); err != nil && ctx.Err() == nil {
 			s.logError("background offset commit failed; retrying at the next interval", err)
 		}
-		cancel()
-	}
+	})
 }
 
 // onRevoked runs when partitions leave this member (a rebalance, or Close leaving

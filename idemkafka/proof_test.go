@@ -9,11 +9,7 @@ import (
 	"github.com/idemhq/idem/inbox/inboxtest"
 )
 
-func proofEnv(t *testing.T) idemtest.BrokerEnv {
-	f := setup(t, 4)
-	return idemtest.BrokerEnv{Topic: f.topic, Sink: f.sink,
-		NewSource: func(t *testing.T) idem.Source { return f.source(t) }}
-}
+func proofEnv(t *testing.T) idemtest.BrokerEnv { return setup(t, 4).env() }
 
 // TestExactlyOnce: 10,000 messages through Kafka (kfake, 4 partitions), each
 // delivered at least twice, with consumers joining and leaving the group mid-stream,

@@ -23,9 +23,7 @@ func TestCloseWithoutAckRedelivers(t *testing.T) {
 	msgs := f.msgs(10, 4)
 	f.publish(t, msgs...)
 	first := f.source(t)
-	if got := receive(t, first, 10, 30*time.Second); len(got) != 10 {
-		t.Fatalf("received %d of 10", len(got))
-	}
+	receiveN(t, first, 10)
 	first.Close()
 	again := receive(t, f.source(t), 10, 30*time.Second)
 	want := idsOf(deliveries(msgs))
@@ -43,10 +41,7 @@ func TestCommitStopsAtFirstUnacked(t *testing.T) {
 	f := setup(t, 1)
 	f.publish(t, f.msgs(10, 1)...)
 	first := f.source(t)
-	got := receive(t, first, 10, 30*time.Second)
-	if len(got) != 10 {
-		t.Fatalf("received %d of 10", len(got))
-	}
+	got := receiveN(t, first, 10)
 	ack(t, got[0], got[1], got[2], got[5]) // 3 and 4 are not done
 	if err := first.Commit(context.Background()); err != nil {
 		t.Fatalf("Commit: %v", err)
@@ -77,10 +72,7 @@ func TestNakHoldsCommit(t *testing.T) {
 	f := setup(t, 1)
 	f.publish(t, f.msgs(3, 1)...)
 	first := f.source(t)
-	got := receive(t, first, 3, 30*time.Second)
-	if len(got) != 3 {
-		t.Fatalf("received %d of 3", len(got))
-	}
+	got := receiveN(t, first, 3)
 	if err := got[0].Settler.Nak(context.Background(), time.Hour); err != nil {
 		t.Fatalf("Nak: %v", err)
 	}
@@ -99,10 +91,7 @@ func TestSettleRules(t *testing.T) {
 	f := setup(t, 1)
 	f.publish(t, f.msgs(3, 1)...)
 	src := f.source(t)
-	got := receive(t, src, 3, 30*time.Second)
-	if len(got) != 3 {
-		t.Fatalf("received %d of 3", len(got))
-	}
+	got := receiveN(t, src, 3)
 	ctx := context.Background()
 	ack(t, got[0], got[0])
 	if err := got[0].Settler.Nak(ctx, 0); !errors.Is(err, idemkafka.ErrAcked) {
@@ -139,33 +128,6 @@ func TestSettleRules(t *testing.T) {
 	}
 }
 
-// Receive on a closed source is ErrClosed, also for a Receive blocked at Close;
-// max below 1 is an input error.
-func TestReceiveClosedAndBadMax(t *testing.T) {
-	t.Parallel()
-	f := setup(t, 1)
-	src := f.source(t)
-	if _, err := src.Receive(context.Background(), 0); !errors.Is(err, idem.ErrInvalid) {
-		t.Errorf("Receive(max 0) = %v, want idem.ErrInvalid", err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := src.Receive(context.Background(), 1)
-		errc <- err
-	}()
-	time.Sleep(100 * time.Millisecond) // let it block; either order must give ErrClosed
-	src.Close()
-	if err := <-errc; !errors.Is(err, idem.ErrClosed) {
-		t.Errorf("blocked Receive at Close = %v, want idem.ErrClosed", err)
-	}
-	if _, err := src.Receive(context.Background(), 1); !errors.Is(err, idem.ErrClosed) {
-		t.Errorf("Receive after Close = %v, want idem.ErrClosed", err)
-	}
-	if err := src.Close(); err != nil {
-		t.Errorf("second Close = %v", err)
-	}
-}
-
 // Deliveries carry the message as published: ID from the header (which is not
 // among the headers), the key as OrderingKey, the position and Offset; a record
 // without an ID (produced by a foreign producer) is delivered with ID "".
@@ -184,10 +146,7 @@ func TestDeliveryFields(t *testing.T) {
 		t.Fatalf("raw produce: %v", err)
 	}
 
-	got := receive(t, f.source(t), 2, 30*time.Second)
-	if len(got) != 2 {
-		t.Fatalf("received %d of 2", len(got))
-	}
+	got := receiveN(t, f.source(t), 2)
 	d := got[0]
 	if d.ID != m.ID || d.Topic != f.topic || d.OrderingKey != m.OrderingKey || string(d.Payload) != string(m.Payload) {
 		t.Errorf("delivered %+v; want %+v", d.Message, m)
@@ -223,10 +182,7 @@ func TestStoredOffsets(t *testing.T) {
 			StoredOffsets: db.load, Options: fastGroup()}
 	}
 	first := newSourceConfig(t, cfg())
-	got := receive(t, first, 20, 30*time.Second)
-	if len(got) != 20 {
-		t.Fatalf("received %d of 20", len(got))
-	}
+	got := receiveN(t, first, 20)
 	applied := make(map[string]bool)
 	perPartition := make(map[int32]int)
 	for _, d := range got { // apply the first 3 of each partition, acknowledging none
@@ -342,10 +298,7 @@ func TestCrashWithoutLeaving(t *testing.T) {
 	f.publish(t, f.msgs(10, 1)...)
 
 	crashed := f.source(t, kgo.InstanceID("crashes"), kgo.SessionTimeout(time.Second))
-	got := receive(t, crashed, 10, 30*time.Second)
-	if len(got) != 10 {
-		t.Fatalf("received %d of 10", len(got))
-	}
+	got := receiveN(t, crashed, 10)
 	ack(t, got[:4]...)
 	crashed.Close() // commits the 4 acknowledged, but stays in the group
 	again := receive(t, f.source(t), 6, 30*time.Second)

@@ -7,44 +7,32 @@ import (
 	"github.com/idemhq/idem/idemkey"
 )
 
-func BenchmarkNewV4(b *testing.B) {
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = idemkey.NewV4()
+// BenchmarkNew runs each generator alone and in parallel: they serialise on one
+// mutex, and the parallel runs show what that costs under contention.
+func BenchmarkNew(b *testing.B) {
+	for _, g := range []struct {
+		name string
+		gen  func() string
+	}{
+		{"V4", idemkey.NewV4},
+		{"V7", idemkey.NewV7},
+		{"ULID", idemkey.NewULID},
+	} {
+		b.Run(g.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = g.gen()
+			}
+		})
+		b.Run(g.name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					_ = g.gen()
+				}
+			})
+		})
 	}
-}
-
-func BenchmarkNewV7(b *testing.B) {
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = idemkey.NewV7()
-	}
-}
-
-// The generators serialise on one mutex; this shows what that costs under contention.
-func BenchmarkNewV7Parallel(b *testing.B) {
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			_ = idemkey.NewV7()
-		}
-	})
-}
-
-func BenchmarkNewULID(b *testing.B) {
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = idemkey.NewULID()
-	}
-}
-
-func BenchmarkNewULIDParallel(b *testing.B) {
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			_ = idemkey.NewULID()
-		}
-	})
 }
 
 func BenchmarkIntent(b *testing.B) {

@@ -126,20 +126,34 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Res
 	return out, nil
 }
 
+// lockKey locks the shard holding k and returns it, k's hash and the time now; the
+// caller unlocks sh.mu.
+func (s *Store) lockKey(k idem.Key) (sh *shard, h hkey, now int64) {
+	now = s.now().UnixNano()
+	h = s.hash(k)
+	sh = s.shardOf(h)
+	sh.mu.Lock()
+	return sh, h, now
+}
+
+// retained returns h's compact record of a completed key, if sh holds one whose
+// retention has not passed at now.
+func (s *Store) retained(sh *shard, h hkey, now int64) (doneRecord, bool) {
+	d, ok := sh.done[h]
+	return d, ok && now < s.doneDeadline(d)
+}
+
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
-	now := s.now().UnixNano()
-	h := s.hash(k)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
+	sh, h, now := s.lockKey(k)
 	defer sh.mu.Unlock()
 
 	r, ok := sh.live[h]
 	if !ok {
-		if d, ok := sh.done[h]; ok && d.holds(token) && now < s.doneDeadline(d) {
+		if d, ok := s.retained(sh, h, now); ok && d.holds(token) {
 			return nil // completed twice
 		}
 		return idem.ErrLeaseLost
@@ -173,15 +187,12 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
-	now := s.now().UnixNano()
-	h := s.hash(k)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
+	sh, h, now := s.lockKey(k)
 	defer sh.mu.Unlock()
 
 	r, ok := sh.live[h]
 	if !ok {
-		if d, ok := sh.done[h]; ok && now < s.doneDeadline(d) {
+		if d, ok := s.retained(sh, h, now); ok {
 			if d.holds(token) {
 				return idem.ErrCompleted
 			}
@@ -207,15 +218,12 @@ func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.
 	if err != nil {
 		return err
 	}
-	now := s.now().UnixNano()
-	h := s.hash(k)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
+	sh, h, now := s.lockKey(k)
 	defer sh.mu.Unlock()
 
 	r, ok := sh.live[h]
 	if !ok {
-		if d, ok := sh.done[h]; ok && d.holds(token) && now < s.doneDeadline(d) {
+		if d, ok := s.retained(sh, h, now); ok && d.holds(token) {
 			return idem.ErrCompleted
 		}
 		return idem.ErrLeaseLost

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -61,18 +62,7 @@ func BenchmarkFlow(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			for got := 0; got < b.N; {
-				ds, err := src.Receive(ctx, benchBatch)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, d := range ds {
-					if err := d.Settler.Ack(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-				got += len(ds)
-			}
+			idemtest.ReceiveAck(b, src, b.N, benchBatch)
 			reportRate(b, start)
 		})
 		b.Run("impl=raw", func(b *testing.B) {

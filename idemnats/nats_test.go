@@ -99,11 +99,7 @@ func openSource(t testing.TB, js jetstream.JetStream, cfg idemnats.SourceConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	src, err := idemnats.NewSource(ctx, js, cfg)
-	if err != nil {
-		t.Fatalf("NewSource: %v", err)
-	}
-	t.Cleanup(func() { src.Close() })
-	return src
+	return idemtest.Opened(t, src, err)
 }
 
 func newSink(t testing.TB, js jetstream.JetStream, cfg idemnats.SinkConfig) *idemnats.Sink {
@@ -145,30 +141,12 @@ func TestBrokerSuiteEmbedded(t *testing.T) {
 	idemtest.BrokerSuite(t, brokerEnv(js))
 }
 
-// receiveN receives until n deliveries arrived, failing t after a generous wait.
-func receiveN(t testing.TB, src idem.Source, n int) []idem.Delivery {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var got []idem.Delivery
-	for len(got) < n {
-		ds, err := src.Receive(ctx, n-len(got))
-		if err != nil {
-			t.Fatalf("Receive after %d of %d: %v", len(got), n, err)
-		}
-		got = append(got, ds...)
-	}
-	return got
-}
-
-func ackAll(t testing.TB, ds []idem.Delivery) {
-	t.Helper()
-	for _, d := range ds {
-		if err := d.Settler.Ack(context.Background()); err != nil {
-			t.Fatalf("Ack %s: %v", d.ID, err)
-		}
-	}
-}
+// The idemtest helpers under the names these tests use.
+var (
+	publish  = idemtest.Publish
+	receiveN = idemtest.ReceiveN
+	ackAll   = idemtest.Ack
+)
 
 // streamMsgs is how many messages the stream holds.
 func streamMsgs(t testing.TB, js jetstream.JetStream, stream string) uint64 {

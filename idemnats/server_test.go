@@ -39,9 +39,7 @@ func TestServerRestart(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = idem.Message{ID: fmt.Sprintf("o%d", i), Topic: "orders.created", Payload: []byte{byte(i)}}
 	}
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), msgs...)
 	src := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "billing"})
 	acked := map[string]bool{}
 	for _, d := range receiveN(t, src, 4) {
@@ -70,9 +68,7 @@ func TestServerRestart(t *testing.T) {
 		t.Fatalf("after restart the stream holds %d messages, want 10", n)
 	}
 	// Republishing within the dedup window is still deduplicated after the restart.
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), msgs...)
 	if n := streamMsgs(t, js, stream); n != 10 {
 		t.Fatalf("after republishing, the stream holds %d messages, want 10", n)
 	}
@@ -98,15 +94,13 @@ func TestServerMaxPayload(t *testing.T) {
 	stream, prefix := newStream(t, js)
 	big := bytes.Repeat([]byte("x"), idem.MaxPayload)
 	m := idem.Message{ID: "big", Topic: prefix + ".blob", Headers: map[string]string{"a": "b"}, Payload: big}
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(context.Background(), m); err != nil {
-		t.Fatalf("Publish of idem.MaxPayload bytes: %v", err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), m)
 	src := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "d"})
 	d := receiveN(t, src, 1)[0]
 	if !bytes.Equal(d.Payload, big) {
 		t.Fatalf("received %d bytes, want %d", len(d.Payload), len(big))
 	}
-	ackAll(t, []idem.Delivery{d})
+	ackAll(t, d)
 }
 
 func TestServerConfig(t *testing.T) {

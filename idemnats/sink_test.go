@@ -31,9 +31,7 @@ func TestDedup(t *testing.T) {
 			stream, prefix := newStream(t, js)
 			sink := newSink(t, js, idemnats.SinkConfig{MaxInFlight: inFlight})
 			for range 2 {
-				if err := sink.Publish(context.Background(), hundred(prefix)...); err != nil {
-					t.Fatalf("Publish: %v", err)
-				}
+				publish(t, sink, hundred(prefix)...)
 			}
 			if n := streamMsgs(t, js, stream); n != 100 {
 				t.Fatalf("stream holds %d messages after publishing 100 twice, want 100", n)
@@ -45,7 +43,7 @@ func TestDedup(t *testing.T) {
 					t.Fatalf("delivery %d is %s, want %s (publish order)", i, d.ID, want)
 				}
 			}
-			ackAll(t, got)
+			ackAll(t, got...)
 		})
 	}
 }

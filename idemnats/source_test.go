@@ -20,9 +20,7 @@ func TestDeliveryFields(t *testing.T) {
 	stream, prefix := newStream(t, js)
 	sink := newSink(t, js, idemnats.SinkConfig{})
 	m := idem.Message{ID: "order-1", Topic: prefix + ".orders.created", Headers: map[string]string{"trace": "abc", "Content-Type": "application/json"}, Payload: []byte(`{}`)}
-	if err := sink.Publish(context.Background(), m); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, sink, m)
 	src := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "d", FilterSubjects: []string{prefix + ".orders.>"}})
 	d := receiveN(t, src, 1)[0]
 	if d.ID != m.ID || d.Topic != m.Topic || string(d.Payload) != "{}" || d.Attempt != 1 || d.Position != "stream seq 1" {
@@ -38,7 +36,7 @@ func TestDeliveryFields(t *testing.T) {
 	if again.ID != m.ID || again.Attempt != 2 {
 		t.Errorf("after Nak: %s Attempt %d, want %s Attempt 2", again.ID, again.Attempt, m.ID)
 	}
-	ackAll(t, []idem.Delivery{again})
+	ackAll(t, again)
 	if err := again.Settler.Ack(context.Background()); err == nil || idem.IsRetryable(err) {
 		t.Errorf("second Ack = %v, want a non-retryable error (already settled)", err)
 	}
@@ -68,41 +66,23 @@ func TestForeignMessages(t *testing.T) {
 	if got[1].ID != "from-kafka-bridge" || len(got[1].Headers) != 0 {
 		t.Errorf("message with %s delivered as %+v, want its ID and no headers left", idem.HeaderID, got[1].Message)
 	}
-	ackAll(t, got)
+	ackAll(t, got...)
 }
 
-// TestClose: Receive after Close, and a Receive blocked at Close, return
-// idem.ErrClosed; deliveries handed out before Close can still be acked.
+// TestClose: deliveries handed out before Close can still be acked (BrokerSuite
+// checks what Receive does at and after Close).
 func TestClose(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t)
 	stream, prefix := newStream(t, js)
 	sink := newSink(t, js, idemnats.SinkConfig{})
-	if err := sink.Publish(context.Background(), idem.Message{ID: "a", Topic: prefix + ".x", Payload: []byte("a")}); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, sink, idem.Message{ID: "a", Topic: prefix + ".x", Payload: []byte("a")})
 	src := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "d"})
 	held := receiveN(t, src, 1)
-
-	errc := make(chan error, 1)
-	go func() {
-		_, err := src.Receive(context.Background(), 10) // nothing left: blocks until Close
-		errc <- err
-	}()
-	time.Sleep(100 * time.Millisecond)
 	if err := src.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errc; !errors.Is(err, idem.ErrClosed) {
-		t.Errorf("Receive blocked at Close = %v, want idem.ErrClosed", err)
-	}
-	if _, err := src.Receive(context.Background(), 1); !errors.Is(err, idem.ErrClosed) {
-		t.Errorf("Receive after Close = %v, want idem.ErrClosed", err)
-	}
-	if err := src.Close(); err != nil {
-		t.Errorf("second Close = %v", err)
-	}
-	ackAll(t, held)
+	ackAll(t, held...)
 }
 
 // TestCompetingSources: two sources of one durable share the messages; together
@@ -111,9 +91,7 @@ func TestCompetingSources(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t)
 	stream, prefix := newStream(t, js)
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(context.Background(), hundred(prefix)...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)...)
 	cfg := idemnats.SourceConfig{Stream: stream, Durable: "group", AckWait: time.Minute}
 	a, b := openSource(t, js, cfg), openSource(t, js, cfg)
 	seen := map[string]int{}
@@ -134,7 +112,7 @@ func TestCompetingSources(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d of 100 messages seen within 60s", len(seen))
 		}
-		ackAll(t, ds)
+		ackAll(t, ds...)
 		for _, d := range ds {
 			seen[d.ID]++
 		}
@@ -152,9 +130,7 @@ func TestDeadConnectionReceive(t *testing.T) {
 	t.Parallel()
 	nc, js := connect(t)
 	stream, prefix := newStream(t, js)
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(context.Background(), hundred(prefix)[:2]...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)[:2]...)
 	src := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "d", FetchWait: time.Second})
 	ds := receiveN(t, src, 1)
 	nc.Close()
@@ -220,16 +196,14 @@ func TestCancelledReceiveKeepsMessages(t *testing.T) {
 	if ds, err := src.Receive(ctx, 5); !errors.Is(err, context.DeadlineExceeded) || len(ds) != 0 {
 		t.Fatalf("Receive on an empty stream = %d deliveries, %v; want context.DeadlineExceeded", len(ds), err)
 	}
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(context.Background(), hundred(prefix)[:3]...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)[:3]...)
 	got := receiveN(t, src, 3) // within 30 s, far below the 1 minute AckWait
 	for _, d := range got {
 		if d.Attempt != 1 {
 			t.Errorf("%s has Attempt %d, want 1: it was lost to a cancelled fetch", d.ID, d.Attempt)
 		}
 	}
-	ackAll(t, got)
+	ackAll(t, got...)
 }
 
 // TestCloseGivesBackPrefetched: messages fetched but not handed out when the
@@ -238,9 +212,7 @@ func TestCloseGivesBackPrefetched(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t)
 	stream, prefix := newStream(t, js)
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(context.Background(), hundred(prefix)[:5]...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)[:5]...)
 	cfg := idemnats.SourceConfig{Stream: stream, Durable: "d", AckWait: time.Minute}
 	first := openSource(t, js, cfg)
 	held := receiveN(t, first, 1) // the fetch asked for 1: nothing else is prefetched
@@ -249,12 +221,12 @@ func TestCloseGivesBackPrefetched(t *testing.T) {
 		t.Fatal(err)
 	}
 	held = append(held, ds...) // the fetch for 4 may have brought more than it returned
-	ackAll(t, held)
+	ackAll(t, held...)
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
 	rest := receiveN(t, openSource(t, js, cfg), 5-len(held)) // within 30 s, below AckWait
-	ackAll(t, rest)
+	ackAll(t, rest...)
 }
 
 func TestReceiveMax(t *testing.T) {
@@ -274,9 +246,7 @@ func TestMaxAckPendingOneKeepsOrder(t *testing.T) {
 	_, js := connect(t)
 	stream, prefix := newStream(t, js)
 	msgs := hundred(prefix)[:4]
-	if err := newSink(t, js, idemnats.SinkConfig{}).Publish(context.Background(), msgs...); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), msgs...)
 	src := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "d", MaxAckPending: 1, AckWait: time.Minute})
 	var order []string
 	for len(order) < len(msgs) {
@@ -287,7 +257,7 @@ func TestMaxAckPendingOneKeepsOrder(t *testing.T) {
 				}
 				continue
 			}
-			ackAll(t, []idem.Delivery{d})
+			ackAll(t, d)
 			order = append(order, d.ID)
 		}
 	}

@@ -18,9 +18,7 @@ func TestSpacesAroundHeaderValues(t *testing.T) {
 	stream, prefix := newStream(t, js)
 	sink := newSink(t, js, idemnats.SinkConfig{})
 	ctx := context.Background()
-	if err := sink.Publish(ctx, idem.Message{ID: "a", Topic: prefix + ".orders", Payload: []byte("1")}); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, sink, idem.Message{ID: "a", Topic: prefix + ".orders", Payload: []byte("1")})
 	for _, m := range []idem.Message{
 		{ID: " a", Topic: prefix + ".orders", Payload: []byte("2")},
 		{ID: "a ", Topic: prefix + ".orders", Payload: []byte("3")},

@@ -113,13 +113,7 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 	if err != nil {
 		return backendError("release", err)
 	}
-	switch n {
-	case replyOK:
-		return nil
-	case replyCompleted:
-		return idem.ErrCompleted
-	}
-	return idem.ErrLeaseLost
+	return finishErr(n)
 }
 
 // Renew implements idem.Renewer in one round trip: the record's expiry and its TTL
@@ -133,7 +127,12 @@ func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.
 	if err != nil {
 		return backendError("renew", err)
 	}
-	switch n {
+	return finishErr(n)
+}
+
+// finishErr is Release's and Renew's error for their script's reply.
+func finishErr(reply int) error {
+	switch reply {
 	case replyOK:
 		return nil
 	case replyCompleted:

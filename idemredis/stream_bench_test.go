@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemredis"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -46,18 +47,7 @@ func BenchmarkStream(b *testing.B) {
 			if err := sink.Publish(ctx, msgs...); err != nil {
 				b.Fatal(err)
 			}
-			for got := 0; got < len(msgs); {
-				ds, err := src.Receive(ctx, len(msgs)-got)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, d := range ds {
-					if err := d.Settler.Ack(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-				got += len(ds)
-			}
+			idemtest.ReceiveAck(b, src, len(msgs), len(msgs))
 		}
 		b.ReportMetric(float64(b.N*streamBenchBatch)/b.Elapsed().Seconds(), "msgs/s")
 	})

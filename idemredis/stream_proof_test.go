@@ -5,7 +5,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemredis"
-	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/inbox/inboxtest"
 )
 
@@ -13,15 +12,7 @@ import (
 // least twice, applied exactly once by the inbox on SQLite and on Postgres.
 func TestStreamExactlyOnce(t *testing.T) {
 	t.Parallel()
-	inboxtest.Proof(t, func(t *testing.T) idemtest.BrokerEnv {
-		b := streamSetup(t)
-		return idemtest.BrokerEnv{
-			Topic:     b.stream,
-			Sink:      b.sink,
-			NewSource: func(t *testing.T) idem.Source { return b.source(t, idemredis.StreamSourceConfig{}) },
-			Features:  b.sink.Features(),
-		}
-	}, inboxtest.Options{})
+	inboxtest.Proof(t, streamEnv, inboxtest.Options{})
 }
 
 // BenchmarkStreamInbox: the inbox on Redis Streams + Postgres against a plain

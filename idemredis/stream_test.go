@@ -51,50 +51,31 @@ func (b streamBundle) source(t *testing.T, cfg idemredis.StreamSourceConfig) *id
 		cfg.MinIdle = streamMinIdle
 	}
 	src, err := idemredis.NewStreamSource(b.client, cfg)
-	if err != nil {
-		t.Fatal(err)
+	return idemtest.Opened(t, src, err)
+}
+
+// The idemtest helpers under the names these tests use.
+var (
+	streamPublish = idemtest.Publish
+	streamReceive = idemtest.ReceiveN
+	streamAck     = idemtest.Ack
+)
+
+// streamEnv is a fresh stream as idemtest sees a broker.
+func streamEnv(t *testing.T) idemtest.BrokerEnv {
+	b := streamSetup(t)
+	return idemtest.BrokerEnv{
+		Topic:      b.stream,
+		Sink:       b.sink,
+		NewSource:  func(t *testing.T) idem.Source { return b.source(t, idemredis.StreamSourceConfig{}) },
+		Features:   b.sink.Features(),
+		Redelivery: streamMinIdle,
 	}
-	t.Cleanup(func() { _ = src.Close() })
-	return src
 }
 
 func TestStreamBrokerSuite(t *testing.T) {
 	t.Parallel()
-	idemtest.BrokerSuite(t, func(t *testing.T) idemtest.BrokerEnv {
-		b := streamSetup(t)
-		return idemtest.BrokerEnv{
-			Topic:      b.stream,
-			Sink:       b.sink,
-			NewSource:  func(t *testing.T) idem.Source { return b.source(t, idemredis.StreamSourceConfig{}) },
-			Features:   b.sink.Features(),
-			Redelivery: streamMinIdle,
-		}
-	})
-}
-
-// streamReceive receives until n deliveries arrived or 20s passed.
-func streamReceive(t *testing.T, src idem.Source, n int) []idem.Delivery {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var got []idem.Delivery
-	for len(got) < n {
-		ds, err := src.Receive(ctx, n-len(got))
-		if err != nil {
-			t.Fatalf("Receive after %d of %d deliveries: %v", len(got), n, err)
-		}
-		got = append(got, ds...)
-	}
-	return got
-}
-
-func streamAck(t *testing.T, ds ...idem.Delivery) {
-	t.Helper()
-	for _, d := range ds {
-		if err := d.Settler.Ack(context.Background()); err != nil {
-			t.Fatalf("Ack %s: %v", d.Position, err)
-		}
-	}
+	idemtest.BrokerSuite(t, streamEnv)
 }
 
 func (b streamBundle) pendingCount(t *testing.T) int64 {
@@ -150,9 +131,7 @@ func TestStreamDeadConsumerReclaimed(t *testing.T) {
 	b := streamSetup(t)
 	ctx := ctxFor(t)
 	for i := range 3 {
-		if err := b.sink.Publish(ctx, idem.Message{ID: fmt.Sprint("m", i), Topic: b.stream}); err != nil {
-			t.Fatal(err)
-		}
+		streamPublish(t, b.sink, idem.Message{ID: fmt.Sprint("m", i), Topic: b.stream})
 	}
 	dead := b.source(t, idemredis.StreamSourceConfig{Consumer: "dead"})
 	first := streamReceive(t, dead, 3) // and it crashes: no ack, no Close
@@ -227,9 +206,7 @@ func TestStreamDeletedWhilePending(t *testing.T) {
 	t.Parallel()
 	b := streamSetup(t)
 	ctx := ctxFor(t)
-	if err := b.sink.Publish(ctx, idem.Message{ID: "gone", Topic: b.stream}, idem.Message{ID: "kept", Topic: b.stream}); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, b.sink, idem.Message{ID: "gone", Topic: b.stream}, idem.Message{ID: "kept", Topic: b.stream})
 	if err := b.client.XGroupCreate(ctx, b.stream, "g", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -263,9 +240,7 @@ func TestStreamNakLongerThanMinIdle(t *testing.T) {
 	t.Parallel()
 	b := streamSetup(t)
 	ctx := ctxFor(t)
-	if err := b.sink.Publish(ctx, idem.Message{ID: "long", Topic: b.stream}, idem.Message{ID: "short", Topic: b.stream}); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, b.sink, idem.Message{ID: "long", Topic: b.stream}, idem.Message{ID: "short", Topic: b.stream})
 	src := b.source(t, idemredis.StreamSourceConfig{})
 	got := streamReceive(t, src, 2)
 	if err := got[0].Settler.Nak(ctx, 5*streamMinIdle); err != nil {
@@ -295,16 +270,12 @@ func TestStreamRecreatedGroup(t *testing.T) {
 	b := streamSetup(t)
 	ctx := ctxFor(t)
 	src := b.source(t, idemredis.StreamSourceConfig{})
-	if err := b.sink.Publish(ctx, idem.Message{ID: "before", Topic: b.stream}); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, b.sink, idem.Message{ID: "before", Topic: b.stream})
 	streamAck(t, streamReceive(t, src, 1)...)
 	if err := b.client.Del(ctx, b.stream).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.sink.Publish(ctx, idem.Message{ID: "after", Topic: b.stream}); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, b.sink, idem.Message{ID: "after", Topic: b.stream})
 	got := streamReceive(t, src, 1)
 	if got[0].ID != "after" {
 		t.Fatalf("after the stream was recreated, received %q", got[0].ID)
@@ -317,9 +288,7 @@ func TestStreamClose(t *testing.T) {
 	t.Parallel()
 	b := streamSetup(t)
 	ctx := ctxFor(t)
-	if err := b.sink.Publish(ctx, idem.Message{ID: "m", Topic: b.stream}); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, b.sink, idem.Message{ID: "m", Topic: b.stream})
 	long := idemredis.StreamSourceConfig{MinIdle: time.Hour} // nothing is reclaimed here
 	idle := b.source(t, long)
 	holder := b.source(t, long)
@@ -358,9 +327,7 @@ func TestStreamMaxLen(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = idem.Message{ID: fmt.Sprint("m", i), Topic: b.stream}
 	}
-	if err := sink.Publish(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	streamPublish(t, sink, msgs...)
 	if n := b.client.XLen(ctx, b.stream).Val(); n < 10 || n >= 1000 {
 		t.Errorf("XLEN = %d after 1000 entries with MaxLen ~10", n)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -29,10 +30,7 @@ type BrokerEnv struct {
 // BrokerSuite runs the Source/Sink contract against a broker adapter: every adapter
 // runs it unchanged, and it checks a Features promise only where the adapter makes it.
 func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, BrokerEnv)
-	}{
+	runParallel(t, newEnv, []subtest[BrokerEnv]{
 		{"PublishReceiveAck", testBrokerPublishReceive},
 		{"UnackedIsRedelivered", testBrokerUnacked},
 		{"NakIsRedelivered", testBrokerNak},
@@ -40,18 +38,26 @@ func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
 		{"OrderPerKey", testBrokerOrder},
 		{"BadMessageRefused", testBrokerBadInput},
 		{"CancelledReceive", testBrokerCancelled},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			tt.fn(t, newEnv(t))
-		})
-	}
+		{"ClosedSource", testBrokerClosed},
+	})
 }
 
 func brokerMsg(env BrokerEnv, i int) idem.Message {
 	return idem.Message{ID: fmt.Sprintf("msg-%04d", i), Topic: env.Topic, OrderingKey: "k",
 		Headers: map[string]string{"n": fmt.Sprint(i)}, Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+}
+
+// publishN publishes n messages under one ordering key and receives them from a new
+// source, returning what was published, the source and what arrived.
+func publishN(t *testing.T, env BrokerEnv, n int) ([]idem.Message, idem.Source, []idem.Delivery) {
+	t.Helper()
+	msgs := make([]idem.Message, n)
+	for i := range msgs {
+		msgs[i] = brokerMsg(env, i)
+	}
+	Publish(t, env.Sink, msgs...)
+	src := env.NewSource(t)
+	return msgs, src, Receive(t, src, n, env.wait())
 }
 
 func (env BrokerEnv) wait() time.Duration {
@@ -91,6 +97,48 @@ func Ack(t testing.TB, ds ...idem.Delivery) {
 	}
 }
 
+// ReceiveN receives n deliveries from src, failing t unless all of them arrived
+// within 30 s.
+func ReceiveN(t testing.TB, src idem.Source, n int) []idem.Delivery {
+	t.Helper()
+	got := Receive(t, src, n, 30*time.Second)
+	if len(got) != n {
+		t.Fatalf("received %d of %d deliveries within 30s", len(got), n)
+	}
+	return got
+}
+
+// ReceiveAck receives n deliveries from src, at most batch per Receive, and
+// acknowledges each, failing tb on an error. It has no deadline: it is the consuming
+// half of a benchmark, whose caller bounds it.
+func ReceiveAck(tb testing.TB, src idem.Source, n, batch int) {
+	tb.Helper()
+	ctx := context.Background()
+	for got := 0; got < n; {
+		ds, err := src.Receive(ctx, min(batch, n-got))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, d := range ds {
+			if err := d.Settler.Ack(ctx); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		got += len(ds)
+	}
+}
+
+// Opened takes what a constructor returned: it fails t on err, and closes c when t
+// ends.
+func Opened[C io.Closer](t testing.TB, c C, err error) C {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("open %T: %v", c, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // Publish publishes msgs to sink within 30 s, failing t on an error.
 func Publish(t testing.TB, sink idem.Sink, msgs ...idem.Message) {
 	t.Helper()
@@ -103,13 +151,7 @@ func Publish(t testing.TB, sink idem.Sink, msgs ...idem.Message) {
 
 func testBrokerPublishReceive(t *testing.T, env BrokerEnv) {
 	const n = 20
-	msgs := make([]idem.Message, n)
-	for i := range msgs {
-		msgs[i] = brokerMsg(env, i)
-	}
-	Publish(t, env.Sink, msgs...)
-	src := env.NewSource(t)
-	got := Receive(t, src, n, env.wait())
+	msgs, src, got := publishN(t, env, n)
 	if len(got) != n {
 		t.Fatalf("received %d of %d messages", len(got), n)
 	}
@@ -206,14 +248,7 @@ func testBrokerOrder(t *testing.T, env BrokerEnv) {
 	if !env.Features.OrderedPerKey {
 		t.Skip("the adapter does not promise order")
 	}
-	const n = 50
-	msgs := make([]idem.Message, n)
-	for i := range msgs {
-		msgs[i] = brokerMsg(env, i)
-	}
-	Publish(t, env.Sink, msgs...)
-	src := env.NewSource(t)
-	got := Receive(t, src, n, env.wait())
+	msgs, _, got := publishN(t, env, 50)
 	Ack(t, got...)
 	if want := ids(deliveriesOf(msgs)); !slices.Equal(ids(got), want) {
 		t.Fatalf("order per key: got %v, want %v", ids(got), want)
@@ -240,6 +275,33 @@ func testBrokerCancelled(t *testing.T, env BrokerEnv) {
 	ds, err := src.Receive(ctx, 10) // nothing was published: it must return when ctx ends
 	if len(ds) != 0 || err == nil {
 		t.Fatalf("Receive on an empty topic with a cancelled ctx = %v, %v; want no deliveries and an error", ids(ds), err)
+	}
+}
+
+// testBrokerClosed: max below 1 is an input error; a Receive blocked at Close and
+// every Receive after it return idem.ErrClosed; a second Close is harmless.
+func testBrokerClosed(t *testing.T, env BrokerEnv) {
+	src := env.NewSource(t)
+	if _, err := src.Receive(context.Background(), 0); !errors.Is(err, idem.ErrInvalid) {
+		t.Errorf("Receive(max 0) = %v, want idem.ErrInvalid", err)
+	}
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := src.Receive(context.Background(), 1) // nothing was published: blocks until Close
+		blocked <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let it block; either order must give ErrClosed
+	if err := src.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-blocked; !errors.Is(err, idem.ErrClosed) {
+		t.Errorf("a Receive blocked at Close returned %v, want idem.ErrClosed", err)
+	}
+	if _, err := src.Receive(context.Background(), 1); !errors.Is(err, idem.ErrClosed) {
+		t.Errorf("Receive after Close = %v, want idem.ErrClosed", err)
+	}
+	if err := src.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
 	}
 }
 

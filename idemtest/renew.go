@@ -62,11 +62,7 @@ func testRenewKeepsHolder(t *testing.T, s idem.Store, r idem.Renewer) {
 	if err := s.Complete(ctx, c.Key, first.Token, []byte("done")); err != nil {
 		t.Fatalf("Complete after renewing: %v", err)
 	}
-	rep := MustClaim(t, s, c)
-	wantOutcome(t, rep, idem.Replayed)
-	if string(rep.Record.Result) != "done" {
-		t.Fatalf("replayed %q, want %q", rep.Record.Result, "done")
-	}
+	wantReplay(t, s, c, "done")
 }
 
 // A holder whose lease ran out and was taken over cannot renew, and its attempt

@@ -27,10 +27,7 @@ type SeqHarness struct {
 // SeqSuite runs the idemseq.Tracker contract against h. Every backend runs it
 // unchanged, so every backend gives the same verdicts for the same history.
 func SeqSuite(t *testing.T, h SeqHarness) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, SeqHarness)
-	}{
+	runParallel(t, func(*testing.T) SeqHarness { return h }, []subtest[SeqHarness]{
 		{"InOrderThenReplay", testSeqInOrder},
 		{"OutOfOrderInsideWindow", testSeqOutOfOrder},
 		{"BelowWindowIsTooOld", testSeqTooOld},
@@ -41,13 +38,7 @@ func SeqSuite(t *testing.T, h SeqHarness) {
 		{"ConcurrentChecksAcceptEachNumberOnce", testSeqConcurrent},
 		{"BadInput", testSeqBadInput},
 		{"MatchesReferenceModel", testSeqModel},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			tt.fn(t, h)
-		})
-	}
+	})
 }
 
 func seqCheck(t *testing.T, tr idemseq.Tracker, producer string, epoch, seq uint64, want idemseq.Verdict) {

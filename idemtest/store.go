@@ -40,10 +40,7 @@ func StoreSuite(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("idemtest: Harness.New is required")
 	}
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s idem.Store)
-	}{
+	runParallel(t, h.New, []subtest[idem.Store]{
 		{"AcquireCompleteReplay", testAcquireCompleteReplay},
 		{"ConcurrentClaimsOneWinner", testConcurrentClaimsOneWinner},
 		{"ConcurrentClaimCompleteMix", testConcurrentClaimCompleteMix},
@@ -61,13 +58,7 @@ func StoreSuite(t *testing.T, h Harness) {
 		{"CancelledContext", testCancelledContext},
 		{"BatchClaim", testBatchClaim},
 		{"Linearizable", testLinearizable},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			tt.fn(t, h.New(t))
-		})
-	}
+	})
 	for _, tt := range renewTests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -110,6 +101,18 @@ func wantOutcome(t *testing.T, res idem.Result, want idem.Outcome) {
 	}
 }
 
+// wantReplay claims c and fails t unless the claim replays result; it returns the
+// replayed record.
+func wantReplay(t *testing.T, s idem.Store, c idem.Claim, result string) idem.Record {
+	t.Helper()
+	rep := MustClaim(t, s, c)
+	wantOutcome(t, rep, idem.Replayed)
+	if string(rep.Record.Result) != result {
+		t.Fatalf("replayed %q, want %q", rep.Record.Result, result)
+	}
+	return rep.Record
+}
+
 // awaitAcquired claims c until the store says Acquired, failing after expiryDeadline.
 // It is how the suite waits for a lease or retention to pass without asserting time.
 func awaitAcquired(t *testing.T, s idem.Store, c idem.Claim) idem.Result {
@@ -147,13 +150,28 @@ func testAcquireCompleteReplay(t *testing.T, s idem.Store) {
 	if err := s.Complete(ctx, c.Key, res.Token, []byte("result-1")); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
-	rep := MustClaim(t, s, c)
-	wantOutcome(t, rep, idem.Replayed)
-	if string(rep.Record.Result) != "result-1" || rep.Record.State != idem.StateCompleted {
-		t.Fatalf("Replayed record = %+v, want completed with result-1", rep.Record)
+	rec := wantReplay(t, s, c, "result-1")
+	if rec.State != idem.StateCompleted {
+		t.Fatalf("Replayed record = %+v, want completed", rec)
 	}
-	if rep.Record.Key != c.Key {
-		t.Fatalf("Replayed record key = %v, want %v", rep.Record.Key, c.Key)
+	if rec.Key != c.Key {
+		t.Fatalf("Replayed record key = %v, want %v", rec.Key, c.Key)
+	}
+}
+
+// subtest is one test of a suite, run on a fixture F made for it.
+type subtest[F any] struct {
+	name string
+	fn   func(*testing.T, F)
+}
+
+// runParallel runs every test as a parallel subtest of t, each on its own fixture.
+func runParallel[F any](t *testing.T, fixture func(*testing.T) F, tests []subtest[F]) {
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, fixture(t))
+		})
 	}
 }
 
@@ -173,17 +191,25 @@ func race(n int, fn func(i int)) {
 	done.Wait()
 }
 
+// raceErrs is race for an fn that can fail: t fails with every error fn returned.
+func raceErrs(t *testing.T, n int, fn func(i int) error) {
+	t.Helper()
+	errs := make([]error, n)
+	race(n, func(i int) { errs[i] = fn(i) })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func testConcurrentClaimsOneWinner(t *testing.T, s idem.Store) {
 	ctx := ctxFor(t)
 	c := idem.Claim{Key: key(t, "hot"), Fingerprint: []byte("fp")}
 	var acquired, inProgress atomic.Int64
 	var winner atomic.Uint64
-	errs := make(chan error, Concurrency)
-	race(Concurrency, func(int) {
+	raceErrs(t, Concurrency, func(int) error {
 		res, err := s.Claim(ctx, c)
 		if err != nil {
-			errs <- err
-			return
+			return err
 		}
 		switch res.Outcome {
 		case idem.Acquired:
@@ -192,13 +218,10 @@ func testConcurrentClaimsOneWinner(t *testing.T, s idem.Store) {
 		case idem.InProgress:
 			inProgress.Add(1)
 		default:
-			errs <- fmt.Errorf("unexpected outcome %v", res.Outcome)
+			return fmt.Errorf("unexpected outcome %v", res.Outcome)
 		}
+		return nil
 	})
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
 	if acquired.Load() != 1 || inProgress.Load() != Concurrency-1 {
 		t.Fatalf("acquired=%d in_progress=%d, want 1 and %d", acquired.Load(), inProgress.Load(), Concurrency-1)
 	}
@@ -223,32 +246,25 @@ func testConcurrentClaimCompleteMix(t *testing.T, s idem.Store) {
 	ctx := ctxFor(t)
 	c := idem.Claim{Key: key(t, "mix")}
 	var effects atomic.Int64
-	errs := make(chan error, Concurrency)
-	race(Concurrency, func(i int) {
+	raceErrs(t, Concurrency, func(int) error {
 		res, err := s.Claim(ctx, c)
 		if err != nil {
-			errs <- err
-			return
+			return err
 		}
 		switch res.Outcome {
 		case idem.Acquired:
 			effects.Add(1)
-			if err := s.Complete(ctx, c.Key, res.Token, []byte("effect")); err != nil {
-				errs <- err
-			}
+			return s.Complete(ctx, c.Key, res.Token, []byte("effect"))
 		case idem.Replayed:
 			if string(res.Record.Result) != "effect" {
-				errs <- fmt.Errorf("replayed result %q, want %q", res.Record.Result, "effect")
+				return fmt.Errorf("replayed result %q, want %q", res.Record.Result, "effect")
 			}
 		case idem.InProgress:
 		default:
-			errs <- fmt.Errorf("unexpected outcome %v", res.Outcome)
+			return fmt.Errorf("unexpected outcome %v", res.Outcome)
 		}
+		return nil
 	})
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
 	if effects.Load() != 1 {
 		t.Fatalf("effect ran %d times, want exactly 1", effects.Load())
 	}
@@ -258,30 +274,23 @@ func testManyKeysConcurrently(t *testing.T, s idem.Store) {
 	ctx := ctxFor(t)
 	const workers, perWorker = 8, 50
 	var acquired atomic.Int64
-	errs := make(chan error, workers)
-	race(workers, func(w int) {
+	raceErrs(t, workers, func(w int) error {
 		for i := range perWorker {
 			k := key(t, fmt.Sprintf("w%d-%d", w, i))
 			res, err := s.Claim(ctx, idem.Claim{Key: k})
 			if err != nil {
-				errs <- err
-				return
+				return err
 			}
 			if res.Outcome != idem.Acquired {
-				errs <- fmt.Errorf("fresh key %v: outcome %v", k, res.Outcome)
-				return
+				return fmt.Errorf("fresh key %v: outcome %v", k, res.Outcome)
 			}
 			acquired.Add(1)
 			if err := s.Complete(ctx, k, res.Token, nil); err != nil {
-				errs <- err
-				return
+				return err
 			}
 		}
+		return nil
 	})
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
 	if acquired.Load() != workers*perWorker {
 		t.Fatalf("acquired %d fresh keys, want %d", acquired.Load(), workers*perWorker)
 	}
@@ -312,11 +321,7 @@ func testFingerprintMismatch(t *testing.T, s idem.Store) {
 	if mm.Record.Result != nil {
 		t.Fatalf("Mismatch leaked the first intent's result %q", mm.Record.Result)
 	}
-	rep := MustClaim(t, s, a)
-	wantOutcome(t, rep, idem.Replayed)
-	if string(rep.Record.Result) != "charged 100" {
-		t.Fatalf("replayed %q after a mismatching claim, want the first result", rep.Record.Result)
-	}
+	wantReplay(t, s, a, "charged 100") // the mismatching claim changed nothing
 	// Nil and empty fingerprints are the same intent.
 	k2 := key(t, "nil-vs-empty")
 	res2 := MustClaim(t, s, idem.Claim{Key: k2})
@@ -370,11 +375,7 @@ func testLeaseExpiry(t *testing.T, s idem.Store) {
 	if err := s.Complete(ctx, c.Key, second.Token, []byte("fresh")); err != nil {
 		t.Fatalf("new holder's Complete: %v", err)
 	}
-	rep := MustClaim(t, s, long)
-	wantOutcome(t, rep, idem.Replayed)
-	if string(rep.Record.Result) != "fresh" {
-		t.Fatalf("replayed %q, want the new holder's result", rep.Record.Result)
-	}
+	wantReplay(t, s, long, "fresh") // the new holder's result
 }
 
 // Many claimants find the same expired lease at once: exactly one takes it over.
@@ -385,25 +386,21 @@ func testConcurrentTakeover(t *testing.T, s idem.Store) {
 	wantOutcome(t, first, idem.Acquired)
 	time.Sleep(4 * c.Lease) // the holder crashed; its lease runs out
 	var acquired atomic.Int64
-	errs := make(chan error, Concurrency)
-	race(Concurrency, func(int) {
+	raceErrs(t, Concurrency, func(int) error {
 		res, err := s.Claim(ctx, idem.Claim{Key: c.Key, Lease: time.Minute})
 		switch {
 		case err != nil:
-			errs <- err
+			return err
 		case res.Outcome == idem.Acquired:
 			acquired.Add(1)
 			if res.Token <= first.Token {
-				errs <- fmt.Errorf("takeover token %d not above the expired holder's %d", res.Token, first.Token)
+				return fmt.Errorf("takeover token %d not above the expired holder's %d", res.Token, first.Token)
 			}
 		case res.Outcome != idem.InProgress:
-			errs <- fmt.Errorf("unexpected outcome %v", res.Outcome)
+			return fmt.Errorf("unexpected outcome %v", res.Outcome)
 		}
+		return nil
 	})
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
 	if acquired.Load() != 1 {
 		t.Fatalf("%d claimants took over the expired key, want exactly 1", acquired.Load())
 	}
@@ -453,11 +450,7 @@ func testCompleteTwice(t *testing.T, s idem.Store) {
 	if err := s.Complete(ctx, c.Key, res.Token, []byte("second")); err != nil {
 		t.Fatalf("second Complete with the same token = %v, want nil", err)
 	}
-	rep := MustClaim(t, s, c)
-	wantOutcome(t, rep, idem.Replayed)
-	if string(rep.Record.Result) != "first" {
-		t.Fatalf("replayed %q, want the first result", rep.Record.Result)
-	}
+	wantReplay(t, s, c, "first")
 	if err := s.Complete(ctx, c.Key, res.Token+1, []byte("other")); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("Complete with another token = %v, want ErrLeaseLost", err)
 	}

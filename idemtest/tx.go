@@ -31,10 +31,7 @@ type TxEnv[Tx any] struct {
 // concurrent transactions on one key apply the effect once.
 func TxStoreSuite[Tx any](t *testing.T, newEnv func(t *testing.T) TxEnv[Tx]) {
 	t.Helper()
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, env TxEnv[Tx])
-	}{
+	runParallel(t, newEnv, []subtest[TxEnv[Tx]]{
 		{"RollbackLeavesNoTrace", testTxRollback[Tx]},
 		{"CommitIsVisibleWithEffect", testTxCommit[Tx]},
 		{"ConcurrentTransactionsOneEffect", testTxConcurrent[Tx]},
@@ -42,13 +39,7 @@ func TxStoreSuite[Tx any](t *testing.T, newEnv func(t *testing.T) TxEnv[Tx]) {
 		{"ReleaseInTx", testTxRelease[Tx]},
 		{"BadInputInTx", testTxBadInput[Tx]},
 		{"TokensRiseAcrossTransactions", testTxTokensRise[Tx]},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			tt.fn(t, newEnv(t))
-		})
-	}
+	})
 }
 
 // applyOnce is the inbox pattern: claim, write the effect, complete, commit. It
@@ -108,6 +99,22 @@ func claimInTx[Tx any](t *testing.T, env TxEnv[Tx], c idem.Claim) idem.Result {
 	return res
 }
 
+// acquireTx begins a transaction and claims c in it, failing t unless c is acquired.
+func acquireTx[Tx any](t *testing.T, env TxEnv[Tx], c idem.Claim) (Tx, idem.Result) {
+	t.Helper()
+	ctx := ctxFor(t)
+	tx, err := env.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := env.Store.ClaimTx(ctx, tx, c)
+	if err != nil || res.Outcome != idem.Acquired {
+		_ = env.Rollback(ctx, tx)
+		t.Fatalf("ClaimTx = %v, %v; want Acquired", res.Outcome, err)
+	}
+	return tx, res
+}
+
 func testTxRollback[Tx any](t *testing.T, env TxEnv[Tx]) {
 	ctx := ctxFor(t)
 	c := idem.Claim{Key: key(t, "k")}
@@ -150,21 +157,13 @@ func testTxConcurrent[Tx any](t *testing.T, env TxEnv[Tx]) {
 	c := idem.Claim{Key: key(t, "hot")}
 	const n = 16
 	var acquired atomic.Int64
-	errs := make(chan error, n)
-	race(n, func(int) {
+	raceErrs(t, n, func(int) error {
 		out, err := applyOnce(ctx, env, c, "order-hot", true)
-		if err != nil {
-			errs <- err
-			return
-		}
-		if out == idem.Acquired {
+		if err == nil && out == idem.Acquired {
 			acquired.Add(1)
 		}
+		return err
 	})
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
 	if acquired.Load() != 1 {
 		t.Fatalf("%d transactions acquired the key, want 1", acquired.Load())
 	}
@@ -176,14 +175,7 @@ func testTxConcurrent[Tx any](t *testing.T, env TxEnv[Tx]) {
 func testTxWaiterAfterRollback[Tx any](t *testing.T, env TxEnv[Tx]) {
 	ctx := ctxFor(t)
 	c := idem.Claim{Key: key(t, "k")}
-	tx1, err := env.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := env.Store.ClaimTx(ctx, tx1, c)
-	if err != nil || res.Outcome != idem.Acquired {
-		t.Fatalf("first ClaimTx = %v, %v", res.Outcome, err)
-	}
+	tx1, _ := acquireTx(t, env, c)
 	type answer struct {
 		out idem.Outcome
 		err error
@@ -209,14 +201,7 @@ func testTxWaiterAfterRollback[Tx any](t *testing.T, env TxEnv[Tx]) {
 func testTxRelease[Tx any](t *testing.T, env TxEnv[Tx]) {
 	ctx := ctxFor(t)
 	c := idem.Claim{Key: key(t, "k")}
-	tx, err := env.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := env.Store.ClaimTx(ctx, tx, c)
-	if err != nil || res.Outcome != idem.Acquired {
-		t.Fatalf("ClaimTx = %v, %v", res.Outcome, err)
-	}
+	tx, res := acquireTx(t, env, c)
 	if err := env.Store.ReleaseTx(ctx, tx, c.Key, res.Token); err != nil {
 		t.Fatalf("ReleaseTx: %v", err)
 	}
@@ -255,14 +240,7 @@ func testTxTokensRise[Tx any](t *testing.T, env TxEnv[Tx]) {
 	c := idem.Claim{Key: key(t, "k"), Lease: time.Minute}
 
 	// A rolled-back claim's token is never reissued to a later one.
-	tx, err := env.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rolled, err := env.Store.ClaimTx(ctx, tx, c)
-	if err != nil || rolled.Outcome != idem.Acquired {
-		t.Fatalf("ClaimTx = %v, %v", rolled.Outcome, err)
-	}
+	tx, rolled := acquireTx(t, env, c)
 	if err := env.Rollback(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
@@ -272,23 +250,18 @@ func testTxTokensRise[Tx any](t *testing.T, env TxEnv[Tx]) {
 		tokens = []uint64{rolled.Token}
 	)
 	const workers, rounds = 4, 8
-	errs := make(chan error, workers)
-	race(workers, func(int) {
+	raceErrs(t, workers, func(int) error {
 		for range rounds {
 			if err := claimReleaseTwice(ctx, env, c, func(token uint64) {
 				mu.Lock()
 				tokens = append(tokens, token)
 				mu.Unlock()
 			}); err != nil {
-				errs <- err
-				return
+				return err
 			}
 		}
+		return nil
 	})
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
 	for i := 1; i < len(tokens); i++ {
 		if tokens[i] <= tokens[i-1] {
 			t.Fatalf("incarnation %d of key %v got token %d after %d: tokens in acquisition order %v",

@@ -54,20 +54,18 @@ func NewHTTP(reg prometheus.Registerer) (*HTTP, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	requests, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	r := &registrar{reg: reg}
+	requests := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_http_requests_total",
 		Help: "Requests through the idempotency middleware, by outcome (executed, replayed, conflict, mismatch, rejected, passthrough, error).",
 	}, []string{"outcome"}))
-	if err != nil {
-		return nil, err
-	}
-	duration, err := Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	duration := add(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idem_http_request_duration_seconds",
 		Help:    "Time from the request entering the idempotency middleware to its response, by outcome.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	}, []string{"outcome"}))
-	if err != nil {
-		return nil, err
+	if r.err != nil {
+		return nil, r.err
 	}
 	// Resolve every series once: the request path then indexes an array instead of
 	// hashing label values, and every outcome is exported (at 0) from the start.

@@ -18,31 +18,23 @@ func NewInbox(reg prometheus.Registerer, consumer string) (*Inbox, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	messages, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	r := &registrar{reg: reg}
+	messages := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_inbox_messages_total",
 		Help: "Deliveries settled by idem inboxes, by outcome (processed, duplicate, retried, dead_lettered).",
 	}, []string{"consumer", "outcome"}))
-	if err != nil {
-		return nil, err
-	}
-	dups, err := duplicates(reg)
-	if err != nil {
-		return nil, err
-	}
-	dead, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	dups := duplicates(r)
+	dead := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_inbox_dead_letters_total",
 		Help: "Messages moved to the dead-letter table, by reason kind (permanent, max_attempts, no_key, key_reused).",
 	}, []string{"consumer", "kind"}))
-	if err != nil {
-		return nil, err
-	}
-	latency, err := Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	latency := add(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idem_inbox_batch_duration_seconds",
 		Help:    "Time to process one batch: transaction, handlers, commit and acks.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	}, []string{"consumer"}))
-	if err != nil {
-		return nil, err
+	if r.err != nil {
+		return nil, r.err
 	}
 	return &Inbox{consumer: consumer, messages: messages, dups: dups, dead: dead,
 		latency: latency.WithLabelValues(consumer)}, nil

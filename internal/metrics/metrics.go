@@ -28,31 +28,23 @@ func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	claims, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	r := &registrar{reg: reg}
+	claims := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_claims_total",
 		Help: "Claims answered by idem stores, by scope and outcome (acquired, replayed, in_progress, mismatch, error).",
 	}, []string{"backend", "scope", "outcome"}))
-	if err != nil {
-		return nil, err
-	}
-	dups, err := duplicates(reg)
-	if err != nil {
-		return nil, err
-	}
-	latency, err := Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	dups := duplicates(r)
+	latency := add(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idem_claim_duration_seconds",
 		Help:    "Latency of Claim calls, including the backend round trip.",
 		Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
 	}, []string{"backend"}))
-	if err != nil {
-		return nil, err
-	}
-	swept, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	swept := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_swept_total",
 		Help: "Expired records removed by sweeps.",
 	}, []string{"backend"}))
-	if err != nil {
-		return nil, err
+	if r.err != nil {
+		return nil, r.err
 	}
 	return &Store{
 		backend: backend,
@@ -65,8 +57,8 @@ func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
 
 // duplicates registers idem_duplicates_total{backend,scope}, shared by the stores
 // and the inbox (which counts under backend "inbox").
-func duplicates(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
-	return Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+func duplicates(r *registrar) *prometheus.CounterVec {
+	return add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_duplicates_total",
 		Help: "Claims that found the key already taken (replayed, in_progress or mismatch): duplicates suppressed.",
 	}, []string{"backend", "scope"}))
@@ -116,6 +108,21 @@ func (m *Store) Swept(n int) {
 		return
 	}
 	m.swept.Add(float64(n))
+}
+
+// registrar registers collectors on one registry until one fails, and keeps that
+// error: a constructor registers all its collectors, then checks once.
+type registrar struct {
+	reg prometheus.Registerer
+	err error
+}
+
+// add registers c as Register does, unless r has failed before.
+func add[C prometheus.Collector](r *registrar, c C) C {
+	if r.err == nil {
+		c, r.err = Register(r.reg, c)
+	}
+	return c
 }
 
 // Register registers c on reg (which must not be nil), or returns the collector

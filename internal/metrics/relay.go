@@ -18,28 +18,17 @@ func NewRelay(reg prometheus.Registerer, backlog func() (unpublished, oldestAge,
 	if reg == nil {
 		return nil, nil
 	}
-	published, err := Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	r := &registrar{reg: reg}
+	published := add(r, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "idem_relay_published_total", Help: "Outbox messages the relay published and marked."}))
-	if err != nil {
-		return nil, err
-	}
-	failed, err := Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	failed := add(r, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "idem_relay_failures_total", Help: "Outbox messages whose publication failed (retried with backoff, or parked)."}))
-	if err != nil {
-		return nil, err
-	}
-	latency, err := Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	latency := add(r, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "idem_relay_publish_duration_seconds", Help: "Time of one batch's Publish call to the broker.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 3, 10)}))
-	if err != nil {
-		return nil, err
-	}
-	lag, err := Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	lag := add(r, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "idem_relay_lag_seconds", Help: "From EnqueueTx to confirmed publication, per message.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12)}))
-	if err != nil {
-		return nil, err
-	}
 	for _, g := range []struct {
 		name, help string
 		pick       func(u, o, p float64) float64
@@ -48,12 +37,13 @@ func NewRelay(reg prometheus.Registerer, backlog func() (unpublished, oldestAge,
 		{"idem_outbox_oldest_age_seconds", "Age of the oldest unpublished outbox message.", func(_, o, _ float64) float64 { return o }},
 		{"idem_outbox_parked", "Outbox messages parked after MaxAttempts, waiting for Retry.", func(_, _, p float64) float64 { return p }},
 	} {
-		if _, err := Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 {
+		add(r, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 {
 			u, o, p := backlog()
 			return g.pick(u, o, p)
-		})); err != nil {
-			return nil, err
-		}
+		}))
+	}
+	if r.err != nil {
+		return nil, r.err
 	}
 	return &Relay{published: published, failed: failed, latency: latency, lag: lag}, nil
 }

@@ -1,5 +1,5 @@
-// Package wait holds the one blocking wait idem's loops share: a pause that ends
-// early when its context does.
+// Package wait holds the blocking waits idem's loops share: a pause, and a tick
+// loop, that end when their context does.
 package wait
 
 import (
@@ -16,5 +16,20 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// Every calls fn every d until ctx ends. fn runs on the caller's goroutine, so a
+// tick that comes while it runs is dropped, as time.Ticker drops it.
+func Every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
 	}
 }
