@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // claim is the state acquire found or made.
@@ -191,27 +192,19 @@ func (f *Fence[Tx]) heartbeat(ctx context.Context, key, step string, token int64
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(max(f.cfg.Lease/3, time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		wait.Every(ctx, max(f.cfg.Lease/3, time.Millisecond), func() {
 			held, err := f.renew(ctx, key, step, token)
 			switch {
 			case ctx.Err() != nil:
-				return
 			case err != nil:
 				f.cfg.Logger.Warn("effect: renewing the lease failed; another worker may take the effect over if this lasts",
 					"key", key, "step", step, "token", token, "lease", f.cfg.Lease, "err", err)
 			case !held:
 				f.cfg.Logger.Warn("effect: lease lost while the call runs: another worker took the effect over; this call's result will not be recorded",
 					"key", key, "step", step, "token", token)
-				return
+				cancel() // the heartbeat ends
 			}
-		}
+		})
 	}()
 	var once sync.Once
 	return func() {

@@ -176,14 +176,12 @@ func (s *Store) complete(ctx context.Context, tx *sql.Tx, k idem.Key, token uint
 	if result == nil {
 		result = []byte{}
 	}
-	n, err := exec(ctx, tx, s.q.complete, result, k.Scope, k.ID, tokenArg(token))
-	if err != nil || n == 1 {
-		return err
-	}
 	// No row changed: a repeated Complete by the same token changes nothing, and
 	// MySQL counts only changed rows.
-	held, state, err := s.live(ctx, tx, k, token)
+	changed, held, state, err := s.change(ctx, tx, k, token, s.q.complete, result)
 	switch {
+	case changed:
+		return nil
 	case err != nil:
 		return err
 	case held && state == stateCompleted:
@@ -194,12 +192,10 @@ func (s *Store) complete(ctx context.Context, tx *sql.Tx, k idem.Key, token uint
 
 func (s *Store) release(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) error {
 	for range maxAttempts {
-		n, err := exec(ctx, tx, s.q.release, k.Scope, k.ID, tokenArg(token))
-		if err != nil || n == 1 {
-			return err
-		}
-		held, state, err := s.live(ctx, tx, k, token)
+		changed, held, state, err := s.change(ctx, tx, k, token, s.q.release)
 		switch {
+		case changed:
+			return nil
 		case err != nil:
 			return err
 		case state == 0:
@@ -209,18 +205,16 @@ func (s *Store) release(ctx context.Context, tx *sql.Tx, k idem.Key, token uint6
 		case state == stateCompleted:
 			return idem.ErrCompleted
 		}
-		// Ours and in progress after all: it changed under the DELETE; again.
+		// Ours and in progress after all: it changed under the UPDATE; again.
 	}
 	return errChurn
 }
 
 func (s *Store) renew(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, lease time.Duration) error {
-	n, err := exec(ctx, tx, s.q.renew, micros(lease), k.Scope, k.ID, tokenArg(token))
-	if err != nil || n == 1 {
-		return err
-	}
-	held, state, err := s.live(ctx, tx, k, token)
+	changed, held, state, err := s.change(ctx, tx, k, token, s.q.renew, micros(lease))
 	switch {
+	case changed:
+		return nil
 	case err != nil:
 		return err
 	case !held:
@@ -229,6 +223,18 @@ func (s *Store) renew(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64,
 		return idem.ErrCompleted
 	}
 	return nil // ours and live: the new end equalled the old one to the microsecond
+}
+
+// change runs query (its arguments: first, then scope, id and token) on the key's
+// row. When it changed no row, it reads the key's live row to say why: whether
+// token holds it, and its state (0 for none).
+func (s *Store) change(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, query string, first ...any) (changed, held bool, state int, err error) {
+	n, err := exec(ctx, tx, query, append(first, k.Scope, k.ID, tokenArg(token))...)
+	if err != nil || n == 1 {
+		return err == nil, false, 0, err
+	}
+	held, state, err = s.live(ctx, tx, k, token)
+	return false, held, state, err
 }
 
 // live reads the key's live row: whether token holds it, and its state (0 for none).

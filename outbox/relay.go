@@ -207,53 +207,41 @@ func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
 	case idem.SQLite:
 		return r.roundSQLite(ctx)
 	case idem.MySQL:
-		return r.roundMySQL(ctx)
+		// As on PostgreSQL, with the partitions' rows in idem_outbox_parts locked
+		// FOR UPDATE SKIP LOCKED, in a READ COMMITTED transaction: under REPEATABLE
+		// READ the claim's locking read would also lock the gaps after the rows it
+		// reads, and producers inserting there would wait for the publish.
+		return r.roundLocked(ctx, r.o.db.InTxReadCommitted, r.lockPartitionsMySQL, func(parts []int32) (string, []any) {
+			in, args := intList(parts, 3)
+			return claimMySQL + " AND o.part IN (" + in + ")\nORDER BY o.id LIMIT $2 FOR UPDATE", args
+		})
 	}
-	var n int
-	err := r.o.db.InTx(ctx, func(tx Tx) error {
-		q := r.o.db.Querier(tx)
-		parts, err := r.lockPartitions(ctx, q)
-		if err != nil || len(parts) == 0 {
-			return err
-		}
-		rows, err := r.claim(ctx, q, claimPostgres, parts)
-		if err != nil || len(rows) == 0 {
-			return err
-		}
-		n, err = r.publish(ctx, q, rows)
-		return err
+	return r.roundLocked(ctx, r.o.db.InTx, r.lockPartitions, func(parts []int32) (string, []any) {
+		return claimPostgres, []any{parts}
 	})
-	if err != nil {
-		return 0, &idem.BackendError{Backend: "postgres", Op: "relay", Err: err}
-	}
-	return n, nil
 }
 
-// roundMySQL is the PostgreSQL round on MySQL: it locks partitions with due rows
-// (their rows in idem_outbox_parts, skipping those another relay holds), reads and
-// publishes their rows, and marks them, in one READ COMMITTED transaction. Under
-// REPEATABLE READ the claim's locking read would lock the gaps after the rows it
-// reads, and producers inserting there would wait for the publish.
-func (r *Relay[Tx]) roundMySQL(ctx context.Context) (int, error) {
+// roundLocked locks some ordering partitions with due rows, reads a batch of their
+// rows, publishes it and marks it, in one transaction: a row is read only when no
+// other relay can publish its partition.
+func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, func(Tx) error) error,
+	lock func(context.Context, idem.Querier) ([]int32, error), claim func(parts []int32) (string, []any)) (int, error) {
 	var n int
-	err := r.o.db.InTxReadCommitted(ctx, func(tx Tx) error {
+	err := inTx(ctx, func(tx Tx) error {
 		q := r.o.db.Querier(tx)
-		parts, err := r.lockPartitionsMySQL(ctx, q)
+		parts, err := lock(ctx, q)
 		if err != nil || len(parts) == 0 {
 			return err
 		}
-		in, args := intList(parts, 3)
-		rows, err := r.claim(ctx, q, claimMySQL+" AND o.part IN ("+in+")\nORDER BY o.id LIMIT $2 FOR UPDATE", args...)
+		query, args := claim(parts)
+		rows, err := r.claim(ctx, q, query, args...)
 		if err != nil || len(rows) == 0 {
 			return err
 		}
 		n, err = r.publish(ctx, q, rows)
 		return err
 	})
-	if err != nil {
-		return 0, &idem.BackendError{Backend: "mysql", Op: "relay", Err: err}
-	}
-	return n, nil
+	return n, wrapErr(r.o.db.Dialect.String(), err)
 }
 
 // roundSQLite reads a batch, publishes it without holding SQLite's write lock (so

@@ -14,20 +14,7 @@ import (
 
 // lockPartitions locks up to partitionsPerRound partitions with due rows (PostgreSQL).
 func (r *Relay[Tx]) lockPartitions(ctx context.Context, q idem.Querier) ([]int32, error) {
-	rs, err := q.Query(ctx, lockPartitionsSQL, r.o.now().UnixMilli(), partitionsPerRound)
-	if err != nil {
-		return nil, err
-	}
-	defer rs.Close()
-	var parts []int32
-	for rs.Next() {
-		var p int32
-		if err := rs.Scan(&p); err != nil {
-			return nil, err
-		}
-		parts = append(parts, p)
-	}
-	return parts, rs.Err()
+	return queryInts(ctx, q, lockPartitionsSQL, r.o.now().UnixMilli(), partitionsPerRound)
 }
 
 func (r *Relay[Tx]) claim(ctx context.Context, q idem.Querier, query string, extra ...any) ([]row, error) {
