@@ -2,9 +2,6 @@ package idemmysql_test
 
 import (
 	"context"
-	"runtime"
-	"strconv"
-	"sync/atomic"
 	"testing"
 
 	"github.com/idemhq/idem"
@@ -18,18 +15,7 @@ const benchClients = 16
 
 func runClients(b *testing.B, op func(ctx context.Context, id string) error) {
 	b.Helper()
-	ctx := context.Background()
-	var seq atomic.Uint64
-	b.SetParallelism(max(1, benchClients/runtime.GOMAXPROCS(0)))
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := op(ctx, "k"+strconv.FormatUint(seq.Add(1), 10)); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	testsvc.RunClients(b, benchClients, op)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 

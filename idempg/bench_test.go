@@ -3,9 +3,7 @@ package idempg_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strconv"
-	"sync/atomic"
 	"testing"
 
 	"github.com/idemhq/idem"
@@ -58,18 +56,7 @@ func benchStore(b *testing.B) (*idempg.Store, *pgxpool.Pool) {
 // runClients runs op from benchClients goroutines with a fresh key id per call.
 func runClients(b *testing.B, op func(ctx context.Context, id string) error) {
 	b.Helper()
-	ctx := context.Background()
-	var seq atomic.Uint64
-	b.SetParallelism(max(1, benchClients/runtime.GOMAXPROCS(0)))
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := op(ctx, "k"+strconv.FormatUint(seq.Add(1), 10)); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	testsvc.RunClients(b, benchClients, op)
 }
 
 func reportClaims(b *testing.B, claims int) {

@@ -51,34 +51,36 @@ func openMySQL(t *testing.T) *sql.DB {
 	return testsvc.MySQLDB(t)
 }
 
-func TestMySQLSuite(t *testing.T) {
-	t.Parallel()
-	idemtest.SeqSuite(t, sqlHarness(openMySQL, 30))
+// sqlDBs are the databases the SQL tracker runs on, with the most steps the
+// suite's model checks take on each (0: the suite's default).
+var sqlDBs = []struct {
+	name     string
+	open     func(*testing.T) *sql.DB
+	maxSteps int
+}{
+	{"sqlite", openSQLite, 0},
+	{"postgres", openPostgres, 30},
+	{"mysql", openMySQL, 30},
 }
 
-func TestMySQLCheckTx(t *testing.T) {
+func TestSQLSuite(t *testing.T) {
 	t.Parallel()
-	testCheckTx(t, openMySQL(t))
+	for _, db := range sqlDBs {
+		t.Run(db.name, func(t *testing.T) {
+			t.Parallel()
+			idemtest.SeqSuite(t, sqlHarness(db.open, db.maxSteps))
+		})
+	}
 }
 
-func TestSQLiteSuite(t *testing.T) {
+func TestSQLCheckTx(t *testing.T) {
 	t.Parallel()
-	idemtest.SeqSuite(t, sqlHarness(openSQLite, 0))
-}
-
-func TestPostgresSQLSuite(t *testing.T) {
-	t.Parallel()
-	idemtest.SeqSuite(t, sqlHarness(openPostgres, 30))
-}
-
-func TestSQLiteCheckTx(t *testing.T) {
-	t.Parallel()
-	testCheckTx(t, openSQLite(t))
-}
-
-func TestPostgresCheckTx(t *testing.T) {
-	t.Parallel()
-	testCheckTx(t, openPostgres(t))
+	for _, db := range sqlDBs {
+		t.Run(db.name, func(t *testing.T) {
+			t.Parallel()
+			testCheckTx(t, db.open(t))
+		})
+	}
 }
 
 // testCheckTx shows the number and the effect commit together: a rolled-back
