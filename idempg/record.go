@@ -2,9 +2,7 @@ package idempg
 
 import (
 	"bytes"
-	"cmp"
 	"context"
-	"slices"
 	"strings"
 
 	"github.com/idemhq/idem"
@@ -62,14 +60,7 @@ func (s *core[Tx]) RecordTx(ctx context.Context, tx Tx, claims []idem.Claim) ([]
 	if err := idem.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
-	order := make([]int, len(claims))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		ka, kb := claims[a].Key, claims[b].Key
-		return cmp.Or(cmp.Compare(ka.Scope, kb.Scope), cmp.Compare(ka.ID, kb.ID))
-	})
+	order := keyOrder(claims)
 	out := make([]idem.Outcome, len(claims))
 	var scopes, ids []string
 	var fps [][]byte
