@@ -16,9 +16,9 @@ const nowUS = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6
 
 // queries are the store's statements with its table's names filled in.
 type queries struct {
-	insert, drawToken, setToken, read, lockRow, takeover string
-	complete, release, renew, live                       string
-	sweep, newestToken, sweepTokens                      string
+	insert, drawToken, nextToken, setToken, read, takeover string
+	complete, release, renew, live                         string
+	sweep, newestToken, sweepTokens                        string
 }
 
 func newQueries(table string) queries {
@@ -35,6 +35,7 @@ func newQueries(table string) queries {
 		insert: r.Replace(`INSERT INTO {{t}} (scope, id, state, fingerprint, token, retention_us, created_us, expires_us)
 			VALUES (?, ?, 1, ?, 0, ?, {{now}}, {{now}} + ?) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)`),
 		drawToken: r.Replace(`INSERT INTO {{tokens}} () VALUES ()`),
+		nextToken: "SELECT NEXTVAL(" + quote(table+"_token_seq") + ")",
 		setToken:  r.Replace(`UPDATE {{t}} SET token = ? WHERE scope = ? AND id = ?`),
 		// The row the insert found and locked, read with the lock (so the newest
 		// committed version, in every isolation level). Token 0 would mark this
@@ -125,7 +126,11 @@ func (s *Store) acquired(ctx context.Context, tx *sql.Tx, k idem.Key) (idem.Resu
 	return idem.Result{Outcome: idem.Acquired, Token: uint64(token)}, nil
 }
 
-func (s *Store) draw(ctx context.Context, tx *sql.Tx) (int64, error) {
+func (s *Store) draw(ctx context.Context, tx *sql.Tx) (token int64, err error) {
+	if s.sequence {
+		err = tx.QueryRowContext(ctx, s.q.nextToken).Scan(&token)
+		return token, err
+	}
 	r, err := tx.ExecContext(ctx, s.q.drawToken)
 	if err != nil {
 		return 0, err

@@ -74,6 +74,7 @@ func (cfg Config) withDefaults() (Config, error) {
 type Store struct {
 	db         *sql.DB
 	ownDB      bool
+	sequence   bool // tokens from Table+"_token_seq" (MariaDB), not Table+"_tokens"
 	q          queries
 	m          *metrics.Store
 	sweepBatch int
@@ -127,6 +128,12 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, q: newQueries(cfg.Table), m: m, sweepBatch: cfg.SweepBatch}
+	if !cfg.offline {
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) > 0 FROM information_schema.tables
+			WHERE table_schema = DATABASE() AND table_name = ? AND table_type = 'SEQUENCE'`, cfg.Table+"_token_seq").Scan(&s.sequence); err != nil {
+			return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
+		}
+	}
 	err = metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return s.records(cfg.Table) })
 	return s, err
 }

@@ -145,9 +145,19 @@ func TestSweepKeepsTokensRising(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// MariaDB draws from the sequence and leaves the table empty; MySQL keeps the
+	// newest row, so its AUTO_INCREMENT counter cannot fall back.
+	var mariadb bool
+	if err := s.DB().QueryRowContext(ctx, "SELECT VERSION() LIKE '%MariaDB%'").Scan(&mariadb); err != nil {
+		t.Fatal(err)
+	}
+	want := 1
+	if mariadb {
+		want = 0
+	}
 	var tokens int
-	if err := s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_records_tokens").Scan(&tokens); err != nil || tokens != 1 {
-		t.Fatalf("token rows after sweeping = %d (%v), want the newest only", tokens, err)
+	if err := s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_records_tokens").Scan(&tokens); err != nil || tokens != want {
+		t.Fatalf("token rows after sweeping = %d (%v), want %d", tokens, err, want)
 	}
 }
 

@@ -15,10 +15,14 @@ CREATE TABLE IF NOT EXISTS `{{table}}` (
 	KEY `{{table}}_expires` (expires_us)
 ) ENGINE=InnoDB;
 
--- Fencing tokens: each draw inserts a row and takes its AUTO_INCREMENT id, which
--- InnoDB hands out in rising order and never twice, even to a transaction that rolls
--- back. Inserts of distinct rows do not wait for one another, so claims inside long
--- business transactions do not queue on a counter row. The sweeper deletes old rows.
+-- Fencing tokens. On MariaDB they come from a sequence: NEXTVAL hands values out in
+-- rising order from one cache all connections share, never twice, not even to a
+-- transaction that rolls back (a restart skips the rest of the cache). The /*M! */
+-- comment runs on MariaDB only. MySQL has no sequences: there each draw inserts a
+-- row here and takes its AUTO_INCREMENT id, which has the same properties, at about
+-- three times the cost; the sweeper deletes old rows. The store uses the sequence
+-- where it exists.
+/*M! CREATE SEQUENCE IF NOT EXISTS `{{table}}_token_seq` CACHE 1000 */;
 CREATE TABLE IF NOT EXISTS `{{table}}_tokens` (
 	id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY
 ) ENGINE=InnoDB;
