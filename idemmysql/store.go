@@ -119,6 +119,9 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if !cfg.offline {
+		if err := checkStrict(ctx, db); err != nil {
+			return nil, err
+		}
 		if err := migrate.Ensure(ctx, idem.SQLDBFor(idem.MySQL, db), cfg.SkipMigrate, migrate.Records(cfg.Table)); err != nil {
 			return nil, err
 		}
@@ -136,6 +139,20 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	}
 	err = metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return s.records(cfg.Table) })
 	return s, err
+}
+
+// checkStrict refuses a session whose sql_mode would let MySQL store a wrong value
+// with a warning (a too-long value cut short) instead of failing the statement.
+func checkStrict(ctx context.Context, db *sql.DB) error {
+	var mode string
+	if err := db.QueryRowContext(ctx, "SELECT @@SESSION.sql_mode").Scan(&mode); err != nil {
+		return &idem.BackendError{Backend: backend, Op: "open", Err: err}
+	}
+	if !strings.Contains(mode, "STRICT_TRANS_TABLES") && !strings.Contains(mode, "STRICT_ALL_TABLES") {
+		return &idem.InputError{Field: "sql_mode", Reason: fmt.Sprintf("is %q, without STRICT_TRANS_TABLES: MySQL would cut a value short with a warning instead of failing", mode),
+			Fix: "keep the server's default sql_mode (strict since MySQL 5.7 and MariaDB 10.2.4), or add STRICT_TRANS_TABLES, e.g. ?sql_mode=%27STRICT_TRANS_TABLES%27 in the URL"}
+	}
+	return nil
 }
 
 // DB returns the handle the store runs on, for the application's own transactions.

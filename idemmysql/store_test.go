@@ -120,6 +120,10 @@ func TestTableAndSkipMigrate(t *testing.T) {
 	if _, err := idemmysql.Open(ctx, u, idemmysql.Config{Table: "order_keys", SkipMigrate: true}); err != nil {
 		t.Fatalf("SkipMigrate after the migration: %v", err)
 	}
+	var ie *idem.InputError
+	if _, err := idemmysql.Open(ctx, u+"?sql_mode=%27%27", idemmysql.Config{}); !errors.As(err, &ie) || ie.Field != "sql_mode" {
+		t.Errorf("Open with a non-strict sql_mode = %v, want an InputError on sql_mode", err)
+	}
 	for _, bad := range []idemmysql.Config{{Table: "Orders"}, {Table: "x`; DROP TABLE y"}, {SweepBatch: -1}} {
 		var ie *idem.InputError
 		if _, err := idemmysql.Open(ctx, u, bad); !errors.As(err, &ie) || !strings.HasPrefix(ie.Field, "idemmysql.Config.") {
