@@ -25,12 +25,20 @@ type Notifier interface {
 	Wait(ctx context.Context) error
 }
 
+// MinPollInterval is the shortest wait of a relay polling without a Notifier: the
+// one after a round that published.
+const MinPollInterval = 10 * time.Millisecond
+
 // RelayConfig configures a Relay. The zero value is usable.
 type RelayConfig struct {
 	// BatchSize is how many messages one round publishes. Default 100.
 	BatchSize int
-	// PollInterval is how often the relay looks without being woken: the latency
-	// without a Notifier, a safety net with one. Default 1 s.
+	// PollInterval is how often the relay looks without being woken: a safety net
+	// with a Notifier. Without one (MySQL, or producers in other processes on
+	// SQLite) the relay polls adaptively: MinPollInterval after a round that
+	// published, doubling while rounds find nothing, up to PollInterval. Under steady
+	// traffic a message then waits at most about MinPollInterval; the first one after
+	// a quiet spell waits up to PollInterval. Default 1 s.
 	PollInterval time.Duration
 	// MaxAttempts is how many failed publications park a message. Default 10.
 	MaxAttempts int
@@ -126,7 +134,8 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 		}
 		go r.listen(ctx, wake)
 	}
-	poll := time.NewTicker(r.cfg.PollInterval)
+	idle := r.cfg.PollInterval // the wait before the next unprompted round
+	poll := time.NewTimer(idle)
 	defer poll.Stop()
 	cleanup := time.NewTicker(r.cfg.CleanupInterval)
 	defer cleanup.Stop()
@@ -147,7 +156,14 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 		}
 		failures = 0
 		if n > 0 {
+			if r.cfg.Notifier == nil {
+				idle = min(MinPollInterval, r.cfg.PollInterval)
+			}
 			continue // more may be waiting, in partitions this round did not take
+		}
+		poll.Reset(idle)
+		if r.cfg.Notifier == nil {
+			idle = min(2*idle, r.cfg.PollInterval)
 		}
 		var recheck <-chan time.Time
 		if quick > 0 {
