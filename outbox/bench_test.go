@@ -71,6 +71,40 @@ func BenchmarkRelayThroughput(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	})
+	b.Run("relay=mysql", func(b *testing.B) {
+		_, _, subject, sink := natsSink(b)
+		db := testsvc.MySQLDB(b)
+		mob, err := outbox.New(ctx, idem.SQLDBFor(idem.MySQL, db), outbox.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms := msgs(subject, b.N)
+		for start := 0; start < len(ms); start += 500 {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := mob.EnqueueTx(ctx, tx, ms[start:min(start+500, len(ms))]...); err != nil {
+				b.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		r, err := mob.Relay(sink, outbox.RelayConfig{BatchSize: 500, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for done := 0; done < b.N; {
+			n, err := r.RunOnce(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			done += n
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
 }
 
 // BenchmarkRelayLatency: a producer commits 1,000 messages a second for 3 s; the
