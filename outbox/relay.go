@@ -227,21 +227,36 @@ func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
 		// FOR UPDATE SKIP LOCKED, in a READ COMMITTED transaction: under REPEATABLE
 		// READ the claim's locking read would also lock the gaps after the rows it
 		// reads, and producers inserting there would wait for the publish.
-		return r.roundLocked(ctx, r.o.db.InTxReadCommitted, r.lockPartitionsMySQL, func(parts []int32) (string, []any) {
-			in, args := intList(parts, 3)
-			return claimMySQL + " AND o.part IN (" + in + ")\nORDER BY o.id LIMIT $2 FOR UPDATE", args
-		})
+		return r.roundLocked(ctx, r.o.db.InTxReadCommitted, r.lockPartitionsMySQL, r.claimEach)
 	}
-	return r.roundLocked(ctx, r.o.db.InTx, r.lockPartitions, func(parts []int32) (string, []any) {
-		return claimPostgres, []any{parts}
+	return r.roundLocked(ctx, r.o.db.InTx, r.lockPartitions, func(ctx context.Context, q idem.Querier, parts []int32) ([]row, error) {
+		return r.claim(ctx, q, claimPostgres, parts)
 	})
+}
+
+// claimEach reads the batch partition by partition (MySQL): each read walks the
+// pending index in id order and stops at the limit, where one read of all the held
+// partitions would sort every pending row of them.
+func (r *Relay[Tx]) claimEach(ctx context.Context, q idem.Querier, parts []int32) ([]row, error) {
+	var rows []row
+	for _, p := range parts {
+		if len(rows) >= r.cfg.BatchSize {
+			break
+		}
+		more, err := r.claimLimit(ctx, q, claimMySQL, r.cfg.BatchSize-len(rows), p)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, more...)
+	}
+	return rows, nil
 }
 
 // roundLocked locks some ordering partitions with due rows, reads a batch of their
 // rows, publishes it and marks it, in one transaction: a row is read only when no
 // other relay can publish its partition.
 func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, func(Tx) error) error,
-	lock func(context.Context, idem.Querier) ([]int32, error), claim func(parts []int32) (string, []any)) (int, error) {
+	lock func(context.Context, idem.Querier) ([]int32, error), claim func(context.Context, idem.Querier, []int32) ([]row, error)) (int, error) {
 	var n int
 	err := inTx(ctx, func(tx Tx) error {
 		q := r.o.db.Querier(tx)
@@ -249,8 +264,7 @@ func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, 
 		if err != nil || len(parts) == 0 {
 			return err
 		}
-		query, args := claim(parts)
-		rows, err := r.claim(ctx, q, query, args...)
+		rows, err := claim(ctx, q, parts)
 		if err != nil || len(rows) == 0 {
 			return err
 		}
@@ -339,12 +353,16 @@ const (
 ORDER BY o.id LIMIT $2 FOR UPDATE`
 	claimSQLite = selectCols + dueSQL + `
 ORDER BY o.id LIMIT $2`
-	claimMySQL = selectCols + dueSQL // + the partitions held, the order, the limit and the lock
+	claimMySQL = selectCols + dueSQL + `
+  AND o.part = $3
+ORDER BY o.id LIMIT $2 FOR UPDATE`
 
-	// duePartsMySQL lists the partitions with due rows; lockPartsMySQL then locks
-	// some of them, from a random one on, in the index's order so that it locks only
-	// the rows it returns. $1 is the first partition, then the candidates.
-	duePartsMySQL  = `SELECT DISTINCT part FROM idem_outbox WHERE published_at IS NULL AND parked_at IS NULL AND available_at <= $1`
+	// duePartsMySQL lists the partitions with pending rows, one index probe each
+	// (the LIMIT keeps MySQL from reading every pending row to answer); some may be
+	// backing off, which the claim then skips. lockPartsMySQL locks some of them, in
+	// the index's order, so that it locks only the rows it returns.
+	duePartsMySQL = `SELECT p.part FROM idem_outbox_parts p WHERE (SELECT 1 FROM idem_outbox o
+		WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.part = p.part LIMIT 1) IS NOT NULL`
 	lockPartsMySQL = `SELECT part FROM idem_outbox_parts WHERE part IN (%s) ORDER BY part LIMIT %d FOR UPDATE SKIP LOCKED`
 )
 

@@ -18,7 +18,12 @@ func (r *Relay[Tx]) lockPartitions(ctx context.Context, q idem.Querier) ([]int32
 }
 
 func (r *Relay[Tx]) claim(ctx context.Context, q idem.Querier, query string, extra ...any) ([]row, error) {
-	args := append([]any{r.o.now().UnixMilli(), r.cfg.BatchSize}, extra...)
+	return r.claimLimit(ctx, q, query, r.cfg.BatchSize, extra...)
+}
+
+// claimLimit is claim with a limit of its own.
+func (r *Relay[Tx]) claimLimit(ctx context.Context, q idem.Querier, query string, limit int, extra ...any) ([]row, error) {
+	args := append([]any{r.o.now().UnixMilli(), limit}, extra...)
 	rs, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -132,7 +137,7 @@ func (r *Relay[Tx]) markFailed(ctx context.Context, q idem.Querier, w row, perr 
 // skipping those other relays hold. It starts at a random partition, so that relays
 // spread over a backlog, and wraps around.
 func (r *Relay[Tx]) lockPartitionsMySQL(ctx context.Context, q idem.Querier) ([]int32, error) {
-	due, err := queryInts(ctx, q, duePartsMySQL, r.o.now().UnixMilli())
+	due, err := queryInts(ctx, q, duePartsMySQL)
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}
