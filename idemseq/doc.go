@@ -29,8 +29,8 @@
 //
 // # Where the state lives
 //
-// Memory keeps it in the process. SQLTracker keeps it in a table of SQLite or
-// PostgreSQL, and its CheckTx runs in the caller's transaction: the number is recorded
+// Memory keeps it in the process. SQLTracker keeps it in a table of SQLite,
+// PostgreSQL or MySQL/MariaDB, and its CheckTx runs in the caller's transaction: the number is recorded
 // if and only if the effect commits, so a crash cannot split them. idempg.NewSeqTracker
 // gives the same tracker for pgx transactions, and idemredis.SeqTracker keeps the state
 // in Redis, updated atomically by a script.
@@ -38,5 +38,6 @@
 // # Hi/Lo
 //
 // HiLo allocates ids without a round trip per id: it reserves a block from a Postgres
-// sequence or a SQLite table and hands the block out in memory.
+// sequence (PostgresSequence) or a row of a SQLite or MySQL/MariaDB table
+// (SQLiteTable, MySQLTable) and hands the block out in memory.
 package idemseq

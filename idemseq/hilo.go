@@ -17,7 +17,7 @@ import (
 const MaxBlockSize = 1 << 32
 
 // ErrOutOfIDs is returned when a block would reach past 1<<63-1, the largest id that
-// fits a signed 64-bit column (Postgres bigint, SQLite INTEGER). Ids never wrap
+// fits a signed 64-bit column (Postgres and MySQL bigint, SQLite INTEGER). Ids never wrap
 // around to small values, which would repeat ids handed out long ago; the sequence
 // has to be moved to a new name instead. It is final: retrying cannot help.
 var ErrOutOfIDs = errors.New("idemseq: out of ids: the next block would pass 1<<63-1; start a new sequence name")
@@ -27,7 +27,7 @@ var ErrOutOfIDs = errors.New("idemseq: out of ids: the next block would pass 1<<
 // again, even after a crash. A HiLo turns one NextBlock round trip into BlockSize()
 // ids, so the source is the only part that has to be shared between processes.
 //
-// PostgresSequence and SQLiteTable are the durable sources; anything that can hand
+// PostgresSequence, SQLiteTable and MySQLTable are the durable sources; anything that can hand
 // out disjoint ranges (a Redis INCRBY, an etcd counter) fits the same two methods.
 type BlockSource interface {
 	// NextBlock reserves a block and returns its first id. A block that NextBlock
@@ -211,4 +211,30 @@ func hiloBackendErr(ctx context.Context, backend, op string, err error) error {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}
 	return &idem.BackendError{Backend: backend, Op: op, Err: err}
+}
+
+// hiloTableMismatch is the error of a table source opened with another block size
+// than its row stores.
+func hiloTableMismatch(name string, block uint64, stored int64) error {
+	return &idem.InputError{Field: "block",
+		Reason: fmt.Sprintf("is %d, but row %q of idem_hilo stores block %d", block, name, stored),
+		Fix: fmt.Sprintf("use block %d in every process, or change it with UPDATE idem_hilo SET block = %d WHERE name = '%s'",
+			stored, block, name)}
+}
+
+// hiloNoRow explains an UPDATE of a table source that matched nothing: the row is
+// at the end of the id space, or it was deleted (and must not silently start over
+// at 1).
+func hiloNoRow(ctx context.Context, db *sql.DB, backend, name string) error {
+	var next int64
+	err := db.QueryRowContext(ctx, `SELECT next FROM idem_hilo WHERE name = ?`, name).Scan(&next)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w (row %q of idem_hilo is at %d)", ErrOutOfIDs, name, next)
+	case errors.Is(err, sql.ErrNoRows):
+		// Not a BackendError: retrying cannot bring the row back.
+		return fmt.Errorf("idemseq: row %q of idem_hilo is gone; restore it with next past every id handed out, or use a new name", name)
+	default:
+		return hiloBackendErr(ctx, backend, "hilo.next", err)
+	}
 }

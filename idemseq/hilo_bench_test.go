@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemseq"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -54,6 +55,20 @@ func BenchmarkHiLoSQLite(b *testing.B) {
 			dsn := "file:" + filepath.Join(b.TempDir(), "ids.db") +
 				"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_txlock=immediate"
 			hiloBenchDB(b, "sqlite", dsn, bb.block, idemseq.SQLiteTable)
+		})
+	}
+}
+
+// BenchmarkHiLoMySQL is BenchmarkHiLoPostgres on a MySQL/MariaDB table: the
+// baseline pays an InnoDB commit per id.
+func BenchmarkHiLoMySQL(b *testing.B) {
+	for _, bb := range hiloBenchCases {
+		b.Run(bb.name, func(b *testing.B) {
+			dsn, err := idemmysql.DSN(testsvc.MySQLDatabase(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			hiloBenchDB(b, "mysql", dsn, bb.block, idemseq.MySQLTable)
 		})
 	}
 }

@@ -14,7 +14,8 @@ import (
 // Ids come from blocks of 100 reserved in a SQLite table: one write per 100 ids. A
 // process that stops abandons the rest of its block, so the next one starts at 101:
 // a gap, never a repeat. On Postgres, idemseq.PostgresSequence takes the place of
-// SQLiteTable; with a pgx pool, open db with stdlib.OpenDBFromPool(pool).
+// SQLiteTable (with a pgx pool, open db with stdlib.OpenDBFromPool(pool)); on
+// MySQL/MariaDB, idemseq.MySQLTable does.
 func ExampleHiLo() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "idemseq-example")

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemseq"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -53,6 +54,21 @@ var hiloBackends = []hiloBackend{
 			return err
 		},
 	},
+	{
+		name: "mysql",
+		database: func(t *testing.T) func() *sql.DB {
+			dsn, err := idemmysql.DSN(testsvc.MySQLDatabase(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() *sql.DB { return hiloOpen(t, "mysql", dsn) }
+		},
+		source: idemseq.MySQLTable,
+		moveTo: func(ctx context.Context, db *sql.DB, name string, _ uint64, first int64) error {
+			_, err := db.ExecContext(ctx, "UPDATE idem_hilo SET next = ? WHERE name = ?", first, name)
+			return err
+		},
+	},
 }
 
 func hiloOpen(t *testing.T, driver, dsn string) *sql.DB {
@@ -60,7 +76,7 @@ func hiloOpen(t *testing.T, driver, dsn string) *sql.DB {
 	if err != nil {
 		t.Fatalf("sql.Open(%s): %v", driver, err)
 	}
-	db.SetMaxOpenConns(2) // 8 "processes" per test, many tests in parallel, one Postgres
+	db.SetMaxOpenConns(2) // 8 "processes" per test, many tests in parallel, one Postgres or MySQL
 	t.Cleanup(func() { db.Close() })
 	return db
 }
@@ -265,31 +281,69 @@ func TestHiLoPostgresNotASequence(t *testing.T) {
 	}
 }
 
-// Database failures are retryable BackendErrors naming the backend and operation; a
-// deleted SQLite row is a final error, never a silent restart at 1.
+// Database failures are retryable BackendErrors naming the backend and operation.
 func TestHiLoBackendErrors(t *testing.T) {
 	t.Parallel()
 	ctx := hiloCtx(t)
-	down := hiloOpen(t, "pgx", "postgres://postgres@"+testsvc.ClosedAddr(t)+"/test?sslmode=disable&connect_timeout=5")
-	_, err := idemseq.PostgresSequence(ctx, down, "ids", 10)
-	var be *idem.BackendError
-	if !errors.As(err, &be) || be.Backend != "postgres" || be.Op != "hilo.open" || !idem.IsRetryable(err) {
-		t.Errorf("PostgresSequence on a closed port = %v, want a retryable BackendError postgres hilo.open", err)
+	for _, tc := range []struct {
+		backend, driver, dsn string
+		source               func(context.Context, *sql.DB, string, uint64) (idemseq.BlockSource, error)
+	}{
+		{"postgres", "pgx", "postgres://postgres@" + testsvc.ClosedAddr(t) + "/test?sslmode=disable&connect_timeout=5", idemseq.PostgresSequence},
+		{"mysql", "mysql", "root@tcp(" + testsvc.ClosedAddr(t) + ")/test?timeout=5s", idemseq.MySQLTable},
+	} {
+		_, err := tc.source(ctx, hiloOpen(t, tc.driver, tc.dsn), "ids", 10)
+		var be *idem.BackendError
+		if !errors.As(err, &be) || be.Backend != tc.backend || be.Op != "hilo.open" || !idem.IsRetryable(err) {
+			t.Errorf("open on a closed port = %v, want a retryable BackendError %s hilo.open", err, tc.backend)
+		}
 	}
+}
 
-	db := hiloBackends[1].database(t)()
-	src, err := idemseq.SQLiteTable(ctx, db, "ids", 10)
+// A deleted row of a table source is a final error, never a silent restart at 1;
+// a closed handle is a BackendError naming the backend.
+func TestHiLoTableErrors(t *testing.T) {
+	hiloEach(t, func(t *testing.T, b hiloBackend) {
+		if b.name == "postgres" {
+			t.Skip("a Postgres source is a sequence, not a row of idem_hilo")
+		}
+		ctx := hiloCtx(t)
+		db := b.database(t)()
+		src, err := b.source(ctx, db, "ids", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "DELETE FROM idem_hilo"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := src.NextBlock(ctx); err == nil || idem.IsRetryable(err) || !strings.Contains(err.Error(), "gone") {
+			t.Errorf("NextBlock on a deleted row = %v, want a final error saying the row is gone", err)
+		}
+		db.Close()
+		var be *idem.BackendError
+		if _, err := src.NextBlock(ctx); !errors.As(err, &be) || be.Backend != b.name || be.Op != "hilo.next" {
+			t.Errorf("NextBlock on a closed handle = %v, want a BackendError %s hilo.next", err, b.name)
+		}
+	})
+}
+
+// Names are compared as bytes in a table (as on SQLite; Postgres folds them): two
+// names that differ in case are two sources.
+func TestHiLoMySQLNames(t *testing.T) {
+	t.Parallel()
+	ctx := hiloCtx(t)
+	db := hiloBackends[2].database(t)()
+	upper, err := idemseq.MySQLTable(ctx, db, "Order_IDs", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, "DELETE FROM idem_hilo"); err != nil {
+	lower, err := idemseq.MySQLTable(ctx, db, "order_ids", 10) // its own row, its own size
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := src.NextBlock(ctx); err == nil || idem.IsRetryable(err) || !strings.Contains(err.Error(), "gone") {
-		t.Errorf("NextBlock on a deleted row = %v, want a final error saying the row is gone", err)
-	}
-	db.Close()
-	if _, err := src.NextBlock(ctx); !errors.As(err, &be) || be.Backend != "sqlite" || be.Op != "hilo.next" {
-		t.Errorf("NextBlock on a closed handle = %v, want a BackendError sqlite hilo.next", err)
+	for _, src := range []idemseq.BlockSource{upper, lower} {
+		if first, err := src.NextBlock(ctx); err != nil || first != 1 {
+			t.Fatalf("first block of a %d-id source = %d, %v; want 1", src.BlockSize(), first, err)
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -61,10 +60,7 @@ func SQLiteTable(ctx context.Context, db *sql.DB, name string, block uint64) (Bl
 		return nil, hiloBackendErr(ctx, "sqlite", "hilo.open", err)
 	}
 	if stored != int64(block) {
-		return nil, &idem.InputError{Field: "block",
-			Reason: fmt.Sprintf("is %d, but row %q of idem_hilo stores block %d", block, name, stored),
-			Fix: fmt.Sprintf("use block %d in every process, or change it with UPDATE idem_hilo SET block = %d WHERE name = '%s'",
-				stored, block, name)}
+		return nil, hiloTableMismatch(name, block, stored)
 	}
 	return &sqliteTable{db: db, name: name, block: block}, nil
 }
@@ -119,25 +115,9 @@ func (s *sqliteTable) NextBlock(ctx context.Context) (uint64, error) {
 		return 0, hiloBackendErr(ctx, "sqlite", "hilo.next", err)
 	}
 	if !got {
-		return 0, s.noRow(ctx)
+		return 0, hiloNoRow(ctx, s.db, "sqlite", s.name)
 	}
 	return uint64(first), nil
-}
-
-// noRow explains an UPDATE that matched nothing: the row is at the end of the id
-// space, or it was deleted (and must not silently start over at 1).
-func (s *sqliteTable) noRow(ctx context.Context) error {
-	var next int64
-	err := s.db.QueryRowContext(ctx, `SELECT next FROM idem_hilo WHERE name = ?1`, s.name).Scan(&next)
-	switch {
-	case err == nil:
-		return fmt.Errorf("%w (row %q of idem_hilo is at %d)", ErrOutOfIDs, s.name, next)
-	case errors.Is(err, sql.ErrNoRows):
-		// Not a BackendError: retrying cannot bring the row back.
-		return fmt.Errorf("idemseq: row %q of idem_hilo is gone; restore it with next past every id handed out, or use a new name", s.name)
-	default:
-		return hiloBackendErr(ctx, "sqlite", "hilo.next", err)
-	}
 }
 
 // BlockSize is the size this process reserves per round trip, checked against the

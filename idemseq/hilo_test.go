@@ -279,6 +279,11 @@ func TestHiLoInvalidInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lite.Close()
+	my, err := sql.Open("mysql", "nobody@tcp(127.0.0.1:1)/none?timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer my.Close()
 
 	tests := []struct {
 		name, seq string
@@ -305,6 +310,9 @@ func TestHiLoInvalidInput(t *testing.T) {
 			},
 			"sqlite": func() (idemseq.BlockSource, error) {
 				return idemseq.SQLiteTable(ctx, hiloMaybeNil(lite, tt.nilDB), tt.seq, tt.block)
+			},
+			"mysql": func() (idemseq.BlockSource, error) {
+				return idemseq.MySQLTable(ctx, hiloMaybeNil(my, tt.nilDB), tt.seq, tt.block)
 			},
 		} {
 			_, err := open()

@@ -53,7 +53,8 @@ var tables = map[idem.Dialect][]string{
 		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences"},
 	idem.SQLite: {"idem_records", "idem_meta", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas",
 		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences", "idem_hilo"},
-	idem.MySQL: {"idem_records", "idem_records_tokens", "idem_outbox", "idem_outbox_parts", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_sequences"},
+	idem.MySQL: {"idem_records", "idem_records_tokens", "idem_outbox", "idem_outbox_parts", "idem_dead_letters", "idem_effects", "idem_sagas",
+		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences", "idem_hilo"},
 }
 
 func handle(t *testing.T, driver, dsn string) idem.TxDB[*sql.Tx] {

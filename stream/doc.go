@@ -8,7 +8,7 @@
 //
 //   - Every event is appended to its channel (one per user, say) in a Store, which
 //     assigns the next seq at append time: 1, 2, 3… with no gaps. SQLStore keeps
-//     events in a SQLite or Postgres table (AppendTx joins the business
+//     events in a SQLite, Postgres or MySQL table (AppendTx joins the business
 //     transaction); idemredis.PushStore keeps them in a Redis sorted set
 //     scored by seq. This package does not import Redis.
 //   - A client connects to GET /stream and sends {"type":"hello","channel":…,

@@ -27,9 +27,16 @@ type SQLConfig struct {
 }
 
 // SQLStore keeps events in the tables idem_stream_events and idem_stream_heads of
-// a SQLite or PostgreSQL database, and each client's ack in idem_stream_clients
-// (idem_stream_acks, from earlier versions, is no longer read). AppendTx appends in the caller's transaction,
-// so an event exists if and only if the business write it reports commits.
+// a SQLite, PostgreSQL or MySQL/MariaDB database, and each client's ack in
+// idem_stream_clients (idem_stream_acks, from earlier versions, is no longer read).
+// AppendTx appends in the caller's transaction, so an event exists if and only if
+// the business write it reports commits.
+//
+// On MySQL, channels and client ids are keys of at most 255 bytes (Ack refuses a
+// longer client id), and InnoDB may roll a transaction back to break a deadlock
+// between appends and a concurrent Trim: Append, Ack and Trim then run their own
+// transaction again, while AppendTx returns the error, which
+// idem.IsSerializationFailure reports, for the caller to retry its transaction.
 type SQLStore[Tx any] struct {
 	db      idem.TxDB[Tx]
 	now     func() time.Time
@@ -58,12 +65,32 @@ func NewSQLStore[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SQLConfig) (
 // Append implements Store in a transaction of its own.
 func (s *SQLStore[Tx]) Append(ctx context.Context, channel string, e Event) (Event, error) {
 	var out Event
-	err := s.db.InTx(ctx, func(tx Tx) (err error) {
+	err := s.inTx(ctx, func(tx Tx) (err error) {
 		out, err = s.AppendTx(ctx, tx, channel, e)
 		return err
 	})
 	return out, err
 }
+
+// inTx runs fn in a transaction of its own, again if the database rolled it back
+// to break a deadlock (InnoDB does, between appends and a Trim).
+func (s *SQLStore[Tx]) inTx(ctx context.Context, fn func(tx Tx) error) error {
+	return s.retry(ctx, s.db.InTx, fn)
+}
+
+// retry runs fn in a transaction of run's, as inTx does.
+func (s *SQLStore[Tx]) retry(ctx context.Context, run func(context.Context, func(Tx) error) error, fn func(tx Tx) error) error {
+	var err error
+	for range maxTxAttempts {
+		if err = run(ctx, fn); !idem.IsSerializationFailure(err) {
+			break
+		}
+	}
+	return err
+}
+
+// maxTxAttempts bounds the runs of a transaction rolled back for a deadlock.
+const maxTxAttempts = 8
 
 // AppendTx appends e in the caller's transaction. The channel's head row is
 // locked until the transaction ends, so seqs are assigned in commit order and a
@@ -74,8 +101,11 @@ func (s *SQLStore[Tx]) AppendTx(ctx context.Context, tx Tx, channel string, e Ev
 	}
 	q := s.db.Querier(tx)
 	if e.Key != "" {
-		got, err := s.scan(q.QueryRow(ctx, `SELECT seq, type, entity, data, at FROM idem_stream_events WHERE channel = $1 AND ikey = $2`,
-			channel, e.Key))
+		byKey := selectByKey
+		if s.db.Dialect == idem.MySQL {
+			byKey = selectByKeyMySQL
+		}
+		got, err := s.scan(q.QueryRow(ctx, byKey, channel, e.Key))
 		if err == nil {
 			return got, nil
 		}
@@ -83,9 +113,8 @@ func (s *SQLStore[Tx]) AppendTx(ctx context.Context, tx Tx, channel string, e Ev
 			return Event{}, wrap("append", err)
 		}
 	}
-	var head int64
-	if err := q.QueryRow(ctx, `INSERT INTO idem_stream_heads (channel, head) VALUES ($1, 1)
-		ON CONFLICT (channel) DO UPDATE SET head = idem_stream_heads.head + 1 RETURNING head`, channel).Scan(&head); err != nil {
+	head, err := s.nextSeq(ctx, q, channel)
+	if err != nil {
 		return Event{}, wrap("append", err)
 	}
 	e.Seq, e.At = uint64(head), s.now().UTC()
@@ -98,6 +127,35 @@ func (s *SQLStore[Tx]) AppendTx(ctx context.Context, tx Tx, channel string, e Ev
 		return Event{}, wrap("append", err)
 	}
 	return e, nil
+}
+
+const (
+	selectByKey = `SELECT seq, type, entity, data, at FROM idem_stream_events WHERE channel = $1 AND ikey = $2`
+	// The unique key holds a hash of ikey (see migrate/sql/mysql/stream).
+	selectByKeyMySQL = `SELECT seq, type, entity, data, at FROM idem_stream_events
+		WHERE channel = $1 AND ikey_hash = UNHEX(SHA2($2, 256)) AND ikey = $2`
+	nextHead = `INSERT INTO idem_stream_heads (channel, head) VALUES ($1, 1)
+		ON CONFLICT (channel) DO UPDATE SET head = idem_stream_heads.head + 1 RETURNING head`
+	// MySQL has neither ON CONFLICT nor RETURNING: LAST_INSERT_ID(expr) keeps the new
+	// head for this connection, where the SELECT after it, in the same transaction,
+	// reads it back. The row stays locked until the transaction ends either way.
+	nextHeadMySQL = `INSERT INTO idem_stream_heads (channel, head) VALUES ($1, LAST_INSERT_ID(1))
+		ON DUPLICATE KEY UPDATE head = LAST_INSERT_ID(head + 1)`
+	lastInsertID = `SELECT LAST_INSERT_ID()`
+)
+
+// nextSeq advances channel's head and returns it, holding the head row's lock.
+func (s *SQLStore[Tx]) nextSeq(ctx context.Context, q idem.Querier, channel string) (int64, error) {
+	var head int64
+	if s.db.Dialect != idem.MySQL {
+		err := q.QueryRow(ctx, nextHead, channel).Scan(&head)
+		return head, err
+	}
+	if _, err := q.Exec(ctx, nextHeadMySQL, channel); err != nil {
+		return 0, err
+	}
+	err := q.QueryRow(ctx, lastInsertID).Scan(&head)
+	return head, err
 }
 
 func (s *SQLStore[Tx]) scan(row idem.Row) (Event, error) {
@@ -164,14 +222,34 @@ func (s *SQLStore[Tx]) Ack(ctx context.Context, channel, client string, seq uint
 	if seq > MaxSeq {
 		return &idem.InputError{Field: "seq", Reason: fmt.Sprintf("is %d", seq), Fix: fmt.Sprintf("ack a seq up to %d", uint64(MaxSeq))}
 	}
-	return wrap("ack", s.db.InTx(ctx, func(tx Tx) error {
-		_, err := s.db.Querier(tx).Exec(ctx, `INSERT INTO idem_stream_clients (channel, client, seq, seen) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (channel, client) DO UPDATE SET seen = excluded.seen,
-			seq = CASE WHEN excluded.seq > idem_stream_clients.seq THEN excluded.seq ELSE idem_stream_clients.seq END`,
-			channel, client, int64(seq), s.now().UnixNano())
+	stmt := ackSQL
+	if s.db.Dialect == idem.MySQL {
+		// The columns are VARBINARY(255): refuse what strict mode would refuse
+		// less clearly, and what another mode would truncate into another key.
+		if len(client) > mysqlMaxKey {
+			return &idem.InputError{Field: "client", Reason: fmt.Sprintf("is %d bytes", len(client)),
+				Fix: fmt.Sprintf("keep it under %d bytes (a UUID is 36)", mysqlMaxKey)}
+		}
+		if len(channel) > MaxChannel {
+			return validateChannel(channel)
+		}
+		stmt = ackSQLMySQL
+	}
+	return wrap("ack", s.inTx(ctx, func(tx Tx) error {
+		_, err := s.db.Querier(tx).Exec(ctx, stmt, channel, client, int64(seq), s.now().UnixNano())
 		return err
 	}))
 }
+
+const (
+	ackSQL = `INSERT INTO idem_stream_clients (channel, client, seq, seen) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (channel, client) DO UPDATE SET seen = excluded.seen,
+		seq = CASE WHEN excluded.seq > idem_stream_clients.seq THEN excluded.seq ELSE idem_stream_clients.seq END`
+	ackSQLMySQL = `INSERT INTO idem_stream_clients (channel, client, seq, seen) VALUES ($1, $2, $3, $4)
+		ON DUPLICATE KEY UPDATE seen = VALUES(seen), seq = GREATEST(seq, VALUES(seq))`
+	// mysqlMaxKey is the length of the VARBINARY key columns on MySQL.
+	mysqlMaxKey = 255
+)
 
 // Trim implements Store: it forgets clients not seen for ClientExpiry and all
 // but the MaxClients most recently seen of each channel, then deletes events
@@ -180,14 +258,16 @@ func (s *SQLStore[Tx]) Ack(ctx context.Context, channel, client string, seq uint
 func (s *SQLStore[Tx]) Trim(ctx context.Context, retention time.Duration) (int, error) {
 	var n int64
 	now := s.now()
-	err := s.db.InTx(ctx, func(tx Tx) error {
+	// READ COMMITTED where the TxDB offers it (MySQL): InnoDB's default REPEATABLE
+	// READ would lock the gaps the deletes scan and hold appends back meanwhile.
+	err := s.retry(ctx, s.db.InTxReadCommitted, func(tx Tx) error {
 		q := s.db.Querier(tx)
 		if _, err := q.Exec(ctx, `DELETE FROM idem_stream_clients WHERE seen < $1`, now.Add(-s.clients.Expiry).UnixNano()); err != nil {
 			return err
 		}
 		if _, err := q.Exec(ctx, `DELETE FROM idem_stream_clients WHERE (channel, client) IN (SELECT channel, client FROM
-			(SELECT channel, client, ROW_NUMBER() OVER (PARTITION BY channel ORDER BY seen DESC, client) AS rank
-			FROM idem_stream_clients) ranked WHERE rank > $1)`, s.clients.Max); err != nil {
+			(SELECT channel, client, ROW_NUMBER() OVER (PARTITION BY channel ORDER BY seen DESC, client) AS n
+			FROM idem_stream_clients) ranked WHERE n > $1)`, s.clients.Max); err != nil {
 			return err
 		}
 		a, err := q.Exec(ctx, `DELETE FROM idem_stream_events WHERE at < $1`, now.Add(-retention).UnixNano())

@@ -38,7 +38,7 @@ const (
 	MaxData    = 1 << 20
 )
 
-// Store keeps each channel's events in seq order. SQLStore (SQLite, Postgres)
+// Store keeps each channel's events in seq order. SQLStore (SQLite, Postgres, MySQL)
 // and idemredis.PushStore implement it; streamtest.StoreSuite is the contract
 // every implementation runs. An implementation in another package starts
 // Append with ValidateAppend, ends Read with CheckTrimmed, and takes its client

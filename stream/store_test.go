@@ -3,7 +3,12 @@ package stream_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/sqltest"
@@ -11,10 +16,11 @@ import (
 	"github.com/idemhq/idem/stream/streamtest"
 )
 
-// The Store contract, on SQLite and Postgres (idemredis runs it on Redis).
+// The Store contract, on SQLite, Postgres and MySQL (idemredis runs it on Redis).
 func TestStoreSuite(t *testing.T) {
 	t.Parallel()
-	for name, open := range map[string]func(testing.TB) idem.TxDB[*sql.Tx]{"sqlite": sqltest.SQLite, "postgres": sqltest.Postgres} {
+	for name, open := range map[string]func(testing.TB) idem.TxDB[*sql.Tx]{
+		"sqlite": sqltest.SQLite, "postgres": sqltest.Postgres, "mysql": sqltest.MySQL} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			streamtest.StoreSuite(t, streamtest.Harness{New: func(t *testing.T, cfg streamtest.Config) stream.Store {
@@ -26,4 +32,96 @@ func TestStoreSuite(t *testing.T) {
 			}})
 		})
 	}
+}
+
+// Keys are compared as bytes at any length (MySQL keeps a hash of the key in its
+// unique index), and an over-long client id is refused where the column would
+// cut it (MySQL).
+func TestSQLStoreKeys(t *testing.T) {
+	t.Parallel()
+	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+		ctx := context.Background()
+		s, err := stream.NewSQLStore(ctx, db, stream.SQLConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		long := strings.Repeat("k", 1000)
+		for i, tc := range []struct {
+			key  string
+			want uint64
+		}{{long, 1}, {long + "x", 2}, {"K1", 3}, {"k1", 4}, {long, 1}, {"K1", 3}, {"k1", 4}} {
+			e, err := s.Append(ctx, "c", stream.Event{Type: "t", ID: "o-1", Key: tc.key})
+			if err != nil || e.Seq != tc.want {
+				t.Fatalf("append %d (key of %d bytes) = seq %d, %v; want %d", i, len(tc.key), e.Seq, err, tc.want)
+			}
+		}
+		err = s.Ack(ctx, "c", strings.Repeat("p", 300), 1)
+		var ie *idem.InputError
+		if db.Dialect == idem.MySQL && (!errors.As(err, &ie) || ie.Field != "client") {
+			t.Fatalf("Ack with a 300-byte client id = %v, want an InputError on client", err)
+		}
+		if db.Dialect != idem.MySQL && err != nil {
+			t.Fatalf("Ack with a 300-byte client id = %v", err)
+		}
+	})
+}
+
+// Appends to several channels while Trim deletes behind them: every append
+// succeeds (a transaction the database rolls back for a deadlock runs again)
+// and each channel's seqs have no gap.
+func TestSQLStoreAppendsDuringTrim(t *testing.T) {
+	t.Parallel()
+	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+		ctx := context.Background()
+		s, err := stream.NewSQLStore(ctx, db, stream.SQLConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const channels, each = 4, 40
+		var wg sync.WaitGroup
+		for c := range channels {
+			wg.Go(func() {
+				ch := fmt.Sprint("c", c)
+				for i := range each {
+					e, err := s.Append(ctx, ch, stream.Event{Type: "t", Key: fmt.Sprint("k", i)})
+					if err != nil || e.Seq != uint64(i+1) {
+						t.Errorf("append %d to %s = seq %d, %v", i, ch, e.Seq, err)
+						return
+					}
+					if err := s.Ack(ctx, ch, "phone", e.Seq); err != nil {
+						t.Errorf("ack %s %d: %v", ch, e.Seq, err)
+						return
+					}
+				}
+			})
+		}
+		appended := make(chan struct{})
+		go func() { wg.Wait(); close(appended) }()
+		trimmed := 0
+		for busy := true; busy; {
+			select {
+			case <-appended:
+				busy = false
+			default:
+			}
+			n, err := s.Trim(ctx, time.Hour)
+			if err != nil {
+				<-appended
+				t.Fatalf("Trim: %v", err)
+			}
+			trimmed += n
+		}
+		if t.Failed() {
+			return
+		}
+		// The last Trim ran after every ack.
+		if trimmed != channels*each {
+			t.Fatalf("trimmed %d events in all, want %d", trimmed, channels*each)
+		}
+		for c := range channels {
+			if h, err := s.Head(ctx, fmt.Sprint("c", c)); err != nil || h != each {
+				t.Fatalf("Head(c%d) = %d, %v; want %d", c, h, err, each)
+			}
+		}
+	})
 }

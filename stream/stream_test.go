@@ -74,7 +74,7 @@ func appendN(t *testing.T, srv *stream.Server, channel string, n int) {
 // events; an event without data is a hint; a keyed append is idempotent.
 func TestReplayRESTHintsAndKeys(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		appendN(t, f.srv, "c", 10)
@@ -260,7 +260,7 @@ func TestBadInputAndAuthorization(t *testing.T) {
 // the trim is told to reload (REST 410).
 func TestTrim(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		appendN(t, f.srv, "c", 10)
@@ -291,7 +291,7 @@ func TestTrim(t *testing.T) {
 // the client, once, even when the relay republishes.
 func TestOutboxRelayFeedsTheStream(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		ob, err := outbox.New(ctx, db, outbox.Config{})
@@ -356,7 +356,7 @@ func (f *fixture) metric(name, reason string) float64 {
 // processed can be trimmed.
 func TestAcksReachTheStore(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true, Heartbeat: 100 * time.Millisecond})
 		appendN(t, f.srv, "c", 10)
 		rec := &streamtest.Recorder{}
@@ -383,7 +383,7 @@ func TestAcksReachTheStore(t *testing.T) {
 // known from the moment it connects).
 func TestTrimWaitsForTheSlowReader(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true, Heartbeat: 100 * time.Millisecond})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
