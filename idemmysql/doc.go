@@ -17,14 +17,17 @@
 //
 // # How a claim works
 //
-// INSERT IGNORE adds the key's row in progress with token 0. If it went in, the
-// transaction now holds the row's lock, and only then draws the token: an
-// AUTO_INCREMENT id from the table Table+"_tokens". Any later incarnation of the key
-// (after a release, expiry or sweep) must wait for that lock, so it draws a larger
-// token: tokens rise strictly per key. If the row was there, a locking read (LOCK IN
-// SHARE MODE, which sees the newest committed row whatever the isolation level)
-// answers the duplicate, or finds the row expired and takes it over under FOR UPDATE
-// with a fresh token.
+// INSERT … ON DUPLICATE KEY UPDATE adds the key's row in progress with token 0, or
+// takes the existing row's exclusive lock. A fresh row (told apart by
+// LAST_INSERT_ID, whatever clientFoundRows says) then draws its token while the
+// transaction holds its lock: NEXTVAL of the sequence Table+"_token_seq" on MariaDB,
+// an AUTO_INCREMENT id from the table Table+"_tokens" on MySQL. Any later
+// incarnation of the key (after a release, expiry or sweep) must wait for that lock,
+// so it draws a larger token: tokens rise strictly per key. An existing row is read
+// under the lock (FOR UPDATE sees the newest committed row whatever the isolation
+// level) and answers the duplicate, or is taken over with a fresh token if it
+// expired. Release ends the lease instead of deleting the row: a transaction that
+// deletes a row and inserts it again deadlocks with the claimants queued on it.
 //
 // # Isolation levels
 //
@@ -38,7 +41,18 @@
 // whole transaction as it would for any deadlock. READ COMMITTED takes no gap locks
 // and is the better choice for busy tables.
 //
-// A duplicate ClaimTx keeps a shared lock on the key's row until its transaction
-// ends, so the holder's Complete waits for it: end transactions that met a
-// duplicate promptly (they usually roll back at once).
+// # Requirements
+//
+// InnoDB tables (the default engine); a strict sql_mode (New refuses a session
+// without STRICT_TRANS_TABLES, where MySQL would cut a too-long value short with a
+// warning); and, for the outbox relay and the stream store's Trim, which run READ
+// COMMITTED transactions, binlog_format ROW or MIXED where the binary log is on (the
+// defaults of MySQL 8 and MariaDB; STATEMENT refuses READ COMMITTED writes). Tested
+// here on MariaDB 10.11; MySQL 8 is not packaged for this machine, so its paths
+// (the AUTO_INCREMENT token table in place of MariaDB's sequence) run only where the
+// sequence is missing.
+//
+// A duplicate ClaimTx keeps the key's row locked until its transaction ends, so the
+// holder's Complete waits for it: end transactions that met a duplicate promptly
+// (they usually roll back at once).
 package idemmysql
