@@ -15,15 +15,15 @@ import (
 
 // The URL flags of every command map here, one switch per kind of backend, to one
 // small opener per URL scheme. The openers of a scheme live in its own file
-// (open_postgres.go, open_sqlite.go, open_redis.go, open_nats.go, open_kafka.go,
+// (open_postgres.go, open_mysql.go, open_sqlite.go, open_redis.go, open_nats.go, open_kafka.go,
 // open_amqp.go) with the connection helper serve, relay, verify and bench share.
 // A command's parse checks its flag without connecting (parseStore, parseDB,
 // parseSink); the openers connect, and their errors name the flag.
 //
 //	serve  --store   sqlite:PATH, postgres://, mysql://, redis://, memory:  storeSpec.open
-//	relay  --db      sqlite:PATH, postgres://                        openRelayDB
+//	relay  --db      sqlite:PATH, postgres://, mysql://              openRelayDB
 //	relay  --sink    nats://, kafka://, redis://, amqp://, https://  sinkSpec.open
-//	verify --db      sqlite:[PATH], postgres://                      openVerifyDB
+//	verify --db      sqlite:[PATH], postgres://, mysql://            openVerifyDB
 //	verify --broker  nats:[//…], kafka:[//…], redis://, amqp://      openVerifyBroker
 //	bench            the same SQLite DSN (openSQLite)
 
@@ -63,6 +63,8 @@ func openRelayDB(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.Rela
 	switch db.dialect {
 	case "postgres":
 		return openPostgresRelay(ctx, db, sink, cfg)
+	case "mysql":
+		return openMySQLRelay(ctx, db, sink, cfg)
 	case "sqlite":
 		return openSQLiteRelay(ctx, db, sink, cfg)
 	}
@@ -103,14 +105,18 @@ func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, cl
 //	sqlite:PATH    a new SQLite file at PATH, kept (it must not exist)
 //	postgres://…   PostgreSQL, through a chaos.Proxy; the run's tables go into a
 //	               fresh schema, dropped after unless keep
+//	mysql://…      MySQL or MariaDB, through a chaos.Proxy; the run's tables go
+//	               into a fresh database, dropped after unless keep
 func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
 	switch {
 	case strings.HasPrefix(raw, "sqlite:"):
 		return openVerifySQLite(ctx, raw, keep)
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
 		return openVerifyPostgres(ctx, raw, keep)
+	case strings.HasPrefix(raw, "mysql://"):
+		return openVerifyMySQL(ctx, raw, keep)
 	}
-	return nil, fmt.Errorf("--db %q: unknown database; use sqlite: (temporary), sqlite:PATH or postgres://user@host/db", redactURL(raw))
+	return nil, fmt.Errorf("--db %q: unknown database; use sqlite: (temporary), sqlite:PATH, postgres://user@host/db or mysql://user@host:3306/db", redactURL(raw))
 }
 
 // openVerifyBroker maps verify's --broker to a broker for the run:

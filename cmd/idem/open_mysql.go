@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/url"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/internal/redact"
+	"github.com/idemhq/idem/outbox"
 )
 
 // parseMySQLStore checks --store mysql://user:pass@host:3306/db[?param=…] without
@@ -18,10 +23,16 @@ func parseMySQLStore(s storeSpec) (storeSpec, error) {
 	if _, err := idemmysql.DSN(s.raw); err != nil {
 		return s, fmt.Errorf("--store %s: %w", s.desc, err)
 	}
-	if u, err := url.Parse(s.raw); err == nil {
-		s.desc = fmt.Sprintf("mysql (%s%s)", u.Host, u.Path)
-	}
+	s.desc = mysqlDesc(s.raw)
 	return s, nil
+}
+
+// mysqlDesc names a mysql:// URL in messages without its credentials.
+func mysqlDesc(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return fmt.Sprintf("mysql (%s%s)", u.Host, u.Path)
+	}
+	return redactURL(raw)
 }
 
 // openMySQLStore is serve's --store mysql://…: an idemmysql.Store on its own pool.
@@ -31,4 +42,100 @@ func openMySQLStore(ctx context.Context, s storeSpec, reg prometheus.Registerer)
 		return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
 	}
 	return st, func() { st.Close() }, nil
+}
+
+// parseMySQLDB checks relay's --db mysql://… without connecting.
+func parseMySQLDB(d dbSpec) (dbSpec, error) {
+	if _, err := idemmysql.DSN(d.raw); err != nil {
+		return d, fmt.Errorf("--db %s: %s", d.desc, redact.String(err.Error()))
+	}
+	d.desc = mysqlDesc(d.raw)
+	return d, nil
+}
+
+// openMySQL opens a handle on the mysql:// URL raw (idemmysql.DSN) and checks that
+// the server answers; flag and desc name the URL in errors.
+func openMySQL(ctx context.Context, flag, desc, raw string) (*sql.DB, error) {
+	dsn, err := idemmysql.DSN(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %s", flag, desc, redact.String(err.Error()))
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err == nil {
+		if err = db.PingContext(ctx); err != nil {
+			db.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: connect: %w", flag, desc, redact.Error(err))
+	}
+	return db, nil
+}
+
+// openMySQLRelay is relay's --db mysql://…: the outbox on a pool, polled every
+// --poll (MySQL has no LISTEN/NOTIFY; services in other processes cannot wake it).
+func openMySQLRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
+	mdb, err := openMySQL(ctx, "--db", db.desc, db.raw)
+	if err != nil {
+		return nil, err
+	}
+	rd := &relayDB{ping: mdb.PingContext, close: func() { mdb.Close() }}
+	ob, err := outbox.New(ctx, idem.SQLDBFor(idem.MySQL, mdb), outbox.Config{})
+	if err != nil {
+		rd.close()
+		return nil, fmt.Errorf("--db %s: %w", db.desc, redact.Error(err))
+	}
+	return withRelay(rd, ob, sink, cfg)
+}
+
+// openVerifyMySQL is verify's --db mysql://…: a fresh database on that server,
+// dropped after unless keep, reached through a chaos.Proxy so the run can cut the
+// connections.
+func openVerifyMySQL(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
+	desc := mysqlDesc(raw)
+	admin, err := openMySQL(ctx, "--db", desc, raw)
+	if err != nil {
+		return nil, err
+	}
+	dsn, _ := idemmysql.DSN(raw) // openMySQL checked it
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("--db %s: %s", desc, redact.String(err.Error()))
+	}
+	name := "idem_verify_" + randomHex(6)
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("--db %s: create the run's database: %w", desc, redact.Error(err))
+	}
+	drop := func() {
+		if !keep {
+			_, _ = admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name)
+		}
+		admin.Close()
+	}
+	proxy, err := chaos.NewProxy("mysql", cfg.Addr)
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	cfg.Addr, cfg.DBName = proxy.Addr(), name
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err == nil {
+		db.SetMaxOpenConns(32)
+	}
+	var s *idemmysql.Store
+	if err == nil {
+		s, err = idemmysql.New(ctx, db, idemmysql.Config{})
+	}
+	if err != nil {
+		if db != nil {
+			db.Close()
+		}
+		proxy.Close()
+		drop()
+		return nil, fmt.Errorf("--db %s: %w", desc, redact.Error(err))
+	}
+	return &verifyDB{name: "mysql (database " + name + ")", db: db, store: s, proxy: proxy,
+		close: func() { db.Close(); proxy.Close(); drop() }}, nil
 }

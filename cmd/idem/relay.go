@@ -45,7 +45,9 @@ ID as the broker's dedup id or the webhook's Idempotency-Key, so the copies that
 crash or a retry produces are dropped downstream.
 
 Databases (--db):
-  postgres://user:pass@host:5432/db   several relays may share it; woken by LISTEN/NOTIFY
+  postgres://user:pass@host:5432/db    several relays may share it; woken by LISTEN/NOTIFY
+  mysql://user:pass@host:3306/db       MySQL 8.0 or MariaDB 10.6+; several relays may share
+                                       it; polled every --poll (no notifications)
   sqlite:PATH                          an existing file; run one relay per file
 
 Sinks (--sink):
@@ -65,7 +67,7 @@ SIGINT or SIGTERM stops the relay; unfinished publications are redone by the nex
 func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("relay", relaySynopsis)
 	o := &relayOptions{}
-	fs.StringVar(&o.db, "db", "", "the outbox's database: postgres://… or sqlite:PATH  [$IDEM_DB]")
+	fs.StringVar(&o.db, "db", "", "the outbox's database: postgres://…, mysql://… or sqlite:PATH  [$IDEM_DB]")
 	fs.StringVar(&o.sink, "sink", "", "where to publish: nats://, kafka://, redis://, amqp:// or https:// (webhook)  [$IDEM_SINK]")
 	fs.StringVar(&o.listen, "listen", defaultRelayListen, "address of /metrics and /healthz (:9464 for every interface); empty for none")
 	fs.IntVar(&o.batch, "batch", 100, "messages published per round, 1 to 10000")
@@ -101,7 +103,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 func (o *relayOptions) check() (dbSpec, sinkSpec, error) {
 	switch {
 	case o.db == "":
-		return dbSpec{}, sinkSpec{}, errors.New("--db is required: pass postgres://user@host:5432/db or sqlite:PATH (or set $IDEM_DB)")
+		return dbSpec{}, sinkSpec{}, errors.New("--db is required: pass postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH (or set $IDEM_DB)")
 	case o.sink == "":
 		return dbSpec{}, sinkSpec{}, errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
 	case o.batch < 1 || o.batch > 10_000:
@@ -125,7 +127,7 @@ func (o *relayOptions) check() (dbSpec, sinkSpec, error) {
 
 // dbSpec is a --db URL, checked without connecting.
 type dbSpec struct {
-	dialect string // "postgres" or "sqlite"
+	dialect string // "postgres", "mysql" or "sqlite"
 	raw     string
 	path    string // sqlite
 	desc    string
@@ -137,6 +139,8 @@ func dialectOf(raw string) string {
 		return "sqlite"
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
 		return "postgres"
+	case strings.HasPrefix(raw, "mysql://"):
+		return "mysql"
 	}
 	return ""
 }
@@ -160,8 +164,10 @@ func parseDB(raw string) (dbSpec, error) {
 			return d, fmt.Errorf("--db %s: %s: use postgres://user:pass@host:5432/db", d.desc, redact.String(err.Error()))
 		}
 		d.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	case "mysql":
+		return parseMySQLDB(d)
 	default:
-		return d, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db or sqlite:PATH", redactURL(raw))
+		return d, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redactURL(raw))
 	}
 	return d, nil
 }

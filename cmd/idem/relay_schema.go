@@ -37,19 +37,36 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $7);
 
 	notifyContract = `-- PostgreSQL: then, in the same transaction, wake the relays at commit:
 SELECT pg_notify('idem_outbox', '');`
+
+	mysqlContract = `-- MySQL/MariaDB: the same statement with ? placeholders, created_at's value
+-- passed twice:
+--   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+-- MySQL has no notifications: the relay finds the row within its --poll interval.`
 )
 
+// schemaDialects are the dialects --schema prints, in order, by their --db name.
+var schemaDialects = []struct {
+	name, title string
+	d           idem.Dialect
+}{
+	{"postgres", "PostgreSQL", idem.Postgres},
+	{"mysql", "MySQL/MariaDB", idem.MySQL},
+	{"sqlite", "SQLite", idem.SQLite},
+}
+
 // printSchema writes the table and the insert contract for dialect ("postgres",
-// "sqlite", or "" for both).
+// "mysql", "sqlite", or "" for all).
 func printSchema(w io.Writer, dialect string) {
-	if dialect != "sqlite" {
-		fmt.Fprintf(w, "-- PostgreSQL\n%s\n\n", schemaText(idem.Postgres))
-	}
-	if dialect != "postgres" {
-		fmt.Fprintf(w, "-- SQLite\n%s\n\n", schemaText(idem.SQLite))
+	for _, s := range schemaDialects {
+		if dialect == "" || dialect == s.name {
+			fmt.Fprintf(w, "-- %s\n%s\n\n", s.title, schemaText(s.d))
+		}
 	}
 	fmt.Fprintln(w, insertContract)
-	if dialect != "sqlite" {
+	if dialect == "" || dialect == "mysql" {
+		fmt.Fprintf(w, "\n%s\n", mysqlContract)
+	}
+	if dialect == "" || dialect == "postgres" {
 		fmt.Fprintf(w, "\n%s\n", notifyContract)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
@@ -23,7 +24,7 @@ func TestRelaySchema(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--schema: %v", err)
 	}
-	for _, want := range []string{"-- PostgreSQL", "-- SQLite", "BYTEA", "BLOB", "INSERT INTO idem_outbox", "FNV-1a", "pg_notify('idem_outbox', '')"} {
+	for _, want := range []string{"-- PostgreSQL", "-- SQLite", "-- MySQL/MariaDB", "BYTEA", "BLOB", "LONGBLOB", "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", "INSERT INTO idem_outbox", "FNV-1a", "pg_notify('idem_outbox', '')"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("--schema lacks %q:\n%s", want, stdout)
 		}
@@ -31,6 +32,67 @@ func TestRelaySchema(t *testing.T) {
 	stdout, _, _ = run(t, "relay", "--schema", "--db", "sqlite:x.db")
 	if strings.Contains(stdout, "PostgreSQL") || !strings.Contains(stdout, "BLOB") {
 		t.Errorf("--schema --db sqlite:… should print SQLite only:\n%s", stdout)
+	}
+	stdout, _, _ = run(t, "relay", "--schema", "--db", "mysql://u@h:3306/db")
+	if strings.Contains(stdout, "-- PostgreSQL\n") || strings.Contains(stdout, "-- SQLite\n") || strings.Contains(stdout, "pg_notify") ||
+		!strings.Contains(stdout, "ENGINE=InnoDB") || !strings.Contains(stdout, "? placeholders") {
+		t.Errorf("--schema --db mysql://… should print MySQL only, with ? placeholders and no pg_notify:\n%s", stdout)
+	}
+}
+
+// The printed MySQL schema is the table outbox.New creates.
+func TestRelaySchemaMatchesOutboxMySQL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	describe := func(db *sql.DB) string {
+		t.Helper()
+		rows, err := db.QueryContext(ctx, `SELECT CONCAT(table_name, ' ', column_name, ' ', column_type, ' ', is_nullable, ' ', COALESCE(column_default, ''), ' ', extra)
+				FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name LIKE 'idem_outbox%'
+			UNION ALL
+			SELECT CONCAT(table_name, ' ', index_name, ' ', seq_in_index, ' ', column_name, ' ', non_unique)
+				FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name LIKE 'idem_outbox%'
+			UNION ALL
+			SELECT CONCAT('parts ', COUNT(*)) FROM idem_outbox_parts
+			ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var lines []string
+		for rows.Next() {
+			var l string
+			if err := rows.Scan(&l); err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, l)
+		}
+		if len(lines) < 13 {
+			t.Fatalf("describe: too little:\n%s", strings.Join(lines, "\n"))
+		}
+		return strings.Join(lines, "\n")
+	}
+	open := func() *sql.DB {
+		// The printed schema is a script: run it as one, as a migration tool would.
+		dsn, err := idemmysql.DSN(testsvc.MySQLDatabase(t) + "?multiStatements=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	byOutbox, byPrinted := open(), open()
+	if _, err := outbox.New(ctx, idem.SQLDBFor(idem.MySQL, byOutbox), outbox.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := byPrinted.ExecContext(ctx, schemaText(idem.MySQL)); err != nil {
+		t.Fatalf("printed schema does not run: %v", err)
+	}
+	if a, b := describe(byOutbox), describe(byPrinted); a != b {
+		t.Fatalf("--schema has drifted from outbox.New:\noutbox.New:\n%s\n--schema:\n%s", a, b)
 	}
 }
 

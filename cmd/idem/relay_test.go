@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -258,6 +259,96 @@ func TestRelayPostgresToNATS(t *testing.T) {
 	r.stop(t)
 }
 
+// A service on MySQL enqueues in its own transactions, and writes one row by hand
+// with ? placeholders, as --schema tells a service in another language; the relay,
+// another process as far as the service knows (no in-process wake-up), polls and
+// publishes each message once. (Messages without an ordering key are ordered only
+// within their partition, so the test does not compare orders.)
+func TestRelayMySQLToNATS(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u, err := url.Parse(natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsvc.Reach(t, "nats", u.Host)
+	dbURL := testsvc.MySQLDatabase(t)
+	dsn, err := idemmysql.DSN(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	txdb := idem.SQLDBFor(idem.MySQL, db)
+	ob, err := outbox.New(ctx, txdb, outbox.Config{})
+	if err != nil {
+		t.Fatalf("outbox.New: %v", err)
+	}
+	nc, err := nats.Connect(natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, subject := testsvc.UniqueName("RELAYTEST_"), testsvc.UniqueName("relaytest.")
+	enqueue := func(ids ...string) {
+		t.Helper()
+		err := txdb.InTx(ctx, func(tx *sql.Tx) error {
+			for _, id := range ids {
+				if _, err := ob.EnqueueTx(ctx, tx, msg(subject+".orders", id)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("enqueue: %v", err)
+		}
+	}
+	enqueue("m1", "m2")
+
+	r := startRelay(t, "--db", dbURL, "--sink", natsURL(), "--nats-stream", stream, "--nats-subjects", subject+".>", "--poll", "50ms")
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("relay output:\n%s", r.stderr)
+		}
+	})
+	once := func(got []*jetstream.RawStreamMsg, want ...string) {
+		t.Helper()
+		ids := map[string]int{}
+		for _, m := range got {
+			ids[m.Header.Get(nats.MsgIdHdr)]++
+		}
+		for _, id := range want {
+			if ids[id] != 1 {
+				t.Errorf("%s published %d times, want once (stream: %v)", id, ids[id], ids)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("stream holds %d messages, want %d", len(got), len(want))
+		}
+	}
+	once(streamMessages(t, js, stream, 2), "m1", "m2")
+	h := fnv.New32a()
+	h.Write([]byte("by-hand"))
+	now := time.Now().UnixMilli()
+	if _, err := db.ExecContext(ctx, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, "by-hand", subject+".orders", "", h.Sum32()%64, `{"k":"v"}`, []byte("raw"), now, now); err != nil {
+		t.Fatalf("insert by the contract: %v", err)
+	}
+	enqueue("m3", "m4")
+	once(streamMessages(t, js, stream, 5), "m1", "m2", "by-hand", "m3", "m4")
+	r.checkHTTP(t, 5)
+	r.stop(t)
+}
+
 // Flag errors exit with errUsage (exit status 2) and name the flag and the fix.
 func TestRelayFlagErrors(t *testing.T) {
 	for _, env := range []string{"IDEM_DB", "IDEM_SINK", "IDEM_WEBHOOK_SECRET"} {
@@ -274,7 +365,9 @@ func TestRelayFlagErrors(t *testing.T) {
 	}{
 		{[]string{"--sink", sink}, "--db is required"},
 		{[]string{"--db", db}, "--sink is required"},
-		{[]string{"--db", "mysql://h/db", "--sink", sink}, "--db \"mysql://h/db\": unknown database"},
+		{[]string{"--db", "oracle://h/db", "--sink", sink}, "--db \"oracle://h/db\": unknown database; use postgres://user@host:5432/db, mysql://"},
+		{[]string{"--db", "mysql://h", "--sink", sink}, "names no database: end the URL with the database"},
+		{[]string{"--db", "mysql://h/db?timeout=soon", "--sink", sink}, "--db mysql://h/db?timeout=soon: idem: url has a bad parameter"},
 		{[]string{"--db", "sqlite:", "--sink", sink}, "--db sqlite: needs the path"},
 		{[]string{"--db", "sqlite:" + file + ".missing", "--sink", sink}, "pass the SQLite file"},
 		{[]string{"--db", "postgres://u@h:notaport/db", "--sink", sink}, "--db"},
