@@ -3,15 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/cmd/idem/internal/verify"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -43,8 +46,12 @@ func TestUnknownCommandAndBadFlags(t *testing.T) {
 	if _, stderr, err := run(t, "verify", "--fault-rate", "2"); !errors.Is(err, errUsage) || !strings.Contains(stderr, "--fault-rate") {
 		t.Fatalf("bad --fault-rate: err %v, stderr %q", err, stderr)
 	}
-	if _, _, err := run(t, "verify", "--db", "mysql://x"); err == nil || !strings.Contains(err.Error(), "--db") {
-		t.Fatalf("unknown --db: err %v, want one naming --db", err)
+	if _, _, err := run(t, "verify", "--db", "oracle://x"); err == nil || !strings.Contains(err.Error(), "--db") || !strings.Contains(err.Error(), "mysql://user@host:3306/db") {
+		t.Fatalf("unknown --db: err %v, want one naming --db and the accepted forms", err)
+	}
+	if _, _, err := run(t, "verify", "--db", "mysql://u:Pa55w0rd@x"); err == nil || !strings.Contains(err.Error(), "--db") ||
+		!strings.Contains(err.Error(), "names no database") || strings.Contains(err.Error(), "Pa55w0rd") {
+		t.Fatalf("mysql --db without a database: err %v, want one naming --db and the fix, without the password", err)
 	}
 	if _, stderr, err := run(t, "serve"); !errors.Is(err, errUsage) || !strings.Contains(stderr, "--upstream is required") {
 		t.Fatalf("serve without --upstream: err %v, stderr %q", err, stderr)
@@ -168,6 +175,40 @@ func TestVerifyHoldsOnPostgres(t *testing.T) {
 	checkHolds(t, r, err, 400)
 	if r.Faults[verify.FaultDBCut] == 0 {
 		t.Errorf("postgres run without database cuts: %v", r.Faults)
+	}
+}
+
+// verify --db mysql:// runs in a database of its own on that server, through the
+// cutting proxy, and drops it after; every boundary, the push one included, holds.
+func TestVerifyHoldsOnMySQL(t *testing.T) {
+	t.Parallel()
+	base := testsvc.MySQLURL()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsvc.Reach(t, "mysql", u.Host)
+	r, err := verifyReport(t, 300, "--fault-rate", "0.3", "--db", base)
+	checkHolds(t, r, err, 300)
+	if r.Faults[verify.FaultDBCut] == 0 {
+		t.Errorf("mysql run without database cuts: %v", r.Faults)
+	}
+	_, name, ok := strings.Cut(strings.TrimSuffix(r.Store, ")"), "mysql (database ")
+	if !ok || !strings.HasPrefix(name, "idem_verify_") {
+		t.Fatalf("store = %q, want mysql (database idem_verify_…)", r.Store)
+	}
+	dsn, err := idemmysql.DSN(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?", name).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the run's database %s: %d left after the run (%v), want it dropped", name, n, err)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
+	"log"
 	"net/url"
 
 	"github.com/go-sql-driver/mysql"
@@ -120,12 +122,15 @@ func openVerifyMySQL(ctx context.Context, raw string, keep bool) (*verifyDB, err
 		return nil, err
 	}
 	cfg.Addr, cfg.DBName = proxy.Addr(), name
-	db, err := sql.Open("mysql", cfg.FormatDSN())
-	if err == nil {
-		db.SetMaxOpenConns(32)
-	}
+	// The run cuts these connections on purpose: the driver's log lines about them
+	// ("unexpected EOF", "bad connection") would only bury the report.
+	cfg.Logger = log.New(io.Discard, "", 0)
+	conn, err := mysql.NewConnector(cfg)
+	var db *sql.DB
 	var s *idemmysql.Store
 	if err == nil {
+		db = sql.OpenDB(conn)
+		db.SetMaxOpenConns(32)
 		s, err = idemmysql.New(ctx, db, idemmysql.Config{})
 	}
 	if err != nil {

@@ -35,9 +35,10 @@ concurrent requests, the relay killed between publish and mark, failed
 publishes, duplicate deliveries, lost acks, consumers killed before the effect,
 before the commit and before the ack (and restarted), a consumer paused past its
 ack wait while its message is redelivered, database and broker connections cut
-through a TCP proxy (Postgres, NATS, Redis, RabbitMQ), and jumps of the clock
-that drives key expiry (SQLite), ending with a few retries after the retention
-window: those are applied again by design and reported as late duplicates.
+through a TCP proxy (Postgres, MySQL, NATS, Redis, RabbitMQ), and jumps of the
+clock that drives key expiry (SQLite), ending with a few retries after the
+retention window: those are applied again by design and reported as late
+duplicates.
 
 The table has one row per boundary. Exit status 0 only if nothing was lost and
 no effect was doubled. With --unsafe the same flow runs without idem's
@@ -70,12 +71,12 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.IntVar(&o.consumers, "consumers", 2, "concurrent consumer processes")
 	fs.Float64Var(&o.rate, "fault-rate", 0.25, "fraction of operations (requests, publishes, deliveries) hit by a fault, 0 to 1")
 	fs.Int64Var(&o.seed, "seed", 0, "seed for orders and faults (0: pick one and print it)")
-	fs.StringVar(&o.db, "db", envOr("IDEM_DB", "sqlite:"), "database: sqlite: (temporary file), sqlite:PATH (new file) or postgres://user@host/db (a fresh schema)  [$IDEM_DB]")
+	fs.StringVar(&o.db, "db", envOr("IDEM_DB", "sqlite:"), "database: sqlite: (temporary file), sqlite:PATH (new file), postgres://user@host/db (a fresh schema) or mysql://user@host:3306/db (a fresh database)  [$IDEM_DB]")
 	fs.StringVar(&o.broker, "broker", envOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams) or amqp://user:pass@host:5672/  [$IDEM_BROKER]")
 	fs.BoolVar(&o.unsafe, "unsafe", false, "turn idem's protection off (plain at-least-once): the negative control, expected to fail")
 	fs.BoolVar(&o.asJSON, "json", false, "write the report as JSON instead of a table")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived is lost")
-	fs.BoolVar(&o.keep, "keep", false, "keep the run's database (temporary SQLite file or Postgres schema) for inspection")
+	fs.BoolVar(&o.keep, "keep", false, "keep the run's database (temporary SQLite file, Postgres schema or MySQL database) for inspection")
 	fs.BoolVar(&o.verbose, "v", false, "log the warnings of relays and consumers (many, under faults) to stderr")
 	return fs, o
 }

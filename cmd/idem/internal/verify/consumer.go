@@ -31,11 +31,12 @@ func (r *run) ledger(ctx context.Context, tx *sql.Tx, m idem.Message) error {
 	if err := json.Unmarshal(m.Payload, &ev); err != nil || ev.OrderID == "" {
 		return inbox.Permanent(fmt.Errorf("payload: want {\"order_id\", \"amount\"}: %v", err))
 	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO "+tableLedger+" (order_id, amount, applied_at) VALUES ($1, $2, $3)",
+	q := r.txdb.Querier(tx)
+	if _, err := q.Exec(ctx, "INSERT INTO "+tableLedger+" (order_id, amount, applied_at) VALUES ($1, $2, $3)",
 		ev.OrderID, ev.Amount, r.now().UnixNano()); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE "+tableBalance+" SET total = total + $1 WHERE id = 1", ev.Amount); err != nil {
+	if _, err := q.Exec(ctx, "UPDATE "+tableBalance+" SET total = total + $1 WHERE id = 1", ev.Amount); err != nil {
 		return err
 	}
 	return r.push.appendTx(ctx, tx, ev)

@@ -73,8 +73,10 @@ type CumulativeAcker interface {
 // balance in one transaction with the message key (inbox). At the end Run reads
 // the databases and reports, per boundary, what was delivered and what took effect.
 type Flow struct {
-	// DB holds the orders, the outbox, the ledger and the keys. It must be a database
-	// the run owns (a new SQLite file, a fresh Postgres schema): Run creates tables.
+	// DB holds the orders, the outbox, the ledger and the keys: SQLite, PostgreSQL or
+	// MySQL/MariaDB. It must be a database the run owns (a new SQLite file, a fresh
+	// Postgres schema or MySQL database): Run creates tables. The flow's own
+	// statements go through the TxDB's Querier, which rebinds $N for MySQL.
 	DB *sql.DB
 	// Store records the keys of requests and messages in their transactions.
 	// Required unless Unsafe.
@@ -304,14 +306,19 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 }
 
 func (r *run) createTables(ctx context.Context) error {
+	// MySQL cannot key or index a TEXT column; VARCHAR(255) holds every id here.
+	text := "TEXT"
+	if r.txdb.Dialect == idem.MySQL {
+		text = "VARCHAR(255)"
+	}
 	for _, stmt := range []string{
-		"CREATE TABLE " + tableOrders + " (id TEXT PRIMARY KEY, request_key TEXT NOT NULL, customer TEXT NOT NULL, amount BIGINT NOT NULL, created_at BIGINT NOT NULL)",
+		"CREATE TABLE " + tableOrders + " (id " + text + " PRIMARY KEY, request_key " + text + " NOT NULL, customer " + text + " NOT NULL, amount BIGINT NOT NULL, created_at BIGINT NOT NULL)",
 		// No unique constraint on order_id: a doubled effect must be visible, not refused.
-		"CREATE TABLE " + tableLedger + " (order_id TEXT NOT NULL, amount BIGINT NOT NULL, applied_at BIGINT NOT NULL)",
+		"CREATE TABLE " + tableLedger + " (order_id " + text + " NOT NULL, amount BIGINT NOT NULL, applied_at BIGINT NOT NULL)",
 		"CREATE INDEX " + tableLedger + "_order ON " + tableLedger + " (order_id)",
 		"CREATE TABLE " + tableBalance + " (id INTEGER PRIMARY KEY, total BIGINT NOT NULL)",
 		"INSERT INTO " + tableBalance + " (id, total) VALUES (1, 0)",
-		"CREATE TABLE " + tablePaid + " (order_id TEXT PRIMARY KEY)",
+		"CREATE TABLE " + tablePaid + " (order_id " + text + " PRIMARY KEY)",
 	} {
 		if _, err := r.f.DB.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("set up the flow's tables (the database must be new to the run): %w", err)

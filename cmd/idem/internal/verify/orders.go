@@ -72,7 +72,7 @@ func (r *run) placeOrder(w http.ResponseWriter, req *http.Request) {
 	}
 	id := idemkey.NewV7()
 	write := func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(req.Context(), "INSERT INTO "+tableOrders+" (id, request_key, customer, amount, created_at) VALUES ($1, $2, $3, $4, $5)",
+		if _, err := r.txdb.Querier(tx).Exec(req.Context(), "INSERT INTO "+tableOrders+" (id, request_key, customer, amount, created_at) VALUES ($1, $2, $3, $4, $5)",
 			id, req.Header.Get(idemhttp.HeaderKey), in.Customer, in.Amount, r.now().UnixNano()); err != nil {
 			return err
 		}

@@ -186,7 +186,11 @@ func (r *run) pay(ctx context.Context, fence *effect.Fence[*sql.Tx], order strin
 	if err != nil {
 		return // in progress elsewhere, or failed: a later round retries
 	}
-	_, err = r.f.DB.ExecContext(ctx, "INSERT INTO "+tablePaid+" (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING", order)
+	insert := "INSERT INTO " + tablePaid + " (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING"
+	if r.txdb.Dialect == idem.MySQL {
+		insert = "INSERT IGNORE INTO " + tablePaid + " (order_id) VALUES (?)"
+	}
+	_, err = r.f.DB.ExecContext(ctx, insert, order)
 	if err != nil {
 		r.log.Warn("verify: record paid", "order", order, "err", err)
 	}
@@ -195,8 +199,12 @@ func (r *run) pay(ctx context.Context, fence *effect.Fence[*sql.Tx], order strin
 // unpaid returns up to 64 applied orders not yet recorded paid, in random order
 // so that workers spread.
 func (r *run) unpaid(ctx context.Context) ([]string, error) {
+	random := "random()"
+	if r.txdb.Dialect == idem.MySQL {
+		random = "RAND()"
+	}
 	rows, err := r.f.DB.QueryContext(ctx, "SELECT o.id FROM "+tableOrders+" o WHERE EXISTS (SELECT 1 FROM "+tableLedger+
-		" l WHERE l.order_id = o.id) AND NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id) ORDER BY random() LIMIT 64")
+		" l WHERE l.order_id = o.id) AND NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id) ORDER BY "+random+" LIMIT 64")
 	if err != nil {
 		return nil, err
 	}
