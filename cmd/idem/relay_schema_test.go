@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
@@ -73,16 +72,7 @@ func TestRelaySchemaMatchesOutboxMySQL(t *testing.T) {
 	}
 	open := func() *sql.DB {
 		// The printed schema is a script: run it as one, as a migration tool would.
-		dsn, err := idemmysql.DSN(testsvc.MySQLDatabase(t) + "?multiStatements=true")
-		if err != nil {
-			t.Fatal(err)
-		}
-		db, err := sql.Open("mysql", dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		return db
+		return testsvc.OpenMySQL(t, testsvc.MySQLDatabase(t)+"?multiStatements=true")
 	}
 	byOutbox, byPrinted := open(), open()
 	if _, err := outbox.New(ctx, idem.SQLDBFor(idem.MySQL, byOutbox), outbox.Config{}); err != nil {

@@ -22,7 +22,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -210,11 +209,6 @@ func natsURL() string { return envOr("IDEM_TEST_NATS_URL", "nats://127.0.0.1:422
 func TestRelayPostgresToNATS(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u, err := url.Parse(natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	testsvc.Reach(t, "nats", u.Host)
 	cs, _ := testsvc.PostgresSchema(t)
 	pool, err := pgxpool.New(ctx, cs)
 	if err != nil {
@@ -225,15 +219,7 @@ func TestRelayPostgresToNATS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("outbox.New: %v", err)
 	}
-	nc, err := nats.Connect(natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := connectJetStream(t)
 	stream, subject := testsvc.UniqueName("RELAYTEST_"), testsvc.UniqueName("relaytest.")
 	if _, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: stream, Subjects: []string{subject + ".>"},
 		Storage: jetstream.MemoryStorage}); err != nil {
@@ -267,35 +253,14 @@ func TestRelayPostgresToNATS(t *testing.T) {
 func TestRelayMySQLToNATS(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u, err := url.Parse(natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	testsvc.Reach(t, "nats", u.Host)
 	dbURL := testsvc.MySQLDatabase(t)
-	dsn, err := idemmysql.DSN(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testsvc.OpenMySQL(t, dbURL)
 	txdb := idem.SQLDBFor(idem.MySQL, db)
 	ob, err := outbox.New(ctx, txdb, outbox.Config{})
 	if err != nil {
 		t.Fatalf("outbox.New: %v", err)
 	}
-	nc, err := nats.Connect(natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := connectJetStream(t)
 	stream, subject := testsvc.UniqueName("RELAYTEST_"), testsvc.UniqueName("relaytest.")
 	enqueue := func(ids ...string) {
 		t.Helper()
@@ -403,4 +368,25 @@ func TestRelayUnreachableSink(t *testing.T) {
 	if err == nil || errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--sink") {
 		t.Fatalf("unreachable NATS: %v, want a runtime error naming --sink", err)
 	}
+}
+
+// connectJetStream connects to the tests' NATS server (skipping, or failing under
+// IDEM_REQUIRE_SERVICES=1, when it is down), closed when t ends.
+func connectJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	u, err := url.Parse(natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsvc.Reach(t, "nats", u.Host)
+	nc, err := nats.Connect(natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

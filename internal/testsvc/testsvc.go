@@ -74,7 +74,13 @@ func MySQLDatabase(t testing.TB) string {
 // MySQLDB opens a handle on a fresh database (see MySQLDatabase), closed when t ends.
 func MySQLDB(t testing.TB) *sql.DB {
 	t.Helper()
-	dsn, err := idemmysql.DSN(MySQLDatabase(t))
+	return OpenMySQL(t, MySQLDatabase(t))
+}
+
+// OpenMySQL opens a handle on the database of a mysql:// URL, closed when t ends.
+func OpenMySQL(t testing.TB, rawURL string) *sql.DB {
+	t.Helper()
+	dsn, err := idemmysql.DSN(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
