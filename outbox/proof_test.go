@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemhq/idem"
@@ -62,16 +61,7 @@ func (k *killer) Publish(ctx context.Context, msgs ...idem.Message) error {
 
 func natsSink(t testing.TB) (jetstream.JetStream, string, string, idem.Sink) {
 	t.Helper()
-	testsvc.Reach(t, "nats", "127.0.0.1:4222")
-	nc, err := nats.Connect("nats://127.0.0.1:4222")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testsvc.JetStream(t, "nats://127.0.0.1:4222")
 	stream, subject := testsvc.UniqueName("OUTBOX_"), testsvc.UniqueName("outbox.")
 	ctx := context.Background()
 	if _, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: stream, Subjects: []string{subject}}); err != nil {

@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -184,16 +183,7 @@ func TestRelaySQLiteToNATS(t *testing.T) {
 		"--nats-stream", stream, "--nats-subjects", subject+".>", "--poll", "50ms")
 	enqueue("c")
 
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := streamMessages(t, js, stream, 4)
+	got := streamMessages(t, testsvc.JetStream(t, srv.ClientURL()), stream, 4)
 	checkIDs(t, got, "a", "b", "by-hand", "c")
 	if string(got[2].Data) != "raw" || got[2].Header.Get("k") != "v" {
 		t.Errorf("hand-written row arrived as %q with headers %v", got[2].Data, got[2].Header)
@@ -219,7 +209,7 @@ func TestRelayPostgresToNATS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("outbox.New: %v", err)
 	}
-	js := connectJetStream(t)
+	js := testsvc.JetStream(t, natsURL())
 	stream, subject := testsvc.UniqueName("RELAYTEST_"), testsvc.UniqueName("relaytest.")
 	if _, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: stream, Subjects: []string{subject + ".>"},
 		Storage: jetstream.MemoryStorage}); err != nil {
@@ -260,7 +250,7 @@ func TestRelayMySQLToNATS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("outbox.New: %v", err)
 	}
-	js := connectJetStream(t)
+	js := testsvc.JetStream(t, natsURL())
 	stream, subject := testsvc.UniqueName("RELAYTEST_"), testsvc.UniqueName("relaytest.")
 	enqueue := func(ids ...string) {
 		t.Helper()
@@ -368,25 +358,4 @@ func TestRelayUnreachableSink(t *testing.T) {
 	if err == nil || errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--sink") {
 		t.Fatalf("unreachable NATS: %v, want a runtime error naming --sink", err)
 	}
-}
-
-// connectJetStream connects to the tests' NATS server (skipping, or failing under
-// IDEM_REQUIRE_SERVICES=1, when it is down), closed when t ends.
-func connectJetStream(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	u, err := url.Parse(natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	testsvc.Reach(t, "nats", u.Host)
-	nc, err := nats.Connect(natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
 }
