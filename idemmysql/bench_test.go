@@ -2,6 +2,7 @@ package idemmysql_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/idemhq/idem"
@@ -39,6 +40,23 @@ func BenchmarkClaimComplete(b *testing.B) {
 		}
 		return s.Complete(ctx, k, r.Token, []byte("result"))
 	})
+}
+
+// BenchmarkClaimBatch100: fresh keys claimed 100 to a ClaimBatch (one transaction);
+// the figure counts claims.
+func BenchmarkClaimBatch100(b *testing.B) {
+	s := openBench(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		claims := make([]idem.Claim, 100)
+		for j := range claims {
+			claims[j] = idem.Claim{Key: idem.Key{Scope: "batch", ID: fmt.Sprint(i, "-", j)}}
+		}
+		if _, err := s.ClaimBatch(context.Background(), claims); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(100*b.N)/b.Elapsed().Seconds(), "claims/s")
 }
 
 func BenchmarkRawInsertIgnore(b *testing.B) {
