@@ -78,6 +78,10 @@ func TestSQLStoreAppendsDuringTrim(t *testing.T) {
 			t.Fatal(err)
 		}
 		const channels, each = 4, 40
+		// Each ack lets one Trim run: trims interleave with the appends without
+		// spinning, which on SQLite (one writer, no fairness among waiters) would
+		// starve the appenders past their busy timeout.
+		acked := make(chan struct{}, channels*each)
 		var wg sync.WaitGroup
 		for c := range channels {
 			wg.Go(func() {
@@ -92,6 +96,7 @@ func TestSQLStoreAppendsDuringTrim(t *testing.T) {
 						t.Errorf("ack %s %d: %v", ch, e.Seq, err)
 						return
 					}
+					acked <- struct{}{}
 				}
 			})
 		}
@@ -102,7 +107,7 @@ func TestSQLStoreAppendsDuringTrim(t *testing.T) {
 			select {
 			case <-appended:
 				busy = false
-			default:
+			case <-acked:
 			}
 			n, err := s.Trim(ctx, time.Hour)
 			if err != nil {
