@@ -26,6 +26,9 @@ const backend = "mysql"
 const (
 	DefaultTable      = migrate.DefaultRecordsTable
 	DefaultSweepBatch = 10_000
+	// DefaultOpenTimeout bounds New's checks and migration when its ctx has no
+	// deadline.
+	DefaultOpenTimeout = 60 * time.Second
 )
 
 // Config configures a Store. The zero value is ready to use.
@@ -122,6 +125,13 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if !cfg.offline {
+		// A peer that accepts the connection and never answers (another service on
+		// the port) would hold New forever: the driver bounds only the dial.
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, DefaultOpenTimeout)
+			defer cancel()
+		}
 		if err := checkStrict(ctx, db); err != nil {
 			return nil, err
 		}
@@ -149,7 +159,8 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 func checkStrict(ctx context.Context, db *sql.DB) error {
 	var mode string
 	if err := db.QueryRowContext(ctx, "SELECT @@SESSION.sql_mode").Scan(&mode); err != nil {
-		return &idem.BackendError{Backend: backend, Op: "open", Err: err}
+		return &idem.BackendError{Backend: backend, Op: "open",
+			Err: fmt.Errorf("%w (no MySQL or MariaDB server answered: check the URL's host and port)", err)}
 	}
 	if !strings.Contains(mode, "STRICT_TRANS_TABLES") && !strings.Contains(mode, "STRICT_ALL_TABLES") {
 		return &idem.InputError{Field: "sql_mode", Reason: fmt.Sprintf("is %q, without STRICT_TRANS_TABLES: MySQL would cut a value short with a warning instead of failing", mode),

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -162,6 +163,40 @@ func TestSweepKeepsTokensRising(t *testing.T) {
 	var tokens int
 	if err := s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_records_tokens").Scan(&tokens); err != nil || tokens != want {
 		t.Fatalf("token rows after sweeping = %d (%v), want %d", tokens, err, want)
+	}
+}
+
+// A URL pointing at a server that is not MySQL fails with an error that says so,
+// and a peer that never answers does not hold Open past its context.
+func TestOpenNotMySQL(t *testing.T) {
+	t.Parallel()
+	pg, _ := url.Parse(testsvc.PostgresURL())
+	testsvc.Reach(t, "postgres", pg.Host)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := idemmysql.Open(ctx, "mysql://root@"+pg.Host+"/test", idemmysql.Config{})
+	var be *idem.BackendError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "no MySQL or MariaDB server answered") {
+		t.Fatalf("Open on a PostgreSQL port = %v, want a BackendError saying no MySQL server answered", err)
+	}
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // accepted, never answered
+		}
+	}()
+	short, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel2()
+	if _, err := idemmysql.Open(short, "mysql://root@"+silent.Addr().String()+"/test", idemmysql.Config{}); err == nil {
+		t.Fatal("Open on a silent peer succeeded")
 	}
 }
 
