@@ -145,6 +145,9 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	}
 	s := &Store{db: db, q: newQueries(cfg.Table), m: m, sweepBatch: cfg.SweepBatch}
 	if !cfg.offline {
+		if err := checkShape(ctx, db, cfg.Table); err != nil {
+			return nil, err
+		}
 		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) > 0 FROM information_schema.tables
 			WHERE table_schema = DATABASE() AND table_name = ? AND table_type = 'SEQUENCE'`, cfg.Table+"_token_seq").Scan(&s.sequence); err != nil {
 			return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
@@ -152,6 +155,23 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	}
 	err = metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return s.records(cfg.Table) })
 	return s, err
+}
+
+// checkShape reads no row but every column the store uses, so a table of that name
+// that idem did not create (CREATE TABLE IF NOT EXISTS left it as it was) is found
+// now, not at the first claim.
+func checkShape(ctx context.Context, db *sql.DB, table string) error {
+	rows, err := db.QueryContext(ctx, "SELECT scope, id, state, fingerprint, token, result, retention_us, created_us, expires_us FROM "+
+		quote(table)+" LIMIT 0")
+	if err == nil {
+		return rows.Close()
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1054 { // ER_BAD_FIELD_ERROR
+		return &idem.InputError{Field: "idemmysql.Config.Table", Reason: fmt.Sprintf("names a table %q that idem did not create (%s)", table, me.Message),
+			Fix: "choose another Config.Table, or rename that table and run the migration again"}
+	}
+	return &idem.BackendError{Backend: backend, Op: "open", Err: err}
 }
 
 // checkStrict refuses a session whose sql_mode would let MySQL store a wrong value

@@ -122,6 +122,12 @@ func TestTableAndSkipMigrate(t *testing.T) {
 		t.Fatalf("SkipMigrate after the migration: %v", err)
 	}
 	var ie *idem.InputError
+	if _, err := s.DB().ExecContext(ctx, "CREATE TABLE not_ours (scope VARBINARY(255), id VARBINARY(255))"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idemmysql.Open(ctx, u, idemmysql.Config{Table: "not_ours"}); !errors.As(err, &ie) || ie.Field != "idemmysql.Config.Table" {
+		t.Errorf("Open on a table of another shape = %v, want an InputError on Config.Table", err)
+	}
 	if _, err := idemmysql.Open(ctx, u+"?sql_mode=%27%27", idemmysql.Config{}); !errors.As(err, &ie) || ie.Field != "sql_mode" {
 		t.Errorf("Open with a non-strict sql_mode = %v, want an InputError on sql_mode", err)
 	}
