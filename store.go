@@ -1,9 +1,11 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 )
 
@@ -109,4 +111,19 @@ func RunSweeper(ctx context.Context, s Sweeper, interval time.Duration, logger *
 			}
 		}
 	}
+}
+
+// KeyOrder returns the indexes of claims in (scope, id) order, ties in the order
+// given. A store that claims a batch in this order locks keys in one order, so two
+// batches sharing keys cannot deadlock.
+func KeyOrder(claims []Claim) []int {
+	order := make([]int, len(claims))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		ka, kb := claims[a].Key, claims[b].Key
+		return cmp.Or(cmp.Compare(ka.Scope, kb.Scope), cmp.Compare(ka.ID, kb.ID))
+	})
+	return order
 }

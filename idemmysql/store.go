@@ -1,13 +1,11 @@
 package idemmysql
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 
@@ -426,14 +424,7 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Res
 		return nil, err
 	}
 	start := s.m.Start()
-	order := make([]int, len(claims))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		ka, kb := claims[a].Key, claims[b].Key
-		return cmp.Or(cmp.Compare(ka.Scope, kb.Scope), cmp.Compare(ka.ID, kb.ID))
-	})
+	order := idem.KeyOrder(claims)
 	out := make([]idem.Result, len(claims))
 	err := s.ownTx(ctx, "claim", func(tx *sql.Tx) error {
 		for _, i := range order {

@@ -60,7 +60,7 @@ func (s *core[Tx]) RecordTx(ctx context.Context, tx Tx, claims []idem.Claim) ([]
 	if err := idem.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
-	order := keyOrder(claims)
+	order := idem.KeyOrder(claims)
 	out := make([]idem.Outcome, len(claims))
 	var scopes, ids []string
 	var fps [][]byte

@@ -1,9 +1,7 @@
 package idempg
 
 import (
-	"cmp"
 	"context"
-	"slices"
 
 	"github.com/idemhq/idem"
 	"github.com/jackc/pgx/v5"
@@ -91,7 +89,7 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Res
 // sendBatch runs the claims as one pipeline and fills out; answered[i] is false where
 // claimSQL did not answer (no visible row, or an expired row to take over).
 func (s *Store) sendBatch(ctx context.Context, claims []idem.Claim, out []idem.Result) ([]bool, error) {
-	order := keyOrder(claims)
+	order := idem.KeyOrder(claims)
 	// Each claim is its insert and its read; in the batch's implicit transaction the
 	// read sees the insert before it, so one round trip answers every claim.
 	b := &pgx.Batch{}
@@ -118,18 +116,4 @@ func (s *Store) sendBatch(ctx context.Context, claims []idem.Claim, out []idem.R
 		}
 	}
 	return answered, br.Close()
-}
-
-// keyOrder returns the indexes of claims in (scope, id) order, ties in the order
-// given: batches that share keys lock them in one order, so they cannot deadlock.
-func keyOrder(claims []idem.Claim) []int {
-	order := make([]int, len(claims))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		ka, kb := claims[a].Key, claims[b].Key
-		return cmp.Or(cmp.Compare(ka.Scope, kb.Scope), cmp.Compare(ka.ID, kb.ID))
-	})
-	return order
 }
