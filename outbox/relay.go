@@ -135,6 +135,9 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 		go r.listen(ctx, wake)
 	}
 	idle := r.cfg.PollInterval // the wait before the next unprompted round
+	if r.cfg.Notifier == nil {
+		idle = min(MinPollInterval, r.cfg.PollInterval) // start attentive; back off while idle
+	}
 	poll := time.NewTimer(idle)
 	defer poll.Stop()
 	cleanup := time.NewTicker(r.cfg.CleanupInterval)
