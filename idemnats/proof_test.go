@@ -7,6 +7,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/inbox/inboxtest"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestExactlyOnce: 10,000 messages through JetStream, each delivered at least twice
@@ -22,11 +23,21 @@ func TestExactlyOnce(t *testing.T) {
 // consumer doing the same INSERT (the headline figure).
 func BenchmarkInbox(b *testing.B) {
 	_, js := connect(b)
-	inboxtest.Bench(b, func(b *testing.B) inboxtest.BenchEnv {
+	inboxtest.Bench(b, benchEnv(js))
+}
+
+// BenchmarkInboxMySQL: the same on MySQL/MariaDB.
+func BenchmarkInboxMySQL(b *testing.B) {
+	_, js := connect(b)
+	inboxtest.BenchMySQL(b, benchEnv(js))
+}
+
+func benchEnv(js jetstream.JetStream) func(b *testing.B) inboxtest.BenchEnv {
+	return func(b *testing.B) inboxtest.BenchEnv {
 		stream, prefix := newStream(b, js)
 		sink := newSink(b, js, idemnats.SinkConfig{})
 		return inboxtest.BenchEnv{Topic: prefix + ".orders", Sink: sink, NewSource: func() (idem.Source, error) {
 			return idemnats.NewSource(context.Background(), js, idemnats.SourceConfig{Stream: stream, Durable: "bench"})
 		}}
-	})
+	}
 }

@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -31,23 +29,44 @@ type BenchEnv struct {
 // published beforehand (untimed) and reports msgs/s; compare the figures of one run.
 func Bench(b *testing.B, newEnv func(b *testing.B) BenchEnv) {
 	pool := testsvc.PostgresPool(b)
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
-		b.Fatal(err)
-	}
-	store, err := idempg.New(ctx, pool, idempg.Config{})
+	store, err := idempg.New(context.Background(), pool, idempg.Config{})
 	if err != nil {
 		b.Fatal(err)
+	}
+	benchDB(b, newEnv, idempg.TxDB(pool), store)
+}
+
+// BenchMySQL is Bench on MySQL/MariaDB, with idemmysql as the store.
+func BenchMySQL(b *testing.B, newEnv func(b *testing.B) BenchEnv) {
+	db := testsvc.MySQLDB(b)
+	store, err := idemmysql.New(context.Background(), db, idemmysql.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDB(b, newEnv, idem.SQLDBFor(idem.MySQL, db), store)
+}
+
+func benchDB[Tx any](b *testing.B, newEnv func(b *testing.B) BenchEnv, db idem.TxDB[Tx], store idem.TxStore[Tx]) {
+	ctx := context.Background()
+	if err := db.InTx(ctx, func(tx Tx) error {
+		_, err := db.Querier(tx).Exec(ctx, "CREATE TABLE ledger (msg_id VARCHAR(255) NOT NULL, amount BIGINT NOT NULL)")
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	insert := func(ctx context.Context, tx Tx, m idem.Message) error {
+		_, err := db.Querier(tx).Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, $2)", m.ID, len(m.Payload))
+		return err
 	}
 	for _, batch := range []int{1, 64} {
 		b.Run(fmt.Sprintf("plain/batch=%d", batch), func(b *testing.B) {
 			benchConsume(b, newEnv(b), func(src idem.Source, acks *atomic.Int64) func(context.Context) error {
-				return func(ctx context.Context) error { return plainConsumer(ctx, pool, src, batch) }
+				return func(ctx context.Context) error { return plainConsumer(ctx, db, insert, src, batch) }
 			})
 		})
 		b.Run(fmt.Sprintf("inbox/batch=%d", batch), func(b *testing.B) {
 			benchConsume(b, newEnv(b), func(src idem.Source, _ *atomic.Int64) func(context.Context) error {
-				c, err := inbox.New(ctx, src, idempg.TxDB(pool), store, insertLedger,
+				c, err := inbox.New(ctx, src, db, store, insert,
 					inbox.Config{Consumer: fmt.Sprintf("bench-%d", batch), BatchSize: batch, Logger: slog.New(slog.DiscardHandler)})
 				if err != nil {
 					b.Fatal(err)
@@ -58,22 +77,17 @@ func Bench(b *testing.B, newEnv func(b *testing.B) BenchEnv) {
 	}
 }
 
-func insertLedger(ctx context.Context, tx pgx.Tx, m idem.Message) error {
-	_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, $2)", m.ID, len(m.Payload))
-	return err
-}
-
-// plainConsumer is the baseline: receive, INSERT in a transaction, commit, ack. It
-// is at-least-once: a redelivery would insert again.
-func plainConsumer(ctx context.Context, pool *pgxpool.Pool, src idem.Source, batch int) error {
+// plainConsumer is the at-least-once baseline: each batch's inserts in one
+// transaction, then the acks; a redelivery would insert again.
+func plainConsumer[Tx any](ctx context.Context, db idem.TxDB[Tx], insert func(context.Context, Tx, idem.Message) error, src idem.Source, batch int) error {
 	for {
 		ds, err := src.Receive(ctx, batch)
 		if err != nil {
 			return err
 		}
-		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		err = db.InTx(ctx, func(tx Tx) error {
 			for _, d := range ds {
-				if err := insertLedger(ctx, tx, d.Message); err != nil {
+				if err := insert(ctx, tx, d.Message); err != nil {
 					return err
 				}
 			}
