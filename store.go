@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -126,4 +127,25 @@ func KeyOrder(claims []Claim) []int {
 		return cmp.Or(cmp.Compare(ka.Scope, kb.Scope), cmp.Compare(ka.ID, kb.ID))
 	})
 	return order
+}
+
+// FillRepeats sets the outcome of each claim that repeats an earlier key of its
+// batch (out[i] still zero), from the outcome of that key's first occurrence
+// first[key]: Replayed after an Acquired with the same fingerprint, Mismatch after
+// one with another, and the first's outcome otherwise. For TxRecorder
+// implementations.
+func FillRepeats(claims []Claim, out []Outcome, first map[Key]int) {
+	for i, c := range claims {
+		if out[i] != 0 {
+			continue
+		}
+		switch f := first[c.Key]; {
+		case out[f] == Acquired && bytes.Equal(c.Fingerprint, claims[f].Fingerprint):
+			out[i] = Replayed
+		case out[f] == Acquired:
+			out[i] = Mismatch
+		default:
+			out[i] = out[f]
+		}
+	}
 }

@@ -17,6 +17,7 @@ const nowUS = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6
 // queries are the store's statements with its table's names filled in.
 type queries struct {
 	insert, drawToken, nextToken, setToken, read, takeover string
+	record, recordTakeover                                 string
 	complete, release, renew, live                         string
 	sweep, newestToken, sweepTokens                        string
 }
@@ -34,6 +35,13 @@ func newQueries(table string) queries {
 		// clientFoundRows does to the affected-row count.
 		insert: r.Replace(`INSERT INTO {{t}} (scope, id, state, fingerprint, token, retention_us, created_us, expires_us)
 			VALUES (?, ?, 1, ?, 0, ?, {{now}}, {{now}} + ?) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)`),
+		// record inserts a key as completed, with a token drawn before the insert:
+		// a completed record has no holder to fence, and any later incarnation draws
+		// after it. A duplicate is locked and told apart as in insert.
+		record: r.Replace(`INSERT INTO {{t}} (scope, id, state, fingerprint, token, result, retention_us, created_us, expires_us)
+			VALUES (?, ?, 2, ?, ?, '', ?, {{now}}, {{now}} + ?) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)`),
+		recordTakeover: r.Replace(`UPDATE {{t}} SET state = 2, fingerprint = ?, token = ?, result = '', retention_us = ?,
+			created_us = {{now}}, expires_us = {{now}} + ? WHERE scope = ? AND id = ?`),
 		drawToken: r.Replace(`INSERT INTO {{tokens}} () VALUES ()`),
 		nextToken: "SELECT NEXTVAL(" + quote(table+"_token_seq") + ")",
 		setToken:  r.Replace(`UPDATE {{t}} SET token = ? WHERE scope = ? AND id = ?`),
@@ -265,3 +273,43 @@ func micros(d time.Duration) int64 {
 // tokenArg maps a token to the BIGINT column. Tokens above MaxInt64 were never
 // issued; they become negative, which no row holds, so they fence like any stranger.
 func tokenArg(token uint64) int64 { return int64(token) }
+
+// record records c's key as completed in tx, or answers the row that holds it: one
+// statement for a fresh key, where a claim and its completion take five.
+func (s *Store) record(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Outcome, error) {
+	c = c.WithDefaults()
+	fp := c.Fingerprint
+	if fp == nil {
+		fp = []byte{}
+	}
+	retention := micros(c.Retention)
+	for range maxAttempts {
+		token, err := s.draw(ctx, tx)
+		if err != nil {
+			return 0, err
+		}
+		r, err := tx.ExecContext(ctx, s.q.record, c.Key.Scope, c.Key.ID, fp, token, retention, retention)
+		if err != nil {
+			return 0, err
+		}
+		if existing, err := r.LastInsertId(); err != nil {
+			return 0, err
+		} else if existing == 0 {
+			return idem.Acquired, nil
+		}
+		res, st, err := s.existing(ctx, tx, c)
+		switch {
+		case err != nil:
+			return 0, err
+		case st == rowGone:
+			continue
+		case st == rowLive:
+			return res.Outcome, nil
+		}
+		if _, err := exec(ctx, tx, s.q.recordTakeover, fp, token, retention, retention, c.Key.Scope, c.Key.ID); err != nil {
+			return 0, err
+		}
+		return idem.Acquired, nil
+	}
+	return 0, errChurn
+}

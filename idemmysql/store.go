@@ -89,6 +89,8 @@ var (
 	_ idem.Sweeper          = (*Store)(nil)
 	_ idem.Renewer          = (*Store)(nil)
 	_ idem.BatchClaimer     = (*Store)(nil)
+
+	_ idem.TxRecorder[*sql.Tx] = (*Store)(nil)
 )
 
 // Open connects to the database of a mysql://user:password@host:3306/database URL
@@ -441,6 +443,38 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Res
 	}
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// RecordTx implements idem.TxRecorder: each fresh key is one statement in tx, which
+// records it as completed (the inbox's path when its handler runs in the same
+// transaction). Keys run in (scope, id) order; a key repeated within claims is
+// Acquired once, then Replayed (or Mismatch, for another fingerprint).
+func (s *Store) RecordTx(ctx context.Context, tx *sql.Tx, claims []idem.Claim) ([]idem.Outcome, error) {
+	start := s.m.Start()
+	if tx == nil {
+		return nil, errNilTx
+	}
+	if err := idem.CheckBatch(ctx, claims); err != nil {
+		return nil, err
+	}
+	out := make([]idem.Outcome, len(claims))
+	first := map[idem.Key]int{}
+	for _, i := range idem.KeyOrder(claims) {
+		if _, dup := first[claims[i].Key]; dup {
+			continue
+		}
+		first[claims[i].Key] = i
+		o, err := s.record(ctx, tx, claims[i])
+		if err != nil {
+			return nil, backendErr(ctx, "record", err)
+		}
+		out[i] = o
+	}
+	idem.FillRepeats(claims, out, first)
+	for i, c := range claims {
+		s.m.Claim(c.Key.Scope, out[i], nil, start)
 	}
 	return out, nil
 }

@@ -1,7 +1,6 @@
 package idempg
 
 import (
-	"bytes"
 	"context"
 	"strings"
 
@@ -100,18 +99,7 @@ func (s *core[Tx]) RecordTx(ctx context.Context, tx Tx, claims []idem.Claim) ([]
 		}
 		out[i] = o
 	}
-	for i, c := range claims {
-		if out[i] == 0 { // a repeat within the batch: its first occurrence decides
-			switch o := out[first[c.Key]]; {
-			case o == idem.Acquired && bytes.Equal(c.Fingerprint, claims[first[c.Key]].Fingerprint):
-				out[i] = idem.Replayed
-			case o == idem.Acquired:
-				out[i] = idem.Mismatch
-			default:
-				out[i] = o
-			}
-		}
-	}
+	idem.FillRepeats(claims, out, first) // a repeat within the batch: its first occurrence decides
 	for i, c := range claims {
 		s.m.Claim(c.Key.Scope, out[i], nil, start)
 	}
