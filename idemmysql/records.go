@@ -17,7 +17,7 @@ const nowUS = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6
 // queries are the store's statements with its table's names filled in.
 type queries struct {
 	insert, drawToken, nextToken, setToken, read, takeover string
-	record, recordTakeover                                 string
+	record, recordTakeover, callClaim                      string
 	complete, release, renew, live                         string
 	sweep, newestToken, sweepTokens                        string
 }
@@ -42,6 +42,7 @@ func newQueries(table string) queries {
 			VALUES (?, ?, 2, ?, ?, '', ?, {{now}}, {{now}} + ?) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)`),
 		recordTakeover: r.Replace(`UPDATE {{t}} SET state = 2, fingerprint = ?, token = ?, result = '', retention_us = ?,
 			created_us = {{now}}, expires_us = {{now}} + ? WHERE scope = ? AND id = ?`),
+		callClaim: "CALL " + quote(table+"_claim") + "(?, ?, ?, ?, ?)",
 		drawToken: r.Replace(`INSERT INTO {{tokens}} () VALUES ()`),
 		nextToken: "SELECT NEXTVAL(" + quote(table+"_token_seq") + ")",
 		setToken:  r.Replace(`UPDATE {{t}} SET token = ? WHERE scope = ? AND id = ?`),

@@ -212,16 +212,16 @@ func lock(ctx context.Context, d idem.Dialect, q idem.Querier) error {
 }
 
 // execScript runs a migration file. MySQL's driver runs one statement per call
-// unless the DSN sets multiStatements, so there the file is split at the semicolons
-// that end a line (idem's MySQL migrations have no procedure bodies). MySQL also
-// commits DDL on its own: a migration interrupted there is applied again, which its
-// IF NOT EXISTS statements allow.
+// unless the DSN sets multiStatements, so there the file is split into statements
+// as the mysql client splits it (Statements). MySQL also commits DDL on its own: a
+// migration interrupted there is applied again, which its IF NOT EXISTS and OR
+// REPLACE statements allow.
 func execScript(ctx context.Context, d idem.Dialect, q idem.Querier, script string) error {
 	if d != idem.MySQL {
 		_, err := q.Exec(ctx, script)
 		return err
 	}
-	for _, stmt := range splitStatements(script) {
+	for _, stmt := range Statements(script) {
 		if _, err := q.Exec(ctx, stmt); err != nil {
 			return err
 		}
@@ -229,19 +229,26 @@ func execScript(ctx context.Context, d idem.Dialect, q idem.Querier, script stri
 	return nil
 }
 
-// splitStatements splits a script at semicolons that end a line, dropping comment
-// lines and empty statements.
-func splitStatements(script string) []string {
+// Statements splits a MySQL script into its statements as the mysql client does: at
+// the delimiter (";" until a DELIMITER line changes it) that ends a line. Comment
+// lines and empty statements are dropped. For tools that send a printed script one
+// statement at a time.
+func Statements(script string) []string {
 	var out []string
 	var cur strings.Builder
+	delim := ";"
 	for _, line := range strings.Split(script, "\n") {
 		t := strings.TrimSpace(line)
-		if strings.HasPrefix(t, "--") {
+		switch {
+		case strings.HasPrefix(t, "--") && cur.Len() == 0:
+			continue
+		case strings.HasPrefix(strings.ToUpper(t), "DELIMITER "):
+			delim = strings.TrimSpace(t[len("DELIMITER "):])
 			continue
 		}
 		cur.WriteString(line + "\n")
-		if strings.HasSuffix(t, ";") {
-			if stmt := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(cur.String()), ";")); stmt != "" {
+		if strings.HasSuffix(t, delim) {
+			if stmt := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(cur.String()), delim)); stmt != "" {
 				out = append(out, stmt)
 			}
 			cur.Reset()

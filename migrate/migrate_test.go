@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -86,16 +85,7 @@ func execScript(t *testing.T, d idem.Dialect, db idem.TxDB[*sql.Tx], script stri
 	if d != idem.MySQL {
 		return exec(t, db, script)
 	}
-	for _, stmt := range strings.Split(script, ";\n") {
-		var lines []string
-		for _, l := range strings.Split(stmt, "\n") {
-			if !strings.HasPrefix(strings.TrimSpace(l), "--") {
-				lines = append(lines, l)
-			}
-		}
-		if stmt = strings.TrimSpace(strings.Join(lines, "\n")); stmt == "" {
-			continue
-		}
+	for _, stmt := range migrate.Statements(script) {
 		if err := exec(t, db, stmt); err != nil {
 			return fmt.Errorf("%w in %s", err, stmt)
 		}
