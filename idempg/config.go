@@ -1,8 +1,8 @@
 package idempg
 
 import (
+	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/migrate"
@@ -14,12 +14,6 @@ const (
 	DefaultTable      = "idem_records"
 	DefaultSweepBatch = 10_000
 )
-
-// maxTableLen leaves room for the longest derived name (Table+"_expires_at_idx")
-// within Postgres's 63-byte identifier limit, so no name is silently truncated.
-const maxTableLen = migrate.MaxNameLen
-
-var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 // Config configures a Store or SQLStore. The zero value is ready to use.
 type Config struct {
@@ -54,10 +48,13 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.SweepBatch == 0 {
 		cfg.SweepBatch = DefaultSweepBatch
 	}
-	if !tableRE.MatchString(cfg.Table) || len(cfg.Table) > maxTableLen {
-		return cfg, &idem.InputError{Field: "idempg.Config.Table",
-			Reason: fmt.Sprintf("%q is not a lowercase SQL identifier of at most %d bytes", cfg.Table, maxTableLen),
-			Fix:    "use a-z, 0-9 and _, starting with a letter or _; choose the schema with the connection's search_path"}
+	// The name rules are the migrations' (package migrate), which create the table.
+	if _, err := migrate.Steps(idem.Postgres, migrate.Records(cfg.Table)); err != nil {
+		var ie *idem.InputError
+		if errors.As(err, &ie) {
+			return cfg, &idem.InputError{Field: "idempg.Config.Table", Reason: ie.Reason, Fix: ie.Fix}
+		}
+		return cfg, err
 	}
 	if cfg.SweepBatch < 0 {
 		return cfg, &idem.InputError{Field: "idempg.Config.SweepBatch",

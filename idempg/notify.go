@@ -3,6 +3,7 @@ package idempg
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"sync"
 	"time"
 
@@ -47,6 +48,9 @@ type Notifier struct {
 	conn *pgx.Conn  // nil until the first Wait, and after a connection error
 }
 
+// channelRE is what a channel name may be: a lowercase identifier.
+var channelRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
 // NewNotifier returns a Notifier listening on channel (DefaultChannel if empty) with
 // a connection from pool. It connects on the first Listen or Wait. The channel must
 // be a lowercase identifier (a-z, 0-9, _) of at most 63 bytes, so that NOTIFY channel
@@ -61,7 +65,7 @@ func NewNotifier(pool *pgxpool.Pool, channel string) *Notifier {
 	switch {
 	case pool == nil:
 		n.invalid = &idem.InputError{Field: "pool", Reason: "is nil", Fix: "pass the pgxpool.Pool the outbox uses"}
-	case !tableRE.MatchString(channel) || len(channel) > 63:
+	case !channelRE.MatchString(channel) || len(channel) > 63:
 		n.invalid = &idem.InputError{Field: "channel", Reason: fmt.Sprintf("%q is not a lowercase identifier of at most 63 bytes", channel),
 			Fix: `use a-z, 0-9 and _, starting with a letter or _ (or "" for "idem_outbox")`}
 	}

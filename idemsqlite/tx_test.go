@@ -1,6 +1,7 @@
 package idemsqlite_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"path/filepath"
@@ -10,10 +11,9 @@ import (
 	"github.com/idemhq/idem/idemsqlite"
 )
 
-// A token handed out in a transaction that rolled back is never issued again, so its
-// holder cannot complete a later incarnation of the key.
-func TestRolledBackTokenIsNotReissued(t *testing.T) {
-	t.Parallel()
+// claimInTx opens a store and claims the key s/k in a transaction left open.
+func claimInTx(t *testing.T) (*idemsqlite.Store, context.Context, idem.Key, *sql.Tx, idem.Result) {
+	t.Helper()
 	s, _ := openStore(t, idemsqlite.Config{})
 	ctx := ctxFor(t)
 	k := idem.Key{Scope: "s", ID: "k"}
@@ -21,10 +21,18 @@ func TestRolledBackTokenIsNotReissued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := s.ClaimTx(ctx, tx, idem.Claim{Key: k})
-	if err != nil || first.Outcome != idem.Acquired {
-		t.Fatalf("ClaimTx = %v, %v", first.Outcome, err)
+	res, err := s.ClaimTx(ctx, tx, idem.Claim{Key: k})
+	if err != nil || res.Outcome != idem.Acquired {
+		t.Fatalf("ClaimTx = %v, %v", res.Outcome, err)
 	}
+	return s, ctx, k, tx, res
+}
+
+// A token handed out in a transaction that rolled back is never issued again, so its
+// holder cannot complete a later incarnation of the key.
+func TestRolledBackTokenIsNotReissued(t *testing.T) {
+	t.Parallel()
+	s, ctx, k, tx, first := claimInTx(t)
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
@@ -43,17 +51,7 @@ func TestRolledBackTokenIsNotReissued(t *testing.T) {
 // The writer and transactions on Store.DB() see each other's commits.
 func TestTxAndWriterShareRecords(t *testing.T) {
 	t.Parallel()
-	s, _ := openStore(t, idemsqlite.Config{})
-	ctx := ctxFor(t)
-	k := idem.Key{Scope: "s", ID: "k"}
-	tx, err := s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := s.ClaimTx(ctx, tx, idem.Claim{Key: k})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ctx, k, tx, res := claimInTx(t)
 	if err := s.CompleteTx(ctx, tx, k, res.Token, []byte("in tx")); err != nil {
 		t.Fatal(err)
 	}

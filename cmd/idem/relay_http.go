@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // health decides /healthz: the relay is healthy while its database answered a ping,
@@ -102,21 +103,14 @@ func (h *health) check() (bool, string) {
 
 // pingEvery pings the database every interval until ctx ends.
 func (h *health) pingEvery(ctx context.Context, interval time.Duration, ping func(context.Context) error) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			pctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
-			err := ping(pctx)
-			cancel()
-			if ctx.Err() == nil {
-				h.pinged(err)
-			}
+	wait.Every(ctx, interval, func() {
+		pctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+		err := ping(pctx)
+		cancel()
+		if ctx.Err() == nil {
+			h.pinged(err)
 		}
-	}
+	})
 }
 
 // trackedSink reports each publication's outcome to health.
