@@ -75,7 +75,7 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.StringVar(&o.broker, "broker", envOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams) or amqp://user:pass@host:5672/  [$IDEM_BROKER]")
 	fs.BoolVar(&o.unsafe, "unsafe", false, "turn idem's protection off (plain at-least-once): the negative control, expected to fail")
 	fs.BoolVar(&o.asJSON, "json", false, "write the report as JSON instead of a table")
-	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived is lost")
+	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived by then is counted lost, and the report says the run did not settle")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's database (temporary SQLite file, Postgres schema or MySQL database) for inspection")
 	fs.BoolVar(&o.verbose, "v", false, "log the warnings of relays and consumers (many, under faults) to stderr")
 	return fs, o

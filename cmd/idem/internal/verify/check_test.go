@@ -38,18 +38,22 @@ func TestReportVerdict(t *testing.T) {
 	t.Parallel()
 	yes, no := true, false
 	for _, tc := range []struct {
-		name string
-		rows []Row
-		ok   bool
-		says string
+		name      string
+		rows      []Row
+		unsettled int
+		ok        bool
+		says      string
 	}{
-		{"no rows", nil, false, "no boundary checked"},
-		{"exact", []Row{{Boundary: BoundaryInbox, EffectsApplied: 3, LateDuplicates: 1, BalanceOK: &yes}}, true, "OK: nothing lost, nothing doubled"},
-		{"lost", []Row{{Boundary: BoundaryRelay, Lost: 2}}, false, BoundaryRelay + " lost 2"},
-		{"doubled", []Row{{Boundary: BoundaryHTTP, DuplicatedEffects: 1}}, false, BoundaryHTTP + " doubled 1"},
-		{"balance", []Row{{Boundary: BoundaryInbox, BalanceOK: &no}}, false, BoundaryInbox + " balance wrong"},
+		{"no rows", nil, 0, false, "no boundary checked"},
+		{"exact", []Row{{Boundary: BoundaryInbox, EffectsApplied: 3, LateDuplicates: 1, BalanceOK: &yes}}, 0, true, "OK: nothing lost, nothing doubled"},
+		{"lost", []Row{{Boundary: BoundaryRelay, Lost: 2}}, 0, false, BoundaryRelay + " lost 2"},
+		{"doubled", []Row{{Boundary: BoundaryHTTP, DuplicatedEffects: 1}}, 0, false, BoundaryHTTP + " doubled 1"},
+		{"balance", []Row{{Boundary: BoundaryInbox, BalanceOK: &no}}, 0, false, BoundaryInbox + " balance wrong"},
+		// A run that timed out says so, beside the effects it counts as lost.
+		{"unsettled", []Row{{Boundary: BoundaryPayment, Lost: 3}}, 3, false, "did not settle in time, 3 step(s) pending"},
+		{"unsettled note", []Row{{Boundary: BoundaryPayment, Lost: 3}}, 3, false, "run again with a longer --timeout"},
 	} {
-		r := &Report{Rows: tc.rows, Faults: map[string]int{}}
+		r := &Report{Rows: tc.rows, Unsettled: tc.unsettled, Faults: map[string]int{}}
 		var out bytes.Buffer
 		if err := r.WriteTable(&out); err != nil {
 			t.Fatal(err)

@@ -197,13 +197,22 @@ func (f *Flow) Run(ctx context.Context) (*Report, error) {
 
 	intents := r.intents()
 	r.placeAll(ctx, url, intents)
-	if r.settle(ctx, start) && f.Clock != nil && f.FaultRate > 0 && ctx.Err() == nil {
+	settled := r.settle(ctx, start)
+	if settled && f.Clock != nil && f.FaultRate > 0 && ctx.Err() == nil {
 		r.retryLate(ctx, url, intents)
-		r.settle(ctx, time.Now())
+		settled = r.settle(ctx, time.Now())
 	}
 	elapsed := time.Since(start)
+	unsettled := 0
+	if !settled {
+		unsettled, _ = r.pending(context.WithoutCancel(ctx)) // before stop, so the count is of this moment
+	}
 	stop()
-	return r.report(ctx, intents, elapsed)
+	rep, err := r.report(ctx, intents, elapsed)
+	if rep != nil {
+		rep.Unsettled = unsettled
+	}
+	return rep, err
 }
 
 // newRun checks f, applies its defaults and sets up the run's tables and outbox.

@@ -50,11 +50,19 @@ type Report struct {
 	Balance     int64          `json:"balance"`
 	OrderSum    int64          `json:"order_sum"`
 	DeadLetters int            `json:"dead_letters"`
-	Elapsed     time.Duration  `json:"elapsed_ns"`
+	// Unsettled counts what was still on its way when the flow did not settle within
+	// Flow.Timeout: orders unpublished, unapplied, unpaid or unshown, each step once.
+	// The "lost" counts include them; a longer timeout tells a slow machine from a
+	// loss.
+	Unsettled int           `json:"unsettled,omitempty"`
+	Elapsed   time.Duration `json:"elapsed_ns"`
 }
 
 // OK reports whether every boundary kept its promise.
 func (r *Report) OK() bool {
+	if r.Unsettled > 0 {
+		return false
+	}
 	for _, row := range r.Rows {
 		if !row.OK() {
 			return false
@@ -130,6 +138,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.DeadLetters > 0 {
 		notes = append(notes, fmt.Sprintf("%d message(s) in the dead-letter table", r.DeadLetters))
 	}
+	if r.Unsettled > 0 {
+		notes = append(notes, fmt.Sprintf("the flow did not settle within the timeout: %d step(s) of orders (publish, apply, pay, show) were still pending "+
+			"and count as lost above; on a slow or loaded machine, run again with a longer --timeout", r.Unsettled))
+	}
 	for _, n := range notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
@@ -152,6 +164,9 @@ func (r *Report) late() int {
 
 func (r *Report) failures() []string {
 	var out []string
+	if r.Unsettled > 0 {
+		out = append(out, fmt.Sprintf("did not settle in time, %d step(s) pending", r.Unsettled))
+	}
 	for _, row := range r.Rows {
 		if row.Lost > 0 {
 			out = append(out, fmt.Sprintf("%s lost %d", row.Boundary, row.Lost))
