@@ -86,6 +86,11 @@ func rows(t *testing.T, r *verify.Report) map[string]verify.Row {
 // checkHolds asserts a run that kept the guarantee under faults at every boundary.
 func checkHolds(t *testing.T, r *verify.Report, err error, ops int) {
 	t.Helper()
+	if err == nil && r.Unsettled > 0 {
+		// Not a loss shown, nor one ruled out: the run ran out of time first.
+		t.Fatalf("verify did not settle within its timeout (%d steps pending, %.0f s): the machine is too slow for this run, "+
+			"or something is stuck\n%+v", r.Unsettled, r.Elapsed.Seconds(), r)
+	}
 	if err != nil || !r.OK() {
 		t.Fatalf("verify failed: %v\n%+v", err, r)
 	}
