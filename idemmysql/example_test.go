@@ -2,36 +2,14 @@ package idemmysql_test
 
 import (
 	"context"
-	"fmt"
 	"log"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmysql"
 )
 
-// A store on MySQL or MariaDB, claimed and completed like any idem.Store. (Not run by
-// go test: it needs a server.)
-func ExampleOpen() {
-	ctx := context.Background()
-	store, err := idemmysql.Open(ctx, "mysql://app:secret@127.0.0.1:3306/shop", idemmysql.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer store.Close()
-	k := idem.Key{Scope: "payments", ID: "order-42"}
-	res, err := store.Claim(ctx, idem.Claim{Key: k})
-	if err != nil {
-		log.Fatal(err)
-	}
-	if res.Outcome == idem.Acquired {
-		// ... charge the card ...
-		err = store.Complete(ctx, k, res.Token, []byte("charged"))
-	}
-	fmt.Println(res.Outcome, err)
-}
-
 // The key recorded in the business transaction: the order row and its key commit
-// together, or neither does.
+// together, or neither does. (Not run by go test: it needs a server.)
 func ExampleStore_ClaimTx() {
 	ctx := context.Background()
 	store, err := idemmysql.Open(ctx, "mysql://app:secret@127.0.0.1:3306/shop", idemmysql.Config{})

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
@@ -94,6 +93,29 @@ func ledger(t *testing.T, db *sql.DB) (rows, distinct int, sum int64) {
 	return rows, distinct, sum
 }
 
+// publishOrders publishes orders 0..n-1 to fb, each copies times in a row.
+func publishOrders(fb *fakeBroker, n, copies int) {
+	for i := range n {
+		for range copies {
+			fb.Publish(context.Background(), order(i))
+		}
+	}
+}
+
+// exactLedger fails t unless the ledger holds orders 0..n-1, each once.
+func exactLedger(t *testing.T, db *sql.DB, n int, when string) {
+	t.Helper()
+	rows, distinct, sum := ledger(t, db)
+	checkLedger(t, rows, distinct, sum, n, when)
+}
+
+func checkLedger(t *testing.T, rows, distinct int, sum int64, n int, when string) {
+	t.Helper()
+	if rows != n || distinct != n || sum != int64(n*(n+1)/2) {
+		t.Fatalf("%s: ledger has %d rows (%d distinct), sum %d; want %d rows, sum %d", when, rows, distinct, sum, n, n*(n+1)/2)
+	}
+}
+
 func newConsumer(t *testing.T, b bundle, src idem.Source, h inbox.Handler[*sql.Tx], cfg inbox.Config) *inbox.Consumer[*sql.Tx] {
 	t.Helper()
 	if cfg.Consumer == "" {
@@ -145,17 +167,12 @@ func TestDuplicatesAppliedOnce(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			c := newConsumer(t, b, fb, credit, inbox.Config{Consumer: fmt.Sprintf("ledger-%d", batch), BatchSize: batch, Registerer: reg})
 			const n = 100
-			for i := 0; i < n; i++ { // every message published three times
-				fb.Publish(context.Background(), order(i), order(i), order(i))
-			}
+			publishOrders(fb, n, 3) // every message published three times
 			if _, err := b.db.Exec("DELETE FROM ledger"); err != nil {
 				t.Fatal(err)
 			}
 			drain(t, c, fb)
-			rows, distinct, sum := ledger(t, b.db)
-			if rows != n || distinct != n || sum != n*(n+1)/2 {
-				t.Fatalf("batch %d: ledger has %d rows (%d distinct), sum %d; want %d rows, sum %d", batch, rows, distinct, sum, n, n*(n+1)/2)
-			}
+			exactLedger(t, b.db, n, fmt.Sprintf("batch %d", batch))
 			dups := idemtest.MetricValue(t, reg, "idem_duplicates_total", map[string]string{"backend": "inbox", "scope": fmt.Sprintf("ledger-%d", batch)})
 			if dups != 2*n {
 				t.Errorf("batch %d: idem_duplicates_total = %v, want %d", batch, dups, 2*n)
@@ -169,9 +186,7 @@ func TestLostAcksAndCrashesAtEachStep(t *testing.T) {
 	forEachDB(t, func(t *testing.T, b bundle) {
 		const n = 60
 		fb := newFakeBroker()
-		for i := 0; i < n; i++ {
-			fb.Publish(context.Background(), order(i))
-		}
+		publishOrders(fb, n, 1)
 		// Each of the first deliveries dies at another point: before the handler's write,
 		// after it but before COMMIT (the ctx is cancelled, the commit fails), and after
 		// COMMIT before the ack (the ack is lost).
@@ -191,10 +206,7 @@ func TestLostAcksAndCrashesAtEachStep(t *testing.T) {
 		fb.loseAcks = n / 2
 		c := newConsumer(t, b, fb, crashy, inbox.Config{MaxAttempts: 100})
 		drain(t, c, fb)
-		rows, distinct, sum := ledger(t, b.db)
-		if rows != n || distinct != n || sum != n*(n+1)/2 {
-			t.Fatalf("ledger has %d rows (%d distinct), sum %d; want %d rows, sum %d", rows, distinct, sum, n, n*(n+1)/2)
-		}
+		exactLedger(t, b.db, n, "after the crashes")
 	})
 }
 
@@ -206,9 +218,7 @@ func TestKilledMidBatch(t *testing.T) {
 	forEachDB(t, func(t *testing.T, b bundle) {
 		const n = 50
 		fb := newFakeBroker()
-		for i := 0; i < n; i++ {
-			fb.Publish(context.Background(), order(i))
-		}
+		publishOrders(fb, n, 1)
 		ctx, kill := context.WithCancel(context.Background())
 		var seen atomic.Int64
 		h := func(hctx context.Context, tx *sql.Tx, m idem.Message) error {
@@ -226,10 +236,7 @@ func TestKilledMidBatch(t *testing.T) {
 		}
 		second := newConsumer(t, b, fb, credit, inbox.Config{BatchSize: 10})
 		drain(t, second, fb)
-		rows, distinct, sum := ledger(t, b.db)
-		if rows != n || distinct != n || sum != n*(n+1)/2 {
-			t.Fatalf("after the restart the ledger has %d rows (%d distinct), sum %d; want %d, sum %d", rows, distinct, sum, n, n*(n+1)/2)
-		}
+		exactLedger(t, b.db, n, "after the restart")
 	})
 }
 

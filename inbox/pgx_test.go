@@ -56,7 +56,5 @@ func TestPgx(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT COUNT(*), COUNT(DISTINCT msg_id), COALESCE(SUM(amount), 0) FROM ledger").Scan(&rows, &distinct, &sum); err != nil {
 		t.Fatal(err)
 	}
-	if rows != n || distinct != n || sum != n*(n+1)/2 {
-		t.Fatalf("ledger has %d rows (%d distinct), sum %d; want %d, sum %d", rows, distinct, sum, n, n*(n+1)/2)
-	}
+	checkLedger(t, rows, distinct, sum, n, "on pgx")
 }
