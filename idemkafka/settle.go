@@ -39,18 +39,12 @@ var _ idem.Settler = (*settler)(nil)
 // inbox recognises by its ID. Acking twice is harmless; Ack of a revoked partition's
 // record returns ErrRevoked.
 func (st *settler) Ack(context.Context) error {
-	s := st.src
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := st.e
-	switch {
-	case !e.part.owned:
-		return ErrRevoked
-	case e.state == stateAcked:
+	return st.locked(func(s *Source, e *entry) error {
+		if e.state != stateAcked {
+			e.part.ack(e)
+		}
 		return nil
-	}
-	e.part.ack(e)
-	return nil
+	})
 }
 
 // Nak hands the record back for redelivery by this source's Receive after delay
@@ -59,23 +53,31 @@ func (st *settler) Ack(context.Context) error {
 // Nak of an earlier delivery of a record that was redelivered since, or of a
 // record already waiting, does nothing; Nak after Ack returns ErrAcked.
 func (st *settler) Nak(_ context.Context, delay time.Duration) error {
+	return st.locked(func(s *Source, e *entry) error {
+		switch {
+		case e.state == stateAcked:
+			return ErrAcked
+		case e.state == stateWaiting || e.deliveries != st.delivery:
+			return nil
+		}
+		e.state = stateWaiting
+		e.due = time.Now().Add(max(delay, 0))
+		heap.Push(&s.naks, e)
+		s.wake()
+		return nil
+	})
+}
+
+// locked runs fn on the delivery's record under the source's lock, or returns
+// ErrRevoked when its partition was revoked.
+func (st *settler) locked(fn func(s *Source, e *entry) error) error {
 	s := st.src
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := st.e
-	switch {
-	case !e.part.owned:
+	if !st.e.part.owned {
 		return ErrRevoked
-	case e.state == stateAcked:
-		return ErrAcked
-	case e.state == stateWaiting || e.deliveries != st.delivery:
-		return nil
 	}
-	e.state = stateWaiting
-	e.due = time.Now().Add(max(delay, 0))
-	heap.Push(&s.naks, e)
-	s.wake()
-	return nil
+	return fn(s, st.e)
 }
 
 // Offset returns where a delivery of a Source sits in Kafka, for the inbox's
