@@ -75,6 +75,14 @@ func (p *payments) count(order string) int {
 	return p.charges[order]
 }
 
+// wantCharged fails t unless order was charged n times.
+func (p *payments) wantCharged(t *testing.T, order string, n int) {
+	t.Helper()
+	if c := p.count(order); c != n {
+		t.Errorf("%s charged %d times, want %d", order, c, n)
+	}
+}
+
 // happened answers a reconcile: the charge id made under the outbound key that a
 // call under the derived key sends.
 func (p *payments) happened(derived string) (string, bool) {
@@ -164,9 +172,7 @@ func TestRetryReturnsTheStoredResult(t *testing.T) {
 		if err != nil || string(again) != string(first) {
 			t.Fatalf("retry: %q, %v; want the stored %q", again, err, first)
 		}
-		if n := p.count("order-1"); n != 1 {
-			t.Fatalf("charges = %d", n)
-		}
+		p.wantCharged(t, "order-1", 1)
 	})
 }
 
@@ -195,9 +201,7 @@ func TestCrashesChargeOnce(t *testing.T) {
 			t.Fatalf("Recover = %d, %v; want both effects completed", n, err)
 		}
 		for _, order := range []string{"order-a", "order-b"} {
-			if c := p.count(order); c != 1 {
-				t.Errorf("%s charged %d times, want 1", order, c)
-			}
+			p.wantCharged(t, order, 1)
 			if fx, ok, err := f.Get(ctx, order, "charge"); err != nil || !ok || fx.State != effect.StateComplete || fx.Token != 2 {
 				t.Errorf("%s: %+v, %v, %v; want complete under token 2", order, fx, ok, err)
 			}
@@ -225,9 +229,7 @@ func TestCrashesChargeOnce(t *testing.T) {
 		if err := <-late; !errors.Is(err, idem.ErrLeaseLost) {
 			t.Fatalf("the paused worker's late COMPLETE: %v, want ErrLeaseLost", err)
 		}
-		if c := p.count("order-c"); c != 1 {
-			t.Fatalf("order-c charged %d times, want 1", c)
-		}
+		p.wantCharged(t, "order-c", 1)
 	})
 }
 
@@ -253,9 +255,7 @@ func TestReconcileForDownstreamsWithoutKeys(t *testing.T) {
 			if _, err := f.Do(ctx, tc.order, "charge", p.charge(tc.order)); err != nil {
 				t.Fatal(err)
 			}
-			if c := p.count(tc.order); c != tc.want {
-				t.Errorf("%s: charged %d times, want %d", tc.order, c, tc.want)
-			}
+			p.wantCharged(t, tc.order, tc.want)
 		}
 	})
 }
@@ -411,9 +411,7 @@ func TestLineageFromRequestToDownstream(t *testing.T) {
 		if code, err := send(); err != nil || code != http.StatusCreated {
 			t.Fatalf("retry: %d, %v", code, err)
 		}
-		if n := p.count("o-7"); n != 1 {
-			t.Fatalf("charged %d times, want 1", n)
-		}
+		p.wantCharged(t, "o-7", 1)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if len(p.byKey) != 1 {
