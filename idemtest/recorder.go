@@ -17,14 +17,10 @@ func recorderOf[Tx any](t *testing.T, env TxEnv[Tx]) interface {
 	idem.Store
 } {
 	t.Helper()
-	r, ok := env.Store.(interface {
+	return optional[interface {
 		idem.TxRecorder[Tx]
 		idem.Store
-	})
-	if !ok {
-		t.Skip("store has no TxRecorder")
-	}
-	return r
+	}](t, env.Store)
 }
 
 // recordIn runs RecordTx in a transaction of env, committed if commit is set.

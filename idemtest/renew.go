@@ -31,11 +31,19 @@ var renewTests = []struct {
 // renewer returns s as an idem.Renewer, skipping the test for stores without Renew.
 func renewer(t *testing.T, s idem.Store) idem.Renewer {
 	t.Helper()
-	r, ok := s.(idem.Renewer)
+	return optional[idem.Renewer](t, s)
+}
+
+// optional returns s as the optional interface I, or skips the test for a store
+// that does not implement it.
+func optional[I any](t *testing.T, s any) I {
+	t.Helper()
+	i, ok := s.(I)
 	if !ok {
-		t.Skipf("%T does not implement idem.Renewer", s)
+		var zero *I
+		t.Skipf("%T does not implement %T", s, zero)
 	}
-	return r
+	return i
 }
 
 // A holder that renews keeps its key after its first lease would have ended, and
