@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,8 +41,7 @@ func optional[I any](t *testing.T, s any) I {
 	t.Helper()
 	i, ok := s.(I)
 	if !ok {
-		var zero *I
-		t.Skipf("%T does not implement %T", s, zero)
+		t.Skipf("%T does not implement %v", s, reflect.TypeFor[I]())
 	}
 	return i
 }
