@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"time"
 )
 
 var (
@@ -153,3 +155,29 @@ func IsSerializationFailure(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "Error 1213 (40001)") || strings.Contains(msg, "Error 1213: ")
 }
+
+// RetrySerializationFailures runs attempt again while it fails with an error
+// IsSerializationFailure recognises, after a short random pause (a millisecond at
+// first, doubling to 100 ms, so the transactions a deadlock chose between do not
+// meet again at once), at most 12 times in all. attempt should run one whole
+// transaction; the last error is returned.
+func RetrySerializationFailures(ctx context.Context, attempt func() error) error {
+	pause := time.Millisecond
+	for run := 1; ; run++ {
+		err := attempt()
+		if run == maxSerializationRuns || !IsSerializationFailure(err) {
+			return err
+		}
+		t := time.NewTimer(pause/2 + rand.N(pause))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
+// maxSerializationRuns bounds RetrySerializationFailures.
+const maxSerializationRuns = 12

@@ -1,6 +1,9 @@
 package idem_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -26,5 +29,45 @@ func TestRebind(t *testing.T) {
 		if got != tc.want || !slices.Equal(args, tc.wantArgs) && len(args)+len(tc.wantArgs) > 0 {
 			t.Errorf("Rebind(%q, %v) = %q, %v; want %q, %v", tc.in, tc.args, got, args, tc.want, tc.wantArgs)
 		}
+	}
+}
+
+type stateErr string
+
+func (e stateErr) Error() string    { return "state " + string(e) }
+func (e stateErr) SQLState() string { return string(e) }
+
+// A transaction rolled back for a deadlock runs again; any other error, or the
+// caller's cancellation, ends the retries; the runs are bounded.
+func TestRetrySerializationFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	runs := 0
+	err := idem.RetrySerializationFailures(ctx, func() error {
+		if runs++; runs < 3 {
+			return stateErr("40001")
+		}
+		return nil
+	})
+	if err != nil || runs != 3 {
+		t.Fatalf("after two deadlocks: %v after %d runs, want success on the third", err, runs)
+	}
+	runs = 0
+	other := errors.New("constraint violated")
+	if err := idem.RetrySerializationFailures(ctx, func() error { runs++; return other }); err != other || runs != 1 {
+		t.Fatalf("another error: %v after %d runs, want it back after one", err, runs)
+	}
+	runs = 0
+	if err := idem.RetrySerializationFailures(ctx, func() error { runs++; return fmt.Errorf("x: %w", stateErr("40P01")) }); err == nil || runs != 12 {
+		t.Fatalf("deadlocked every time: %v after %d runs, want the error after 12", err, runs)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	runs = 0
+	if err := idem.RetrySerializationFailures(cctx, func() error { runs++; return stateErr("40001") }); err == nil || runs != 1 {
+		t.Fatalf("cancelled: %v after %d runs, want one run", err, runs)
+	}
+	if !idem.IsSerializationFailure(errors.New("Error 1213 (40001): Deadlock found when trying to get lock")) || idem.IsSerializationFailure(nil) {
+		t.Fatal("IsSerializationFailure misreads MySQL's deadlock message or nil")
 	}
 }

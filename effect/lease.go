@@ -44,21 +44,12 @@ func (f *Fence[Tx]) acquire(ctx context.Context, key, step string, expiredOnly b
 	return c, &idem.BackendError{Backend: "effect", Op: "acquire", Err: err}
 }
 
-// maxAttempts bounds the runs of a transaction the database rolled back to break a
-// deadlock.
-const maxAttempts = 8
-
 // inTx runs fn in a transaction, again if the database rolled it back to break a
 // deadlock (MySQL does, between workers racing for one new effect).
 func (f *Fence[Tx]) inTx(ctx context.Context, fn func(q idem.Querier) error) error {
-	var err error
-	for range maxAttempts {
-		err = f.db.InTx(ctx, func(tx Tx) error { return fn(f.db.Querier(tx)) })
-		if !idem.IsSerializationFailure(err) {
-			return err
-		}
-	}
-	return err
+	return idem.RetrySerializationFailures(ctx, func() error {
+		return f.db.InTx(ctx, func(tx Tx) error { return fn(f.db.Querier(tx)) })
+	})
 }
 
 // errRaced makes inTx run a transaction again: on MySQL, another worker inserted the

@@ -14,7 +14,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
-	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -205,8 +204,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// maxAttempts bounds the rounds of a claim whose row changes under it, and the
-// deadlock retries of the calls that run their own transaction.
+// maxAttempts bounds the rounds of a claim whose row changes under it.
 const maxAttempts = 8
 
 var errChurn = errors.New("the key's row kept changing; try again")
@@ -244,19 +242,17 @@ func (s *Store) callClaim(ctx context.Context, c idem.Claim) (res idem.Result, d
 	if fp == nil {
 		fp = []byte{}
 	}
-	for attempt := range maxAttempts {
-		var token int64
-		err = s.db.QueryRowContext(ctx, s.q.callClaim, c.Key.Scope, c.Key.ID, fp, micros(c.Lease), micros(c.Retention)).Scan(&token)
-		switch {
-		case err == nil && token > 0:
-			return idem.Result{Outcome: idem.Acquired, Token: uint64(token)}, true, nil
-		case err == nil:
-			return idem.Result{}, false, nil
-		case !deadlock(err) || !wait.Sleep(ctx, time.Duration(attempt+1)*time.Millisecond):
-			return idem.Result{}, true, finalErr(ctx, "claim", err)
-		}
+	var token int64
+	err = idem.RetrySerializationFailures(ctx, func() error {
+		return s.db.QueryRowContext(ctx, s.q.callClaim, c.Key.Scope, c.Key.ID, fp, micros(c.Lease), micros(c.Retention)).Scan(&token)
+	})
+	switch {
+	case err != nil:
+		return idem.Result{}, true, finalErr(ctx, "claim", err)
+	case token == 0:
+		return idem.Result{}, false, nil // taken: the statements read the row
 	}
-	return idem.Result{}, true, finalErr(ctx, "claim", err)
+	return idem.Result{Outcome: idem.Acquired, Token: uint64(token)}, true, nil
 }
 
 // ClaimTx implements idem.TxStore: the claim joins tx. A concurrent claimant of the
@@ -366,17 +362,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 // a deadlock. idem's errors from fn (ErrLeaseLost, ErrCompleted) pass unchanged;
 // driver errors become *idem.BackendError.
 func (s *Store) ownTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
-	var err error
-	for attempt := range maxAttempts {
-		err = s.inTx(ctx, fn)
-		if !deadlock(err) {
-			break
-		}
-		if !wait.Sleep(ctx, time.Duration(attempt+1)*time.Millisecond) {
-			break
-		}
-	}
-	return finalErr(ctx, op, err)
+	return finalErr(ctx, op, idem.RetrySerializationFailures(ctx, func() error { return s.inTx(ctx, fn) }))
 }
 
 func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
@@ -399,13 +385,6 @@ func finalErr(ctx context.Context, op string, err error) error {
 		return err
 	}
 	return backendErr(ctx, op, err)
-}
-
-// deadlock reports InnoDB's ER_LOCK_DEADLOCK, after which the transaction was rolled
-// back and may run again.
-func deadlock(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1213
 }
 
 // backendErr wraps a driver failure. If ctx ended, its error stays matchable with

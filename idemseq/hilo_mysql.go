@@ -69,18 +69,15 @@ func MySQLTable(ctx context.Context, db *sql.DB, name string, block uint64) (Blo
 // block size. The steps are idempotent; they run again if InnoDB rolls one back to
 // break a deadlock between processes creating the same row.
 func mysqlHiLoOpen(ctx context.Context, db *sql.DB, name string, block uint64) (stored int64, err error) {
-	for range maxTxAttempts {
-		err = migrate.Up(ctx, idem.SQLDBFor(idem.MySQL, db), migrate.HiLo)
-		if err == nil {
-			_, err = db.ExecContext(ctx, mysqlHiLoInsert, name, int64(block))
+	err = idem.RetrySerializationFailures(ctx, func() error {
+		if err := migrate.Up(ctx, idem.SQLDBFor(idem.MySQL, db), migrate.HiLo); err != nil {
+			return err
 		}
-		if err == nil {
-			err = db.QueryRowContext(ctx, mysqlHiLoBlock, name).Scan(&stored)
+		if _, err := db.ExecContext(ctx, mysqlHiLoInsert, name, int64(block)); err != nil {
+			return err
 		}
-		if !idem.IsSerializationFailure(err) {
-			break
-		}
-	}
+		return db.QueryRowContext(ctx, mysqlHiLoBlock, name).Scan(&stored)
+	})
 	return stored, err
 }
 

@@ -169,20 +169,14 @@ func (t *SQLTracker[Tx]) Register(ctx context.Context, producer string) (r Regis
 // inTx runs fn in a transaction of its own, again if the database rolled it back to
 // break a deadlock (MySQL does, between first checks of a new producer).
 func (t *SQLTracker[Tx]) inTx(ctx context.Context, op string, fn func(idem.Querier) error) error {
-	var err error
-	for range maxTxAttempts {
-		if err = t.db.InTx(ctx, func(tx Tx) error { return fn(t.db.Querier(tx)) }); !idem.IsSerializationFailure(err) {
-			break
-		}
-	}
+	err := idem.RetrySerializationFailures(ctx, func() error {
+		return t.db.InTx(ctx, func(tx Tx) error { return fn(t.db.Querier(tx)) })
+	})
 	if err != nil {
 		return t.backendErr(ctx, op, err)
 	}
 	return nil
 }
-
-// maxTxAttempts bounds the runs of a transaction rolled back for a deadlock.
-const maxTxAttempts = 8
 
 func (t *SQLTracker[Tx]) backendErr(ctx context.Context, op string, err error) error {
 	var ie *idem.InputError

@@ -80,17 +80,8 @@ func (s *SQLStore[Tx]) inTx(ctx context.Context, fn func(tx Tx) error) error {
 
 // retry runs fn in a transaction of run's, as inTx does.
 func (s *SQLStore[Tx]) retry(ctx context.Context, run func(context.Context, func(Tx) error) error, fn func(tx Tx) error) error {
-	var err error
-	for range maxTxAttempts {
-		if err = run(ctx, fn); !idem.IsSerializationFailure(err) {
-			break
-		}
-	}
-	return err
+	return idem.RetrySerializationFailures(ctx, func() error { return run(ctx, fn) })
 }
-
-// maxTxAttempts bounds the runs of a transaction rolled back for a deadlock.
-const maxTxAttempts = 8
 
 // AppendTx appends e in the caller's transaction. The channel's head row is
 // locked until the transaction ends, so seqs are assigned in commit order and a
