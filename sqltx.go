@@ -68,6 +68,11 @@ type TxDB[Tx any] struct {
 	// reads would lock gaps and hold producers' inserts back while it publishes.
 	// SQLDB sets it for MySQL.
 	BeginReadCommitted func(ctx context.Context) (Tx, error)
+	// Read, where set, runs fn with a Querier outside any transaction, for reads
+	// that need no lock: on SQLite, whose transactions from idemsqlite's handle take
+	// the write lock at BEGIN, a constructor checks the schema this way without
+	// queuing behind the writers. SQLDB sets it.
+	Read func(ctx context.Context, fn func(Querier) error) error
 }
 
 // Validate reports a TxDB with a missing field as an *InputError.
@@ -136,11 +141,14 @@ func SQLDBFor(d Dialect, db *sql.DB) TxDB[*sql.Tx] {
 		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
 		Querier:  querierFor(d),
 	}
+	var direct Querier = sqlQuerier{db}
 	if d == MySQL {
 		t.BeginReadCommitted = func(ctx context.Context) (*sql.Tx, error) {
 			return db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 		}
+		direct = mysqlQuerier{sqlQuerier{db}}
 	}
+	t.Read = func(_ context.Context, fn func(Querier) error) error { return fn(direct) }
 	return t
 }
 
@@ -154,7 +162,15 @@ func querierFor(d Dialect) func(*sql.Tx) Querier {
 // SQLQuerier adapts a database/sql transaction to Querier.
 func SQLQuerier(tx *sql.Tx) Querier { return sqlQuerier{tx} }
 
-type sqlQuerier struct{ tx *sql.Tx }
+// sqlRunner is what a Querier needs of database/sql: a *sql.Tx, or a *sql.DB for
+// statements outside any transaction.
+type sqlRunner interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+type sqlQuerier struct{ tx sqlRunner }
 
 func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) Row {
 	return q.tx.QueryRowContext(ctx, query, args...)

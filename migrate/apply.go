@@ -50,6 +50,9 @@ func Up[Tx any](ctx context.Context, db idem.TxDB[Tx], sets ...Set) error {
 	if err != nil {
 		return err
 	}
+	if upToDate(ctx, db, plans) {
+		return nil // the common case, a restart: no lock, no write
+	}
 	return retryBusy(ctx, db.Dialect, func() error {
 		return locked(ctx, db, func(q idem.Querier, applied map[string]int) error {
 			for _, p := range plans {
@@ -70,6 +73,28 @@ func Up[Tx any](ctx context.Context, db idem.TxDB[Tx], sets ...Set) error {
 			return nil
 		})
 	})
+}
+
+// upToDate reports whether every plan is applied already, read without a lock
+// where db can read outside a transaction. A failed read says no: Up then takes
+// the lock and looks again.
+func upToDate[Tx any](ctx context.Context, db idem.TxDB[Tx], plans []State) bool {
+	if db.Read == nil {
+		return false
+	}
+	var applied map[string]int
+	if err := db.Read(ctx, func(q idem.Querier) (err error) {
+		applied, err = readApplied(ctx, db.Dialect, q)
+		return err
+	}); err != nil {
+		return false
+	}
+	for _, p := range plans {
+		if applied[p.Name] < p.Newest {
+			return false
+		}
+	}
+	return true
 }
 
 // Down rolls back the newest applied migration of set and returns it; ok is false
