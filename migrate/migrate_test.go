@@ -343,3 +343,33 @@ func TestSQLiteFirstShapeUpgrades(t *testing.T) {
 		t.Fatalf("after the upgrade: %d records, version 1 named %q applied %q; want the record kept, 001_records, 2023", n, name, at)
 	}
 }
+
+// A constructor restarted on a SQLite file whose write lock another connection
+// holds finds its schema current without waiting for that lock (Up reads the
+// versions outside any transaction first); only pending work takes the lock.
+func TestUpToDateTakesNoLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := "file:" + filepath.Join(t.TempDir(), "busy.db") + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(50)"
+	db := handle(t, "sqlite", dsn)
+	if err := migrate.Up(ctx, db, migrate.Outbox); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	conn, err := writer.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(ctx, "ROLLBACK") //nolint:errcheck
+	if err := migrate.Up(ctx, db, migrate.Outbox); err != nil {
+		t.Fatalf("Up of a current schema while another connection holds the write lock: %v", err)
+	}
+}
