@@ -61,11 +61,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, &idem.InputError{Field: "idemmysql.Config.SweepBatch", Reason: fmt.Sprintf("is negative (%d)", cfg.SweepBatch),
 			Fix: fmt.Sprintf("use a positive row count, or zero for the default %d", DefaultSweepBatch)}
 	}
-	if _, err := migrate.Steps(idem.MySQL, migrate.Records(cfg.Table)); err != nil {
-		var ie *idem.InputError
-		if errors.As(err, &ie) {
-			return cfg, &idem.InputError{Field: "idemmysql.Config.Table", Reason: ie.Reason, Fix: ie.Fix}
-		}
+	// The name rules are the migrations' (package migrate), which create the table.
+	if err := migrate.CheckName(idem.MySQL, migrate.Records(cfg.Table), "idemmysql.Config.Table"); err != nil {
 		return cfg, err
 	}
 	return cfg, nil

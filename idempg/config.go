@@ -1,7 +1,6 @@
 package idempg
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/idemhq/idem"
@@ -49,11 +48,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.SweepBatch = DefaultSweepBatch
 	}
 	// The name rules are the migrations' (package migrate), which create the table.
-	if _, err := migrate.Steps(idem.Postgres, migrate.Records(cfg.Table)); err != nil {
-		var ie *idem.InputError
-		if errors.As(err, &ie) {
-			return cfg, &idem.InputError{Field: "idempg.Config.Table", Reason: ie.Reason, Fix: ie.Fix}
-		}
+	if err := migrate.CheckName(idem.Postgres, migrate.Records(cfg.Table), "idempg.Config.Table"); err != nil {
 		return cfg, err
 	}
 	if cfg.SweepBatch < 0 {

@@ -159,6 +159,18 @@ func checkName(d idem.Dialect, s Set, templated bool) error {
 	return nil
 }
 
+// CheckName reports whether s can be migrated in d (its name a safe identifier, or
+// its fixed one), as an *idem.InputError on field: for a Config whose field names
+// the table.
+func CheckName(d idem.Dialect, s Set, field string) error {
+	_, err := Steps(d, s)
+	var ie *idem.InputError
+	if errors.As(err, &ie) {
+		return &idem.InputError{Field: field, Reason: ie.Reason, Fix: ie.Fix}
+	}
+	return err
+}
+
 func components(d idem.Dialect) []string {
 	var out []string
 	for _, s := range All(d) {

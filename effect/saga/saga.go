@@ -166,7 +166,8 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Defi
 		}
 		o.defs[d.Name] = d
 	}
-	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Saga, migrate.Effect); err != nil {
+	// idem_sagas here; effect.New below ensures idem_effects.
+	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Saga); err != nil {
 		return nil, err
 	}
 	fence, err := effect.New(ctx, db, effect.Config{Lease: cfg.Lease, Now: cfg.Now, Registerer: cfg.Registerer, Logger: cfg.Logger,
