@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -337,4 +338,40 @@ func TestSQLiteRelayDoesNotHoldTheWriteLockWhilePublishing(t *testing.T) {
 	if got := sink.ids(); len(got) != 2 || got[0] != "o-1" || got[1] != "o-2" {
 		t.Fatalf("published %v, want [o-1 o-2]", got)
 	}
+}
+
+// Without a Notifier, a relay in another process (here another Outbox, so no
+// in-process wake) still finds new messages: it polls, 10 ms after a round that
+// published and backing off while idle, long before a PollInterval of an hour.
+func TestRelayWithoutNotifierPolls(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		relayOb, err := outbox.New(ctx, e.tx, outbox.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink := &memSink{}
+		r, err := relayOb.Relay(sink, outbox.RelayConfig{PollInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// p0 is there before the relay starts; p1 and p2 come while it waits between
+		// rounds that find nothing.
+		if err := placeOrder(ctx, e, "p0", "", true); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		testsvc.Eventually(t, 20*time.Second, "the relay's first round", func() bool { return len(sink.ids()) == 1 })
+		for i, id := range []string{"p1", "p2"} {
+			if err := placeOrder(ctx, e, id, "", true); err != nil {
+				t.Fatal(err)
+			}
+			testsvc.Eventually(t, 20*time.Second, "the relay to poll "+id, func() bool { return len(sink.ids()) == i+2 })
+		}
+		cancel()
+		<-done
+	})
 }
