@@ -1,0 +1,46 @@
+package idem
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrNotFound is returned by Inspector.Inspect and Evict for a key that has no record.
+var ErrNotFound = errors.New("idem: no record for this key")
+
+// Inspector is implemented by stores whose records an operator can look at and act
+// on: the admin API's and `idem keys`' view of a store. Every store of this module
+// implements it and passes idemtest.InspectorSuite.
+//
+// Unlike a claim's Result, the Records it returns carry the holder's Token: an
+// operator who can read them may fence the holder out (Evict), so the admin API
+// guards them behind its token.
+type Inspector interface {
+	// Inspect returns k's record as stored, including one whose lease or retention
+	// has passed but which no sweep has removed yet (ExpiresAt says so). A key with
+	// no record gets ErrNotFound.
+	Inspect(ctx context.Context, k Key) (Record, error)
+	// List returns up to limit records of scope in ascending id order, starting after
+	// cursor ("" for the first page), and the cursor of the next page, "" after the
+	// last. A cursor is opaque: pass back what a previous page returned. Each page
+	// costs an index range scan, never a scan of the whole store (Redis: SCAN with
+	// its cursor, whose pages may be shorter than limit and are not ordered).
+	List(ctx context.Context, scope, cursor string, limit int) (KeyPage, error)
+	// Evict deletes k's record so the key is claimable again, and returns the record
+	// it deleted. A completed record goes freely; an in-progress one only with force
+	// (otherwise *InputError on field "force"), and its holder is fenced out: its
+	// Complete, Release and Renew get ErrLeaseLost, and the next claim of the key
+	// gets a larger token. A key with no record gets ErrNotFound.
+	Evict(ctx context.Context, k Key, force bool) (Record, error)
+}
+
+// KeyPage is one page of Inspector.List.
+type KeyPage struct {
+	Records []Record
+	// Next is the cursor of the following page, "" when there is none.
+	Next string
+}
+
+// MaxListLimit bounds Inspector.List's limit; a larger or non-positive limit is an
+// *InputError.
+const MaxListLimit = 1000
