@@ -1,8 +1,43 @@
 package idemmysql
 
+import (
+	"context"
+
+	"github.com/idemhq/idem"
+)
+
 // Offline returns cfg for a store on a server that is not there, for the tests of
 // what its calls then return: the store skips even the schema check.
 func Offline(cfg Config) Config {
 	cfg.offline = true
 	return cfg
+}
+
+// GroupCalls is how many group procedure calls s made.
+func GroupCalls(s *Store) int64 {
+	if s.group == nil {
+		return 0
+	}
+	return s.group.calls.Load()
+}
+
+// ClaimAsGroup sends claims to the group path as one batch, as a runner would, and
+// returns a wait for each claim's answer.
+func ClaimAsGroup(s *Store, ctx context.Context, claims []idem.Claim) []func() (idem.Result, error) {
+	batch := make([]*pendingClaim, len(claims))
+	waits := make([]func() (idem.Result, error), len(claims))
+	for i, c := range claims {
+		p := &pendingClaim{ctx: ctx, c: c.WithDefaults(), done: make(chan struct{})}
+		batch[i] = p
+		waits[i] = func() (idem.Result, error) {
+			select {
+			case <-p.done:
+				return p.res, p.err
+			case <-ctx.Done():
+				return idem.Result{}, ctx.Err()
+			}
+		}
+	}
+	s.group.answer(batch)
+	return waits
 }

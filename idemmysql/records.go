@@ -14,10 +14,15 @@ import (
 // once per statement, so every use in one statement sees the same instant.
 const nowUS = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 
+// noWait makes a statement fail at once (ER_LOCK_WAIT_TIMEOUT) instead of waiting
+// for a row lock (MariaDB).
+const noWait = "SET STATEMENT innodb_lock_wait_timeout = 0 FOR "
+
 // queries are the store's statements with its table's names filled in.
 type queries struct {
 	insert, drawToken, nextToken, setToken, read, takeover string
-	record, recordTakeover, callClaim                      string
+	record, recordTakeover, callClaim, callClaimNoWait     string
+	callGroup                                              string
 	complete, release, renew, live                         string
 	sweep, newestToken, sweepTokens                        string
 }
@@ -43,9 +48,12 @@ func newQueries(table string) queries {
 		recordTakeover: r.Replace(`UPDATE {{t}} SET state = 2, fingerprint = ?, token = ?, result = '', retention_us = ?,
 			created_us = {{now}}, expires_us = {{now}} + ? WHERE scope = ? AND id = ?`),
 		callClaim: "CALL " + quote(table+"_claim") + "(?, ?, ?, ?, ?)",
-		drawToken: r.Replace(`INSERT INTO {{tokens}} () VALUES ()`),
-		nextToken: "SELECT NEXTVAL(" + quote(table+"_token_seq") + ")",
-		setToken:  r.Replace(`UPDATE {{t}} SET token = ? WHERE scope = ? AND id = ?`),
+		// The no-wait forms are MariaDB's, like the procedures: see group.go.
+		callClaimNoWait: noWait + "CALL " + quote(table+"_claim") + "(?, ?, ?, ?, ?)",
+		callGroup:       noWait + "CALL " + quote(table+"_claim_group") + "(?)",
+		drawToken:       r.Replace(`INSERT INTO {{tokens}} () VALUES ()`),
+		nextToken:       "SELECT NEXTVAL(" + quote(table+"_token_seq") + ")",
+		setToken:        r.Replace(`UPDATE {{t}} SET token = ? WHERE scope = ? AND id = ?`),
 		// The row the insert found and locked, read with the lock (so the newest
 		// committed version, in every isolation level). Token 0 would mark this
 		// transaction's own insert: a row is never committed without its token.

@@ -46,6 +46,12 @@ type Config struct {
 	// is up to date, and fails with a *migrate.BehindError naming the missing
 	// migration.
 	SkipMigrate bool
+	// MaxClaimGroup bounds how many concurrent Claims share one round trip and one
+	// commit when they queue up (see group.go). Zero means DefaultMaxClaimGroup;
+	// 1 sends every Claim on its own; negative is invalid. Group claims need
+	// MariaDB (a sequence and the procedures of the records migrations); on MySQL
+	// every Claim goes on its own.
+	MaxClaimGroup int
 
 	offline bool // tests only: no schema check either (export_test.go)
 }
@@ -56,6 +62,13 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.SweepBatch == 0 {
 		cfg.SweepBatch = DefaultSweepBatch
+	}
+	if cfg.MaxClaimGroup == 0 {
+		cfg.MaxClaimGroup = DefaultMaxClaimGroup
+	}
+	if cfg.MaxClaimGroup < 0 {
+		return cfg, &idem.InputError{Field: "idemmysql.Config.MaxClaimGroup", Reason: fmt.Sprintf("is negative (%d)", cfg.MaxClaimGroup),
+			Fix: fmt.Sprintf("use a positive claim count (1 turns group claims off), or zero for the default %d", DefaultMaxClaimGroup)}
 	}
 	if cfg.SweepBatch < 0 {
 		return cfg, &idem.InputError{Field: "idemmysql.Config.SweepBatch", Reason: fmt.Sprintf("is negative (%d)", cfg.SweepBatch),
@@ -73,8 +86,9 @@ func (cfg Config) withDefaults() (Config, error) {
 type Store struct {
 	db         *sql.DB
 	ownDB      bool
-	sequence   bool // tokens from Table+"_token_seq" (MariaDB), not Table+"_tokens"
-	procedure  bool // Table+"_claim" exists (MariaDB): Claim of a fresh key in one call
+	sequence   bool     // tokens from Table+"_token_seq" (MariaDB), not Table+"_tokens"
+	procedure  bool     // Table+"_claim" exists (MariaDB): Claim of a fresh key in one call
+	group      *grouper // nil unless Table+"_claim_group" exists and MaxClaimGroup > 1
 	q          queries
 	m          *metrics.Store
 	sweepBatch int
@@ -149,9 +163,15 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 			WHERE table_schema = DATABASE() AND table_name = ? AND table_type = 'SEQUENCE'`, cfg.Table+"_token_seq").Scan(&s.sequence); err != nil {
 			return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
 		}
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) > 0 FROM information_schema.routines
-			WHERE routine_schema = DATABASE() AND routine_name = ? AND routine_type = 'PROCEDURE'`, cfg.Table+"_claim").Scan(&s.procedure); err != nil {
-			return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
+		var groups bool
+		for name, found := range map[string]*bool{"_claim": &s.procedure, "_claim_group": &groups} {
+			if err := db.QueryRowContext(ctx, `SELECT COUNT(*) > 0 FROM information_schema.routines
+			WHERE routine_schema = DATABASE() AND routine_name = ? AND routine_type = 'PROCEDURE'`, cfg.Table+name).Scan(found); err != nil {
+				return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
+			}
+		}
+		if groups && s.procedure && s.sequence && cfg.MaxClaimGroup > 1 {
+			s.group = &grouper{s: s, max: cfg.MaxClaimGroup}
 		}
 	}
 	err = metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return s.records(cfg.Table) })
@@ -215,12 +235,14 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 	if err := c.Validate(); err != nil {
 		return idem.Result{}, err
 	}
-	res, done, err := s.callClaim(ctx, c)
-	if !done && err == nil {
-		err = s.ownTx(ctx, "claim", func(tx *sql.Tx) (err error) {
-			res, err = s.claim(ctx, tx, c)
-			return err
-		})
+	var (
+		res idem.Result
+		err error
+	)
+	if s.group != nil {
+		res, err = s.group.claim(ctx, c)
+	} else {
+		res, err = s.claimAlone(ctx, c)
 	}
 	s.m.Claim(c.Key.Scope, res.Outcome, err, start)
 	return res, err
@@ -230,7 +252,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 // migration 002 where it exists (MariaDB). done is false when there is no procedure
 // or the key was taken: the caller then claims with the statements, which read the
 // row.
-func (s *Store) callClaim(ctx context.Context, c idem.Claim) (res idem.Result, done bool, err error) {
+func (s *Store) callClaim(ctx context.Context, c idem.Claim, query string) (res idem.Result, done bool, err error) {
 	if !s.procedure {
 		return idem.Result{}, false, nil
 	}
@@ -241,7 +263,7 @@ func (s *Store) callClaim(ctx context.Context, c idem.Claim) (res idem.Result, d
 	}
 	var token int64
 	err = idem.RetrySerializationFailures(ctx, func() error {
-		return s.db.QueryRowContext(ctx, s.q.callClaim, c.Key.Scope, c.Key.ID, fp, micros(c.Lease), micros(c.Retention)).Scan(&token)
+		return s.db.QueryRowContext(ctx, query, c.Key.Scope, c.Key.ID, fp, micros(c.Lease), micros(c.Retention)).Scan(&token)
 	})
 	switch {
 	case err != nil:

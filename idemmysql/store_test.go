@@ -54,6 +54,9 @@ func newStore(t *testing.T, param string, cfg idemmysql.Config) *idemmysql.Store
 		}
 		_, err = migrated.DB().ExecContext(ctxFor(t), "DROP PROCEDURE idem_records_claim")
 		if err == nil {
+			_, err = migrated.DB().ExecContext(ctxFor(t), "DROP PROCEDURE idem_records_claim_group")
+		}
+		if err == nil {
 			_, err = migrated.DB().ExecContext(ctxFor(t), "DROP SEQUENCE idem_records_token_seq")
 		}
 		migrated.Close()

@@ -1,0 +1,1 @@
+/*M! DROP PROCEDURE IF EXISTS `{{table}}_claim_group` */;
