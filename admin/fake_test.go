@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -404,3 +405,5 @@ func counter(t testing.TB, b *bundle, route, code string) float64 {
 	}
 	return 0
 }
+
+func bodyOf(s string) io.ReadCloser { return io.NopCloser(strings.NewReader(s)) }
