@@ -96,6 +96,9 @@ func New(cfg Config) (http.Handler, error) {
 func (h *handler) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &call{}
+		if rt.mutates {
+			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		}
 		status, p := h.serve(w, r, rt, c)
 		if h.requests != nil {
 			h.requests.WithLabelValues(rt.label(), strconv.Itoa(status)).Inc()
@@ -109,8 +112,8 @@ func (h *handler) wrap(rt route) http.Handler {
 func (h *handler) serve(w http.ResponseWriter, r *http.Request, rt route, c *call) (int, *problem) {
 	v, err := h.run(r, rt, c)
 	if err != nil {
-		p, internal := toProblem(err, rt.summary)
-		if internal {
+		p, logIt := toProblem(err, rt.summary)
+		if logIt {
 			h.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "admin: request failed",
 				slog.String("route", rt.label()), slog.String("error", err.Error()))
 		}
@@ -118,10 +121,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, rt route, c *cal
 		return p.Status, p
 	}
 	if raw, ok := v.(rawJSON); ok {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.Header().Set("Content-Length", strconv.Itoa(len(raw)))
-		_, _ = w.Write(raw)
+		writeBody(w, http.StatusOK, "application/json", raw)
 		return http.StatusOK, nil
 	}
 	writeJSON(w, http.StatusOK, "application/json", v)
@@ -148,7 +148,6 @@ func (h *handler) run(r *http.Request, rt route, c *call) (any, error) {
 			return nil, newProblem(http.StatusUnsupportedMediaType, ProblemUnsupportedMediaType,
 				"Content-Type must be application/json, with a JSON object body")
 		}
-		r.Body = http.MaxBytesReader(nil, r.Body, MaxBodyBytes)
 	}
 	if !h.areas[rt.area] {
 		return nil, newProblem(http.StatusNotFound, ProblemNotConfigured,

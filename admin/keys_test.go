@@ -157,6 +157,7 @@ func TestErrorMapping(t *testing.T) {
 		{&idem.BackendError{Backend: "postgres", Op: "inspect", Err: errors.New("conn refused to secret-host")}, 503, admin.ProblemUnavailable},
 		{fmt.Errorf("list: %w", context.DeadlineExceeded), 504, admin.ProblemTimeout},
 		{errors.New("password=hunter2 leaked"), 500, admin.ProblemInternal},
+		{context.Canceled, 503, admin.ProblemUnavailable},
 		{&idem.InputError{Field: "cursor", Reason: "is not a cursor of this store", Fix: "start over"}, 400, admin.ProblemInvalid},
 	} {
 		b := setup(t, nil)
@@ -165,6 +166,9 @@ func TestErrorMapping(t *testing.T) {
 		p := wantProblem(t, w, tc.status, tc.typ)
 		if strings.Contains(p.Detail, "secret-host") || strings.Contains(p.Detail, "hunter2") {
 			t.Errorf("detail leaks the error: %s", p.Detail)
+		}
+		if logged := strings.Contains(b.logs.String(), "request failed"); logged != (tc.status >= 500 && tc.err != context.Canceled) {
+			t.Errorf("%v: logged %v: %s", tc.err, logged, b.logs)
 		}
 		if tc.status == 500 && !strings.Contains(b.logs.String(), "hunter2") {
 			t.Errorf("the internal error is not logged: %s", b.logs)

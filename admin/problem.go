@@ -74,9 +74,10 @@ func notFound(format string, args ...any) *problem {
 	return newProblem(http.StatusNotFound, ProblemNotFound, fmt.Sprintf(format, args...))
 }
 
-// toProblem maps err to the problem to answer. internal reports an error whose
-// message must not be shown (it is logged instead).
-func toProblem(err error, what string) (p *problem, internal bool) {
+// toProblem maps err to the problem to answer. logIt reports a failure of the
+// server or its backends, which the operator should see in the log: its message is
+// not shown to the client.
+func toProblem(err error, what string) (p *problem, logIt bool) {
 	var ie *idem.InputError
 	var be *idem.BackendError
 	var mbe *http.MaxBytesError
@@ -93,7 +94,10 @@ func toProblem(err error, what string) (p *problem, internal bool) {
 	case errors.Is(err, ErrConflict):
 		return newProblem(http.StatusConflict, ProblemConflict, what+": "+err.Error()), false
 	case errors.Is(err, context.DeadlineExceeded):
-		return newProblem(http.StatusGatewayTimeout, ProblemTimeout, what+": the backend did not answer in time; retry later"), false
+		return newProblem(http.StatusGatewayTimeout, ProblemTimeout, what+": the backend did not answer in time; retry later"), true
+	case errors.Is(err, context.Canceled):
+		// The client went away (or the server is shutting down): nobody reads this.
+		return newProblem(http.StatusServiceUnavailable, ProblemUnavailable, what+": the request was canceled"), false
 	case errors.As(err, &be):
 		return newProblem(http.StatusServiceUnavailable, ProblemUnavailable,
 			what+": the "+be.Backend+" backend failed during "+be.Op+"; retry later"), true
@@ -116,7 +120,11 @@ func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
 		status, contentType = http.StatusInternalServerError, ContentTypeProblem
 		body, _ = json.Marshal(newProblem(status, ProblemInternal, "the response could not be encoded"))
 	}
-	body = append(body, '\n')
+	writeBody(w, status, contentType, append(body, '\n'))
+}
+
+// writeBody answers status with body, already encoded as contentType.
+func writeBody(w http.ResponseWriter, status int, contentType string, body []byte) {
 	h := w.Header()
 	h["Content-Type"] = []string{contentType}
 	h["Cache-Control"] = []string{"no-store"}
