@@ -55,16 +55,16 @@ type DeadLetterPage struct {
 
 // Outcomes of a replay.
 const (
-	Replayed       = "replayed"
-	AlreadyApplied = "already_applied"
-	NotFound       = "not_found"
-	ReplayError    = "error"
+	OutcomeReplayed       = "replayed"
+	OutcomeAlreadyApplied = "already_applied" // its key was completed meanwhile: nothing to do
+	OutcomeNotFound       = "not_found"
+	OutcomeError          = "error" // Detail says why
 )
 
 // ReplayResult is the outcome of replaying one dead letter.
 type ReplayResult struct {
 	ID      int64  `json:"id"`
-	Outcome string `json:"outcome"` // Replayed, AlreadyApplied, NotFound or ReplayError
+	Outcome string `json:"outcome"` // one of the Outcome… constants
 	Detail  string `json:"detail,omitempty"`
 }
 

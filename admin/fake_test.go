@@ -132,11 +132,11 @@ func (f *fakeDeadLetters) Replay(ctx context.Context, ids []int64) ([]admin.Repl
 	defer f.mu.Unlock()
 	var out []admin.ReplayResult
 	for _, id := range ids {
-		r := admin.ReplayResult{ID: id, Outcome: admin.Replayed}
+		r := admin.ReplayResult{ID: id, Outcome: admin.OutcomeReplayed}
 		if _, ok := f.dls[id]; !ok {
-			r.Outcome = admin.NotFound
+			r.Outcome = admin.OutcomeNotFound
 		} else if f.applied[id] {
-			r.Outcome, r.Detail = admin.AlreadyApplied, "the key was completed since"
+			r.Outcome, r.Detail = admin.OutcomeAlreadyApplied, "the key was completed since"
 		}
 		out = append(out, r)
 	}
