@@ -2,9 +2,11 @@ package admin_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/idemhq/idem"
@@ -251,4 +253,39 @@ func authed(method, target, token string) *http.Request {
 	r := httptest.NewRequest(method, target, nil)
 	r.Header.Set("Authorization", "Bearer "+token)
 	return r
+}
+
+// TestConcurrentRequests: one handler serves reads and evictions from many
+// goroutines; every request is answered and counted once.
+func TestConcurrentRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const workers, each = 8, 25
+	for i := range workers * each {
+		b.ins.put(idem.Record{Key: idem.Key{Scope: "t1", ID: fmt.Sprint(i)}, State: idem.StateCompleted})
+	}
+	var wg sync.WaitGroup
+	codes := make(chan int, 2*workers*each)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprint(w*each + i)
+				codes <- b.do(t, "GET", "/api/key?scope=t1&id="+id, readToken, "").Code
+				codes <- b.do(t, "POST", "/api/keys/evict", fullToken, `{"scope":"t1","id":"`+id+`","reason":"load"}`).Code
+			}
+		})
+	}
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != 200 {
+			t.Fatalf("status %d", c)
+		}
+	}
+	if got := counter(t, b, "POST /api/keys/evict", "200"); got != workers*each {
+		t.Errorf("evictions counted %v, want %d", got, workers*each)
+	}
+	if n := len(b.auditRecords(t)); n != workers*each {
+		t.Errorf("%d audit records, want %d", n, workers*each)
+	}
 }

@@ -20,21 +20,23 @@ func Example() {
 	store.put(idem.Record{Key: idem.Key{Scope: "tenant-1", ID: "order-42"}, State: idem.StateCompleted,
 		Token: 7, Result: []byte(`{"status":"paid"}`)})
 
-	api, err := admin.New(admin.Config{
+	cfg := admin.Config{
 		Token:     "full-access-token-from-a-secret-store",
 		ReadToken: "read-only-token-from-a-secret-store",
 		Stores:    map[string]idem.Inspector{"orders": store},
 		Logger:    slog.New(slog.DiscardHandler),
-	})
+	}
+	// A daemon checks its listen address first: without a token, loopback only.
+	if err := admin.CheckListen("0.0.0.0:9090", cfg); err != nil {
+		panic(err)
+	}
+	api, err := admin.New(cfg)
 	if err != nil {
 		panic(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/api/", api) // the admin API owns /api/
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	if err := admin.CheckListen("127.0.0.1:9090", admin.Config{Insecure: true}); err != nil {
-		panic(err) // a daemon refuses to serve a tokenless API beyond loopback
-	}
 	srv := httptest.NewServer(mux) // in production: http.Server{Addr: ..., Handler: mux}
 	defer srv.Close()
 
