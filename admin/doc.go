@@ -1,0 +1,51 @@
+// Package admin is idem's operator API: an http.Handler, mountable in any server,
+// that serves JSON under /api/ to see and act on idem's state.
+//
+//	GET  /api/                           configured areas, the caller's access
+//	GET  /api/openapi.json               the OpenAPI 3.1 document of every route
+//	GET  /api/stores                     names of Config.Stores
+//	GET  /api/keys?store&scope&cursor&limit   a page of a scope's records
+//	GET  /api/key?store&scope&id[&full=1]     one record, its result as a 64-byte preview
+//	POST /api/keys/evict                 {store, scope, id, force, reason}
+//	GET  /api/deadletters[?consumer&kind&reason&since&until&cursor&limit]
+//	GET  /api/deadletters/{id}
+//	POST /api/deadletters/replay         {ids, reason}
+//	POST /api/deadletters/{id}/discard   {reason}
+//	GET  /api/outbox                     backlog per topic, parked count, relays
+//	GET  /api/outbox/parked
+//	POST /api/outbox/parked/{id}/retry   {reason}
+//	POST /api/outbox/parked/{id}/discard {reason}
+//	GET  /api/effects?state=pending_past_lease|failed
+//	GET  /api/sagas?state  GET /api/sagas/{id}
+//	POST /api/sagas/{id}/retry {reason}   POST /api/sagas/{id}/resolve {note}
+//	GET  /api/stream                     channels and connected clients
+//
+// Each area is an interface of this package (DeadLetters, Outbox, Effects, Sagas,
+// Stream; the keys area is idem.Inspector), so any implementation can be mounted;
+// an area left nil in Config answers 404 ProblemNotConfigured.
+//
+// # Safety
+//
+// Every request needs "Authorization: Bearer <token>": Config.Token for full access,
+// Config.ReadToken for GET only (a mutation with it is 403). Tokens are compared in
+// constant time and never logged. New refuses a Config without a token unless
+// Config.Insecure is set, and then answers only requests addressed to a loopback
+// host; daemons call CheckListen to refuse a non-loopback address without a token.
+//
+// Mutations are POSTs with a JSON object body (Content-Type application/json, at
+// most MaxBodyBytes, unknown fields refused) carrying a required reason (note for
+// resolve). Browsers' cross-site requests are refused (Sec-Fetch-Site and Origin
+// against Host), so a foreign web page cannot drive the API. Each mutation, refused
+// or not, logs one audit record on Config.Logger: who (token kind, remote address,
+// the X-Idem-Actor header), what (route and target), why (the reason) and the
+// outcome. Stored results and payloads are shown as a Preview of at most
+// PreviewBytes, never whole unless the full-access token asks for ?full=1.
+//
+// Errors are RFC 9457 problems (application/problem+json, the Problem… types):
+// idem.ErrNotFound is 404 with a detail naming what was looked for, a bad parameter
+// 400 naming it, ErrConflict 409, an *idem.BackendError 503, a timeout
+// (Config.Timeout) 504, anything else 500 without its message, which is logged.
+//
+// Requests are counted as idem_admin_requests_total{route,code} on
+// Config.Registerer.
+package admin

@@ -1,0 +1,88 @@
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+)
+
+var pathParam = regexp.MustCompile(`\{([a-z]+)\}`)
+
+// openAPI builds the OpenAPI 3.1 document of the route table.
+func openAPI() []byte {
+	problem := map[string]any{"description": "an RFC 9457 problem",
+		"content": map[string]any{ContentTypeProblem: map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/Problem"}}}}
+	paths := map[string]map[string]any{}
+	for _, rt := range routes {
+		op := map[string]any{
+			"operationId": strings.ReplaceAll(rt.summary, " ", "_"),
+			"summary":     rt.summary,
+			"tags":        []string{rt.area},
+			"responses": map[string]any{
+				"200":     map[string]any{"description": "OK", "content": map[string]any{"application/json": map[string]any{}}},
+				"default": problem,
+			},
+		}
+		var params []map[string]any
+		for _, m := range pathParam.FindAllStringSubmatch(rt.path, -1) {
+			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
+		}
+		for _, p := range rt.query {
+			params = append(params, map[string]any{"name": p.name, "in": "query", "required": p.required,
+				"description": p.doc, "schema": schema(p)})
+		}
+		if params != nil {
+			op["parameters"] = params
+		}
+		if rt.mutates {
+			props, required := map[string]any{}, []string{}
+			for _, p := range rt.body {
+				props[p.name] = schema(p)
+				if p.required {
+					required = append(required, p.name)
+				}
+			}
+			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{
+				"schema": map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}}}}
+			op["description"] = "Full-access token only; audited."
+		}
+		if paths[rt.openAPIPath()] == nil {
+			paths[rt.openAPIPath()] = map[string]any{}
+		}
+		paths[rt.openAPIPath()][strings.ToLower(rt.method)] = op
+	}
+	doc := map[string]any{
+		"openapi": "3.1.0",
+		"info": map[string]any{"title": "idem admin API", "version": "1",
+			"description": "Inspect and act on idem's state: keys, dead letters, outbox, effects, sagas, stream."},
+		"paths":    paths,
+		"security": []any{map[string]any{"bearer": []string{}}},
+		"components": map[string]any{
+			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
+			"schemas": map[string]any{"Problem": map[string]any{"type": "object", "properties": map[string]any{
+				"type": map[string]any{"type": "string"}, "title": map[string]any{"type": "string"},
+				"status": map[string]any{"type": "integer"}, "detail": map[string]any{"type": "string"}}}},
+		},
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		panic(err) // maps of strings and slices always encode
+	}
+	return append(b, '\n')
+}
+
+func schema(p param) map[string]any {
+	s := map[string]any{"type": p.typ}
+	if p.typ == "array" {
+		s["items"] = map[string]any{"type": "integer", "format": "int64"}
+	}
+	if p.doc != "" {
+		s["description"] = p.doc
+	}
+	return s
+}
+
+func serveOpenAPI(h *handler, r *http.Request, c *call) (any, error) {
+	return rawJSON(h.openapi), nil
+}

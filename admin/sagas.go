@@ -1,0 +1,210 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+// Effects lists effects that need a look: pending past their lease (their holder
+// died or hangs) or failed.
+type Effects interface {
+	List(ctx context.Context, f EffectFilter) (EffectPage, error)
+}
+
+// Effect states EffectFilter selects.
+const (
+	EffectPendingPastLease = "pending_past_lease"
+	EffectFailed           = "failed"
+)
+
+// EffectFilter selects effects. State is EffectPendingPastLease, EffectFailed, or
+// "" for both.
+type EffectFilter struct {
+	State  string
+	Cursor string
+	Limit  int
+}
+
+// Effect is one effect of the fence.
+type Effect struct {
+	Key        string    `json:"key"`
+	State      string    `json:"state"`
+	Attempts   int       `json:"attempts"`
+	Error      string    `json:"error,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	CreatedAt  time.Time `json:"created_at,omitzero"`
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+}
+
+// EffectPage is a page of Effects.List.
+type EffectPage struct {
+	Effects []Effect `json:"effects"`
+	Next    string   `json:"next"`
+}
+
+// Sagas is the saga area. Get, RetryStep and Resolve return an error matching
+// idem.ErrNotFound for an unknown id, and one matching ErrConflict (with a message
+// saying why) for a saga whose state does not allow the action.
+type Sagas interface {
+	List(ctx context.Context, f SagaFilter) (SagaPage, error)
+	Get(ctx context.Context, id string) (SagaDetail, error)
+	// RetryStep runs the failed step (or compensation) of a saga again.
+	RetryStep(ctx context.Context, id, reason string) error
+	// Resolve marks a failed saga as settled by hand, with a note of what was done.
+	Resolve(ctx context.Context, id, note string) error
+}
+
+// Saga states SagaFilter selects (those of effect/saga).
+var sagaStates = []string{"running", "compensating", "completed", "compensated", "failed"}
+
+// SagaFilter selects sagas; State "" selects all.
+type SagaFilter struct {
+	State  string
+	Cursor string
+	Limit  int
+}
+
+// Saga is one saga instance.
+type Saga struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	State     string    `json:"state"`
+	Step      int       `json:"step"`
+	Attempts  int       `json:"attempts"`
+	Reason    string    `json:"reason,omitempty"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// SagaStep is one step of a saga, as SagaDetail shows it.
+type SagaStep struct {
+	Name     string `json:"name"`
+	State    string `json:"state"`
+	Attempts int    `json:"attempts"`
+	Error    string `json:"error,omitempty"`
+}
+
+// SagaDetail is a saga with its steps.
+type SagaDetail struct {
+	Saga
+	Steps []SagaStep `json:"steps"`
+}
+
+// SagaPage is a page of Sagas.List.
+type SagaPage struct {
+	Sagas []Saga `json:"sagas"`
+	Next  string `json:"next"`
+}
+
+func serveEffects(h *handler, r *http.Request, c *call) (any, error) {
+	q, err := parseQuery(r)
+	if err != nil {
+		return nil, err
+	}
+	var f EffectFilter
+	if f.State, err = q.oneOf("state", EffectPendingPastLease, EffectFailed); err != nil {
+		return nil, err
+	}
+	if f.Cursor, err = q.cursor(); err != nil {
+		return nil, err
+	}
+	if f.Limit, err = q.limit(); err != nil {
+		return nil, err
+	}
+	page, err := h.cfg.Effects.List(r.Context(), f)
+	if page.Effects == nil {
+		page.Effects = []Effect{}
+	}
+	return page, err
+}
+
+func serveSagas(h *handler, r *http.Request, c *call) (any, error) {
+	q, err := parseQuery(r)
+	if err != nil {
+		return nil, err
+	}
+	var f SagaFilter
+	if f.State, err = q.oneOf("state", sagaStates...); err != nil {
+		return nil, err
+	}
+	if f.Cursor, err = q.cursor(); err != nil {
+		return nil, err
+	}
+	if f.Limit, err = q.limit(); err != nil {
+		return nil, err
+	}
+	page, err := h.cfg.Sagas.List(r.Context(), f)
+	if page.Sagas == nil {
+		page.Sagas = []Saga{}
+	}
+	return page, err
+}
+
+func serveSaga(h *handler, r *http.Request, c *call) (any, error) {
+	id, err := pathName(r)
+	if err != nil {
+		return nil, err
+	}
+	s, err := h.cfg.Sagas.Get(r.Context(), id)
+	if err != nil {
+		return nil, sagaError(id, err)
+	}
+	if s.Steps == nil {
+		s.Steps = []SagaStep{}
+	}
+	return s, nil
+}
+
+func sagaError(id string, err error) error {
+	if errors.Is(err, idem.ErrNotFound) {
+		return notFound("no saga with id %q", id)
+	}
+	return err
+}
+
+type noteRequest struct {
+	Note string `json:"note"`
+}
+
+func serveRetrySaga(h *handler, r *http.Request, c *call) (any, error) {
+	id, err := pathName(r)
+	if err != nil {
+		return nil, err
+	}
+	c.target = []any{slog.String("id", id)}
+	var req reasonRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := reason(c, "reason", req.Reason); err != nil {
+		return nil, err
+	}
+	if err := h.cfg.Sagas.RetryStep(r.Context(), id, req.Reason); err != nil {
+		return nil, sagaError(id, err)
+	}
+	return done(id), nil
+}
+
+func serveResolveSaga(h *handler, r *http.Request, c *call) (any, error) {
+	id, err := pathName(r)
+	if err != nil {
+		return nil, err
+	}
+	c.target = []any{slog.String("id", id)}
+	var req noteRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := reason(c, "note", req.Note); err != nil {
+		return nil, err
+	}
+	if err := h.cfg.Sagas.Resolve(r.Context(), id, req.Note); err != nil {
+		return nil, sagaError(id, err)
+	}
+	return done(id), nil
+}
