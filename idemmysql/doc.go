@@ -29,6 +29,23 @@
 // expired. Release ends the lease instead of deleting the row: a transaction that
 // deletes a row and inserts it again deadlocks with the claimants queued on it.
 //
+// On MariaDB, Claim of a fresh key is one call of the procedure Table+"_claim"
+// (migration 002), which runs the same statements in one round trip.
+//
+// # Group claims
+//
+// Concurrent Claims share round trips, like a group commit: a Claim that finds two
+// claims already running waits in a queue, and the next runner to finish takes the
+// whole queue (up to Config.MaxClaimGroup) to the server in one call of the
+// procedure Table+"_claim_group" (migration 003): one transaction inserts or locks
+// every key, then draws the new rows' tokens, and commits once. A lone caller never
+// waits for a batch to fill: a group forms only from claims that would otherwise
+// queue for the server. A runner never waits for a row lock (its calls run with
+// innodb_lock_wait_timeout 0): a claim that meets a lock, or a key that is taken or
+// expired, continues alone on a goroutine of its own, so a key held by a long
+// transaction elsewhere holds up only its own claimants. MariaDB only (it needs the
+// sequence, JSON_TABLE and SET STATEMENT); Config.MaxClaimGroup = 1 turns it off.
+//
 // # Isolation levels
 //
 // Every read the store makes is a locking read, so it behaves the same under
