@@ -44,6 +44,7 @@ const (
 	Completed    = "completed"    // every action done
 	Compensated  = "compensated"  // turned around and fully undone
 	Failed       = "failed"       // a compensation failed permanently: needs a person
+	Resolved     = "resolved"     // resolved by hand (Admin.Resolve): never advanced again
 )
 
 // Input is what an action or a compensation receives.
