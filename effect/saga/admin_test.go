@@ -315,3 +315,59 @@ func TestAdminListAndNotFound(t *testing.T) {
 		}
 	})
 }
+
+// RetryStep while an orchestrator is inside the step fences that orchestrator out:
+// its save fails with idem.ErrLeaseLost, the next round finishes the saga, and the
+// step's call, recorded by the fence, is not made twice.
+func TestAdminRetryFencesTheHolder(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, env env) {
+		ctx := context.Background()
+		entered, release := make(chan struct{}), make(chan struct{})
+		var mu sync.Mutex
+		charges := 0
+		o, err := New(ctx, env.db, Config{}, Definition{Name: "order", Steps: []Step{
+			{Name: "charge", NoCompensation: true, Action: func(context.Context, Input) ([]byte, error) {
+				mu.Lock()
+				charges++
+				first := charges == 1
+				mu.Unlock()
+				if first {
+					close(entered)
+					<-release
+				}
+				return []byte("ch-1"), nil
+			}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := NewAdmin(ctx, env.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.Start(ctx, "order", "o-1", nil); err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() { _, err := o.RunOnce(ctx); errc <- err }()
+		<-entered
+		if err := a.RetryStep(ctx, "o-1", "looks stuck"); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		if err := <-errc; !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("the fenced orchestrator's round: %v, want idem.ErrLeaseLost", err)
+		}
+		if _, err := o.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		d, err := a.Get(ctx, "o-1")
+		if err != nil || d.State != Completed || string(d.Results["charge"]) != "ch-1" {
+			t.Fatalf("saga after the retry: %+v, %v", d, err)
+		}
+		if charges != 1 {
+			t.Fatalf("charge called %d times, want once", charges)
+		}
+	})
+}
