@@ -33,6 +33,12 @@
 // idemhttp.Transport inside the call derives each outbound request's
 // Idempotency-Key from it: one logical operation keeps one key lineage from the
 // first inbound request to the last downstream call.
+//
+// # Operating
+//
+// Admin lists effects on the database alone (no Fence or calls needed): pending
+// ones, those past their lease that Recover would take over, failed ones, or the
+// steps of one key, page by page; Get shows one with its result.
 package effect
 
 import (

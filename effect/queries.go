@@ -13,6 +13,10 @@ type queries struct {
 	insert, lock, takeover, renew, finish, release, due, get string
 }
 
+// effectColumns are what Get and Admin.List read of an effect, in scanEffect's
+// order (Get adds the result).
+const effectColumns = `{{key}}, step, state, token, attempts, reason, lease_until, created_at, updated_at`
+
 func newQueries(d idem.Dialect) queries {
 	key, insert, lock := "key", "INSERT INTO", ""
 	conflict := " ON CONFLICT (key, step) DO NOTHING"
@@ -39,6 +43,6 @@ func newQueries(d idem.Dialect) queries {
 			WHERE {{key}} = $2 AND step = $3 AND token = $4 AND state = 'pending'`),
 		due: r.Replace(`SELECT {{key}} FROM idem_effects WHERE step = $1 AND state = 'pending' AND lease_until <= $2
 			ORDER BY lease_until LIMIT $3`),
-		get: r.Replace(`SELECT state, token, attempts, result, reason, lease_until FROM idem_effects WHERE {{key}} = $1 AND step = $2`),
+		get: r.Replace(`SELECT ` + effectColumns + `, result FROM idem_effects WHERE {{key}} = $1 AND step = $2`),
 	}
 }

@@ -65,18 +65,17 @@ type Effect struct {
 	Result           []byte
 	Reason           string
 	LeaseUntil       time.Time
+	// Created is when the effect was first recorded, Updated its last change.
+	Created, Updated time.Time
 }
 
 // Get returns the stored effect of key and step, or ok false if there is none.
 func (f *Fence[Tx]) Get(ctx context.Context, key, step string) (e Effect, ok bool, err error) {
 	err = f.db.InTx(ctx, func(tx Tx) error {
-		var until int64
-		err := f.db.Querier(tx).QueryRow(ctx, f.q.get, key, step).Scan(&e.State, &e.Token, &e.Attempts, &e.Result, &e.Reason, &until)
-		if err != nil {
-			return err
-		}
-		e.Key, e.Step, e.LeaseUntil, ok = key, step, time.Unix(0, until), true
-		return nil
+		var err error
+		e, err = scanEffect(f.db.Querier(tx).QueryRow(ctx, f.q.get, key, step), true)
+		ok = err == nil
+		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 		return Effect{}, false, nil

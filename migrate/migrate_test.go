@@ -48,11 +48,11 @@ func forEachDB(t *testing.T, fn func(t *testing.T, d idem.Dialect, open opener))
 
 // tables are the tables Up creates in each dialect.
 var tables = map[idem.Dialect][]string{
-	idem.Postgres: {"idem_records", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas",
+	idem.Postgres: {"idem_records", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
 		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences"},
-	idem.SQLite: {"idem_records", "idem_meta", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas",
+	idem.SQLite: {"idem_records", "idem_meta", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
 		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences", "idem_hilo"},
-	idem.MySQL: {"idem_records", "idem_records_tokens", "idem_outbox", "idem_outbox_parts", "idem_dead_letters", "idem_effects", "idem_sagas",
+	idem.MySQL: {"idem_records", "idem_records_tokens", "idem_outbox", "idem_outbox_parts", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
 		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences", "idem_hilo"},
 }
 

@@ -79,4 +79,10 @@
 // at most limit events (default 1000, at most 10000) and stops after about 4
 // MiB of event data. ServerConfig.MaxConnections bounds the sockets (default
 // 10,000); the HTTP handshake is bounded by your http.Server (set ReadHeaderTimeout).
+//
+// # Operating
+//
+// Server.Snapshot lists the channels with their last seq and the connected
+// clients with their acked seq and lag, the most lagging first (at most 1000 of
+// each, with totals): what idem_stream_unacked sums up, per client.
 package stream

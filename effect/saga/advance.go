@@ -153,11 +153,16 @@ func (o *Orchestrator[Tx]) lease(ctx context.Context, id string) (inst Instance,
 }
 
 func (o *Orchestrator[Tx]) read(ctx context.Context, q idem.Querier, id string) (Instance, int64, error) {
+	return readSaga(ctx, q, id, "")
+}
+
+// readSaga reads saga id and its token; lock (" FOR UPDATE" or "") ends the query.
+func readSaga(ctx context.Context, q idem.Querier, id, lock string) (Instance, int64, error) {
 	var inst Instance
 	var results string
 	var token, created, updated int64
 	err := q.QueryRow(ctx, `SELECT saga, state, step, data, results, attempts, reason, token, created_at, updated_at
-		FROM idem_sagas WHERE id = $1`, id).Scan(&inst.Saga, &inst.State, &inst.Step, &inst.Data, &results,
+		FROM idem_sagas WHERE id = $1`+lock, id).Scan(&inst.Saga, &inst.State, &inst.Step, &inst.Data, &results,
 		&inst.Attempts, &inst.Reason, &token, &created, &updated)
 	if err != nil {
 		return inst, 0, err

@@ -17,6 +17,14 @@
 // must therefore accept an action that never took place (refund nothing). A
 // compensation that fails permanently ends the saga FAILED with the reason: a
 // person must look. Steps without a compensation say so (NoCompensation).
+//
+// # Operating
+//
+// Admin is that person's tool, on the database alone (no definitions needed, so
+// the admin API and `idem sagas` run it anywhere): List by state, page by page;
+// Get with each step's effect; RetryStep to run a failed compensation or a step
+// stuck in its backoff again now, under a running Orchestrator; Resolve to close a
+// saga by hand with a note (state Resolved, never advanced again).
 package saga
 
 import (
@@ -44,6 +52,7 @@ const (
 	Completed    = "completed"    // every action done
 	Compensated  = "compensated"  // turned around and fully undone
 	Failed       = "failed"       // a compensation failed permanently: needs a person
+	Resolved     = "resolved"     // resolved by hand (Admin.Resolve): never advanced again
 )
 
 // Input is what an action or a compensation receives.

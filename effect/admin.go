@@ -1,0 +1,183 @@
+package effect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/cursor"
+	"github.com/idemhq/idem/migrate"
+)
+
+// Admin is the operator's view of the effects table: what the admin API and
+// `idem effects` show. It needs only the database, not the Fence or the calls, so
+// any process can run it.
+type Admin[Tx any] struct {
+	db   idem.TxDB[Tx]
+	key  string // the key column, quoted for MySQL
+	cols string
+	now  func() time.Time
+}
+
+// NewAdmin returns an Admin on db. It changes no schema: it fails with a
+// *migrate.BehindError if idem_effects lacks a migration (run `idem migrate up`, or
+// start a Fence, which applies them).
+func NewAdmin[Tx any](ctx context.Context, db idem.TxDB[Tx]) (*Admin[Tx], error) {
+	if err := db.Validate(); err != nil {
+		return nil, err
+	}
+	if err := migrate.Require(ctx, db, migrate.Effect); err != nil {
+		return nil, err
+	}
+	key := "key"
+	if db.Dialect == idem.MySQL {
+		key = "`key`"
+	}
+	return &Admin[Tx]{db: db, key: key, cols: strings.ReplaceAll(effectColumns, "{{key}}", key), now: time.Now}, nil
+}
+
+// EffectFilter selects the effects Admin.List returns. The zero value (with a
+// Limit) lists every effect.
+type EffectFilter struct {
+	// State is StatePending, StateFailed, or "" for every state.
+	State string
+	// PastLease keeps only PENDING effects whose lease has passed: those Recover (or
+	// the next Do) would take over. It implies State StatePending.
+	PastLease bool
+	// Key, if set, keeps only this key's effects (a saga's steps: its id).
+	Key string
+	// Cursor is "" for the first page, then the Next of the previous page.
+	Cursor string
+	// Limit is the page size, 1 to idem.MaxListLimit.
+	Limit int
+}
+
+// EffectPage is one page of Admin.List.
+type EffectPage struct {
+	// Effects are in (key, step) order, without their Result (which may be large:
+	// Get returns it).
+	Effects []Effect
+	// Next is the cursor of the following page, "" after the last.
+	Next string
+}
+
+// List returns a page of the effects f selects. Each page is an index range scan:
+// by primary key, or for a State by the index of open effects (migration
+// 002_state_index), never a scan of the complete effects.
+func (a *Admin[Tx]) List(ctx context.Context, f EffectFilter) (EffectPage, error) {
+	if err := cursor.Limit(f.Limit); err != nil {
+		return EffectPage{}, err
+	}
+	if f.PastLease && f.State == "" {
+		f.State = StatePending
+	}
+	switch {
+	case f.State != "" && f.State != StatePending && f.State != StateFailed:
+		return EffectPage{}, &idem.InputError{Field: "State", Reason: fmt.Sprintf("is %q", f.State),
+			Fix: fmt.Sprintf("use %q, %q, or \"\" for every state", StatePending, StateFailed)}
+	case f.PastLease && f.State != StatePending:
+		return EffectPage{}, &idem.InputError{Field: "PastLease", Reason: "is set with State " + f.State,
+			Fix: "only pending effects have a lease: set State pending or leave it empty"}
+	}
+	if f.Key != "" {
+		if err := (idem.Key{Scope: "effect", ID: f.Key}).Validate(); err != nil {
+			return EffectPage{}, err
+		}
+	}
+	after, err := cursor.Decode(f.Cursor, 2)
+	if err != nil {
+		return EffectPage{}, err
+	}
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if f.State != "" {
+		// The literal second term matches the partial index's predicate, which lets
+		// SQLite (and PostgreSQL's generic plans) use it.
+		where = append(where, "state = "+arg(f.State)+" AND state <> 'complete'")
+	}
+	if f.PastLease {
+		where = append(where, "lease_until <= "+arg(a.now().UnixNano()))
+	}
+	if f.Key != "" {
+		where = append(where, a.key+" = "+arg(f.Key))
+	}
+	if after != nil {
+		// Not a row comparison: this form starts an index range on every dialect.
+		k, s := arg(after[0]), arg(after[1])
+		where = append(where, fmt.Sprintf("%s >= %s AND (%s > %s OR step > %s)", a.key, k, a.key, k, s))
+	}
+	q := "SELECT " + a.cols + " FROM idem_effects"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY " + a.key + ", step LIMIT " + arg(f.Limit+1)
+	var page EffectPage
+	err = a.db.InTx(ctx, func(tx Tx) error {
+		page = EffectPage{}
+		rows, err := a.db.Querier(tx).Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e, err := scanEffect(rows, false)
+			if err != nil {
+				return err
+			}
+			page.Effects = append(page.Effects, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return EffectPage{}, &idem.BackendError{Backend: "effect", Op: "list", Err: err}
+	}
+	if len(page.Effects) > f.Limit {
+		page.Effects = page.Effects[:f.Limit]
+		last := page.Effects[f.Limit-1]
+		page.Next = cursor.Encode(last.Key, last.Step)
+	}
+	return page, nil
+}
+
+// Get returns the effect of key and step with its result, or an error wrapping
+// idem.ErrNotFound.
+func (a *Admin[Tx]) Get(ctx context.Context, key, step string) (Effect, error) {
+	if err := validate(key, step); err != nil {
+		return Effect{}, err
+	}
+	var e Effect
+	err := a.db.InTx(ctx, func(tx Tx) (err error) {
+		e, err = scanEffect(a.db.Querier(tx).QueryRow(ctx, "SELECT "+a.cols+", result FROM idem_effects WHERE "+a.key+" = $1 AND step = $2", key, step), true)
+		return err
+	})
+	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
+		return Effect{}, fmt.Errorf("effect %s/%s: %w", key, step, idem.ErrNotFound)
+	}
+	if err != nil {
+		return Effect{}, &idem.BackendError{Backend: "effect", Op: "get", Err: err}
+	}
+	return e, nil
+}
+
+// scanEffect reads effectColumns, and the result after them if withResult.
+func scanEffect(row idem.Row, withResult bool) (Effect, error) {
+	var e Effect
+	var until, created, updated int64
+	dest := []any{&e.Key, &e.Step, &e.State, &e.Token, &e.Attempts, &e.Reason, &until, &created, &updated}
+	if withResult {
+		dest = append(dest, &e.Result)
+	}
+	if err := row.Scan(dest...); err != nil {
+		return Effect{}, err
+	}
+	e.LeaseUntil, e.Created, e.Updated = time.Unix(0, until), time.Unix(0, created), time.Unix(0, updated)
+	return e, nil
+}

@@ -1,0 +1,337 @@
+package saga
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/internal/cursor"
+	"github.com/idemhq/idem/migrate"
+)
+
+// ErrNotFound is what Admin's methods return, wrapped, for a saga id that does
+// not exist. It is idem.ErrNotFound, so errors.Is matches either.
+var ErrNotFound = idem.ErrNotFound
+
+// StateError is Admin.RetryStep or Resolve refusing a saga whose state makes the
+// action meaningless (retrying a completed saga, resolving it twice).
+type StateError struct {
+	ID, State string
+	Op        string // "retry" or "resolve"
+	Fix       string
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("saga %s is %s: cannot %s it: %s", e.ID, e.State, e.Op, e.Fix)
+}
+
+// MaxNoteLen bounds the reason of RetryStep and the note of Resolve.
+const MaxNoteLen = 1024
+
+// Admin is the operator's view of the sagas: list, inspect, retry a failed or
+// stuck step, resolve by hand. It needs only the database (not the definitions),
+// so the admin API and `idem sagas` run it in any process; the orchestrators
+// that run the sagas need not be stopped.
+type Admin[Tx any] struct {
+	db      idem.TxDB[Tx]
+	effects *effect.Admin[Tx]
+	key     string // idem_effects' key column, quoted for MySQL
+	lock    string // what locks a row read in a transaction
+	now     func() time.Time
+}
+
+// NewAdmin returns an Admin on db. It changes no schema: it fails with a
+// *migrate.BehindError if idem_sagas or idem_effects lacks a migration (run `idem
+// migrate up`, or start an Orchestrator, which applies them).
+func NewAdmin[Tx any](ctx context.Context, db idem.TxDB[Tx]) (*Admin[Tx], error) {
+	if err := db.Validate(); err != nil {
+		return nil, err
+	}
+	if err := migrate.Require(ctx, db, migrate.Saga); err != nil {
+		return nil, err
+	}
+	effects, err := effect.NewAdmin(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	a := &Admin[Tx]{db: db, effects: effects, key: "key", now: time.Now}
+	switch db.Dialect {
+	case idem.MySQL:
+		a.key, a.lock = "`key`", " FOR UPDATE"
+	case idem.Postgres:
+		a.lock = " FOR UPDATE"
+	}
+	return a, nil
+}
+
+// Page is one page of Admin.List.
+type Page struct {
+	// Sagas are in id order, without their Data and Results (Get has them).
+	Sagas []Instance
+	// Next is the cursor of the following page, "" after the last.
+	Next string
+}
+
+var states = []string{Running, Compensating, Completed, Compensated, Failed, Resolved}
+
+// List returns up to limit (1 to idem.MaxListLimit) sagas in state ("" for every
+// state) in id order, after cursor ("" for the first page, then a page's Next).
+// Each page is an index range scan: the primary key, or (state, id).
+func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Page, error) {
+	if err := cursor.Limit(limit); err != nil {
+		return Page{}, err
+	}
+	if state != "" && !containsState(state) {
+		return Page{}, &idem.InputError{Field: "state", Reason: fmt.Sprintf("is %q", state),
+			Fix: "use one of " + strings.Join(states, ", ") + `, or "" for every state`}
+	}
+	after, err := cursor.Decode(cur, 1)
+	if err != nil {
+		return Page{}, err
+	}
+	var where []string
+	var args []any
+	if state != "" {
+		args = append(args, state)
+		where = append(where, fmt.Sprintf("state = $%d", len(args)))
+	}
+	if after != nil {
+		args = append(args, after[0])
+		where = append(where, fmt.Sprintf("id > $%d", len(args)))
+	}
+	q := `SELECT id, saga, state, step, attempts, reason, created_at, updated_at FROM idem_sagas`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, limit+1)
+	q += fmt.Sprintf(" ORDER BY id LIMIT $%d", len(args))
+	var page Page
+	err = a.db.InTx(ctx, func(tx Tx) error {
+		page = Page{}
+		rows, err := a.db.Querier(tx).Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var inst Instance
+			var created, updated int64
+			if err := rows.Scan(&inst.ID, &inst.Saga, &inst.State, &inst.Step, &inst.Attempts, &inst.Reason, &created, &updated); err != nil {
+				return err
+			}
+			inst.Created, inst.Updated = time.Unix(0, created), time.Unix(0, updated)
+			page.Sagas = append(page.Sagas, inst)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return Page{}, &idem.BackendError{Backend: "saga", Op: "list", Err: err}
+	}
+	if len(page.Sagas) > limit {
+		page.Sagas = page.Sagas[:limit]
+		page.Next = cursor.Encode(page.Sagas[limit-1].ID)
+	}
+	return page, nil
+}
+
+func containsState(s string) bool {
+	for _, st := range states {
+		if st == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Detail is one saga as Admin.Get shows it.
+type Detail struct {
+	Instance
+	// NextAt is when an orchestrator may next advance it (after a backoff);
+	// LeaseUntil, if in the future, is how long an orchestrator holds it.
+	NextAt, LeaseUntil time.Time
+	// Effects are its steps as the fence recorded them, in step order by name: each
+	// action ("do:<step>") and compensation ("undo:<step>") that ran, with its
+	// state, attempts and reason (up to idem.MaxListLimit of them).
+	Effects []effect.Effect
+	// Resolution is set once the saga was resolved by hand.
+	Resolution *Resolution
+}
+
+// Resolution records Admin.Resolve.
+type Resolution struct {
+	Note          string
+	At            time.Time
+	PreviousState string // the state the saga was in when it was resolved
+}
+
+// Get returns saga id with its steps' effects, or an error wrapping ErrNotFound.
+func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
+	if err := (idem.Key{Scope: "saga", ID: id}).Validate(); err != nil {
+		return Detail{}, err
+	}
+	var d Detail
+	err := a.db.InTx(ctx, func(tx Tx) error {
+		d = Detail{}
+		q := a.db.Querier(tx)
+		inst, _, err := readSaga(ctx, q, id, "")
+		if err != nil {
+			return err
+		}
+		d.Instance = inst
+		var next, lease int64
+		if err := q.QueryRow(ctx, `SELECT next_at, lease_until FROM idem_sagas WHERE id = $1`, id).Scan(&next, &lease); err != nil {
+			return err
+		}
+		d.NextAt, d.LeaseUntil = time.Unix(0, next), time.Unix(0, lease)
+		if inst.State != Resolved {
+			return nil
+		}
+		var r Resolution
+		var at int64
+		err = q.QueryRow(ctx, `SELECT note, resolved_at, previous_state FROM idem_saga_resolutions WHERE id = $1`, id).Scan(&r.Note, &at, &r.PreviousState)
+		if err != nil {
+			return err
+		}
+		r.At = time.Unix(0, at)
+		d.Resolution = &r
+		return nil
+	})
+	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
+		return Detail{}, fmt.Errorf("saga %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Detail{}, &idem.BackendError{Backend: "saga", Op: "get", Err: err}
+	}
+	effects, err := a.effects.List(ctx, effect.EffectFilter{Key: id, Limit: idem.MaxListLimit})
+	if err != nil {
+		return Detail{}, err
+	}
+	d.Effects = effects.Effects
+	return d, nil
+}
+
+// RetryStep makes the orchestrators run saga id's current step again, now: its
+// attempts are reset, its backoff and lease cleared, and any orchestrator
+// advancing it is fenced out (its next save fails with idem.ErrLeaseLost). A
+// Failed saga (a compensation failed permanently) goes back to Compensating, and
+// the failed compensation's effect back to PENDING, so it is called again with the
+// same derived idempotency key: a downstream that stored its failed answer under
+// that key will answer the same, so fix the cause first. A Running or
+// Compensating saga (waiting out a backoff) keeps its state. Completed,
+// Compensated and Resolved sagas are refused with a *StateError; an unknown id
+// gets an error wrapping ErrNotFound. reason (required, at most MaxNoteLen bytes)
+// is appended to the saga's Reason.
+func (a *Admin[Tx]) RetryStep(ctx context.Context, id, reason string) error {
+	if err := checkNote(id, "reason", reason); err != nil {
+		return err
+	}
+	return a.change(ctx, id, "retry", func(q idem.Querier, inst Instance, token int64, now int64) error {
+		next := inst.State
+		switch inst.State {
+		case Completed, Compensated, Resolved:
+			return &StateError{ID: id, State: inst.State, Op: "retry", Fix: "only a failed saga, or one still running or compensating, has a step to retry"}
+		case Failed:
+			next = Compensating
+			// Only the compensation that failed: a Failed saga has exactly one
+			// failed undo effect, as its first one ends it.
+			if _, err := q.Exec(ctx, `UPDATE idem_effects SET state = 'pending', token = token + 1, lease_until = 0, reason = '',
+				updated_at = $1 WHERE `+a.key+` = $2 AND state = 'failed' AND step LIKE 'undo:%'`, now, id); err != nil {
+				return err
+			}
+		}
+		msg := fmt.Sprintf("retried by hand at %s: %s", time.Unix(0, now).UTC().Format(time.RFC3339), reason)
+		if inst.Reason != "" {
+			msg = inst.Reason + "; " + msg
+		}
+		return a.update(ctx, q, id, inst.State, token, `state = $1, attempts = 0, next_at = $2, reason = $3`, next, now, msg)
+	})
+}
+
+// Resolve marks saga id as resolved by hand (a person compensated it, or decided
+// nothing is owed): it becomes Resolved, a terminal state no orchestrator advances,
+// and any orchestrator advancing it now is fenced out (its next save fails with
+// idem.ErrLeaseLost; a call it is making may still complete downstream). note
+// (required, at most MaxNoteLen bytes) is recorded with the time and the previous
+// state (Detail.Resolution). Running, Compensating and Failed sagas can be
+// resolved; the others get a *StateError, an unknown id an error wrapping
+// ErrNotFound.
+func (a *Admin[Tx]) Resolve(ctx context.Context, id, note string) error {
+	if err := checkNote(id, "note", note); err != nil {
+		return err
+	}
+	return a.change(ctx, id, "resolve", func(q idem.Querier, inst Instance, token int64, now int64) error {
+		switch inst.State {
+		case Completed, Compensated, Resolved:
+			return &StateError{ID: id, State: inst.State, Op: "resolve", Fix: "it has ended already; only a running, compensating or failed saga can be resolved"}
+		}
+		if _, err := q.Exec(ctx, `INSERT INTO idem_saga_resolutions (id, previous_state, note, resolved_at) VALUES ($1, $2, $3, $4)`,
+			id, inst.State, note, now); err != nil {
+			return err
+		}
+		return a.update(ctx, q, id, inst.State, token, `state = $1`, Resolved)
+	})
+}
+
+// change runs fn on saga id's row, locked (PostgreSQL, MySQL) or in SQLite's
+// single-writer transaction.
+func (a *Admin[Tx]) change(ctx context.Context, id, op string, fn func(q idem.Querier, inst Instance, token, now int64) error) error {
+	err := idem.RetrySerializationFailures(ctx, func() error {
+		return a.db.InTx(ctx, func(tx Tx) error {
+			q := a.db.Querier(tx)
+			inst, token, err := readSaga(ctx, q, id, a.lock)
+			if err != nil {
+				return err
+			}
+			return fn(q, inst, token, a.now().UnixNano())
+		})
+	})
+	var se *StateError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &se):
+		return se
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("saga %s: %w", id, ErrNotFound)
+	case errors.Is(err, errChanged):
+		return fmt.Errorf("saga %s: %w", id, err)
+	}
+	return &idem.BackendError{Backend: "saga", Op: op, Err: err}
+}
+
+var errChanged = errors.New("changed while being updated (an orchestrator advanced it): look at it again and retry")
+
+// update sets set (whose placeholders are $1…$n, args) on saga id, clearing its
+// lease and taking the next token, if it is still in state under token.
+func (a *Admin[Tx]) update(ctx context.Context, q idem.Querier, id, state string, token int64, set string, args ...any) error {
+	n := len(args)
+	args = append(args, a.now().UnixNano(), id, state, token)
+	stmt := fmt.Sprintf(`UPDATE idem_sagas SET %s, lease_until = 0, token = token + 1, updated_at = $%d
+		WHERE id = $%d AND state = $%d AND token = $%d`, set, n+1, n+2, n+3, n+4)
+	m, err := q.Exec(ctx, stmt, args...)
+	if err != nil {
+		return err
+	}
+	if m != 1 {
+		return errChanged
+	}
+	return nil
+}
+
+func checkNote(id, field, text string) error {
+	if err := (idem.Key{Scope: "saga", ID: id}).Validate(); err != nil {
+		return err
+	}
+	switch {
+	case strings.TrimSpace(text) == "":
+		return &idem.InputError{Field: field, Reason: "is empty", Fix: "say why, for whoever looks at this saga next"}
+	case len(text) > MaxNoteLen:
+		return &idem.InputError{Field: field, Reason: fmt.Sprintf("is %d bytes long", len(text)), Fix: fmt.Sprintf("keep it to %d bytes", MaxNoteLen)}
+	}
+	return nil
+}

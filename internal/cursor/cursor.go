@@ -1,0 +1,59 @@
+// Package cursor encodes the opaque cursors of keyset-paginated listings: the
+// sort key of a page's last row, which the next page starts after.
+package cursor
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+
+	"github.com/idemhq/idem"
+)
+
+// MaxLen bounds a cursor's length: a sort key is a few identifiers of at most 255
+// bytes each, so anything longer was not made by Encode.
+const MaxLen = 2048
+
+// Encode returns the cursor of a row whose sort key is parts.
+func Encode(parts ...string) string {
+	enc := make([]string, len(parts))
+	for i, p := range parts {
+		enc[i] = base64.RawURLEncoding.EncodeToString([]byte(p))
+	}
+	return strings.Join(enc, ".")
+}
+
+// Decode returns the n parts of c, or an *idem.InputError on field "cursor" for
+// anything Encode did not make. The empty cursor (the first page) gives nil.
+func Decode(c string, n int) ([]string, error) {
+	if c == "" {
+		return nil, nil
+	}
+	bad := func(reason string) error {
+		return &idem.InputError{Field: "cursor", Reason: reason, Fix: `pass back the cursor a previous page returned, or "" for the first page`}
+	}
+	if len(c) > MaxLen {
+		return nil, bad(fmt.Sprintf("is %d bytes long, more than any cursor (%d)", len(c), MaxLen))
+	}
+	enc := strings.Split(c, ".")
+	if len(enc) != n {
+		return nil, bad("is not a cursor of this listing")
+	}
+	parts := make([]string, n)
+	for i, e := range enc {
+		b, err := base64.RawURLEncoding.DecodeString(e)
+		if err != nil {
+			return nil, bad("is not a cursor of this listing")
+		}
+		parts[i] = string(b)
+	}
+	return parts, nil
+}
+
+// Limit checks a page size against idem.MaxListLimit.
+func Limit(limit int) error {
+	if limit <= 0 || limit > idem.MaxListLimit {
+		return &idem.InputError{Field: "limit", Reason: fmt.Sprintf("is %d", limit), Fix: fmt.Sprintf("ask for 1 to %d rows a page", idem.MaxListLimit)}
+	}
+	return nil
+}

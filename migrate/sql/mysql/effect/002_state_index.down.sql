@@ -1,0 +1,1 @@
+DROP INDEX idem_effects_open ON idem_effects;

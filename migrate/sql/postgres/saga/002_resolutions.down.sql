@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS idem_sagas_state;
+DROP TABLE IF EXISTS idem_saga_resolutions;
