@@ -30,8 +30,10 @@ type Inspector interface {
 	// Evict deletes k's record so the key is claimable again, and returns the record
 	// it deleted. A completed record goes freely; an in-progress one only with force
 	// (otherwise *InputError on field "force"), and its holder is fenced out: its
-	// Complete, Release and Renew get ErrLeaseLost, and the next claim of the key
-	// gets a larger token. A key with no record gets ErrNotFound.
+	// Complete and Renew get ErrLeaseLost, and the next claim of the key gets a larger
+	// token, after which the old holder's Release gets ErrLeaseLost too (before it,
+	// the key has no record, and releasing such a key is Store's usual no-op). A key
+	// with no record gets ErrNotFound.
 	Evict(ctx context.Context, k Key, force bool) (Record, error)
 }
 

@@ -27,6 +27,15 @@
 // a claim already admitted completes with its result even past the budget, since
 // refusing it after the effect ran would let a retry run the effect again. Expired
 // records free their room when swept (idem.RunSweeper) or taken over.
+//
+// # Inspection
+//
+// Store implements idem.Inspector (Inspect, List, Evict) and passes
+// idemtest.InspectorSuite. List needs Config.KeepKeys, which keeps each key's text
+// beside its hash (counted against MaxBytes); it has no index by scope, so a page
+// walks every record, O(n log limit) for n records, with ids in ascending byte order
+// and the base64url of the page's last id as cursor. A forced Evict fences the
+// holder as a takeover does: the key's next token comes from its shard's counter.
 package idemmem
 
 import (
