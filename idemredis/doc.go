@@ -89,7 +89,7 @@
 // runs wholly before or after it, the evicted holder's Complete and Renew get
 // idem.ErrLeaseLost, and the key's next token is max(TIME, token+1) either way. List
 // runs SCAN MATCH over the scope's key prefix (glob metacharacters escaped), COUNT
-// limit: pages are unordered, may be short or empty before the last, and a key may
+// the room left in the page: pages are unordered, may be short or empty before the last, and a key may
 // come twice when Redis resizes its table between pages; the cursor is SCAN's, with
 // the ids of a SCAN reply that did not fit the page. List needs a single node (or a
 // failover client); a Cluster or Ring client is refused.

@@ -106,7 +106,8 @@ const maxScans = 16
 const maxCursorLen = 64 << 10
 
 // List implements idem.Inspector with SCAN MATCH on the scope's key prefix (its
-// glob metacharacters escaped) and COUNT limit, up to 16 SCAN calls per page. Pages
+// glob metacharacters escaped) and COUNT the room left in the page, up to 16 SCAN
+// calls per page. Pages
 // are not ordered and may be shorter than limit, even empty before the last; a key
 // Redis moves while its table is resized between pages may be listed twice (SCAN's
 // own guarantee), so a caller that needs each key once keeps a set of ids. A SCAN
@@ -134,7 +135,9 @@ func (s *Store) List(ctx context.Context, scope, cursor string, limit int) (idem
 		seen[id] = true
 	}
 	for scans := 0; len(ids) < limit && len(pending) == 0 && !finished && scans < maxScans; scans++ {
-		keys, next, err := s.client.Scan(ctx, cur, pattern, int64(limit)).Result()
+		// COUNT is the room left: a reply overshoots it by a bucket's chain at
+		// most, so the ids carried in the cursor stay few.
+		keys, next, err := s.client.Scan(ctx, cur, pattern, int64(limit-len(ids))).Result()
 		if err != nil {
 			return idem.KeyPage{}, backendError("list", err)
 		}
