@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // ErrNotFound is returned by Inspector.Inspect and Evict for a key that has no record.
@@ -29,8 +30,10 @@ type Inspector interface {
 	// Evict deletes k's record so the key is claimable again, and returns the record
 	// it deleted. A completed record goes freely; an in-progress one only with force
 	// (otherwise *InputError on field "force"), and its holder is fenced out: its
-	// Complete, Release and Renew get ErrLeaseLost, and the next claim of the key
-	// gets a larger token. A key with no record gets ErrNotFound.
+	// Complete and Renew get ErrLeaseLost, and the next claim of the key gets a larger
+	// token, after which the old holder's Release gets ErrLeaseLost too (before it,
+	// the key has no record, and releasing such a key is Store's usual no-op). A key
+	// with no record gets ErrNotFound.
 	Evict(ctx context.Context, k Key, force bool) (Record, error)
 }
 
@@ -44,3 +47,30 @@ type KeyPage struct {
 // MaxListLimit bounds Inspector.List's limit; a larger or non-positive limit is an
 // *InputError.
 const MaxListLimit = 1000
+
+// CheckList checks List's input (scope, limit) and then whether ctx has already
+// ended: the prologue of every backend's List. The cursor is the backend's to check.
+func CheckList(ctx context.Context, scope string, limit int) error {
+	if err := validatePart("scope", scope); err != nil {
+		return err
+	}
+	if limit <= 0 || limit > MaxListLimit {
+		return &InputError{Field: "limit", Reason: fmt.Sprintf("is %d, outside 1..%d", limit, MaxListLimit),
+			Fix: fmt.Sprintf("ask for 1 to %d records per page and follow KeyPage.Next for more", MaxListLimit)}
+	}
+	return ctx.Err()
+}
+
+// CheckEvict checks Evict's key and then whether ctx has already ended.
+func CheckEvict(ctx context.Context, k Key) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// ErrForceNeeded is the *InputError of Evict without force on an in-progress record.
+func ErrForceNeeded(k Key) error {
+	return &InputError{Field: "force", Reason: fmt.Sprintf("is false and %v is in progress: its holder may still be running the effect", k),
+		Fix: "wait for the holder to complete or release it, or evict with force to fence the holder out (its Complete then gets ErrLeaseLost and a retry may run the effect again)"}
+}

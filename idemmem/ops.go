@@ -80,6 +80,7 @@ func (s *Store) claim(c idem.Claim, now int64) (idem.Result, error) {
 		retention: int64(c.Retention),
 		fp:        bytes.Clone(c.Fingerprint),
 	}
+	s.remember(sh, h, c.Key)
 	return idem.Result{Outcome: idem.Acquired, Token: token}, nil
 }
 
@@ -209,6 +210,7 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 		return idem.ErrCompleted
 	}
 	s.dropLive(sh, h, r)
+	s.forget(sh, h)
 	return nil
 }
 
@@ -298,6 +300,7 @@ func (s *Store) sweepShard(sh *shard, now int64) int {
 	for h, r := range sh.live {
 		if now >= r.deadline {
 			s.dropLive(sh, h, r)
+			s.forget(sh, h)
 			n++
 		}
 	}
@@ -305,6 +308,7 @@ func (s *Store) sweepShard(sh *shard, now int64) int {
 		if now >= s.doneDeadline(d) {
 			delete(sh.done, h)
 			s.charge(sh, -doneRecordBytes)
+			s.forget(sh, h)
 			n++
 		}
 	}

@@ -27,6 +27,15 @@
 // a claim already admitted completes with its result even past the budget, since
 // refusing it after the effect ran would let a retry run the effect again. Expired
 // records free their room when swept (idem.RunSweeper) or taken over.
+//
+// # Inspection
+//
+// Store implements idem.Inspector (Inspect, List, Evict) and passes
+// idemtest.InspectorSuite. List needs Config.KeepKeys, which keeps each key's text
+// beside its hash (counted against MaxBytes); it has no index by scope, so a page
+// walks every record, O(n log limit) for n records, with ids in ascending byte order
+// and the base64url of the page's last id as cursor. A forced Evict fences the
+// holder as a takeover does: the key's next token comes from its shard's counter.
 package idemmem
 
 import (
@@ -56,6 +65,11 @@ type Config struct {
 	MaxBytes int64
 	// Registerer, if set, receives the store's Prometheus metrics.
 	Registerer prometheus.Registerer
+	// KeepKeys makes the store remember the text of every key beside its hash, so
+	// that List (idem.Inspector) can name the keys of a scope. It costs the key's
+	// bytes plus about 64 per record, counted against MaxBytes. Without it, List
+	// fails; Inspect and Evict, which are given the key, work either way.
+	KeepKeys bool
 }
 
 // Store is an in-memory idem.Store. The zero value is not usable; call New.
@@ -67,6 +81,7 @@ type Store struct {
 	epoch        int64 // unix ns; compact records count seconds from here
 	m            *metrics.Store
 	budget       budget
+	keepKeys     bool
 }
 
 var (
@@ -74,6 +89,7 @@ var (
 	_ idem.Sweeper      = (*Store)(nil)
 	_ idem.BatchClaimer = (*Store)(nil)
 	_ idem.Renewer      = (*Store)(nil)
+	_ idem.Inspector    = (*Store)(nil)
 )
 
 // hkey is the 128-bit hash that stands for a key.
@@ -93,7 +109,9 @@ type shard struct {
 	deletes int
 	// credit is room drawn from the store's budget and not yet spent; see budget.
 	credit int64
-	_      [24]byte // keep shards on separate cache lines
+	// keys holds the text of each key with a record, with Config.KeepKeys only.
+	keys map[hkey]idem.Key
+	_    [16]byte // keep shards on separate cache lines
 }
 
 type liveRecord struct {
@@ -140,13 +158,14 @@ func New(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		shards: make([]shard, n),
-		mask:   uint64(n - 1),
-		seedA:  maphash.MakeSeed(),
-		seedB:  maphash.MakeSeed(),
-		now:    now,
-		epoch:  now().UnixNano(),
-		m:      m,
+		shards:   make([]shard, n),
+		mask:     uint64(n - 1),
+		seedA:    maphash.MakeSeed(),
+		seedB:    maphash.MakeSeed(),
+		now:      now,
+		epoch:    now().UnixNano(),
+		m:        m,
+		keepKeys: cfg.KeepKeys,
 	}
 	switch {
 	case cfg.MaxBytes == 0:
@@ -159,6 +178,9 @@ func New(cfg Config) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].live = make(map[hkey]liveRecord)
 		s.shards[i].done = make(map[hkey]doneRecord)
+		if cfg.KeepKeys {
+			s.shards[i].keys = make(map[hkey]idem.Key)
+		}
 	}
 	if err := metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return float64(s.Len()) }); err != nil {
 		return nil, err

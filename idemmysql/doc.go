@@ -69,6 +69,15 @@
 // (the AUTO_INCREMENT token table in place of MariaDB's sequence) run only where the
 // sequence is missing.
 //
+// # Inspection
+//
+// Store implements idem.Inspector and passes idemtest.InspectorSuite. A List page is
+// one range of the primary key (scope, id), ids in ascending byte order (VARBINARY),
+// its cursor the base64url of the page's last id. Evict reads the row FOR UPDATE and
+// deletes it in one transaction; tokens come from the sequence or the AUTO_INCREMENT
+// table, never from the row, so an evicted holder stays fenced. A released key keeps
+// its row (lease ended) until swept, and Inspect and List show it so.
+//
 // A duplicate ClaimTx keeps the key's row locked until its transaction ends, so the
 // holder's Complete waits for it: end transactions that met a duplicate promptly
 // (they usually roll back at once).

@@ -84,6 +84,15 @@
 //
 // Each Sweep deletes Config.SweepBatch rows per statement until none are left.
 //
+// # Inspection
+//
+// Store and SQLStore implement idem.Inspector and pass idemtest.InspectorSuite. A
+// List page is one range scan of the primary key, WHERE scope = $1 AND id > $2
+// ORDER BY id LIMIT $3, ids in the id column's collation order (a test EXPLAINs it
+// on 200,000 rows); the cursor is the base64url of the page's last id. Evict is one
+// DELETE … RETURNING, so a concurrent Complete lands wholly before or after it; the
+// next claim draws from the token sequence, so an evicted holder stays fenced.
+//
 // # Outbox wake-ups
 //
 // TxDB adapts a pool to idem's transactional components (inbox, outbox). A Notifier

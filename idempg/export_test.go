@@ -12,3 +12,6 @@ func Offline(cfg Config) Config {
 	cfg.offline = true
 	return cfg
 }
+
+// ListQuery returns the statement of s's List, for EXPLAIN.
+func ListQuery(s *Store) string { return s.q.inspector.list }

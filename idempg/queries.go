@@ -17,6 +17,7 @@ const (
 type queries struct {
 	insert, read, takeover, complete, release, renew, sweep, records string
 	recordInsert, recordOne, recordTakeover                          string
+	inspector                                                        inspectorQueries
 }
 
 // names are the quoted identifiers derived from Config.Table.
@@ -54,6 +55,7 @@ func newQueries(n names) queries {
 		recordInsert:   n.fill(recordInsertSQL),
 		recordOne:      n.fill(recordOneSQL),
 		recordTakeover: n.fill(recordTakeoverSQL),
+		inspector:      newInspectorQueries(n),
 	}
 }
 

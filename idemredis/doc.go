@@ -81,6 +81,19 @@
 // Tokens are microseconds since 1970, below 2^53 until the year 2255, so Lua's
 // double-precision numbers hold them exactly. Scripts compare tokens as 8 raw bytes.
 //
+// # Inspection
+//
+// Store implements idem.Inspector and passes idemtest.InspectorSuite. Inspect is a
+// GET; an expired record is already gone. Evict is one script: it replaces the
+// record by a tombstone holding its token for one second, so a concurrent Complete
+// runs wholly before or after it, the evicted holder's Complete and Renew get
+// idem.ErrLeaseLost, and the key's next token is max(TIME, token+1) either way. List
+// runs SCAN MATCH over the scope's key prefix (glob metacharacters escaped), COUNT
+// the room left in the page: pages are unordered, may be short or empty before the last, and a key may
+// come twice when Redis resizes its table between pages; the cursor is SCAN's, with
+// the ids of a SCAN reply that did not fit the page. List needs a single node (or a
+// failover client); a Cluster or Ring client is refused.
+//
 // # Batches
 //
 // ClaimBatch sends one EVALSHA per claim in a single pipeline: one round trip (per

@@ -84,6 +84,15 @@
 // claim inside a caller's open transaction needs none, since every other writer
 // waits for that transaction anyway.
 //
+// # Inspection
+//
+// Store implements idem.Inspector and passes idemtest.InspectorSuite. Inspect and
+// List read on the store's database, outside the writer; a List page is one range of
+// the primary key (scope, id), ids in ascending byte order, and its cursor the
+// base64url of the page's last id. Evict is one DELETE … RETURNING, so a concurrent
+// Complete lands wholly before or after it; tokens come from the idem_meta floor, so
+// an evicted holder stays fenced.
+//
 // # Schema
 //
 // Open and New create or migrate the tables idem_records, idem_meta and

@@ -19,4 +19,9 @@
 // the contract, with per-key tokens required to rise strictly. TxStoreSuite checks
 // that tokens rise across transactions that release and claim a key again while
 // other transactions wait on them.
+//
+// InspectorSuite holds every store to idem.Inspector: Inspect of live, completed and
+// expired records, List pagination (every key of a scope once, across scopes that
+// are prefixes of each other or hold glob and LIKE metacharacters, garbage cursors
+// refused), and Evict, including a forced one racing the holder's Complete.
 package idemtest

@@ -1,0 +1,134 @@
+package idemmysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/keyset"
+)
+
+var _ idem.Inspector = (*Store)(nil)
+
+const recordColumns = `state, fingerprint, token, result, created_us, expires_us`
+
+// table returns the quoted name of the store's table, as newQueries wrote it into the
+// sweep statement ("DELETE FROM `name` WHERE …"); Config.Table is a checked lowercase
+// identifier, so it holds no backquote of its own.
+func (s *Store) table() string {
+	_, rest, _ := strings.Cut(s.q.sweep, "`")
+	name, _, _ := strings.Cut(rest, "`")
+	return "`" + name + "`"
+}
+
+func scanRecord(k idem.Key, r interface{ Scan(...any) error }, pre ...any) (idem.Record, error) {
+	var (
+		state                   int
+		token, created, expires int64
+		rec                     = idem.Record{Key: k}
+	)
+	err := r.Scan(append(pre, &state, &rec.Fingerprint, &token, &rec.Result, &created, &expires)...)
+	rec.State, rec.Token = idem.State(state), uint64(token)
+	rec.CreatedAt, rec.ExpiresAt = time.UnixMicro(created), time.UnixMicro(expires)
+	if len(rec.Fingerprint) == 0 {
+		rec.Fingerprint = nil
+	}
+	if rec.State == idem.StateCompleted && rec.Result == nil {
+		rec.Result = []byte{}
+	}
+	return rec, err
+}
+
+// Inspect implements idem.Inspector. A released key keeps its row, in progress with
+// a lease that has ended, until the sweeper deletes it; Inspect shows it so.
+func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
+	if err := idem.CheckEvict(ctx, k); err != nil {
+		return idem.Record{}, err
+	}
+	rec, err := scanRecord(k, s.db.QueryRowContext(ctx,
+		`SELECT `+recordColumns+` FROM `+s.table()+` WHERE scope = ? AND id = ?`, k.Scope, k.ID))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return idem.Record{}, idem.ErrNotFound
+	case err != nil:
+		return idem.Record{}, backendErr(ctx, "inspect", err)
+	}
+	return rec, nil
+}
+
+// List implements idem.Inspector: one range of the primary key (scope, id) per page,
+// ids in ascending byte order (the columns are VARBINARY); the cursor is the
+// base64url of the page's last id.
+func (s *Store) List(ctx context.Context, scope, cursor string, limit int) (idem.KeyPage, error) {
+	if err := idem.CheckList(ctx, scope, limit); err != nil {
+		return idem.KeyPage{}, err
+	}
+	after, err := keyset.Decode(cursor)
+	if err != nil {
+		return idem.KeyPage{}, err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT id, `+recordColumns+` FROM `+s.table()+
+		` WHERE scope = ? AND id > ? ORDER BY id LIMIT ?`, scope, after, limit+1)
+	if err != nil {
+		return idem.KeyPage{}, backendErr(ctx, "list", err)
+	}
+	defer rows.Close()
+	var page idem.KeyPage
+	for rows.Next() {
+		var id []byte
+		rec, err := scanRecord(idem.Key{Scope: scope}, rows, &id)
+		if err != nil {
+			return idem.KeyPage{}, backendErr(ctx, "list", err)
+		}
+		rec.Key.ID = string(id)
+		page.Records = append(page.Records, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return idem.KeyPage{}, backendErr(ctx, "list", err)
+	}
+	if len(page.Records) > limit {
+		page.Records = page.Records[:limit]
+		page.Next = keyset.Encode(page.Records[limit-1].Key.ID)
+	}
+	return page, nil
+}
+
+// Evict implements idem.Inspector in a transaction of its own: it reads the row
+// under its lock, so a concurrent Complete lands either before (the completed record
+// is evicted) or after (no row: the holder gets ErrLeaseLost), and then deletes it.
+// Tokens come from the sequence or the AUTO_INCREMENT table, never from the row, so
+// the key's next claim gets a token above the evicted holder's.
+func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record, error) {
+	if err := idem.CheckEvict(ctx, k); err != nil {
+		return idem.Record{}, err
+	}
+	var rec idem.Record
+	err := idem.RetrySerializationFailures(ctx, func() error {
+		return s.inTx(ctx, func(tx *sql.Tx) error {
+			var err error
+			rec, err = scanRecord(k, tx.QueryRowContext(ctx,
+				`SELECT `+recordColumns+` FROM `+s.table()+` WHERE scope = ? AND id = ? FOR UPDATE`, k.Scope, k.ID))
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				return idem.ErrNotFound
+			case err != nil:
+				return err
+			case rec.State == idem.StateInProgress && !force:
+				return idem.ErrForceNeeded(k)
+			}
+			_, err = tx.ExecContext(ctx, `DELETE FROM `+s.table()+` WHERE scope = ? AND id = ?`, k.Scope, k.ID)
+			return err
+		})
+	})
+	var ie *idem.InputError
+	switch {
+	case err == nil:
+		return rec, nil
+	case errors.Is(err, idem.ErrNotFound), errors.As(err, &ie):
+		return idem.Record{}, err
+	}
+	return idem.Record{}, backendErr(ctx, "evict", err)
+}

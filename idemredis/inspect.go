@@ -1,0 +1,243 @@
+package idemredis
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/keyset"
+	"github.com/redis/go-redis/v9"
+)
+
+var _ idem.Inspector = (*Store)(nil)
+
+// evictLua: KEYS[1] record; ARGV force ("1" or "0"). Replies 0 for no record (or a
+// released tombstone), {1, record} for an in-progress record left alone (no force),
+// {2, record} for the record it evicted. An evicted record becomes a tombstone with
+// its token for tombstoneMs: a claim within that time takes the key with
+// max(TIME, token+1), and one after it finds TIME well past the token, so the key's
+// next token is above the evicted holder's either way, and the holder's Complete and
+// Renew, which need a live record of their token, get ErrLeaseLost. One script, so a
+// concurrent Complete runs wholly before (its completed record is evicted) or after.
+const evictLua = `
+local v = redis.call('GET', KEYS[1])
+if not v or string.byte(v, 1) == 0 then return 0 end
+if string.byte(v, 1) == 1 and ARGV[1] ~= '1' then return {1, v} end
+redis.call('SET', KEYS[1], '\0' .. string.sub(v, 2, 9), 'PX', ` + tombstoneMs + `)
+return {2, v}
+`
+
+// tombstoneMs is how long an evicted record's tombstone lives: far longer than any
+// lead a token can have over Redis's TIME.
+const tombstoneMs = "1000"
+
+var evictScript = redis.NewScript(evictLua)
+
+// Inspect implements idem.Inspector in one GET. Redis deletes a record when its
+// lease or retention ends, so an expired record is not found.
+func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
+	if err := idem.CheckEvict(ctx, k); err != nil {
+		return idem.Record{}, err
+	}
+	v, err := s.client.Get(ctx, s.Key(k)).Result()
+	if errors.Is(err, redis.Nil) {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	if err != nil {
+		return idem.Record{}, backendError("inspect", err)
+	}
+	return inspected(k, v, "inspect")
+}
+
+// inspected decodes a stored value for Inspect and List: a tombstone is no record.
+func inspected(k idem.Key, v, op string) (idem.Record, error) {
+	if len(v) > 0 && v[0] == stateReleased {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	rec, err := decodeRecord(k, v)
+	if err != nil {
+		return idem.Record{}, backendError(op, err)
+	}
+	if len(rec.Fingerprint) == 0 {
+		rec.Fingerprint = nil
+	}
+	return rec, nil
+}
+
+// Evict implements idem.Inspector in one script (see evictLua).
+func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record, error) {
+	if err := idem.CheckEvict(ctx, k); err != nil {
+		return idem.Record{}, err
+	}
+	f := "0"
+	if force {
+		f = "1"
+	}
+	reply, err := evictScript.Run(ctx, s.client, []string{s.Key(k)}, f).Result()
+	if err != nil {
+		return idem.Record{}, backendError("evict", err)
+	}
+	a, ok := reply.([]any)
+	if !ok {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	code, _ := a[0].(int64)
+	v, _ := a[1].(string)
+	rec, err := inspected(k, v, "evict")
+	switch {
+	case err != nil:
+		return idem.Record{}, err
+	case code == 1:
+		return idem.Record{}, idem.ErrForceNeeded(k)
+	}
+	return rec, nil
+}
+
+// maxScans bounds the SCAN calls of one List page, so that a page over a keyspace
+// where the scope is sparse answers in bounded time (possibly empty, with a cursor).
+const maxScans = 16
+
+// maxCursorLen bounds a List cursor: a SCAN cursor and the ids of a SCAN reply that
+// did not fit the page.
+const maxCursorLen = 64 << 10
+
+// List implements idem.Inspector with SCAN MATCH on the scope's key prefix (its
+// glob metacharacters escaped) and COUNT the room left in the page, up to 16 SCAN
+// calls per page. Pages
+// are not ordered and may be shorter than limit, even empty before the last; a key
+// Redis moves while its table is resized between pages may be listed twice (SCAN's
+// own guarantee), so a caller that needs each key once keeps a set of ids. A SCAN
+// reply longer than the room left in the page carries its rest in the cursor, which
+// is the base64url of the SCAN cursor and those ids. Redis Cluster and Ring clients
+// are refused: their keys are spread over nodes that one SCAN cursor does not cover.
+func (s *Store) List(ctx context.Context, scope, cursor string, limit int) (idem.KeyPage, error) {
+	if err := idem.CheckList(ctx, scope, limit); err != nil {
+		return idem.KeyPage{}, err
+	}
+	cur, pending, finished, err := decodeCursor(cursor)
+	if err != nil {
+		return idem.KeyPage{}, err
+	}
+	switch s.client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		return idem.KeyPage{}, backendError("list", fmt.Errorf("List needs one Redis node; a %T spreads keys over several", s.client))
+	}
+	base := redisKey(s.prefix, idem.Key{Scope: scope})
+	pattern := escapeGlob(base) + "*"
+	n := min(len(pending), limit)
+	ids, pending := pending[:n:n], pending[n:]
+	seen := make(map[string]bool, limit)
+	for _, id := range ids {
+		seen[id] = true
+	}
+	for scans := 0; len(ids) < limit && len(pending) == 0 && !finished && scans < maxScans; scans++ {
+		// COUNT is the room left: a reply overshoots it by a bucket's chain at
+		// most, so the ids carried in the cursor stay few.
+		keys, next, err := s.client.Scan(ctx, cur, pattern, int64(limit-len(ids))).Result()
+		if err != nil {
+			return idem.KeyPage{}, backendError("list", err)
+		}
+		for _, key := range keys {
+			id, ok := strings.CutPrefix(key, base)
+			if !ok || seen[id] {
+				continue
+			}
+			seen[id] = true
+			if len(ids) < limit {
+				ids = append(ids, id)
+			} else {
+				pending = append(pending, id)
+			}
+		}
+		cur, finished = next, next == 0
+	}
+	page := idem.KeyPage{}
+	if !finished || len(pending) > 0 {
+		if page.Next, err = encodeCursor(cur, pending); err != nil {
+			return idem.KeyPage{}, backendError("list", err)
+		}
+	}
+	if len(ids) == 0 {
+		return page, nil
+	}
+	pipe := s.client.Pipeline()
+	gets := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		gets[i] = pipe.Get(ctx, base+id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return idem.KeyPage{}, backendError("list", err)
+	}
+	for i, id := range ids {
+		v, err := gets[i].Result()
+		if errors.Is(err, redis.Nil) {
+			continue // expired or evicted since the SCAN
+		}
+		if err != nil {
+			return idem.KeyPage{}, backendError("list", err)
+		}
+		rec, err := inspected(idem.Key{Scope: scope, ID: id}, v, "list")
+		if errors.Is(err, idem.ErrNotFound) {
+			continue // released
+		}
+		if err != nil {
+			return idem.KeyPage{}, err
+		}
+		page.Records = append(page.Records, rec)
+	}
+	return page, nil
+}
+
+// escapeGlob escapes the characters SCAN's MATCH gives a meaning to.
+func escapeGlob(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(s)
+}
+
+// encodeCursor writes a List cursor: the SCAN cursor and the pending ids, one a line
+// (ids hold no control characters), base64url.
+func encodeCursor(cur uint64, pending []string) (string, error) {
+	text := strconv.FormatUint(cur, 10)
+	if len(pending) > 0 {
+		text += "\n" + strings.Join(pending, "\n")
+	}
+	c := base64.RawURLEncoding.EncodeToString([]byte(text))
+	if len(c) > maxCursorLen {
+		return "", fmt.Errorf("a SCAN reply left %d ids over the page, more than a cursor holds; ask for a larger limit", len(pending))
+	}
+	return c, nil
+}
+
+// decodeCursor reads a cursor of encodeCursor; finished is true when the SCAN is
+// over and only pending ids are left. "" is the first page.
+func decodeCursor(c string) (cur uint64, pending []string, finished bool, err error) {
+	if c == "" {
+		return 0, nil, false, nil
+	}
+	if len(c) > maxCursorLen {
+		return 0, nil, false, keyset.Invalid(fmt.Sprintf("is longer than %d bytes (got %d)", maxCursorLen, len(c)))
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, nil, false, keyset.Invalid("is not a cursor this store made")
+	}
+	parts := strings.Split(string(b), "\n")
+	cur, err = strconv.ParseUint(parts[0], 10, 64)
+	if err != nil {
+		return 0, nil, false, keyset.Invalid("is not a cursor this store made")
+	}
+	for _, id := range parts[1:] {
+		if (idem.Key{Scope: "s", ID: id}).Validate() != nil {
+			return 0, nil, false, keyset.Invalid("is not a cursor this store made")
+		}
+	}
+	pending = parts[1:]
+	if cur == 0 && len(pending) == 0 {
+		// Only a first page starts at SCAN cursor 0, and its cursor is "".
+		return 0, nil, false, keyset.Invalid("is not a cursor this store made")
+	}
+	return cur, pending, cur == 0, nil
+}
