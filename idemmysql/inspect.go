@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -14,15 +13,6 @@ import (
 var _ idem.Inspector = (*Store)(nil)
 
 const recordColumns = `state, fingerprint, token, result, created_us, expires_us`
-
-// table returns the quoted name of the store's table, as newQueries wrote it into the
-// sweep statement ("DELETE FROM `name` WHERE …"); Config.Table is a checked lowercase
-// identifier, so it holds no backquote of its own.
-func (s *Store) table() string {
-	_, rest, _ := strings.Cut(s.q.sweep, "`")
-	name, _, _ := strings.Cut(rest, "`")
-	return "`" + name + "`"
-}
 
 func scanRecord(k idem.Key, r interface{ Scan(...any) error }, pre ...any) (idem.Record, error) {
 	var (
@@ -49,7 +39,7 @@ func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
 		return idem.Record{}, err
 	}
 	rec, err := scanRecord(k, s.db.QueryRowContext(ctx,
-		`SELECT `+recordColumns+` FROM `+s.table()+` WHERE scope = ? AND id = ?`, k.Scope, k.ID))
+		`SELECT `+recordColumns+` FROM `+quote(s.table)+` WHERE scope = ? AND id = ?`, k.Scope, k.ID))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return idem.Record{}, idem.ErrNotFound
@@ -70,7 +60,7 @@ func (s *Store) List(ctx context.Context, scope, cursor string, limit int) (idem
 	if err != nil {
 		return idem.KeyPage{}, err
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT id, `+recordColumns+` FROM `+s.table()+
+	rows, err := s.db.QueryContext(ctx, `SELECT id, `+recordColumns+` FROM `+quote(s.table)+
 		` WHERE scope = ? AND id > ? ORDER BY id LIMIT ?`, scope, after, limit+1)
 	if err != nil {
 		return idem.KeyPage{}, backendErr(ctx, "list", err)
@@ -110,7 +100,7 @@ func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record,
 		return s.inTx(ctx, func(tx *sql.Tx) error {
 			var err error
 			rec, err = scanRecord(k, tx.QueryRowContext(ctx,
-				`SELECT `+recordColumns+` FROM `+s.table()+` WHERE scope = ? AND id = ? FOR UPDATE`, k.Scope, k.ID))
+				`SELECT `+recordColumns+` FROM `+quote(s.table)+` WHERE scope = ? AND id = ? FOR UPDATE`, k.Scope, k.ID))
 			switch {
 			case errors.Is(err, sql.ErrNoRows):
 				return idem.ErrNotFound
@@ -119,7 +109,7 @@ func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record,
 			case rec.State == idem.StateInProgress && !force:
 				return idem.ErrForceNeeded(k)
 			}
-			_, err = tx.ExecContext(ctx, `DELETE FROM `+s.table()+` WHERE scope = ? AND id = ?`, k.Scope, k.ID)
+			_, err = tx.ExecContext(ctx, `DELETE FROM `+quote(s.table)+` WHERE scope = ? AND id = ?`, k.Scope, k.ID)
 			return err
 		})
 	})

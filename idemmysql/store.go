@@ -85,6 +85,7 @@ func (cfg Config) withDefaults() (Config, error) {
 // for concurrent use.
 type Store struct {
 	db         *sql.DB
+	table      string
 	ownDB      bool
 	sequence   bool     // tokens from Table+"_token_seq" (MariaDB), not Table+"_tokens"
 	procedure  bool     // Table+"_claim" exists (MariaDB): Claim of a fresh key in one call
@@ -154,7 +155,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, q: newQueries(cfg.Table), m: m, sweepBatch: cfg.SweepBatch}
+	s := &Store{db: db, table: cfg.Table, q: newQueries(cfg.Table), m: m, sweepBatch: cfg.SweepBatch}
 	if !cfg.offline {
 		if err := checkShape(ctx, db, cfg.Table); err != nil {
 			return nil, err
