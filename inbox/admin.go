@@ -121,9 +121,8 @@ func (a *DeadLetterAdmin[Tx]) List(ctx context.Context, f DeadLetterFilter) ([]D
 	args = append(args, limit)
 	query := selectDeadLetter + "WHERE " + strings.Join(where, " AND ") + " ORDER BY d.id LIMIT $" + strconv.Itoa(len(args))
 	var out []DeadLetter
-	err := a.db.InTx(ctx, func(tx Tx) error {
-		var err error
-		out, err = queryDeadLetters(ctx, a.db.Querier(tx), query, args...)
+	err := read(ctx, a.db, func(q idem.Querier) (err error) {
+		out, err = queryDeadLetters(ctx, q, query, args...)
 		return err
 	})
 	if err != nil {
@@ -159,8 +158,8 @@ func likeEscape(s string) string {
 // Get returns dead letter id, in whatever state, or ErrNoDeadLetter.
 func (a *DeadLetterAdmin[Tx]) Get(ctx context.Context, id int64) (DeadLetter, error) {
 	var dl DeadLetter
-	err := a.db.InTx(ctx, func(tx Tx) (err error) {
-		dl, err = scanDeadLetter(a.db.Querier(tx).QueryRow(ctx, selectDeadLetter+"WHERE d.id = $1", id))
+	err := read(ctx, a.db, func(q idem.Querier) (err error) {
+		dl, err = scanDeadLetter(q.QueryRow(ctx, selectDeadLetter+"WHERE d.id = $1", id))
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
@@ -320,4 +319,13 @@ func queryDeadLetters(ctx context.Context, q idem.Querier, query string, args ..
 		out = append(out, dl)
 	}
 	return out, rows.Err()
+}
+
+// read runs fn outside a transaction where db can (on SQLite a transaction would
+// take the write lock), and in one otherwise.
+func read[Tx any](ctx context.Context, db idem.TxDB[Tx], fn func(q idem.Querier) error) error {
+	if db.Read != nil {
+		return db.Read(ctx, fn)
+	}
+	return db.InTx(ctx, func(tx Tx) error { return fn(db.Querier(tx)) })
 }

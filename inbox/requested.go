@@ -31,8 +31,9 @@ func (c *Consumer[Tx]) ReplayRequested(ctx context.Context) (int, error) {
 		attempts int
 	}
 	var reqs []req
-	err := c.db.InTx(ctx, func(tx Tx) error {
-		rows, err := c.db.Querier(tx).Query(ctx, `SELECT o.id, o.replay_attempts FROM idem_dead_letters_ops o
+	err := read(ctx, c.db, func(q idem.Querier) error {
+		reqs = nil
+		rows, err := q.Query(ctx, `SELECT o.id, o.replay_attempts FROM idem_dead_letters_ops o
 			JOIN idem_dead_letters d ON d.id = o.id
 			WHERE o.consumer = $1 AND o.replay_requested_at IS NOT NULL AND d.replayed_at IS NULL
 			ORDER BY o.id LIMIT $2`, c.cfg.Consumer, replayBatch)

@@ -76,8 +76,7 @@ type RelayInstance struct {
 func (a *Admin[Tx]) Status(ctx context.Context) (Status, error) {
 	var st Status
 	now := a.now()
-	err := a.db.InTx(ctx, func(tx Tx) error {
-		q := a.db.Querier(tx)
+	err := read(ctx, a.db, func(q idem.Querier) error {
 		st = Status{}
 		rows, err := q.Query(ctx, `SELECT topic, part, COUNT(CASE WHEN parked_at IS NULL THEN 1 END),
 			COUNT(CASE WHEN parked_at IS NOT NULL THEN 1 END), MIN(CASE WHEN parked_at IS NULL THEN created_at END)
@@ -118,7 +117,8 @@ func (a *Admin[Tx]) Status(ctx context.Context) (Status, error) {
 				return err
 			}
 			if i, ok := index[fmt.Sprint(topic, "\x00", part)]; ok {
-				st.Partitions[i].Discarded, st.Partitions[i].Parked = n, st.Partitions[i].Parked-n
+				// max: the reads share no snapshot outside a transaction (SQLite)
+				st.Partitions[i].Discarded, st.Partitions[i].Parked = n, max(st.Partitions[i].Parked-n, 0)
 			}
 		}
 		rows.Close()
@@ -262,9 +262,9 @@ func retry[Tx any](ctx context.Context, db idem.TxDB[Tx], now func() time.Time, 
 // and LIMIT) selects, with their discard.
 func listParked[Tx any](ctx context.Context, db idem.TxDB[Tx], more string, args ...any) ([]Parked, error) {
 	var out []Parked
-	err := db.InTx(ctx, func(tx Tx) error {
+	err := read(ctx, db, func(q idem.Querier) error {
 		out = nil
-		rows, err := db.Querier(tx).Query(ctx, `SELECT o.id, o.msg_id, o.topic, o.ordering_key, o.headers, o.payload,
+		rows, err := q.Query(ctx, `SELECT o.id, o.msg_id, o.topic, o.ordering_key, o.headers, o.payload,
 			o.attempts, o.last_error, o.parked_at, x.discarded_at, COALESCE(x.reason, '')
 			FROM idem_outbox o LEFT JOIN idem_outbox_discarded x ON x.id = o.id
 			WHERE o.parked_at IS NOT NULL AND o.published_at IS NULL `+more, args...)
@@ -296,4 +296,13 @@ func listParked[Tx any](ctx context.Context, db idem.TxDB[Tx], more string, args
 		return nil, &idem.BackendError{Backend: db.Dialect.String(), Op: "outbox.parked", Err: err}
 	}
 	return out, nil
+}
+
+// read runs fn outside a transaction where db can (on SQLite a transaction would
+// take the write lock), and in one otherwise.
+func read[Tx any](ctx context.Context, db idem.TxDB[Tx], fn func(q idem.Querier) error) error {
+	if db.Read != nil {
+		return db.Read(ctx, fn)
+	}
+	return db.InTx(ctx, func(tx Tx) error { return fn(db.Querier(tx)) })
 }
