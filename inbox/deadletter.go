@@ -66,8 +66,8 @@ func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idem.Querier, it 
 	return err
 }
 
-// DeadLetters returns up to limit dead letters of this consumer not yet replayed,
-// oldest first.
+// DeadLetters returns up to limit open dead letters of this consumer (neither
+// replayed nor discarded), oldest first. DeadLetterAdmin.List filters and pages.
 func (c *Consumer[Tx]) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
 	if limit <= 0 {
 		limit = 100
@@ -115,8 +115,8 @@ func scanDeadLetter(r idem.Row) (DeadLetter, error) {
 	return dl, nil
 }
 
-// ErrNoDeadLetter is returned by Replay for an id that is not a pending dead letter of
-// this consumer.
+// ErrNoDeadLetter is returned by Replay for an id that is not an open dead letter of
+// this consumer, and by DeadLetterAdmin.Get and Discard for an unknown id.
 var ErrNoDeadLetter = errors.New("inbox: no pending dead letter with this id for this consumer")
 
 // Replay applies dead letter id again, exactly once: in one transaction it claims the

@@ -118,6 +118,34 @@ func TestAdminStatusCountsTheBacklog(t *testing.T) {
 		if p := findPartition(st, "payments", part("k2")); p.Parked != 0 || p.Discarded != 1 || st.Parked != 0 || st.Discarded != 1 {
 			t.Fatalf("Status after Discard = %+v; want poison discarded, not parked", st)
 		}
+
+		// The relay above reported itself; one silent for a minute is stale, one silent
+		// for two days is no longer listed.
+		now := time.Now().UnixMilli()
+		for _, old := range []struct {
+			name string
+			ago  time.Duration
+		}{{"silent-minute", time.Minute}, {"silent-days", 48 * time.Hour}} {
+			if _, err := e.db.Exec(`INSERT INTO idem_outbox_relays (instance, host, pid, started_at, last_round_at, poll_interval_ms, published_total, last_error)
+				VALUES ($1, 'h', 1, 0, $2, 1000, 7, 'broker down')`, old.name, now-old.ago.Milliseconds()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st, err = a.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+		relays := map[string]outbox.RelayInstance{}
+		for _, ri := range st.Relays {
+			relays[ri.Instance] = ri
+		}
+		if len(relays) != 2 || !relays["silent-minute"].Stale || relays["silent-minute"].LastError != "broker down" {
+			t.Fatalf("relays = %+v; want this test's relay and silent-minute, stale", st.Relays)
+		}
+		for name, ri := range relays {
+			if name != "silent-minute" && (ri.Stale || ri.PublishedTotal != 4) {
+				t.Errorf("the test's relay = %+v; want fresh, 4 published", ri)
+			}
+		}
 	})
 }
 

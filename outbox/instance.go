@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemhq/idem"
 )
@@ -34,9 +35,7 @@ type instance struct {
 
 func newInstance(id string) *instance {
 	host, _ := os.Hostname()
-	if len(host) > 255 {
-		host = host[:255]
-	}
+	host = truncate(host, 255)
 	if id == "" {
 		id = defaultInstance(host)
 	}
@@ -88,10 +87,14 @@ func (r *Relay[Tx]) beat(ctx context.Context, published int, roundErr error) {
 	}
 }
 
-// truncate cuts s to at most n bytes.
+// truncate cuts s to at most n bytes, on a rune boundary (PostgreSQL refuses
+// invalid UTF-8 in TEXT).
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }
