@@ -36,12 +36,21 @@ type Config struct {
 	// horizon (JetStream max age, Kafka retention).
 	Retention time.Duration
 	// Registerer, if set, receives idem_inbox_messages_total{consumer,outcome},
-	// idem_duplicates_total{backend="inbox",scope}, idem_inbox_dead_letters_total and
-	// idem_inbox_batch_duration_seconds.
+	// idem_duplicates_total{backend="inbox",scope}, idem_inbox_dead_letters_total,
+	// idem_inbox_replays_total{consumer,outcome} (requested replays: applied,
+	// already_applied, failed, gave_up) and idem_inbox_batch_duration_seconds.
 	Registerer prometheus.Registerer
 	// Logger receives failures of acks and naks (which are harmless: see the package
 	// docs) at warn level. Default slog.Default().
 	Logger *slog.Logger
+	// ReplayPollInterval is how often Run looks for replays of this consumer's dead
+	// letters that an operator requested (DeadLetterAdmin.RequestReplay) and performs
+	// them (ReplayRequested). Default 1 s; negative turns the poll off.
+	ReplayPollInterval time.Duration
+	// MaxReplayAttempts is how many failed tries of one requested replay are made
+	// before the request is given up (recorded in the letter, which is pending
+	// again). Default 5.
+	MaxReplayAttempts int
 	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
 	// print` with their own tool: New then only checks that idem_dead_letters is up
 	// to date, and fails with a *migrate.BehindError naming the missing migration.
@@ -51,6 +60,10 @@ type Config struct {
 const (
 	// DefaultMaxAttempts is Config.MaxAttempts when zero.
 	DefaultMaxAttempts = 10
+	// DefaultReplayPollInterval is Config.ReplayPollInterval when zero.
+	DefaultReplayPollInterval = time.Second
+	// DefaultMaxReplayAttempts is Config.MaxReplayAttempts when zero.
+	DefaultMaxReplayAttempts = 5
 	// DefaultRetention is Config.Retention when zero.
 	DefaultRetention = 7 * 24 * time.Hour
 	// MaxBatchSize bounds Config.BatchSize: a transaction holding more row locks for
@@ -76,6 +89,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
 	}
+	if c.ReplayPollInterval == 0 {
+		c.ReplayPollInterval = DefaultReplayPollInterval
+	}
+	if c.MaxReplayAttempts == 0 {
+		c.MaxReplayAttempts = DefaultMaxReplayAttempts
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -90,6 +109,9 @@ func (c Config) withDefaults() (Config, error) {
 	case c.MaxAttempts < 1:
 		return c, &idem.InputError{Field: "Config.MaxAttempts", Reason: fmt.Sprintf("must be at least 1 (got %d)", c.MaxAttempts),
 			Fix: "leave it 0 for the default of 10"}
+	case c.MaxReplayAttempts < 1:
+		return c, &idem.InputError{Field: "Config.MaxReplayAttempts", Reason: fmt.Sprintf("must be at least 1 (got %d)", c.MaxReplayAttempts),
+			Fix: "leave it 0 for the default of 5"}
 	case c.Retention < 0:
 		return c, &idem.InputError{Field: "Config.Retention", Reason: "is negative", Fix: "leave it 0 for the default of 7 days"}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemkey"
 )
 
 // DeadLetter is a message the consumer gave up on, with why and when. Nothing is
@@ -24,6 +25,17 @@ type DeadLetter struct {
 	Attempts int
 	FirstAt  time.Time // the first failure this process saw (or DeadAt)
 	DeadAt   time.Time
+
+	// The operator's part (DeadLetterAdmin); zero until an operator acted.
+	State             string    // StatePending, StateReplayRequested, StateReplayed or StateDiscarded
+	ReplayRequestedAt time.Time // while a requested replay waits for its consumer
+	ReplayReason      string    // the reason given with the request
+	ReplayAttempts    int       // failed tries of the requested replay
+	LastReplayError   string    // the last one's error, or why the consumer gave up
+	ReplayNote        string    // "applied", or "already applied" (the handler did not run)
+	ReplayedAt        time.Time
+	DiscardedAt       time.Time
+	DiscardReason     string
 }
 
 func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idem.Querier, it *item) error {
@@ -54,30 +66,17 @@ func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idem.Querier, it 
 	return err
 }
 
-// DeadLetters returns up to limit dead letters of this consumer not yet replayed,
-// oldest first.
+// DeadLetters returns up to limit open dead letters of this consumer (neither
+// replayed nor discarded), oldest first. DeadLetterAdmin.List filters and pages.
 func (c *Consumer[Tx]) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	var out []DeadLetter
-	err := c.db.InTx(ctx, func(tx Tx) error {
-		rows, err := c.db.Querier(tx).Query(ctx, `SELECT id, msg_id, topic, position, headers, payload, kind, reason,
-			attempts, first_at, dead_at FROM idem_dead_letters
-			WHERE consumer = $1 AND replayed_at IS NULL ORDER BY id LIMIT $2`, c.cfg.Consumer, limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			dl, err := scanDeadLetter(rows)
-			if err != nil {
-				return err
-			}
-			dl.Consumer = c.cfg.Consumer
-			out = append(out, dl)
-		}
-		return rows.Err()
+	err := c.db.InTx(ctx, func(tx Tx) (err error) {
+		out, err = queryDeadLetters(ctx, c.db.Querier(tx), selectDeadLetter+
+			"WHERE d.consumer = $1 AND d.replayed_at IS NULL ORDER BY d.id LIMIT $2", c.cfg.Consumer, limit)
+		return err
 	})
 	if err != nil {
 		return nil, &idem.BackendError{Backend: c.db.Dialect.String(), Op: "inbox.dead_letters", Err: err}
@@ -85,14 +84,17 @@ func (c *Consumer[Tx]) DeadLetters(ctx context.Context, limit int) ([]DeadLetter
 	return out, nil
 }
 
+// scanDeadLetter scans a row of selectDeadLetter.
 func scanDeadLetter(r idem.Row) (DeadLetter, error) {
 	var (
-		dl            DeadLetter
-		headers       string
-		first, deadAt int64
+		dl                             DeadLetter
+		headers                        string
+		first, deadAt                  int64
+		replayed, requested, discarded *int64
 	)
-	err := r.Scan(&dl.ID, &dl.Message.ID, &dl.Message.Topic, &dl.Position, &headers, &dl.Message.Payload,
-		&dl.Kind, &dl.Reason, &dl.Attempts, &first, &deadAt)
+	err := r.Scan(&dl.ID, &dl.Consumer, &dl.Message.ID, &dl.Message.Topic, &dl.Position, &headers, &dl.Message.Payload,
+		&dl.Kind, &dl.Reason, &dl.Attempts, &first, &deadAt, &replayed, &requested, &dl.ReplayReason,
+		&dl.ReplayAttempts, &dl.LastReplayError, &dl.ReplayNote, &discarded, &dl.DiscardReason)
 	if err != nil {
 		return dl, err
 	}
@@ -100,11 +102,21 @@ func scanDeadLetter(r idem.Row) (DeadLetter, error) {
 		return dl, fmt.Errorf("dead letter %d: headers: %w", dl.ID, err)
 	}
 	dl.FirstAt, dl.DeadAt = time.UnixMilli(first), time.UnixMilli(deadAt)
+	switch {
+	case discarded != nil: // a discard sets replayed_at too, which closes the letter
+		dl.State, dl.DiscardedAt = StateDiscarded, time.UnixMilli(*discarded)
+	case replayed != nil:
+		dl.State, dl.ReplayedAt = StateReplayed, time.UnixMilli(*replayed)
+	case requested != nil:
+		dl.State, dl.ReplayRequestedAt = StateReplayRequested, time.UnixMilli(*requested)
+	default:
+		dl.State = StatePending
+	}
 	return dl, nil
 }
 
-// ErrNoDeadLetter is returned by Replay for an id that is not a pending dead letter of
-// this consumer.
+// ErrNoDeadLetter is returned by Replay for an id that is not an open dead letter of
+// this consumer, and by DeadLetterAdmin.Get and Discard for an unknown id.
 var ErrNoDeadLetter = errors.New("inbox: no pending dead letter with this id for this consumer")
 
 // Replay applies dead letter id again, exactly once: in one transaction it claims the
@@ -114,11 +126,19 @@ var ErrNoDeadLetter = errors.New("inbox: no pending dead letter with this id for
 // replayed without running the handler). A handler error leaves the dead letter as it
 // was and is returned.
 func (c *Consumer[Tx]) Replay(ctx context.Context, id int64) (applied bool, err error) {
+	return c.replay(ctx, id, false)
+}
+
+// replay is Replay; requested limits it to a letter whose replay an operator
+// requested (DeadLetterAdmin.RequestReplay), and not yet done.
+func (c *Consumer[Tx]) replay(ctx context.Context, id int64, requested bool) (applied bool, err error) {
 	err = c.db.InTx(ctx, func(tx Tx) error {
 		q := c.db.Querier(tx)
-		dl, err := scanDeadLetter(q.QueryRow(ctx, `SELECT id, msg_id, topic, position, headers, payload, kind, reason,
-			attempts, first_at, dead_at FROM idem_dead_letters WHERE id = $1 AND consumer = $2 AND replayed_at IS NULL`,
-			id, c.cfg.Consumer))
+		query := selectDeadLetter + "WHERE d.id = $1 AND d.consumer = $2 AND d.replayed_at IS NULL"
+		if requested {
+			query += " AND o.replay_requested_at IS NOT NULL"
+		}
+		dl, err := scanDeadLetter(q.QueryRow(ctx, query, id, c.cfg.Consumer))
 		if err != nil {
 			if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 				return ErrNoDeadLetter
@@ -137,7 +157,9 @@ func (c *Consumer[Tx]) Replay(ctx context.Context, id int64) (applied bool, err 
 		}
 		switch res.Outcome {
 		case idem.Acquired:
-			if err := c.run(ctx, tx, dl.Message); err != nil {
+			consumer := c.cfg.Consumer
+			hctx := idem.WithKeyFunc(ctx, func() string { return idemkey.Derive(key, consumer) })
+			if err := c.run(hctx, tx, dl.Message); err != nil {
 				return err
 			}
 			if err := c.store.CompleteTx(ctx, tx, k, res.Token, nil); err != nil {
@@ -149,7 +171,22 @@ func (c *Consumer[Tx]) Replay(ctx context.Context, id int64) (applied bool, err 
 		case idem.InProgress:
 			return fmt.Errorf("dead letter %d: key %s is held by another worker; try again", id, k)
 		}
-		_, err = q.Exec(ctx, "UPDATE idem_dead_letters SET replayed_at = $1 WHERE id = $2", time.Now().UnixMilli(), id)
+		// Closed only if still open: an operator's discard, or another replay, that
+		// committed meanwhile wins, and this transaction (the handler's writes with
+		// it) rolls back.
+		n, err := q.Exec(ctx, "UPDATE idem_dead_letters SET replayed_at = $1 WHERE id = $2 AND replayed_at IS NULL", time.Now().UnixMilli(), id)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrNoDeadLetter
+		}
+		note := "already applied"
+		if applied {
+			note = "applied"
+		}
+		_, err = q.Exec(ctx, `INSERT INTO idem_dead_letters_ops (id, consumer, replay_note) VALUES ($1, $2, $3)`+
+			upsertOps(c.db.Dialect, "replay_note")+", replay_requested_at = NULL", id, c.cfg.Consumer, note)
 		return err
 	})
 	return applied, err

@@ -23,6 +23,19 @@
 // dropped silently, never retried forever. DeadLetters lists them and Replay applies
 // one again, exactly once.
 //
+// # Operating it
+//
+// DeadLetterAdmin is the operator's side, for tools in other processes (the admin
+// API, `idem dlq`): it needs the database alone, never the handler. List pages
+// through the dead letters of every consumer (by consumer, kind, reason, time; keyset
+// by id), Get shows one, Discard closes one without applying it (a reason is
+// required; the letter stays for audit and is never replayed), and RequestReplay
+// marks letters for replay. The letter's own consumer performs the replay: Run polls
+// for requests every Config.ReplayPollInterval and replays each exactly once, as
+// Replay does. A letter whose key was applied meanwhile is closed as "already
+// applied" without running the handler; a replay that fails stays requested, with
+// its error, and is tried again, up to Config.MaxReplayAttempts times.
+//
 // # Batches
 //
 // With Config.BatchSize > 1 up to that many messages share one transaction, each

@@ -81,13 +81,22 @@ func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store i
 	return c, nil
 }
 
-// Run receives and processes batches until ctx ends, then returns ctx's error. A
+// Run receives and processes batches until ctx ends, then returns ctx's error.
+// Meanwhile it performs the replays operators request (ReplayRequested), every
+// Config.ReplayPollInterval. A
 // source error that is not retryable (a closed source, bad configuration) ends Run
 // with that error; retryable ones (a broker restarting) are retried with backoff.
 //
 // The acks of one batch are sent while the next batch is processed (never before its
 // own commit), so a broker that confirms each ack does not hold the database idle.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
+	if c.cfg.ReplayPollInterval > 0 {
+		pctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); c.pollReplays(pctx) }()
+		defer func() { stop(); wg.Wait() }()
+	}
 	failures := 0
 	var settling chan struct{} // closed when the previous batch is settled
 	defer func() {

@@ -35,6 +35,18 @@
 // gauge) and retried on demand (Retry), never dropped. Published rows are deleted
 // after RelayConfig.Retention, in small batches.
 //
+// # Operating it
+//
+// Admin is the operator's side, for tools in other processes (the admin API, `idem
+// outbox`): it needs the database alone. Status counts the backlog per topic and
+// partition (waiting, parked, discarded, the oldest waiting message's age) from an
+// index of unpublished rows, and lists the relay instances: each Relay reports its
+// rounds in idem_outbox_relays (RelayConfig.Instance, at most once a second, outside
+// the round's transaction), and one silent for 3 poll intervals or 30 s is stale.
+// Parked pages through the parked messages; Retry puts one back in line; Discard
+// gives up on one for good, with a reason: it is never published and stays visible
+// for audit.
+//
 // # The table, for services in other languages
 //
 // Any service can write to idem_outbox in its own transaction and let `idem relay`

@@ -108,66 +108,36 @@ func Schema(d idem.Dialect) (string, error) {
 }
 
 // Parked is a message the relay gave up on after MaxAttempts: visible, with its last
-// error, until Retry puts it back.
+// error, until Retry puts it back or Admin.Discard gives up on it.
 type Parked struct {
 	ID        int64
 	Message   idem.Message
 	Attempts  int
 	LastError string
 	ParkedAt  time.Time
+	// DiscardedAt and DiscardReason are set once an operator discarded it
+	// (Admin.Discard): it is then never published. Only Admin.Parked lists those.
+	DiscardedAt   time.Time
+	DiscardReason string
 }
 
-// Parked returns up to limit parked messages, oldest first.
+// Parked returns up to limit parked messages, oldest first; discarded ones are left
+// out (Admin.Parked lists them too).
 func (o *Outbox[Tx]) Parked(ctx context.Context, limit int) ([]Parked, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	var out []Parked
-	err := o.db.InTx(ctx, func(tx Tx) error {
-		rows, err := o.db.Querier(tx).Query(ctx, `SELECT id, msg_id, topic, ordering_key, headers, payload, attempts, last_error, parked_at
-			FROM idem_outbox WHERE parked_at IS NOT NULL AND published_at IS NULL ORDER BY id LIMIT $1`, limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var p Parked
-			var headers string
-			var at int64
-			if err := rows.Scan(&p.ID, &p.Message.ID, &p.Message.Topic, &p.Message.OrderingKey, &headers,
-				&p.Message.Payload, &p.Attempts, &p.LastError, &at); err != nil {
-				return err
-			}
-			if err := json.Unmarshal([]byte(headers), &p.Message.Headers); err != nil {
-				return err
-			}
-			p.ParkedAt = time.UnixMilli(at)
-			out = append(out, p)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, &idem.BackendError{Backend: o.db.Dialect.String(), Op: "outbox.parked", Err: err}
-	}
-	return out, nil
+	return listParked(ctx, o.db, "AND x.id IS NULL ORDER BY o.id LIMIT $1", limit)
 }
 
-// ErrNotParked is returned by Retry for an id that is not a parked message.
+// ErrNotParked is returned by Retry for an id that is not a parked message (or was
+// discarded), and by Admin.Discard for one that is not parked or discarded already.
 var ErrNotParked = errors.New("outbox: no parked message with this id")
 
 // Retry puts parked message id back in line, with its attempts reset.
 func (o *Outbox[Tx]) Retry(ctx context.Context, id int64) error {
-	var n int64
-	err := o.db.InTx(ctx, func(tx Tx) (err error) {
-		n, err = o.db.Querier(tx).Exec(ctx, `UPDATE idem_outbox SET parked_at = NULL, attempts = 0, available_at = $1
-			WHERE id = $2 AND parked_at IS NOT NULL AND published_at IS NULL`, o.now().UnixMilli(), id)
+	if err := retry(ctx, o.db, o.now, id); err != nil {
 		return err
-	})
-	if err != nil {
-		return &idem.BackendError{Backend: o.db.Dialect.String(), Op: "outbox.retry", Err: err}
-	}
-	if n == 0 {
-		return ErrNotParked
 	}
 	o.poke()
 	return nil

@@ -60,6 +60,10 @@ type RelayConfig struct {
 	Registerer prometheus.Registerer
 	// Logger receives failed rounds at warn level. Default slog.Default().
 	Logger *slog.Logger
+	// Instance names this relay in idem_outbox_relays, where it reports its rounds
+	// (at most once a second) for Admin.Status. Default host-pid-random; at most 255
+	// bytes.
+	Instance string
 }
 
 func (c RelayConfig) withDefaults() (RelayConfig, error) {
@@ -83,6 +87,9 @@ func (c RelayConfig) withDefaults() (RelayConfig, error) {
 		return c, &idem.InputError{Field: "RelayConfig.BatchSize", Reason: fmt.Sprintf("must be 1 to 10000 (got %d)", c.BatchSize), Fix: "leave it 0 for 100"}
 	case c.MaxAttempts < 1:
 		return c, &idem.InputError{Field: "RelayConfig.MaxAttempts", Reason: fmt.Sprintf("must be at least 1 (got %d)", c.MaxAttempts), Fix: "leave it 0 for 10"}
+	case len(c.Instance) > 255:
+		return c, &idem.InputError{Field: "RelayConfig.Instance", Reason: fmt.Sprintf("is longer than 255 bytes (got %d)", len(c.Instance)),
+			Fix: "use a short name, e.g. the pod name; leave it empty for host-pid-random"}
 	case c.PollInterval < 0 || c.Retention < 0 || c.CleanupInterval < 0 || c.CleanupBatch < 0:
 		return c, &idem.InputError{Field: "RelayConfig", Reason: "has a negative interval or batch", Fix: "leave fields 0 for their defaults"}
 	}
@@ -103,6 +110,7 @@ type Relay[Tx any] struct {
 	sink idem.Sink
 	cfg  RelayConfig
 	m    *metrics.Relay
+	inst *instance
 }
 
 // Relay returns a relay of o's messages to sink.
@@ -114,7 +122,7 @@ func (o *Outbox[Tx]) Relay(sink idem.Sink, cfg RelayConfig) (*Relay[Tx], error) 
 	if sink == nil {
 		return nil, &idem.InputError{Field: "sink", Reason: "is nil", Fix: "pass a broker Sink (idemnats, idemkafka, idemredis, idemamqp) or a webhook"}
 	}
-	r := &Relay[Tx]{o: o, sink: sink, cfg: cfg}
+	r := &Relay[Tx]{o: o, sink: sink, cfg: cfg, inst: newInstance(cfg.Instance)}
 	if r.m, err = metrics.NewRelay(cfg.Registerer, r.backlog); err != nil {
 		return nil, err
 	}
@@ -221,7 +229,16 @@ type row struct {
 }
 
 // RunOnce publishes one batch and returns how many messages it marked published.
+// After the round, and at most once a second, it records the relay's instance row
+// (RelayConfig.Instance), outside the round's transaction.
 func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
+	n, err := r.round(ctx)
+	r.beat(ctx, n, err)
+	return n, err
+}
+
+// round publishes one batch.
+func (r *Relay[Tx]) round(ctx context.Context) (int, error) {
 	switch r.o.db.Dialect {
 	case idem.SQLite:
 		return r.roundSQLite(ctx)
@@ -380,8 +397,16 @@ const partitionsPerRound = Partitions / 4
 var partitionsMax = strconv.Itoa(Partitions - 1)
 
 // Cleanup deletes published messages older than Retention, in batches of
-// CleanupBatch, and returns how many it deleted.
+// CleanupBatch, and returns how many it deleted. It also deletes the rows of relay
+// instances silent for a day.
 func (r *Relay[Tx]) Cleanup(ctx context.Context) (int, error) {
+	if err := r.o.db.InTx(ctx, func(tx Tx) error {
+		_, err := r.o.db.Querier(tx).Exec(ctx, "DELETE FROM idem_outbox_relays WHERE last_round_at < $1",
+			r.o.now().Add(-relayForgetAfter).UnixMilli())
+		return err
+	}); err != nil {
+		return 0, wrapErr(r.o.db.Dialect.String(), err)
+	}
 	cutoff := r.o.now().Add(-r.cfg.Retention).UnixMilli()
 	total := 0
 	for {
@@ -419,7 +444,8 @@ func (r *Relay[Tx]) backlog() (unpublished, oldestAge, parked float64) {
 	err := r.o.db.InTx(ctx, func(tx Tx) error {
 		return r.o.db.Querier(tx).QueryRow(ctx, `SELECT
 			COUNT(CASE WHEN parked_at IS NULL THEN 1 END),
-			COUNT(CASE WHEN parked_at IS NOT NULL THEN 1 END),
+			COUNT(CASE WHEN parked_at IS NOT NULL AND NOT EXISTS (
+				SELECT 1 FROM idem_outbox_discarded x WHERE x.id = idem_outbox.id) THEN 1 END),
 			MIN(CASE WHEN parked_at IS NULL THEN created_at END)
 			FROM idem_outbox WHERE published_at IS NULL`).Scan(&u, &p, &oldest)
 	})

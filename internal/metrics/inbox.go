@@ -10,6 +10,7 @@ type Inbox struct {
 	dups     *prometheus.CounterVec
 	dead     *prometheus.CounterVec
 	latency  prometheus.Observer
+	replays  *prometheus.CounterVec
 }
 
 // NewInbox registers the inbox collectors on reg for consumer; nil reg, nil *Inbox.
@@ -33,11 +34,15 @@ func NewInbox(reg prometheus.Registerer, consumer string) (*Inbox, error) {
 		Help:    "Time to process one batch: transaction, handlers, commit and acks.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	}, []string{"consumer"}))
+	replays := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_inbox_replays_total",
+		Help: "Replays of dead letters requested by operators, by outcome (applied, already_applied, failed, gave_up).",
+	}, []string{"consumer", "outcome"}))
 	if r.err != nil {
 		return nil, r.err
 	}
 	return &Inbox{consumer: consumer, messages: messages, dups: dups, dead: dead,
-		latency: latency.WithLabelValues(consumer)}, nil
+		latency: latency.WithLabelValues(consumer), replays: replays}, nil
 }
 
 // Settled counts n deliveries settled with outcome.
@@ -66,4 +71,12 @@ func (m *Inbox) Batch(seconds float64) {
 		return
 	}
 	m.latency.Observe(seconds)
+}
+
+// Replayed counts one requested replay by outcome.
+func (m *Inbox) Replayed(outcome string) {
+	if m == nil {
+		return
+	}
+	m.replays.WithLabelValues(m.consumer, outcome).Inc()
 }

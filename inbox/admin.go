@@ -1,0 +1,331 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/idemhq/idem"
+)
+
+// The states of a dead letter (DeadLetter.State).
+const (
+	StatePending         = "pending"          // waiting for an operator
+	StateReplayRequested = "replay_requested" // its consumer replays it at its next poll
+	StateReplayed        = "replayed"         // applied by a replay, or found applied already
+	StateDiscarded       = "discarded"        // closed by an operator, kept for audit
+)
+
+// The outcomes of RequestReplay for one id (ReplayRequest.Outcome).
+const (
+	ReplayRequested   = "requested"    // the letter's consumer will replay it
+	ReplayNotFound    = "not_found"    // no dead letter has this id
+	ReplayAlreadyDone = "already_done" // it was replayed or discarded already
+)
+
+// Bounds on what an operator passes in.
+const (
+	// MaxListLimit bounds DeadLetterFilter.Limit.
+	MaxListLimit = 1000
+	// MaxRequestIDs bounds the ids of one RequestReplay.
+	MaxRequestIDs = 1000
+	// MaxReasonBytes bounds the reasons of RequestReplay and Discard, and
+	// DeadLetterFilter.ReasonContains.
+	MaxReasonBytes = 1024
+)
+
+// ErrDeadLetterClosed is returned by Discard for a dead letter already replayed or
+// discarded.
+var ErrDeadLetterClosed = errors.New("inbox: the dead letter was already replayed or discarded")
+
+// DeadLetterAdmin is the operator's view of the dead letters of every consumer of a
+// database: it lists, shows, discards and requests replays, from any process, with
+// the database alone. It never runs a handler: a requested replay is performed by
+// the letter's consumer (Consumer.Run polls for requests), exactly once.
+type DeadLetterAdmin[Tx any] struct {
+	db idem.TxDB[Tx]
+}
+
+// NewDeadLetterAdmin returns the admin of db's dead letters. The schema must be up
+// to date (a Consumer's New, or `idem migrate up`, applies it).
+func NewDeadLetterAdmin[Tx any](db idem.TxDB[Tx]) *DeadLetterAdmin[Tx] {
+	return &DeadLetterAdmin[Tx]{db: db}
+}
+
+// DeadLetterFilter selects dead letters for List. The zero value lists the first
+// 100 open (pending or replay-requested) letters of every consumer.
+type DeadLetterFilter struct {
+	Consumer       string    // only this consumer's letters, if set
+	Kind           string    // permanent, max_attempts, no_key or key_reused, if set
+	ReasonContains string    // case-insensitive substring of the reason, if set
+	Since, Until   time.Time // dead at or after Since, before Until, where set
+	AfterID        int64     // keyset: only ids above it (the last id of the previous page)
+	Limit          int       // at most this many, 1 to MaxListLimit; 0 means 100
+	IncludeDone    bool      // also replayed and discarded letters
+}
+
+// ReplayRequest is the outcome of RequestReplay for one id.
+type ReplayRequest struct {
+	ID      int64
+	Outcome string // ReplayRequested, ReplayNotFound or ReplayAlreadyDone
+}
+
+// selectDeadLetter reads a dead letter with its operator state; scanDeadLetter
+// scans it.
+const selectDeadLetter = `SELECT d.id, d.consumer, d.msg_id, d.topic, d.position, d.headers, d.payload, d.kind,
+	d.reason, d.attempts, d.first_at, d.dead_at, d.replayed_at, o.replay_requested_at, COALESCE(o.replay_reason, ''),
+	COALESCE(o.replay_attempts, 0), COALESCE(o.last_replay_error, ''), COALESCE(o.replay_note, ''),
+	o.discarded_at, COALESCE(o.discard_reason, '')
+	FROM idem_dead_letters d LEFT JOIN idem_dead_letters_ops o ON o.id = d.id `
+
+// List returns the dead letters filter selects, in id order: pass the last id as
+// AfterID for the next page.
+func (a *DeadLetterAdmin[Tx]) List(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
+	if err := f.validate(); err != nil {
+		return nil, err
+	}
+	var where []string
+	var args []any
+	add := func(cond string, arg any) {
+		args = append(args, arg)
+		where = append(where, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(args))))
+	}
+	if f.Consumer != "" {
+		add("d.consumer = $?", f.Consumer)
+	}
+	if f.Kind != "" {
+		add("d.kind = $?", f.Kind)
+	}
+	if f.ReasonContains != "" {
+		add("LOWER(d.reason) LIKE $? ESCAPE '!'", "%"+likeEscape(strings.ToLower(f.ReasonContains))+"%")
+	}
+	if !f.Since.IsZero() {
+		add("d.dead_at >= $?", f.Since.UnixMilli())
+	}
+	if !f.Until.IsZero() {
+		add("d.dead_at < $?", f.Until.UnixMilli())
+	}
+	add("d.id > $?", f.AfterID)
+	if !f.IncludeDone {
+		where = append(where, "d.replayed_at IS NULL")
+	}
+	limit := f.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	args = append(args, limit)
+	query := selectDeadLetter + "WHERE " + strings.Join(where, " AND ") + " ORDER BY d.id LIMIT $" + strconv.Itoa(len(args))
+	var out []DeadLetter
+	err := read(ctx, a.db, func(q idem.Querier) (err error) {
+		out, err = queryDeadLetters(ctx, q, query, args...)
+		return err
+	})
+	if err != nil {
+		return nil, &idem.BackendError{Backend: a.db.Dialect.String(), Op: "inbox.list_dead_letters", Err: err}
+	}
+	return out, nil
+}
+
+func (f DeadLetterFilter) validate() error {
+	switch {
+	case f.Limit < 0 || f.Limit > MaxListLimit:
+		return &idem.InputError{Field: "DeadLetterFilter.Limit", Reason: fmt.Sprintf("must be 0 to %d (got %d)", MaxListLimit, f.Limit),
+			Fix: "page with AfterID instead of asking for more at once"}
+	case f.AfterID < 0:
+		return &idem.InputError{Field: "DeadLetterFilter.AfterID", Reason: "is negative", Fix: "pass 0, or the last id of the previous page"}
+	case len(f.Consumer) > 255 || len(f.Kind) > 255:
+		return &idem.InputError{Field: "DeadLetterFilter.Consumer", Reason: "or Kind is longer than 255 bytes", Fix: "pass a consumer name and a kind as the dead letters show them"}
+	case len(f.ReasonContains) > MaxReasonBytes:
+		return &idem.InputError{Field: "DeadLetterFilter.ReasonContains", Reason: fmt.Sprintf("is longer than %d bytes (got %d)", MaxReasonBytes, len(f.ReasonContains)),
+			Fix: "search for a shorter part of the reason"}
+	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since):
+		return &idem.InputError{Field: "DeadLetterFilter.Until", Reason: "is not after Since", Fix: "swap them, or leave one unset"}
+	}
+	return nil
+}
+
+// likeEscape escapes LIKE's metacharacters with '!', the ESCAPE character List
+// declares (a backslash would be a string escape on MySQL).
+func likeEscape(s string) string {
+	return strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(s)
+}
+
+// Get returns dead letter id, in whatever state, or ErrNoDeadLetter.
+func (a *DeadLetterAdmin[Tx]) Get(ctx context.Context, id int64) (DeadLetter, error) {
+	var dl DeadLetter
+	err := read(ctx, a.db, func(q idem.Querier) (err error) {
+		dl, err = scanDeadLetter(q.QueryRow(ctx, selectDeadLetter+"WHERE d.id = $1", id))
+		return err
+	})
+	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
+		return dl, ErrNoDeadLetter
+	}
+	if err != nil {
+		return dl, &idem.BackendError{Backend: a.db.Dialect.String(), Op: "inbox.get_dead_letter", Err: err}
+	}
+	return dl, nil
+}
+
+// RequestReplay asks the consumer of each dead letter in ids to replay it, with
+// reason recorded. The consumer's Run performs the replay at its next poll
+// (Config.ReplayPollInterval), exactly once, through the same path as
+// Consumer.Replay. Requesting again resets the count of failed tries. The outcome
+// of each id is returned in the order of ids.
+func (a *DeadLetterAdmin[Tx]) RequestReplay(ctx context.Context, ids []int64, reason string) ([]ReplayRequest, error) {
+	switch {
+	case len(ids) == 0 || len(ids) > MaxRequestIDs:
+		return nil, &idem.InputError{Field: "ids", Reason: fmt.Sprintf("must hold 1 to %d ids (got %d)", MaxRequestIDs, len(ids)),
+			Fix: "request replays in batches"}
+	case len(reason) > MaxReasonBytes:
+		return nil, reasonTooLong("reason", reason)
+	}
+	out := make([]ReplayRequest, len(ids))
+	for i, id := range ids {
+		out[i].ID = id
+		err := a.db.InTx(ctx, func(tx Tx) error {
+			q := a.db.Querier(tx)
+			consumer, closed, err := a.lockLetter(ctx, q, id)
+			switch {
+			case errors.Is(err, ErrNoDeadLetter):
+				out[i].Outcome = ReplayNotFound
+				return nil
+			case err != nil:
+				return err
+			case closed:
+				out[i].Outcome = ReplayAlreadyDone
+				return nil
+			}
+			out[i].Outcome = ReplayRequested
+			_, err = q.Exec(ctx, `INSERT INTO idem_dead_letters_ops (id, consumer, replay_requested_at, replay_reason)
+				VALUES ($1, $2, $3, $4)`+a.upsert("replay_requested_at", "replay_reason")+`, replay_attempts = 0, last_replay_error = ''`,
+				id, consumer, time.Now().UnixMilli(), reason)
+			return err
+		})
+		if err != nil {
+			return out[:i], &idem.BackendError{Backend: a.db.Dialect.String(), Op: "inbox.request_replay", Err: err}
+		}
+	}
+	return out, nil
+}
+
+// Discard closes dead letter id without applying it: it is no longer pending, is
+// never replayed, and stays, with reason (required), for audit. It returns
+// ErrNoDeadLetter for an unknown id and ErrDeadLetterClosed for a letter already
+// replayed or discarded.
+func (a *DeadLetterAdmin[Tx]) Discard(ctx context.Context, id int64, reason string) error {
+	switch {
+	case strings.TrimSpace(reason) == "":
+		return &idem.InputError{Field: "reason", Reason: "is empty", Fix: "say why the message is dropped: it is kept with the dead letter for audit"}
+	case len(reason) > MaxReasonBytes:
+		return reasonTooLong("reason", reason)
+	}
+	err := a.db.InTx(ctx, func(tx Tx) error {
+		q := a.db.Querier(tx)
+		consumer, closed, err := a.lockLetter(ctx, q, id)
+		if err != nil {
+			return err
+		}
+		if closed {
+			return ErrDeadLetterClosed
+		}
+		now := time.Now().UnixMilli()
+		// Closed as a replay closes it: out of the pending letters and their unique index.
+		if _, err := q.Exec(ctx, "UPDATE idem_dead_letters SET replayed_at = $1 WHERE id = $2", now, id); err != nil {
+			return err
+		}
+		_, err = q.Exec(ctx, `INSERT INTO idem_dead_letters_ops (id, consumer, discarded_at, discard_reason)
+			VALUES ($1, $2, $3, $4)`+a.upsert("discarded_at", "discard_reason")+`, replay_requested_at = NULL`,
+			id, consumer, now, reason)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrNoDeadLetter) && !errors.Is(err, ErrDeadLetterClosed) {
+		return &idem.BackendError{Backend: a.db.Dialect.String(), Op: "inbox.discard_dead_letter", Err: err}
+	}
+	return err
+}
+
+// lockLetter locks dead letter id's row (on PostgreSQL and MySQL; a SQLite
+// transaction holds the write lock already) and returns its consumer and whether
+// it is closed (replayed or discarded).
+func (a *DeadLetterAdmin[Tx]) lockLetter(ctx context.Context, q idem.Querier, id int64) (consumer string, closed bool, err error) {
+	var replayed *int64
+	err = q.QueryRow(ctx, "SELECT consumer, replayed_at FROM idem_dead_letters WHERE id = $1"+forUpdate(a.db.Dialect), id).
+		Scan(&consumer, &replayed)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, ErrNoDeadLetter
+	}
+	return consumer, replayed != nil, err
+}
+
+// upsert returns the conflict clause of an insert into idem_dead_letters_ops that
+// sets cols to the inserted values; more assignments may follow it.
+func (a *DeadLetterAdmin[Tx]) upsert(cols ...string) string { return upsertOps(a.db.Dialect, cols...) }
+
+func upsertOps(d idem.Dialect, cols ...string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		if d == idem.MySQL {
+			set[i] = c + " = VALUES(" + c + ")"
+		} else {
+			set[i] = c + " = excluded." + c
+		}
+	}
+	if d == idem.MySQL {
+		return " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
+	}
+	return " ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ")
+}
+
+func forUpdate(d idem.Dialect) string {
+	if d == idem.SQLite {
+		return ""
+	}
+	return " FOR UPDATE"
+}
+
+func reasonTooLong(field, reason string) error {
+	return &idem.InputError{Field: field, Reason: fmt.Sprintf("is longer than %d bytes (got %d)", MaxReasonBytes, len(reason)),
+		Fix: "keep it to a sentence; link to a ticket for more"}
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func queryDeadLetters(ctx context.Context, q idem.Querier, query string, args ...any) ([]DeadLetter, error) {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		dl, err := scanDeadLetter(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, dl)
+	}
+	return out, rows.Err()
+}
+
+// read runs fn outside a transaction where db can (on SQLite a transaction would
+// take the write lock), and in one otherwise.
+func read[Tx any](ctx context.Context, db idem.TxDB[Tx], fn func(q idem.Querier) error) error {
+	if db.Read != nil {
+		return db.Read(ctx, fn)
+	}
+	return db.InTx(ctx, func(tx Tx) error { return fn(db.Querier(tx)) })
+}

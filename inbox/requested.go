@@ -1,0 +1,113 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+// replayBatch bounds the requested replays one poll performs.
+const replayBatch = 100
+
+// maxReplayError bounds the error recorded with a failed requested replay.
+const maxReplayError = 4096
+
+// ReplayRequested performs the replays that operators requested
+// (DeadLetterAdmin.RequestReplay) of this consumer's dead letters, up to 100 of
+// them, each exactly once as Replay does, and returns how many it closed. Run
+// calls it every Config.ReplayPollInterval; it is exported for consumers that
+// receive on their own.
+//
+// A letter whose key was applied meanwhile is closed as "already applied" without
+// running the handler. A failed replay stays requested, its error recorded, and is
+// tried again at the next call, up to Config.MaxReplayAttempts tries (a permanent
+// error gives up at once): then the request is cleared, the letter is pending again
+// and LastReplayError says why.
+func (c *Consumer[Tx]) ReplayRequested(ctx context.Context) (int, error) {
+	type req struct {
+		id       int64
+		attempts int
+	}
+	var reqs []req
+	err := read(ctx, c.db, func(q idem.Querier) error {
+		reqs = nil
+		rows, err := q.Query(ctx, `SELECT o.id, o.replay_attempts FROM idem_dead_letters_ops o
+			JOIN idem_dead_letters d ON d.id = o.id
+			WHERE o.consumer = $1 AND o.replay_requested_at IS NOT NULL AND d.replayed_at IS NULL
+			ORDER BY o.id LIMIT $2`, c.cfg.Consumer, replayBatch)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r req
+			if err := rows.Scan(&r.id, &r.attempts); err != nil {
+				return err
+			}
+			reqs = append(reqs, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, &idem.BackendError{Backend: c.db.Dialect.String(), Op: "inbox.replay_requested", Err: err}
+	}
+	done := 0
+	for _, r := range reqs {
+		applied, err := c.replay(ctx, r.id, true)
+		switch {
+		case err == nil:
+			done++
+			if applied {
+				c.metrics.Replayed("applied")
+			} else {
+				c.metrics.Replayed("already_applied")
+			}
+		case ctx.Err() != nil:
+			return done, ctx.Err()
+		case errors.Is(err, ErrNoDeadLetter):
+			// Replayed, discarded or withdrawn meanwhile, by another process: nothing to do.
+		default:
+			if ferr := c.replayFailed(ctx, r.id, r.attempts+1, err); ferr != nil {
+				return done, &idem.BackendError{Backend: c.db.Dialect.String(), Op: "inbox.replay_requested", Err: ferr}
+			}
+		}
+	}
+	return done, nil
+}
+
+// replayFailed records the attempts-th failed try of dead letter id's requested
+// replay, and gives up (clears the request) after the last one.
+func (c *Consumer[Tx]) replayFailed(ctx context.Context, id int64, attempts int, rerr error) error {
+	giveUp := IsPermanent(rerr) || attempts >= c.cfg.MaxReplayAttempts
+	msg, outcome := rerr.Error(), "failed"
+	set := ""
+	if giveUp {
+		msg, outcome, set = "gave up: "+msg, "gave_up", ", replay_requested_at = NULL"
+	}
+	c.cfg.Logger.Warn("inbox: requested replay failed", "consumer", c.cfg.Consumer, "dead_letter", id,
+		"attempt", attempts, "gave_up", giveUp, "err", rerr)
+	c.metrics.Replayed(outcome)
+	return c.db.InTx(ctx, func(tx Tx) error {
+		_, err := c.db.Querier(tx).Exec(ctx, `UPDATE idem_dead_letters_ops SET replay_attempts = replay_attempts + 1,
+			last_replay_error = $1`+set+` WHERE id = $2 AND replay_requested_at IS NOT NULL`, truncate(msg, maxReplayError), id)
+		return err
+	})
+}
+
+// pollReplays calls ReplayRequested every Config.ReplayPollInterval until ctx ends.
+func (c *Consumer[Tx]) pollReplays(ctx context.Context) {
+	t := time.NewTicker(c.cfg.ReplayPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := c.ReplayRequested(ctx); err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Warn("inbox: polling for requested replays failed", "consumer", c.cfg.Consumer, "err", err)
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/idemhq/idem"
+)
+
+// relayForgetAfter is how long a relay's row outlives its last report: Status
+// lists it (stale) until then, and Cleanup deletes it after.
+const relayForgetAfter = 24 * time.Hour
+
+// beatInterval bounds how often a relay writes its row.
+const beatInterval = time.Second
+
+// instance is what a relay reports about itself in idem_outbox_relays.
+type instance struct {
+	id, host  string
+	pid       int
+	started   time.Time
+	published atomic.Int64
+
+	mu       sync.Mutex
+	lastBeat time.Time
+	lastErr  string // the last round's error
+}
+
+func newInstance(id string) *instance {
+	host, _ := os.Hostname()
+	host = truncate(host, 255)
+	if id == "" {
+		id = defaultInstance(host)
+	}
+	return &instance{id: id, host: host, pid: os.Getpid(), started: time.Now()}
+}
+
+// defaultInstance is RelayConfig.Instance when empty: host-pid-random.
+func defaultInstance(host string) string {
+	var b [4]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// beat records a round (published messages, its error) and, at most once a
+// second, writes the relay's row in a transaction of its own: never in a round's.
+func (r *Relay[Tx]) beat(ctx context.Context, published int, roundErr error) {
+	in := r.inst
+	in.published.Add(int64(published))
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.lastErr = ""
+	if roundErr != nil {
+		in.lastErr = truncate(roundErr.Error(), 4096)
+	}
+	now := r.o.now()
+	if ctx.Err() != nil || (!in.lastBeat.IsZero() && now.Sub(in.lastBeat) < beatInterval) {
+		return
+	}
+	in.lastBeat = now
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	upsert := ` ON CONFLICT (instance) DO UPDATE SET host = excluded.host, pid = excluded.pid,
+		last_round_at = excluded.last_round_at, poll_interval_ms = excluded.poll_interval_ms,
+		published_total = excluded.published_total, last_error = excluded.last_error`
+	if r.o.db.Dialect == idem.MySQL {
+		upsert = ` ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), last_round_at = VALUES(last_round_at),
+		poll_interval_ms = VALUES(poll_interval_ms), published_total = VALUES(published_total), last_error = VALUES(last_error)`
+	}
+	err := r.o.db.InTx(ctx, func(tx Tx) error {
+		_, err := r.o.db.Querier(tx).Exec(ctx, `INSERT INTO idem_outbox_relays
+			(instance, host, pid, started_at, last_round_at, poll_interval_ms, published_total, last_error)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`+upsert,
+			in.id, in.host, in.pid, in.started.UnixMilli(), now.UnixMilli(), r.cfg.PollInterval.Milliseconds(),
+			in.published.Load(), in.lastErr)
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
+		r.cfg.Logger.Warn("outbox relay: recording the relay instance failed", "instance", in.id, "err", err)
+	}
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary (PostgreSQL refuses
+// invalid UTF-8 in TEXT).
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
