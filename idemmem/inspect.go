@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/keyset"
+	"github.com/idemhq/idem/internal/cursor"
 )
 
 // keyBytes is what the budget counts for a key's text kept for List: its bytes, two
@@ -113,11 +113,11 @@ var errNoKeys = errors.New("idemmem: the store remembers keys by hash only; set 
 // smallest ids above the cursor, which costs O(n log limit) for n records held, and
 // then sorts the page. The cursor is the base64url of the page's last id; ids are in
 // ascending byte order.
-func (s *Store) List(ctx context.Context, scope, cursor string, limit int) (idem.KeyPage, error) {
+func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
 	if err := idem.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
-	after, err := keyset.Decode(cursor)
+	after, err := cursor.DecodeID(after)
 	if err != nil {
 		return idem.KeyPage{}, err
 	}
@@ -152,7 +152,7 @@ func (s *Store) List(ctx context.Context, scope, cursor string, limit int) (idem
 	var page idem.KeyPage
 	if len(ids) > limit {
 		ids = ids[:limit]
-		page.Next = keyset.Encode(ids[limit-1])
+		page.Next = cursor.EncodeID(ids[limit-1])
 	}
 	for _, id := range ids {
 		k := idem.Key{Scope: scope, ID: strings.Clone(id)}

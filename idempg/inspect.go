@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/keyset"
+	"github.com/idemhq/idem/internal/cursor"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -123,11 +123,11 @@ func (s *core[Tx]) Inspect(ctx context.Context, k idem.Key) (idem.Record, error)
 // List implements idem.Inspector: one range scan of the primary key per page (see
 // listSQL), ids in ascending order of the id column's collation; the cursor is the
 // base64url of the page's last id.
-func (s *core[Tx]) List(ctx context.Context, scope, cursor string, limit int) (idem.KeyPage, error) {
+func (s *core[Tx]) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
 	if err := idem.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
-	after, err := keyset.Decode(cursor)
+	after, err := cursor.DecodeID(after)
 	if err != nil {
 		return idem.KeyPage{}, err
 	}
@@ -151,7 +151,7 @@ func (s *core[Tx]) List(ctx context.Context, scope, cursor string, limit int) (i
 	}
 	if len(page.Records) > limit {
 		page.Records = page.Records[:limit]
-		page.Next = keyset.Encode(page.Records[limit-1].Key.ID)
+		page.Next = cursor.EncodeID(page.Records[limit-1].Key.ID)
 	}
 	return page, nil
 }

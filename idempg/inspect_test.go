@@ -7,7 +7,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemtest"
-	"github.com/idemhq/idem/internal/keyset"
+	"github.com/idemhq/idem/internal/cursor"
 )
 
 func TestInspectorSuite(t *testing.T) {
@@ -71,12 +71,12 @@ func TestListPlanUsesPrimaryKey(t *testing.T) {
 		t.Errorf("List's plan scans the table or sorts:\n%s", plan)
 	}
 	// And the page itself is the 100 ids after the cursor.
-	page, err := s.List(ctx, "big", keyset.Encode("key-0100000"), 100)
+	page, err := s.List(ctx, "big", cursor.EncodeID("key-0100000"), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(page.Records) != 100 || page.Records[0].Key.ID != "key-0100001" || page.Records[99].Key.ID != "key-0100100" ||
-		page.Next != keyset.Encode("key-0100100") {
+		page.Next != cursor.EncodeID("key-0100100") {
 		t.Fatalf("page after key-0100000: %d records, %v … , next %q", len(page.Records), page.Records[0].Key, page.Next)
 	}
 }

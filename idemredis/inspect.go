@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/keyset"
+	"github.com/idemhq/idem/internal/cursor"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -114,11 +114,11 @@ const maxCursorLen = 64 << 10
 // reply longer than the room left in the page carries its rest in the cursor, which
 // is the base64url of the SCAN cursor and those ids. Redis Cluster and Ring clients
 // are refused: their keys are spread over nodes that one SCAN cursor does not cover.
-func (s *Store) List(ctx context.Context, scope, cursor string, limit int) (idem.KeyPage, error) {
+func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
 	if err := idem.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
-	cur, pending, finished, err := decodeCursor(cursor)
+	cur, pending, finished, err := decodeCursor(after)
 	if err != nil {
 		return idem.KeyPage{}, err
 	}
@@ -218,26 +218,26 @@ func decodeCursor(c string) (cur uint64, pending []string, finished bool, err er
 		return 0, nil, false, nil
 	}
 	if len(c) > maxCursorLen {
-		return 0, nil, false, keyset.Invalid(fmt.Sprintf("is longer than %d bytes (got %d)", maxCursorLen, len(c)))
+		return 0, nil, false, cursor.Invalid(fmt.Sprintf("is longer than %d bytes (got %d)", maxCursorLen, len(c)))
 	}
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return 0, nil, false, keyset.Invalid("is not a cursor this store made")
+		return 0, nil, false, cursor.Invalid("is not a cursor this store made")
 	}
 	parts := strings.Split(string(b), "\n")
 	cur, err = strconv.ParseUint(parts[0], 10, 64)
 	if err != nil {
-		return 0, nil, false, keyset.Invalid("is not a cursor this store made")
+		return 0, nil, false, cursor.Invalid("is not a cursor this store made")
 	}
 	for _, id := range parts[1:] {
 		if (idem.Key{Scope: "s", ID: id}).Validate() != nil {
-			return 0, nil, false, keyset.Invalid("is not a cursor this store made")
+			return 0, nil, false, cursor.Invalid("is not a cursor this store made")
 		}
 	}
 	pending = parts[1:]
 	if cur == 0 && len(pending) == 0 {
 		// Only a first page starts at SCAN cursor 0, and its cursor is "".
-		return 0, nil, false, keyset.Invalid("is not a cursor this store made")
+		return 0, nil, false, cursor.Invalid("is not a cursor this store made")
 	}
 	return cur, pending, cur == 0, nil
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/keyset"
+	"github.com/idemhq/idem/internal/cursor"
 )
 
 var _ idem.Inspector = (*Store)(nil)
@@ -57,11 +57,11 @@ func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
 
 // List implements idem.Inspector: one range of the primary key per page, ids in
 // ascending byte order; the cursor is the base64url of the page's last id.
-func (s *Store) List(ctx context.Context, scope, cursor string, limit int) (idem.KeyPage, error) {
+func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
 	if err := idem.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
-	after, err := keyset.Decode(cursor)
+	after, err := cursor.DecodeID(after)
 	if err != nil {
 		return idem.KeyPage{}, err
 	}
@@ -85,7 +85,7 @@ func (s *Store) List(ctx context.Context, scope, cursor string, limit int) (idem
 	}
 	if len(page.Records) > limit {
 		page.Records = page.Records[:limit]
-		page.Next = keyset.Encode(page.Records[limit-1].Key.ID)
+		page.Next = cursor.EncodeID(page.Records[limit-1].Key.ID)
 	}
 	return page, nil
 }

@@ -29,9 +29,7 @@ func Decode(c string, n int) ([]string, error) {
 	if c == "" {
 		return nil, nil
 	}
-	bad := func(reason string) error {
-		return &idem.InputError{Field: "cursor", Reason: reason, Fix: `pass back the cursor a previous page returned, or "" for the first page`}
-	}
+	bad := Invalid
 	if len(c) > MaxLen {
 		return nil, bad(fmt.Sprintf("is %d bytes long, more than any cursor (%d)", len(c), MaxLen))
 	}
@@ -56,4 +54,26 @@ func Limit(limit int) error {
 		return &idem.InputError{Field: "limit", Reason: fmt.Sprintf("is %d", limit), Fix: fmt.Sprintf("ask for 1 to %d rows a page", idem.MaxListLimit)}
 	}
 	return nil
+}
+
+// Invalid is the error of a cursor the listing cannot have made.
+func Invalid(reason string) error {
+	return &idem.InputError{Field: "cursor", Reason: reason, Fix: `pass back the cursor a previous page returned (its Next), unchanged, or "" for the first page`}
+}
+
+// EncodeID is the cursor of a store's List page that ends at id.
+func EncodeID(id string) string { return Encode(id) }
+
+// DecodeID returns the id a cursor from EncodeID names, "" for the empty cursor.
+// Anything else, including an id no key can have, is an *idem.InputError on field
+// "cursor".
+func DecodeID(c string) (string, error) {
+	parts, err := Decode(c, 1)
+	if err != nil || parts == nil {
+		return "", err
+	}
+	if err := (idem.Key{Scope: "s", ID: parts[0]}).Validate(); err != nil {
+		return "", Invalid("is not a cursor this store made")
+	}
+	return parts[0], nil
 }
