@@ -91,6 +91,7 @@
   // ---- sign in and out ----
 
   let timers = [];
+  let keysShown = null; // {store, scope} of the keys table, reloaded with the others
 
   function signOut(why) {
     token = '';
@@ -98,6 +99,12 @@
     timers.forEach(clearTimeout);
     timers = [];
     state.ready = false;
+    // What the previous token could see goes with it.
+    for (const tb of document.querySelectorAll('#main tbody')) clear(tb);
+    for (const id of ['key-record', 'outbox-status', 'charts', 'log', 'keys-more']) clear($(id));
+    state.samples = [];
+    state.actions = [];
+    keysShown = null;
     $('main').hidden = true;
     $('refresh').hidden = $('signout').hidden = $('access').hidden = true;
     $('login').hidden = false;
@@ -191,6 +198,7 @@
   function fmt(v) {
     if (v === null || v === undefined || isNaN(v)) return '—';
     const a = Math.abs(v);
+    if (Number.isInteger(v) && a < 1e4) return String(v);
     if (a >= 1e6) return (v / 1e6).toFixed(1) + 'M';
     if (a >= 1e4) return (v / 1e3).toFixed(1) + 'k';
     if (a >= 100) return v.toFixed(0);
@@ -224,7 +232,7 @@
       $('rates-note').textContent = 'not configured on this server (admin.Config.Gatherer)';
       return;
     }
-    $('rates-note').textContent = 'last ' + WINDOW / 60000 + ' minutes, every ' + METRICS_EVERY / 1000 + 's';
+    $('rates-note').textContent = 'since the page opened, up to ' + WINDOW / 60000 + ' minutes, every ' + METRICS_EVERY / 1000 + 's';
     for (const c of CHARTS) {
       const svg = document.createElementNS(SVG, 'svg');
       svg.setAttribute('viewBox', '0 0 200 40');
@@ -282,7 +290,9 @@
   function drawCharts() {
     if (!state.samples.length) return;
     const last = state.samples[state.samples.length - 1];
-    const t1 = last.t, t0 = t1 - WINDOW;
+    // The x axis spans the samples kept (at most WINDOW), so a fresh page's few
+    // points fill the chart too.
+    const t1 = last.t, t0 = state.samples[0].t, span = Math.max(1, t1 - t0);
     for (const c of CHARTS) {
       if (!c.card) continue;
       const pts = series(c);
@@ -296,19 +306,20 @@
         c.line.setAttribute('d', ''); c.area.setAttribute('d', '');
         continue;
       }
-      const max = Math.max(1e-9, ...pts.map(function (p) { return p.v; }));
+      const top = Math.max(0, ...pts.map(function (p) { return p.v; }));
+      const max = Math.max(1e-9, top);
       value.textContent = pts.length ? fmt(pts[pts.length - 1].v) : '…';
-      foot.textContent = 'max ' + fmt(pts.length ? max : NaN);
+      foot.textContent = pts.length ? 'max ' + fmt(top) : 'waiting for a second sample';
       let d = '';
       for (const p of pts) {
-        const x = ((p.t - t0) / WINDOW) * 200;
+        const x = ((p.t - t0) / span) * 200;
         const y = 38 - (p.v / max) * 36;
         d += (d ? 'L' : 'M') + x.toFixed(1) + ' ' + y.toFixed(1);
       }
       c.line.setAttribute('d', d);
       if (pts.length) {
-        const x0 = (((pts[0].t - t0) / WINDOW) * 200).toFixed(1);
-        const x1 = (((pts[pts.length - 1].t - t0) / WINDOW) * 200).toFixed(1);
+        const x0 = (((pts[0].t - t0) / span) * 200).toFixed(1);
+        const x1 = (((pts[pts.length - 1].t - t0) / span) * 200).toFixed(1);
         c.area.setAttribute('d', d + 'L' + x1 + ' 40L' + x0 + ' 40Z');
       } else {
         c.area.setAttribute('d', '');
@@ -467,8 +478,6 @@
     const scope = sessionStorage.getItem(SCOPE_KEY) || '';
     $('keys-scope').value = scope;
   }
-
-  let keysShown = null; // {store, scope} of the table, reloaded with the others
 
   async function loadKeys() {
     if (!keysShown) {
