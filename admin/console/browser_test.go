@@ -192,13 +192,45 @@ func TestBrowser(t *testing.T) {
 	ui.wantTrue("no policy violation", `idemConsole.violations.length === 0`)
 	ui.screenshot("after-actions")
 
+	// Retry the parked message, resolve the saga, discard the attacker's dead letter.
+	for _, a := range []struct{ row, action, reason, outcome string }{
+		{`#parked tr[data-id="7"]`, "retry", "broker is back", "retry parked message 7: retried"},
+		{`#sagas tr[data-id="s-1"]`, "resolve", "refunded by hand", "resolve saga s-1: resolved"},
+		{`#deadletters tr[data-id="2"]`, "discard", "spam", "discard dead letter 2: discarded"},
+	} {
+		ui.run(`document.querySelector('` + a.row + ` button[data-action="` + a.action + `"]').click()`)
+		ui.waitTrue("the dialog", `document.getElementById('confirm').open`)
+		ui.run(`document.getElementById('confirm-reason').value = ` + jsString(a.reason) + `;
+			document.getElementById('confirm-form').requestSubmit()`)
+		ui.waitTrue(a.outcome, `idemConsole.actions.some(a => a.ok && a.text === `+jsString(a.outcome)+`)`)
+		ui.waitTrue(a.row+" gone", `!document.querySelector('`+a.row+`')`)
+	}
+	if len(ob.parkedIDs()) != 0 || sg.state("s-1") != "compensated" || dl.has(2) {
+		t.Errorf("after the actions: parked %v, saga %s, dead letter 2 kept %v", ob.parkedIDs(), sg.state("s-1"), dl.has(2))
+	}
+	wantAudit(t, &logs, "POST /api/sagas/{id}/resolve", "refunded by hand")
+	ui.wantText(`#deadletters tbody td`, "No dead letters.")
+
+	// A cancelled dialog does nothing.
+	ui.run(`document.querySelector('#keys tr[data-id="o-1"] button[data-action="evict"]').click()`)
+	ui.waitTrue("the dialog", `document.getElementById('confirm').open`)
+	ui.run(`document.getElementById('confirm-reason').value = 'no'; document.getElementById('confirm-cancel').click()`)
+	ui.waitTrue("the dialog closed", `!document.getElementById('confirm').open`)
+	if !ins.has(idem.Key{Scope: "orders", ID: "o-1"}) {
+		t.Error("a cancelled eviction evicted")
+	}
+
 	// With the read token the actions are disabled.
 	ui.run(`document.getElementById('signout').click()`)
 	ui.waitTrue("the token form again", `!document.getElementById('login').hidden && sessionStorage.getItem('idem-admin-token') === null`)
 	ui.run(`document.getElementById('token').value = ` + jsString(readToken) + `; document.getElementById('login-form').requestSubmit()`)
 	ui.waitTrue("read-only console", `idemConsole.ready && idemConsole.access === 'read' &&
-		!!document.querySelector('#deadletters tr[data-id="2"] button[data-action="replay"]')`)
-	ui.wantTrue("buttons disabled", `Array.from(document.querySelectorAll('#main button[data-action]')).every(b => b.disabled)`)
+		!!document.querySelector('#keys-store option') && document.querySelectorAll('#main tbody tr').length > 0`)
+	ui.run(`document.getElementById('keys-form').requestSubmit()`) // the scope is remembered for the tab
+	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 2`)
+	ui.wantTrue("buttons disabled", `document.querySelectorAll('#main button[data-action]').length >= 2 &&
+		Array.from(document.querySelectorAll('#main button[data-action]')).every(b => b.disabled)`)
+	ui.wantTrue("the old session's record is gone", `document.getElementById('key-record').childElementCount === 0`)
 }
 
 // ui drives the page by evaluating JavaScript in it.

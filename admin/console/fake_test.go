@@ -143,6 +143,13 @@ func (f *fakeDeadLetters) replayedIDs() []int64 {
 	return slices.Clone(f.replayed)
 }
 
+func (f *fakeDeadLetters) has(id int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.dls[id]
+	return ok
+}
+
 type fakeOutbox struct {
 	mu     sync.Mutex
 	parked map[int64]admin.ParkedMessage
@@ -182,6 +189,16 @@ func (f *fakeOutbox) remove(id int64) error {
 	}
 	delete(f.parked, id)
 	return nil
+}
+
+func (f *fakeOutbox) parkedIDs() []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []int64
+	for id := range f.parked {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 type fakeSagas struct {
@@ -233,6 +250,17 @@ func (f *fakeSagas) set(id, state string) error {
 		}
 	}
 	return idem.ErrNotFound
+}
+
+func (f *fakeSagas) state(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.sagas {
+		if s.ID == id {
+			return s.State
+		}
+	}
+	return ""
 }
 
 type fakeEffects struct{}

@@ -90,15 +90,17 @@
 
   // ---- sign in and out ----
 
-  let timers = [];
+  const timers = { metrics: 0, tables: 0 };
+  let session = 0; // one per sign-in: a loop of an earlier one stops
   let keysShown = null; // {store, scope} of the keys table, reloaded with the others
 
   function signOut(why) {
     token = '';
     sessionStorage.removeItem(TOKEN_KEY);
-    timers.forEach(clearTimeout);
-    timers = [];
+    clearTimeout(timers.metrics);
+    clearTimeout(timers.tables);
     state.ready = false;
+    session++;
     // What the previous token could see goes with it.
     for (const tb of document.querySelectorAll('#main tbody')) clear(tb);
     for (const id of ['key-record', 'outbox-status', 'charts', 'log', 'keys-more']) clear($(id));
@@ -154,8 +156,9 @@
     buildCharts();
     if (state.areas.keys) await loadStores();
     state.ready = true;
-    pollMetrics();
-    refreshLoop();
+    session++;
+    pollMetrics(session);
+    refreshLoop(session);
   }
 
   function banner(msg) {
@@ -327,11 +330,12 @@
     }
   }
 
-  async function pollMetrics() {
-    if (!state.ready) return;
+  async function pollMetrics(s) {
+    if (s !== session) return;
     if (state.areas.metrics) {
       try {
         const m = await api('GET', 'metrics');
+        if (s !== session) return;
         const t = Date.parse(m.time);
         state.samples.push({ t: isNaN(t) ? Date.now() : t, metrics: m.metrics || {} });
         while (state.samples.length > 2 && state.samples[0].t < t - WINDOW) state.samples.shift();
@@ -340,10 +344,11 @@
         $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
       } catch (e) {
         state.errors.push('metrics: ' + e.message);
+        if (state.errors.length > 50) state.errors.shift();
         if (e.status === 401) return;
       }
     }
-    if (state.ready) timers.push(setTimeout(pollMetrics, METRICS_EVERY));
+    if (s === session) timers.metrics = setTimeout(pollMetrics, METRICS_EVERY, s);
   }
 
   // ---- tables ----
@@ -361,6 +366,7 @@
   }
 
   function fill(tableId, rows, cells, empty) {
+    if (!state.ready) return; // an answer to a token signed out since
     const tbody = $(tableId).tBodies[0];
     clear(tbody);
     if (!rows.length) {
@@ -408,6 +414,7 @@
 
   async function loadOutbox() {
     const st = await api('GET', 'outbox');
+    if (!state.ready) return;
     const box = $('outbox-status');
     clear(box);
     const parts = st.partitions || [];
@@ -686,10 +693,10 @@
     return queued;
   }
 
-  async function refreshLoop() {
-    if (!state.ready) return;
+  async function refreshLoop(s) {
+    if (s !== session) return;
     await refreshTables();
-    if (state.ready) timers.push(setTimeout(refreshLoop, TABLES_EVERY));
+    if (s === session) timers.tables = setTimeout(refreshLoop, TABLES_EVERY, s);
   }
 
   // Without a stored token, try once without one (an Insecure, loopback-only API);
