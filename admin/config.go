@@ -44,8 +44,8 @@ type Config struct {
 	// components as their Registerer.
 	Gatherer prometheus.Gatherer
 
-	// Console, if set, is mounted at "/" (the operator's web console); the API
-	// keeps "/api/".
+	// Console, if set, is mounted at "/" (the operator's web console,
+	// console.Handler() of package admin/console); the API keeps "/api/".
 	Console http.Handler
 
 	// Logger receives one audit record per mutating call (who, what, why, outcome)

@@ -30,6 +30,8 @@ const (
 	readToken = "read-token-0123456789abcdef"
 	// xss is a dead letter's reason and payload: it must show as text.
 	xss = `<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>`
+	// xssKey is a key id an attacker chose.
+	xssKey = `<b onmouseover="window.__xss=3">k</b>`
 )
 
 // TestBrowser loads the console in headless Chromium against the admin API over
@@ -38,12 +40,7 @@ const (
 // charts, replays a dead letter and evicts a stuck key through the page's buttons,
 // and checks through the fakes and the audit log that both happened.
 func TestBrowser(t *testing.T) {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
-			t.Fatalf("IDEM_REQUIRE_SERVICES=1 but %s is missing (apt-get install chromium): %v", chromiumPath, err)
-		}
-		t.Skipf("%s not installed: %v", chromiumPath, err)
-	}
+	needChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -56,6 +53,8 @@ func TestBrowser(t *testing.T) {
 			ExpiresAt: now.Add(-5 * time.Minute)}, // stuck: in progress past its lease
 		{Key: idem.Key{Scope: "orders", ID: "o-3"}, State: idem.StateInProgress, Token: 13, CreatedAt: now.Add(-time.Second),
 			ExpiresAt: now.Add(time.Minute)},
+		{Key: idem.Key{Scope: "orders", ID: xssKey}, State: idem.StateCompleted, Token: 14, CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+			Result: []byte(xss)},
 	} {
 		ins.recs[r.Key] = r
 	}
@@ -133,13 +132,16 @@ func TestBrowser(t *testing.T) {
 
 	// Keys of a scope, the stuck one marked.
 	ui.run(`document.getElementById('keys-scope').value = 'orders'; document.getElementById('keys-form').requestSubmit()`)
-	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 3`)
+	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 4`)
 	ui.wantText(`#keys tr[data-id="o-2"] td:nth-child(2)`, "stuck")
+	ui.wantText(`#keys tbody tr:first-child td:first-child`, xssKey)
+	ui.wantText(`#keys tbody tr:first-child td:nth-child(6) code`, xss[:admin.PreviewBytes]+"…")
+	ui.wantTrue("no element from the key", `document.querySelectorAll('#keys b, #keys img, #keys script, [onmouseover]').length === 0`)
 	ui.wantText(`#keys tr[data-id="o-3"] td:nth-child(2)`, "in progress")
 	ui.run(`document.getElementById('keys-stuck').click()`)
 	ui.waitTrue("stuck keys only", `Array.from(document.querySelectorAll('#keys tr[data-id]'), tr => tr.dataset.id).join() === 'o-2'`)
 	ui.run(`document.getElementById('keys-stuck').click()`)
-	ui.waitTrue("all keys again", `document.querySelectorAll('#keys tr[data-id]').length === 3`)
+	ui.waitTrue("all keys again", `document.querySelectorAll('#keys tr[data-id]').length === 4`)
 
 	// The charts, once a few polls of GET /api/metrics are in.
 	ui.waitTrue("the charts", `idemConsole.polls >= 4 && ['claims', 'duplicates', 'replays', 'conflicts', 'deadletters', 'relay'].every(id => {
@@ -175,7 +177,7 @@ func TestBrowser(t *testing.T) {
 		document.getElementById('confirm-force').checked = true;
 		document.getElementById('confirm-form').requestSubmit()`)
 	ui.waitTrue("the eviction", `idemConsole.actions.some(a => a.ok && a.text === 'evict key orders/o-2: evicted')`)
-	ui.waitTrue("o-2 gone", `!document.querySelector('#keys tr[data-id="o-2"]') && document.querySelectorAll('#keys tr[data-id]').length === 2`)
+	ui.waitTrue("o-2 gone", `!document.querySelector('#keys tr[data-id="o-2"]') && document.querySelectorAll('#keys tr[data-id]').length === 3`)
 	if ins.has(idem.Key{Scope: "orders", ID: "o-2"}) || !ins.has(idem.Key{Scope: "orders", ID: "o-3"}) {
 		t.Error("o-2 not evicted, or o-3 evicted")
 	}
@@ -189,7 +191,7 @@ func TestBrowser(t *testing.T) {
 	ui.run(`document.querySelector('#key-record button[data-action="full"]').click()`)
 	ui.waitTrue("the whole result", `!!document.querySelector('#key-record pre.full')`)
 	ui.wantText(`#key-record pre.full`, string(ins.result("orders", "o-1")))
-	ui.wantTrue("no policy violation", `idemConsole.violations.length === 0`)
+	ui.wantTrue("no policy violation, no script of the attacker's", `idemConsole.violations.length === 0 && window.__xss === undefined`)
 	ui.screenshot("after-actions")
 
 	// Retry the parked message, resolve the saga, discard the attacker's dead letter.
@@ -227,10 +229,48 @@ func TestBrowser(t *testing.T) {
 	ui.waitTrue("read-only console", `idemConsole.ready && idemConsole.access === 'read' &&
 		!!document.querySelector('#keys-store option') && document.querySelectorAll('#main tbody tr').length > 0`)
 	ui.run(`document.getElementById('keys-form').requestSubmit()`) // the scope is remembered for the tab
-	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 2`)
+	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 3`)
 	ui.wantTrue("buttons disabled", `document.querySelectorAll('#main button[data-action]').length >= 2 &&
 		Array.from(document.querySelectorAll('#main button[data-action]')).every(b => b.disabled)`)
 	ui.wantTrue("the old session's record is gone", `document.getElementById('key-record').childElementCount === 0`)
+}
+
+// TestBrowserWithoutToken: an Insecure admin API (loopback only) opens without
+// asking for a token.
+func TestBrowserWithoutToken(t *testing.T) {
+	needChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := admin.New(admin.Config{Insecure: true, DeadLetters: &fakeDeadLetters{dls: map[int64]admin.DeadLetter{
+		5: {ID: 5, Consumer: "orders", Kind: "permanent", Reason: "bad"}}},
+		Console: console.Handler(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h) // 127.0.0.1: a loopback Host
+	t.Cleanup(hs.Close)
+	page := startChromium(t).newPage(ctx, t)
+	if err := page.call(ctx, "Page.navigate", map[string]any{"url": hs.URL + "/"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ui := &ui{t: t, ctx: ctx, page: page}
+	ui.waitTrue("the console", `window.idemConsole.ready && !!document.querySelector('#deadletters tr[data-id="5"]')`)
+	ui.wantText("#access", "no token (loopback)")
+	ui.wantTrue("no token asked or kept", `document.getElementById('login').hidden && document.getElementById('signout').hidden &&
+		sessionStorage.getItem('idem-admin-token') === null`)
+	ui.wantText(`#rates-note`, "not configured on this server (admin.Config.Gatherer)")
+	ui.wantText(`#area-keys .note`, "Not configured on this server.")
+	ui.wantTrue("actions allowed", `!document.querySelector('#deadletters tr[data-id="5"] button[data-action="replay"]').disabled`)
+}
+
+func needChromium(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
+			t.Fatalf("IDEM_REQUIRE_SERVICES=1 but %s is missing (apt-get install chromium): %v", chromiumPath, err)
+		}
+		t.Skipf("%s not installed: %v", chromiumPath, err)
+	}
 }
 
 // ui drives the page by evaluating JavaScript in it.
