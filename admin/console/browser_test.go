@@ -191,6 +191,14 @@ func TestBrowser(t *testing.T) {
 	ui.run(`document.querySelector('#key-record button[data-action="full"]').click()`)
 	ui.waitTrue("the whole result", `!!document.querySelector('#key-record pre.full')`)
 	ui.wantText(`#key-record pre.full`, string(ins.result("orders", "o-1")))
+	// And evict it from there.
+	ui.run(`document.querySelector('#key-record button[data-action="evict"]').click()`)
+	ui.waitTrue("the dialog", `document.getElementById('confirm').open`)
+	ui.run(`document.getElementById('confirm-reason').value = 'customer asked'; document.getElementById('confirm-form').requestSubmit()`)
+	ui.waitTrue("o-1 evicted", `document.getElementById('key-record').textContent === 'Evicted.' && !document.querySelector('#keys tr[data-id="o-1"]')`)
+	if ins.has(idem.Key{Scope: "orders", ID: "o-1"}) {
+		t.Error("o-1 not evicted")
+	}
 	ui.wantTrue("no policy violation, no script of the attacker's", `idemConsole.violations.length === 0 && window.__xss === undefined`)
 	ui.screenshot("after-actions")
 
@@ -214,11 +222,12 @@ func TestBrowser(t *testing.T) {
 	ui.wantText(`#deadletters tbody td`, "No dead letters.")
 
 	// A cancelled dialog does nothing.
-	ui.run(`document.querySelector('#keys tr[data-id="o-1"] button[data-action="evict"]').click()`)
+	ui.run(`document.querySelector('#keys tr[data-id="o-3"] button[data-action="evict"]').click()`)
 	ui.waitTrue("the dialog", `document.getElementById('confirm').open`)
-	ui.run(`document.getElementById('confirm-reason').value = 'no'; document.getElementById('confirm-cancel').click()`)
+	ui.run(`document.getElementById('confirm-reason').value = 'no'; document.getElementById('confirm-force').checked = true;
+		document.getElementById('confirm-cancel').click()`)
 	ui.waitTrue("the dialog closed", `!document.getElementById('confirm').open`)
-	if !ins.has(idem.Key{Scope: "orders", ID: "o-1"}) {
+	if !ins.has(idem.Key{Scope: "orders", ID: "o-3"}) {
 		t.Error("a cancelled eviction evicted")
 	}
 
@@ -229,7 +238,7 @@ func TestBrowser(t *testing.T) {
 	ui.waitTrue("read-only console", `idemConsole.ready && idemConsole.access === 'read' &&
 		!!document.querySelector('#keys-store option') && document.querySelectorAll('#main tbody tr').length > 0`)
 	ui.run(`document.getElementById('keys-form').requestSubmit()`) // the scope is remembered for the tab
-	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 3`)
+	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 2`)
 	ui.wantTrue("buttons disabled", `document.querySelectorAll('#main button[data-action]').length >= 2 &&
 		Array.from(document.querySelectorAll('#main button[data-action]')).every(b => b.disabled)`)
 	ui.wantTrue("the old session's record is gone", `document.getElementById('key-record').childElementCount === 0`)

@@ -154,7 +154,7 @@
       note.textContent = on ? '' : 'Not configured on this server.';
     }
     buildCharts();
-    if (state.areas.keys) await loadStores();
+    await section('keys', loadStores).catch(function () { /* a 401 has signed out */ });
     state.ready = true;
     session++;
     pollMetrics(session);
@@ -515,6 +515,7 @@
   async function inspectKey(full) {
     const box = $('key-record');
     clear(box);
+    for (const k of ['store', 'scope', 'id']) delete box.dataset[k];
     const store = $('key-store').value, scope = $('key-scope').value, id = $('key-id').value;
     let r;
     try {
@@ -532,6 +533,7 @@
     row('expires', r.expires_at ? r.expires_at + ' (' + ago(r.expires_at) + ')' : '');
     row('result', previewNode(r.result));
     box.appendChild(dl);
+    Object.assign(box.dataset, { store: r.store, scope: r.scope, id: r.id });
     if (r.result && r.result.full !== undefined) {
       box.appendChild(el('pre', { className: 'full' }, decodeFull(r.result.full)));
     } else if (r.result && r.result.truncated && canWrite()) {
@@ -599,13 +601,16 @@
 
   // act runs one mutation, logs its outcome and refreshes the tables.
   async function act(what, fn) {
+    let ok = false;
     try {
       const msg = await fn();
       logAction(what + ': ' + (msg || 'done'), true);
+      ok = true;
     } catch (e) {
       logAction(what + ': ' + e.message, false);
     }
     await refreshTables();
+    return ok;
   }
 
   async function replayDeadLetter(d) {
@@ -661,10 +666,15 @@
     const a = await ask('Evict key ' + r.scope + ' / ' + r.id,
       'Its record (' + r.state.replace('_', ' ') + ') is deleted and the key can be claimed again.', { force: true });
     if (!a) return;
-    await act('evict key ' + r.scope + '/' + r.id, function () {
+    const ok = await act('evict key ' + r.scope + '/' + r.id, function () {
       return api('POST', 'keys/evict', { store: r.store, scope: r.scope, id: r.id, force: a.force, reason: a.reason })
         .then(function () { return 'evicted'; });
     });
+    const shown = $('key-record').dataset;
+    if (ok && shown.store === r.store && shown.scope === r.scope && shown.id === r.id) {
+      clear($('key-record'));
+      $('key-record').appendChild(el('p', { className: 'muted' }, 'Evicted.'));
+    }
   }
 
   // ---- refresh ----
