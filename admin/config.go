@@ -39,9 +39,13 @@ type Config struct {
 	Sagas Sagas
 	// Stream shows the stream server's channels and clients.
 	Stream Stream
+	// Gatherer is read by GET /api/metrics, which sums its idem_* metrics over
+	// their labels (the console's charts); usually the registry given to idem's
+	// components as their Registerer.
+	Gatherer prometheus.Gatherer
 
-	// Console, if set, is mounted at "/" (the operator's web console); the API
-	// keeps "/api/".
+	// Console, if set, is mounted at "/" (the operator's web console,
+	// console.Handler() of package admin/console); the API keeps "/api/".
 	Console http.Handler
 
 	// Logger receives one audit record per mutating call (who, what, why, outcome)

@@ -19,10 +19,12 @@
 //	GET  /api/sagas?state  GET /api/sagas/{id}
 //	POST /api/sagas/{id}/retry {reason}   POST /api/sagas/{id}/resolve {note}
 //	GET  /api/stream                     channels and connected clients
+//	GET  /api/metrics                    idem_* metrics of Config.Gatherer, summed over labels
 //
 // Each area is an interface of this package (DeadLetters, Outbox, Effects, Sagas,
-// Stream; the keys area is idem.Inspector), so any implementation can be mounted;
-// an area left nil in Config answers 404 ProblemNotConfigured.
+// Stream; the keys area is idem.Inspector, the metrics area a prometheus.Gatherer),
+// so any implementation can be mounted; an area left nil in Config answers 404
+// ProblemNotConfigured.
 //
 // # Safety
 //

@@ -273,7 +273,7 @@ func setup(t testing.TB, mod func(*admin.Config)) *bundle {
 	cfg := admin.Config{
 		Token: fullToken, ReadToken: readToken,
 		Stores:      map[string]idem.Inspector{"main": b.ins},
-		DeadLetters: b.dl, Outbox: b.ob, Effects: b.ef, Sagas: b.sg, Stream: b.st,
+		DeadLetters: b.dl, Outbox: b.ob, Effects: b.ef, Sagas: b.sg, Stream: b.st, Gatherer: b.reg,
 		Logger:     slog.New(slog.NewJSONHandler(b.logs, nil)),
 		Registerer: b.reg,
 	}

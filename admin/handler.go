@@ -70,6 +70,7 @@ func New(cfg Config) (http.Handler, error) {
 		areaEffects:     cfg.Effects != nil,
 		areaSagas:       cfg.Sagas != nil,
 		areaStream:      cfg.Stream != nil,
+		areaMetrics:     cfg.Gatherer != nil,
 	}
 	if cfg.Registerer != nil {
 		h.requests, err = metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -19,7 +19,7 @@ var served = []string{
 	"GET /api/deadletters", "GET /api/deadletters/{id}", "POST /api/deadletters/replay", "POST /api/deadletters/{id}/discard",
 	"GET /api/outbox", "GET /api/outbox/parked", "POST /api/outbox/parked/{id}/retry", "POST /api/outbox/parked/{id}/discard",
 	"GET /api/effects", "GET /api/sagas", "GET /api/sagas/{id}", "POST /api/sagas/{id}/retry", "POST /api/sagas/{id}/resolve",
-	"GET /api/stream",
+	"GET /api/stream", "GET /api/metrics",
 }
 
 type openAPIDoc struct {

@@ -14,6 +14,7 @@ const (
 	areaEffects     = "effects"
 	areaSagas       = "sagas"
 	areaStream      = "stream"
+	areaMetrics     = "metrics"
 )
 
 // route is one endpoint: the table both registers the handlers and feeds the
@@ -119,6 +120,8 @@ var routes = []route{
 		serve: serveResolveSaga},
 
 	{method: "GET", path: "/api/stream", area: areaStream, summary: "stream status", serve: serveStream},
+
+	{method: "GET", path: "/api/metrics", area: areaMetrics, summary: "metrics summary", serve: serveMetrics},
 }
 
 // Index is the answer to GET /api/.

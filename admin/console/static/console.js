@@ -1,0 +1,715 @@
+// idem console: one page over the admin API (api/ next to this page).
+//
+// Everything the API returns may come from an attacker (payloads, reasons, key ids),
+// so this file never parses a string as HTML: nodes are built with createElement and
+// filled with textContent only. The Content-Security-Policy enforces it too
+// (require-trusted-types-for 'script' makes every HTML-parsing sink throw).
+'use strict';
+
+(function () {
+  const TOKEN_KEY = 'idem-admin-token';
+  const ACTOR_KEY = 'idem-admin-actor';
+  const SCOPE_KEY = 'idem-admin-scope';
+  const METRICS_EVERY = 2000; // ms between GET api/metrics
+  const TABLES_EVERY = 15000; // ms between table refreshes
+  const WINDOW = 10 * 60 * 1000; // ms of samples kept for the charts
+  const SVG = 'http://www.w3.org/2000/svg';
+
+  // State visible to tests and to curious operators (no secrets: not the token).
+  const state = {
+    ready: false, access: '', areas: {}, samples: [], polls: 0, refreshes: 0,
+    actions: [], errors: [], violations: [],
+  };
+  window.idemConsole = state;
+  document.addEventListener('securitypolicyviolation', function (e) {
+    state.violations.push(e.violatedDirective + ' ' + (e.blockedURI || ''));
+  });
+
+  const $ = function (id) { return document.getElementById(id); };
+
+  // el builds an element: el('td', {className: 'x'}, 'text', node, ...). Strings
+  // become text nodes, never markup.
+  function el(tag, props) {
+    const n = document.createElement(tag);
+    if (props) {
+      for (const k of Object.keys(props)) {
+        if (k === 'dataset') Object.assign(n.dataset, props.dataset);
+        else if (k === 'title' || k === 'className' || k === 'type' || k === 'disabled' || k === 'checked') n[k] = props[k];
+        else n.setAttribute(k, props[k]);
+      }
+    }
+    for (let i = 2; i < arguments.length; i++) {
+      const c = arguments[i];
+      if (c === null || c === undefined) continue;
+      n.appendChild(typeof c === 'object' ? c : document.createTextNode(String(c)));
+    }
+    return n;
+  }
+
+  function clear(n) { while (n.firstChild) n.removeChild(n.firstChild); }
+
+  // ---- the API ----
+
+  let token = sessionStorage.getItem(TOKEN_KEY) || '';
+  let actor = sessionStorage.getItem(ACTOR_KEY) || '';
+
+  class APIError extends Error {
+    constructor(status, problem, fallback) {
+      super((problem && problem.detail) || fallback);
+      this.status = status;
+      this.problem = problem;
+    }
+  }
+
+  async function api(method, path, body) {
+    const headers = { 'Accept': 'application/json' };
+    if (token) headers['Authorization'] = 'Bearer ' + token;
+    const init = { method: method, headers: headers, credentials: 'omit', cache: 'no-store', redirect: 'error' };
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      if (actor) headers['X-Idem-Actor'] = actor;
+      init.body = JSON.stringify(body);
+    }
+    const res = await fetch('api/' + path, init);
+    let data = null;
+    try { data = await res.json(); } catch (e) { /* not JSON: the status says it */ }
+    if (!res.ok) {
+      const err = new APIError(res.status, data, res.status + ' ' + res.statusText);
+      if (res.status === 401) signOut(token ? 'The token was refused: ' + err.message : '');
+      throw err;
+    }
+    return data;
+  }
+
+  function q(params) {
+    const u = new URLSearchParams();
+    for (const k of Object.keys(params)) if (params[k] !== '' && params[k] !== undefined) u.set(k, params[k]);
+    const s = u.toString();
+    return s ? '?' + s : '';
+  }
+
+  // ---- sign in and out ----
+
+  const timers = { metrics: 0, tables: 0 };
+  let session = 0; // one per sign-in: a loop of an earlier one stops
+  let keysShown = null; // {store, scope} of the keys table, reloaded with the others
+
+  function signOut(why) {
+    token = '';
+    sessionStorage.removeItem(TOKEN_KEY);
+    clearTimeout(timers.metrics);
+    clearTimeout(timers.tables);
+    state.ready = false;
+    session++;
+    // What the previous token could see goes with it.
+    for (const tb of document.querySelectorAll('#main tbody')) clear(tb);
+    for (const id of ['key-record', 'outbox-status', 'charts', 'log', 'keys-more']) clear($(id));
+    state.samples = [];
+    state.actions = [];
+    keysShown = null;
+    $('main').hidden = true;
+    $('refresh').hidden = $('signout').hidden = $('access').hidden = true;
+    $('login').hidden = false;
+    $('login-error').textContent = why || '';
+    $('token').value = '';
+    $('actor').value = actor;
+    $('token').focus();
+  }
+
+  $('login-form').addEventListener('submit', function (e) {
+    e.preventDefault();
+    token = $('token').value.trim();
+    actor = $('actor').value.trim();
+    $('token').value = '';
+    sessionStorage.setItem(TOKEN_KEY, token);
+    if (actor) sessionStorage.setItem(ACTOR_KEY, actor); else sessionStorage.removeItem(ACTOR_KEY);
+    start();
+  });
+  $('signout').addEventListener('click', function () { signOut('Token forgotten.'); });
+  $('refresh').addEventListener('click', function () { refreshTables(); });
+
+  async function start() {
+    let idx;
+    try {
+      idx = await api('GET', '');
+    } catch (e) {
+      if (e.status !== 401) signOut('The API did not answer: ' + e.message);
+      return;
+    }
+    state.access = idx.access;
+    state.areas = idx.areas || {};
+    $('login').hidden = true;
+    $('main').hidden = false;
+    $('refresh').hidden = false;
+    $('signout').hidden = !token;
+    const badge = $('access');
+    badge.hidden = false;
+    badge.textContent = { full: 'full access', read: 'read only', none: 'no token (loopback)' }[idx.access] || idx.access;
+    badge.className = 'badge ' + (idx.access === 'read' ? 'read' : 'full');
+    for (const sec of document.querySelectorAll('section[data-area]')) {
+      const on = !!state.areas[sec.dataset.area];
+      sec.classList.toggle('off', !on);
+      const note = sec.querySelector('.note');
+      note.hidden = on;
+      note.textContent = on ? '' : 'Not configured on this server.';
+    }
+    buildCharts();
+    await section('keys', loadStores).catch(function () { /* a 401 has signed out */ });
+    state.ready = true;
+    session++;
+    pollMetrics(session);
+    refreshLoop(session);
+  }
+
+  function banner(msg) {
+    const b = $('banner');
+    b.hidden = !msg;
+    b.textContent = msg || '';
+  }
+
+  function logAction(text, ok) {
+    state.actions.push({ text: text, ok: ok });
+    const li = el('li', { className: ok ? 'ok' : 'error' }, new Date().toLocaleTimeString() + '  ' + text);
+    $('log').prepend(li);
+  }
+
+  // ---- formatting ----
+
+  function ago(iso) {
+    if (!iso) return '';
+    const t = Date.parse(iso);
+    if (isNaN(t)) return String(iso);
+    let s = Math.round((Date.now() - t) / 1000);
+    const future = s < 0;
+    s = Math.abs(s);
+    const txt = s < 90 ? s + 's' : s < 5400 ? Math.round(s / 60) + 'm' : s < 129600 ? Math.round(s / 3600) + 'h' : Math.round(s / 86400) + 'd';
+    return future ? 'in ' + txt : txt + ' ago';
+  }
+
+  function timeCell(iso) {
+    return el('td', { title: iso || '', className: 'time' }, ago(iso));
+  }
+
+  // previewNode shows a Preview {size, encoding, preview, truncated} as text.
+  function previewNode(p) {
+    if (!p) return el('span', { className: 'muted' }, '');
+    const text = p.preview + (p.truncated ? '…' : '');
+    return el('code', { className: 'preview' + (p.encoding === 'hex' ? ' hex' : ''), title: p.size + ' bytes, ' + p.encoding },
+      text === '' ? '(empty)' : text);
+  }
+
+  function fmt(v) {
+    if (v === null || v === undefined || isNaN(v)) return '—';
+    const a = Math.abs(v);
+    if (Number.isInteger(v) && a < 1e4) return String(v);
+    if (a >= 1e6) return (v / 1e6).toFixed(1) + 'M';
+    if (a >= 1e4) return (v / 1e3).toFixed(1) + 'k';
+    if (a >= 100) return v.toFixed(0);
+    if (a >= 10) return v.toFixed(1);
+    if (a === 0) return '0';
+    return v.toFixed(2);
+  }
+
+  // ---- charts ----
+
+  // Each chart reads one metric of GET api/metrics: a counter as a rate per second
+  // between two polls, a gauge as is, a histogram as the mean of the interval's
+  // observations.
+  const CHARTS = [
+    { id: 'claims', title: 'claims /s', metric: 'idem_claims_total', kind: 'rate' },
+    { id: 'duplicates', title: 'duplicates suppressed /s', metric: 'idem_duplicates_total', kind: 'rate' },
+    { id: 'replays', title: 'replays /s', metric: 'idem_claims_total', outcome: 'replayed', kind: 'rate' },
+    { id: 'conflicts', title: '409 in progress /s', metric: 'idem_http_requests_total', outcome: 'conflict', kind: 'rate' },
+    { id: 'deadletters', title: 'dead letters /s', metric: 'idem_inbox_dead_letters_total', kind: 'rate' },
+    { id: 'backlog', title: 'outbox backlog', metric: 'idem_outbox_unpublished', kind: 'gauge' },
+    { id: 'oldest', title: 'outbox oldest (s)', metric: 'idem_outbox_oldest_age_seconds', kind: 'gauge' },
+    { id: 'parked', title: 'outbox parked', metric: 'idem_outbox_parked', kind: 'gauge' },
+    { id: 'relay', title: 'relay published /s', metric: 'idem_relay_published_total', kind: 'rate' },
+    { id: 'relaylag', title: 'relay lag, mean (s)', metric: 'idem_relay_lag_seconds', kind: 'mean' },
+  ];
+
+  function buildCharts() {
+    const box = $('charts');
+    clear(box);
+    if (!state.areas.metrics) {
+      $('rates-note').textContent = 'not configured on this server (admin.Config.Gatherer)';
+      return;
+    }
+    $('rates-note').textContent = 'since the page opened, up to ' + WINDOW / 60000 + ' minutes, every ' + METRICS_EVERY / 1000 + 's';
+    for (const c of CHARTS) {
+      const svg = document.createElementNS(SVG, 'svg');
+      svg.setAttribute('viewBox', '0 0 200 40');
+      svg.setAttribute('preserveAspectRatio', 'none');
+      svg.setAttribute('class', 'spark');
+      svg.setAttribute('role', 'img');
+      svg.setAttribute('aria-label', c.title);
+      const area = document.createElementNS(SVG, 'path');
+      area.setAttribute('class', 'area');
+      const line = document.createElementNS(SVG, 'path');
+      line.setAttribute('class', 'line');
+      svg.append(area, line);
+      const card = el('div', { className: 'chart', dataset: { chart: c.id } },
+        el('div', { className: 'chart-head' }, el('span', { className: 'chart-title' }, c.title),
+          el('span', { className: 'chart-value' }, '—')),
+        svg, el('div', { className: 'chart-foot muted' }, ''));
+      box.appendChild(card);
+      c.card = card; c.line = line; c.area = area;
+    }
+  }
+
+  function metricValue(sample, c) {
+    const m = sample.metrics[c.metric];
+    if (!m) return undefined;
+    if (c.outcome) return (m.by_outcome && m.by_outcome[c.outcome]) || 0;
+    return m.value;
+  }
+
+  // series returns the chart's points [{t, v}] over the samples kept.
+  function series(c) {
+    const out = [];
+    const s = state.samples;
+    for (let i = 0; i < s.length; i++) {
+      const cur = s[i];
+      const v = metricValue(cur, c);
+      if (v === undefined) continue;
+      if (c.kind === 'gauge') { out.push({ t: cur.t, v: v }); continue; }
+      if (i === 0) continue;
+      const prev = s[i - 1];
+      const pv = metricValue(prev, c);
+      const dt = (cur.t - prev.t) / 1000;
+      if (pv === undefined || dt <= 0) continue;
+      if (c.kind === 'rate') {
+        const d = v >= pv ? v - pv : v; // a reset starts the counter again from 0
+        out.push({ t: cur.t, v: d / dt });
+      } else { // mean of a histogram's observations in the interval
+        const m = cur.metrics[c.metric], pm = prev.metrics[c.metric];
+        const dn = v - pv, ds = (m.sum || 0) - (pm.sum || 0);
+        out.push({ t: cur.t, v: dn > 0 ? ds / dn : 0 });
+      }
+    }
+    return out;
+  }
+
+  function drawCharts() {
+    if (!state.samples.length) return;
+    const last = state.samples[state.samples.length - 1];
+    // The x axis spans the samples kept (at most WINDOW), so a fresh page's few
+    // points fill the chart too.
+    const t1 = last.t, t0 = state.samples[0].t, span = Math.max(1, t1 - t0);
+    for (const c of CHARTS) {
+      if (!c.card) continue;
+      const pts = series(c);
+      const exported = last.metrics[c.metric] !== undefined;
+      c.card.classList.toggle('absent', !exported);
+      const value = c.card.querySelector('.chart-value');
+      const foot = c.card.querySelector('.chart-foot');
+      if (!exported) {
+        value.textContent = '—';
+        foot.textContent = c.metric + ' not exported';
+        c.line.setAttribute('d', ''); c.area.setAttribute('d', '');
+        continue;
+      }
+      const top = Math.max(0, ...pts.map(function (p) { return p.v; }));
+      const max = Math.max(1e-9, top);
+      value.textContent = pts.length ? fmt(pts[pts.length - 1].v) : '…';
+      foot.textContent = pts.length ? 'max ' + fmt(top) : 'waiting for a second sample';
+      let d = '';
+      for (const p of pts) {
+        const x = ((p.t - t0) / span) * 200;
+        const y = 38 - (p.v / max) * 36;
+        d += (d ? 'L' : 'M') + x.toFixed(1) + ' ' + y.toFixed(1);
+      }
+      c.line.setAttribute('d', d);
+      if (pts.length) {
+        const x0 = (((pts[0].t - t0) / span) * 200).toFixed(1);
+        const x1 = (((pts[pts.length - 1].t - t0) / span) * 200).toFixed(1);
+        c.area.setAttribute('d', d + 'L' + x1 + ' 40L' + x0 + ' 40Z');
+      } else {
+        c.area.setAttribute('d', '');
+      }
+    }
+  }
+
+  async function pollMetrics(s) {
+    if (s !== session) return;
+    if (state.areas.metrics) {
+      try {
+        const m = await api('GET', 'metrics');
+        if (s !== session) return;
+        const t = Date.parse(m.time);
+        state.samples.push({ t: isNaN(t) ? Date.now() : t, metrics: m.metrics || {} });
+        while (state.samples.length > 2 && state.samples[0].t < t - WINDOW) state.samples.shift();
+        state.polls++;
+        drawCharts();
+        $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+      } catch (e) {
+        state.errors.push('metrics: ' + e.message);
+        if (state.errors.length > 50) state.errors.shift();
+        if (e.status === 401) return;
+      }
+    }
+    if (s === session) timers.metrics = setTimeout(pollMetrics, METRICS_EVERY, s);
+  }
+
+  // ---- tables ----
+
+  const canWrite = function () { return state.access === 'full' || state.access === 'none'; };
+
+  function actionButton(label, action, onClick, danger) {
+    const b = el('button', { type: 'button', className: danger ? 'danger small' : 'small', dataset: { action: action } }, label);
+    if (!canWrite()) {
+      b.disabled = true;
+      b.title = 'the read-only token cannot make changes';
+    }
+    b.addEventListener('click', onClick);
+    return b;
+  }
+
+  function fill(tableId, rows, cells, empty) {
+    if (!state.ready) return; // an answer to a token signed out since
+    const tbody = $(tableId).tBodies[0];
+    clear(tbody);
+    if (!rows.length) {
+      const n = $(tableId).tHead.rows[0].cells.length;
+      tbody.appendChild(el('tr', { className: 'empty' }, el('td', { colspan: n }, empty)));
+      return;
+    }
+    for (const r of rows) {
+      const tr = el('tr', { dataset: { id: String(r.id !== undefined ? r.id : r.key) } });
+      for (const c of cells(r)) tr.appendChild(c instanceof Node && c.tagName === 'TD' ? c : el('td', null, c));
+      tbody.appendChild(tr);
+    }
+  }
+
+  function count(id, n, more) {
+    $(id).textContent = n ? String(n) + (more ? '+' : '') : '';
+  }
+
+  async function section(area, fn) {
+    if (!state.areas[area]) return;
+    const note = document.querySelector('section[data-area="' + area + '"] .note');
+    try {
+      await fn();
+      note.hidden = true;
+    } catch (e) {
+      if (e.status === 401) throw e;
+      note.hidden = false;
+      note.className = 'note error';
+      note.textContent = 'Could not load: ' + e.message;
+    }
+  }
+
+  async function loadDeadLetters() {
+    const page = await api('GET', 'deadletters' + q({ limit: 100 }));
+    const dls = page.deadletters || [];
+    count('deadletters-count', dls.length, page.next);
+    fill('deadletters', dls, function (d) {
+      return [String(d.id), d.consumer, d.topic, d.kind, el('td', { className: 'reason' }, d.reason), String(d.attempts),
+        timeCell(d.dead_at), el('td', null, previewNode(d.payload)),
+        el('td', { className: 'actions' },
+          actionButton('Replay', 'replay', function () { replayDeadLetter(d); }),
+          actionButton('Discard', 'discard', function () { discardDeadLetter(d); }, true))];
+    }, 'No dead letters.');
+  }
+
+  async function loadOutbox() {
+    const st = await api('GET', 'outbox');
+    if (!state.ready) return;
+    const box = $('outbox-status');
+    clear(box);
+    const parts = st.partitions || [];
+    const backlog = parts.reduce(function (a, p) { return a + p.backlog; }, 0);
+    const oldest = parts.reduce(function (a, p) { return Math.max(a, p.oldest_age_seconds); }, 0);
+    box.append(
+      el('span', null, el('b', null, fmt(backlog)), ' unpublished'),
+      el('span', null, el('b', null, fmt(oldest)), 's oldest'),
+      el('span', null, el('b', null, String(st.parked)), ' parked'));
+    for (const r of st.relays || []) {
+      box.append(el('span', { title: r.last_round || '' }, 'relay ', el('b', null, r.instance), ': ' + r.published + ' published, last round ' + ago(r.last_round)));
+    }
+    for (const p of parts) {
+      if (p.backlog) box.append(el('span', { className: 'muted' }, p.topic + (p.partition ? '/' + p.partition : '') + ': ' + p.backlog));
+    }
+    const page = await api('GET', 'outbox/parked' + q({ limit: 100 }));
+    const msgs = page.messages || [];
+    count('parked-count', msgs.length, page.next);
+    fill('parked', msgs, function (m) {
+      return [String(m.id), m.topic, m.message_id, String(m.attempts), el('td', { className: 'reason' }, m.last_error),
+        timeCell(m.parked_at), el('td', null, previewNode(m.payload)),
+        el('td', { className: 'actions' },
+          actionButton('Retry', 'retry', function () { retryParked(m); }),
+          actionButton('Discard', 'discard', function () { discardParked(m); }, true))];
+    }, 'No parked messages.');
+  }
+
+  async function loadSagas() {
+    const lists = await Promise.all(['failed', 'compensating'].map(function (s) { return api('GET', 'sagas' + q({ state: s, limit: 100 })); }));
+    const sagas = [].concat(lists[0].sagas || [], lists[1].sagas || []);
+    count('sagas-count', sagas.length, lists[0].next || lists[1].next);
+    fill('sagas', sagas, function (s) {
+      return [s.id, s.name, el('td', { className: 'state ' + s.state }, s.state), String(s.step), String(s.attempts),
+        el('td', { className: 'reason' }, s.reason || ''), timeCell(s.updated_at),
+        el('td', { className: 'actions' },
+          actionButton('Retry', 'retry', function () { retrySaga(s); }),
+          actionButton('Resolve', 'resolve', function () { resolveSaga(s); }, true))];
+    }, 'No failed or compensating sagas.');
+  }
+
+  async function loadEffects() {
+    const page = await api('GET', 'effects' + q({ limit: 100 }));
+    const effs = page.effects || [];
+    count('effects-count', effs.length, page.next);
+    fill('effects', effs, function (f) {
+      return [f.key, el('td', { className: 'state ' + f.state }, f.state), String(f.attempts), el('td', { className: 'reason' }, f.error || ''),
+        timeCell(f.lease_until), timeCell(f.updated_at)];
+    }, 'No stuck or failed effects.');
+  }
+
+  async function loadStream() {
+    const st = await api('GET', 'stream');
+    const clients = st.clients || [];
+    fill('stream', clients.map(function (c) { return Object.assign({ key: c.id }, c); }), function (c) {
+      return [c.id, c.channel, String(c.acked_seq), String(c.lag), timeCell(c.connected_at)];
+    }, (st.channels || []).length + ' channels, no clients connected.');
+  }
+
+  // ---- keys ----
+
+  async function loadStores() {
+    const st = await api('GET', 'stores');
+    for (const id of ['keys-store', 'key-store']) {
+      const sel = $(id);
+      clear(sel);
+      for (const name of st.stores || []) sel.appendChild(el('option', { value: name }, name));
+    }
+    const scope = sessionStorage.getItem(SCOPE_KEY) || '';
+    $('keys-scope').value = scope;
+  }
+
+  async function loadKeys() {
+    if (!keysShown) {
+      fill('keys', [], null, 'Name a scope and press List.');
+      return;
+    }
+    const page = await api('GET', 'keys' + q({ store: keysShown.store, scope: keysShown.scope, limit: 1000 }));
+    let recs = page.records || [];
+    const stuck = function (r) { return r.state === 'in_progress' && r.expired; };
+    if ($('keys-stuck').checked) recs = recs.filter(stuck);
+    $('keys-more').textContent = page.next ? 'First 1000 keys of the scope; stuck keys further on are not shown.' : '';
+    fill('keys', recs.map(function (r) { return Object.assign({ key: r.id }, r); }), function (r) {
+      const st = stuck(r) ? 'stuck' : r.state;
+      return [el('td', { className: 'mono' }, r.id), el('td', { className: 'state ' + st }, st.replace('_', ' ')), r.token,
+        timeCell(r.created_at), timeCell(r.expires_at), el('td', null, previewNode(r.result)),
+        el('td', { className: 'actions' }, actionButton('Evict', 'evict', function () { evictKey(r); }, true))];
+    }, $('keys-stuck').checked ? 'No stuck keys in this scope.' : 'No keys in this scope.');
+  }
+
+  $('keys-form').addEventListener('submit', function (e) {
+    e.preventDefault();
+    keysShown = { store: $('keys-store').value, scope: $('keys-scope').value };
+    sessionStorage.setItem(SCOPE_KEY, keysShown.scope);
+    section('keys', loadKeys);
+  });
+  $('keys-stuck').addEventListener('change', function () { if (keysShown) section('keys', loadKeys); });
+
+  async function inspectKey(full) {
+    const box = $('key-record');
+    clear(box);
+    for (const k of ['store', 'scope', 'id']) delete box.dataset[k];
+    const store = $('key-store').value, scope = $('key-scope').value, id = $('key-id').value;
+    let r;
+    try {
+      r = await api('GET', 'key' + q({ store: store, scope: scope, id: id, full: full ? '1' : '' }));
+    } catch (e) {
+      box.appendChild(el('p', { className: 'error' }, e.message));
+      return;
+    }
+    const dl = el('dl', { className: 'record' });
+    const row = function (k, v) { dl.append(el('dt', null, k), el('dd', null, v)); };
+    row('store', r.store); row('scope', r.scope); row('id', r.id);
+    row('state', r.state + (r.expired ? ' (expired: ' + (r.state === 'in_progress' ? 'lease passed' : 'retention passed') + ')' : ''));
+    row('token', r.token); row('fingerprint', r.fingerprint || '(none)');
+    row('created', r.created_at ? r.created_at + ' (' + ago(r.created_at) + ')' : '');
+    row('expires', r.expires_at ? r.expires_at + ' (' + ago(r.expires_at) + ')' : '');
+    row('result', previewNode(r.result));
+    box.appendChild(dl);
+    Object.assign(box.dataset, { store: r.store, scope: r.scope, id: r.id });
+    if (r.result && r.result.full !== undefined) {
+      box.appendChild(el('pre', { className: 'full' }, decodeFull(r.result.full)));
+    } else if (r.result && r.result.truncated && canWrite()) {
+      const b = el('button', { type: 'button', className: 'small', dataset: { action: 'full' } }, 'Show the whole result (' + r.result.size + ' bytes)');
+      b.addEventListener('click', function () { inspectKey(true); });
+      box.appendChild(b);
+    }
+    const ev = actionButton('Evict', 'evict', function () { evictKey(r); }, true);
+    box.appendChild(ev);
+  }
+
+  // decodeFull shows the bytes of a full result (base64 in JSON) as text when they
+  // are UTF-8, else as hex.
+  function decodeFull(b64) {
+    const bin = atob(b64 || '');
+    const bytes = Uint8Array.from(bin, function (ch) { return ch.charCodeAt(0); });
+    try {
+      return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    } catch (e) {
+      return Array.from(bytes, function (b) { return b.toString(16).padStart(2, '0'); }).join('');
+    }
+  }
+
+  $('key-form').addEventListener('submit', function (e) {
+    e.preventDefault();
+    inspectKey(false);
+  });
+
+  // ---- actions ----
+
+  // ask opens the confirmation dialog and resolves to {reason, force}, or null when
+  // the operator cancels.
+  function ask(title, text, opts) {
+    opts = opts || {};
+    const dlg = $('confirm');
+    $('confirm-title').textContent = title;
+    $('confirm-text').textContent = text;
+    $('confirm-label').textContent = opts.label || 'Reason';
+    $('confirm-reason').value = '';
+    $('confirm-force-row').hidden = !opts.force;
+    $('confirm-force').checked = false;
+    dlg.showModal();
+    $('confirm-reason').focus();
+    return new Promise(function (resolve) {
+      const form = $('confirm-form');
+      const done = function (v) {
+        form.removeEventListener('submit', onSubmit);
+        $('confirm-cancel').removeEventListener('click', onCancel);
+        dlg.removeEventListener('cancel', onCancel);
+        dlg.close();
+        resolve(v);
+      };
+      const onSubmit = function (e) {
+        e.preventDefault();
+        const reason = $('confirm-reason').value.trim();
+        if (!reason) { $('confirm-reason').focus(); return; }
+        done({ reason: reason, force: $('confirm-force').checked });
+      };
+      const onCancel = function (e) { if (e) e.preventDefault(); done(null); };
+      form.addEventListener('submit', onSubmit);
+      $('confirm-cancel').addEventListener('click', onCancel);
+      dlg.addEventListener('cancel', onCancel);
+    });
+  }
+
+  // act runs one mutation, logs its outcome and refreshes the tables.
+  async function act(what, fn) {
+    let ok = false;
+    try {
+      const msg = await fn();
+      logAction(what + ': ' + (msg || 'done'), true);
+      ok = true;
+    } catch (e) {
+      logAction(what + ': ' + e.message, false);
+    }
+    await refreshTables();
+    return ok;
+  }
+
+  async function replayDeadLetter(d) {
+    const a = await ask('Replay dead letter ' + d.id, 'Put the message of ' + d.consumer + ' back to be processed.');
+    if (!a) return;
+    await act('replay dead letter ' + d.id, async function () {
+      const r = await api('POST', 'deadletters/replay', { ids: [d.id], reason: a.reason });
+      return (r.results || []).map(function (x) { return x.outcome + (x.detail ? ' (' + x.detail + ')' : ''); }).join(', ');
+    });
+  }
+
+  async function discardDeadLetter(d) {
+    const a = await ask('Discard dead letter ' + d.id, 'Drop it for good: the message will not be processed.');
+    if (!a) return;
+    await act('discard dead letter ' + d.id, function () {
+      return api('POST', 'deadletters/' + encodeURIComponent(d.id) + '/discard', { reason: a.reason }).then(function () { return 'discarded'; });
+    });
+  }
+
+  async function retryParked(m) {
+    const a = await ask('Retry parked message ' + m.id, 'Hand it back to the relay to publish.');
+    if (!a) return;
+    await act('retry parked message ' + m.id, function () {
+      return api('POST', 'outbox/parked/' + encodeURIComponent(m.id) + '/retry', { reason: a.reason }).then(function () { return 'retried'; });
+    });
+  }
+
+  async function discardParked(m) {
+    const a = await ask('Discard parked message ' + m.id, 'It will never be published.');
+    if (!a) return;
+    await act('discard parked message ' + m.id, function () {
+      return api('POST', 'outbox/parked/' + encodeURIComponent(m.id) + '/discard', { reason: a.reason }).then(function () { return 'discarded'; });
+    });
+  }
+
+  async function retrySaga(s) {
+    const a = await ask('Retry saga ' + s.id, 'Run its failed step (or compensation) again.');
+    if (!a) return;
+    await act('retry saga ' + s.id, function () {
+      return api('POST', 'sagas/' + encodeURIComponent(s.id) + '/retry', { reason: a.reason }).then(function () { return 'retried'; });
+    });
+  }
+
+  async function resolveSaga(s) {
+    const a = await ask('Resolve saga ' + s.id, 'Mark it settled by hand.', { label: 'What was done' });
+    if (!a) return;
+    await act('resolve saga ' + s.id, function () {
+      return api('POST', 'sagas/' + encodeURIComponent(s.id) + '/resolve', { note: a.reason }).then(function () { return 'resolved'; });
+    });
+  }
+
+  async function evictKey(r) {
+    const a = await ask('Evict key ' + r.scope + ' / ' + r.id,
+      'Its record (' + r.state.replace('_', ' ') + ') is deleted and the key can be claimed again.', { force: true });
+    if (!a) return;
+    const ok = await act('evict key ' + r.scope + '/' + r.id, function () {
+      return api('POST', 'keys/evict', { store: r.store, scope: r.scope, id: r.id, force: a.force, reason: a.reason })
+        .then(function () { return 'evicted'; });
+    });
+    const shown = $('key-record').dataset;
+    if (ok && shown.store === r.store && shown.scope === r.scope && shown.id === r.id) {
+      clear($('key-record'));
+      $('key-record').appendChild(el('p', { className: 'muted' }, 'Evicted.'));
+    }
+  }
+
+  // ---- refresh ----
+
+  // refreshTables reloads every table. A call while a refresh runs queues one more
+  // (so a table reloaded after an action shows its outcome); calls while one is
+  // queued join it.
+  let chain = Promise.resolve();
+  let queued = null;
+
+  function refreshTables() {
+    if (queued) return queued;
+    queued = chain.then(async function () {
+      queued = null;
+      try {
+        await Promise.all([
+          section('deadletters', loadDeadLetters), section('outbox', loadOutbox), section('keys', loadKeys),
+          section('sagas', loadSagas), section('effects', loadEffects), section('stream', loadStream)]);
+        banner('');
+        state.refreshes++;
+      } catch (e) {
+        if (e.status !== 401) banner(e.message);
+      }
+    });
+    chain = queued;
+    return queued;
+  }
+
+  async function refreshLoop(s) {
+    if (s !== session) return;
+    await refreshTables();
+    if (s === session) timers.tables = setTimeout(refreshLoop, TABLES_EVERY, s);
+  }
+
+  // Without a stored token, try once without one (an Insecure, loopback-only API);
+  // a 401 shows the token form.
+  start();
+})();
