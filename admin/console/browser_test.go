@@ -21,6 +21,7 @@ import (
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/admin/console"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/internal/cdp"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -88,22 +89,22 @@ func TestBrowser(t *testing.T) {
 	t.Cleanup(hs.Close)
 	t.Cleanup(traffic)
 
-	br := startChromium(t)
-	page := br.newPage(ctx, t)
-	if err := page.call(ctx, "Emulation.setDeviceMetricsOverride", map[string]any{
+	br := cdp.Start(t)
+	page := br.NewPage(ctx, t)
+	if err := page.Call(ctx, "Emulation.setDeviceMetricsOverride", map[string]any{
 		"width": 1360, "height": 900, "deviceScaleFactor": 1, "mobile": false}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var nav struct {
 		ErrorText string `json:"errorText"`
 	}
-	if err := page.call(ctx, "Page.navigate", map[string]any{"url": hs.URL + "/"}, &nav); err != nil || nav.ErrorText != "" {
+	if err := page.Call(ctx, "Page.navigate", map[string]any{"url": hs.URL + "/"}, &nav); err != nil || nav.ErrorText != "" {
 		t.Fatalf("navigate: %v %s", err, nav.ErrorText)
 	}
 	ui := &ui{t: t, ctx: ctx, page: page}
 	defer func() {
 		if t.Failed() {
-			t.Logf("browser console:\n%s\naudit log:\n%s", page.logs(), logs.String())
+			t.Logf("browser console:\n%s\naudit log:\n%s", page.Logs(), logs.String())
 		}
 	}()
 
@@ -258,8 +259,8 @@ func TestBrowserWithoutToken(t *testing.T) {
 	}
 	hs := httptest.NewServer(h) // 127.0.0.1: a loopback Host
 	t.Cleanup(hs.Close)
-	page := startChromium(t).newPage(ctx, t)
-	if err := page.call(ctx, "Page.navigate", map[string]any{"url": hs.URL + "/"}, nil); err != nil {
+	page := cdp.Start(t).NewPage(ctx, t)
+	if err := page.Call(ctx, "Page.navigate", map[string]any{"url": hs.URL + "/"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	ui := &ui{t: t, ctx: ctx, page: page}
@@ -274,11 +275,11 @@ func TestBrowserWithoutToken(t *testing.T) {
 
 func needChromium(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
+	if _, err := os.Stat(cdp.ChromiumPath); err != nil {
 		if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
-			t.Fatalf("IDEM_REQUIRE_SERVICES=1 but %s is missing (apt-get install chromium): %v", chromiumPath, err)
+			t.Fatalf("IDEM_REQUIRE_SERVICES=1 but %s is missing (apt-get install chromium): %v", cdp.ChromiumPath, err)
 		}
-		t.Skipf("%s not installed: %v", chromiumPath, err)
+		t.Skipf("%s not installed: %v", cdp.ChromiumPath, err)
 	}
 }
 
@@ -286,13 +287,13 @@ func needChromium(t *testing.T) {
 type ui struct {
 	t    *testing.T
 	ctx  context.Context
-	page *cdpPage
+	page *cdp.Page
 }
 
 func (u *ui) run(js string) {
 	u.t.Helper()
 	var out any
-	if err := u.page.eval(u.ctx, "(() => { "+js+"; return true })()", &out); err != nil {
+	if err := u.page.Eval(u.ctx, "(() => { "+js+"; return true })()", &out); err != nil {
 		u.t.Fatal(err)
 	}
 }
@@ -305,7 +306,7 @@ func (u *ui) waitTrue(what, cond string) {
 	var last error
 	for {
 		var ok bool
-		last = u.page.eval(ctx, "!!(() => { try { return "+cond+" } catch (e) { return false } })()", &ok)
+		last = u.page.Eval(ctx, "!!(() => { try { return "+cond+" } catch (e) { return false } })()", &ok)
 		if last == nil && ok {
 			return
 		}
@@ -320,7 +321,7 @@ func (u *ui) waitTrue(what, cond string) {
 func (u *ui) wantTrue(what, cond string) {
 	u.t.Helper()
 	var ok bool
-	if err := u.page.eval(u.ctx, "!!("+cond+")", &ok); err != nil || !ok {
+	if err := u.page.Eval(u.ctx, "!!("+cond+")", &ok); err != nil || !ok {
 		u.t.Errorf("%s: %s is not true (%v)", what, cond, err)
 	}
 }
@@ -329,7 +330,7 @@ func (u *ui) wantTrue(what, cond string) {
 func (u *ui) wantText(selector, want string) {
 	u.t.Helper()
 	var got *string
-	if err := u.page.eval(u.ctx, `(() => { const e = document.querySelector(`+jsString(selector)+`); return e ? e.textContent : null })()`, &got); err != nil {
+	if err := u.page.Eval(u.ctx, `(() => { const e = document.querySelector(`+jsString(selector)+`); return e ? e.textContent : null })()`, &got); err != nil {
 		u.t.Fatal(err)
 	}
 	if got == nil {
@@ -342,7 +343,7 @@ func (u *ui) wantText(selector, want string) {
 // screenshot saves the page as test-output/console-<name>.png at the module root.
 func (u *ui) screenshot(name string) {
 	u.t.Helper()
-	png, err := u.page.screenshot(u.ctx)
+	png, err := u.page.Screenshot(u.ctx)
 	if err != nil {
 		u.t.Errorf("screenshot: %v", err)
 		return

@@ -1,8 +1,9 @@
 //go:build unix
 
-package console_test
-
-// A minimal Chrome DevTools Protocol client, as in stream/browser_test.go.
+// Package cdp is a minimal Chrome DevTools Protocol client for the browser tests
+// (stream, admin/console): it starts headless Chromium, opens pages, evaluates
+// JavaScript and takes screenshots.
+package cdp
 
 import (
 	"bufio"
@@ -23,31 +24,32 @@ import (
 	"github.com/coder/websocket"
 )
 
-const chromiumPath = "/usr/bin/chromium"
+// ChromiumPath is where the Debian package installs Chromium.
+const ChromiumPath = "/usr/bin/chromium"
 
 // chromium is a headless Chromium process and a DevTools connection to it.
-type chromium struct {
+type Chromium struct {
 	cmd *exec.Cmd
 	cdp *cdpConn
 }
 
-// startChromium launches headless Chromium in its own process group and connects to
+// Start launches headless Chromium in its own process group and connects to
 // its DevTools endpoint. t.Cleanup closes it and kills whatever remains of the group.
-func startChromium(t *testing.T) *chromium {
+func Start(t testing.TB) *Chromium {
 	t.Helper()
 	profile := t.TempDir()
-	cmd := exec.Command(chromiumPath,
+	cmd := exec.Command(ChromiumPath,
 		"--headless=new", "--no-sandbox", "--disable-gpu", "--remote-debugging-port=0",
 		"--user-data-dir="+profile, "--no-first-run", "--disable-dev-shm-usage", "about:blank")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out := &stderrWatch{found: make(chan string, 1)}
 	cmd.Stderr = out
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", chromiumPath, err)
+		t.Fatalf("start %s: %v", ChromiumPath, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	br := &chromium{cmd: cmd}
+	br := &Chromium{cmd: cmd}
 	t.Cleanup(func() {
 		if br.cdp != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -84,8 +86,8 @@ func startChromium(t *testing.T) *chromium {
 	return br
 }
 
-// newPage opens a tab, attaches to it (flat session) and enables Runtime events.
-func (b *chromium) newPage(ctx context.Context, t *testing.T) *cdpPage {
+// NewPage opens a tab, attaches to it (flat session) and enables Runtime events.
+func (b *Chromium) NewPage(ctx context.Context, t testing.TB) *Page {
 	t.Helper()
 	var created struct {
 		TargetID string `json:"targetId"`
@@ -99,13 +101,13 @@ func (b *chromium) newPage(ctx context.Context, t *testing.T) *cdpPage {
 	if err := b.cdp.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": created.TargetID, "flatten": true}, &attached); err != nil {
 		t.Fatal(err)
 	}
-	p := &cdpPage{c: b.cdp, session: attached.SessionID}
+	p := &Page{c: b.cdp, session: attached.SessionID}
 	for _, m := range []string{"Runtime.enable", "Page.enable"} {
-		if err := p.call(ctx, m, nil, nil); err != nil {
+		if err := p.Call(ctx, m, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := p.call(ctx, "Emulation.setDeviceMetricsOverride", map[string]any{
+	if err := p.Call(ctx, "Emulation.setDeviceMetricsOverride", map[string]any{
 		"width": 1100, "height": 800, "deviceScaleFactor": 1, "mobile": false,
 	}, nil); err != nil {
 		t.Fatal(err)
@@ -295,18 +297,18 @@ func (c *cdpConn) call(ctx context.Context, session, method string, params, out 
 
 func (c *cdpConn) close() { _ = c.ws.CloseNow() }
 
-// cdpPage is a flat session on one tab.
-type cdpPage struct {
+// Page is a flat session on one tab.
+type Page struct {
 	c       *cdpConn
 	session string
 }
 
-func (p *cdpPage) call(ctx context.Context, method string, params, out any) error {
+func (p *Page) Call(ctx context.Context, method string, params, out any) error {
 	return p.c.call(ctx, p.session, method, params, out)
 }
 
 // eval evaluates expr in the page and decodes its value (returned by value) into out.
-func (p *cdpPage) eval(ctx context.Context, expr string, out any) error {
+func (p *Page) Eval(ctx context.Context, expr string, out any) error {
 	var r struct {
 		Result struct {
 			Type  string          `json:"type"`
@@ -319,7 +321,7 @@ func (p *cdpPage) eval(ctx context.Context, expr string, out any) error {
 			} `json:"exception"`
 		} `json:"exceptionDetails"`
 	}
-	if err := p.call(ctx, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &r); err != nil {
+	if err := p.Call(ctx, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &r); err != nil {
 		return err
 	}
 	if d := r.ExceptionDetails; d != nil {
@@ -331,17 +333,17 @@ func (p *cdpPage) eval(ctx context.Context, expr string, out any) error {
 	return json.Unmarshal(r.Result.Value, out)
 }
 
-func (p *cdpPage) screenshot(ctx context.Context) ([]byte, error) {
+func (p *Page) Screenshot(ctx context.Context) ([]byte, error) {
 	var r struct {
 		Data string `json:"data"`
 	}
-	if err := p.call(ctx, "Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true}, &r); err != nil {
+	if err := p.Call(ctx, "Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true}, &r); err != nil {
 		return nil, err
 	}
 	return base64.StdEncoding.DecodeString(r.Data)
 }
 
-func (p *cdpPage) logs() string {
+func (p *Page) Logs() string {
 	p.c.mu.Lock()
 	defer p.c.mu.Unlock()
 	if len(p.c.console) == 0 {
