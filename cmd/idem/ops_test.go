@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -76,9 +78,10 @@ func noRawControls(t *testing.T, out string) {
 
 // opsDB is a database for the operator commands: its --db URL and a handle on it.
 type opsDB struct {
-	name string
-	url  string
-	db   idem.TxDB[*sql.Tx]
+	name  string
+	url   string
+	db    idem.TxDB[*sql.Tx]
+	store idem.TxStore[*sql.Tx] // the records store of the same database
 }
 
 // forEachOpsDB runs fn on SQLite, PostgreSQL and, with mysql, MySQL/MariaDB, as
@@ -101,6 +104,8 @@ func newOpsDB(t *testing.T, name string) opsDB {
 	ctx := context.Background()
 	var raw string
 	var db *sql.DB
+	var store idem.TxStore[*sql.Tx]
+	var err error
 	switch name {
 	case "sqlite":
 		path := filepath.Join(t.TempDir(), "app.db")
@@ -109,23 +114,27 @@ func newOpsDB(t *testing.T, name string) opsDB {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		raw, db = "sqlite:"+path, s.DB()
+		raw, db, store = "sqlite:"+path, s.DB(), s
 	case "postgres":
 		raw, _ = testsvc.PostgresSchema(t)
-		var err error
 		if db, err = sql.Open("pgx", raw); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
+		store, err = idempg.NewSQL(ctx, db, idempg.Config{})
 	case "mysql":
 		raw = testsvc.MySQLDatabase(t)
-		return opsDB{name, raw, idem.SQLDBFor(idem.MySQL, testsvc.OpenMySQL(t, raw))}
+		db = testsvc.OpenMySQL(t, raw)
+		store, err = idemmysql.New(ctx, db, idemmysql.Config{})
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	txdb, err := idem.SQLDB(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return opsDB{name, raw, txdb}
+	return opsDB{name, raw, txdb, store}
 }
 
 func TestEscapeText(t *testing.T) {
