@@ -129,7 +129,9 @@ func TestDLQ(t *testing.T) {
 			return err == nil && len(dls) == 3
 		})
 		db := []string{"--db", d.url}
-		dlq := func(action string, args ...string) []string { return append(append([]string{"dlq", action}, db...), args...) }
+		dlq := func(action string, args ...string) []string {
+			return append(append([]string{"dlq", action}, db...), args...)
+		}
 
 		// list and its filters
 		var page dlqJSON

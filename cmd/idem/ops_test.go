@@ -140,13 +140,13 @@ func newOpsDB(t *testing.T, name string) opsDB {
 func TestEscapeText(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		"plain":               "plain",
-		"tab\there\nline":     `tab\x09here\x0aline`,
-		"\x1b[31mred\x1b[0m":  `\x1b[31mred\x1b[0m`,
-		"bad \xff utf8":       `bad \xff utf8`,
-		"bidi \u202eevil":     `bidi \u202eevil`,
-		`back\slash`:          `back\\slash`,
-		"héllo wörld":         "héllo wörld",
+		"plain":              "plain",
+		"tab\there\nline":    `tab\x09here\x0aline`,
+		"\x1b[31mred\x1b[0m": `\x1b[31mred\x1b[0m`,
+		"bad \xff utf8":      `bad \xff utf8`,
+		"bidi \u202eevil":    `bidi \u202eevil`,
+		`back\slash`:         `back\\slash`,
+		"héllo wörld":        "héllo wörld",
 		"\u0085next line c1": `\x85next line c1`,
 	} {
 		if got := escapeText(in, 0); got != want {
