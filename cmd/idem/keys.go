@@ -21,6 +21,8 @@ const keysSynopsis = `Look at and evict the idempotency records of a store: the 
   idem keys list  --store URL --scope S [--cursor C] [--limit N]
   idem keys get   --store URL --scope S --id ID [--full]
   idem keys evict --store URL --scope S --id ID --reason "…" [--force]
+  idem keys scope --headers-file FILE [serve's --scope-header, --trust-scope-header,
+                  --credential-headers, --credential-cookies]
 
 URL is what serve was given: sqlite:PATH, postgres://user:pass@host:5432/db,
 mysql://user:pass@host:3306/db or redis://host:6379[/db][?prefix=P].
@@ -31,8 +33,10 @@ credentials; "cred:" and 32 hex digits, a SHA-256 hash of the caller's
 Authorization, Proxy-Authorization, Cookie and --credential-headers (a lone
 Authorization header gives "auth:" and its hash instead); with --scope-header H,
 "tenant:<value of H>/" followed by that; with --trust-scope-header,
-"tenant:<value of H>" alone. Credentials are never stored in clear, so find a
-caller's scope by listing the scopes you know, or by hashing as idemhttp does.
+"tenant:<value of H>" alone. Credentials are never stored in clear: 'idem keys
+scope' prints a caller's scope from a file of its request headers ("Name: value"
+lines; - reads stdin), given serve's scope flags, so no credential goes on the
+command line.
 
 evict deletes a record so the key runs again on its next request. A completed
 record goes freely; an in-progress one needs --force, which fences its holder out
@@ -72,6 +76,15 @@ func (m *Main) runKeys(ctx context.Context, args []string) error {
 			fs.BoolVar(&o.force, "force", false, "also evict an in-progress record, fencing its holder out")
 			fs.StringVar(&o.reason, "reason", "", "why (required): printed with what was done, for your change log")
 			return func(ctx context.Context) error { return m.keysEvict(ctx, o) }
+		}},
+		{"scope", func(fs *flag.FlagSet) func(context.Context) error {
+			var so keysScopeOptions
+			fs.StringVar(&so.headersFile, "headers-file", "", "the caller's request headers, one 'Name: value' a line; - for stdin")
+			fs.StringVar(&so.scopeHeader, "scope-header", "", "serve's --scope-header")
+			fs.BoolVar(&so.trustScope, "trust-scope-header", false, "serve's --trust-scope-header")
+			fs.StringVar(&so.credentialHeaders, "credential-headers", "X-Api-Key", "serve's --credential-headers")
+			fs.StringVar(&so.credentialCookies, "credential-cookies", "", "serve's --credential-cookies")
+			return func(ctx context.Context) error { return m.keysScope(ctx, so) }
 		}},
 	}}, args)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,6 +48,14 @@ func TestKeysListsWhatServeRecorded(t *testing.T) {
 	if err != nil || !strings.HasPrefix(scope, "auth:") {
 		t.Fatalf("scope of the request = %q, %v", scope, err)
 	}
+	// keys scope finds it from the caller's headers, in a file.
+	headers := filepath.Join(t.TempDir(), "headers")
+	if err := os.WriteFile(headers, []byte("Authorization: Bearer tenant-a\nContent-Type: application/json\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(mustRun(t, "keys", "scope", "--headers-file", headers)); got != scope {
+		t.Fatalf("keys scope = %q, want serve's %q", got, scope)
+	}
 	var page keysJSON
 	decode(t, mustRun(t, "keys", "list", "--store", "sqlite:"+path, "--scope", scope, "--json"), &page)
 	if len(page.Records) != 1 || page.Records[0].ID != "order-1" || page.Records[0].State != "completed" ||
@@ -62,6 +71,44 @@ func TestKeysListsWhatServeRecorded(t *testing.T) {
 	if out = mustRun(t, "keys", "list", "--store", "sqlite:"+path, "--scope", "anonymous"); !strings.Contains(out, "0 records of scope anonymous") {
 		t.Fatalf("keys list of another scope:\n%s", out)
 	}
+}
+
+// keys scope computes the scope as serve does under each of its scope flags, and
+// keeps a malformed line (which may hold a credential) out of its message.
+func TestKeysScope(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	req := func(h map[string]string) *http.Request {
+		r, _ := http.NewRequest("POST", "/", nil)
+		for k, v := range h {
+			r.Header.Set(k, v)
+		}
+		return r
+	}
+	tenant := file("tenant", "X-Tenant: acme\nX-Api-Key: k-123\n")
+	want, _ := idemhttp.TenantScope("X-Tenant", idemhttp.CookieCredentialScope(nil, "X-Api-Key"))(req(map[string]string{"X-Tenant": "acme", "X-Api-Key": "k-123"}))
+	if got := strings.TrimSpace(mustRun(t, "keys", "scope", "--headers-file", tenant, "--scope-header", "X-Tenant")); got != want || !strings.HasPrefix(got, "tenant:acme/cred:") {
+		t.Fatalf("keys scope --scope-header X-Tenant = %q, want %q", got, want)
+	}
+	if got := strings.TrimSpace(mustRun(t, "keys", "scope", "--headers-file", tenant, "--scope-header", "X-Tenant", "--trust-scope-header")); got != "tenant:acme" {
+		t.Fatalf("keys scope --trust-scope-header = %q", got)
+	}
+	if got := strings.TrimSpace(mustRun(t, "keys", "scope", "--headers-file", file("none", "Accept: */*\n"))); got != "anonymous" {
+		t.Fatalf("keys scope without credentials = %q", got)
+	}
+	wantCode(t, 2, "--headers-file is required", "keys", "scope")
+	_, stderr, code := runCode(t, "keys", "scope", "--headers-file", file("bad", "Bearer s3cr3t-token\n"))
+	if code != 2 || strings.Contains(stderr, "s3cr3t") || !strings.Contains(stderr, "not a header") {
+		t.Fatalf("keys scope of a malformed file exited %d: %q", code, stderr)
+	}
+	wantCode(t, 2, "--trust-scope-header needs --scope-header", "keys", "scope", "--headers-file", tenant, "--trust-scope-header")
 }
 
 // keysStore is a store of one backend, opened through its package, and the --store
