@@ -13,6 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsqlite"
 )
 
 const keysSynopsis = `Look at and evict the idempotency records of a store: the keys that
@@ -109,7 +112,7 @@ func (m *Main) openInspector(ctx context.Context, cmd string, o keysOptions) (id
 	if err := checkKeyPart(m, cmd, "scope", o.scope); err != nil {
 		return nil, "", nil, err
 	}
-	store, closeStore, err := spec.open(ctx, prometheus.NewRegistry())
+	store, closeStore, err := openKeysStore(ctx, spec)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -119,6 +122,38 @@ func (m *Main) openInspector(ctx context.Context, cmd string, o keysOptions) (id
 		return nil, "", nil, fmt.Errorf("--store %s: this store cannot be inspected", spec.desc)
 	}
 	return in, spec.desc, closeStore, nil
+}
+
+// openKeysStore opens the store of --store as serve does, but changes no schema
+// (SkipMigrate): a mistyped database gets an error naming the missing table's
+// migration, not a new empty table.
+func openKeysStore(ctx context.Context, spec storeSpec) (idem.Store, func(), error) {
+	switch spec.kind {
+	case "sqlite":
+		st, err := idemsqlite.Open(ctx, spec.path, idemsqlite.Config{SkipMigrate: true})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.desc, err)
+		}
+		return st, func() { _ = st.Close() }, nil
+	case "postgres":
+		pool, err := openPostgres(ctx, "--store", spec.desc, spec.raw)
+		if err != nil {
+			return nil, nil, err
+		}
+		st, err := idempg.New(ctx, pool, idempg.Config{SkipMigrate: true})
+		if err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.desc, err)
+		}
+		return st, pool.Close, nil
+	case "mysql":
+		st, err := idemmysql.Open(ctx, spec.raw, idemmysql.Config{SkipMigrate: true})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.desc, err)
+		}
+		return st, func() { st.Close() }, nil
+	}
+	return spec.open(ctx, prometheus.NewRegistry()) // redis: no schema
 }
 
 func checkKeyPart(m *Main, cmd, name, v string) error {

@@ -111,6 +111,25 @@ func TestKeysScope(t *testing.T) {
 	wantCode(t, 2, "--trust-scope-header needs --scope-header", "keys", "scope", "--headers-file", tenant, "--trust-scope-header")
 }
 
+// keys changes no schema: on a database without the records table it says so.
+func TestKeysCreatesNoTable(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "other.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil { // an empty SQLite database
+		t.Fatal(err)
+	}
+	wantCode(t, 1, "idem migrate", "keys", "list", "--store", "sqlite:"+path, "--scope", "anonymous")
+	db, err := openSQLite(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var tables int
+	if err := db.QueryRow("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("keys list created %d tables (%v), want none", tables, err)
+	}
+}
+
 // keysStore is a store of one backend, opened through its package, and the --store
 // URL of `idem keys` for it.
 type keysStore struct {
