@@ -317,8 +317,8 @@ func (m *Main) keysEvict(ctx context.Context, o keysOptions) error {
 			Reason  string    `json:"reason"`
 		}{r, o.force, o.reason})
 	}
-	fmt.Fprintf(m.Stdout, "evicted key scope=%s id=%s from %s (it was %s, token %s); reason: %s\n",
-		cell(k.Scope, 0), cell(k.ID, 0), desc, r.State, r.Token, cell(o.reason, 0))
+	fmt.Fprintf(m.Stdout, "evicted key scope=%s id=%s from %s (it was %s); reason: %s\n",
+		cell(k.Scope, 0), cell(k.ID, 0), desc, r.State, cell(o.reason, 0))
 	if rec.State == idem.StateInProgress {
 		fmt.Fprintln(m.Stdout, "its holder is fenced out: its Complete gets ErrLeaseLost, and the next request with this key runs again")
 	} else {

@@ -166,6 +166,16 @@ func TestEscapeText(t *testing.T) {
 	}
 }
 
+func TestHelpListsOpsCommands(t *testing.T) {
+	t.Parallel()
+	_, stderr, _ := run(t, "--help")
+	for _, c := range []string{"keys", "dlq", "outbox", "sagas"} {
+		if !strings.Contains(stderr, "\n  "+c+" ") {
+			t.Errorf("--help does not list %q:\n%s", c, stderr)
+		}
+	}
+}
+
 func TestOpsBadCommandLines(t *testing.T) {
 	t.Parallel()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "none.db")
