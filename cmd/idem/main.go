@@ -35,7 +35,7 @@ func main() {
 		if !errors.As(err, &fail) {
 			fmt.Fprintln(os.Stderr, err)
 		}
-		os.Exit(1)
+		os.Exit(exitCode(err)) // 3 not found, 4 conflict (ops.go)
 	}
 }
 
@@ -74,6 +74,10 @@ var commands = []command{
 	{"serve", "HTTP Idempotency-Key gateway: a reverse proxy that runs each keyed POST once and replays it", (*Main).runServe},
 	{"relay", "publish the transactional outbox to NATS, Kafka, Redis, RabbitMQ or a webhook", (*Main).runRelay},
 	{"migrate", "apply, roll back, show or print idem's SQL schema (up, down, status, print)", (*Main).runMigrate},
+	{"keys", "list, show or evict the idempotency records of a store (list, get, evict, scope)", (*Main).runKeys},
+	{"dlq", "list, show, replay or discard the inbox's dead letters (list, show, replay, discard)", (*Main).runDLQ},
+	{"outbox", "outbox backlog, parked messages and relays (status, parked, retry, discard)", (*Main).runOutbox},
+	{"sagas", "list, show, retry or resolve sagas (list, show, retry, resolve)", (*Main).runSagas},
 }
 
 // Run executes the command named by args[0]. What it writes to Stderr and the

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/migrate"
+)
+
+const dlqSynopsis = `List, show, replay or discard the inbox's dead letters: the messages a consumer
+gave up on (a permanent error, too many attempts, no key, a reused key).
+
+  idem dlq list    --db URL [--consumer C] [--kind K] [--reason TEXT] [--since T]
+                            [--until T] [--after ID] [--limit N] [--all]
+  idem dlq show    --db URL --id ID [--full]
+  idem dlq replay  --db URL --id ID[,ID…] [--reason "…"]
+  idem dlq discard --db URL --id ID --reason "…"
+
+URL is the database of the consumers: postgres://user:pass@host:5432/db,
+mysql://user:pass@host:3306/db or sqlite:PATH. list shows open letters (pending,
+replay requested) unless --all; page with --after and the last id shown. T is
+an RFC 3339 time or a duration before now (24h). Payloads are shown as a preview
+(64 bytes, escaped); show --full shows the whole payload.
+
+replay does not run the handler here: it requests a replay, which the letter's
+consumer (a running inbox.Consumer) performs at its next poll, exactly once;
+'idem dlq show' then shows it replayed. replay exits 3 if an id is unknown and 4
+if one was replayed or discarded already (the others are requested all the
+same). discard closes a letter for good, without applying it, and keeps it with
+its reason for audit.`
+
+type dlqOptions struct {
+	sqlFlags
+	consumer, kind, reason, since, until string
+	after                                int64
+	limit                                int
+	all, full                            bool
+	ids                                  idList
+}
+
+func (m *Main) runDLQ(ctx context.Context, args []string) error {
+	var o dlqOptions
+	return m.runOps(ctx, opsCommand{name: "dlq", synopsis: dlqSynopsis, actions: []opsAction{
+		{"list", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			fs.StringVar(&o.consumer, "consumer", "", "only this consumer's letters (inbox.Config.Consumer)")
+			fs.StringVar(&o.kind, "kind", "", "only this kind: permanent, max_attempts, no_key or key_reused")
+			fs.StringVar(&o.reason, "reason", "", "only letters whose reason contains this text (case-insensitive)")
+			fs.StringVar(&o.since, "since", "", "only letters dead at or after this time (RFC 3339, or a duration before now: 24h)")
+			fs.StringVar(&o.until, "until", "", "only letters dead before this time (RFC 3339, or a duration before now)")
+			fs.Int64Var(&o.after, "after", 0, "only ids above this one: the last id of the previous page")
+			fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many letters (1 to %d)", inbox.MaxListLimit))
+			fs.BoolVar(&o.all, "all", false, "also replayed and discarded letters")
+			return func(ctx context.Context) error { return m.dlqList(ctx, o) }
+		}},
+		{"show", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			fs.Var(&o.ids, "id", "the dead letter's id")
+			fs.BoolVar(&o.full, "full", false, "show the whole payload (escaped; base64 in --json), not a preview")
+			return func(ctx context.Context) error { return m.dlqShow(ctx, o) }
+		}},
+		{"replay", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			fs.Var(&o.ids, "id", "the dead letters to replay: repeat the flag or separate ids with commas")
+			fs.StringVar(&o.reason, "reason", "", "why, recorded with the request")
+			return func(ctx context.Context) error { return m.dlqReplay(ctx, o) }
+		}},
+		{"discard", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			fs.Var(&o.ids, "id", "the dead letter to discard")
+			fs.StringVar(&o.reason, "reason", "", "why it is dropped (required): kept with the letter for audit")
+			return func(ctx context.Context) error { return m.dlqDiscard(ctx, o) }
+		}},
+	}}, args)
+}
+
+// deadLetter is a dead letter as `idem dlq` prints it in JSON.
+type deadLetter struct {
+	ID                int64             `json:"id"`
+	Consumer          string            `json:"consumer"`
+	MessageID         string            `json:"message_id"`
+	Topic             string            `json:"topic"`
+	Position          string            `json:"position"`
+	Kind              string            `json:"kind"`
+	Reason            string            `json:"reason"`
+	Attempts          int               `json:"attempts"`
+	FirstAt           time.Time         `json:"first_at,omitzero"`
+	DeadAt            time.Time         `json:"dead_at,omitzero"`
+	State             string            `json:"state"`
+	ReplayRequestedAt time.Time         `json:"replay_requested_at,omitzero"`
+	ReplayReason      string            `json:"replay_reason,omitempty"`
+	ReplayAttempts    int               `json:"replay_attempts,omitempty"`
+	LastReplayError   string            `json:"last_replay_error,omitempty"`
+	ReplayNote        string            `json:"replay_note,omitempty"`
+	ReplayedAt        time.Time         `json:"replayed_at,omitzero"`
+	DiscardedAt       time.Time         `json:"discarded_at,omitzero"`
+	DiscardReason     string            `json:"discard_reason,omitempty"`
+	Headers           map[string]string `json:"headers,omitempty"`
+	Payload           preview           `json:"payload"`
+}
+
+func newDeadLetter(dl inbox.DeadLetter, full bool) deadLetter {
+	return deadLetter{ID: dl.ID, Consumer: dl.Consumer, MessageID: dl.Message.ID, Topic: dl.Message.Topic, Position: dl.Position,
+		Kind: dl.Kind, Reason: dl.Reason, Attempts: dl.Attempts, FirstAt: dl.FirstAt, DeadAt: dl.DeadAt, State: dl.State,
+		ReplayRequestedAt: dl.ReplayRequestedAt, ReplayReason: dl.ReplayReason, ReplayAttempts: dl.ReplayAttempts,
+		LastReplayError: dl.LastReplayError, ReplayNote: dl.ReplayNote, ReplayedAt: dl.ReplayedAt,
+		DiscardedAt: dl.DiscardedAt, DiscardReason: dl.DiscardReason, Headers: dl.Message.Headers,
+		Payload: newPreview(dl.Message.Payload, full)}
+}
+
+func (m *Main) openDeadLetters(ctx context.Context, cmd string, o dlqOptions) (*inbox.DeadLetterAdmin[*sql.Tx], func(), error) {
+	db, closeDB, err := m.openOpsDB(ctx, cmd, o.db, migrate.Inbox)
+	if err != nil {
+		return nil, nil, err
+	}
+	return inbox.NewDeadLetterAdmin(db), closeDB, nil
+}
+
+func (m *Main) dlqList(ctx context.Context, o dlqOptions) error {
+	const cmd = "dlq list"
+	now := time.Now()
+	f := inbox.DeadLetterFilter{Consumer: o.consumer, Kind: o.kind, ReasonContains: o.reason, AfterID: o.after,
+		Limit: o.limit, IncludeDone: o.all}
+	var err error
+	if f.Since, err = parseTime("since", o.since, now); err != nil {
+		return m.usagef(cmd, "%v", err)
+	}
+	if f.Until, err = parseTime("until", o.until, now); err != nil {
+		return m.usagef(cmd, "%v", err)
+	}
+	if o.limit < 1 || o.limit > inbox.MaxListLimit {
+		return m.usagef(cmd, "--limit %d: use 1 to %d, and --after for the next page", o.limit, inbox.MaxListLimit)
+	}
+	a, closeDB, err := m.openDeadLetters(ctx, cmd, o)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	dls, err := a.List(ctx, f)
+	if err != nil {
+		return badInput(err)
+	}
+	out := struct {
+		DeadLetters []deadLetter `json:"dead_letters"`
+		// NextAfter is the --after of the next page, 0 after the last.
+		NextAfter int64 `json:"next_after"`
+	}{DeadLetters: make([]deadLetter, 0, len(dls))}
+	for _, dl := range dls {
+		out.DeadLetters = append(out.DeadLetters, newDeadLetter(dl, false))
+	}
+	if len(dls) == o.limit {
+		out.NextAfter = dls[len(dls)-1].ID
+	}
+	if o.json {
+		return writeJSON(m.Stdout, out)
+	}
+	tw := newTable(m.Stdout)
+	fmt.Fprintln(tw, "ID\tCONSUMER\tKIND\tSTATE\tATTEMPTS\tDEAD AT\tTOPIC\tMESSAGE ID\tREASON")
+	for _, d := range out.DeadLetters {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.ID, cell(d.Consumer, 40), cell(d.Kind, 20), cell(d.State, 20),
+			d.Attempts, when(d.DeadAt), cell(d.Topic, 40), cell(d.MessageID, 40), cell(d.Reason, 60))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "%d dead letters\n", len(out.DeadLetters))
+	if out.NextAfter != 0 {
+		fmt.Fprintf(m.Stdout, "more: --after %d\n", out.NextAfter)
+	}
+	return nil
+}
+
+func (m *Main) dlqShow(ctx context.Context, o dlqOptions) error {
+	id, err := m.oneID("dlq show", o.ids)
+	if err != nil {
+		return err
+	}
+	a, closeDB, err := m.openDeadLetters(ctx, "dlq show", o)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	dl, err := a.Get(ctx, id)
+	if errors.Is(err, inbox.ErrNoDeadLetter) {
+		return notFoundf("no dead letter with id %d", id)
+	} else if err != nil {
+		return err
+	}
+	d := newDeadLetter(dl, o.full)
+	if o.json {
+		return writeJSON(m.Stdout, d)
+	}
+	tw := newTable(m.Stdout)
+	rows := [][2]string{
+		{"id", fmt.Sprint(d.ID)}, {"consumer", cell(d.Consumer, 0)}, {"state", cell(d.State, 0)},
+		{"kind", cell(d.Kind, 0)}, {"reason", cell(d.Reason, 0)}, {"attempts", fmt.Sprint(d.Attempts)},
+		{"first failed", when(d.FirstAt)}, {"dead at", when(d.DeadAt)},
+		{"message id", cell(d.MessageID, 0)}, {"topic", cell(d.Topic, 0)}, {"position", cell(d.Position, 0)},
+	}
+	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
+		rows = append(rows, [2]string{"header " + cell(k, 80), cell(d.Headers[k], 200)})
+	}
+	rows = append(rows, [2]string{"payload", d.Payload.String()})
+	if !d.ReplayRequestedAt.IsZero() {
+		rows = append(rows, [2]string{"replay requested", when(d.ReplayRequestedAt) + " " + cell(d.ReplayReason, 0)},
+			[2]string{"replay attempts", fmt.Sprint(d.ReplayAttempts)})
+	}
+	if d.LastReplayError != "" {
+		rows = append(rows, [2]string{"last replay error", cell(d.LastReplayError, 0)})
+	}
+	if !d.ReplayedAt.IsZero() && d.DiscardedAt.IsZero() {
+		rows = append(rows, [2]string{"replayed", when(d.ReplayedAt) + " " + cell(d.ReplayNote, 0)})
+	}
+	if !d.DiscardedAt.IsZero() {
+		rows = append(rows, [2]string{"discarded", when(d.DiscardedAt) + " " + cell(d.DiscardReason, 0)})
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if o.full {
+		fmt.Fprintf(m.Stdout, "full payload:\n%s\n", fullText(dl.Message.Payload))
+	}
+	return nil
+}
+
+func (m *Main) dlqReplay(ctx context.Context, o dlqOptions) error {
+	const cmd = "dlq replay"
+	if len(o.ids) == 0 {
+		return m.usagef(cmd, "--id is required: name the dead letters to replay (--id 7 --id 9, or --id 7,9)")
+	}
+	if len(o.reason) > maxNote {
+		return m.usagef(cmd, "--reason is %d bytes long: keep it to %d bytes", len(o.reason), maxNote)
+	}
+	a, closeDB, err := m.openDeadLetters(ctx, cmd, o)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	res, err := a.RequestReplay(ctx, o.ids, o.reason)
+	if err != nil {
+		return badInput(err)
+	}
+	type outcome struct {
+		ID       int64  `json:"id"`
+		Outcome  string `json:"outcome"` // requested, not_found or already_done
+		Consumer string `json:"consumer,omitempty"`
+	}
+	out := struct {
+		Replays []outcome `json:"replays"`
+		Note    string    `json:"note"`
+	}{Note: "a replay is requested here and performed by the letter's consumer (a running inbox.Consumer) at its next poll, exactly once: " +
+		"'idem dlq show --id ID' shows when it is replayed"}
+	var missing, done []string
+	for _, r := range res {
+		oc := outcome{ID: r.ID, Outcome: r.Outcome}
+		switch r.Outcome {
+		case inbox.ReplayRequested:
+			if dl, err := a.Get(ctx, r.ID); err == nil {
+				oc.Consumer = dl.Consumer
+			}
+		case inbox.ReplayNotFound:
+			missing = append(missing, fmt.Sprint(r.ID))
+		case inbox.ReplayAlreadyDone:
+			done = append(done, fmt.Sprint(r.ID))
+		}
+		out.Replays = append(out.Replays, oc)
+	}
+	if o.json {
+		if err := writeJSON(m.Stdout, out); err != nil {
+			return err
+		}
+	} else {
+		tw := newTable(m.Stdout)
+		fmt.Fprintln(tw, "ID\tOUTCOME\tCONSUMER")
+		for _, r := range out.Replays {
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", r.ID, r.Outcome, cell(r.Consumer, 60))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(m.Stdout, strings.Replace(out.Note, "a replay is requested", "replay requested", 1))
+	}
+	switch {
+	case len(missing) > 0:
+		return notFoundf("no dead letter with id %s", strings.Join(missing, ", "))
+	case len(done) > 0:
+		return conflictf("dead letter %s was replayed or discarded already", strings.Join(done, ", "))
+	}
+	return nil
+}
+
+func (m *Main) dlqDiscard(ctx context.Context, o dlqOptions) error {
+	const cmd = "dlq discard"
+	id, err := m.oneID(cmd, o.ids)
+	if err != nil {
+		return err
+	}
+	if err := m.checkNote(cmd, "reason", o.reason); err != nil {
+		return err
+	}
+	a, closeDB, err := m.openDeadLetters(ctx, cmd, o)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	err = a.Discard(ctx, id, o.reason)
+	switch {
+	case errors.Is(err, inbox.ErrNoDeadLetter):
+		return notFoundf("no dead letter with id %d: nothing discarded", id)
+	case errors.Is(err, inbox.ErrDeadLetterClosed):
+		return conflictf("dead letter %d was replayed or discarded already: nothing discarded", id)
+	case err != nil:
+		return badInput(err)
+	}
+	if o.json {
+		return writeJSON(m.Stdout, struct {
+			Discarded int64  `json:"discarded"`
+			Reason    string `json:"reason"`
+		}{id, o.reason})
+	}
+	fmt.Fprintf(m.Stdout, "discarded dead letter %d: it is never replayed, and is kept for audit; reason: %s\n", id, cell(o.reason, 0))
+	return nil
+}

@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsqlite"
+)
+
+const keysSynopsis = `Look at and evict the idempotency records of a store: the keys that
+'idem serve --store URL' (or a service's idemhttp middleware, or idem.Do) recorded.
+
+  idem keys list  --store URL --scope S [--cursor C] [--limit N]
+  idem keys get   --store URL --scope S --id ID [--full]
+  idem keys evict --store URL --scope S --id ID --reason "…" [--force]
+  idem keys scope --headers-file FILE [serve's --scope-header, --trust-scope-header,
+                  --credential-headers, --credential-cookies]
+
+URL is what serve was given: sqlite:PATH, postgres://user:pass@host:5432/db,
+mysql://user:pass@host:3306/db or redis://host:6379[/db][?prefix=P].
+
+A key is a scope and an id. Behind 'idem serve' the id is the request's
+Idempotency-Key and the scope is who sent it: "anonymous" for a request without
+credentials; "cred:" and 32 hex digits, a SHA-256 hash of the caller's
+Authorization, Proxy-Authorization, Cookie and --credential-headers (a lone
+Authorization header gives "auth:" and its hash instead); with --scope-header H,
+"tenant:<value of H>/" followed by that; with --trust-scope-header,
+"tenant:<value of H>" alone. Credentials are never stored in clear: 'idem keys
+scope' prints a caller's scope from a file of its request headers ("Name: value"
+lines; - reads stdin), given serve's scope flags, so no credential goes on the
+command line.
+
+evict deletes a record so the key runs again on its next request. A completed
+record goes freely; an in-progress one needs --force, which fences its holder out
+(its result is then not stored, and a retry may run the effect a second time).
+The result of get is a preview (64 bytes, escaped); --full shows all of it.`
+
+type keysOptions struct {
+	store, scope, id, cursor, reason string
+	limit                            int
+	json, full, force                bool
+}
+
+func (m *Main) runKeys(ctx context.Context, args []string) error {
+	var o keysOptions
+	common := func(fs *flag.FlagSet, withID bool) {
+		fs.StringVar(&o.store, "store", "", "the store: sqlite:PATH, postgres://…, mysql://… or redis://… (as given to serve)")
+		fs.StringVar(&o.scope, "scope", "", `the keys' scope ("anonymous", "cred:<hash>", "tenant:<value>/…"; see above)`)
+		if withID {
+			fs.StringVar(&o.id, "id", "", "the key's id (behind serve: the Idempotency-Key)")
+		}
+		fs.BoolVar(&o.json, "json", false, "print one JSON document instead of a table")
+	}
+	return m.runOps(ctx, opsCommand{name: "keys", synopsis: keysSynopsis, actions: []opsAction{
+		{"list", func(fs *flag.FlagSet) func(context.Context) error {
+			common(fs, false)
+			fs.StringVar(&o.cursor, "cursor", "", "the page after this cursor (the last page printed it)")
+			fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many records (1 to %d)", idem.MaxListLimit))
+			return func(ctx context.Context) error { return m.keysList(ctx, o) }
+		}},
+		{"get", func(fs *flag.FlagSet) func(context.Context) error {
+			common(fs, true)
+			fs.BoolVar(&o.full, "full", false, "show the whole stored result (escaped; base64 in --json), not a preview")
+			return func(ctx context.Context) error { return m.keysGet(ctx, o) }
+		}},
+		{"evict", func(fs *flag.FlagSet) func(context.Context) error {
+			common(fs, true)
+			fs.BoolVar(&o.force, "force", false, "also evict an in-progress record, fencing its holder out")
+			fs.StringVar(&o.reason, "reason", "", "why (required): printed with what was done, for your change log")
+			return func(ctx context.Context) error { return m.keysEvict(ctx, o) }
+		}},
+		{"scope", func(fs *flag.FlagSet) func(context.Context) error {
+			var so keysScopeOptions
+			fs.StringVar(&so.headersFile, "headers-file", "", "the caller's request headers, one 'Name: value' a line; - for stdin")
+			fs.StringVar(&so.scopeHeader, "scope-header", "", "serve's --scope-header")
+			fs.BoolVar(&so.trustScope, "trust-scope-header", false, "serve's --trust-scope-header")
+			fs.StringVar(&so.credentialHeaders, "credential-headers", "X-Api-Key", "serve's --credential-headers")
+			fs.StringVar(&so.credentialCookies, "credential-cookies", "", "serve's --credential-cookies")
+			return func(ctx context.Context) error { return m.keysScope(ctx, so) }
+		}},
+	}}, args)
+}
+
+// openInspector opens --store for `idem keys`.
+func (m *Main) openInspector(ctx context.Context, cmd string, o keysOptions) (idem.Inspector, string, func(), error) {
+	if o.store == "" {
+		return nil, "", nil, m.usagef(cmd, "--store is required: the store serve uses (sqlite:PATH, postgres://…, mysql://…, redis://…)")
+	}
+	spec, err := parseStore(o.store)
+	if err != nil {
+		return nil, "", nil, m.usagef(cmd, "%v", err)
+	}
+	switch spec.kind {
+	case "memory":
+		return nil, "", nil, m.usagef(cmd, "--store memory: lives inside the serve process: this command cannot reach it; use its admin API")
+	case "sqlite":
+		if _, err := os.Stat(spec.path); err != nil {
+			return nil, "", nil, fmt.Errorf("--store %s: %w: name the file serve uses", spec.desc, errors.Unwrap(err))
+		}
+	}
+	if err := checkKeyPart(m, cmd, "scope", o.scope); err != nil {
+		return nil, "", nil, err
+	}
+	store, closeStore, err := openKeysStore(ctx, spec)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	in, ok := store.(idem.Inspector)
+	if !ok {
+		closeStore()
+		return nil, "", nil, fmt.Errorf("--store %s: this store cannot be inspected", spec.desc)
+	}
+	return in, spec.desc, closeStore, nil
+}
+
+// openKeysStore opens the store of --store as serve does, but changes no schema
+// (SkipMigrate): a mistyped database gets an error naming the missing table's
+// migration, not a new empty table.
+func openKeysStore(ctx context.Context, spec storeSpec) (idem.Store, func(), error) {
+	switch spec.kind {
+	case "sqlite":
+		st, err := idemsqlite.Open(ctx, spec.path, idemsqlite.Config{SkipMigrate: true})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.desc, err)
+		}
+		return st, func() { _ = st.Close() }, nil
+	case "postgres":
+		pool, err := openPostgres(ctx, "--store", spec.desc, spec.raw)
+		if err != nil {
+			return nil, nil, err
+		}
+		st, err := idempg.New(ctx, pool, idempg.Config{SkipMigrate: true})
+		if err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.desc, err)
+		}
+		return st, pool.Close, nil
+	case "mysql":
+		st, err := idemmysql.Open(ctx, spec.raw, idemmysql.Config{SkipMigrate: true})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.desc, err)
+		}
+		return st, func() { st.Close() }, nil
+	}
+	return spec.open(ctx, prometheus.NewRegistry()) // redis: no schema
+}
+
+func checkKeyPart(m *Main, cmd, name, v string) error {
+	if v == "" {
+		return m.usagef(cmd, "--%s is required", name)
+	}
+	// Key.Validate names the field; check the part alone.
+	k := idem.Key{Scope: "s", ID: "i"}
+	if name == "scope" {
+		k.Scope = v
+	} else {
+		k.ID = v
+	}
+	if err := k.Validate(); err != nil {
+		return m.usagef(cmd, "--%s: %v", name, err)
+	}
+	return nil
+}
+
+// keyRecord is a record as `idem keys` prints it in JSON: the fields of the admin
+// API's.
+type keyRecord struct {
+	Scope string `json:"scope"`
+	ID    string `json:"id"`
+	// State is "in_progress" or "completed".
+	State       string    `json:"state"`
+	Expired     bool      `json:"expired"`
+	Fingerprint string    `json:"fingerprint"`
+	Token       string    `json:"token"` // decimal: a JSON number loses precision above 2^53
+	CreatedAt   time.Time `json:"created_at,omitzero"`
+	ExpiresAt   time.Time `json:"expires_at,omitzero"`
+	Result      preview   `json:"result"`
+}
+
+func newKeyRecord(rec idem.Record, now time.Time, full bool) keyRecord {
+	return keyRecord{Scope: rec.Key.Scope, ID: rec.Key.ID, State: rec.State.String(),
+		Expired:     !rec.ExpiresAt.IsZero() && !rec.ExpiresAt.After(now),
+		Fingerprint: hex.EncodeToString(rec.Fingerprint), Token: strconv.FormatUint(rec.Token, 10),
+		CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt, Result: newPreview(rec.Result, full)}
+}
+
+func (r keyRecord) stateCell() string {
+	if r.Expired {
+		return r.State + " (expired)"
+	}
+	return r.State
+}
+
+func (m *Main) keysList(ctx context.Context, o keysOptions) error {
+	if o.limit < 1 || o.limit > idem.MaxListLimit {
+		return m.usagef("keys list", "--limit %d: use 1 to %d, and --cursor for the next page", o.limit, idem.MaxListLimit)
+	}
+	in, desc, closeStore, err := m.openInspector(ctx, "keys list", o)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	page, err := in.List(ctx, o.scope, o.cursor, o.limit)
+	if err != nil {
+		return badInput(err)
+	}
+	now := time.Now()
+	out := struct {
+		Store   string      `json:"store"`
+		Scope   string      `json:"scope"`
+		Records []keyRecord `json:"records"`
+		Next    string      `json:"next"`
+	}{desc, o.scope, make([]keyRecord, 0, len(page.Records)), page.Next}
+	for _, rec := range page.Records {
+		out.Records = append(out.Records, newKeyRecord(rec, now, false))
+	}
+	if o.json {
+		return writeJSON(m.Stdout, out)
+	}
+	tw := newTable(m.Stdout)
+	fmt.Fprintln(tw, "ID\tSTATE\tCREATED\tEXPIRES\tTOKEN\tRESULT")
+	for _, r := range out.Records {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.ID, 80), r.stateCell(), when(r.CreatedAt), when(r.ExpiresAt), r.Token, r.Result)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "%d records of scope %s in %s\n", len(out.Records), cell(o.scope, 80), desc)
+	if page.Next != "" {
+		fmt.Fprintf(m.Stdout, "more: --cursor %s\n", cell(page.Next, 0))
+	}
+	return nil
+}
+
+func (m *Main) keysGet(ctx context.Context, o keysOptions) error {
+	if err := checkKeyPart(m, "keys get", "id", o.id); err != nil {
+		return err
+	}
+	in, desc, closeStore, err := m.openInspector(ctx, "keys get", o)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	k := idem.Key{Scope: o.scope, ID: o.id}
+	rec, err := in.Inspect(ctx, k)
+	if errors.Is(err, idem.ErrNotFound) {
+		return notFoundf("no record for key scope=%s id=%s in %s", strconv.Quote(k.Scope), strconv.Quote(k.ID), desc)
+	} else if err != nil {
+		return badInput(err)
+	}
+	rec.Key = k
+	r := newKeyRecord(rec, time.Now(), o.full)
+	if o.json {
+		return writeJSON(m.Stdout, r)
+	}
+	m.printKey(r)
+	if o.full {
+		fmt.Fprintf(m.Stdout, "full result:\n%s\n", fullText(rec.Result))
+	}
+	return nil
+}
+
+func (m *Main) printKey(r keyRecord) {
+	tw := newTable(m.Stdout)
+	for _, row := range [][2]string{
+		{"scope", cell(r.Scope, 0)}, {"id", cell(r.ID, 0)}, {"state", r.stateCell()},
+		{"created", when(r.CreatedAt)}, {"expires", when(r.ExpiresAt)}, {"token", r.Token},
+		{"fingerprint", cell(r.Fingerprint, 0)}, {"result", r.Result.String()},
+	} {
+		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+	}
+	tw.Flush()
+}
+
+func (m *Main) keysEvict(ctx context.Context, o keysOptions) error {
+	if err := checkKeyPart(m, "keys evict", "id", o.id); err != nil {
+		return err
+	}
+	if err := m.checkNote("keys evict", "reason", o.reason); err != nil {
+		return err
+	}
+	in, desc, closeStore, err := m.openInspector(ctx, "keys evict", o)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	k := idem.Key{Scope: o.scope, ID: o.id}
+	rec, err := in.Evict(ctx, k, o.force)
+	var ie *idem.InputError
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		return notFoundf("no record for key scope=%s id=%s in %s: nothing evicted", strconv.Quote(k.Scope), strconv.Quote(k.ID), desc)
+	case errors.As(err, &ie) && ie.Field == "force":
+		return conflictf("key scope=%s id=%s is in progress: its holder may still be running the effect; nothing evicted. "+
+			"Wait for it to finish, or pass --force to evict it and fence the holder out (a retry may then run the effect again)",
+			strconv.Quote(k.Scope), strconv.Quote(k.ID))
+	case err != nil:
+		return badInput(err)
+	}
+	rec.Key = k
+	r := newKeyRecord(rec, time.Now(), false)
+	if o.json {
+		return writeJSON(m.Stdout, struct {
+			Evicted keyRecord `json:"evicted"`
+			Forced  bool      `json:"forced"`
+			Reason  string    `json:"reason"`
+		}{r, o.force, o.reason})
+	}
+	fmt.Fprintf(m.Stdout, "evicted key scope=%s id=%s from %s (it was %s); reason: %s\n",
+		cell(k.Scope, 0), cell(k.ID, 0), desc, r.State, cell(o.reason, 0))
+	if rec.State == idem.StateInProgress {
+		fmt.Fprintln(m.Stdout, "its holder is fenced out: its Complete gets ErrLeaseLost, and the next request with this key runs again")
+	} else {
+		fmt.Fprintln(m.Stdout, "the next request with this key runs again")
+	}
+	return nil
+}

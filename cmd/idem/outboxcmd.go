@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/idemhq/idem/migrate"
+	"github.com/idemhq/idem/outbox"
+)
+
+const outboxSynopsis = `Look at the transactional outbox and act on its parked messages (those the relay
+gave up on after RelayConfig.MaxAttempts).
+
+  idem outbox status  --db URL                    backlog per topic and partition, relays
+  idem outbox parked  --db URL [--after ID] [--limit N]
+  idem outbox retry   --db URL --id ID            put a parked message back in line
+  idem outbox discard --db URL --id ID --reason "…"   give up on it for good
+
+URL is the service's database: postgres://user:pass@host:5432/db,
+mysql://user:pass@host:3306/db or sqlite:PATH. status lists the relay instances
+that reported in the last 24 hours; one silent for 3 poll intervals (at least
+30 s) is flagged stale: it stopped, hangs or cannot reach the database. retry
+resets the message's attempts: a running relay publishes it at its next round.
+retry and discard exit 3 for an id that is not parked (unknown, published, or
+discarded already).`
+
+type outboxOptions struct {
+	sqlFlags
+	after  int64
+	limit  int
+	ids    idList
+	reason string
+}
+
+func (m *Main) runOutbox(ctx context.Context, args []string) error {
+	var o outboxOptions
+	return m.runOps(ctx, opsCommand{name: "outbox", synopsis: outboxSynopsis, actions: []opsAction{
+		{"status", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			return func(ctx context.Context) error { return m.outboxStatus(ctx, o) }
+		}},
+		{"parked", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			fs.Int64Var(&o.after, "after", 0, "only ids above this one: the last id of the previous page")
+			fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many messages (1 to %d)", outbox.MaxListLimit))
+			return func(ctx context.Context) error { return m.outboxParked(ctx, o) }
+		}},
+		{"retry", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			fs.Var(&o.ids, "id", "the parked message's id")
+			return func(ctx context.Context) error { return m.outboxRetry(ctx, o) }
+		}},
+		{"discard", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			fs.Var(&o.ids, "id", "the parked message's id")
+			fs.StringVar(&o.reason, "reason", "", "why it is never published (required): kept for audit")
+			return func(ctx context.Context) error { return m.outboxDiscard(ctx, o) }
+		}},
+	}}, args)
+}
+
+func (m *Main) openOutboxAdmin(ctx context.Context, cmd string, o outboxOptions) (*outbox.Admin[*sql.Tx], func(), error) {
+	db, closeDB, err := m.openOpsDB(ctx, cmd, o.db, migrate.Outbox)
+	if err != nil {
+		return nil, nil, err
+	}
+	return outbox.NewAdmin(db), closeDB, nil
+}
+
+type partitionJSON struct {
+	Topic         string  `json:"topic"`
+	Partition     int     `json:"partition"`
+	Unpublished   int64   `json:"unpublished"`
+	OldestAgeSecs float64 `json:"oldest_age_seconds"`
+	Parked        int64   `json:"parked"`
+	Discarded     int64   `json:"discarded"`
+}
+
+type relayJSON struct {
+	Instance         string    `json:"instance"`
+	Host             string    `json:"host"`
+	PID              int64     `json:"pid"`
+	StartedAt        time.Time `json:"started_at"`
+	LastRoundAt      time.Time `json:"last_round_at"`
+	PollIntervalSecs float64   `json:"poll_interval_seconds"`
+	PublishedTotal   int64     `json:"published_total"`
+	LastError        string    `json:"last_error"`
+	Stale            bool      `json:"stale"`
+}
+
+func (m *Main) outboxStatus(ctx context.Context, o outboxOptions) error {
+	a, closeDB, err := m.openOutboxAdmin(ctx, "outbox status", o)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	st, err := a.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		out := struct {
+			Partitions    []partitionJSON `json:"partitions"`
+			Unpublished   int64           `json:"unpublished"`
+			Parked        int64           `json:"parked"`
+			Discarded     int64           `json:"discarded"`
+			OldestAgeSecs float64         `json:"oldest_age_seconds"`
+			Relays        []relayJSON     `json:"relays"`
+		}{Partitions: []partitionJSON{}, Unpublished: st.Unpublished, Parked: st.Parked, Discarded: st.Discarded,
+			OldestAgeSecs: st.OldestAge.Seconds(), Relays: []relayJSON{}}
+		for _, p := range st.Partitions {
+			out.Partitions = append(out.Partitions, partitionJSON{p.Topic, p.Partition, p.Unpublished, p.OldestAge.Seconds(), p.Parked, p.Discarded})
+		}
+		for _, r := range st.Relays {
+			out.Relays = append(out.Relays, relayJSON{r.Instance, r.Host, r.PID, r.StartedAt, r.LastRoundAt,
+				r.PollInterval.Seconds(), r.PublishedTotal, r.LastError, r.Stale})
+		}
+		return writeJSON(m.Stdout, out)
+	}
+	tw := newTable(m.Stdout)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tUNPUBLISHED\tOLDEST\tPARKED\tDISCARDED")
+	for _, p := range st.Partitions {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\n", cell(p.Topic, 60), p.Partition, p.Unpublished, age(p.OldestAge), p.Parked, p.Discarded)
+	}
+	fmt.Fprintf(tw, "total\t\t%d\t%s\t%d\t%d\n", st.Unpublished, age(st.OldestAge), st.Parked, st.Discarded)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(m.Stdout)
+	if len(st.Relays) == 0 {
+		fmt.Fprintln(m.Stdout, "no relay reported in the last 24 hours: nothing publishes this outbox")
+		return nil
+	}
+	tw = newTable(m.Stdout)
+	fmt.Fprintln(tw, "RELAY\tHOST\tPID\tSTARTED\tLAST ROUND\tPOLL\tPUBLISHED\tSTATUS\tLAST ERROR")
+	for _, r := range st.Relays {
+		status := "ok"
+		if r.Stale {
+			status = "STALE"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", cell(r.Instance, 60), cell(r.Host, 40), r.PID, when(r.StartedAt),
+			when(r.LastRoundAt), r.PollInterval, r.PublishedTotal, status, cell(r.LastError, 80))
+	}
+	return tw.Flush()
+}
+
+type parkedJSON struct {
+	ID            int64             `json:"id"`
+	MessageID     string            `json:"message_id"`
+	Topic         string            `json:"topic"`
+	OrderingKey   string            `json:"ordering_key"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Payload       preview           `json:"payload"`
+	Attempts      int               `json:"attempts"`
+	LastError     string            `json:"last_error"`
+	ParkedAt      time.Time         `json:"parked_at"`
+	DiscardedAt   time.Time         `json:"discarded_at,omitzero"`
+	DiscardReason string            `json:"discard_reason,omitempty"`
+}
+
+func (m *Main) outboxParked(ctx context.Context, o outboxOptions) error {
+	if o.limit < 1 || o.limit > outbox.MaxListLimit {
+		return m.usagef("outbox parked", "--limit %d: use 1 to %d, and --after for the next page", o.limit, outbox.MaxListLimit)
+	}
+	a, closeDB, err := m.openOutboxAdmin(ctx, "outbox parked", o)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	ps, err := a.Parked(ctx, o.after, o.limit)
+	if err != nil {
+		return badInput(err)
+	}
+	out := struct {
+		Parked    []parkedJSON `json:"parked"`
+		NextAfter int64        `json:"next_after"` // the --after of the next page, 0 after the last
+	}{Parked: make([]parkedJSON, 0, len(ps))}
+	for _, p := range ps {
+		out.Parked = append(out.Parked, parkedJSON{p.ID, p.Message.ID, p.Message.Topic, p.Message.OrderingKey, p.Message.Headers,
+			newPreview(p.Message.Payload, false), p.Attempts, p.LastError, p.ParkedAt, p.DiscardedAt, p.DiscardReason})
+	}
+	if len(ps) == o.limit {
+		out.NextAfter = ps[len(ps)-1].ID
+	}
+	if o.json {
+		return writeJSON(m.Stdout, out)
+	}
+	tw := newTable(m.Stdout)
+	fmt.Fprintln(tw, "ID\tTOPIC\tMESSAGE ID\tATTEMPTS\tPARKED AT\tSTATE\tLAST ERROR\tPAYLOAD")
+	for _, p := range out.Parked {
+		state := "parked"
+		if !p.DiscardedAt.IsZero() {
+			state = "discarded: " + cell(p.DiscardReason, 40)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.ID, cell(p.Topic, 40), cell(p.MessageID, 40), p.Attempts,
+			when(p.ParkedAt), state, cell(p.LastError, 60), p.Payload)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "%d parked messages\n", len(out.Parked))
+	if out.NextAfter != 0 {
+		fmt.Fprintf(m.Stdout, "more: --after %d\n", out.NextAfter)
+	}
+	return nil
+}
+
+func (m *Main) outboxRetry(ctx context.Context, o outboxOptions) error {
+	id, err := m.oneID("outbox retry", o.ids)
+	if err != nil {
+		return err
+	}
+	a, closeDB, err := m.openOutboxAdmin(ctx, "outbox retry", o)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if err := a.Retry(ctx, id); errors.Is(err, outbox.ErrNotParked) {
+		return notFoundf("no parked message with id %d (unknown, published, or discarded): nothing retried", id)
+	} else if err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(m.Stdout, struct {
+			Retried int64 `json:"retried"`
+		}{id})
+	}
+	fmt.Fprintf(m.Stdout, "retried outbox message %d: its attempts are reset and a running relay publishes it at its next round\n", id)
+	return nil
+}
+
+func (m *Main) outboxDiscard(ctx context.Context, o outboxOptions) error {
+	const cmd = "outbox discard"
+	id, err := m.oneID(cmd, o.ids)
+	if err != nil {
+		return err
+	}
+	if err := m.checkNote(cmd, "reason", o.reason); err != nil {
+		return err
+	}
+	a, closeDB, err := m.openOutboxAdmin(ctx, cmd, o)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if err := a.Discard(ctx, id, o.reason); errors.Is(err, outbox.ErrNotParked) {
+		return notFoundf("no parked message with id %d (unknown, published, or discarded already): nothing discarded", id)
+	} else if err != nil {
+		return badInput(err)
+	}
+	if o.json {
+		return writeJSON(m.Stdout, struct {
+			Discarded int64  `json:"discarded"`
+			Reason    string `json:"reason"`
+		}{id, o.reason})
+	}
+	fmt.Fprintf(m.Stdout, "discarded outbox message %d: it is never published, and is kept for audit; reason: %s\n", id, cell(o.reason, 0))
+	return nil
+}

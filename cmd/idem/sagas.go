@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/effect/saga"
+	"github.com/idemhq/idem/migrate"
+)
+
+const sagasSynopsis = `List and inspect sagas; retry a failed or stuck step, or resolve one by hand.
+
+  idem sagas list    --db URL [--state S] [--cursor C] [--limit N]
+  idem sagas show    --db URL --id ID [--full]
+  idem sagas retry   --db URL --id ID --reason "…"
+  idem sagas resolve --db URL --id ID --note "…"
+
+URL is the orchestrators' database: postgres://user:pass@host:5432/db,
+mysql://user:pass@host:3306/db or sqlite:PATH. S is running, compensating,
+completed, compensated, failed or resolved.
+
+retry makes the running orchestrators run the saga's current step again, now: a
+failed saga (a compensation failed permanently) goes back to compensating and
+its compensation is called again with the same idempotency key, so fix the
+cause first. resolve marks a running, compensating or failed saga resolved by
+hand: no orchestrator advances it again. Both fence out an orchestrator that is
+advancing the saga, and exit 4 for a saga that has ended (completed,
+compensated, resolved). The saga's data and step results are shown as previews
+(64 bytes, escaped) unless show --full.`
+
+type sagasOptions struct {
+	sqlFlags
+	state, cursor, id, text string
+	limit                   int
+	full                    bool
+}
+
+func (m *Main) runSagas(ctx context.Context, args []string) error {
+	var o sagasOptions
+	id := func(fs *flag.FlagSet) { fs.StringVar(&o.id, "id", "", "the saga's id") }
+	return m.runOps(ctx, opsCommand{name: "sagas", synopsis: sagasSynopsis, actions: []opsAction{
+		{"list", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			fs.StringVar(&o.state, "state", "", "only sagas in this state (running, compensating, completed, compensated, failed, resolved)")
+			fs.StringVar(&o.cursor, "cursor", "", "the page after this cursor (the last page printed it)")
+			fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many sagas (1 to %d)", idem.MaxListLimit))
+			return func(ctx context.Context) error { return m.sagasList(ctx, o) }
+		}},
+		{"show", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			id(fs)
+			fs.BoolVar(&o.full, "full", false, "show the whole data and results (base64 in --json), not previews")
+			return func(ctx context.Context) error { return m.sagasShow(ctx, o) }
+		}},
+		{"retry", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			id(fs)
+			fs.StringVar(&o.text, "reason", "", "why (required): appended to the saga's reason")
+			return func(ctx context.Context) error { return m.sagasChange(ctx, o, "retry", "reason") }
+		}},
+		{"resolve", func(fs *flag.FlagSet) func(context.Context) error {
+			o.declare(fs)
+			id(fs)
+			fs.StringVar(&o.text, "note", "", "what was done by hand (required): recorded with the resolution")
+			return func(ctx context.Context) error { return m.sagasChange(ctx, o, "resolve", "note") }
+		}},
+	}}, args)
+}
+
+func (m *Main) openSagaAdmin(ctx context.Context, cmd string, o sagasOptions) (*saga.Admin[*sql.Tx], func(), error) {
+	db, closeDB, err := m.openOpsDB(ctx, cmd, o.db, migrate.Saga, migrate.Effect)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := saga.NewAdmin(ctx, db)
+	if err != nil {
+		closeDB()
+		return nil, nil, err
+	}
+	return a, closeDB, nil
+}
+
+type sagaJSON struct {
+	ID       string    `json:"id"`
+	Saga     string    `json:"saga"`
+	State    string    `json:"state"`
+	Step     int       `json:"step"`
+	Attempts int       `json:"attempts"`
+	Reason   string    `json:"reason"`
+	Created  time.Time `json:"created_at"`
+	Updated  time.Time `json:"updated_at"`
+}
+
+func newSagaJSON(in saga.Instance) sagaJSON {
+	return sagaJSON{in.ID, in.Saga, in.State, in.Step, in.Attempts, in.Reason, in.Created, in.Updated}
+}
+
+func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
+	if o.limit < 1 || o.limit > idem.MaxListLimit {
+		return m.usagef("sagas list", "--limit %d: use 1 to %d, and --cursor for the next page", o.limit, idem.MaxListLimit)
+	}
+	a, closeDB, err := m.openSagaAdmin(ctx, "sagas list", o)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	page, err := a.List(ctx, o.state, o.cursor, o.limit)
+	if err != nil {
+		return badInput(err)
+	}
+	out := struct {
+		Sagas []sagaJSON `json:"sagas"`
+		Next  string     `json:"next"`
+	}{make([]sagaJSON, 0, len(page.Sagas)), page.Next}
+	for _, in := range page.Sagas {
+		out.Sagas = append(out.Sagas, newSagaJSON(in))
+	}
+	if o.json {
+		return writeJSON(m.Stdout, out)
+	}
+	tw := newTable(m.Stdout)
+	fmt.Fprintln(tw, "ID\tSAGA\tSTATE\tSTEP\tATTEMPTS\tUPDATED\tREASON")
+	for _, s := range out.Sagas {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", cell(s.ID, 60), cell(s.Saga, 40), s.State, s.Step, s.Attempts, when(s.Updated), cell(s.Reason, 60))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "%d sagas\n", len(out.Sagas))
+	if page.Next != "" {
+		fmt.Fprintf(m.Stdout, "more: --cursor %s\n", cell(page.Next, 0))
+	}
+	return nil
+}
+
+type effectJSON struct {
+	Step     string    `json:"step"`
+	State    string    `json:"state"`
+	Attempts int       `json:"attempts"`
+	Reason   string    `json:"reason"`
+	Result   preview   `json:"result"`
+	Updated  time.Time `json:"updated_at"`
+}
+
+func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
+	if o.id == "" {
+		return m.usagef("sagas show", "--id is required: name the saga (sagas list shows them)")
+	}
+	a, closeDB, err := m.openSagaAdmin(ctx, "sagas show", o)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	d, err := a.Get(ctx, o.id)
+	if errors.Is(err, saga.ErrNotFound) {
+		return notFoundf("no saga with id %q", cell(o.id, 0))
+	} else if err != nil {
+		return badInput(err)
+	}
+	out := struct {
+		sagaJSON
+		Data       preview            `json:"data"`
+		Results    map[string]preview `json:"results"`
+		NextAt     time.Time          `json:"next_at,omitzero"`
+		LeaseUntil time.Time          `json:"lease_until,omitzero"`
+		Effects    []effectJSON       `json:"effects"`
+		Resolution *saga.Resolution   `json:"resolution,omitempty"`
+	}{sagaJSON: newSagaJSON(d.Instance), Data: newPreview(d.Data, o.full), Results: map[string]preview{},
+		Effects: []effectJSON{}, Resolution: d.Resolution}
+	if d.NextAt.UnixNano() > 0 {
+		out.NextAt = d.NextAt
+	}
+	if d.LeaseUntil.After(time.Now()) {
+		out.LeaseUntil = d.LeaseUntil
+	}
+	for step, r := range d.Results {
+		out.Results[step] = newPreview(r, o.full)
+	}
+	for _, e := range d.Effects {
+		out.Effects = append(out.Effects, effectJSON{e.Step, e.State, e.Attempts, e.Reason, newPreview(e.Result, o.full), e.Updated})
+	}
+	if o.json {
+		return writeJSON(m.Stdout, out)
+	}
+	tw := newTable(m.Stdout)
+	rows := [][2]string{{"id", cell(d.ID, 0)}, {"saga", cell(d.Saga, 0)}, {"state", d.State}, {"step", fmt.Sprint(d.Step)},
+		{"attempts", fmt.Sprint(d.Attempts)}, {"reason", cell(d.Reason, 0)}, {"created", when(d.Created)},
+		{"updated", when(d.Updated)}, {"next run", when(out.NextAt)}, {"leased until", when(out.LeaseUntil)},
+		{"data", out.Data.String()}}
+	for _, step := range slices.Sorted(maps.Keys(out.Results)) {
+		rows = append(rows, [2]string{"result " + cell(step, 60), out.Results[step].String()})
+	}
+	if r := d.Resolution; r != nil {
+		rows = append(rows, [2]string{"resolved", fmt.Sprintf("%s (was %s): %s", when(r.At), r.PreviousState, cell(r.Note, 0))})
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(m.Stdout)
+	tw = newTable(m.Stdout)
+	fmt.Fprintln(tw, "STEP\tSTATE\tATTEMPTS\tUPDATED\tREASON")
+	for _, e := range out.Effects {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cell(e.Step, 60), e.State, e.Attempts, when(e.Updated), cell(e.Reason, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if o.full {
+		fmt.Fprintf(m.Stdout, "full data:\n%s\n", fullText(d.Data))
+		for _, step := range slices.Sorted(maps.Keys(d.Results)) {
+			fmt.Fprintf(m.Stdout, "full result of %s:\n%s\n", cell(step, 60), fullText(d.Results[step]))
+		}
+	}
+	return nil
+}
+
+// sagasChange is retry (flagName reason) and resolve (note).
+func (m *Main) sagasChange(ctx context.Context, o sagasOptions, op, flagName string) error {
+	cmd := "sagas " + op
+	if o.id == "" {
+		return m.usagef(cmd, "--id is required: name the saga (sagas list shows them)")
+	}
+	if err := m.checkNote(cmd, flagName, o.text); err != nil {
+		return err
+	}
+	a, closeDB, err := m.openSagaAdmin(ctx, cmd, o)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	before, err := a.Get(ctx, o.id)
+	if errors.Is(err, saga.ErrNotFound) {
+		return notFoundf("no saga with id %q: nothing done", cell(o.id, 0))
+	} else if err != nil {
+		return badInput(err)
+	}
+	if op == "retry" {
+		err = a.RetryStep(ctx, o.id, o.text)
+	} else {
+		err = a.Resolve(ctx, o.id, o.text)
+	}
+	var se *saga.StateError
+	switch {
+	case errors.Is(err, saga.ErrNotFound):
+		return notFoundf("no saga with id %q: nothing done", cell(o.id, 0))
+	case errors.As(err, &se):
+		return &codeError{exitConflict, fmt.Errorf("%w; nothing done", se)}
+	case err != nil:
+		return badInput(err)
+	}
+	after, err := a.Get(ctx, o.id)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(m.Stdout, struct {
+			ID       string `json:"id"`
+			Action   string `json:"action"`
+			Previous string `json:"previous_state"`
+			State    string `json:"state"`
+			Text     string `json:"text"` // the reason or note
+		}{o.id, op, before.State, after.State, o.text})
+	}
+	what := "retried: the running orchestrators run its current step again at their next poll"
+	if op == "resolve" {
+		what = "resolved by hand: no orchestrator advances it again"
+	}
+	fmt.Fprintf(m.Stdout, "saga %s (%s) %s; it was %s, it is %s; %s: %s\n", cell(o.id, 0), cell(before.Saga, 0), what,
+		before.State, after.State, flagName, cell(o.text, 0))
+	return nil
+}
