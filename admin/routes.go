@@ -109,7 +109,7 @@ var routes = []route{
 		query: []param{{name: "state", typ: "string", doc: "pending_past_lease or failed (default: both)"}, pCursor, pLimit},
 		serve: serveEffects},
 	{method: "GET", path: "/api/sagas", area: areaSagas, summary: "list sagas",
-		query: []param{{name: "state", typ: "string", doc: "running, compensating, completed, compensated or failed"}, pCursor, pLimit},
+		query: []param{{name: "state", typ: "string", doc: "running, compensating, completed, compensated, failed or resolved"}, pCursor, pLimit},
 		serve: serveSagas},
 	{method: "GET", path: "/api/sagas/{id}", area: areaSagas, summary: "get saga", serve: serveSaga},
 	{method: "POST", path: "/api/sagas/{id}/retry", area: areaSagas, mutates: true, summary: "retry saga step",
