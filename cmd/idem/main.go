@@ -74,6 +74,7 @@ var commands = []command{
 	{"serve", "HTTP Idempotency-Key gateway: a reverse proxy that runs each keyed POST once and replays it", (*Main).runServe},
 	{"relay", "publish the transactional outbox to NATS, Kafka, Redis, RabbitMQ or a webhook", (*Main).runRelay},
 	{"migrate", "apply, roll back, show or print idem's SQL schema (up, down, status, print)", (*Main).runMigrate},
+	{"admin", "operator API: inspect and act on keys, dead letters, outbox, effects and sagas", (*Main).runAdmin},
 }
 
 // Run executes the command named by args[0]. What it writes to Stderr and the
