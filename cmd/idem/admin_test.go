@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -217,4 +218,34 @@ func TestServeAdminTokenChecked(t *testing.T) {
 	if !errors.Is(err, errUsage) || !strings.Contains(stderr.String(), "--admin-token is shorter") || strings.Contains(stderr.String(), "short-secret") {
 		t.Fatalf("%v: %s", err, stderr.String())
 	}
+}
+
+// `idem relay --admin-token` serves the outbox area at /api/ of --listen: a
+// message the relay parked is listed there, and not without the token.
+func TestRelayAdminAPI(t *testing.T) {
+	t.Parallel()
+	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("StartServer: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	// No stream holds this subject: every publication fails, and one failure parks.
+	path, _, enqueue := sqliteOutbox(t, testsvc.UniqueName("nostream.")+".orders")
+	enqueue("lost")
+	r := startRelay(t, "--db", "sqlite:"+path, "--sink", srv.ClientURL(), "--poll", "50ms", "--max-attempts", "1",
+		"--admin-token", testAdminToken)
+	base := "http://" + r.addr
+	var body string
+	testsvc.Eventually(t, time.Minute, "the message is parked and listed", func() bool {
+		var code int
+		code, body = apiGet(t, base+"/api/outbox/parked", testAdminToken)
+		return code == 200 && strings.Contains(body, `"message_id":"lost"`)
+	})
+	if code, _ := apiGet(t, base+"/api/outbox/parked", ""); code != 401 {
+		t.Fatalf("/api/outbox/parked without the token: %d", code)
+	}
+	if code, _ := apiGet(t, base+"/metrics", ""); code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	r.stop(t)
 }
