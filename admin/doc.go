@@ -22,7 +22,12 @@
 //
 // Each area is an interface of this package (DeadLetters, Outbox, Effects, Sagas,
 // Stream; the keys area is idem.Inspector), so any implementation can be mounted;
-// an area left nil in Config answers 404 ProblemNotConfigured.
+// an area left nil in Config answers 404 ProblemNotConfigured. The adapters to
+// idem's own backends are DeadLettersFrom (inbox), OutboxFrom, EffectsFrom,
+// SagasFrom and StreamFrom; ForSQL sets every area whose tables a database holds.
+// A replay through the inbox is requested (outcome "requested"): the letter's
+// running Consumer performs it, exactly once, at its next poll. `idem admin` serves
+// this API as a daemon; `idem serve` and `idem relay` mount it with --admin-token.
 //
 // # Safety
 //
