@@ -472,3 +472,62 @@ func TestAdaptKeysReal(t *testing.T) {
 		}
 	})
 }
+
+// Effects of a real fence: without a state, the API pages through the failed ones,
+// then those pending past their lease, one cursor across both.
+func TestAdaptEffectsReal(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		// A fence whose clock is an hour behind leaves leases that have already passed.
+		late, err := effect.New(ctx, b.db, effect.Config{Lease: time.Minute, Now: func() time.Time { return time.Now().Add(-time.Hour) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"e-pend-1", "e-pend-2"} {
+			if _, err := late.Do(ctx, key, "charge", func(context.Context, string) ([]byte, error) {
+				return nil, errors.New("timeout") // transient: stays pending
+			}); err == nil {
+				t.Fatal("a transient failure returned no error")
+			}
+		}
+		if _, err := late.Do(ctx, "e-fail-1", "charge", func(context.Context, string) ([]byte, error) {
+			return nil, effect.Permanent(errors.New("card stolen"))
+		}); err == nil {
+			t.Fatal("a permanent failure returned no error")
+		}
+		if _, err := late.Do(ctx, "e-done", "charge", func(context.Context, string) ([]byte, error) { return []byte("ok"), nil }); err != nil {
+			t.Fatal(err)
+		}
+		ea, err := effect.NewAdmin(ctx, b.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := newAPI(t, admin.Config{Effects: admin.EffectsFrom(ea)})
+		var seen []string
+		cursor := ""
+		for range 10 {
+			var page admin.EffectPage
+			wantJSON(t, a.do("GET", "/api/effects?limit=1&cursor="+cursor, ""), &page)
+			for _, e := range page.Effects {
+				seen = append(seen, e.Key+"/"+e.State)
+			}
+			if cursor = page.Next; cursor == "" {
+				break
+			}
+		}
+		if got := strings.Join(seen, " "); got != "e-fail-1/failed e-pend-1/pending e-pend-2/pending" {
+			t.Fatalf("paged effects %q", got)
+		}
+		var page admin.EffectPage
+		wantJSON(t, a.do("GET", "/api/effects?state=pending_past_lease", ""), &page)
+		if len(page.Effects) != 2 || page.Effects[0].Key != "e-pend-1" || page.Effects[0].LeaseUntil.After(time.Now()) {
+			t.Fatalf("pending past lease %+v", page)
+		}
+		wantJSON(t, a.do("GET", "/api/effects", ""), &page)
+		if len(page.Effects) != 3 || page.Next != "" {
+			t.Fatalf("one page of both %+v", page)
+		}
+		wantProblem(t, a.do("GET", "/api/effects?cursor=bogus", ""), 400, admin.ProblemInvalid, "cursor")
+	})
+}
