@@ -92,7 +92,11 @@ func (o *adminOptions) check() (*dbSpec, error) {
 		return nil, errors.New("--insecure with a token: drop --insecure, the token is used")
 	}
 	if err := admin.CheckListen(o.listen, cfg); err != nil {
-		return nil, fmt.Errorf("--listen %s: %s", o.listen, strings.TrimPrefix(err.Error(), "idem: listen "))
+		var ie *idem.InputError
+		if errors.As(err, &ie) {
+			return nil, fmt.Errorf("--listen %s: %s", ie.Reason, ie.Fix)
+		}
+		return nil, err
 	}
 	if _, err := admin.New(cfg); err != nil { // token lengths, a read token equal to the token
 		var ie *idem.InputError

@@ -249,3 +249,15 @@ func TestRelayAdminAPI(t *testing.T) {
 	}
 	r.stop(t)
 }
+
+// With --admin-token, serve's memory store keeps its keys' text, so the API lists them.
+func TestServeAdminMemoryStore(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, keyedUpstream(t), "--store", "memory:", "--admin-token", testAdminToken)
+	postKeyed(t, "http://"+g.addr+"/orders", "mem-1")
+	code, body := apiGet(t, "http://"+g.admin+"/api/keys?scope=anonymous", testAdminToken)
+	if code != 200 || strings.Join(keyIDs(t, body), ",") != "mem-1" {
+		t.Fatalf("/api/keys: %d %s", code, body)
+	}
+	g.stop(t)
+}
