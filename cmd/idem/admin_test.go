@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/idemhq/idem/outbox"
 )
 
 const (
@@ -160,6 +162,18 @@ func TestAdminDaemonPostgres(t *testing.T) {
 	if err := st.Complete(ctx, k, res.Token, []byte("ok")); err != nil {
 		t.Fatal(err)
 	}
+	// The schema holds an outbox too, with one message waiting.
+	ob, err := outbox.New(ctx, idempg.TxDB(pool), outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = idempg.TxDB(pool).InTx(ctx, func(tx pgx.Tx) error {
+		_, err := ob.EnqueueTx(ctx, tx, idem.Message{ID: "m-1", Topic: "payments", Payload: []byte("x")})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	d, addrs := startDaemon(t, adminListeningRE, "admin", "--listen", "127.0.0.1:0", "--store", conn,
 		"--db", conn, "--token", testAdminToken)
 	base := "http://" + addrs[0]
@@ -169,6 +183,13 @@ func TestAdminDaemonPostgres(t *testing.T) {
 	}
 	if code, _ := apiGet(t, base+"/api/keys?scope=payments", ""); code != 401 {
 		t.Fatalf("without the token: %d", code)
+	}
+	code, body = apiGet(t, base+"/api/outbox", testAdminToken)
+	if code != 200 || !strings.Contains(body, `"topic":"payments"`) || !strings.Contains(body, `"backlog":1`) {
+		t.Fatalf("/api/outbox: %d %s", code, body)
+	}
+	if code, _ := apiGet(t, base+"/api/sagas", testAdminToken); code != 404 {
+		t.Fatalf("/api/sagas on a schema without sagas: %d, want 404 not configured", code)
 	}
 	d.stop(t)
 	if strings.Contains(d.stderr.String(), testAdminToken) {
