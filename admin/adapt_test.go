@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/effect"
@@ -27,6 +29,7 @@ import (
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/stream"
 )
 
 // backend is one SQL database with the idempotency store on it, as an inbox
@@ -530,4 +533,57 @@ func TestAdaptEffectsReal(t *testing.T) {
 		}
 		wantProblem(t, a.do("GET", "/api/effects?cursor=bogus", ""), 400, admin.ProblemInvalid, "cursor")
 	})
+}
+
+// A real stream server with a WebSocket client: the API shows its channel and the
+// client's sent and acked seqs.
+func TestAdaptStreamReal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := stream.NewSQLStore(ctx, sqltest.SQLite(t), stream.SQLConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true, Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { srv.Close(); hs.Close() })
+	for i := range 3 {
+		if _, err := srv.Append(ctx, "orders", stream.Event{Type: "order.updated", ID: fmt.Sprint("o-", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.CloseNow() })
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"hello","channel":"orders","client":"dash"}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Read what the server sends (events, heartbeats) until the test ends.
+	go func() {
+		for {
+			if _, _, err := ws.Read(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"ack","seq":2}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	a := newAPI(t, admin.Config{Stream: admin.StreamFrom(srv)})
+	var st admin.StreamStatus
+	testsvc.Eventually(t, time.Minute, "the client sent 3 events and acked 2", func() bool {
+		wantJSON(t, a.do("GET", "/api/stream", ""), &st)
+		return len(st.Clients) == 1 && st.Clients[0].SentSeq == 3 && st.Clients[0].AckedSeq == 2
+	})
+	c := st.Clients[0]
+	if c.ID != "dash" || c.Channel != "orders" || c.Lag != 1 || st.TotalClients != 1 ||
+		len(st.Channels) != 1 || st.Channels[0] != (admin.StreamChannel{Name: "orders", LastSeq: 3, Clients: 1}) {
+		t.Fatalf("stream status %+v", st)
+	}
 }
