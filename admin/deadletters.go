@@ -15,9 +15,10 @@ import (
 type DeadLetters interface {
 	List(ctx context.Context, f DeadLetterFilter) (DeadLetterPage, error)
 	Get(ctx context.Context, id int64) (DeadLetter, error)
-	// Replay puts the dead letters back to be processed, one outcome per id in
-	// the order given.
-	Replay(ctx context.Context, ids []int64) ([]ReplayResult, error)
+	// Replay puts the dead letters back to be processed (or asks their consumer
+	// to: OutcomeRequested), one outcome per id in the order given; reason is the
+	// operator's, for the backend's record.
+	Replay(ctx context.Context, ids []int64, reason string) ([]ReplayResult, error)
 	Discard(ctx context.Context, id int64, reason string) error
 }
 
@@ -43,6 +44,19 @@ type DeadLetter struct {
 	Attempts  int       `json:"attempts"`
 	FirstAt   time.Time `json:"first_at,omitzero"`
 	DeadAt    time.Time `json:"dead_at,omitzero"`
+
+	// The operator's part, where the backend keeps it (inbox.DeadLetterAdmin):
+	// State is pending, replay_requested, replayed or discarded.
+	State             string    `json:"state,omitempty"`
+	ReplayRequestedAt time.Time `json:"replay_requested_at,omitzero"`
+	ReplayReason      string    `json:"replay_reason,omitempty"`
+	ReplayAttempts    int       `json:"replay_attempts,omitempty"` // failed tries of the requested replay
+	LastReplayError   string    `json:"last_replay_error,omitempty"`
+	ReplayNote        string    `json:"replay_note,omitempty"` // "applied" or "already applied"
+	ReplayedAt        time.Time `json:"replayed_at,omitzero"`
+	DiscardedAt       time.Time `json:"discarded_at,omitzero"`
+	DiscardReason     string    `json:"discard_reason,omitempty"`
+
 	// Payload is shown as a Preview, never whole unless asked for.
 	Payload []byte `json:"-"`
 }
@@ -56,7 +70,9 @@ type DeadLetterPage struct {
 // Outcomes of a replay.
 const (
 	OutcomeReplayed       = "replayed"
+	OutcomeRequested      = "requested"       // its consumer will replay it, exactly once, at its next poll
 	OutcomeAlreadyApplied = "already_applied" // its key was completed meanwhile: nothing to do
+	OutcomeAlreadyDone    = "already_done"    // it was replayed or discarded already
 	OutcomeNotFound       = "not_found"
 	OutcomeError          = "error" // Detail says why
 )
@@ -184,7 +200,7 @@ func serveReplay(h *handler, r *http.Request, c *call) (any, error) {
 		}
 		seen[id] = true
 	}
-	res, err := h.cfg.DeadLetters.Replay(r.Context(), req.IDs)
+	res, err := h.cfg.DeadLetters.Replay(r.Context(), req.IDs, req.Reason)
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,12 @@
 // Each area is an interface of this package (DeadLetters, Outbox, Effects, Sagas,
 // Stream; the keys area is idem.Inspector, the metrics area a prometheus.Gatherer),
 // so any implementation can be mounted; an area left nil in Config answers 404
-// ProblemNotConfigured.
+// ProblemNotConfigured. The adapters to idem's own backends are DeadLettersFrom
+// (inbox), OutboxFrom, EffectsFrom, SagasFrom and StreamFrom; ForSQL sets every area
+// whose tables a database holds. A replay through the inbox is requested (outcome
+// "requested"): the letter's running Consumer performs it, exactly once, at its next
+// poll. `idem admin` serves this API and the console (package admin/console) as a
+// daemon; `idem serve` and `idem relay` mount the API with --admin-token.
 //
 // # Safety
 //

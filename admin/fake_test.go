@@ -127,7 +127,7 @@ func (f *fakeDeadLetters) Get(ctx context.Context, id int64) (admin.DeadLetter, 
 	return d, nil
 }
 
-func (f *fakeDeadLetters) Replay(ctx context.Context, ids []int64) ([]admin.ReplayResult, error) {
+func (f *fakeDeadLetters) Replay(ctx context.Context, ids []int64, reason string) ([]admin.ReplayResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []admin.ReplayResult

@@ -29,6 +29,7 @@ type openAPIDoc struct {
 		Parameters  []struct {
 			Name, In string
 			Required bool
+			Schema   struct{ Description string } `json:"schema"`
 		} `json:"parameters"`
 		RequestBody *struct{} `json:"requestBody"`
 	} `json:"paths"`
@@ -59,6 +60,21 @@ func TestOpenAPIMatchesHandler(t *testing.T) {
 					t.Errorf("%s %s: path parameter %s not in the path", m, path, p.Name)
 				}
 			}
+		}
+	}
+	// The saga states the API accepts are the ones it documents, resolved included.
+	var stateDoc string
+	for _, p := range doc.Paths["/api/sagas"]["get"].Parameters {
+		if p.Name == "state" {
+			stateDoc = p.Schema.Description
+		}
+	}
+	for _, st := range []string{"running", "compensating", "completed", "compensated", "failed", "resolved"} {
+		if !strings.Contains(stateDoc, st) {
+			t.Errorf("GET /api/sagas state documented as %q, lacks %s", stateDoc, st)
+		}
+		if w := b.do(t, "GET", "/api/sagas?state="+st, readToken, ""); w.Code != http.StatusOK {
+			t.Errorf("GET /api/sagas?state=%s: %d %s", st, w.Code, w.Body)
 		}
 	}
 	slices.Sort(documented)

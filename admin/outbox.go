@@ -24,7 +24,9 @@ type Outbox interface {
 type OutboxStatus struct {
 	Partitions []OutboxPartition `json:"partitions"`
 	Parked     int64             `json:"parked"`
-	Relays     []RelayStatus     `json:"relays"`
+	// Discarded counts the parked messages an operator gave up on, kept for audit.
+	Discarded int64         `json:"discarded"`
+	Relays    []RelayStatus `json:"relays"`
 }
 
 // OutboxPartition is the unpublished backlog of one topic (and partition, where
@@ -35,6 +37,8 @@ type OutboxPartition struct {
 	Backlog   int64  `json:"backlog"`
 	// OldestAgeSeconds is the age of the oldest unpublished message, 0 without one.
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	Parked           int64   `json:"parked"`
+	Discarded        int64   `json:"discarded"`
 }
 
 // RelayStatus is one relay instance.
@@ -42,6 +46,16 @@ type RelayStatus struct {
 	Instance  string    `json:"instance"`
 	LastRound time.Time `json:"last_round,omitzero"`
 	Published int64     `json:"published"`
+	Host      string    `json:"host,omitempty"`
+	PID       int64     `json:"pid,omitempty"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	// PollIntervalSeconds is the relay's poll interval.
+	PollIntervalSeconds float64 `json:"poll_interval_seconds,omitempty"`
+	// LastError is the last round's error, "" when it succeeded.
+	LastError string `json:"last_error,omitempty"`
+	// Stale says the relay has not reported for a few poll intervals: it stopped,
+	// hangs, or cannot reach the database.
+	Stale bool `json:"stale"`
 }
 
 // ParkedMessage is a message the relay gave up on.
@@ -53,7 +67,11 @@ type ParkedMessage struct {
 	Attempts    int       `json:"attempts"`
 	LastError   string    `json:"last_error"`
 	ParkedAt    time.Time `json:"parked_at,omitzero"`
-	Payload     []byte    `json:"-"`
+	// DiscardedAt and DiscardReason are set once an operator discarded it: it is
+	// then never published, and kept for audit.
+	DiscardedAt   time.Time `json:"discarded_at,omitzero"`
+	DiscardReason string    `json:"discard_reason,omitempty"`
+	Payload       []byte    `json:"-"`
 }
 
 // ParkedPage is a page of Outbox.Parked.

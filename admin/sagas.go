@@ -33,6 +33,7 @@ type EffectFilter struct {
 // Effect is one effect of the fence.
 type Effect struct {
 	Key        string    `json:"key"`
+	Step       string    `json:"step,omitempty"` // the effect's step within its key (a saga's "do:<step>")
 	State      string    `json:"state"`
 	Attempts   int       `json:"attempts"`
 	Error      string    `json:"error,omitempty"`
@@ -60,7 +61,7 @@ type Sagas interface {
 }
 
 // Saga states SagaFilter selects (those of effect/saga).
-var sagaStates = []string{"running", "compensating", "completed", "compensated", "failed"}
+var sagaStates = []string{"running", "compensating", "completed", "compensated", "failed", "resolved"}
 
 // SagaFilter selects sagas; State "" selects all.
 type SagaFilter struct {
@@ -93,6 +94,19 @@ type SagaStep struct {
 type SagaDetail struct {
 	Saga
 	Steps []SagaStep `json:"steps"`
+	// NextAt is when an orchestrator may next advance it (after a backoff);
+	// LeaseUntil, if in the future, is how long an orchestrator holds it.
+	NextAt     time.Time `json:"next_at,omitzero"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// Resolution is set once the saga was resolved by hand (state resolved).
+	Resolution *SagaResolution `json:"resolution,omitempty"`
+}
+
+// SagaResolution records how a saga was resolved by hand.
+type SagaResolution struct {
+	Note          string    `json:"note"`
+	At            time.Time `json:"at"`
+	PreviousState string    `json:"previous_state"` // its state when it was resolved
 }
 
 // SagaPage is a page of Sagas.List.

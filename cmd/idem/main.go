@@ -78,6 +78,7 @@ var commands = []command{
 	{"dlq", "list, show, replay or discard the inbox's dead letters (list, show, replay, discard)", (*Main).runDLQ},
 	{"outbox", "outbox backlog, parked messages and relays (status, parked, retry, discard)", (*Main).runOutbox},
 	{"sagas", "list, show, retry or resolve sagas (list, show, retry, resolve)", (*Main).runSagas},
+	{"admin", "operator API: inspect and act on keys, dead letters, outbox, effects and sagas", (*Main).runAdmin},
 }
 
 // Run executes the command named by args[0]. What it writes to Stderr and the

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/idemmem"
 	"github.com/idemhq/idem/outbox"
 )
@@ -22,6 +23,7 @@ import (
 //
 //	serve  --store   sqlite:PATH, postgres://, mysql://, redis://, memory:  storeSpec.open
 //	relay  --db      sqlite:PATH, postgres://, mysql://              openRelayDB
+//	admin  --db      sqlite:PATH, postgres://, mysql:// (no DDL)  openAdminDB
 //	relay  --sink    nats://, kafka://, redis://, amqp://, https://  sinkSpec.open
 //	verify --db      sqlite:[PATH], postgres://, mysql://            openVerifyDB
 //	verify --broker  nats:[//…], kafka:[//…], redis://, amqp://      openVerifyBroker
@@ -47,7 +49,7 @@ func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store i
 
 // openMemoryStore is serve's --store memory:[?max_bytes=N].
 func openMemoryStore(s storeSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
-	st, err := idemmem.New(idemmem.Config{Registerer: reg, MaxBytes: s.maxBytes})
+	st, err := idemmem.New(idemmem.Config{Registerer: reg, MaxBytes: s.maxBytes, KeepKeys: s.keepKeys})
 	return st, func() {}, err
 }
 
@@ -56,6 +58,7 @@ func openMemoryStore(s storeSpec, reg prometheus.Registerer) (idem.Store, func()
 type relayDB struct {
 	run, ping func(context.Context) error
 	close     func()
+	outbox    admin.Outbox // the admin API's outbox area on the same database
 }
 
 // openRelayDB opens the outbox of --db and its relay publishing to sink.
@@ -72,13 +75,13 @@ func openRelayDB(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.Rela
 }
 
 // withRelay sets rd.run to the relay of ob to sink, or closes rd.
-func withRelay[Tx any](rd *relayDB, ob *outbox.Outbox[Tx], sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
+func withRelay[Tx any](rd *relayDB, ob *outbox.Outbox[Tx], db idem.TxDB[Tx], sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
 	r, err := ob.Relay(sink, cfg)
 	if err != nil {
 		rd.close()
 		return nil, err
 	}
-	rd.run = r.Run
+	rd.run, rd.outbox = r.Run, outboxArea(db)
 	return rd, nil
 }
 

@@ -82,12 +82,13 @@ func openMySQLRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.R
 		return nil, err
 	}
 	rd := &relayDB{ping: mdb.PingContext, close: func() { mdb.Close() }}
-	ob, err := outbox.New(ctx, idem.SQLDBFor(idem.MySQL, mdb), outbox.Config{})
+	txdb := idem.SQLDBFor(idem.MySQL, mdb)
+	ob, err := outbox.New(ctx, txdb, outbox.Config{})
 	if err != nil {
 		rd.close()
 		return nil, fmt.Errorf("--db %s: %w", db.desc, redact.Error(err))
 	}
-	return withRelay(rd, ob, sink, cfg)
+	return withRelay(rd, ob, txdb, sink, cfg)
 }
 
 // openVerifyMySQL is verify's --db mysql://…: a fresh database on that server,

@@ -57,7 +57,8 @@ func openPostgresRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbo
 	}
 	n := idempg.NewNotifier(pool, idempg.DefaultChannel)
 	rd := &relayDB{ping: pool.Ping, close: func() { n.Close(); pool.Close() }}
-	ob, err := outbox.New(ctx, idempg.TxDB(pool), outbox.Config{})
+	txdb := idempg.TxDB(pool)
+	ob, err := outbox.New(ctx, txdb, outbox.Config{})
 	if err == nil {
 		// Listen before the first round: every commit after it wakes the relay, and
 		// every commit before it is seen by that round.
@@ -68,7 +69,7 @@ func openPostgresRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbo
 		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
 	}
 	cfg.Notifier = n
-	return withRelay(rd, ob, sink, cfg)
+	return withRelay(rd, ob, txdb, sink, cfg)
 }
 
 // openVerifyPostgres is verify's --db postgres://…: a fresh schema, dropped after

@@ -49,7 +49,7 @@ func openSQLiteRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.
 		rd.close()
 		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
 	}
-	return withRelay(rd, ob, sink, cfg)
+	return withRelay(rd, ob, txdb, sink, cfg)
 }
 
 // openVerifySQLite is verify's --db sqlite:[PATH]: a new file (a temporary one,

@@ -34,6 +34,7 @@ type relayOptions struct {
 	amqpExchange             string
 	amqpMandatory            bool
 	webhookSecret            string
+	adminToken               string
 	webhookTimeout           time.Duration
 	schema                   bool
 }
@@ -80,6 +81,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.amqpMandatory, "amqp-mandatory", true, "fail (and retry, then park) messages no RabbitMQ queue is bound to, instead of losing them")
 	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "HMAC secret of webhook signatures, 32+ random bytes (openssl rand -hex 32); prefer the environment  [$IDEM_WEBHOOK_SECRET]")
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "time limit of one webhook request")
+	fs.StringVar(&o.adminToken, "admin-token", "", "serve the admin API (the outbox) at /api/ of --listen with this bearer token, 16+ random bytes; prefer the environment  [$IDEM_ADMIN_TOKEN]")
 	fs.BoolVar(&o.schema, "schema", false, "print the outbox table and the insert contract for services in other languages, and exit")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -88,11 +90,15 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	o.db = cmp.Or(o.db, os.Getenv("IDEM_DB"))
 	o.sink = cmp.Or(o.sink, os.Getenv("IDEM_SINK"))
 	o.webhookSecret = cmp.Or(o.webhookSecret, os.Getenv("IDEM_WEBHOOK_SECRET"))
+	o.adminToken = cmp.Or(o.adminToken, os.Getenv("IDEM_ADMIN_TOKEN"))
 	if o.schema {
 		printSchema(m.Stdout, dialectOf(o.db))
 		return nil
 	}
 	db, sink, err := o.check()
+	if err == nil {
+		err = checkAdminToken(o.adminToken, "--listen", o.listen)
+	}
 	if err != nil {
 		return usageErr(fs, "%s", redact.String(err.Error()))
 	}
@@ -194,12 +200,18 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 		return err
 	}
 	defer rd.close()
-	return m.serveRelay(ctx, o, h, reg, rd.run, rd.ping, fmt.Sprintf("%s → %s", db.desc, ss.desc))
+	handler := relayHandler(reg, h)
+	if o.adminToken != "" {
+		if handler, err = relayAdminAPI(o.adminToken, rd.outbox, reg, log, handler); err != nil {
+			return err
+		}
+	}
+	return m.serveRelay(ctx, o, h, handler, rd.run, rd.ping, fmt.Sprintf("%s → %s", db.desc, ss.desc))
 }
 
 // serveRelay runs the relay, the database pinger and the HTTP server until ctx
 // ends or the server fails.
-func (m *Main) serveRelay(ctx context.Context, o *relayOptions, h *health, reg *prometheus.Registry,
+func (m *Main) serveRelay(ctx context.Context, o *relayOptions, h *health, handler http.Handler,
 	run, ping func(context.Context) error, what string) error {
 	var srv *http.Server
 	srvErr := make(chan error, 1)
@@ -208,13 +220,17 @@ func (m *Main) serveRelay(ctx context.Context, o *relayOptions, h *health, reg *
 		if err != nil {
 			return fmt.Errorf("--listen %s: %w", o.listen, err)
 		}
-		srv = &http.Server{Handler: relayHandler(reg, h), ReadHeaderTimeout: 10 * time.Second}
+		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				srvErr <- fmt.Errorf("--listen %s: %w", o.listen, err)
 			}
 		}()
-		fmt.Fprintf(m.Stderr, "idem relay: listening on %s (/metrics, /healthz)\n", ln.Addr())
+		served := "/metrics, /healthz"
+		if o.adminToken != "" {
+			served += ", /api/ and the console at /"
+		}
+		fmt.Fprintf(m.Stderr, "idem relay: listening on %s (%s)\n", ln.Addr(), served)
 	}
 	fmt.Fprintf(m.Stderr, "idem relay: relaying %s (batch %d, poll %v)\n", what, o.batch, o.poll)
 

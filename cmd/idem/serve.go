@@ -25,6 +25,7 @@ import (
 // serveOptions are the flags of idem serve.
 type serveOptions struct {
 	listen, admin, upstream, store     string
+	adminToken                         string
 	scopeHeader, oversize, methods     string
 	fingerprintHeaders, replayHeaders  string
 	credentialHeaders                  string
@@ -90,9 +91,13 @@ func (m *Main) runServe(ctx context.Context, args []string) error {
 		return usageErr(fs, "%v", err)
 	}
 	spec, err := o.check()
+	if err == nil {
+		err = checkAdminToken(o.adminToken, "--admin-listen", o.admin)
+	}
 	if err != nil {
 		return usageErr(fs, "%v", err)
 	}
+	spec.store.keepKeys = o.adminToken != ""
 	return m.serve(ctx, o, spec)
 }
 
@@ -104,6 +109,7 @@ func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.upstream, "upstream", "", "URL of the service behind the gateway, such as http://127.0.0.1:9000 (required)")
 	fs.StringVar(&o.store, "store", "sqlite:idem-gateway.db", "where keys and responses are kept: sqlite:PATH, postgres://…, mysql://…, redis://… or memory:")
 	fs.StringVar(&o.admin, "admin-listen", "127.0.0.1:9465", "address of /metrics and /healthz; empty for none")
+	fs.StringVar(&o.adminToken, "admin-token", "", "serve the admin API (the store's keys) at /api/ of --admin-listen with this bearer token, 16+ random bytes; prefer $IDEM_ADMIN_TOKEN")
 	fs.StringVar(&o.scopeHeader, "scope-header", "", "also scope keys by this tenant header (requests without it get 400), combined with the caller's credentials")
 	fs.BoolVar(&o.trustScope, "trust-scope-header", false, "scope keys by --scope-header alone, without the credentials: only behind a trusted proxy that authenticates callers and sets (and strips) this header")
 	fs.StringVar(&o.credentialCookies, "credential-cookies", "", "comma-separated cookie names that identify a caller (such as sid); when set, only they of the Cookie header are hashed into the scope, so other cookies may change between retries")
@@ -178,7 +184,13 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 	defer srv.Close()
 	admin, adminAddr := (*http.Server)(nil), "off"
 	if o.admin != "" {
-		if admin, adminAddr, err = startServer(o.admin, "--admin-listen", adminHandler(reg, storeHealth(store)), timeouts, log, srvErr); err != nil {
+		probes := adminHandler(reg, storeHealth(store))
+		if o.adminToken != "" {
+			if probes, err = serveAdminAPI(o.adminToken, store, reg, log, probes); err != nil {
+				return err
+			}
+		}
+		if admin, adminAddr, err = startServer(o.admin, "--admin-listen", probes, timeouts, log, srvErr); err != nil {
 			return err
 		}
 		defer admin.Close()

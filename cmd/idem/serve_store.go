@@ -27,6 +27,9 @@ type storeSpec struct {
 	// maxBytes is the memory store's budget (?max_bytes=): 0 for idemmem's default,
 	// negative for none.
 	maxBytes int64
+	// keepKeys makes the memory store remember its keys, so the admin API can list
+	// them (serve --admin-token).
+	keepKeys bool
 }
 
 // parseStore checks --store. Its errors are usage errors: they name the flag and the fix.

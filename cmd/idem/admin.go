@@ -1,0 +1,353 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/admin/console"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/internal/redact"
+	"github.com/idemhq/idem/outbox"
+)
+
+// defaultAdminListen is idem admin's address: loopback, as every daemon's default.
+const defaultAdminListen = "127.0.0.1:9466"
+
+// adminOptions are the flags of idem admin.
+type adminOptions struct {
+	listen, db       string
+	stores           storeFlags
+	token, readToken string
+	insecure         bool
+	drainLimit       time.Duration
+}
+
+const adminSynopsis = `Serves idem's operator API (package admin) on --listen: JSON under /api/ to
+see and act on the idempotency keys of the --store stores, and on the dead
+letters, outbox, effects and sagas of the --db database (each area whose tables
+are there; the others answer 404 not-configured). GET /api/openapi.json lists
+the routes. /metrics (Prometheus) and /healthz (200 while the database and the
+stores answer) are served beside it, without a token.
+
+Every /api/ request needs "Authorization: Bearer <token>": --token for full
+access, --read-token for GET only. Pass them through the environment
+($IDEM_ADMIN_TOKEN, $IDEM_ADMIN_READ_TOKEN), not the command line, which other
+users of the machine can read; they are never printed. Without a token the API
+listens only on a loopback address, and only with --insecure.
+
+Stores (--store, repeatable; name=URL names one, else it is "default"):
+  sqlite:PATH, postgres://…, mysql://…, redis://…   as idem serve's --store
+Databases (--db): postgres://…, mysql://… or sqlite:PATH (an existing file).
+
+SIGINT or SIGTERM stops taking connections and finishes the requests in flight.`
+
+func (m *Main) runAdmin(ctx context.Context, args []string) error {
+	fs := m.newFlagSet("admin", adminSynopsis)
+	o := &adminOptions{}
+	fs.StringVar(&o.listen, "listen", defaultAdminListen, "address of the API, /metrics and /healthz")
+	fs.StringVar(&o.db, "db", "", "the database of the inbox, outbox, effects and sagas: postgres://…, mysql://… or sqlite:PATH  [$IDEM_DB]")
+	fs.Var(&o.stores, "store", "an idempotency store to inspect, [name=]URL: sqlite:PATH, postgres://…, mysql://… or redis://…; repeatable")
+	fs.StringVar(&o.token, "token", "", "full-access bearer token, 16+ random bytes (openssl rand -hex 32); prefer the environment  [$IDEM_ADMIN_TOKEN]")
+	fs.StringVar(&o.readToken, "read-token", "", "read-only bearer token (GET requests only); prefer the environment  [$IDEM_ADMIN_READ_TOKEN]")
+	fs.BoolVar(&o.insecure, "insecure", false, "serve without a token: loopback --listen only, for development")
+	fs.DurationVar(&o.drainLimit, "shutdown-timeout", 10*time.Second, "how long a stop waits for requests in flight")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	// The environment is read after parsing so that --help never prints a secret.
+	o.db = cmp.Or(o.db, os.Getenv("IDEM_DB"))
+	o.token = cmp.Or(o.token, os.Getenv("IDEM_ADMIN_TOKEN"))
+	o.readToken = cmp.Or(o.readToken, os.Getenv("IDEM_ADMIN_READ_TOKEN"))
+	db, err := o.check()
+	if err != nil {
+		return usageErr(fs, "%s", redact.String(err.Error()))
+	}
+	return m.admin(ctx, o, db)
+}
+
+// check validates the flags before anything connects; its errors name the flag
+// and never quote a token.
+func (o *adminOptions) check() (*dbSpec, error) {
+	cfg := admin.Config{Token: o.token, ReadToken: o.readToken, Insecure: o.insecure}
+	switch {
+	case o.db == "" && len(o.stores) == 0:
+		return nil, errors.New("nothing to serve: pass --db (the inbox, outbox, effects and sagas) and/or --store (idempotency keys)")
+	case o.token == "" && o.readToken == "" && !o.insecure:
+		return nil, errors.New("--token is empty (and so is --read-token): set $IDEM_ADMIN_TOKEN to 16+ random bytes " +
+			"(openssl rand -hex 32), or pass --insecure to serve without a token on a loopback --listen")
+	case o.token != "" && o.insecure:
+		return nil, errors.New("--insecure with a token: drop --insecure, the token is used")
+	}
+	if err := admin.CheckListen(o.listen, cfg); err != nil {
+		var ie *idem.InputError
+		if errors.As(err, &ie) {
+			return nil, fmt.Errorf("--listen %s: %s", ie.Reason, ie.Fix)
+		}
+		return nil, err
+	}
+	if _, err := admin.New(cfg); err != nil { // token lengths, a read token equal to the token
+		var ie *idem.InputError
+		if errors.As(err, &ie) {
+			flag := map[string]string{"Config.Token": "--token", "Config.ReadToken": "--read-token"}[ie.Field]
+			return nil, fmt.Errorf("%s %s: %s", cmp.Or(flag, ie.Field), ie.Reason, ie.Fix)
+		}
+		return nil, err
+	}
+	for _, s := range o.stores {
+		if s.spec.kind == "memory" {
+			return nil, fmt.Errorf("--store %s=memory: a memory store lives in its gateway's process: "+
+				"run idem serve --admin-token to inspect it", s.name)
+		}
+	}
+	if o.db == "" {
+		return nil, nil
+	}
+	db, err := parseDB(o.db)
+	return &db, err
+}
+
+// storeFlags is the repeatable --store [name=]URL.
+type storeFlags []namedStore
+
+type namedStore struct {
+	name string
+	spec storeSpec
+}
+
+func (f *storeFlags) String() string {
+	names := make([]string, len(*f))
+	for i, s := range *f {
+		names[i] = s.name + "=" + s.spec.desc
+	}
+	return strings.Join(names, ",")
+}
+
+// Set parses name=URL or URL. A name has no ':' (a URL's scheme does), so a URL
+// whose query holds '=' is not taken for a name.
+func (f *storeFlags) Set(v string) error {
+	name, raw := "default", v
+	if n, rest, ok := strings.Cut(v, "="); ok && !strings.Contains(n, ":") {
+		name, raw = n, rest
+	}
+	if name == "" || strings.ContainsAny(name, " \t/") {
+		return fmt.Errorf("bad store name %q: use letters, digits, '-' or '_', as in main=sqlite:keys.db", name)
+	}
+	if slices.ContainsFunc(*f, func(s namedStore) bool { return s.name == name }) {
+		return fmt.Errorf("two stores named %q: name each, as in --store a=URL --store b=URL", name)
+	}
+	spec, err := parseStore(raw)
+	if err != nil {
+		return errors.New(redact.String(err.Error()))
+	}
+	*f = append(*f, namedStore{name: name, spec: spec})
+	return nil
+}
+
+// admin connects the stores and the database, then serves until ctx ends.
+func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
+	log := slog.New(redact.Handler(slog.NewTextHandler(m.Stderr, nil)))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := admin.Config{Token: o.token, ReadToken: o.readToken, Insecure: o.insecure, Logger: log, Registerer: reg,
+		Stores: map[string]idem.Inspector{}}
+	var pings []func(context.Context) error
+	for _, s := range o.stores {
+		store, closeStore, err := s.spec.open(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		in, ok := store.(idem.Inspector)
+		if !ok {
+			return fmt.Errorf("--store %s: this store cannot be inspected", s.spec.desc)
+		}
+		cfg.Stores[s.name] = in
+		pings = append(pings, inspectPing(in))
+	}
+	what := fmt.Sprintf("%d store(s)", len(o.stores))
+	if db != nil {
+		ping, closeDB, skipped, err := openAdminDB(ctx, *db, &cfg)
+		if err != nil {
+			return err
+		}
+		defer closeDB()
+		pings = append(pings, ping)
+		what += ", " + db.desc
+		for _, area := range slices.Sorted(maps.Keys(skipped)) {
+			log.Warn("idem admin: area off: its tables are missing or behind", "area", area, "err", skipped[area])
+		}
+	}
+	cfg.Console, cfg.Gatherer = console.Handler(), reg
+	api, err := admin.New(cfg)
+	if err != nil {
+		return fmt.Errorf("idem admin: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", api) // /api/, and the console at /
+	probes := adminHandler(reg, pingAll(pings))
+	mux.Handle("GET /metrics", probes)
+	mux.Handle("GET /healthz", probes)
+
+	srvErr := make(chan error, 1)
+	timeouts := serverTimeouts{read: 30 * time.Second, write: 2 * time.Minute, idle: 2 * time.Minute}
+	srv, addr, err := startServer(o.listen, "--listen", mux, timeouts, log, srvErr)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	access := "token"
+	if o.insecure {
+		access = "no token (--insecure)"
+	}
+	fmt.Fprintf(m.Stderr, "idem admin: listening on %s (console at /, /api/, /metrics, /healthz; %s)\n", addr, access)
+	fmt.Fprintf(m.Stderr, "idem admin: serving %s\n", what)
+	select {
+	case <-ctx.Done():
+	case err = <-srvErr:
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.drainLimit)
+	defer cancel()
+	_ = srv.Shutdown(dctx)
+	if err == nil {
+		fmt.Fprintln(m.Stderr, "idem admin: stopped")
+	}
+	return err
+}
+
+// openAdminDB connects --db and sets cfg's areas of the components whose tables it
+// holds (admin.ForSQL: no DDL); skipped names the others.
+func openAdminDB(ctx context.Context, db dbSpec, cfg *admin.Config) (ping func(context.Context) error, close func(), skipped map[string]error, err error) {
+	switch db.dialect {
+	case "postgres":
+		pool, err := openPostgres(ctx, "--db", db.desc, db.raw)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ping, close = pool.Ping, pool.Close
+		skipped, err = admin.ForSQL(ctx, idempg.TxDB(pool), cfg)
+		return adminDBOpened(db, ping, close, skipped, err)
+	case "mysql":
+		mdb, err := openMySQL(ctx, "--db", db.desc, db.raw)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ping, close = mdb.PingContext, func() { mdb.Close() }
+		skipped, err = admin.ForSQL(ctx, idem.SQLDBFor(idem.MySQL, mdb), cfg)
+		return adminDBOpened(db, ping, close, skipped, err)
+	case "sqlite":
+		sdb, err := openSQLite(db.path)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--db %s: %w", db.desc, err)
+		}
+		ping, close = sdb.PingContext, func() { sdb.Close() }
+		txdb, err := idem.SQLDB(ctx, sdb)
+		if err == nil {
+			skipped, err = admin.ForSQL(ctx, txdb, cfg)
+		}
+		return adminDBOpened(db, ping, close, skipped, err)
+	}
+	return nil, nil, nil, fmt.Errorf("--db %s: unknown database", db.desc)
+}
+
+// adminDBOpened closes what openAdminDB opened if err is set.
+func adminDBOpened(db dbSpec, ping func(context.Context) error, close func(), skipped map[string]error, err error) (func(context.Context) error, func(), map[string]error, error) {
+	if err != nil {
+		close()
+		return nil, nil, nil, fmt.Errorf("--db %s: %w", db.desc, redact.Error(err))
+	}
+	return ping, close, skipped, nil
+}
+
+// inspectPing checks a store by inspecting serve's health key: a read, never a
+// write, so the admin can watch a store it must not change.
+func inspectPing(in idem.Inspector) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if _, err := in.Inspect(ctx, healthKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
+			return err
+		}
+		return nil
+	}
+}
+
+// pingAll answers /healthz: healthy while every ping answers within 3 s.
+func pingAll(pings []func(context.Context) error) func(context.Context) (bool, string) {
+	return func(ctx context.Context) (bool, string) {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		for _, ping := range pings {
+			if err := ping(ctx); err != nil {
+				return false, "unhealthy: a backend did not answer: " + reasonOf(err)
+			}
+		}
+		return true, "ok"
+	}
+}
+
+// adminAPI mounts the admin API of cfg (with the full-access token, from
+// --admin-token) at /api/ of a daemon's admin listener, and the console at /;
+// next keeps /metrics and /healthz.
+func adminAPI(token string, cfg admin.Config, next http.Handler) (http.Handler, error) {
+	cfg.Token = token
+	cfg.Console = console.Handler()
+	if g, ok := cfg.Registerer.(prometheus.Gatherer); ok {
+		cfg.Gatherer = g // the console's charts: this daemon's own metrics
+	}
+	api, err := admin.New(cfg)
+	if err != nil {
+		var ie *idem.InputError
+		if errors.As(err, &ie) && ie.Field == "Config.Token" {
+			return nil, fmt.Errorf("--admin-token %s: %s", ie.Reason, ie.Fix)
+		}
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", next)
+	mux.Handle("/healthz", next)
+	mux.Handle("/", api)
+	return mux, nil
+}
+
+// checkAdminToken checks serve's and relay's --admin-token before anything
+// connects; listen is the admin listener's address ("" for none).
+func checkAdminToken(token, listenFlag, listen string) error {
+	switch {
+	case token == "":
+		return nil
+	case len(token) < admin.MinTokenLen:
+		return fmt.Errorf("--admin-token is shorter than %d bytes: use a random token, such as openssl rand -hex 32", admin.MinTokenLen)
+	case listen == "":
+		return fmt.Errorf("--admin-token is set but %s is empty: the admin API is served on that listener", listenFlag)
+	}
+	return nil
+}
+
+// serveAdminAPI mounts the keys area of serve's store on its admin listener.
+func serveAdminAPI(token string, store idem.Store, reg prometheus.Registerer, log *slog.Logger, next http.Handler) (http.Handler, error) {
+	in, ok := store.(idem.Inspector)
+	if !ok {
+		return nil, errors.New("--admin-token: this store cannot be inspected")
+	}
+	return adminAPI(token, admin.Config{Stores: map[string]idem.Inspector{"default": in}, Registerer: reg, Logger: log}, next)
+}
+
+// relayAdminAPI mounts the outbox area of relay's --db on its --listen.
+func relayAdminAPI(token string, ob admin.Outbox, reg prometheus.Registerer, log *slog.Logger, next http.Handler) (http.Handler, error) {
+	return adminAPI(token, admin.Config{Outbox: ob, Registerer: reg, Logger: log}, next)
+}
+
+// outboxArea is the admin area of relay's outbox.
+func outboxArea[Tx any](db idem.TxDB[Tx]) admin.Outbox { return admin.OutboxFrom(outbox.NewAdmin(db)) }
