@@ -110,7 +110,7 @@ func (f *fakeDeadLetters) Get(ctx context.Context, id int64) (admin.DeadLetter, 
 }
 
 // Replay hands the messages back to their consumer: they leave the dead letters.
-func (f *fakeDeadLetters) Replay(ctx context.Context, ids []int64) ([]admin.ReplayResult, error) {
+func (f *fakeDeadLetters) Replay(ctx context.Context, ids []int64, reason string) ([]admin.ReplayResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []admin.ReplayResult
