@@ -1,6 +1,8 @@
 // Command idem runs idem's daemons and checks: verify (the end-to-end proof under
 // faults), bench (store figures beside raw baselines), serve (HTTP idempotency
-// gateway), relay (outbox relay) and migrate (idem's SQL schema).
+// gateway), relay (outbox relay), migrate (idem's SQL schema), admin (the operator
+// API and web console), and keys, dlq, outbox and sagas (the same operations from a
+// shell).
 package main
 
 import (
