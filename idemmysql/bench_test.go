@@ -21,9 +21,20 @@ func runClients(b *testing.B, op func(ctx context.Context, id string) error) {
 }
 
 // BenchmarkClaim is a fresh key's claim, its own transaction; BenchmarkRawInsertIgnore
-// is the baseline: one autocommit INSERT IGNORE of the same key shape.
+// is the baseline: one autocommit INSERT IGNORE of the same key shape, and
+// BenchmarkRawInsertIgnoreRows one of the same rows (every column of the records
+// table, and its index on expires_us). BenchmarkClaimUngrouped is Claim with group
+// claims off (Config.MaxClaimGroup 1): every claim its own CALL.
 func BenchmarkClaim(b *testing.B) {
 	s := openBench(b)
+	runClients(b, func(ctx context.Context, id string) error {
+		_, err := s.Claim(ctx, idem.Claim{Key: idem.Key{Scope: "bench", ID: id}})
+		return err
+	})
+}
+
+func BenchmarkClaimUngrouped(b *testing.B) {
+	s := openBenchConfig(b, idemmysql.Config{MaxClaimGroup: 1})
 	runClients(b, func(ctx context.Context, id string) error {
 		_, err := s.Claim(ctx, idem.Claim{Key: idem.Key{Scope: "bench", ID: id}})
 		return err
@@ -70,11 +81,26 @@ func BenchmarkRawInsertIgnore(b *testing.B) {
 	})
 }
 
+func BenchmarkRawInsertIgnoreRows(b *testing.B) {
+	s := openBench(b)
+	if _, err := s.DB().Exec(`CREATE TABLE raw LIKE idem_records`); err != nil {
+		b.Fatal(err)
+	}
+	const now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+	runClients(b, func(ctx context.Context, id string) error {
+		_, err := s.DB().ExecContext(ctx, `INSERT IGNORE INTO raw (scope, id, state, fingerprint, token, retention_us, created_us, expires_us)
+			VALUES (?, ?, 1, '', 1, 86400000000, `+now+`, `+now+` + 30000000)`, "bench", id)
+		return err
+	})
+}
+
 func mysqlDatabase(b *testing.B) string { return testsvc.MySQLDatabase(b) }
 
-func openBench(b *testing.B) *idemmysql.Store {
+func openBench(b *testing.B) *idemmysql.Store { return openBenchConfig(b, idemmysql.Config{}) }
+
+func openBenchConfig(b *testing.B, cfg idemmysql.Config) *idemmysql.Store {
 	b.Helper()
-	s, err := idemmysql.Open(context.Background(), mysqlDatabase(b), idemmysql.Config{})
+	s, err := idemmysql.Open(context.Background(), mysqlDatabase(b), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
