@@ -36,9 +36,10 @@ import (
 // letter of a running inbox consumer, a message parked by a running relay, a failed
 // saga and its effects, and a registry fed by the store, the consumer and the relay.
 // It checks the tables show them, then replays the dead letter, force-evicts a held
-// key and retries the parked message through the page's buttons, and checks on the
-// backends that each happened: the consumer applied the letter once, the key's old
-// holder lost its lease, the relay published the message.
+// key, discards one parked message and retries the other through the page's
+// buttons, and checks on the backends that each happened: the consumer applied the
+// letter once, the key's old holder lost its lease, the relay published the retried
+// message and not the discarded one.
 func TestBrowserRealBackends(t *testing.T) {
 	needChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -152,23 +153,27 @@ func TestBrowserRealBackends(t *testing.T) {
 	}
 	run("relay", relay.Run)
 	if err := db.InTx(ctx, func(tx *sql.Tx) error {
-		_, err := ob.EnqueueTx(ctx, tx, idem.Message{ID: "ship-1", Topic: "shipments", Payload: []byte(`{"order":"o-done"}`)})
+		_, err := ob.EnqueueTx(ctx, tx, idem.Message{ID: "ship-1", Topic: "shipments", Payload: []byte(`{"order":"o-done"}`)},
+			idem.Message{ID: "ship-2", Topic: "shipments", Payload: []byte(`{"order":"o-gone"}`)})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	oba := outbox.NewAdmin(db)
-	var parked outbox.Parked
-	testsvc.Eventually(t, time.Minute, "ship-1 parked", func() bool {
+	var parked, parked2 outbox.Parked
+	testsvc.Eventually(t, time.Minute, "ship-1 and ship-2 parked", func() bool {
 		list, err := oba.Parked(ctx, 0, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list) == 1 {
-			parked = list[0]
+		if len(list) == 2 {
+			parked, parked2 = list[0], list[1]
 		}
-		return len(list) == 1
+		return len(list) == 2
 	})
+	if parked.Message.ID != "ship-1" || parked2.Message.ID != "ship-2" {
+		t.Fatalf("parked %+v and %+v", parked, parked2)
+	}
 	sink.setFailing(false) // the broker is back; a parked message waits for a retry
 
 	// A failed saga: its last step fails for good, and so does the refund of the first.
@@ -242,21 +247,23 @@ func TestBrowserRealBackends(t *testing.T) {
 	// The tables show the real rows.
 	dlRow := fmt.Sprintf(`#deadletters tr[data-id="%d"]`, letter.ID)
 	pRow := fmt.Sprintf(`#parked tr[data-id="%d"]`, parked.ID)
+	pRow2 := fmt.Sprintf(`#parked tr[data-id="%d"]`, parked2.ID)
 	ui.wantTrue("one dead letter", `document.querySelectorAll('#deadletters tr[data-id]').length === 1`)
 	ui.wantText(dlRow+` td:nth-child(2)`, "payments")
 	ui.wantText(dlRow+` td:nth-child(3)`, "payments.v1")
 	ui.wantText(dlRow+` td:nth-child(4)`, "permanent")
 	ui.wantTrue("the dead letter's reason", `document.querySelector('`+dlRow+` td:nth-child(5)').textContent.includes('card declined')`)
 	ui.wantText(dlRow+` td:nth-child(8) code`, `{"amount":7}`)
-	ui.wantTrue("one parked message", `document.querySelectorAll('#parked tr[data-id]').length === 1`)
+	ui.wantTrue("two parked messages", `document.querySelectorAll('#parked tr[data-id]').length === 2`)
+	ui.wantText(pRow2+` td:nth-child(3)`, "ship-2")
 	ui.wantText(pRow+` td:nth-child(2)`, "shipments")
 	ui.wantText(pRow+` td:nth-child(3)`, "ship-1")
 	ui.wantTrue("the parked message's error", `document.querySelector('`+pRow+` td:nth-child(5)').textContent.includes('broker down')`)
 	ui.wantTrue("relay-a in the outbox status", `document.getElementById('outbox-status').textContent.includes('relay relay-a')`)
 	ui.wantText(`#sagas tr[data-id="c-1"] td:nth-child(2)`, "checkout")
 	ui.wantText(`#sagas tr[data-id="c-1"] td:nth-child(3)`, "failed")
-	ui.wantTrue("the saga's failed effects", `Array.from(document.querySelectorAll('#effects tr[data-id="c-1"] td:nth-child(2)'),
-		td => td.textContent).join() === 'failed,failed'`)
+	ui.wantTrue("the saga's failed effects, with their steps", `Array.from(document.querySelectorAll('#effects tr[data-id="c-1"]'),
+		tr => tr.cells[0].textContent + ':' + tr.cells[1].textContent).sort().join() === 'c-1 do:ship:failed,c-1 undo:charge:failed'`)
 
 	ui.run(`document.getElementById('keys-scope').value = 'orders'; document.getElementById('keys-form').requestSubmit()`)
 	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 2`)
@@ -268,7 +275,7 @@ func TestBrowserRealBackends(t *testing.T) {
 	// The charts read the store's, the consumer's and the relay's metrics.
 	ui.waitTrue("the charts", `idemConsole.polls >= 2 && ['claims', 'deadletters', 'backlog', 'parked'].every(id =>
 		!document.querySelector('[data-chart="' + id + '"]').classList.contains('absent')) &&
-		document.querySelector('[data-chart="parked"] .chart-value').textContent === '1'`)
+		document.querySelector('[data-chart="parked"] .chart-value').textContent === '2'`)
 	ui.screenshot("real-overview")
 
 	// Replay the dead letter: the API records the request, the running consumer applies it.
@@ -313,7 +320,19 @@ func TestBrowserRealBackends(t *testing.T) {
 	}
 	wantAudit(t, &logs, "POST /api/keys/evict", "holder died")
 
-	// Retry the parked message: the running relay publishes it to the working broker.
+	// Discard ship-2: it leaves the table (the API still lists it, discarded) and the
+	// status counts it.
+	ui.run(`document.querySelector('` + pRow2 + ` button[data-action="discard"]').click()`)
+	ui.waitTrue("the dialog", `document.getElementById('confirm').open`)
+	ui.run(`document.getElementById('confirm-reason').value = 'order cancelled'; document.getElementById('confirm-form').requestSubmit()`)
+	ui.waitTrue("the discard's outcome", `idemConsole.actions.some(a => a.ok && a.text === 'discard parked message `+fmt.Sprint(parked2.ID)+`: discarded')`)
+	ui.waitTrue("ship-2 gone, counted as discarded", `!document.querySelector('`+pRow2+`') && !!document.querySelector('`+pRow+`') &&
+		document.getElementById('outbox-status').textContent.includes('1 discarded')`)
+	if st, err := oba.Status(ctx); err != nil || st.Parked != 1 || st.Discarded != 1 {
+		t.Errorf("outbox after the discard: %+v %v, want 1 parked and 1 discarded", st, err)
+	}
+
+	// Retry ship-1: the running relay publishes it to the working broker.
 	ui.run(`document.querySelector('` + pRow + ` button[data-action="retry"]').click()`)
 	ui.waitTrue("the dialog", `document.getElementById('confirm').open`)
 	ui.run(`document.getElementById('confirm-reason').value = 'broker back'; document.getElementById('confirm-form').requestSubmit()`)
