@@ -424,6 +424,7 @@
       el('span', null, el('b', null, fmt(backlog)), ' unpublished'),
       el('span', null, el('b', null, fmt(oldest)), 's oldest'),
       el('span', null, el('b', null, String(st.parked)), ' parked'));
+    if (st.discarded) box.append(el('span', { className: 'muted' }, st.discarded + ' discarded'));
     for (const r of st.relays || []) {
       box.append(el('span', { title: r.last_round || '' }, 'relay ', el('b', null, r.instance), ': ' + r.published + ' published, last round ' + ago(r.last_round)));
     }
@@ -431,7 +432,9 @@
       if (p.backlog) box.append(el('span', { className: 'muted' }, p.topic + (p.partition ? '/' + p.partition : '') + ': ' + p.backlog));
     }
     const page = await api('GET', 'outbox/parked' + q({ limit: 100 }));
-    const msgs = page.messages || [];
+    // The list holds the discarded messages too (with discarded_at): they need no
+    // action, and the status line counts them.
+    const msgs = (page.messages || []).filter(function (m) { return !m.discarded_at; });
     count('parked-count', msgs.length, page.next);
     fill('parked', msgs, function (m) {
       return [String(m.id), m.topic, m.message_id, String(m.attempts), el('td', { className: 'reason' }, m.last_error),
@@ -460,7 +463,9 @@
     const effs = page.effects || [];
     count('effects-count', effs.length, page.next);
     fill('effects', effs, function (f) {
-      return [f.key, el('td', { className: 'state ' + f.state }, f.state), String(f.attempts), el('td', { className: 'reason' }, f.error || ''),
+      // One key has an effect per step (a saga's do:<step> and undo:<step>).
+      return [el('td', null, f.key, f.step ? el('span', { className: 'muted step' }, ' ' + f.step) : null),
+        el('td', { className: 'state ' + f.state }, f.state), String(f.attempts), el('td', { className: 'reason' }, f.error || ''),
         timeCell(f.lease_until), timeCell(f.updated_at)];
     }, 'No stuck or failed effects.');
   }
