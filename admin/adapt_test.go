@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -138,6 +139,7 @@ type realDeadLetter struct {
 	State                    string
 	ReplayReason, ReplayNote string `json:"-"`
 	Payload                  admin.Preview
+	Headers                  map[string]string
 }
 
 // A dead letter made by a real inbox consumer is listed through the API, its
@@ -161,7 +163,7 @@ func TestAdaptDeadLettersReal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		msgs := []idem.Message{{ID: "pay-1", Topic: "payments", Payload: []byte(`{"amount":5}`)},
+		msgs := []idem.Message{{ID: "pay-1", Topic: "payments", Payload: []byte(`{"amount":5}`), Headers: map[string]string{"tenant": "t-9", "long": strings.Repeat("é", 300)}},
 			{ID: "pay-2", Topic: "payments", Payload: []byte(`{"amount":7}`)}}
 		for i, m := range msgs {
 			c.Process(ctx, []idem.Delivery{{Message: m, Attempt: 1, Position: fmt.Sprint("p", i), Settler: nopSettler{}}})
@@ -186,6 +188,14 @@ func TestAdaptDeadLettersReal(t *testing.T) {
 			t.Fatalf("second page %+v", page)
 		}
 		second := page.DeadLetters[0]
+		if first.Headers != nil {
+			t.Fatalf("a list shows headers: %v", first.Headers)
+		}
+		var one realDeadLetter
+		wantJSON(t, a.do("GET", fmt.Sprint("/api/deadletters/", first.ID), ""), &one)
+		if one.Headers["tenant"] != "t-9" || len(one.Headers["long"]) > admin.MaxHeaderValue+len("…") || !utf8.ValidString(one.Headers["long"]) {
+			t.Fatalf("headers of one dead letter: %q", one.Headers)
+		}
 		wantProblem(t, a.do("GET", "/api/deadletters?cursor=x1", ""), 400, admin.ProblemInvalid, "cursor")
 		wantProblem(t, a.do("GET", "/api/deadletters/999999", ""), 404, admin.ProblemNotFound, "999999")
 

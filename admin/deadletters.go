@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -57,8 +60,37 @@ type DeadLetter struct {
 	DiscardedAt       time.Time `json:"discarded_at,omitzero"`
 	DiscardReason     string    `json:"discard_reason,omitempty"`
 
+	// Headers are the message's broker headers, shown by GET /api/deadletters/{id}
+	// (not in lists), each value cut to MaxHeaderValue bytes, at most MaxHeaders.
+	Headers map[string]string `json:"headers,omitempty"`
 	// Payload is shown as a Preview, never whole unless asked for.
 	Payload []byte `json:"-"`
+}
+
+// Bounds on the headers a dead letter's view shows.
+const (
+	MaxHeaders     = 64
+	MaxHeaderValue = 256
+)
+
+// boundHeaders keeps at most MaxHeaders headers (by name order), values cut to
+// MaxHeaderValue bytes on a rune boundary.
+func boundHeaders(h map[string]string) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]string, min(len(h), MaxHeaders))
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		if len(out) == MaxHeaders {
+			break
+		}
+		v := h[k]
+		if len(v) > MaxHeaderValue {
+			v = strings.ToValidUTF8(v[:MaxHeaderValue], "") + "…"
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // DeadLetterPage is a page of DeadLetters.List.
@@ -130,6 +162,7 @@ func serveDeadLetters(h *handler, r *http.Request, c *call) (any, error) {
 		Next        string           `json:"next"`
 	}{make([]deadLetterView, 0, len(page.DeadLetters)), page.Next}
 	for _, d := range page.DeadLetters {
+		d.Headers = nil // GET /api/deadletters/{id} shows them
 		out.DeadLetters = append(out.DeadLetters, deadLetterView{d, preview(d.Payload, false)})
 	}
 	return out, nil
@@ -150,6 +183,7 @@ func serveDeadLetter(h *handler, r *http.Request, c *call) (any, error) {
 	} else if err != nil {
 		return nil, err
 	}
+	d.Headers = boundHeaders(d.Headers)
 	return deadLetterView{d, preview(d.Payload, full)}, nil
 }
 
