@@ -1,0 +1,111 @@
+package otelx_test
+
+import (
+	"context"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/internal/otelx"
+)
+
+const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+func TestInjectCopiesAndReplaces(t *testing.T) {
+	t.Parallel()
+	tr := otelx.New(noop.NewTracerProvider(), propagation.TraceContext{})
+	caller := map[string]string{"k": "v", "Traceparent": "00-ffffffffffffffffffffffffffffffff-ffffffffffffffff-01"}
+	before := maps.Clone(caller)
+
+	// No span context: the headers as they are, the same map.
+	if got := tr.Inject(context.Background(), caller); !maps.Equal(got, before) {
+		t.Fatalf("without a span context Inject returned %v, want %v", got, before)
+	}
+
+	ctx := tr.Extract(context.Background(), map[string]string{"traceparent": traceparent})
+	got := tr.Inject(ctx, caller)
+	if !maps.Equal(caller, before) {
+		t.Fatalf("Inject wrote the caller's map: %v", caller)
+	}
+	want := map[string]string{"k": "v", "traceparent": traceparent}
+	if !maps.Equal(got, want) {
+		t.Fatalf("Inject returned %v, want %v (the stale Traceparent replaced)", got, want)
+	}
+}
+
+func TestExtractMatchesNamesWithoutCase(t *testing.T) {
+	t.Parallel()
+	tr := otelx.New(noop.NewTracerProvider(), propagation.TraceContext{})
+	for _, name := range []string{"traceparent", "Traceparent", "TRACEPARENT"} {
+		sc := trace.SpanContextFromContext(tr.Extract(context.Background(), map[string]string{name: traceparent}))
+		if sc.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" || !sc.IsRemote() {
+			t.Errorf("header %q: extracted %v, want the remote trace 0af7…", name, sc)
+		}
+	}
+	// Hostile values are refused by the propagator: no context.
+	for _, v := range []string{"", "garbage", strings.Repeat("0", 4096), "00-00000000000000000000000000000000-b7ad6b7169203331-01"} {
+		if sc := trace.SpanContextFromContext(tr.Extract(context.Background(), map[string]string{"traceparent": v})); sc.IsValid() {
+			t.Errorf("traceparent %.40q gave a valid context %v", v, sc)
+		}
+	}
+}
+
+// TestHelpersCostNothingUntraced: with a non-recording span the attribute helpers
+// allocate nothing.
+func TestHelpersCostNothingUntraced(t *testing.T) {
+	_, span := noop.NewTracerProvider().Tracer("t").Start(context.Background(), "x")
+	m := idem.Message{ID: "m", Topic: "orders"}
+	allocs := testing.AllocsPerRun(100, func() {
+		otelx.SetKey(span, idem.Key{Scope: "s", ID: "k"})
+		otelx.SetOutcome(span, idem.Acquired, 7)
+		otelx.MessageAttrs(span, "nats", "process", m, "partition 3 offset 1017")
+		otelx.Fail(span, context.Canceled)
+	})
+	if allocs != 0 {
+		t.Fatalf("the helpers allocated %.0f times on a non-recording span, want 0", allocs)
+	}
+}
+
+// TestMiddlewareUnderOuterSpan: behind an outer instrumented handler (a span already
+// in the request's context) the middleware's span is an internal child of it, and
+// the request's traceparent header is not used.
+func TestMiddlewareUnderOuterSpan(t *testing.T) {
+	t.Parallel()
+	tr := newTracing(t)
+	store, err := idemmem.New(idemmem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idemhttp.Middleware(idemhttp.Config{Store: store, TracerProvider: tr.tp, Propagator: tr.prop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	outer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := tr.tp.Tracer("outer").Start(r.Context(), "outer", trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+	req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+	req.Header.Set(idemhttp.HeaderKey, "k-1")
+	req.Header.Set("traceparent", traceparent)
+	rec := httptest.NewRecorder()
+	outer.ServeHTTP(rec, req)
+	if rec.Code != http.StatusNoContent {
+		t.Fatalf("status %d", rec.Code)
+	}
+	span := tr.one(t, otelx.SpanHTTPServer)
+	wantChild(t, span, tr.one(t, "outer"))
+	if span.SpanKind != trace.SpanKindInternal {
+		t.Errorf("the middleware's span is %s under an outer span, want internal", span.SpanKind)
+	}
+}
