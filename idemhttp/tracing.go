@@ -21,6 +21,15 @@ import (
 // request's copy.
 func (c *mwCore) startSpan(r *http.Request) (*http.Request, trace.Span) {
 	ctx := r.Context()
+	if c.tr.Off() {
+		// No span can record: pass on the caller's trace context, if any.
+		if !trace.SpanContextFromContext(ctx).IsValid() {
+			if ctx = c.tr.Propagator().Extract(ctx, propagation.HeaderCarrier(r.Header)); trace.SpanContextFromContext(ctx).IsValid() {
+				r = r.WithContext(ctx)
+			}
+		}
+		return r, otelx.NoSpan
+	}
 	kind := otelx.KindInternal
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		ctx = c.tr.Propagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
@@ -62,6 +71,13 @@ func endSpan(span trace.Span, o metrics.HTTPOutcome) {
 // attempt's request carrying it, with its trace context in the headers (injected
 // into the call's own copy of the caller's headers).
 func (c *clientCall) startAttempt(req *http.Request, n int) (*http.Request, trace.Span) {
+	if c.cfg.tr.Off() {
+		// No span can record: pass on the caller's trace context, if any.
+		if trace.SpanContextFromContext(req.Context()).IsValid() {
+			c.cfg.tr.Propagator().Inject(req.Context(), propagation.HeaderCarrier(c.req.Header))
+		}
+		return req, otelx.NoSpan
+	}
 	ctx, span := c.cfg.tr.Start(req.Context(), otelx.SpanHTTPClient, otelx.KindClient...)
 	if span.IsRecording() {
 		span.SetAttributes(otelx.KeyKey.String(c.key), otelx.KeyAttempt.Int(n),

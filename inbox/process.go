@@ -39,9 +39,9 @@ type item struct {
 	recorded bool         // outcome was answered by the batch's RecordTx
 	outcome  idem.Outcome // RecordTx's answer
 
-	parent trace.SpanContext // the trace context found in the headers
-	span   trace.Span        // the delivery's span, once started (see tracing.go)
-	start  time.Time         // when the batch began: the span's start
+	parent trace.SpanContext       // the trace context found in the headers
+	span   trace.Span              // the delivery's span, once started (see tracing.go)
+	opts   []trace.SpanStartOption // the batch's span options: kind, start time
 }
 
 // errHandler aborts a single-message transaction whose handler failed, and
@@ -71,9 +71,13 @@ func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 func (c *Consumer[Tx]) process(ctx context.Context, ds []idem.Delivery) []item {
 	start := time.Now()
 	items := make([]item, len(ds))
+	var opts []trace.SpanStartOption // nil: no span can record (see startApply)
+	if !c.tr.Off() {
+		opts = spanOptions(start)
+	}
 	for i, d := range ds {
 		items[i] = c.prepare(d)
-		items[i].parent, items[i].start = c.parentOf(ctx, d), start
+		items[i].parent, items[i].opts = c.parentOf(ctx, d), opts
 	}
 	err := c.db.InTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, false) })
 	if errors.Is(err, errSavepoints) { // a handler failed in the fast path: again, guarded

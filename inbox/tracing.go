@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -29,6 +30,12 @@ func (c *Consumer[Tx]) parentOf(ctx context.Context, d idem.Delivery) trace.Span
 	return trace.SpanContextFromContext(c.tr.Extract(ctx, d.Headers))
 }
 
+// spanOptions are the options of a batch's process spans: made once per batch, so
+// starting a delivery's span allocates no options.
+func spanOptions(start time.Time) []trace.SpanStartOption {
+	return []trace.SpanStartOption{kindConsumer, trace.WithTimestamp(start)}
+}
+
 // startProcess starts it's idem.inbox.process span, once, and returns ctx with it.
 func (c *Consumer[Tx]) startProcess(ctx context.Context, it *item) context.Context {
 	if it.span != nil {
@@ -37,18 +44,27 @@ func (c *Consumer[Tx]) startProcess(ctx context.Context, it *item) context.Conte
 	if it.parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, it.parent)
 	}
-	ctx, it.span = c.tr.Start(ctx, otelx.SpanInboxProcess, kindConsumer, trace.WithTimestamp(it.start))
+	ctx, it.span = c.tr.Start(ctx, otelx.SpanInboxProcess, it.opts...)
 	c.deliveryAttrs(it.span, it)
 	return ctx
 }
 
 // startApply starts the idem.inbox.apply span of one run of it's handler, a child
-// of its process span.
+// of its process span. Under a process span that does not record (no provider, or
+// not sampled) it starts none: the handler's context carries the process span's
+// trace context, which is all a non-recording child would give it.
 func (c *Consumer[Tx]) startApply(ctx context.Context, it *item) (context.Context, trace.Span) {
-	ctx = c.startProcess(ctx, it)
-	if it.span.IsRecording() {
-		it.span.SetAttributes(otelx.Outcome(idem.Acquired))
+	if it.opts == nil { // tracing is off: no spans, the message's context passed on
+		if it.parent.IsValid() {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, it.parent)
+		}
+		return ctx, otelx.NoSpan
 	}
+	ctx = c.startProcess(ctx, it)
+	if !it.span.IsRecording() {
+		return ctx, otelx.NoSpan
+	}
+	it.span.SetAttributes(otelx.Outcome(idem.Acquired))
 	return c.tr.Start(ctx, otelx.SpanInboxApply, otelx.KindInternal...)
 }
 
@@ -56,14 +72,19 @@ func (c *Consumer[Tx]) startApply(ctx context.Context, it *item) (context.Contex
 // failure): the process span with its verdict, or, for a duplicate, a suppressed
 // span linked to the message's context, with no apply span under it.
 func (c *Consumer[Tx]) endSpan(ctx context.Context, it *item, settleErr error) {
-	if it.v == duplicate && it.span == nil {
-		opts := []trace.SpanStartOption{kindConsumer, newRoot, trace.WithTimestamp(it.start)}
+	if it.opts == nil {
+		return // tracing is off
+	}
+	switch {
+	case it.span != nil:
+	case it.v == duplicate:
+		opts := append([]trace.SpanStartOption{newRoot}, it.opts...)
 		if it.parent.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: it.parent}))
 		}
 		_, it.span = c.tr.Start(ctx, otelx.SpanInboxSuppress, opts...)
 		c.deliveryAttrs(it.span, it)
-	} else {
+	default:
 		c.startProcess(ctx, it)
 	}
 	span := it.span

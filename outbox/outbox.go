@@ -66,8 +66,11 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Outbox[Tx]
 // message's headers, under the propagator's names (traceparent, tracestate), so the
 // relay publishes it in the same trace; the caller's Headers map is not modified.
 func (o *Outbox[Tx]) EnqueueTx(ctx context.Context, tx Tx, msgs ...idem.Message) (ids []string, err error) {
-	ctx, span := o.tr.Start(ctx, otelx.SpanOutboxEnqueue, otelx.KindInternal...)
-	defer func() { otelx.Fail(span, err); span.End() }()
+	span := otelx.NoSpan
+	if !o.tr.Off() {
+		ctx, span = o.tr.Start(ctx, otelx.SpanOutboxEnqueue, otelx.KindInternal...)
+		defer func() { otelx.Fail(span, err); span.End() }()
+	}
 	ids = make([]string, len(msgs))
 	q := o.db.Querier(tx)
 	now := o.now().UnixMilli()

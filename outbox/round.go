@@ -100,8 +100,11 @@ func (r *Relay[Tx]) publish(ctx context.Context, q idem.Querier, rows []row) (in
 // one: a message published again (after a failure, or by a relay that died before
 // marking it) is a new span of the same trace.
 func (r *Relay[Tx]) send(ctx context.Context, msgs []idem.Message) error {
-	spans := make([]trace.Span, len(msgs))
-	for i := range msgs {
+	var spans []trace.Span
+	if !r.tr.Off() { // else the stored headers are sent as they are
+		spans = make([]trace.Span, len(msgs))
+	}
+	for i := range spans {
 		m := &msgs[i]
 		var sctx context.Context
 		sctx, spans[i] = r.tr.Start(r.tr.Extract(ctx, m.Headers), otelx.SpanRelayPublish, otelx.KindProducer...)

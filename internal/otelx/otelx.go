@@ -17,6 +17,7 @@ package otelx
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -26,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idemhq/idem"
 )
@@ -86,18 +88,50 @@ var (
 type Tracer struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+	global bool // follows the global provider: Off asks it each time
+	noop   bool // a provider whose spans never record
 }
 
 // New returns the Tracer of tp and prop; nil means the global one.
 func New(tp trace.TracerProvider, prop propagation.TextMapPropagator) Tracer {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
+	t := Tracer{prop: prop}
+	if tp == nil || (unsetGlobal != nil && tp == unsetGlobal) {
+		t.global, tp = true, otel.GetTracerProvider()
 	}
+	_, t.noop = tp.(noop.TracerProvider)
 	if prop == nil {
-		prop = otel.GetTextMapPropagator()
+		t.prop = otel.GetTextMapPropagator()
 	}
-	return Tracer{tracer: tp.Tracer(TracerName), prop: prop}
+	t.tracer = tp.Tracer(TracerName)
+	return t
 }
+
+// unsetGlobal is the global TracerProvider before the application sets one:
+// OpenTelemetry's delegating provider, whose spans never record. Nil if a provider
+// was set before this package was initialized.
+var unsetGlobal = func() trace.TracerProvider {
+	tp := otel.GetTracerProvider()
+	if fmt.Sprintf("%T", tp) != "*global.tracerProvider" {
+		return nil
+	}
+	return tp
+}()
+
+// Off reports whether no span can record now: the provider is a no-op, or the global
+// one that the application has not set (yet). Components then start no span at all,
+// so tracing costs nothing when unused, and only propagate the trace context they
+// were given (as a no-op provider's spans would). Checked per call, so a global
+// provider set later takes effect. (OpenTelemetry's eBPF auto-instrumentation, which
+// records spans of the unset global provider, is not seen: set a provider.)
+func (t Tracer) Off() bool {
+	if t.global {
+		return unsetGlobal != nil && otel.GetTracerProvider() == unsetGlobal
+	}
+	return t.noop
+}
+
+// NoSpan is the span of a step not traced (see Off): ending it does nothing.
+var NoSpan = trace.SpanFromContext(context.Background())
 
 // Start starts a span named name as a child of ctx's span.
 func (t Tracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {

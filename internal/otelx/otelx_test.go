@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -108,4 +109,55 @@ func TestMiddlewareUnderOuterSpan(t *testing.T) {
 	if span.SpanKind != trace.SpanKindInternal {
 		t.Errorf("the middleware's span is %s under an outer span, want internal", span.SpanKind)
 	}
+}
+
+// TestGlobalProviderFollowed: a component without a TracerProvider uses the global
+// one. While the application has set none, it starts no span but passes the
+// caller's trace context on (to what the handler enqueues or calls); once the
+// application sets one, even after the component was built, its spans record.
+// Not parallel: it sets the process's global provider.
+func TestGlobalProviderFollowed(t *testing.T) {
+	if !otelx.New(nil, nil).Off() {
+		t.Skip("the global TracerProvider was set by an earlier run of this test (-count > 1)")
+	}
+	var seen trace.SpanContext
+	mw, err := idemhttp.Middleware(idemhttp.Config{Store: mustMem(t), Propagator: propagation.TraceContext{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = trace.SpanContextFromContext(r.Context())
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	send := func(key string) {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+		req.Header.Set(idemhttp.HeaderKey, key)
+		req.Header.Set("traceparent", traceparent)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	send("k-1")
+	if seen.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" || seen.SpanID().String() != "b7ad6b7169203331" {
+		t.Fatalf("untraced, the handler saw trace context %s/%s, want the caller's", seen.TraceID(), seen.SpanID())
+	}
+
+	tr := newTracing(t)
+	otel.SetTracerProvider(tr.tp)
+	if otelx.New(nil, nil).Off() {
+		t.Fatal("Off after the global provider was set")
+	}
+	send("k-2")
+	span := tr.one(t, otelx.SpanHTTPServer)
+	if span.Parent.SpanID().String() != "b7ad6b7169203331" || seen.SpanID() != span.SpanContext.SpanID() {
+		t.Fatalf("with the global provider set, the span's parent is %s and the handler saw %s, want the caller's and the span's",
+			span.Parent.SpanID(), seen.SpanID())
+	}
+}
+
+func mustMem(t *testing.T) *idemmem.Store {
+	t.Helper()
+	s, err := idemmem.New(idemmem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
