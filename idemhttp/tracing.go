@@ -70,22 +70,26 @@ func endSpan(span trace.Span, o metrics.HTTPOutcome) {
 // startAttempt starts the client span of a Transport's attempt n and returns the
 // attempt's request carrying it, with its trace context in the headers (injected
 // into the call's own copy of the caller's headers).
+//
+// The Transport's configuration is built per call, so its tracer is made only when
+// a span can record.
 func (c *clientCall) startAttempt(req *http.Request, n int) (*http.Request, trace.Span) {
-	if c.cfg.tr.Off() {
+	if otelx.Off(c.cfg.tp) {
 		// No span can record: pass on the caller's trace context, if any.
 		if trace.SpanContextFromContext(req.Context()).IsValid() {
-			c.cfg.tr.Propagator().Inject(req.Context(), propagation.HeaderCarrier(c.req.Header))
+			otelx.Propagator(c.cfg.prop).Inject(req.Context(), propagation.HeaderCarrier(c.req.Header))
 		}
 		return req, otelx.NoSpan
 	}
-	ctx, span := c.cfg.tr.Start(req.Context(), otelx.SpanHTTPClient, otelx.KindClient...)
+	tr := otelx.New(c.cfg.tp, c.cfg.prop)
+	ctx, span := tr.Start(req.Context(), otelx.SpanHTTPClient, otelx.KindClient...)
 	if span.IsRecording() {
 		span.SetAttributes(otelx.KeyKey.String(c.key), otelx.KeyAttempt.Int(n),
 			semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddressKey.String(req.URL.Hostname()),
 			semconv.URLPathKey.String(req.URL.Path))
 	}
 	if span.SpanContext().IsValid() {
-		c.cfg.tr.Propagator().Inject(ctx, propagation.HeaderCarrier(c.req.Header))
+		tr.Propagator().Inject(ctx, propagation.HeaderCarrier(c.req.Header))
 		req = req.WithContext(ctx)
 	}
 	return req, span

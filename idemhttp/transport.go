@@ -16,7 +16,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
-	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/wait"
 )
 
@@ -136,14 +135,15 @@ type transportConfig struct {
 	maxElapsed             time.Duration
 	maxBody                int64
 	logger                 *slog.Logger
-	tr                     otelx.Tracer
+	tp                     trace.TracerProvider
+	prop                   propagation.TextMapPropagator
 }
 
 // config applies the defaults; the error is an *idem.InputError naming the field.
 func (t *Transport) config() (transportConfig, error) {
 	c := transportConfig{base: t.Base, newKey: t.NewKey, maxAttempts: t.MaxAttempts,
 		minBackoff: t.MinBackoff, maxBackoff: t.MaxBackoff, maxElapsed: t.MaxElapsed,
-		maxBody: t.MaxBodyBytes, logger: t.Logger, tr: otelx.New(t.TracerProvider, t.Propagator)}
+		maxBody: t.MaxBodyBytes, logger: t.Logger, tp: t.TracerProvider, prop: t.Propagator}
 	bad := func(field, reason string) error {
 		return &idem.InputError{Field: "Transport." + field, Reason: reason, Fix: "leave it 0 for the default"}
 	}

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/otelx"
@@ -38,10 +36,7 @@ type item struct {
 	claim    idem.Claim   // the key's claim: scope, key, payload fingerprint, retention
 	recorded bool         // outcome was answered by the batch's RecordTx
 	outcome  idem.Outcome // RecordTx's answer
-
-	parent trace.SpanContext       // the trace context found in the headers
-	span   trace.Span              // the delivery's span, once started (see tracing.go)
-	opts   []trace.SpanStartOption // the batch's span options: kind, start time
+	tr       *itemTrace   // nil: nothing to trace or pass on (see tracing.go)
 }
 
 // errHandler aborts a single-message transaction whose handler failed, and
@@ -71,13 +66,12 @@ func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 func (c *Consumer[Tx]) process(ctx context.Context, ds []idem.Delivery) []item {
 	start := time.Now()
 	items := make([]item, len(ds))
-	var opts []trace.SpanStartOption // nil: no span can record (see startApply)
-	if !c.tr.Off() {
-		opts = spanOptions(start)
-	}
+	traces := c.traces(ctx, ds, start)
 	for i, d := range ds {
 		items[i] = c.prepare(d)
-		items[i].parent, items[i].opts = c.parentOf(ctx, d), opts
+		if traces != nil {
+			items[i].tr = &traces[i]
+		}
 	}
 	err := c.db.InTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, false) })
 	if errors.Is(err, errSavepoints) { // a handler failed in the fast path: again, guarded

@@ -24,28 +24,46 @@ var (
 	verdictNames = [...]string{pending: "pending", processed: "processed", duplicate: "duplicate", retry: "retried", dead: "dead_lettered"}
 )
 
-// parentOf returns the trace context d carries in its headers, or ctx's when it
-// carries none.
-func (c *Consumer[Tx]) parentOf(ctx context.Context, d idem.Delivery) trace.SpanContext {
-	return trace.SpanContextFromContext(c.tr.Extract(ctx, d.Headers))
+// itemTrace is what a delivery carries for tracing.
+type itemTrace struct {
+	parent trace.SpanContext       // the trace context found in the headers, or ctx's
+	span   trace.Span              // the delivery's span, once started
+	opts   []trace.SpanStartOption // the batch's span options; nil: tracing is off
 }
 
-// spanOptions are the options of a batch's process spans: made once per batch, so
-// starting a delivery's span allocates no options.
-func spanOptions(start time.Time) []trace.SpanStartOption {
-	return []trace.SpanStartOption{kindConsumer, trace.WithTimestamp(start)}
+// traces returns the tracing state of a batch's deliveries, one per delivery, or
+// nil when there is nothing to trace or pass on: no span can record (Tracer.Off)
+// and no delivery carries a trace context. The options are made once per batch, so
+// starting a delivery's span allocates none.
+func (c *Consumer[Tx]) traces(ctx context.Context, ds []idem.Delivery, start time.Time) []itemTrace {
+	var out []itemTrace
+	var opts []trace.SpanStartOption
+	if !c.tr.Off() {
+		out, opts = make([]itemTrace, len(ds)), []trace.SpanStartOption{kindConsumer, trace.WithTimestamp(start)}
+	}
+	for i, d := range ds {
+		parent := trace.SpanContextFromContext(c.tr.Extract(ctx, d.Headers))
+		if out == nil && parent.IsValid() {
+			out = make([]itemTrace, len(ds))
+		}
+		if out != nil {
+			out[i] = itemTrace{parent: parent, opts: opts}
+		}
+	}
+	return out
 }
 
 // startProcess starts it's idem.inbox.process span, once, and returns ctx with it.
 func (c *Consumer[Tx]) startProcess(ctx context.Context, it *item) context.Context {
-	if it.span != nil {
-		return trace.ContextWithSpan(ctx, it.span)
+	t := it.tr
+	if t.span != nil {
+		return trace.ContextWithSpan(ctx, t.span)
 	}
-	if it.parent.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, it.parent)
+	if t.parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, t.parent)
 	}
-	ctx, it.span = c.tr.Start(ctx, otelx.SpanInboxProcess, it.opts...)
-	c.deliveryAttrs(it.span, it)
+	ctx, t.span = c.tr.Start(ctx, otelx.SpanInboxProcess, t.opts...)
+	c.deliveryAttrs(t.span, it)
 	return ctx
 }
 
@@ -54,17 +72,20 @@ func (c *Consumer[Tx]) startProcess(ctx context.Context, it *item) context.Conte
 // not sampled) it starts none: the handler's context carries the process span's
 // trace context, which is all a non-recording child would give it.
 func (c *Consumer[Tx]) startApply(ctx context.Context, it *item) (context.Context, trace.Span) {
-	if it.opts == nil { // tracing is off: no spans, the message's context passed on
-		if it.parent.IsValid() {
-			ctx = trace.ContextWithRemoteSpanContext(ctx, it.parent)
+	switch {
+	case it.tr == nil:
+		return ctx, otelx.NoSpan
+	case it.tr.opts == nil: // tracing is off: no spans, the message's context passed on
+		if it.tr.parent.IsValid() {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, it.tr.parent)
 		}
 		return ctx, otelx.NoSpan
 	}
 	ctx = c.startProcess(ctx, it)
-	if !it.span.IsRecording() {
+	if !it.tr.span.IsRecording() {
 		return ctx, otelx.NoSpan
 	}
-	it.span.SetAttributes(otelx.Outcome(idem.Acquired))
+	it.tr.span.SetAttributes(otelx.Outcome(idem.Acquired))
 	return c.tr.Start(ctx, otelx.SpanInboxApply, otelx.KindInternal...)
 }
 
@@ -72,22 +93,23 @@ func (c *Consumer[Tx]) startApply(ctx context.Context, it *item) (context.Contex
 // failure): the process span with its verdict, or, for a duplicate, a suppressed
 // span linked to the message's context, with no apply span under it.
 func (c *Consumer[Tx]) endSpan(ctx context.Context, it *item, settleErr error) {
-	if it.opts == nil {
+	t := it.tr
+	if t == nil || t.opts == nil {
 		return // tracing is off
 	}
 	switch {
-	case it.span != nil:
+	case t.span != nil:
 	case it.v == duplicate:
-		opts := append([]trace.SpanStartOption{newRoot}, it.opts...)
-		if it.parent.IsValid() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: it.parent}))
+		opts := append([]trace.SpanStartOption{newRoot}, t.opts...)
+		if t.parent.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: t.parent}))
 		}
-		_, it.span = c.tr.Start(ctx, otelx.SpanInboxSuppress, opts...)
-		c.deliveryAttrs(it.span, it)
+		_, t.span = c.tr.Start(ctx, otelx.SpanInboxSuppress, opts...)
+		c.deliveryAttrs(t.span, it)
 	default:
 		c.startProcess(ctx, it)
 	}
-	span := it.span
+	span := t.span
 	if span.IsRecording() {
 		span.SetAttributes(otelx.KeyVerdict.String(verdictNames[it.v]))
 		switch it.v {

@@ -106,6 +106,25 @@ func New(tp trace.TracerProvider, prop propagation.TextMapPropagator) Tracer {
 	return t
 }
 
+// Off reports whether no span of tp (nil: the global provider) can record now, as
+// Tracer.Off does, without making a Tracer: for calls that build their
+// configuration each time (idemhttp.Transport).
+func Off(tp trace.TracerProvider) bool {
+	if tp == nil || (unsetGlobal != nil && tp == unsetGlobal) {
+		return unsetGlobal != nil && otel.GetTracerProvider() == unsetGlobal
+	}
+	_, ok := tp.(noop.TracerProvider)
+	return ok
+}
+
+// Propagator returns prop, or the global propagator when prop is nil.
+func Propagator(prop propagation.TextMapPropagator) propagation.TextMapPropagator {
+	if prop == nil {
+		return otel.GetTextMapPropagator()
+	}
+	return prop
+}
+
 // unsetGlobal is the global TracerProvider before the application sets one:
 // OpenTelemetry's delegating provider, whose spans never record. Nil if a provider
 // was set before this package was initialized.

@@ -2,9 +2,11 @@ package otelx_test
 
 import (
 	"context"
+	"database/sql"
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,6 +18,8 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/otelx"
 )
 
@@ -161,3 +165,45 @@ func mustMem(t *testing.T) *idemmem.Store {
 	}
 	return s
 }
+
+// TestInboxPassesContextUntraced: with a provider whose spans never record, the
+// inbox starts no span but its handler's context still carries the trace context
+// of the message, so what the handler calls continues the producer's trace.
+func TestInboxPassesContextUntraced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := idemsqlite.Open(ctx, filepath.Join(t.TempDir(), "inbox.db"), idemsqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	txdb, err := idem.SQLDB(ctx, store.DB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []trace.SpanContext
+	handle := func(ctx context.Context, _ *sql.Tx, _ idem.Message) error {
+		seen = append(seen, trace.SpanContextFromContext(ctx))
+		return nil
+	}
+	c, err := inbox.New(ctx, nopSource{}, txdb, store, handle, inbox.Config{Consumer: "c",
+		TracerProvider: noop.NewTracerProvider(), Propagator: propagation.TraceContext{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Process(ctx, []idem.Delivery{
+		{Message: idem.Message{ID: "m-1", Topic: "t", Headers: map[string]string{"traceparent": traceparent}}, Settler: nopSettler{}},
+		{Message: idem.Message{ID: "m-2", Topic: "t"}, Settler: nopSettler{}},
+	})
+	if len(seen) != 2 || seen[0].SpanID().String() != "b7ad6b7169203331" || seen[1].IsValid() {
+		t.Fatalf("the handlers saw %v, want the message's context, then none", seen)
+	}
+}
+
+type nopSource struct{}
+
+func (nopSource) Receive(ctx context.Context, _ int) ([]idem.Delivery, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (nopSource) Close() error { return nil }
