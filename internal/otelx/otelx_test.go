@@ -3,14 +3,17 @@ package otelx_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -207,3 +210,46 @@ func (nopSource) Receive(ctx context.Context, _ int) ([]idem.Delivery, error) {
 	return nil, ctx.Err()
 }
 func (nopSource) Close() error { return nil }
+
+// TestTransportSpanPerAttempt: each attempt of idemhttp.Transport is its own client
+// span, with idem.attempt and the same idem.key, and sends its own traceparent.
+func TestTransportSpanPerAttempt(t *testing.T) {
+	t.Parallel()
+	tr := newTracing(t)
+	var got []http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Clone())
+		if len(got) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	client := &http.Client{Transport: &idemhttp.Transport{MinBackoff: time.Millisecond, TracerProvider: tr.tp, Propagator: tr.prop}}
+	ctx, root := tr.tp.Tracer("t").Start(context.Background(), "caller")
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("{}"))
+	req.Header.Set(idemhttp.HeaderKey, "k-9")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	root.End()
+	attempts := tr.named(otelx.SpanHTTPClient)
+	if len(attempts) != 2 || len(got) != 2 {
+		t.Fatalf("%d attempt spans and %d requests, want 2 and 2", len(attempts), len(got))
+	}
+	caller := tr.one(t, "caller")
+	for i, a := range attempts {
+		wantChild(t, a, caller)
+		wantAttrs(t, a, map[attribute.Key]any{otelx.KeyKey: "k-9", otelx.KeyAttempt: i + 1})
+		want := fmt.Sprintf("00-%s-%s-01", a.SpanContext.TraceID(), a.SpanContext.SpanID())
+		if tp := got[i].Get("Traceparent"); tp != want {
+			t.Errorf("attempt %d sent traceparent %q, want its span's %q", i+1, tp, want)
+		}
+	}
+	if v, _ := attr(attempts[0], "http.response.status_code"); v.AsInt64() != 503 || attempts[0].Status.Code.String() != "Error" {
+		t.Errorf("the first attempt's span has status code %v and status %v, want 503 and Error", v.AsInterface(), attempts[0].Status)
+	}
+}
