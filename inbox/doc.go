@@ -70,6 +70,7 @@
 // than per message as here, would link its one span to each message's context.)
 //
 // Config.TracerProvider and Config.Propagator are used when set, the global ones
-// otherwise; idem never installs its own. Without a provider the spans do not record
-// and no attribute is built.
+// otherwise; idem never installs its own. While no span can record (no provider
+// set, or a no-op one) none is started: the handler's context only carries the
+// message's trace context, if any, so what it calls still continues the trace.
 package inbox

@@ -11,8 +11,10 @@
 // Nothing here installs a provider or a propagator: a nil one means the global one
 // (otel.GetTracerProvider, otel.GetTextMapPropagator), resolved once, when the
 // component is built; the global ones delegate to whatever the application sets
-// later. With neither set, spans are non-recording and propagation is a no-op, and
-// the helpers build no attributes (they check Span.IsRecording first).
+// later. While no span can record (Off: the global provider unset, or a no-op one)
+// components start no span at all and only pass on the trace context they were
+// given; on a span that does not record (sampled out) the helpers build no
+// attributes (they check Span.IsRecording first).
 package otelx
 
 import (
