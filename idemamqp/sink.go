@@ -72,6 +72,10 @@ func NewSink(conn *amqp.Connection, cfg SinkConfig) (*Sink, error) {
 // of messages published on one channel into one queue, and has no dedup.
 func (s *Sink) Features() idem.Features { return idem.Features{OrderedPerKey: true} }
 
+// MessagingSystem is the messaging.system of the spans of the outbox relay and the
+// inbox that use it: "rabbitmq".
+func (s *Sink) MessagingSystem() string { return "rabbitmq" }
+
 // Publish validates every message, then sends them in order and waits for the
 // broker's confirm of each. A message the broker nacks, or returns as unroutable
 // (with SinkConfig.Mandatory), fails Publish with a *idem.BackendError naming its

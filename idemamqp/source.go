@@ -81,6 +81,10 @@ func (s *Source) Features() idem.Features {
 	return idem.Features{OrderedPerKey: true, DelayedNak: s.cfg.MaxNakDelay > 0, Attempts: s.cfg.Quorum}
 }
 
+// MessagingSystem is the messaging.system of the spans of the inbox that uses it:
+// "rabbitmq".
+func (s *Source) MessagingSystem() string { return "rabbitmq" }
+
 // Receive blocks until at least one delivery is available or ctx ends, and returns
 // at most max deliveries: the first, then whatever else has already arrived (at most
 // SourceConfig.Prefetch are unsettled at once). After Close it returns

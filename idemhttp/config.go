@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
 )
@@ -120,6 +122,13 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger receives store failures. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes the span of each keyed request (idem.http.request; see
+	// the package documentation); nil means the global one (otel.GetTracerProvider).
+	// Propagator reads the caller's trace context (traceparent) from the request
+	// headers when no span is active in its context yet; nil means the global one
+	// (otel.GetTextMapPropagator).
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 }
 
 // DefaultMaxBodyBytes is Config.MaxBodyBytes when zero.

@@ -122,6 +122,7 @@
 //	Content-Type:    <Message.Headers["Content-Type"]>, else application/octet-stream
 //	Idem-Topic:      <Message.Topic>
 //	Idem-Header-<Name>: <value>           one per entry of Message.Headers
+//	Traceparent, Tracestate               the W3C trace context, when the headers hold one
 //	Idem-Timestamp:  <Unix seconds when the request was signed>
 //	Idem-Signature:  v1=<lowercase hex HMAC-SHA256>
 //
@@ -150,4 +151,27 @@
 // timestamp outside a tolerance (5 minutes by default), which bounds how long a
 // captured request can be replayed. A replay within the tolerance carries an
 // Idempotency-Key the receiver has already processed.
+//
+// # Tracing
+//
+// With OpenTelemetry (Config.TracerProvider and Config.Propagator, or the global
+// ones when nil; idem never installs its own), the middleware makes one span per
+// keyed request, idem.http.request: a child of the span already in the request's
+// context (an outer otelhttp handler), else a server span whose parent is the
+// caller's traceparent header. It carries idem.scope, idem.key, idem.outcome
+// (acquired, replayed, in_progress, mismatch; idem.token when acquired) and
+// idem.duplicate=true for a replay or a 409; a rejected request or a failed store
+// marks it as an error. The handler runs under it, so what it enqueues (package
+// outbox) or calls stays in the trace. Requests without a key pass through untraced.
+//
+// Transport makes a client span per attempt, idem.http.attempt, with idem.key,
+// idem.attempt and the status code, and sends its traceparent, so a downstream
+// service continues the trace, one span per retry. The webhook sink sends the
+// traceparent and tracestate the outbox relay put in the message's headers as the
+// request's own, so the receiver continues the trace.
+//
+// While no span can record (no provider set, or a no-op one) no span is started at
+// all: the middleware only passes an incoming traceparent on to the handler, and
+// Transport only sends the trace context its request carries, so tracing costs
+// nothing when unused (the same allocations per keyed request as without it).
 package idemhttp

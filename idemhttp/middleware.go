@@ -8,9 +8,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/wait"
 )
 
@@ -62,6 +65,7 @@ type mwCore struct {
 	// inFlight counts the keyed requests past the Config.MaxInFlight check.
 	inFlight atomic.Int64
 	run      func(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome
+	tr       otelx.Tracer
 }
 
 func newMiddlewareCore(cfg Config, needStore bool) (*mwCore, error) {
@@ -69,7 +73,7 @@ func newMiddlewareCore(cfg Config, needStore bool) (*mwCore, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &mwCore{cfg: cfg, limit: int(cfg.MaxBodyBytes)}
+	c := &mwCore{cfg: cfg, limit: int(cfg.MaxBodyBytes), tr: otelx.New(cfg.TracerProvider, cfg.Propagator)}
 	if cfg.ReplayHeaders != nil {
 		c.allow = []string{} // an allow-list, even empty; nil stores all but the denied
 	}
@@ -111,12 +115,15 @@ func (c *mwCore) applies(method string) bool {
 
 // serve runs the checks that need no store (key, scope, body), fingerprints the
 // request and hands it to run.
-func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request) metrics.HTTPOutcome {
+func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request) (o metrics.HTTPOutcome) {
 	keys := r.Header[HeaderKey]
-	switch {
-	case len(keys) == 0 && !c.cfg.RequireKey:
+	if len(keys) == 0 && !c.cfg.RequireKey {
 		next.ServeHTTP(w, r)
 		return metrics.HTTPPassthrough
+	}
+	r, span := c.startSpan(r)
+	defer func() { endSpan(span, o) }()
+	switch {
 	case len(keys) == 0:
 		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Missing Idempotency-Key",
 			"idem: Idempotency-Key is missing: this endpoint requires one; send one unique key per operation (e.g. a UUID) and the same key on every retry", 0)
@@ -135,6 +142,7 @@ func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		writeProblem(w, http.StatusBadRequest, ProblemInvalidScope, "Invalid request scope", err.Error(), 0)
 		return metrics.HTTPRejected
 	}
+	otelx.SetKey(span, idem.Key{Scope: scope, ID: keys[0]})
 
 	if c.cfg.MaxInFlight > 0 {
 		// Before the body is read: a request over the cap costs no memory.
@@ -167,7 +175,7 @@ func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 	q.fingerprint(r, c.fpHeaders)
 	q.claim = idem.Claim{Key: idem.Key{Scope: scope, ID: keys[0]}, Fingerprint: q.fp[:],
 		Lease: c.cfg.Lease, Retention: c.cfg.Retention}
-	o := c.run(next, w, r, q)
+	o = c.run(next, w, r, q)
 	putMWRequest(q) // not reached when the handler panics: q may still be in use
 	return o
 }
@@ -197,6 +205,7 @@ func (c *mwCore) runPlain(next http.Handler, w http.ResponseWriter, r *http.Requ
 	case res.Outcome != idem.Acquired:
 		return c.answerDuplicate(w, r, q.claim.Key, res)
 	}
+	otelx.SetOutcome(trace.SpanFromContext(ctx), res.Outcome, res.Token)
 	return c.execute(next, w, r, q, res.Token)
 }
 

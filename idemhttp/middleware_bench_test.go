@@ -64,7 +64,11 @@ func newMWBenchTarget(b *testing.B, mode string) *mwBenchTarget {
 		if err != nil {
 			b.Fatal(err)
 		}
-		mw, err := idemhttp.Middleware(idemhttp.Config{Store: store})
+		cfg := idemhttp.Config{Store: store}
+		if mode == "new-key-traced" {
+			cfg.TracerProvider = benchTracerProvider(b)
+		}
+		mw, err := idemhttp.Middleware(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/wait"
@@ -105,6 +108,12 @@ type Transport struct {
 	MaxBodyBytes int64
 	// Logger receives a debug record per retry. Nil means slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes a client span per attempt (idem.http.attempt, with
+	// idem.key and idem.attempt); nil means the global one (otel.GetTracerProvider).
+	// Propagator writes the attempt's trace context into the request headers
+	// (traceparent); nil means the global one (otel.GetTextMapPropagator).
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 }
 
 // Transport defaults and limits; see the fields of Transport.
@@ -126,13 +135,15 @@ type transportConfig struct {
 	maxElapsed             time.Duration
 	maxBody                int64
 	logger                 *slog.Logger
+	tp                     trace.TracerProvider
+	prop                   propagation.TextMapPropagator
 }
 
 // config applies the defaults; the error is an *idem.InputError naming the field.
 func (t *Transport) config() (transportConfig, error) {
 	c := transportConfig{base: t.Base, newKey: t.NewKey, maxAttempts: t.MaxAttempts,
 		minBackoff: t.MinBackoff, maxBackoff: t.MaxBackoff, maxElapsed: t.MaxElapsed,
-		maxBody: t.MaxBodyBytes, logger: t.Logger}
+		maxBody: t.MaxBodyBytes, logger: t.Logger, tp: t.TracerProvider, prop: t.Propagator}
 	bad := func(field, reason string) error {
 		return &idem.InputError{Field: "Transport." + field, Reason: reason, Fix: "leave it 0 for the default"}
 	}
@@ -313,7 +324,9 @@ func (c *clientCall) run() (*http.Response, error) {
 			}
 			attempt = &a
 		}
+		attempt, span := c.startAttempt(attempt, n)
 		resp, err := c.cfg.base.RoundTrip(attempt)
+		endAttempt(span, resp, err)
 		if err != nil && ctx.Err() != nil {
 			return nil, err // the caller gave up: not a failure to report or retry
 		}

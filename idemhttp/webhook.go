@@ -147,8 +147,11 @@ func (s *WebhookSink) post(ctx context.Context, m idem.Message) error {
 	req.Header.Set("Content-Type", "application/octet-stream")
 	for k, v := range m.Headers {
 		req.Header.Set(HeaderPrefix+k, v)
-		if http.CanonicalHeaderKey(k) == "Content-Type" {
-			req.Header.Set("Content-Type", v)
+		switch http.CanonicalHeaderKey(k) {
+		case "Content-Type", "Traceparent", "Tracestate":
+			// The receiver's own: its body type, and the W3C trace context the
+			// outbox relay put there, so the receiver continues the trace.
+			req.Header.Set(k, v)
 		}
 	}
 	req.Header.Set(HeaderIdempotencyKey, m.ID)

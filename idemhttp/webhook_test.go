@@ -87,7 +87,8 @@ func TestWebhookHeadersAndSignature(t *testing.T) {
 	rc := newReceiver(t, nil)
 	msgs := []idem.Message{
 		{ID: "order-1.created", Topic: "orders.created", Payload: []byte(`{"total":42}`),
-			Headers: map[string]string{"Content-Type": "application/json", "trace_id": "t-1"}},
+			Headers: map[string]string{"Content-Type": "application/json", "trace_id": "t-1",
+				"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
 		{ID: "order-2.created", Topic: "orders.created", Payload: []byte{0, 1, 2}},
 	}
 	if err := rc.sink(t).Publish(context.Background(), msgs...); err != nil {
@@ -119,6 +120,9 @@ func TestWebhookHeadersAndSignature(t *testing.T) {
 	h0, h1 := got[0].req.Header, got[1].req.Header
 	if h0.Get("Content-Type") != "application/json" || h0.Get("Idem-Header-Trace_id") != "t-1" || h0.Get("Idem-Header-Content-Type") != "application/json" {
 		t.Errorf("message headers not carried: %v", h0)
+	}
+	if h0.Get("Traceparent") != msgs[0].Headers["traceparent"] || h1.Get("Traceparent") != "" {
+		t.Errorf("traceparent sent as %q and %q, want the message's %q and none", h0.Get("Traceparent"), h1.Get("Traceparent"), msgs[0].Headers["traceparent"])
 	}
 	if h1.Get("Content-Type") != "application/octet-stream" {
 		t.Errorf("Content-Type without a header = %q, want application/octet-stream", h1.Get("Content-Type"))

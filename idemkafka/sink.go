@@ -129,6 +129,10 @@ func toRecord(m idem.Message) *kgo.Record {
 // Source.Features.
 func (s *Sink) Features() idem.Features { return adapterFeatures() }
 
+// MessagingSystem is the messaging.system of the spans of the outbox relay and the
+// inbox that use it: "kafka".
+func (s *Sink) MessagingSystem() string { return "kafka" }
+
 // Close disconnects the producer. Every Publish that returned nil is already
 // written; records of one that returned early on its ctx may be dropped if still
 // buffered, which that Publish's error already allowed.

@@ -273,6 +273,10 @@ func (s *Source) Commit(ctx context.Context) error {
 // doc.go explains each flag.
 func (s *Source) Features() idem.Features { return adapterFeatures() }
 
+// MessagingSystem is the messaging.system of the spans of the outbox relay and the
+// inbox that use it: "kafka".
+func (s *Source) MessagingSystem() string { return "kafka" }
+
 // Close commits what was acknowledged, leaves the group (so its partitions go to
 // the other members at once) and disconnects. Deliveries not acknowledged are
 // redelivered from the committed offsets, to this group's other members or to the

@@ -43,6 +43,10 @@ func NewSink(js jetstream.JetStream, cfg SinkConfig) (*Sink, error) {
 // for the conditions of each.
 func (s *Sink) Features() idem.Features { return features() }
 
+// MessagingSystem is the messaging.system of the spans of the outbox relay and the
+// inbox that use it: "nats".
+func (s *Sink) MessagingSystem() string { return "nats" }
+
 // features is shared by Sink and Source: both ends of one JetStream stream.
 func features() idem.Features {
 	return idem.Features{Dedup: true, OrderedPerKey: true, DelayedNak: true, Attempts: true}

@@ -71,6 +71,10 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg SourceConfig) (*
 // Features reports what JetStream guarantees to idem; see the package documentation.
 func (s *Source) Features() idem.Features { return features() }
 
+// MessagingSystem is the messaging.system of the spans of the outbox relay and the
+// inbox that use it: "nats".
+func (s *Source) MessagingSystem() string { return "nats" }
+
 // Receive returns up to max deliveries, blocking until at least one is available
 // or ctx ends (then it returns ctx.Err()). Each delivery must be settled with Ack
 // after its effect committed, or Nak; one left unsettled comes back after AckWait.

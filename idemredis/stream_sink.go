@@ -64,6 +64,10 @@ func NewStreamSink(client redis.UniversalClient, cfg StreamSinkConfig) (*StreamS
 // Features implements idem.FeatureReporter; see StreamSource for the reasons.
 func (s *StreamSink) Features() idem.Features { return streamFeatures() }
 
+// MessagingSystem is the messaging.system of the spans of the outbox relay and the
+// inbox that use it: "redis".
+func (s *StreamSink) MessagingSystem() string { return "redis" }
+
 // Publish implements idem.Sink. Every message is validated first, so a bad one
 // publishes nothing. The XADDs of one call go in one pipeline (one round trip, one
 // per node on a cluster) and land in each stream in the order given. On a

@@ -106,6 +106,10 @@ func NewStreamSource(client redis.UniversalClient, cfg StreamSourceConfig) (*Str
 // Features implements idem.FeatureReporter; the type's doc gives the reasons.
 func (s *StreamSource) Features() idem.Features { return streamFeatures() }
 
+// MessagingSystem is the messaging.system of the spans of the outbox relay and the
+// inbox that use it: "redis".
+func (s *StreamSource) MessagingSystem() string { return "redis" }
+
 // Consumer is the source's consumer name in the group, as XINFO CONSUMERS shows it.
 func (s *StreamSource) Consumer() string { return s.cfg.Consumer }
 

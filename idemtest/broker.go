@@ -39,6 +39,7 @@ func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
 		{"BadMessageRefused", testBrokerBadInput},
 		{"CancelledReceive", testBrokerCancelled},
 		{"ClosedSource", testBrokerClosed},
+		{"TraceContextSurvives", testBrokerTraceContext},
 	})
 }
 

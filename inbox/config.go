@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
 )
@@ -55,6 +57,13 @@ type Config struct {
 	// print` with their own tool: New then only checks that idem_dead_letters is up
 	// to date, and fails with a *migrate.BehindError naming the missing migration.
 	SkipMigrate bool
+	// TracerProvider makes the spans of each delivery (idem.inbox.process, its
+	// idem.inbox.apply, or idem.inbox.duplicate; see the package documentation);
+	// nil means the global one (otel.GetTracerProvider). Propagator reads the trace
+	// context from the message headers; nil means the global one
+	// (otel.GetTextMapPropagator).
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 }
 
 const (

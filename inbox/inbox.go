@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/migrate"
 )
@@ -33,6 +34,8 @@ type Consumer[Tx any] struct {
 	metrics  *metrics.Inbox
 	seqs     SeqTracker[Tx] // with seqOf, set by WithSequences
 	seqOf    SeqFunc
+	tr       otelx.Tracer
+	sys      string // the source's messaging.system, "" if it does not say
 
 	mu       sync.Mutex
 	failures map[string]*failure // by message key: counts for brokers that do not count
@@ -70,7 +73,8 @@ func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store i
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer[Tx]{src: src, db: db, store: store, handle: handle, cfg: cfg, metrics: m, failures: map[string]*failure{}}
+	c := &Consumer[Tx]{src: src, db: db, store: store, handle: handle, cfg: cfg, metrics: m, failures: map[string]*failure{},
+		tr: otelx.New(cfg.TracerProvider, cfg.Propagator), sys: otelx.System(src)}
 	c.recorder, _ = store.(idem.TxRecorder[Tx])
 	for _, o := range opts {
 		o(c)

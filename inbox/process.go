@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 // verdict is what became of one delivery in a batch.
@@ -35,6 +36,7 @@ type item struct {
 	claim    idem.Claim   // the key's claim: scope, key, payload fingerprint, retention
 	recorded bool         // outcome was answered by the batch's RecordTx
 	outcome  idem.Outcome // RecordTx's answer
+	tr       *itemTrace   // nil: nothing to trace or pass on (see tracing.go)
 }
 
 // errHandler aborts a single-message transaction whose handler failed, and
@@ -64,8 +66,12 @@ func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 func (c *Consumer[Tx]) process(ctx context.Context, ds []idem.Delivery) []item {
 	start := time.Now()
 	items := make([]item, len(ds))
+	traces := c.traces(ctx, ds, start)
 	for i, d := range ds {
 		items[i] = c.prepare(d)
+		if traces != nil {
+			items[i].tr = &traces[i]
+		}
 	}
 	err := c.db.InTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, false) })
 	if errors.Is(err, errSavepoints) { // a handler failed in the fast path: again, guarded
@@ -272,6 +278,7 @@ func (c *Consumer[Tx]) settleOne(ctx context.Context, it *item) {
 		c.cfg.Logger.Warn("inbox: settling a delivery failed; the broker will redeliver it",
 			"consumer", c.cfg.Consumer, "id", it.d.ID, "position", it.d.Position, "err", err)
 	}
+	c.endSpan(ctx, it, err)
 }
 
 // recordAll records the keys of a batch's pending items in one statement, when the
@@ -317,7 +324,10 @@ func (c *Consumer[Tx]) bySequence(d idem.Delivery) bool {
 // idemhttp.Transport carry the same keys on every redelivery.
 func (c *Consumer[Tx]) runHandler(ctx context.Context, tx Tx, it *item, final bool) {
 	key, consumer := it.key, c.cfg.Consumer
+	ctx, span := c.startApply(ctx, it)
 	err := c.run(idem.WithKeyFunc(ctx, func() string { return idemkey.Derive(key, consumer) }), tx, it.d.Message)
+	otelx.Fail(span, err)
+	span.End()
 	if err == nil {
 		it.v = processed
 		return

@@ -54,4 +54,21 @@
 // part (any integer in [0, 64): fnv32a(ordering_key or msg_id) % 64 keeps per-key
 // order), headers (a JSON object of strings), payload, and created_at = available_at
 // = the current Unix time in milliseconds; then NOTIFY idem_outbox (PostgreSQL).
+//
+// # Tracing
+//
+// EnqueueTx makes a span, idem.outbox.enqueue, and stores its trace context in each
+// message's headers under the propagator's names (W3C traceparent and tracestate):
+// the trace travels with the row, in the headers column, with no schema change. The
+// relay makes one producer span per message published, idem.outbox.publish, whose
+// parent is that stored context (messaging.system when the sink reports one,
+// messaging.destination.name, messaging.message.id, idem.outbox.partition), and
+// sends the message with the publish span's context in place of the stored one. A
+// message published again, after a failure or by a relay that died before marking
+// it, gets a new publish span under the same enqueue span: the trace is kept. A
+// relay without a propagator (a process with no OpenTelemetry set up) sends the
+// stored headers unchanged, so the consumer still continues the producer's trace.
+// Config.TracerProvider and RelayConfig.TracerProvider (and their Propagator) are
+// used when set, the global ones otherwise; idem never installs its own. Services in
+// other languages that write the table may put a traceparent in headers too.
 package outbox

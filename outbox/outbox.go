@@ -8,8 +8,12 @@ import (
 	"hash/fnv"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -25,6 +29,7 @@ type Outbox[Tx any] struct {
 	db   idem.TxDB[Tx]
 	now  func() time.Time
 	wake chan struct{} // pokes an in-process relay (SQLite)
+	tr   otelx.Tracer
 }
 
 // Config configures an Outbox. The zero value is ready to use.
@@ -33,6 +38,12 @@ type Config struct {
 	// print` with their own tool: New then only checks that idem_outbox is up to
 	// date, and fails with a *migrate.BehindError naming the missing migration.
 	SkipMigrate bool
+	// TracerProvider makes EnqueueTx's span (idem.outbox.enqueue); nil means the
+	// global one (otel.GetTracerProvider). Propagator writes the span's context into
+	// each message's headers (traceparent, tracestate); nil means the global one
+	// (otel.GetTextMapPropagator), which is a no-op until the application sets one.
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 }
 
 // New returns the outbox of db, creating or upgrading its table (package migrate).
@@ -43,15 +54,24 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Outbox[Tx]
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Outbox); err != nil {
 		return nil, err
 	}
-	return &Outbox[Tx]{db: db, now: time.Now, wake: make(chan struct{}, 1)}, nil
+	return &Outbox[Tx]{db: db, now: time.Now, wake: make(chan struct{}, 1), tr: otelx.New(cfg.TracerProvider, cfg.Propagator)}, nil
 }
 
 // EnqueueTx writes msgs in tx: they are published if and only if tx commits. A message
 // without an ID gets a UUIDv7, which becomes its broker dedup id and its consumers'
 // idempotency key; the IDs are returned in order. On PostgreSQL the commit also wakes
 // the relays (NOTIFY idem_outbox), so publication does not wait for a poll.
-func (o *Outbox[Tx]) EnqueueTx(ctx context.Context, tx Tx, msgs ...idem.Message) ([]string, error) {
-	ids := make([]string, len(msgs))
+//
+// The trace context of ctx (its idem.outbox.enqueue span) is stored in each
+// message's headers, under the propagator's names (traceparent, tracestate), so the
+// relay publishes it in the same trace; the caller's Headers map is not modified.
+func (o *Outbox[Tx]) EnqueueTx(ctx context.Context, tx Tx, msgs ...idem.Message) (ids []string, err error) {
+	span := otelx.NoSpan
+	if !o.tr.Off() {
+		ctx, span = o.tr.Start(ctx, otelx.SpanOutboxEnqueue, otelx.KindInternal...)
+		defer func() { otelx.Fail(span, err); span.End() }()
+	}
+	ids = make([]string, len(msgs))
 	q := o.db.Querier(tx)
 	now := o.now().UnixMilli()
 	for i, m := range msgs {
@@ -61,7 +81,10 @@ func (o *Outbox[Tx]) EnqueueTx(ctx context.Context, tx Tx, msgs ...idem.Message)
 		if err := m.Validate(); err != nil {
 			return nil, fmt.Errorf("message %d of %d: %w", i+1, len(msgs), err)
 		}
-		headers, err := json.Marshal(m.Headers)
+		if len(msgs) == 1 {
+			otelx.MessageAttrs(span, "", "create", m, "")
+		}
+		headers, err := json.Marshal(o.tr.Inject(ctx, m.Headers))
 		if err != nil {
 			return nil, err
 		}

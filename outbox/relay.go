@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/wait"
 )
 
@@ -64,6 +67,13 @@ type RelayConfig struct {
 	// (at most once a second) for Admin.Status. Default host-pid-random; at most 255
 	// bytes.
 	Instance string
+	// TracerProvider makes a producer span (idem.outbox.publish) per message
+	// published, a child of the trace context EnqueueTx stored in the message's
+	// headers; nil means the global one (otel.GetTracerProvider). Propagator reads
+	// that stored context and writes the publish span's into the headers sent to the
+	// broker; nil means the global one (otel.GetTextMapPropagator).
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 }
 
 func (c RelayConfig) withDefaults() (RelayConfig, error) {
@@ -111,6 +121,8 @@ type Relay[Tx any] struct {
 	cfg  RelayConfig
 	m    *metrics.Relay
 	inst *instance
+	tr   otelx.Tracer
+	sys  string // the sink's messaging.system, "" if it does not say
 }
 
 // Relay returns a relay of o's messages to sink.
@@ -122,7 +134,8 @@ func (o *Outbox[Tx]) Relay(sink idem.Sink, cfg RelayConfig) (*Relay[Tx], error) 
 	if sink == nil {
 		return nil, &idem.InputError{Field: "sink", Reason: "is nil", Fix: "pass a broker Sink (idemnats, idemkafka, idemredis, idemamqp) or a webhook"}
 	}
-	r := &Relay[Tx]{o: o, sink: sink, cfg: cfg, inst: newInstance(cfg.Instance)}
+	r := &Relay[Tx]{o: o, sink: sink, cfg: cfg, inst: newInstance(cfg.Instance),
+		tr: otelx.New(cfg.TracerProvider, cfg.Propagator), sys: otelx.System(sink)}
 	if r.m, err = metrics.NewRelay(cfg.Registerer, r.backlog); err != nil {
 		return nil, err
 	}

@@ -9,7 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 // lockPartitions locks up to partitionsPerRound partitions with due rows (PostgreSQL).
@@ -91,7 +94,26 @@ func (r *Relay[Tx]) publish(ctx context.Context, q idem.Querier, rows []row) (in
 
 // send publishes msgs and records the call: its duration and, if it failed, how many
 // messages it failed.
+//
+// Each message gets a producer span, a child of the trace context stored in its
+// headers by EnqueueTx, and is sent with that span's context in place of the stored
+// one: a message published again (after a failure, or by a relay that died before
+// marking it) is a new span of the same trace.
 func (r *Relay[Tx]) send(ctx context.Context, msgs []idem.Message) error {
+	var spans []trace.Span
+	if !r.tr.Off() { // else the stored headers are sent as they are
+		spans = make([]trace.Span, len(msgs))
+	}
+	for i := range spans {
+		m := &msgs[i]
+		var sctx context.Context
+		sctx, spans[i] = r.tr.Start(r.tr.Extract(ctx, m.Headers), otelx.SpanRelayPublish, otelx.KindProducer...)
+		m.Headers = r.tr.Inject(sctx, m.Headers)
+		if spans[i].IsRecording() {
+			otelx.MessageAttrs(spans[i], r.sys, "send", *m, "")
+			spans[i].SetAttributes(otelx.KeyOutboxPartition.Int(partition(*m)))
+		}
+	}
 	start := time.Now()
 	err := r.sink.Publish(ctx, msgs...)
 	failed := 0
@@ -99,6 +121,10 @@ func (r *Relay[Tx]) send(ctx context.Context, msgs []idem.Message) error {
 		failed = len(msgs)
 	}
 	r.m.Publish(time.Since(start).Seconds(), failed)
+	for _, s := range spans {
+		otelx.Fail(s, err)
+		s.End()
+	}
 	return err
 }
 

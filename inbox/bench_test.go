@@ -1,0 +1,83 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/inbox"
+)
+
+// nopSettler settles nothing: BenchmarkProcessSQLite measures the inbox, not a broker.
+type nopSettler struct{}
+
+func (nopSettler) Ack(context.Context) error                { return nil }
+func (nopSettler) Nak(context.Context, time.Duration) error { return nil }
+
+// BenchmarkProcessSQLite: batches of 64 fresh messages through Consumer.Process on
+// SQLite (synchronous=NORMAL), each inserting one ledger row: the inbox's hot path
+// without a broker, the figure tracing must not move when no TracerProvider is set.
+func BenchmarkProcessSQLite(b *testing.B) { benchProcess(b, nil) }
+
+// BenchmarkProcessSQLiteTraced: the same with the OpenTelemetry SDK sampling every
+// delivery (a batch span processor, spans discarded by a no-op exporter).
+func BenchmarkProcessSQLiteTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	defer tp.Shutdown(context.Background())
+	benchProcess(b, tp)
+}
+
+func benchProcess(b *testing.B, tp trace.TracerProvider) {
+	const batch = 64
+	ctx := context.Background()
+	s, err := idemsqlite.Open(ctx, filepath.Join(b.TempDir(), "inbox.db"), idemsqlite.Config{Synchronous: idemsqlite.SyncNormal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.DB().ExecContext(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	txdb, err := idem.SQLDB(ctx, s.DB())
+	if err != nil {
+		b.Fatal(err)
+	}
+	handle := func(ctx context.Context, tx *sql.Tx, m idem.Message) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
+		return err
+	}
+	c, err := inbox.New(ctx, nopSource{}, txdb, s, handle, inbox.Config{Consumer: "bench", BatchSize: batch, TracerProvider: tp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := []byte(`{"Amount":1}`)
+	ds := make([]idem.Delivery, batch)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n += batch {
+		for i := range ds {
+			ds[i] = idem.Delivery{Message: idem.Message{ID: fmt.Sprintf("m-%09d", n+i), Topic: "orders", Payload: payload},
+				Attempt: 1, Settler: nopSettler{}}
+		}
+		c.Process(ctx, ds)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// nopSource is never received from: the benchmark calls Process itself.
+type nopSource struct{}
+
+func (nopSource) Receive(ctx context.Context, _ int) ([]idem.Delivery, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (nopSource) Close() error { return nil }

@@ -1,0 +1,144 @@
+package inbox
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/otelx"
+)
+
+// The spans of a delivery (see the package documentation): idem.inbox.process, a
+// consumer span whose parent is the trace context the message carries, from the
+// batch's start to the delivery's ack or nak; idem.inbox.apply, its child, around
+// each run of the handler; or, for a delivery whose key was already applied,
+// idem.inbox.duplicate, a short root span linked to the message's context.
+
+var (
+	kindConsumer = trace.WithSpanKind(trace.SpanKindConsumer)
+	newRoot      = trace.WithNewRoot()
+	verdictNames = [...]string{pending: "pending", processed: "processed", duplicate: "duplicate", retry: "retried", dead: "dead_lettered"}
+)
+
+// itemTrace is what a delivery carries for tracing.
+type itemTrace struct {
+	parent trace.SpanContext       // the trace context found in the headers, or ctx's
+	span   trace.Span              // the delivery's span, once started
+	opts   []trace.SpanStartOption // the batch's span options; nil: tracing is off
+}
+
+// traces returns the tracing state of a batch's deliveries, one per delivery, or
+// nil when there is nothing to trace or pass on: no span can record (Tracer.Off)
+// and no delivery carries a trace context. The options are made once per batch, so
+// starting a delivery's span allocates none.
+func (c *Consumer[Tx]) traces(ctx context.Context, ds []idem.Delivery, start time.Time) []itemTrace {
+	var out []itemTrace
+	var opts []trace.SpanStartOption
+	if !c.tr.Off() {
+		out, opts = make([]itemTrace, len(ds)), []trace.SpanStartOption{kindConsumer, trace.WithTimestamp(start)}
+	}
+	for i, d := range ds {
+		parent := trace.SpanContextFromContext(c.tr.Extract(ctx, d.Headers))
+		if out == nil && parent.IsValid() {
+			out = make([]itemTrace, len(ds))
+		}
+		if out != nil {
+			out[i] = itemTrace{parent: parent, opts: opts}
+		}
+	}
+	return out
+}
+
+// startProcess starts it's idem.inbox.process span, once, and returns ctx with it.
+func (c *Consumer[Tx]) startProcess(ctx context.Context, it *item) context.Context {
+	t := it.tr
+	if t.span != nil {
+		return trace.ContextWithSpan(ctx, t.span)
+	}
+	if t.parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, t.parent)
+	}
+	ctx, t.span = c.tr.Start(ctx, otelx.SpanInboxProcess, t.opts...)
+	c.deliveryAttrs(t.span, it)
+	return ctx
+}
+
+// startApply starts the idem.inbox.apply span of one run of it's handler, a child
+// of its process span. Under a process span that does not record (no provider, or
+// not sampled) it starts none: the handler's context carries the process span's
+// trace context, which is all a non-recording child would give it.
+func (c *Consumer[Tx]) startApply(ctx context.Context, it *item) (context.Context, trace.Span) {
+	switch {
+	case it.tr == nil:
+		return ctx, otelx.NoSpan
+	case it.tr.opts == nil: // tracing is off: no spans, the message's context passed on
+		if it.tr.parent.IsValid() {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, it.tr.parent)
+		}
+		return ctx, otelx.NoSpan
+	}
+	ctx = c.startProcess(ctx, it)
+	if !it.tr.span.IsRecording() {
+		return ctx, otelx.NoSpan
+	}
+	it.tr.span.SetAttributes(otelx.Outcome(idem.Acquired))
+	return c.tr.Start(ctx, otelx.SpanInboxApply, otelx.KindInternal...)
+}
+
+// endSpan ends it's span once it is settled (settleErr is the ack's or nak's
+// failure): the process span with its verdict, or, for a duplicate, a suppressed
+// span linked to the message's context, with no apply span under it.
+func (c *Consumer[Tx]) endSpan(ctx context.Context, it *item, settleErr error) {
+	t := it.tr
+	if t == nil || t.opts == nil {
+		return // tracing is off
+	}
+	switch {
+	case t.span != nil:
+	case it.v == duplicate:
+		opts := append([]trace.SpanStartOption{newRoot}, t.opts...)
+		if t.parent.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: t.parent}))
+		}
+		_, t.span = c.tr.Start(ctx, otelx.SpanInboxSuppress, opts...)
+		c.deliveryAttrs(t.span, it)
+	default:
+		c.startProcess(ctx, it)
+	}
+	span := t.span
+	if span.IsRecording() {
+		span.SetAttributes(otelx.KeyVerdict.String(verdictNames[it.v]))
+		switch it.v {
+		case duplicate:
+			span.SetAttributes(otelx.KeyDuplicate.Bool(true), otelx.Outcome(idem.Replayed))
+		case retry, dead:
+			if it.err != nil {
+				span.RecordError(it.err)
+				span.SetStatus(codes.Error, it.err.Error())
+			}
+		}
+		if settleErr != nil {
+			span.AddEvent("settle failed", trace.WithAttributes(attribute.String("error", settleErr.Error())))
+		}
+	}
+	span.End()
+}
+
+// deliveryAttrs sets the delivery's attributes on span, if it is recording.
+func (c *Consumer[Tx]) deliveryAttrs(span trace.Span, it *item) {
+	if !span.IsRecording() {
+		return
+	}
+	otelx.MessageAttrs(span, c.sys, "process", it.d.Message, it.d.Position)
+	span.SetAttributes(otelx.KeyMessagingConsumer.String(c.cfg.Consumer), otelx.KeyScope.String(c.cfg.Consumer))
+	if it.key != "" {
+		span.SetAttributes(otelx.KeyKey.String(it.key))
+	}
+	if it.d.Attempt > 0 {
+		span.SetAttributes(otelx.KeyAttempt.Int(it.d.Attempt))
+	}
+}
