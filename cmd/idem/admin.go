@@ -159,7 +159,12 @@ func (f *storeFlags) Set(v string) error {
 
 // admin connects the stores and the database, then serves until ctx ends.
 func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
-	log := slog.New(redact.Handler(slog.NewTextHandler(m.Stderr, nil)))
+	log := m.daemonLog()
+	stopTracing, err := m.startTracing(ctx, "admin", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := admin.Config{Token: o.token, ReadToken: o.readToken, Insecure: o.insecure, Logger: log, Registerer: reg,

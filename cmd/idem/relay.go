@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -181,7 +180,12 @@ func parseDB(raw string) (dbSpec, error) {
 // relay runs the relay until ctx ends, then stops it, the HTTP server and the
 // connections, in that order.
 func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpec) error {
-	log := slog.New(redact.Handler(slog.NewTextHandler(m.Stderr, nil)))
+	log := m.daemonLog()
+	stopTracing, err := m.startTracing(ctx, "relay", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := outbox.RelayConfig{BatchSize: o.batch, PollInterval: o.poll, MaxAttempts: o.maxAttempts,

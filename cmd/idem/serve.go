@@ -19,7 +19,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
-	"github.com/idemhq/idem/internal/redact"
 )
 
 // serveOptions are the flags of idem serve.
@@ -156,7 +155,12 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 // serve runs the gateway until ctx ends, then stops taking connections, finishes the
 // requests in flight, stops the sweeper and closes the store, in that order.
 func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error {
-	log := slog.New(redact.Handler(slog.NewTextHandler(m.Stderr, nil)))
+	log := m.daemonLog()
+	stopTracing, err := m.startTracing(ctx, "serve", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The store's own metrics label claims by scope, which behind the gateway is one
