@@ -53,7 +53,9 @@ Stores (--store, repeatable; name=URL names one, else it is "default"):
   sqlite:PATH, postgres://…, mysql://…, redis://…   as idem serve's --store
 Databases (--db): postgres://…, mysql://… or sqlite:PATH (an existing file).
 
-SIGINT or SIGTERM stops taking connections and finishes the requests in flight.`
+SIGINT or SIGTERM stops taking connections and finishes the requests in flight.
+Traces go over OTLP when $OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_*
+variables) is set; log lines under a span carry its trace_id and span_id.`
 
 func (m *Main) runAdmin(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("admin", adminSynopsis)

@@ -62,7 +62,9 @@ HTTP (--listen, loopback only by default): /metrics for Prometheus and /healthz,
 200 while the database answers or publications succeed within 3 poll intervals,
 503 otherwise. /healthz gives a status and a short reason ("sink: webhook
 returned 500"); the details are in the log, with credentials masked.
-SIGINT or SIGTERM stops the relay; unfinished publications are redone by the next.`
+SIGINT or SIGTERM stops the relay; unfinished publications are redone by the next.
+Traces go over OTLP when $OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_*
+variables) is set; log lines under a span carry its trace_id and span_id.`
 
 func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("relay", relaySynopsis)

@@ -78,7 +78,9 @@ Stores (--store):
 a reserved key, 503 otherwise) apart from the proxied address, so no upstream path
 is shadowed. Flags also read $IDEM_<FLAG> ('-' as '_': IDEM_UPSTREAM, IDEM_STORE_5XX);
 the command line wins. SIGINT or SIGTERM stops taking connections, finishes the
-requests in flight (up to --shutdown-timeout) and exits 0.`
+requests in flight (up to --shutdown-timeout) and exits 0.
+Traces go over OTLP when $OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_*
+variables) is set; log lines under a span carry its trace_id and span_id.`
 
 func (m *Main) runServe(ctx context.Context, args []string) error {
 	fs, o := m.serveFlags()
