@@ -2,17 +2,21 @@ package main
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/hex"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemhq/idem/idemhttp"
@@ -266,5 +270,109 @@ func TestTraceExportFromEnv(t *testing.T) {
 				t.Errorf("export %+v, want one over %s", e, tc.protocol)
 			}
 		})
+	}
+}
+
+// grpcReceiver is an OTLP/gRPC trace receiver keeping the spans it is sent.
+type grpcReceiver struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans []receivedSpan
+}
+
+func (g *grpcReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		service := ""
+		for _, a := range rs.GetResource().GetAttributes() {
+			if a.GetKey() == "service.name" {
+				service = a.GetValue().GetStringValue()
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				g.spans = append(g.spans, receivedSpan{service: service, span: s})
+			}
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// TestRelayExportsTracesOverGRPC: with OTEL_EXPORTER_OTLP_PROTOCOL=grpc, idem relay
+// exports its idem.outbox.publish spans to a gRPC receiver, as idem-relay, each a
+// child of the trace context stored with its row, and the webhook it publishes to
+// gets the publish span's traceparent.
+func TestRelayExportsTracesOverGRPC(t *testing.T) {
+	rcv := &grpcReceiver{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(gs, rcv)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	t.Setenv(envTracesEndpoint, "http://"+ln.Addr().String())
+	t.Setenv(envProtocol, "grpc")
+
+	var mu sync.Mutex
+	var sent []string // the webhook requests' traceparents
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sent = append(sent, r.Header.Get("Traceparent"))
+		mu.Unlock()
+	}))
+	t.Cleanup(hook.Close)
+
+	// A row written as a service in another language would, with its traceparent.
+	const trace, parent = "5b8efff798038103d269b633813fc60c", "eee19b7ec3c1b174"
+	path, db, _ := sqliteOutbox(t, "orders.created")
+	now := time.Now().UnixMilli()
+	if _, err := db.Exec(`INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
+		VALUES ($1, $2, '', 0, $3, $4, $5, $5)`, "traced-row", "orders.created",
+		`{"traceparent":"00-`+trace+`-`+parent+`-01"}`, []byte("{}"), now); err != nil {
+		t.Fatal(err)
+	}
+	r := startRelay(t, "--db", "sqlite:"+path, "--sink", hook.URL+"/hooks", "--webhook-secret", strings.Repeat("s", 32), "--poll", "50ms")
+	waitFor(t, "the webhook's request", func() bool { mu.Lock(); defer mu.Unlock(); return len(sent) == 1 })
+	r.stop(t) // flushes the spans
+
+	if !strings.Contains(r.stderr.String(), "exporting traces over OTLP grpc to http://"+ln.Addr().String()+" as service idem-relay") {
+		t.Errorf("the relay did not say where it exports:\n%s", r.stderr)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	var publish *receivedSpan
+	for i, s := range rcv.spans {
+		if s.span.GetName() == otelx.SpanRelayPublish {
+			publish = &rcv.spans[i]
+		}
+	}
+	if publish == nil {
+		t.Fatalf("the gRPC receiver got no %s span among %d\n%s", otelx.SpanRelayPublish, len(rcv.spans), r.stderr)
+	}
+	if got := hex.EncodeToString(publish.span.GetTraceId()); got != trace {
+		t.Errorf("the publish span is in trace %s, want the row's %s", got, trace)
+	}
+	if got := hex.EncodeToString(publish.span.GetParentSpanId()); got != parent {
+		t.Errorf("the publish span's parent is %s, want the row's %s", got, parent)
+	}
+	if publish.service != "idem-relay" || publish.span.GetKind() != tracepb.Span_SPAN_KIND_PRODUCER {
+		t.Errorf("the publish span is of service %q, kind %v; want idem-relay, producer", publish.service, publish.span.GetKind())
+	}
+	want := "00-" + trace + "-" + hex.EncodeToString(publish.span.GetSpanId()) + "-01"
+	if sent[0] != want {
+		t.Errorf("the webhook got traceparent %q, want the publish span's %q", sent[0], want)
+	}
+}
+
+// waitFor polls cond until it holds, failing t after 30 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s after 30s", what)
+		}
 	}
 }
