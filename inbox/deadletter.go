@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 // DeadLetter is a message the consumer gave up on, with why and when. Nothing is
@@ -125,13 +128,18 @@ var ErrNoDeadLetter = errors.New("inbox: no pending dead letter with this id for
 // false when the key had been applied meanwhile (the dead letter is then marked
 // replayed without running the handler). A handler error leaves the dead letter as it
 // was and is returned.
+//
+// It is traced as an idem.inbox.replay span (see the package documentation), under
+// which the handler runs.
 func (c *Consumer[Tx]) Replay(ctx context.Context, id int64) (applied bool, err error) {
-	return c.replay(ctx, id, false)
+	ctx, span := c.startReplay(ctx, id, false)
+	defer func() { endReplay(span, applied, err) }()
+	return c.replay(ctx, span, id, false)
 }
 
-// replay is Replay; requested limits it to a letter whose replay an operator
-// requested (DeadLetterAdmin.RequestReplay), and not yet done.
-func (c *Consumer[Tx]) replay(ctx context.Context, id int64, requested bool) (applied bool, err error) {
+// replay is Replay, under span; requested limits it to a letter whose replay an
+// operator requested (DeadLetterAdmin.RequestReplay), and not yet done.
+func (c *Consumer[Tx]) replay(ctx context.Context, span trace.Span, id int64, requested bool) (applied bool, err error) {
 	err = c.db.InTx(ctx, func(tx Tx) error {
 		q := c.db.Querier(tx)
 		query := selectDeadLetter + "WHERE d.id = $1 AND d.consumer = $2 AND d.replayed_at IS NULL"
@@ -145,16 +153,19 @@ func (c *Consumer[Tx]) replay(ctx context.Context, id int64, requested bool) (ap
 			}
 			return err
 		}
+		c.traceLetter(span, dl)
 		key, err := c.cfg.Key(dl.Message)
 		if err != nil {
 			return Permanent(fmt.Errorf("dead letter %d still has no usable key: %w", id, err))
 		}
 		k := idem.Key{Scope: c.cfg.Consumer, ID: key}
+		otelx.SetKey(span, k)
 		sum := sha256.Sum256(dl.Message.Payload)
 		res, err := c.store.ClaimTx(ctx, tx, idem.Claim{Key: k, Fingerprint: sum[:16], Retention: c.cfg.Retention})
 		if err != nil {
 			return err
 		}
+		otelx.SetOutcome(span, res.Outcome, res.Token)
 		switch res.Outcome {
 		case idem.Acquired:
 			consumer := c.cfg.Consumer

@@ -69,6 +69,16 @@
 // and no apply span. (A consumer that processes a batch as one unit of work, rather
 // than per message as here, would link its one span to each message's context.)
 //
+// A dead letter's replay (Replay, or a replay an operator requested, performed by
+// the poll) is a consumer span, idem.inbox.replay, a child of the caller's span if
+// any (the poll's has none), linked to the trace context stored with the dead
+// letter's message, with its messaging attributes, idem.scope, idem.key,
+// idem.outcome of the claim, idem.inbox.dead_letter.id, idem.inbox.replay.requested
+// and idem.inbox.replay.result (applied, already_applied with idem.duplicate=true,
+// gone, failed with the error). The handler runs under it. A link, not a parent:
+// the replay is a new operation, started hours later by an operator, and its
+// outcome belongs to the operator's trace, while the link leads back to the order.
+//
 // Config.TracerProvider and Config.Propagator are used when set, the global ones
 // otherwise; idem never installs its own. While no span can record (no provider
 // set, or a no-op one) none is started: the handler's context only carries the

@@ -118,7 +118,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 				return fmt.Errorf("inbox %s: receive: %w", c.cfg.Consumer, err)
 			}
 			failures++
-			c.cfg.Logger.Warn("inbox: receive failed; retrying", "consumer", c.cfg.Consumer, "err", err)
+			c.cfg.Logger.WarnContext(ctx, "inbox: receive failed; retrying", "consumer", c.cfg.Consumer, "err", err)
 			if !wait.Sleep(ctx, c.cfg.Backoff(failures)) {
 				return ctx.Err()
 			}

@@ -91,7 +91,7 @@ func (c *Consumer[Tx]) process(ctx context.Context, ds []idem.Delivery) []item {
 		for i := range items {
 			items[i].v, items[i].err, items[i].kind = retry, fmt.Errorf("transaction rolled back: %w", err), ""
 		}
-		c.cfg.Logger.Warn("inbox: batch transaction failed; its messages will be redelivered",
+		c.cfg.Logger.WarnContext(ctx, "inbox: batch transaction failed; its messages will be redelivered",
 			"consumer", c.cfg.Consumer, "messages", len(items), "err", err)
 	}
 	c.metrics.Batch(time.Since(start).Seconds())
@@ -275,7 +275,7 @@ func (c *Consumer[Tx]) settleOne(ctx context.Context, it *item) {
 		err = it.d.Settler.Ack(ctx)
 	}
 	if err != nil {
-		c.cfg.Logger.Warn("inbox: settling a delivery failed; the broker will redeliver it",
+		c.cfg.Logger.WarnContext(ctx, "inbox: settling a delivery failed; the broker will redeliver it",
 			"consumer", c.cfg.Consumer, "id", it.d.ID, "position", it.d.Position, "err", err)
 	}
 	c.endSpan(ctx, it, err)

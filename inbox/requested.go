@@ -55,26 +55,42 @@ func (c *Consumer[Tx]) ReplayRequested(ctx context.Context) (int, error) {
 	}
 	done := 0
 	for _, r := range reqs {
-		applied, err := c.replay(ctx, r.id, true)
-		switch {
-		case err == nil:
+		closed, err := c.replayRequest(ctx, r.id, r.attempts)
+		if closed {
 			done++
-			if applied {
-				c.metrics.Replayed("applied")
-			} else {
-				c.metrics.Replayed("already_applied")
-			}
-		case ctx.Err() != nil:
-			return done, ctx.Err()
-		case errors.Is(err, ErrNoDeadLetter):
-			// Replayed, discarded or withdrawn meanwhile, by another process: nothing to do.
-		default:
-			if ferr := c.replayFailed(ctx, r.id, r.attempts+1, err); ferr != nil {
-				return done, &idem.BackendError{Backend: c.db.Dialect.String(), Op: "inbox.replay_requested", Err: ferr}
-			}
+		}
+		if err != nil {
+			return done, err
 		}
 	}
 	return done, nil
+}
+
+// replayRequest performs the requested replay of dead letter id, tried attempts
+// times before, under its own idem.inbox.replay span. It reports whether it closed
+// the letter, and returns an error only when polling must stop.
+func (c *Consumer[Tx]) replayRequest(ctx context.Context, id int64, attempts int) (closed bool, err error) {
+	ctx, span := c.startReplay(ctx, id, true)
+	applied, rerr := c.replay(ctx, span, id, true)
+	defer endReplay(span, applied, rerr)
+	switch {
+	case rerr == nil:
+		if applied {
+			c.metrics.Replayed("applied")
+		} else {
+			c.metrics.Replayed("already_applied")
+		}
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case errors.Is(rerr, ErrNoDeadLetter):
+		// Replayed, discarded or withdrawn meanwhile, by another process: nothing to do.
+		return false, nil
+	}
+	if ferr := c.replayFailed(ctx, id, attempts+1, rerr); ferr != nil {
+		return false, &idem.BackendError{Backend: c.db.Dialect.String(), Op: "inbox.replay_requested", Err: ferr}
+	}
+	return false, nil
 }
 
 // replayFailed records the attempts-th failed try of dead letter id's requested
@@ -86,7 +102,7 @@ func (c *Consumer[Tx]) replayFailed(ctx context.Context, id int64, attempts int,
 	if giveUp {
 		msg, outcome, set = "gave up: "+msg, "gave_up", ", replay_requested_at = NULL"
 	}
-	c.cfg.Logger.Warn("inbox: requested replay failed", "consumer", c.cfg.Consumer, "dead_letter", id,
+	c.cfg.Logger.WarnContext(ctx, "inbox: requested replay failed", "consumer", c.cfg.Consumer, "dead_letter", id,
 		"attempt", attempts, "gave_up", giveUp, "err", rerr)
 	c.metrics.Replayed(outcome)
 	return c.db.InTx(ctx, func(tx Tx) error {
@@ -107,7 +123,7 @@ func (c *Consumer[Tx]) pollReplays(ctx context.Context) {
 		case <-t.C:
 		}
 		if _, err := c.ReplayRequested(ctx); err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Warn("inbox: polling for requested replays failed", "consumer", c.cfg.Consumer, "err", err)
+			c.cfg.Logger.WarnContext(ctx, "inbox: polling for requested replays failed", "consumer", c.cfg.Consumer, "err", err)
 		}
 	}
 }

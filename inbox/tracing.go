@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -141,4 +142,52 @@ func (c *Consumer[Tx]) deliveryAttrs(span trace.Span, it *item) {
 	if it.d.Attempt > 0 {
 		span.SetAttributes(otelx.KeyAttempt.Int(it.d.Attempt))
 	}
+}
+
+// startReplay starts the idem.inbox.replay span of dead letter id, a child of ctx's
+// span; none while tracing is off. The dead letter's own trace context is linked
+// once its row is read (traceLetter): the replay is a new operation, started by an
+// operator or a program, not a step of the message's first delivery, so it joins
+// that trace by a link, not as a child.
+func (c *Consumer[Tx]) startReplay(ctx context.Context, id int64, requested bool) (context.Context, trace.Span) {
+	if c.tr.Off() {
+		return ctx, otelx.NoSpan
+	}
+	ctx, span := c.tr.Start(ctx, otelx.SpanInboxReplay, kindConsumer)
+	if span.IsRecording() {
+		span.SetAttributes(otelx.KeyDeadLetter.Int64(id), otelx.KeyReplayRequested.Bool(requested),
+			otelx.KeyMessagingConsumer.String(c.cfg.Consumer), otelx.KeyScope.String(c.cfg.Consumer))
+	}
+	return ctx, span
+}
+
+// traceLetter links span to the trace context stored with dl's message (its
+// traceparent header) and sets the message's attributes, if span is recording.
+func (c *Consumer[Tx]) traceLetter(span trace.Span, dl DeadLetter) {
+	if !span.IsRecording() {
+		return
+	}
+	if sc := trace.SpanContextFromContext(c.tr.Extract(context.Background(), dl.Message.Headers)); sc.IsValid() {
+		span.AddLink(trace.Link{SpanContext: sc})
+	}
+	otelx.MessageAttrs(span, c.sys, "process", dl.Message, dl.Position)
+}
+
+// endReplay ends a replay's span with its result (otelx.KeyReplayResult).
+func endReplay(span trace.Span, applied bool, err error) {
+	if span.IsRecording() {
+		result := "applied"
+		switch {
+		case errors.Is(err, ErrNoDeadLetter):
+			result = "gone"
+		case err != nil:
+			result = "failed"
+			otelx.Fail(span, err)
+		case !applied:
+			result = "already_applied"
+			span.SetAttributes(otelx.KeyDuplicate.Bool(true))
+		}
+		span.SetAttributes(otelx.KeyReplayResult.String(result))
+	}
+	span.End()
 }

@@ -83,7 +83,7 @@ func (r *Relay[Tx]) beat(ctx context.Context, published int, roundErr error) {
 		return err
 	})
 	if err != nil && ctx.Err() == nil {
-		r.cfg.Logger.Warn("outbox relay: recording the relay instance failed", "instance", in.id, "err", err)
+		r.cfg.Logger.WarnContext(ctx, "outbox relay: recording the relay instance failed", "instance", in.id, "err", err)
 	}
 }
 

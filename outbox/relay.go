@@ -150,7 +150,7 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 		// LISTEN before the first round, so no commit falls between that round and it.
 		if l, ok := r.cfg.Notifier.(interface{ Listen(context.Context) error }); ok {
 			if err := l.Listen(ctx); err != nil && ctx.Err() == nil {
-				r.cfg.Logger.Warn("outbox relay: LISTEN failed; polling until it works", "err", err)
+				r.cfg.Logger.WarnContext(ctx, "outbox relay: LISTEN failed; polling until it works", "err", err)
 			}
 		}
 		go r.listen(ctx, wake)
@@ -172,7 +172,7 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			failures++
-			r.cfg.Logger.Warn("outbox relay: round failed", "err", err, "consecutive", failures)
+			r.cfg.Logger.WarnContext(ctx, "outbox relay: round failed", "err", err, "consecutive", failures)
 			if !wait.Sleep(ctx, min(50*time.Millisecond<<min(failures-1, 6), r.cfg.PollInterval)) {
 				return ctx.Err()
 			}
@@ -204,7 +204,7 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 		case <-poll.C:
 		case <-cleanup.C:
 			if _, err := r.Cleanup(ctx); err != nil && ctx.Err() == nil {
-				r.cfg.Logger.Warn("outbox relay: cleanup failed", "err", err)
+				r.cfg.Logger.WarnContext(ctx, "outbox relay: cleanup failed", "err", err)
 			}
 		}
 	}
@@ -219,10 +219,10 @@ func (r *Relay[Tx]) listen(ctx context.Context, wake chan<- struct{}) {
 				return
 			}
 			if !idem.IsRetryable(err) {
-				r.cfg.Logger.Error("outbox relay: cannot listen; polling only", "err", err)
+				r.cfg.Logger.ErrorContext(ctx, "outbox relay: cannot listen; polling only", "err", err)
 				return
 			}
-			r.cfg.Logger.Warn("outbox relay: listening failed; polling meanwhile", "err", err)
+			r.cfg.Logger.WarnContext(ctx, "outbox relay: listening failed; polling meanwhile", "err", err)
 			wait.Sleep(ctx, r.cfg.PollInterval)
 			continue
 		}

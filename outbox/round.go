@@ -154,7 +154,7 @@ func (r *Relay[Tx]) markFailed(ctx context.Context, q idem.Querier, w row, perr 
 	_, err := q.Exec(ctx, `UPDATE idem_outbox SET attempts = $1, last_error = $2, available_at = $3, parked_at = $4 WHERE id = $5`,
 		attempts, perr.Error(), now+r.cfg.Backoff(attempts).Milliseconds(), parked, w.id)
 	if err == nil {
-		r.cfg.Logger.Warn("outbox relay: publish failed; will retry", "id", w.msg.ID, "attempt", attempts, "parked", parked != nil, "err", perr)
+		r.cfg.Logger.WarnContext(ctx, "outbox relay: publish failed; will retry", "id", w.msg.ID, "attempt", attempts, "parked", parked != nil, "err", perr)
 	}
 	return err
 }

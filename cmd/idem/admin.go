@@ -53,7 +53,9 @@ Stores (--store, repeatable; name=URL names one, else it is "default"):
   sqlite:PATH, postgres://…, mysql://…, redis://…   as idem serve's --store
 Databases (--db): postgres://…, mysql://… or sqlite:PATH (an existing file).
 
-SIGINT or SIGTERM stops taking connections and finishes the requests in flight.`
+SIGINT or SIGTERM stops taking connections and finishes the requests in flight.
+Traces go over OTLP when $OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_*
+variables) is set; log lines under a span carry its trace_id and span_id.`
 
 func (m *Main) runAdmin(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("admin", adminSynopsis)
@@ -159,7 +161,12 @@ func (f *storeFlags) Set(v string) error {
 
 // admin connects the stores and the database, then serves until ctx ends.
 func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
-	log := slog.New(redact.Handler(slog.NewTextHandler(m.Stderr, nil)))
+	log := m.daemonLog()
+	stopTracing, err := m.startTracing(ctx, "admin", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := admin.Config{Token: o.token, ReadToken: o.readToken, Insecure: o.insecure, Logger: log, Registerer: reg,

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -63,7 +62,9 @@ HTTP (--listen, loopback only by default): /metrics for Prometheus and /healthz,
 200 while the database answers or publications succeed within 3 poll intervals,
 503 otherwise. /healthz gives a status and a short reason ("sink: webhook
 returned 500"); the details are in the log, with credentials masked.
-SIGINT or SIGTERM stops the relay; unfinished publications are redone by the next.`
+SIGINT or SIGTERM stops the relay; unfinished publications are redone by the next.
+Traces go over OTLP when $OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_*
+variables) is set; log lines under a span carry its trace_id and span_id.`
 
 func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("relay", relaySynopsis)
@@ -181,7 +182,12 @@ func parseDB(raw string) (dbSpec, error) {
 // relay runs the relay until ctx ends, then stops it, the HTTP server and the
 // connections, in that order.
 func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpec) error {
-	log := slog.New(redact.Handler(slog.NewTextHandler(m.Stderr, nil)))
+	log := m.daemonLog()
+	stopTracing, err := m.startTracing(ctx, "relay", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := outbox.RelayConfig{BatchSize: o.batch, PollInterval: o.poll, MaxAttempts: o.maxAttempts,

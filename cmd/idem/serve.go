@@ -19,7 +19,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
-	"github.com/idemhq/idem/internal/redact"
 )
 
 // serveOptions are the flags of idem serve.
@@ -79,7 +78,9 @@ Stores (--store):
 a reserved key, 503 otherwise) apart from the proxied address, so no upstream path
 is shadowed. Flags also read $IDEM_<FLAG> ('-' as '_': IDEM_UPSTREAM, IDEM_STORE_5XX);
 the command line wins. SIGINT or SIGTERM stops taking connections, finishes the
-requests in flight (up to --shutdown-timeout) and exits 0.`
+requests in flight (up to --shutdown-timeout) and exits 0.
+Traces go over OTLP when $OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_*
+variables) is set; log lines under a span carry its trace_id and span_id.`
 
 func (m *Main) runServe(ctx context.Context, args []string) error {
 	fs, o := m.serveFlags()
@@ -156,7 +157,12 @@ func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 // serve runs the gateway until ctx ends, then stops taking connections, finishes the
 // requests in flight, stops the sweeper and closes the store, in that order.
 func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error {
-	log := slog.New(redact.Handler(slog.NewTextHandler(m.Stderr, nil)))
+	log := m.daemonLog()
+	stopTracing, err := m.startTracing(ctx, "serve", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The store's own metrics label claims by scope, which behind the gateway is one

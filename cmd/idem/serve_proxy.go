@@ -40,7 +40,7 @@ func newProxy(upstream *url.URL, timeout time.Duration, log *slog.Logger) *httpu
 		BufferPool: proxyBuffers{},
 		ErrorLog:   slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			log.Warn("idem serve: the upstream did not answer", "method", r.Method, "path", r.URL.Path, "err", err)
+			log.WarnContext(r.Context(), "idem serve: the upstream did not answer", "method", r.Method, "path", r.URL.Path, "err", err)
 			if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
 				panic(upstreamUnreached{})
 			}
