@@ -74,3 +74,40 @@ func ErrForceNeeded(k Key) error {
 	return &InputError{Field: "force", Reason: fmt.Sprintf("is false and %v is in progress: its holder may still be running the effect", k),
 		Fix: "wait for the holder to complete or release it, or evict with force to fence the holder out (its Complete then gets ErrLeaseLost and a retry may run the effect again)"}
 }
+
+// ScopeLister is implemented by stores that can list the scopes they hold records
+// in: the operator's way in when scopes are not known in advance (behind `idem
+// serve` they are hashes of credentials). It is optional: find it by type assertion
+// on a Store or Inspector. Every SQL store, the memory store (with
+// idemmem.Config.KeepKeys) and Redis implement it and pass idemtest.InspectorSuite's
+// Scopes subtest.
+type ScopeLister interface {
+	// Scopes returns up to limit scopes that hold at least one record, starting
+	// after cursor ("" for the first page), and the cursor of the next page, ""
+	// after the last. Scopes come in ascending order (byte order, or on PostgreSQL
+	// the scope column's collation), each once, and each page costs bounded work
+	// on SQL stores: up to limit+1 seeks of the primary key (scope, id), never a
+	// scan of the records. Redis walks its keyspace with SCAN instead: pages are
+	// not ordered, may be shorter than limit (even empty before the last) and may
+	// repeat a scope of an earlier page, though a scope present throughout the walk
+	// is never missed. A record's count per scope is not given: on a large SQL
+	// table it would cost a scan of the scope's records.
+	Scopes(ctx context.Context, cursor string, limit int) (ScopePage, error)
+}
+
+// ScopePage is one page of ScopeLister.Scopes.
+type ScopePage struct {
+	Scopes []string
+	// Next is the cursor of the following page, "" when there is none.
+	Next string
+}
+
+// CheckScopes checks Scopes' limit and then whether ctx has already ended: the
+// prologue of every backend's Scopes. The cursor is the backend's to check.
+func CheckScopes(ctx context.Context, limit int) error {
+	if limit <= 0 || limit > MaxListLimit {
+		return &InputError{Field: "limit", Reason: fmt.Sprintf("is %d, outside 1..%d", limit, MaxListLimit),
+			Fix: fmt.Sprintf("ask for 1 to %d scopes per page and follow ScopePage.Next for more", MaxListLimit)}
+	}
+	return ctx.Err()
+}

@@ -4,6 +4,7 @@
 //	GET  /api/                           configured areas, the caller's access
 //	GET  /api/openapi.json               the OpenAPI 3.1 document of every route
 //	GET  /api/stores                     names of Config.Stores
+//	GET  /api/scopes?store&cursor&limit  a page of the store's scopes (501 if it cannot list them)
 //	GET  /api/keys?store&scope&cursor&limit   a page of a scope's records
 //	GET  /api/key?store&scope&id[&full=1]     one record, its result as a 64-byte preview
 //	POST /api/keys/evict                 {store, scope, id, force, reason}

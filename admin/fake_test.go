@@ -88,6 +88,39 @@ func (f *fakeInspector) Evict(ctx context.Context, k idem.Key, force bool) (idem
 	return rec, nil
 }
 
+var _ idem.ScopeLister = (*fakeInspector)(nil)
+
+// Scopes lists the distinct scopes above cursor (the last scope of the previous
+// page, as is), in order; the cursor "garbage" is refused as a store would.
+func (f *fakeInspector) Scopes(ctx context.Context, cursor string, limit int) (idem.ScopePage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return idem.ScopePage{}, f.err
+	}
+	if cursor == "garbage" {
+		return idem.ScopePage{}, &idem.InputError{Field: "cursor", Reason: "is not a cursor this store made", Fix: "pass back Next"}
+	}
+	var scopes []string
+	for k := range f.recs {
+		if k.Scope > cursor {
+			scopes = append(scopes, k.Scope)
+		}
+	}
+	slices.Sort(scopes)
+	scopes = slices.Compact(scopes)
+	var page idem.ScopePage
+	if len(scopes) > limit {
+		scopes = scopes[:limit]
+		page.Next = scopes[limit-1]
+	}
+	page.Scopes = scopes
+	return page, nil
+}
+
+// plainInspector hides the fake's Scopes: a store that cannot list its scopes.
+type plainInspector struct{ idem.Inspector }
+
 func (f *fakeInspector) put(rec idem.Record) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

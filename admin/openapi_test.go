@@ -15,7 +15,7 @@ import (
 // produce themselves.
 var served = []string{
 	"GET /api/", "GET /api/openapi.json",
-	"GET /api/stores", "GET /api/keys", "GET /api/key", "POST /api/keys/evict",
+	"GET /api/stores", "GET /api/scopes", "GET /api/keys", "GET /api/key", "POST /api/keys/evict",
 	"GET /api/deadletters", "GET /api/deadletters/{id}", "POST /api/deadletters/replay", "POST /api/deadletters/{id}/discard",
 	"GET /api/outbox", "GET /api/outbox/parked", "POST /api/outbox/parked/{id}/retry", "POST /api/outbox/parked/{id}/discard",
 	"GET /api/effects", "GET /api/sagas", "GET /api/sagas/{id}", "POST /api/sagas/{id}/retry", "POST /api/sagas/{id}/resolve",

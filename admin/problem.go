@@ -32,6 +32,9 @@ const (
 	// ProblemConflict: the item is not in a state that allows the action, e.g. an
 	// in-progress key evicted without force (409).
 	ProblemConflict = "urn:idem:problem:admin-conflict"
+	// ProblemNotImplemented: the store cannot do this, e.g. list its scopes (it
+	// does not implement idem.ScopeLister) (501).
+	ProblemNotImplemented = "urn:idem:problem:admin-not-implemented"
 	// ProblemBodyTooLarge: the request body is over MaxBodyBytes (413).
 	ProblemBodyTooLarge = "urn:idem:problem:admin-body-too-large"
 	// ProblemUnsupportedMediaType: a mutation without Content-Type application/json (415).

@@ -68,6 +68,11 @@ var routes = []route{
 	{method: "GET", path: "/api/openapi.json", area: areaAPI, summary: "OpenAPI document", serve: serveOpenAPI},
 
 	{method: "GET", path: "/api/stores", area: areaKeys, summary: "list stores", serve: serveStores},
+	{method: "GET", path: "/api/scopes", area: areaKeys, summary: "list scopes",
+		query: []param{{name: "store", typ: "string", doc: "store name (optional with one store)"},
+			{name: "cursor", typ: "string", doc: "the next cursor of the previous page; empty for the first (Redis: pages are unordered and may repeat a scope)"},
+			pLimit},
+		serve: serveScopes},
 	{method: "GET", path: "/api/keys", area: areaKeys, summary: "list keys",
 		query: []param{{name: "store", typ: "string", doc: "store name (optional with one store)"},
 			{name: "scope", typ: "string", required: true, doc: "key scope"}, pCursor, pLimit},

@@ -106,7 +106,7 @@ func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record,
 }
 
 // errNoKeys is List's error on a store without Config.KeepKeys.
-var errNoKeys = errors.New("idemmem: the store remembers keys by hash only; set Config.KeepKeys to list them")
+var errNoKeys = errors.New("idemmem: the store remembers keys by hash only; set Config.KeepKeys to list them or their scopes")
 
 // List implements idem.Inspector, on a store with Config.KeepKeys. The memory store
 // has no index by scope: each page walks every key of the store, keeping the
@@ -162,6 +162,58 @@ func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.
 		if ok { // else evicted, released or swept since the walk
 			page.Records = append(page.Records, rec)
 		}
+	}
+	return page, nil
+}
+
+var _ idem.ScopeLister = (*Store)(nil)
+
+// Scopes implements idem.ScopeLister, on a store with Config.KeepKeys (without it
+// the store knows keys by hash only: a *idem.BackendError). Like List, each page
+// walks every key of the store, keeping the smallest scopes above the cursor; scopes
+// are in ascending byte order, each once. The cursor is the base64url of the page's
+// last scope.
+func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
+	if err := idem.CheckScopes(ctx, limit); err != nil {
+		return idem.ScopePage{}, err
+	}
+	after, err := cursor.DecodeScope(after)
+	if err != nil {
+		return idem.ScopePage{}, err
+	}
+	if !s.keepKeys {
+		return idem.ScopePage{}, &idem.BackendError{Backend: backend, Op: "scopes", Err: errNoKeys}
+	}
+	var scopes []string
+	trim := func() {
+		slices.Sort(scopes)
+		scopes = slices.Compact(scopes)
+		scopes = scopes[:min(len(scopes), limit+1)]
+	}
+	for i := range s.shards {
+		if err := ctx.Err(); err != nil {
+			return idem.ScopePage{}, err
+		}
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, k := range sh.keys {
+			if k.Scope > after {
+				scopes = append(scopes, k.Scope)
+				if len(scopes) > 4*(limit+1) {
+					trim()
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	trim()
+	var page idem.ScopePage
+	if len(scopes) > limit {
+		scopes = scopes[:limit]
+		page.Next = cursor.EncodeScope(scopes[limit-1])
+	}
+	for _, sc := range scopes {
+		page.Scopes = append(page.Scopes, strings.Clone(sc))
 	}
 	return page, nil
 }

@@ -29,6 +29,9 @@ func TestListNeedsKeepKeys(t *testing.T) {
 	if _, err := s.List(ctx, "s", "", 10); !errors.As(err, &be) {
 		t.Fatalf("List without KeepKeys: %v, want a *idem.BackendError", err)
 	}
+	if _, err := s.Scopes(ctx, "", 10); !errors.As(err, &be) {
+		t.Fatalf("Scopes without KeepKeys: %v, want a *idem.BackendError", err)
+	}
 	if rec, err := s.Inspect(ctx, k); err != nil || rec.Token != res.Token {
 		t.Fatalf("Inspect = %+v, %v", rec, err)
 	}

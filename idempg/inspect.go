@@ -12,13 +12,15 @@ import (
 )
 
 var (
-	_ idem.Inspector = (*Store)(nil)
-	_ idem.Inspector = (*SQLStore)(nil)
+	_ idem.Inspector   = (*Store)(nil)
+	_ idem.Inspector   = (*SQLStore)(nil)
+	_ idem.ScopeLister = (*Store)(nil)
+	_ idem.ScopeLister = (*SQLStore)(nil)
 )
 
 // inspectorQueries are the statements of idem.Inspector.
 type inspectorQueries struct {
-	inspect, list, evict, state string
+	inspect, list, evict, state, scopes string
 }
 
 const recordColumns = `state, fingerprint, token, result, created_at, expires_at`
@@ -48,6 +50,7 @@ func newInspectorQueries(n names) inspectorQueries {
 		list:    n.fill(listSQL),
 		evict:   n.fill(evictSQL),
 		state:   n.fill(`SELECT state FROM {{table}} WHERE scope = $1::text AND id = $2::text`),
+		scopes:  n.fill(scopesSQL),
 	}
 }
 
@@ -183,4 +186,54 @@ func (s *core[Tx]) Evict(ctx context.Context, k idem.Key, force bool) (idem.Reco
 		}
 	}
 	return idem.Record{}, backendErr(ctx, "evict", errChurn)
+}
+
+// scopesSQL walks the primary key's distinct scopes by skipping (PostgreSQL has no
+// skip scan of its own): each step of the recursion is one descent of the index to
+// the first scope above the last one, never a read of a scope's records, and the
+// outer LIMIT stops the recursion, which PostgreSQL evaluates lazily. Scopes come in
+// the scope column's collation. See TestScopesPlanUsesPrimaryKey.
+//
+// Parameters: $1 the scope the page starts after, $2 rows.
+const scopesSQL = `
+WITH RECURSIVE walk(scope) AS (
+	(SELECT r.scope FROM {{table}} r WHERE r.scope > $1::text ORDER BY r.scope LIMIT 1)
+	UNION ALL
+	SELECT (SELECT r.scope FROM {{table}} r WHERE r.scope > walk.scope ORDER BY r.scope LIMIT 1)
+	FROM walk WHERE walk.scope IS NOT NULL
+)
+SELECT scope FROM walk WHERE scope IS NOT NULL LIMIT $2::int`
+
+// Scopes implements idem.ScopeLister: limit+1 descents of the primary key per page
+// (see scopesSQL), scopes in ascending order of the scope column's collation; the
+// cursor is the base64url of the page's last scope.
+func (s *core[Tx]) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
+	if err := idem.CheckScopes(ctx, limit); err != nil {
+		return idem.ScopePage{}, err
+	}
+	after, err := cursor.DecodeScope(after)
+	if err != nil {
+		return idem.ScopePage{}, err
+	}
+	rs, done, err := queryRows(ctx, s.db, s.q.inspector.scopes, after, limit+1)
+	if err != nil {
+		return idem.ScopePage{}, backendErr(ctx, "scopes", err)
+	}
+	defer done()
+	var page idem.ScopePage
+	for rs.Next() {
+		var scope string
+		if err := rs.Scan(&scope); err != nil {
+			return idem.ScopePage{}, backendErr(ctx, "scopes", err)
+		}
+		page.Scopes = append(page.Scopes, scope)
+	}
+	if err := rs.Err(); err != nil {
+		return idem.ScopePage{}, backendErr(ctx, "scopes", err)
+	}
+	if len(page.Scopes) > limit {
+		page.Scopes = page.Scopes[:limit]
+		page.Next = cursor.EncodeScope(page.Scopes[limit-1])
+	}
+	return page, nil
 }

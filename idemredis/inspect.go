@@ -241,3 +241,87 @@ func decodeCursor(c string) (cur uint64, pending []string, finished bool, err er
 	}
 	return cur, pending, cur == 0, nil
 }
+
+var _ idem.ScopeLister = (*Store)(nil)
+
+// minScopeScan is the least COUNT of a Scopes SCAN: a scope usually holds many
+// keys, so asking for only the room left in the page would crawl.
+const minScopeScan = 64
+
+// Scopes implements idem.ScopeLister with SCAN MATCH on the store's prefix (its
+// glob metacharacters escaped), up to 16 SCAN calls per page, reading each scope
+// out of its keys' names (prefix, the scope's length, scope, id). Redis keeps no
+// index of scopes, so pages are not ordered, may be shorter than limit, even empty
+// before the last, and a scope repeats on every page whose SCAN reaches one of its
+// keys: a caller that needs each scope once keeps a set. No scope present
+// throughout the walk is missed. A scope whose records were all just evicted may
+// still show while their tombstones live. Scopes that a SCAN reply holds beyond the
+// page ride in the cursor, as List's ids do. Cluster and Ring clients are refused.
+func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
+	if err := idem.CheckScopes(ctx, limit); err != nil {
+		return idem.ScopePage{}, err
+	}
+	cur, pending, finished, err := decodeCursor(after)
+	if err != nil {
+		return idem.ScopePage{}, err
+	}
+	switch s.client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		return idem.ScopePage{}, backendError("scopes", fmt.Errorf("Scopes needs one Redis node; a %T spreads keys over several", s.client))
+	}
+	pattern := escapeGlob(s.prefix) + "[0-9]*"
+	n := min(len(pending), limit)
+	scopes, pending := pending[:n:n], pending[n:]
+	seen := make(map[string]bool, limit)
+	for _, sc := range scopes {
+		seen[sc] = true
+	}
+	for scans := 0; len(scopes) < limit && len(pending) == 0 && !finished && scans < maxScans; scans++ {
+		keys, next, err := s.client.Scan(ctx, cur, pattern, int64(max(limit-len(scopes), minScopeScan))).Result()
+		if err != nil {
+			return idem.ScopePage{}, backendError("scopes", err)
+		}
+		for _, key := range keys {
+			sc, ok := scopeOf(s.prefix, key)
+			if !ok || seen[sc] {
+				continue
+			}
+			seen[sc] = true
+			if len(scopes) < limit {
+				scopes = append(scopes, sc)
+			} else {
+				pending = append(pending, sc)
+			}
+		}
+		cur, finished = next, next == 0
+	}
+	page := idem.ScopePage{Scopes: scopes}
+	if !finished || len(pending) > 0 {
+		if page.Next, err = encodeCursor(cur, pending); err != nil {
+			return idem.ScopePage{}, backendError("scopes", err)
+		}
+	}
+	return page, nil
+}
+
+// scopeOf reads the scope out of a record's Redis key (see redisKey); ok is false
+// for a key of another shape under the same prefix.
+func scopeOf(prefix, key string) (scope string, ok bool) {
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return "", false
+	}
+	digits, rest, ok := strings.Cut(rest, ":")
+	if !ok || len(digits) > 3 {
+		return "", false
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n <= 0 || n > idem.MaxKeyLen || len(rest) < n+2 || rest[n] != ':' {
+		return "", false
+	}
+	scope = rest[:n]
+	if (idem.Key{Scope: scope, ID: rest[n+1:]}).Validate() != nil {
+		return "", false
+	}
+	return scope, true
+}

@@ -119,3 +119,54 @@ func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record,
 	}
 	return idem.Record{}, backendErr(ctx, "evict", errors.New("the record kept changing under the eviction; try again"))
 }
+
+var _ idem.ScopeLister = (*Store)(nil)
+
+// scopesSQL walks the primary key's distinct scopes by skipping: each step is one
+// seek of the b-tree to the first scope above the last one (the scalar subquery),
+// never a read of a scope's records, and the LIMIT ends the recursion. Scopes come
+// in the BINARY collation: ascending byte order. See TestScopesPlanSeeksPrimaryKey.
+//
+// Parameters: ?1 the scope the page starts after, ?2 rows.
+const scopesSQL = `WITH RECURSIVE s(scope) AS (
+	SELECT (SELECT scope FROM idem_records WHERE scope > ?1 ORDER BY scope LIMIT 1)
+	UNION ALL
+	SELECT (SELECT scope FROM idem_records WHERE scope > s.scope ORDER BY scope LIMIT 1)
+	FROM s WHERE s.scope IS NOT NULL
+	LIMIT ?2
+)
+SELECT scope FROM s WHERE scope IS NOT NULL`
+
+// Scopes implements idem.ScopeLister: limit+1 seeks of the primary key per page
+// (see scopesSQL), scopes in ascending byte order; the cursor is the base64url of
+// the page's last scope.
+func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
+	if err := idem.CheckScopes(ctx, limit); err != nil {
+		return idem.ScopePage{}, err
+	}
+	after, err := cursor.DecodeScope(after)
+	if err != nil {
+		return idem.ScopePage{}, err
+	}
+	rows, err := s.db.QueryContext(ctx, scopesSQL, after, limit+1)
+	if err != nil {
+		return idem.ScopePage{}, backendErr(ctx, "scopes", err)
+	}
+	defer rows.Close()
+	var page idem.ScopePage
+	for rows.Next() {
+		var scope string
+		if err := rows.Scan(&scope); err != nil {
+			return idem.ScopePage{}, backendErr(ctx, "scopes", err)
+		}
+		page.Scopes = append(page.Scopes, scope)
+	}
+	if err := rows.Err(); err != nil {
+		return idem.ScopePage{}, backendErr(ctx, "scopes", err)
+	}
+	if len(page.Scopes) > limit {
+		page.Scopes = page.Scopes[:limit]
+		page.Next = cursor.EncodeScope(page.Scopes[limit-1])
+	}
+	return page, nil
+}

@@ -23,5 +23,8 @@
 // InspectorSuite holds every store to idem.Inspector: Inspect of live, completed and
 // expired records, List pagination (every key of a scope once, across scopes that
 // are prefixes of each other or hold glob and LIKE metacharacters, garbage cursors
-// refused), and Evict, including a forced one racing the holder's Complete.
+// refused), and Evict, including a forced one racing the holder's Complete; and, on
+// a store that also implements idem.ScopeLister, Scopes pagination (each scope once,
+// Redis at least once, the same prefixes and metacharacters, bad limits and garbage
+// cursors refused).
 package idemtest

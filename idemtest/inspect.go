@@ -17,7 +17,9 @@ import (
 // records natively (Redis): it may forget an expired record before Inspect sees it,
 // and its List pages may be shorter than the limit, unordered, and repeat a key of
 // an earlier page (SCAN), though never miss one; every other store must list each key
-// once, in ascending id order, with full pages but the last.
+// once, in ascending id order, with full pages but the last. A store that also
+// implements idem.ScopeLister is held to its contract the same way (Redis: at least
+// once, unordered); one that does not skips that subtest.
 func InspectorSuite(t *testing.T, newStore func(t *testing.T) idem.Store) {
 	t.Helper()
 	fixture := func(t *testing.T) inspected {
@@ -41,6 +43,7 @@ func InspectorSuite(t *testing.T, newStore func(t *testing.T) idem.Store) {
 		{"EvictInProgressNeedsForce", testEvictNeedsForce},
 		{"ForceEvictFencesHolder", testForceEvict},
 		{"ForceEvictRacesComplete", testForceEvictRace},
+		{"Scopes", testScopes},
 	})
 }
 

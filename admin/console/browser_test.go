@@ -33,6 +33,8 @@ const (
 	xss = `<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>`
 	// xssKey is a key id an attacker chose.
 	xssKey = `<b onmouseover="window.__xss=3">k</b>`
+	// xssScope is a scope an attacker chose (behind serve: a tenant header).
+	xssScope = `<i onmouseover="window.__xss=4">t</i>`
 )
 
 // TestBrowser loads the console in headless Chromium against the admin API over
@@ -56,6 +58,7 @@ func TestBrowser(t *testing.T) {
 			ExpiresAt: now.Add(time.Minute)},
 		{Key: idem.Key{Scope: "orders", ID: xssKey}, State: idem.StateCompleted, Token: 14, CreatedAt: now, ExpiresAt: now.Add(time.Hour),
 			Result: []byte(xss)},
+		{Key: idem.Key{Scope: xssScope, ID: "t-1"}, State: idem.StateCompleted, Token: 15, CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
 	} {
 		ins.recs[r.Key] = r
 	}
@@ -130,6 +133,15 @@ func TestBrowser(t *testing.T) {
 	ui.wantText(`#deadletters tr[data-id="2"] td:nth-child(5)`, xss)
 	ui.wantText(`#deadletters tr[data-id="2"] td:nth-child(8) code`, xss[:admin.PreviewBytes]+"…")
 	ui.wantTrue("no element from the payload", `document.querySelectorAll('img, #main script, [onerror]').length === 0 && window.__xss === undefined`)
+
+	// The store's scopes, offered next to the scope box as text; picking one lists
+	// its keys.
+	ui.waitTrue("the scope picker", `!document.getElementById('keys-scopes-label').hidden && document.querySelectorAll('#keys-scopes option').length === 3`)
+	ui.wantText(`#keys-scopes option:nth-child(2)`, xssScope)
+	ui.wantText(`#keys-scopes option:nth-child(3)`, "orders")
+	ui.wantTrue("no element from the scope", `document.querySelectorAll('#keys-scopes i').length === 0 && window.__xss === undefined`)
+	ui.run(`const s = document.getElementById('keys-scopes'); s.value = 'orders'; s.dispatchEvent(new Event('change'))`)
+	ui.waitTrue("the picked scope's keys", `document.getElementById('keys-scope').value === 'orders' && document.querySelectorAll('#keys tr[data-id]').length === 4`)
 
 	// Keys of a scope, the stuck one marked.
 	ui.run(`document.getElementById('keys-scope').value = 'orders'; document.getElementById('keys-form').requestSubmit()`)

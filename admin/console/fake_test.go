@@ -67,6 +67,28 @@ func (f *fakeInspector) Evict(ctx context.Context, k idem.Key, force bool) (idem
 	return rec, nil
 }
 
+var _ idem.ScopeLister = (*fakeInspector)(nil)
+
+func (f *fakeInspector) Scopes(ctx context.Context, cursor string, limit int) (idem.ScopePage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var scopes []string
+	for k := range f.recs {
+		if k.Scope > cursor {
+			scopes = append(scopes, k.Scope)
+		}
+	}
+	slices.Sort(scopes)
+	scopes = slices.Compact(scopes)
+	var page idem.ScopePage
+	if len(scopes) > limit {
+		scopes = scopes[:limit]
+		page.Next = scopes[limit-1]
+	}
+	page.Scopes = scopes
+	return page, nil
+}
+
 func (f *fakeInspector) has(k idem.Key) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -21,6 +21,7 @@ import (
 const keysSynopsis = `Look at and evict the idempotency records of a store: the keys that
 'idem serve --store URL' (or a service's idemhttp middleware, or idem.Do) recorded.
 
+  idem keys scopes --store URL [--cursor C] [--limit N]
   idem keys list  --store URL --scope S [--cursor C] [--limit N]
   idem keys get   --store URL --scope S --id ID [--full]
   idem keys evict --store URL --scope S --id ID --reason "…" [--force]
@@ -39,7 +40,9 @@ Authorization header gives "auth:" and its hash instead); with --scope-header H,
 "tenant:<value of H>" alone. Credentials are never stored in clear: 'idem keys
 scope' prints a caller's scope from a file of its request headers ("Name: value"
 lines; - reads stdin), given serve's scope flags, so no credential goes on the
-command line.
+command line. 'idem keys scopes' lists the scopes a store holds records in, for
+when no caller's scope is known: what did the gateway record? (Redis lists them
+by SCAN: unordered, a scope may come again on a later page.)
 
 evict deletes a record so the key runs again on its next request. A completed
 record goes freely; an in-progress one needs --force, which fences its holder out
@@ -63,6 +66,13 @@ func (m *Main) runKeys(ctx context.Context, args []string) error {
 		fs.BoolVar(&o.json, "json", false, "print one JSON document instead of a table")
 	}
 	return m.runOps(ctx, opsCommand{name: "keys", synopsis: keysSynopsis, actions: []opsAction{
+		{"scopes", func(fs *flag.FlagSet) func(context.Context) error {
+			fs.StringVar(&o.store, "store", "", "the store: sqlite:PATH, postgres://…, mysql://… or redis://… (as given to serve)")
+			fs.BoolVar(&o.json, "json", false, "print one JSON document instead of a table")
+			fs.StringVar(&o.cursor, "cursor", "", "the page after this cursor (the last page printed it)")
+			fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many scopes (1 to %d)", idem.MaxListLimit))
+			return func(ctx context.Context) error { return m.keysScopes(ctx, o) }
+		}},
 		{"list", func(fs *flag.FlagSet) func(context.Context) error {
 			common(fs, false)
 			fs.StringVar(&o.cursor, "cursor", "", "the page after this cursor (the last page printed it)")
@@ -92,8 +102,14 @@ func (m *Main) runKeys(ctx context.Context, args []string) error {
 	}}, args)
 }
 
-// openInspector opens --store for `idem keys`.
+// openInspector checks --scope and opens --store for `idem keys`.
 func (m *Main) openInspector(ctx context.Context, cmd string, o keysOptions) (idem.Inspector, string, func(), error) {
+	return m.openStoreInspector(ctx, cmd, o, true)
+}
+
+// openStoreInspector opens --store for `idem keys`, after checking --scope if
+// withScope.
+func (m *Main) openStoreInspector(ctx context.Context, cmd string, o keysOptions, withScope bool) (idem.Inspector, string, func(), error) {
 	if o.store == "" {
 		return nil, "", nil, m.usagef(cmd, "--store is required: the store serve uses (sqlite:PATH, postgres://…, mysql://…, redis://…)")
 	}
@@ -109,7 +125,10 @@ func (m *Main) openInspector(ctx context.Context, cmd string, o keysOptions) (id
 			return nil, "", nil, fmt.Errorf("--store %s: %w: name the file serve uses", spec.desc, errors.Unwrap(err))
 		}
 	}
-	if err := checkKeyPart(m, cmd, "scope", o.scope); err != nil {
+	if withScope && o.scope == "" {
+		return nil, "", nil, m.usagef(cmd, "--scope is required: 'idem keys scopes --store URL' lists the scopes the store holds")
+	}
+	if err := checkKeyPart(m, cmd, "scope", o.scope); withScope && err != nil {
 		return nil, "", nil, err
 	}
 	store, closeStore, err := openKeysStore(ctx, spec)

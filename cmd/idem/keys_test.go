@@ -56,6 +56,12 @@ func TestKeysListsWhatServeRecorded(t *testing.T) {
 	if got := strings.TrimSpace(mustRun(t, "keys", "scope", "--headers-file", headers)); got != scope {
 		t.Fatalf("keys scope = %q, want serve's %q", got, scope)
 	}
+	// Without the caller's headers, keys scopes says what the gateway recorded.
+	var scopes scopesJSON
+	decode(t, mustRun(t, "keys", "scopes", "--store", "sqlite:"+path, "--json"), &scopes)
+	if len(scopes.Scopes) != 1 || scopes.Scopes[0] != scope || scopes.Next != "" {
+		t.Fatalf("keys scopes of the gateway's store: %+v, want [%s]", scopes, scope)
+	}
 	var page keysJSON
 	decode(t, mustRun(t, "keys", "list", "--store", "sqlite:"+path, "--scope", scope, "--json"), &page)
 	if len(page.Records) != 1 || page.Records[0].ID != "order-1" || page.Records[0].State != "completed" ||

@@ -77,3 +77,20 @@ func DecodeID(c string) (string, error) {
 	}
 	return parts[0], nil
 }
+
+// EncodeScope is the cursor of a store's Scopes page that ends at scope.
+func EncodeScope(scope string) string { return Encode(scope) }
+
+// DecodeScope returns the scope a cursor from EncodeScope names, "" for the empty
+// cursor. Anything else, including a scope no key can have, is an *idem.InputError
+// on field "cursor".
+func DecodeScope(c string) (string, error) {
+	parts, err := Decode(c, 1)
+	if err != nil || parts == nil {
+		return "", err
+	}
+	if err := (idem.Key{Scope: parts[0], ID: "i"}).Validate(); err != nil {
+		return "", Invalid("is not a cursor this store made")
+	}
+	return parts[0], nil
+}

@@ -489,7 +489,40 @@
     }
     const scope = sessionStorage.getItem(SCOPE_KEY) || '';
     $('keys-scope').value = scope;
+    await loadScopes();
   }
+
+  // loadScopes fills the scope picker with the store's scopes (GET /api/scopes,
+  // first 1000). A store that cannot list them (501) or fails hides the picker:
+  // the scope box still works.
+  async function loadScopes() {
+    const sel = $('keys-scopes'), label = $('keys-scopes-label');
+    const store = $('keys-store').value;
+    let page;
+    try {
+      page = await api('GET', 'scopes' + q({ store: store, limit: 1000 }));
+    } catch (e) {
+      if (e instanceof APIError && e.status === 401) throw e;
+      clear(sel);
+      label.hidden = true;
+      return;
+    }
+    if ($('keys-store').value !== store) return; // another store was picked meanwhile
+    clear(sel);
+    const scopes = page.scopes || [];
+    sel.appendChild(el('option', { value: '' }, scopes.length ? scopes.length + (page.next ? '+' : '') + ' scopes…' : 'no scopes'));
+    for (const sc of scopes) sel.appendChild(el('option', { value: sc }, sc));
+    if (page.next) sel.appendChild(el('option', { value: '', disabled: true }, 'more not shown (first 1000)'));
+    label.hidden = false;
+  }
+
+  $('keys-store').addEventListener('change', function () { loadScopes().catch(function () { /* signed out */ }); });
+  $('keys-scopes').addEventListener('change', function () {
+    const sc = $('keys-scopes').value;
+    if (!sc) return;
+    $('keys-scope').value = sc;
+    $('keys-form').requestSubmit();
+  });
 
   async function loadKeys() {
     if (!keysShown) {

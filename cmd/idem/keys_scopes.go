@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemhq/idem"
+)
+
+// keysScopes prints a page of the scopes --store holds records in: the way in when
+// no caller's scope is known (behind serve, scopes are hashes of credentials).
+func (m *Main) keysScopes(ctx context.Context, o keysOptions) error {
+	const cmd = "keys scopes"
+	if o.limit < 1 || o.limit > idem.MaxListLimit {
+		return m.usagef(cmd, "--limit %d: use 1 to %d, and --cursor for the next page", o.limit, idem.MaxListLimit)
+	}
+	in, desc, closeStore, err := m.openStoreInspector(ctx, cmd, o, false)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	sl, ok := in.(idem.ScopeLister)
+	if !ok {
+		return fmt.Errorf("--store %s: this store cannot list its scopes; list a known scope's keys with 'idem keys list --scope S'", desc)
+	}
+	page, err := sl.Scopes(ctx, o.cursor, o.limit)
+	if err != nil {
+		return badInput(err)
+	}
+	out := struct {
+		Store  string   `json:"store"`
+		Scopes []string `json:"scopes"`
+		Next   string   `json:"next"`
+	}{desc, page.Scopes, page.Next}
+	if out.Scopes == nil {
+		out.Scopes = []string{}
+	}
+	if o.json {
+		return writeJSON(m.Stdout, out)
+	}
+	tw := newTable(m.Stdout)
+	fmt.Fprintln(tw, "SCOPE")
+	for _, sc := range out.Scopes {
+		fmt.Fprintln(tw, cell(sc, 0))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "%d scopes in %s; 'idem keys list --scope S' lists one's keys\n", len(out.Scopes), desc)
+	if page.Next != "" {
+		fmt.Fprintf(m.Stdout, "more: --cursor %s\n", cell(page.Next, 0))
+	}
+	return nil
+}

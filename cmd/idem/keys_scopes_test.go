@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/idemhq/idem"
+)
+
+// scopesJSON is the --json document of `idem keys scopes`.
+type scopesJSON struct {
+	Store  string   `json:"store"`
+	Scopes []string `json:"scopes"`
+	Next   string   `json:"next"`
+}
+
+// keys scopes pages through the scopes of every store: each once on SQL stores, at
+// least once on Redis; garbage cursors and limits exit 2; keys list without
+// --scope points at it.
+func TestKeysScopes(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"sqlite", "postgres", "mysql", "redis"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			ks := newKeysStore(t, name)
+			want := []string{"anonymous", "auth:0f", "cred:1a", "cred:1ab", "tenant:a%_*?[x]"}
+			for _, sc := range want {
+				for i := range 3 {
+					if _, err := ks.store.Claim(ctx, idem.Claim{Key: idem.Key{Scope: sc, ID: fmt.Sprintf("k%d", i)}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			seen := map[string]int{}
+			cursor := ""
+			for pages := 0; ; pages++ {
+				if pages > 1000 {
+					t.Fatalf("keys scopes did not end after %d pages", pages)
+				}
+				var page scopesJSON
+				decode(t, mustRun(t, "keys", "scopes", "--store", ks.url, "--limit", "2", "--cursor", cursor, "--json"), &page)
+				if len(page.Scopes) > 2 || page.Scopes == nil {
+					t.Fatalf("page %+v", page)
+				}
+				for _, sc := range page.Scopes {
+					seen[sc]++
+				}
+				if cursor = page.Next; cursor == "" {
+					break
+				}
+			}
+			for _, sc := range want {
+				if seen[sc] == 0 || (name != "redis" && seen[sc] != 1) {
+					t.Fatalf("scope %q listed %d times (all: %v)", sc, seen[sc], seen)
+				}
+			}
+			if name != "redis" && len(seen) != len(want) {
+				t.Fatalf("scopes %v, want %v", seen, want)
+			}
+
+			out := mustRun(t, "keys", "scopes", "--store", ks.url)
+			if !strings.Contains(out, "cred:1ab") || !strings.Contains(out, "tenant:a%_*?[x]") ||
+				(name != "redis" && !strings.Contains(out, "5 scopes in ")) {
+				t.Fatalf("keys scopes:\n%s", out)
+			}
+			for _, args := range [][]string{{"--cursor", "not a cursor!"}, {"--limit", "0"}, {"--limit", "1001"}} {
+				_, stderr, code := runCode(t, append([]string{"keys", "scopes", "--store", ks.url}, args...)...)
+				if code != 2 || !strings.Contains(stderr, strings.TrimPrefix(args[0], "--")) {
+					t.Fatalf("keys scopes %v exited %d: %q", args, code, stderr)
+				}
+			}
+			_, stderr, code := runCode(t, "keys", "list", "--store", ks.url)
+			if code != 2 || !strings.Contains(stderr, "idem keys scopes --store URL") {
+				t.Fatalf("keys list without --scope exited %d: %q", code, stderr)
+			}
+		})
+	}
+}
