@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -573,7 +574,21 @@ func TestAdaptStreamReal(t *testing.T) {
 	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"hello","channel":"orders","client":"dash"}`)); err != nil {
 		t.Fatal(err)
 	}
-	// Read what the server sends (events, heartbeats) until the test ends.
+	// Ack only what was sent: wait for the third event, so that the server cannot
+	// see the ack before it sent the events (an ack beyond them is refused).
+	readCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for seen := uint64(0); seen < 3; {
+		_, data, err := ws.Read(readCtx)
+		if err != nil {
+			t.Fatalf("waiting for the third event: %v", err)
+		}
+		var m struct{ Event *struct{ Seq uint64 } }
+		if json.Unmarshal(data, &m) == nil && m.Event != nil {
+			seen = m.Event.Seq
+		}
+	}
+	// Then read what the server sends (heartbeats) until the test ends.
 	go func() {
 		for {
 			if _, _, err := ws.Read(context.Background()); err != nil {
