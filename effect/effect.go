@@ -67,7 +67,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
@@ -203,8 +202,7 @@ func (f *Fence[Tx]) Do(ctx context.Context, key, step string, call Call) (result
 	if call == nil {
 		return nil, &idem.InputError{Field: "call", Reason: "is nil", Fix: "pass the function that performs the effect"}
 	}
-	derived := idemkey.Derive(key, step)
-	ctx, span := f.startDo(ctx, key, step, derived)
+	ctx, span := f.startDo(ctx, key, step)
 	defer func() { endDo(span, err) }()
 	c, err := f.acquire(ctx, span, key, step, false)
 	if err != nil {
@@ -214,7 +212,7 @@ func (f *Fence[Tx]) Do(ctx context.Context, key, step string, call Call) (result
 		f.count(span, step, "replayed")
 		return c.result, nil
 	}
-	return f.run(ctx, span, key, step, derived, c, call)
+	return f.run(ctx, span, key, step, c, call)
 }
 
 // count counts outcome in idem_effects_total and sets it on span, the effect's

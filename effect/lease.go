@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/wait"
 )
 
@@ -138,7 +139,8 @@ func (f *Fence[Tx]) acquireLockFirst(ctx context.Context, q idem.Querier, key, s
 // span is the effect's idem.effect.do span, whose context ctx carries: the call's
 // context carries it too, so an idemhttp.Transport in the call continues the trace
 // (its attempt spans are children of span, their traceparent sent downstream).
-func (f *Fence[Tx]) run(ctx context.Context, span trace.Span, key, step, derived string, c claim, call Call) ([]byte, error) {
+func (f *Fence[Tx]) run(ctx context.Context, span trace.Span, key, step string, c claim, call Call) ([]byte, error) {
+	derived := idemkey.Derive(key, step)
 	stop := f.heartbeat(ctx, key, step, c.token)
 	defer stop()
 	if c.takeover {

@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/otelx"
 )
 
@@ -66,8 +65,7 @@ func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Ca
 // recoverOne takes key's effect over, if its lease still has expired, and runs
 // call for it, in an idem.effect.do span of its own.
 func (f *Fence[Tx]) recoverOne(ctx context.Context, key, step string, call Call) (ran bool, err error) {
-	derived := idemkey.Derive(key, step)
-	ctx, span := f.startDo(ctx, key, step, derived)
+	ctx, span := f.startDo(ctx, key, step)
 	defer func() { endDo(span, err) }()
 	c, err := f.acquire(ctx, span, key, step, true)
 	if errors.Is(err, ErrInProgress) {
@@ -76,7 +74,7 @@ func (f *Fence[Tx]) recoverOne(ctx context.Context, key, step string, call Call)
 	if err != nil || c.done {
 		return false, err
 	}
-	if _, err := f.run(ctx, span, key, step, derived, c, call); err != nil {
+	if _, err := f.run(ctx, span, key, step, c, call); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -6,18 +6,20 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/otelx"
 )
 
 // startDo starts the idem.effect.do span of key and step, a child of ctx's span,
 // unless no span can record.
-func (f *Fence[Tx]) startDo(ctx context.Context, key, step, derived string) (context.Context, trace.Span) {
+func (f *Fence[Tx]) startDo(ctx context.Context, key, step string) (context.Context, trace.Span) {
 	if f.tr.Off() {
 		return ctx, otelx.NoSpan
 	}
 	ctx, span := f.tr.Start(ctx, otelx.SpanEffectDo, otelx.KindInternal...)
 	if span.IsRecording() {
-		span.SetAttributes(otelx.KeyKey.String(key), otelx.KeyStep.String(step), otelx.KeyDerivedKey.String(derived))
+		span.SetAttributes(otelx.KeyKey.String(key), otelx.KeyStep.String(step),
+			otelx.KeyDerivedKey.String(idemkey.Derive(key, step)))
 	}
 	return ctx, span
 }
@@ -45,7 +47,7 @@ func traceClaim(span trace.Span, c claim) {
 // endDo ends a Do span; err marks it failed, unless it is ErrInProgress (another
 // worker holds the effect: an outcome, not a failure).
 func endDo(span trace.Span, err error) {
-	if !errors.Is(err, ErrInProgress) {
+	if span.IsRecording() && !errors.Is(err, ErrInProgress) {
 		otelx.Fail(span, err)
 	}
 	span.End()
