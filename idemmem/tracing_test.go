@@ -5,9 +5,39 @@ import (
 	"fmt"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmem"
 )
+
+// TestUntracedStartsNoSpan: a store without a provider (the global one unset) or
+// with a no-op one starts no span, even under a caller's recording span: only the
+// caller's span is exported.
+func TestUntracedStartsNoSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	for _, cfg := range []idemmem.Config{{}, {TracerProvider: noop.NewTracerProvider()}} {
+		s, err := idemmem.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exp.Reset()
+		ctx, root := tp.Tracer("t").Start(context.Background(), "caller")
+		k := idem.Key{Scope: "s", ID: "k"}
+		r, _ := s.Claim(ctx, idem.Claim{Key: k})
+		_ = s.Complete(ctx, k, r.Token, nil)
+		_, _ = s.ClaimBatch(ctx, []idem.Claim{{Key: k}})
+		_ = s.Release(ctx, k, r.Token)
+		root.End()
+		if got := exp.GetSpans(); len(got) != 1 || got[0].Name != "caller" {
+			t.Errorf("with %T, spans %v were exported, want only the caller's", cfg.TracerProvider, got.Snapshots())
+		}
+	}
+}
 
 // TestUntracedCallsAllocateNothing: with no TracerProvider (none in Config, the
 // global one unset: nothing in this test binary sets it), a claim of a completed
