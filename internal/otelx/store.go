@@ -34,7 +34,9 @@ const (
 // StoreTracer traces one store's calls. It is the one implementation the stores
 // share: each store calls it where it counts its claims (internal/metrics), so the
 // spans of every backend have the same names and attributes. While tracing is off
-// (Tracer.Off) its methods return ctx and NoSpan, which cost no allocation.
+// (Tracer.Off) its methods return ctx and a nil span, which EndClaim, EndBatch
+// and End accept (a nil check is cheaper than comparing interfaces with NoSpan):
+// a store passes the span only to them.
 type StoreTracer struct {
 	tr     Tracer
 	system attribute.KeyValue
@@ -53,20 +55,26 @@ func NewStoreTracer(tp trace.TracerProvider, system string) StoreTracer {
 
 // Claim starts the span of one claim of k, a child of ctx's span; tx marks a
 // claim made in the caller's transaction. End it with EndClaim.
-func (s StoreTracer) Claim(ctx context.Context, k idem.Key, tx bool) (context.Context, trace.Span) {
+func (s *StoreTracer) Claim(ctx context.Context, k idem.Key, tx bool) (context.Context, trace.Span) {
+	if s.off() {
+		return ctx, nil
+	}
 	return s.start(ctx, SpanStoreClaim, k, tx, 0, false)
 }
 
 // Op starts the span named name (SpanStoreComplete or SpanStoreRelease) of a
 // call on k by the holder of token. End it with End.
-func (s StoreTracer) Op(ctx context.Context, name string, k idem.Key, token uint64, tx bool) (context.Context, trace.Span) {
+func (s *StoreTracer) Op(ctx context.Context, name string, k idem.Key, token uint64, tx bool) (context.Context, trace.Span) {
+	if s.off() {
+		return ctx, nil
+	}
 	return s.start(ctx, name, k, tx, token, true)
 }
 
-func (s StoreTracer) start(ctx context.Context, name string, k idem.Key, tx bool, token uint64, withToken bool) (context.Context, trace.Span) {
-	if s.tr.tracer == nil || s.tr.Off() {
-		return ctx, NoSpan
-	}
+// off reports whether no span can record (or s is the zero value).
+func (s *StoreTracer) off() bool { return s.tr.tracer == nil || s.tr.Off() }
+
+func (s *StoreTracer) start(ctx context.Context, name string, k idem.Key, tx bool, token uint64, withToken bool) (context.Context, trace.Span) {
 	ctx, span := s.tr.Start(ctx, name, s.opts...)
 	if span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 5)
@@ -83,9 +91,9 @@ func (s StoreTracer) start(ctx context.Context, name string, k idem.Key, tx bool
 }
 
 // Batch starts the span of a ClaimBatch of n claims. End it with EndBatch.
-func (s StoreTracer) Batch(ctx context.Context, claims []idem.Claim) (context.Context, trace.Span) {
-	if s.tr.tracer == nil || s.tr.Off() {
-		return ctx, NoSpan
+func (s *StoreTracer) Batch(ctx context.Context, claims []idem.Claim) (context.Context, trace.Span) {
+	if s.off() {
+		return ctx, nil
 	}
 	ctx, span := s.tr.Start(ctx, SpanStoreBatch, s.opts...)
 	if span.IsRecording() {
@@ -100,6 +108,9 @@ func (s StoreTracer) Batch(ctx context.Context, claims []idem.Claim) (context.Co
 // EndClaim ends a claim's span with its outcome (idem.outcome, idem.token when
 // acquired, idem.duplicate when the key was taken) or its error.
 func EndClaim(span trace.Span, res idem.Result, err error) {
+	if span == nil {
+		return
+	}
 	if span.IsRecording() {
 		if err != nil {
 			Fail(span, err)
@@ -116,6 +127,9 @@ func EndClaim(span trace.Span, res idem.Result, err error) {
 // EndBatch ends a batch's span with how many of its claims were duplicates, or
 // its error.
 func EndBatch(span trace.Span, out []idem.Result, err error) {
+	if span == nil {
+		return
+	}
 	if span.IsRecording() {
 		if err != nil {
 			Fail(span, err)
@@ -134,6 +148,9 @@ func EndBatch(span trace.Span, out []idem.Result, err error) {
 
 // End ends span, marking it failed with err, if any.
 func End(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
 	Fail(span, err)
 	span.End()
 }
