@@ -120,7 +120,7 @@ func (o *Orchestrator[Tx]) turnAround(inst *Instance, from int, reason string) {
 // named span (idem.saga.step or idem.saga.compensate).
 func (o *Orchestrator[Tx]) call(ctx context.Context, span string, inst *Instance, s Step, prefix string, fn func(context.Context, Input) ([]byte, error)) (_ []byte, err error) {
 	ctx, sp := o.startStep(ctx, span, inst, s.Name)
-	defer func() { otelx.End(sp, err) }()
+	defer func() { endStep(sp, err) }()
 	return o.fence.Do(ctx, inst.ID, prefix+s.Name, func(ctx context.Context, key string) ([]byte, error) {
 		if s.Timeout > 0 {
 			var cancel context.CancelFunc

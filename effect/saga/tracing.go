@@ -2,9 +2,11 @@ package saga
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/internal/otelx"
 )
 
@@ -40,4 +42,13 @@ func (o *Orchestrator[Tx]) startStep(ctx context.Context, name string, inst *Ins
 		span.SetAttributes(otelx.KeySagaID.String(inst.ID), otelx.KeyStep.String(step), otelx.KeyAttempt.Int(inst.Attempts+1))
 	}
 	return ctx, span
+}
+
+// endStep ends a step's span; err marks it failed, unless it is
+// effect.ErrInProgress (another orchestrator's call holds the step: not a failure).
+func endStep(span trace.Span, err error) {
+	if span.IsRecording() && !errors.Is(err, effect.ErrInProgress) {
+		otelx.Fail(span, err)
+	}
+	span.End()
 }

@@ -54,6 +54,13 @@ var tracedStores = []tracedStore{
 		}
 		return s, db
 	}},
+	{"postgresql", func(t *testing.T, tp trace.TracerProvider) (idem.Store, *sql.DB) { // pgx, with ClaimBatch
+		s, err := idempg.New(context.Background(), testsvc.PostgresPool(t), idempg.Config{TracerProvider: tp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, nil
+	}},
 	{"mysql", func(t *testing.T, tp trace.TracerProvider) (idem.Store, *sql.DB) {
 		db := testsvc.MySQLDB(t)
 		s, err := idemmysql.New(context.Background(), db, idemmysql.Config{Table: testsvc.UniqueName("idem_records_"), TracerProvider: tp})
@@ -79,8 +86,8 @@ var tracedStores = []tracedStore{
 // backend's db.system.name; the Tx variants say idem.tx.
 func TestStoreSpans(t *testing.T) {
 	t.Parallel()
-	for _, b := range tracedStores {
-		t.Run(b.system, func(t *testing.T) {
+	for i, b := range tracedStores {
+		t.Run(fmt.Sprint(b.system, "-", i), func(t *testing.T) {
 			t.Parallel()
 			tr := newTracing(t)
 			s, db := b.open(t, tr.tp)
@@ -182,7 +189,7 @@ func testTxSpans(t *testing.T, tr tracing, s idem.Store, db *sql.DB) {
 func TestMySQLGroupClaimSpans(t *testing.T) {
 	t.Parallel()
 	tr := newTracing(t)
-	s, _ := tracedStores[3].open(t, tr.tp)
+	s, _ := tracedStores[4].open(t, tr.tp)
 	const n = 16
 	var wg sync.WaitGroup
 	for i := range n {
