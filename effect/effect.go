@@ -34,6 +34,20 @@
 // Idempotency-Key from it: one logical operation keeps one key lineage from the
 // first inbound request to the last downstream call.
 //
+// # Tracing
+//
+// With a TracerProvider (Config.TracerProvider, else the global one once the
+// application sets it), each Do is an idem.effect.do span, a child of the caller's,
+// with idem.key, idem.step, idem.derived_key, idem.token (and idem.effect.takeover)
+// once the effect is held, and idem.effect.outcome: called, replayed, in_progress,
+// recovered, reconciled, fenced, failed or error, as idem_effects_total counts it
+// (idem.duplicate for replayed and in_progress). The call's context carries the
+// span, so an idemhttp.Transport inside it sends the span's traceparent downstream
+// beside the derived Idempotency-Key. Recover is an idem.effect.recover span with
+// an idem.effect.do span per effect it takes over; Config.Reconcile runs in an
+// idem.effect.reconcile span (idem.effect.happened). With no provider set, no span
+// is started.
+//
 // # Operating
 //
 // Admin lists effects on the database alone (no Fence or calls needed): pending
@@ -50,8 +64,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -92,6 +109,10 @@ type Config struct {
 	// print` with their own tool: New then only checks that idem_effects is up to
 	// date, and fails with a *migrate.BehindError naming the missing migration.
 	SkipMigrate bool
+	// TracerProvider receives the fence's spans (see Tracing in the package
+	// documentation). Nil means the global provider; while that is unset, or with
+	// a no-op provider, no span is started.
+	TracerProvider trace.TracerProvider
 }
 
 // Fence runs external effects at most once per key and step in effect. It is
@@ -101,6 +122,7 @@ type Fence[Tx any] struct {
 	q       queries
 	cfg     Config
 	metrics *prometheus.CounterVec
+	tr      otelx.Tracer
 }
 
 // FailedError is an effect whose call failed permanently (Permanent): Do returns
@@ -146,7 +168,7 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx],
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Effect); err != nil {
 		return nil, err
 	}
-	f := &Fence[Tx]{db: db, q: newQueries(db.Dialect), cfg: cfg}
+	f := &Fence[Tx]{db: db, q: newQueries(db.Dialect), cfg: cfg, tr: otelx.New(cfg.TracerProvider, nil)}
 	if cfg.Registerer != nil {
 		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_effects_total",
@@ -173,28 +195,33 @@ const (
 // for an effect that failed permanently; and, if this worker lost its lease
 // during the call, an error wrapping idem.ErrLeaseLost (the effect is the new
 // holder's to record). Other errors leave the effect PENDING for a retry.
-func (f *Fence[Tx]) Do(ctx context.Context, key, step string, call Call) ([]byte, error) {
+func (f *Fence[Tx]) Do(ctx context.Context, key, step string, call Call) (result []byte, err error) {
 	if err := validate(key, step); err != nil {
 		return nil, err
 	}
 	if call == nil {
 		return nil, &idem.InputError{Field: "call", Reason: "is nil", Fix: "pass the function that performs the effect"}
 	}
-	c, err := f.acquire(ctx, key, step, false)
+	ctx, span := f.startDo(ctx, key, step)
+	defer func() { endDo(span, err) }()
+	c, err := f.acquire(ctx, span, key, step, false)
 	if err != nil {
 		return nil, err
 	}
 	if c.done {
-		f.count(step, "replayed")
+		f.count(span, step, "replayed")
 		return c.result, nil
 	}
-	return f.run(ctx, key, step, c, call)
+	return f.run(ctx, span, key, step, c, call)
 }
 
-func (f *Fence[Tx]) count(step, outcome string) {
+// count counts outcome in idem_effects_total and sets it on span, the effect's
+// idem.effect.do span (NoSpan when not traced).
+func (f *Fence[Tx]) count(span trace.Span, step, outcome string) {
 	if f.metrics != nil {
 		f.metrics.WithLabelValues(step, outcome).Inc()
 	}
+	traceOutcome(span, outcome)
 }
 
 func validate(key, step string) error {

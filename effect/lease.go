@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/wait"
@@ -23,7 +25,7 @@ type claim struct {
 
 // acquire inserts the effect as PENDING, or takes it over if its lease expired.
 // expiredOnly makes it refuse (ErrInProgress) an effect it would have to insert.
-func (f *Fence[Tx]) acquire(ctx context.Context, key, step string, expiredOnly bool) (claim, error) {
+func (f *Fence[Tx]) acquire(ctx context.Context, span trace.Span, key, step string, expiredOnly bool) (claim, error) {
 	now := f.cfg.Now().UnixNano()
 	lease := now + f.cfg.Lease.Nanoseconds()
 	var c claim
@@ -33,12 +35,13 @@ func (f *Fence[Tx]) acquire(ctx context.Context, key, step string, expiredOnly b
 	})
 	switch {
 	case err == nil:
+		traceClaim(span, c)
 		return c, nil
 	case errors.Is(err, ErrInProgress):
-		f.count(step, "in_progress")
+		f.count(span, step, "in_progress")
 		return c, err
 	case errors.As(err, new(*FailedError)):
-		f.count(step, "failed")
+		f.count(span, step, "failed")
 		return c, err
 	}
 	return c, &idem.BackendError{Backend: "effect", Op: "acquire", Err: err}
@@ -132,22 +135,26 @@ func (f *Fence[Tx]) acquireLockFirst(ctx context.Context, q idem.Querier, key, s
 // run calls (after reconciling a takeover) and records the outcome. The lease is
 // renewed until the call (or the reconcile) returns, and not after: a renewal
 // racing the release of a failed call would hold the effect for a whole lease.
-func (f *Fence[Tx]) run(ctx context.Context, key, step string, c claim, call Call) ([]byte, error) {
+//
+// span is the effect's idem.effect.do span, whose context ctx carries: the call's
+// context carries it too, so an idemhttp.Transport in the call continues the trace
+// (its attempt spans are children of span, their traceparent sent downstream).
+func (f *Fence[Tx]) run(ctx context.Context, span trace.Span, key, step string, c claim, call Call) ([]byte, error) {
 	derived := idemkey.Derive(key, step)
 	stop := f.heartbeat(ctx, key, step, c.token)
 	defer stop()
 	if c.takeover {
 		f.cfg.Logger.Info("effect: taking over an effect whose lease expired", "key", key, "step", step, "token", c.token)
 		if f.cfg.Reconcile != nil {
-			result, happened, err := f.cfg.Reconcile(ctx, step, derived)
+			result, happened, err := f.reconcile(ctx, step, derived)
 			if err != nil {
-				f.count(step, "error")
+				f.count(span, step, "error")
 				return nil, fmt.Errorf("effect %s/%s: reconcile: %w", key, step, err)
 			}
 			if happened {
 				stop()
-				f.count(step, "reconciled")
-				return result, f.finish(ctx, key, step, c.token, StateComplete, result, "")
+				f.count(span, step, "reconciled")
+				return result, f.finish(ctx, span, key, step, c.token, StateComplete, result, "")
 			}
 		}
 	}
@@ -155,22 +162,22 @@ func (f *Fence[Tx]) run(ctx context.Context, key, step string, c claim, call Cal
 	stop()
 	if err != nil {
 		if IsPermanent(err) {
-			f.count(step, "failed")
-			if ferr := f.finish(ctx, key, step, c.token, StateFailed, nil, err.Error()); ferr != nil {
+			f.count(span, step, "failed")
+			if ferr := f.finish(ctx, span, key, step, c.token, StateFailed, nil, err.Error()); ferr != nil {
 				return nil, ferr
 			}
 			return nil, &FailedError{Key: key, Step: step, Reason: err.Error()}
 		}
-		f.count(step, "error")
+		f.count(span, step, "error")
 		f.release(ctx, key, step, c.token)
 		return nil, err
 	}
 	if c.takeover {
-		f.count(step, "recovered")
+		f.count(span, step, "recovered")
 	} else {
-		f.count(step, "called")
+		f.count(span, step, "called")
 	}
-	return result, f.finish(ctx, key, step, c.token, StateComplete, result, "")
+	return result, f.finish(ctx, span, key, step, c.token, StateComplete, result, "")
 }
 
 // heartbeat renews the lease of token every Lease/3 until stop is called; stop
@@ -218,7 +225,7 @@ func (f *Fence[Tx]) renew(ctx context.Context, key, step string, token int64) (h
 }
 
 // finish records the outcome if token still holds the effect.
-func (f *Fence[Tx]) finish(ctx context.Context, key, step string, token int64, state string, result []byte, reason string) error {
+func (f *Fence[Tx]) finish(ctx context.Context, span trace.Span, key, step string, token int64, state string, result []byte, reason string) error {
 	var n int64
 	err := f.inTx(ctx, func(q idem.Querier) (err error) {
 		n, err = q.Exec(ctx, f.q.finish, state, result, reason, f.cfg.Now().UnixNano(), key, step, token)
@@ -228,7 +235,7 @@ func (f *Fence[Tx]) finish(ctx context.Context, key, step string, token int64, s
 		return &idem.BackendError{Backend: "effect", Op: "complete", Err: err}
 	}
 	if n == 0 {
-		f.count(step, "fenced")
+		f.count(span, step, "fenced")
 		return fmt.Errorf("effect %s/%s: token %d was taken over while the call ran; the newer holder records the effect: %w",
 			key, step, token, idem.ErrLeaseLost)
 	}

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 // Recover is the sweeper: it takes over up to limit PENDING effects of step whose
@@ -14,12 +17,22 @@ import (
 // gave up after an error) and runs call for each, with the same derived key and
 // after Reconcile. It returns how many it completed; the first error stops it.
 // Run it periodically for every step, in one process or many.
-func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Call) (int, error) {
+func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Call) (done int, err error) {
 	if limit <= 0 {
 		limit = 100
 	}
+	if !f.tr.Off() {
+		var span trace.Span
+		ctx, span = f.tr.Start(ctx, otelx.SpanEffectRecover, otelx.KindInternal...)
+		defer func() {
+			if span.IsRecording() {
+				span.SetAttributes(otelx.KeyStep.String(step), otelx.KeyRecovered.Int(done))
+			}
+			otelx.End(span, err)
+		}()
+	}
 	var keys []string
-	err := f.db.InTx(ctx, func(tx Tx) error {
+	err = f.db.InTx(ctx, func(tx Tx) error {
 		rows, err := f.db.Querier(tx).Query(ctx, f.q.due, step, f.cfg.Now().UnixNano(), limit)
 		if err != nil {
 			return err
@@ -37,24 +50,34 @@ func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Ca
 	if err != nil {
 		return 0, &idem.BackendError{Backend: "effect", Op: "recover", Err: err}
 	}
-	done := 0
 	for _, key := range keys {
-		c, err := f.acquire(ctx, key, step, true)
-		if errors.Is(err, ErrInProgress) {
-			continue // another sweeper or a retry got there first
-		}
+		ran, err := f.recoverOne(ctx, key, step, call)
 		if err != nil {
 			return done, err
 		}
-		if c.done {
-			continue
+		if ran {
+			done++
 		}
-		if _, err := f.run(ctx, key, step, c, call); err != nil {
-			return done, err
-		}
-		done++
 	}
 	return done, nil
+}
+
+// recoverOne takes key's effect over, if its lease still has expired, and runs
+// call for it, in an idem.effect.do span of its own.
+func (f *Fence[Tx]) recoverOne(ctx context.Context, key, step string, call Call) (ran bool, err error) {
+	ctx, span := f.startDo(ctx, key, step)
+	defer func() { endDo(span, err) }()
+	c, err := f.acquire(ctx, span, key, step, true)
+	if errors.Is(err, ErrInProgress) {
+		return false, nil // another sweeper or a retry got there first
+	}
+	if err != nil || c.done {
+		return false, err
+	}
+	if _, err := f.run(ctx, span, key, step, c, call); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Effect is the stored state of one effect.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 func (s *Store) hash(k idem.Key) hkey {
@@ -40,12 +41,15 @@ func (sh *shard) nextToken(now int64) uint64 {
 
 // Claim implements idem.Store.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
+	_, span := s.tr.Claim(ctx, c.Key, false)
 	start := s.m.Start()
 	if err := idem.CheckClaim(ctx, c); err != nil {
+		otelx.EndClaim(span, idem.Result{}, err)
 		return idem.Result{}, err
 	}
 	res, err := s.claim(c.WithDefaults(), s.now().UnixNano())
 	s.m.Claim(c.Key.Scope, res.Outcome, err, start)
+	otelx.EndClaim(span, res, err)
 	return res, err
 }
 
@@ -102,15 +106,16 @@ func (s *Store) duplicate(c idem.Claim, r liveRecord) idem.Result {
 
 // ClaimBatch implements idem.BatchClaimer: every claim is validated first, then
 // claimed in order.
-func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (out []idem.Result, err error) {
+	ctx, span := s.tr.Batch(ctx, claims)
+	defer func() { otelx.EndBatch(span, out, err) }()
 	if err := idem.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
 	now := s.now().UnixNano()
-	out := make([]idem.Result, len(claims))
+	out = make([]idem.Result, len(claims))
 	for i, c := range claims {
 		start := s.m.Start()
-		var err error
 		out[i], err = s.claim(c.WithDefaults(), now)
 		s.m.Claim(c.Key.Scope, out[i].Outcome, err, start)
 		if err != nil {
@@ -145,7 +150,9 @@ func (s *Store) retained(sh *shard, h hkey, now int64) (doneRecord, bool) {
 }
 
 // Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
+	_, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
@@ -184,7 +191,9 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 }
 
 // Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
+func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
+	_, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}

@@ -36,6 +36,16 @@
 // walks every record, O(n log limit) for n records, with ids in ascending byte order
 // and the base64url of the page's last id as cursor. A forced Evict fences the
 // holder as a takeover does: the key's next token comes from its shard's counter.
+//
+// # Tracing
+//
+// With a TracerProvider (Config.TracerProvider, else the global one once the
+// application sets it), each Claim, Complete and Release is an internal span,
+// idem.store.claim, idem.store.complete or idem.store.release, a child of the
+// caller's span, with idem.scope, idem.key, db.system.name "memory" and, for a
+// claim, idem.outcome (idem.token when acquired, idem.duplicate when the key was
+// taken); ClaimBatch is one idem.store.claim_batch span. With no provider set, no
+// span is started and a claim allocates nothing more.
 package idemmem
 
 import (
@@ -45,7 +55,9 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const backend = "memory"
@@ -65,6 +77,10 @@ type Config struct {
 	MaxBytes int64
 	// Registerer, if set, receives the store's Prometheus metrics.
 	Registerer prometheus.Registerer
+	// TracerProvider receives a span per Claim, ClaimBatch, Complete and Release
+	// (see the package documentation). Nil means the global provider; while that is
+	// unset, or with a no-op provider, no span is started.
+	TracerProvider trace.TracerProvider
 	// KeepKeys makes the store remember the text of every key beside its hash, so
 	// that List (idem.Inspector) can name the keys of a scope. It costs the key's
 	// bytes plus about 64 per record, counted against MaxBytes. Without it, List
@@ -80,6 +96,7 @@ type Store struct {
 	now          func() time.Time
 	epoch        int64 // unix ns; compact records count seconds from here
 	m            *metrics.Store
+	tr           otelx.StoreTracer
 	budget       budget
 	keepKeys     bool
 }
@@ -165,6 +182,7 @@ func New(cfg Config) (*Store, error) {
 		now:      now,
 		epoch:    now().UnixNano(),
 		m:        m,
+		tr:       otelx.NewStoreTracer(cfg.TracerProvider, backend),
 		keepKeys: cfg.KeepKeys,
 	}
 	switch {

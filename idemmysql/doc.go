@@ -81,4 +81,16 @@
 // A duplicate ClaimTx keeps the key's row locked until its transaction ends, so the
 // holder's Complete waits for it: end transactions that met a duplicate promptly
 // (they usually roll back at once).
+//
+// # Tracing
+//
+// With a TracerProvider (Config.TracerProvider, else the global one once the
+// application sets it), each Claim, ClaimTx, Complete(Tx) and Release(Tx) is a
+// client span, idem.store.claim, idem.store.complete or idem.store.release, a child
+// of the caller's span, with idem.scope, idem.key, db.system.name "mysql", idem.tx
+// on the Tx variants and, for a claim, idem.outcome (idem.token when acquired,
+// idem.duplicate when the key was taken); ClaimBatch is one idem.store.claim_batch
+// span. With no provider set, no span is started. A claim answered by the group
+// writer (one statement for many claims) still has its own span, in its caller's
+// trace.
 package idemmysql

@@ -11,9 +11,11 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -38,6 +40,10 @@ type Config struct {
 	// idem_duplicates_total, idem_claim_duration_seconds, idem_swept_total and
 	// idem_records (InnoDB's estimate).
 	Registerer prometheus.Registerer
+	// TracerProvider receives a span per claim, completion and release (see the
+	// package documentation). Nil means the global provider; while that is unset,
+	// or with a no-op provider, no span is started.
+	TracerProvider trace.TracerProvider
 	// SweepBatch is how many expired rows one Sweep statement deletes. Zero means
 	// DefaultSweepBatch; negative is invalid.
 	SweepBatch int
@@ -92,6 +98,7 @@ type Store struct {
 	group      *grouper // nil unless Table+"_claim_group" exists and MaxClaimGroup > 1
 	q          queries
 	m          *metrics.Store
+	tr         otelx.StoreTracer
 	sweepBatch int
 }
 
@@ -155,7 +162,8 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, table: cfg.Table, q: newQueries(cfg.Table), m: m, sweepBatch: cfg.SweepBatch}
+	s := &Store{db: db, table: cfg.Table, q: newQueries(cfg.Table), m: m, sweepBatch: cfg.SweepBatch,
+		tr: otelx.NewStoreTracer(cfg.TracerProvider, "mysql")}
 	if !cfg.offline {
 		if err := checkShape(ctx, db, cfg.Table); err != nil {
 			return nil, err
@@ -231,15 +239,15 @@ var errNilTx = &idem.InputError{Field: "tx", Reason: "is nil", Fix: "pass the tr
 
 // Claim implements idem.Store in a transaction of its own, tried again when InnoDB
 // picks it as a deadlock victim.
-func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
+func (s *Store) Claim(ctx context.Context, c idem.Claim) (res idem.Result, err error) {
+	// The span is the caller's own, even when the group writer answers many
+	// claims with one statement: it starts and ends in this goroutine.
+	ctx, span := s.tr.Claim(ctx, c.Key, false)
+	defer func() { otelx.EndClaim(span, res, err) }()
 	start := s.m.Start()
 	if err := c.Validate(); err != nil {
 		return idem.Result{}, err
 	}
-	var (
-		res idem.Result
-		err error
-	)
 	if s.group != nil {
 		res, err = s.group.claim(ctx, c)
 	} else {
@@ -278,7 +286,9 @@ func (s *Store) callClaim(ctx context.Context, c idem.Claim, query string) (res 
 // ClaimTx implements idem.TxStore: the claim joins tx. A concurrent claimant of the
 // same key waits for tx to end. A deadlock (which InnoDB ends by rolling tx back) is
 // an *idem.BackendError: run the whole transaction again.
-func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Result, error) {
+func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (res idem.Result, err error) {
+	ctx, span := s.tr.Claim(ctx, c.Key, true)
+	defer func() { otelx.EndClaim(span, res, err) }()
 	start := s.m.Start()
 	if err := c.Validate(); err != nil {
 		return idem.Result{}, err
@@ -286,7 +296,7 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Res
 	if tx == nil {
 		return idem.Result{}, errNilTx
 	}
-	res, err := s.claim(ctx, tx, c)
+	res, err = s.claim(ctx, tx, c)
 	if err != nil {
 		err = backendErr(ctx, "claim", err)
 	}
@@ -295,7 +305,9 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Res
 }
 
 // Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
@@ -303,7 +315,9 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 }
 
 // CompleteTx implements idem.TxStore: the completion commits or rolls back with tx.
-func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) error {
+func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) (err error) {
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, true)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
@@ -314,7 +328,9 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token ui
 }
 
 // Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
+func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
@@ -322,7 +338,9 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
 }
 
 // ReleaseTx implements idem.TxStore.
-func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) error {
+func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) (err error) {
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, true)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
@@ -455,14 +473,17 @@ func quote(name string) string { return "`" + strings.ReplaceAll(name, "`", "``"
 // in one order, and are answered in the order given. A later claim of a key earlier
 // in the batch sees that claim. If the transaction fails, no claim of the batch took
 // effect.
-func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.Result, err error) {
+	ctx, span := s.tr.Batch(ctx, claims)
+	var out []idem.Result
+	defer func() { otelx.EndBatch(span, out, err) }()
 	if err := idem.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
 	start := s.m.Start()
 	order := idem.KeyOrder(claims)
-	out := make([]idem.Result, len(claims))
-	err := s.ownTx(ctx, "claim", func(tx *sql.Tx) error {
+	out = make([]idem.Result, len(claims))
+	err = s.ownTx(ctx, "claim", func(tx *sql.Tx) error {
 		for _, i := range order {
 			res, err := s.claim(ctx, tx, claims[i])
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/migrate"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults applied to a zero Config.
@@ -25,6 +26,10 @@ type Config struct {
 	// idem_duplicates_total, idem_claim_duration_seconds, idem_swept_total and
 	// idem_records (the planner's estimate, refreshed by autovacuum).
 	Registerer prometheus.Registerer
+	// TracerProvider receives a span per claim, completion and release (see the
+	// package documentation). Nil means the global provider; while that is unset,
+	// or with a no-op provider, no span is started.
+	TracerProvider trace.TracerProvider
 	// SweepBatch is how many expired rows one Sweep statement deletes; Sweep repeats
 	// until a statement deletes fewer. Smaller batches hold locks and bloat WAL
 	// bursts for less time. Zero means DefaultSweepBatch; negative is invalid.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -29,6 +30,7 @@ type core[Tx any] struct {
 	db         conn
 	txConn     func(Tx) conn // nil for a nil Tx: the call fails with errNilTx
 	m          *metrics.Store
+	tr         otelx.StoreTracer
 	sweepBatch int
 }
 
@@ -47,41 +49,60 @@ func newCore[Tx, MTx any](ctx context.Context, cfg Config, db conn, txConn func(
 	if err != nil {
 		return core[Tx]{}, err
 	}
-	c := core[Tx]{q: newQueries(n), db: db, txConn: txConn, m: m, sweepBatch: cfg.SweepBatch}
+	c := core[Tx]{q: newQueries(n), db: db, txConn: txConn, m: m, sweepBatch: cfg.SweepBatch,
+		tr: otelx.NewStoreTracer(cfg.TracerProvider, "postgresql")}
 	err = metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return c.records(n.regclass) })
 	return c, err
 }
 
 // Claim implements idem.Store.
 func (s *core[Tx]) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
-	return s.claim(ctx, s.db, c)
+	ctx, span := s.tr.Claim(ctx, c.Key, false)
+	res, err := s.claim(ctx, s.db, c)
+	otelx.EndClaim(span, res, err)
+	return res, err
 }
 
 // ClaimTx implements idem.TxStore: the claim joins tx (a pgx.Tx for Store, a *sql.Tx
 // for SQLStore). A concurrent claimant of the same key waits for tx to end. A failed
 // statement aborts tx, as any would.
 func (s *core[Tx]) ClaimTx(ctx context.Context, tx Tx, c idem.Claim) (idem.Result, error) {
-	return s.claim(ctx, s.txConn(tx), c)
+	ctx, span := s.tr.Claim(ctx, c.Key, true)
+	res, err := s.claim(ctx, s.txConn(tx), c)
+	otelx.EndClaim(span, res, err)
+	return res, err
 }
 
 // Complete implements idem.Store.
 func (s *core[Tx]) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
-	return s.complete(ctx, s.db, k, token, result)
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
+	err := s.complete(ctx, s.db, k, token, result)
+	otelx.End(span, err)
+	return err
 }
 
 // CompleteTx implements idem.TxStore: the completion commits or rolls back with tx.
 func (s *core[Tx]) CompleteTx(ctx context.Context, tx Tx, k idem.Key, token uint64, result []byte) error {
-	return s.complete(ctx, s.txConn(tx), k, token, result)
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, true)
+	err := s.complete(ctx, s.txConn(tx), k, token, result)
+	otelx.End(span, err)
+	return err
 }
 
 // Release implements idem.Store.
 func (s *core[Tx]) Release(ctx context.Context, k idem.Key, token uint64) error {
-	return s.release(ctx, s.db, k, token)
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
+	err := s.release(ctx, s.db, k, token)
+	otelx.End(span, err)
+	return err
 }
 
 // ReleaseTx implements idem.TxStore.
 func (s *core[Tx]) ReleaseTx(ctx context.Context, tx Tx, k idem.Key, token uint64) error {
-	return s.release(ctx, s.txConn(tx), k, token)
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, true)
+	err := s.release(ctx, s.txConn(tx), k, token)
+	otelx.End(span, err)
+	return err
 }
 
 var errNilTx = &idem.InputError{Field: "tx", Reason: "is nil", Fix: "pass the transaction the business write runs in"}

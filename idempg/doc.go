@@ -98,4 +98,14 @@
 // TxDB adapts a pool to idem's transactional components (inbox, outbox). A Notifier
 // (NewNotifier) listens for the NOTIFY idem_outbox that outbox.EnqueueTx sends, and
 // wakes an outbox relay on commit instead of at its next poll.
+//
+// # Tracing
+//
+// With a TracerProvider (Config.TracerProvider, else the global one once the
+// application sets it), each Claim, ClaimTx, Complete(Tx) and Release(Tx) is a
+// client span, idem.store.claim, idem.store.complete or idem.store.release, a child
+// of the caller's span, with idem.scope, idem.key, db.system.name "postgresql",
+// idem.tx on the Tx variants and, for a claim, idem.outcome (idem.token when
+// acquired, idem.duplicate when the key was taken); ClaimBatch is one
+// idem.store.claim_batch span. With no provider set, no span is started.
 package idempg

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -57,12 +58,15 @@ func pgxTxConn(tx pgx.Tx) conn {
 // by another session while the pipeline ran is asked again on its own; if that
 // fails, the error is returned and the keys the batch acquired stay claimed until
 // their leases end.
-func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.Result, err error) {
+	ctx, span := s.tr.Batch(ctx, claims)
+	var out []idem.Result
+	defer func() { otelx.EndBatch(span, out, err) }()
 	start := s.m.Start()
 	if err := idem.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
-	out := make([]idem.Result, len(claims))
+	out = make([]idem.Result, len(claims))
 	if len(claims) == 0 {
 		return out, nil
 	}

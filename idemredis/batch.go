@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -13,13 +14,16 @@ import (
 //
 // If the round trip fails the whole batch returns an error; claims that Redis had
 // already acquired are held until their leases end, as after a crashed worker.
-func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.Result, err error) {
+	ctx, span := s.tr.Batch(ctx, claims)
+	var out []idem.Result
+	defer func() { otelx.EndBatch(span, out, err) }()
 	start := s.m.Start()
 	if err := idem.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
-	out := make([]idem.Result, len(claims))
-	err := s.claimBatch(ctx, claims, out)
+	out = make([]idem.Result, len(claims))
+	err = s.claimBatch(ctx, claims, out)
 	for i, c := range claims {
 		s.m.Claim(c.Key.Scope, out[i].Outcome, err, start)
 	}

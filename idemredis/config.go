@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultPrefix is the key prefix used when Config.Prefix is empty.
@@ -28,6 +29,10 @@ type Config struct {
 	// (idem_claims_total, idem_duplicates_total, idem_claim_duration_seconds).
 	// Redis cannot count one prefix's keys cheaply, so idem_records is not exported.
 	Registerer prometheus.Registerer
+	// TracerProvider receives a span per Claim, ClaimBatch, Complete and Release
+	// (see the package documentation). Nil means the global provider; while that
+	// is unset, or with a no-op provider, no span is started.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults returns cfg with zero fields replaced by their defaults, validated.

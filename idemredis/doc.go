@@ -120,4 +120,14 @@
 // pushes to browsers, one sorted set per channel appended to by one script. It
 // is named for package stream's push, not for Redis Streams, which it does not
 // use.
+//
+// # Tracing
+//
+// With a TracerProvider (Config.TracerProvider, else the global one once the
+// application sets it), each Claim, Complete and Release is a client span,
+// idem.store.claim, idem.store.complete or idem.store.release, a child of the
+// caller's span, with idem.scope, idem.key, db.system.name "redis" and, for a claim,
+// idem.outcome (idem.token when acquired, idem.duplicate when the key was taken);
+// ClaimBatch is one idem.store.claim_batch span. With no provider set, no span is
+// started.
 package idemredis

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,6 +19,7 @@ type Store struct {
 	client   redis.UniversalClient
 	prefix   string
 	m        *metrics.Store
+	tr       otelx.StoreTracer
 	claim    *redis.Script
 	complete *redis.Script
 	release  *redis.Script
@@ -51,6 +53,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 		client:   client,
 		prefix:   cfg.Prefix,
 		m:        m,
+		tr:       otelx.NewStoreTracer(cfg.TracerProvider, backend),
 		claim:    redis.NewScript(claimLua),
 		complete: redis.NewScript(completeLua),
 		release:  redis.NewScript(releaseLua),
@@ -64,8 +67,10 @@ func (s *Store) Key(k idem.Key) string { return redisKey(s.prefix, k) }
 
 // Claim implements idem.Store in one round trip.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
+	ctx, span := s.tr.Claim(ctx, c.Key, false)
 	start := s.m.Start()
 	if err := idem.CheckClaim(ctx, c); err != nil {
+		otelx.EndClaim(span, idem.Result{}, err)
 		return idem.Result{}, err
 	}
 	c = c.WithDefaults()
@@ -78,6 +83,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 		err = backendError("claim", err)
 	}
 	s.m.Claim(c.Key.Scope, res.Outcome, err, start)
+	otelx.EndClaim(span, res, err)
 	return res, err
 }
 
@@ -86,7 +92,9 @@ func claimArgs(c idem.Claim) []any {
 }
 
 // Complete implements idem.Store in one round trip.
-func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
@@ -105,7 +113,9 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 
 // Release implements idem.Store in one round trip. The key becomes a tombstone
 // until the released lease would have ended; claims see it as free.
-func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
+func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}

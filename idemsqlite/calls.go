@@ -5,28 +5,35 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 // Claim implements idem.Store. The claim is applied by the group-commit writer and
 // is durable (under SyncFull) when Claim returns.
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
+	ctx, span := s.tr.Claim(ctx, c.Key, false)
 	start := s.m.Start()
 	if err := c.Validate(); err != nil {
+		otelx.EndClaim(span, idem.Result{}, err)
 		return idem.Result{}, err
 	}
 	r, err := s.send(ctx, &op{kind: opClaim, claims: []idem.Claim{c.WithDefaults()}})
 	if err != nil {
 		s.m.Claim(c.Key.Scope, 0, err, start)
+		otelx.EndClaim(span, idem.Result{}, err)
 		return idem.Result{}, err
 	}
 	s.m.Claim(c.Key.Scope, r.results[0].Outcome, nil, start)
+	otelx.EndClaim(span, r.results[0], nil)
 	return r.results[0], nil
 }
 
 // ClaimBatch implements idem.BatchClaimer: every claim is validated first, then all
 // are claimed in order in one transaction (the same key twice: the second sees the
 // first). A database failure fails the whole batch and writes nothing.
-func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (out []idem.Result, err error) {
+	ctx, span := s.tr.Batch(ctx, claims)
+	defer func() { otelx.EndBatch(span, out, err) }()
 	start := s.m.Start()
 	cs := make([]idem.Claim, len(claims))
 	for i, c := range claims {
@@ -53,20 +60,24 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Res
 }
 
 // Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
-	_, err := s.send(ctx, &op{kind: opComplete, key: k, token: token, result: result})
+	_, err = s.send(ctx, &op{kind: opComplete, key: k, token: token, result: result})
 	return err
 }
 
 // Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
+func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
-	_, err := s.send(ctx, &op{kind: opRelease, key: k, token: token})
+	_, err = s.send(ctx, &op{kind: opRelease, key: k, token: token})
 	return err
 }
 

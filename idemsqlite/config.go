@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults applied to a zero Config.
@@ -57,6 +58,10 @@ type Config struct {
 	Now func() time.Time
 	// Registerer, if set, receives the store's Prometheus metrics.
 	Registerer prometheus.Registerer
+	// TracerProvider receives a span per claim, completion and release (see the
+	// package documentation). Nil means the global provider; while that is unset,
+	// or with a no-op provider, no span is started.
+	TracerProvider trace.TracerProvider
 	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
 	// print` with their own tool: Open and New then only check that the schema is up
 	// to date, and fail with a *migrate.BehindError naming the missing migration.

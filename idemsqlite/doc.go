@@ -98,4 +98,14 @@
 // Open and New create or migrate the tables idem_records, idem_meta and
 // idem_migrations (embedded, idempotent migrations, safe for concurrent opens); they
 // leave PRAGMA user_version to the application that shares the file.
+//
+// # Tracing
+//
+// With a TracerProvider (Config.TracerProvider, else the global one once the
+// application sets it), each Claim, ClaimTx, Complete(Tx) and Release(Tx) is a
+// client span, idem.store.claim, idem.store.complete or idem.store.release, a
+// child of the caller's span, with idem.scope, idem.key, db.system.name "sqlite",
+// idem.tx on the Tx variants and, for a claim, idem.outcome (idem.token when
+// acquired, idem.duplicate when the key was taken); ClaimBatch is one
+// idem.store.claim_batch span. With no provider set, no span is started.
 package idemsqlite

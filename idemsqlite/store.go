@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -26,6 +27,7 @@ type Store struct {
 	ownDB bool // Open made db, so Close closes it
 	cfg   Config
 	m     *metrics.Store
+	tr    otelx.StoreTracer
 
 	// floor is the highest token this process issued. The idem_meta row is the
 	// durable floor; this one also covers tokens whose transaction rolled back, so a
@@ -133,7 +135,7 @@ func newStore(ctx context.Context, db *sql.DB, cfg Config, ownDB bool) (*Store, 
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, ownDB: ownDB, cfg: cfg, m: m}
+	s := &Store{db: db, ownDB: ownDB, cfg: cfg, m: m, tr: otelx.NewStoreTracer(cfg.TracerProvider, backend)}
 	var last int64
 	if err := db.QueryRowContext(ctx, "SELECT last_token FROM idem_meta WHERE id = 1").Scan(&last); err != nil {
 		return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}

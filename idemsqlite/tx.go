@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 // ClaimTx implements idem.TxStore: the claim joins tx, a transaction on Store.DB()
@@ -24,12 +25,15 @@ import (
 // this process's rolled-back tokens; those stay below the clock in microseconds
 // unless a process issues more than a million tokens a second.
 func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Result, error) {
+	ctx, span := s.tr.Claim(ctx, c.Key, true)
 	start := s.m.Start()
 	if err := c.Validate(); err != nil {
+		otelx.EndClaim(span, idem.Result{}, err)
 		return idem.Result{}, err
 	}
 	res, err := s.claimTx(ctx, tx, c.WithDefaults())
 	s.m.Claim(c.Key.Scope, res.Outcome, err, start)
+	otelx.EndClaim(span, res, err)
 	return res, err
 }
 
@@ -45,7 +49,9 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Res
 }
 
 // CompleteTx implements idem.TxStore: the completion commits with tx.
-func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) error {
+func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) (err error) {
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, true)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
@@ -56,7 +62,9 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token ui
 }
 
 // ReleaseTx implements idem.TxStore: the release commits with tx.
-func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) error {
+func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) (err error) {
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, true)
+	defer func() { otelx.End(span, err) }()
 	if err := idem.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}

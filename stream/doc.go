@@ -80,6 +80,19 @@
 // MiB of event data. ServerConfig.MaxConnections bounds the sockets (default
 // 10,000); the HTTP handshake is bounded by your http.Server (set ReadHeaderTimeout).
 //
+// # Tracing
+//
+// With a TracerProvider (ServerConfig.TracerProvider, else the global one once the
+// application sets it), each Server.Append is an idem.stream.append span, a child
+// of the caller's, with idem.stream.channel, idem.key (the event's Key, if any)
+// and idem.stream.seq. Each batch of events a connection writes (up to 64) is one
+// idem.stream.push span, with the channel, idem.stream.events written and the
+// batch's first and last seq: one span per batch, not per event, so a busy
+// channel costs a span per round of its write loop. Push spans are children of
+// the connection's request context (an otelhttp handler's span, if any); events
+// carry no trace context, so a push is not linked to its appends. With no
+// provider set, no span is started.
+//
 // # Operating
 //
 // Server.Snapshot lists the channels with their last seq and the connected

@@ -14,8 +14,10 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 //go:embed js/idem-stream.js
@@ -97,6 +99,10 @@ type ServerConfig struct {
 	// clients) and idem_stream_disconnects_total{reason}.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// TracerProvider receives a span per Append and per batch of events written
+	// to a client (see Tracing in the package documentation). Nil means the global
+	// provider; while that is unset, or with a no-op provider, no span is started.
+	TracerProvider trace.TracerProvider
 }
 
 // Server pushes channels' events to WebSocket clients: replay after the client's
@@ -106,6 +112,7 @@ type Server struct {
 	store Store
 	cfg   ServerConfig
 	m     *streamMetrics
+	tr    otelx.Tracer
 
 	conns    atomic.Int64 // sockets open, for MaxConnections
 	mu       sync.Mutex
@@ -153,7 +160,8 @@ func NewServer(store Store, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{store: store, cfg: cfg, m: m, channels: map[string]*channel{}, done: make(chan struct{})}
+	s := &Server{store: store, cfg: cfg, m: m, channels: map[string]*channel{}, done: make(chan struct{}),
+		tr: otelx.New(cfg.TracerProvider, nil)}
 	if cfg.PollInterval > 0 {
 		s.wg.Go(s.poll)
 	}
@@ -162,8 +170,13 @@ func NewServer(store Store, cfg ServerConfig) (*Server, error) {
 
 // Append stores e on channel and wakes the channel's clients. It returns the
 // event as stored, with its seq.
-func (s *Server) Append(ctx context.Context, channelName string, e Event) (Event, error) {
-	e, err := s.store.Append(ctx, channelName, e)
+func (s *Server) Append(ctx context.Context, channelName string, e Event) (_ Event, err error) {
+	if !s.tr.Off() {
+		var span trace.Span
+		ctx, span = s.tr.Start(ctx, otelx.SpanStreamAppend, otelx.KindProducer...)
+		defer func() { endAppend(span, channelName, e, err) }()
+	}
+	e, err = s.store.Append(ctx, channelName, e)
 	if err != nil {
 		return e, err
 	}

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 // maxBatch is how many events a connection takes from memory or the store at
@@ -107,8 +110,15 @@ func (w *writer) read(ctx context.Context, next uint64, n int) ([]cached, closeR
 }
 
 // send writes batch to the client in order, stopping at a kick between two
-// events: a steady flow of events must not delay a kick.
-func (w *writer) send(ctx context.Context, batch []cached) (closeReason, bool) {
+// events: a steady flow of events must not delay a kick. The batch is one
+// idem.stream.push span, not one per event.
+func (w *writer) send(ctx context.Context, batch []cached) (r closeReason, stop bool) {
+	n := 0 // events written
+	if !w.s.tr.Off() {
+		var span trace.Span
+		ctx, span = w.s.tr.Start(ctx, otelx.SpanStreamPush, otelx.KindProducer...)
+		defer func() { endPush(span, w.name, batch, n, r) }()
+	}
 	for i := range batch {
 		select {
 		case <-w.c.kicked:
@@ -129,6 +139,7 @@ func (w *writer) send(ctx context.Context, batch []cached) (closeReason, bool) {
 			return w.s.reasonFor(ctx, w.c, err), true
 		}
 		w.s.m.sent.Inc()
+		n++
 	}
 	return closeReason{}, false
 }

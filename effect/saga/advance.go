@@ -9,14 +9,17 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 // advance takes saga id's lease and runs its steps until it ends or must wait.
-func (o *Orchestrator[Tx]) advance(ctx context.Context, id string) (bool, error) {
+func (o *Orchestrator[Tx]) advance(ctx context.Context, id string) (_ bool, err error) {
 	inst, token, ok, err := o.lease(ctx, id)
 	if err != nil || !ok {
 		return false, err
 	}
+	ctx, span := o.startAdvance(ctx, &inst)
+	defer func() { endAdvance(span, &inst, err) }()
 	def := o.defs[inst.Saga]
 	if def == nil {
 		return false, fmt.Errorf("saga %s: definition %q is not known to this orchestrator", id, inst.Saga)
@@ -46,7 +49,7 @@ func (o *Orchestrator[Tx]) step(ctx context.Context, def *Definition, inst *Inst
 	if inst.State == Running {
 		s := def.Steps[inst.Step]
 		o.crash("before:" + s.Name)
-		result, err := o.call(ctx, inst, s, "do:", func(ctx context.Context, in Input) ([]byte, error) { return s.Action(ctx, in) })
+		result, err := o.call(ctx, otelx.SpanSagaStep, inst, s, "do:", func(ctx context.Context, in Input) ([]byte, error) { return s.Action(ctx, in) })
 		o.crash("after:" + s.Name)
 		var fe *effect.FailedError
 		switch {
@@ -83,7 +86,7 @@ func (o *Orchestrator[Tx]) step(ctx context.Context, def *Definition, inst *Inst
 	s := def.Steps[inst.Step]
 	if !s.NoCompensation {
 		o.crash("before-undo:" + s.Name)
-		_, err := o.call(ctx, inst, s, "undo:", func(ctx context.Context, in Input) ([]byte, error) { return nil, s.Compensate(ctx, in) })
+		_, err := o.call(ctx, otelx.SpanSagaCompensate, inst, s, "undo:", func(ctx context.Context, in Input) ([]byte, error) { return nil, s.Compensate(ctx, in) })
 		o.crash("after-undo:" + s.Name)
 		var fe *effect.FailedError
 		switch {
@@ -113,8 +116,11 @@ func (o *Orchestrator[Tx]) turnAround(inst *Instance, from int, reason string) {
 	}
 }
 
-// call runs fn for step s through the fence, under the step's timeout.
-func (o *Orchestrator[Tx]) call(ctx context.Context, inst *Instance, s Step, prefix string, fn func(context.Context, Input) ([]byte, error)) ([]byte, error) {
+// call runs fn for step s through the fence, under the step's timeout, in a span
+// named span (idem.saga.step or idem.saga.compensate).
+func (o *Orchestrator[Tx]) call(ctx context.Context, span string, inst *Instance, s Step, prefix string, fn func(context.Context, Input) ([]byte, error)) (_ []byte, err error) {
+	ctx, sp := o.startStep(ctx, span, inst, s.Name)
+	defer func() { endStep(sp, err) }()
 	return o.fence.Do(ctx, inst.ID, prefix+s.Name, func(ctx context.Context, key string) ([]byte, error) {
 		if s.Timeout > 0 {
 			var cancel context.CancelFunc

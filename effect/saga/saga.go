@@ -18,6 +18,17 @@
 // compensation that fails permanently ends the saga FAILED with the reason: a
 // person must look. Steps without a compensation say so (NoCompensation).
 //
+// # Tracing
+//
+// With a TracerProvider (Config.TracerProvider, else the global one once the
+// application sets it), each advance of a saga under the orchestrator's lease is an
+// idem.saga.advance span (idem.saga.id, idem.saga.name, and idem.saga.state when
+// it ends); under it, each attempt of an action is an idem.saga.step span and each
+// attempt of a compensation an idem.saga.compensate span (idem.saga.id, idem.step,
+// idem.attempt), whose child is the fence's idem.effect.do span: an
+// idemhttp.Transport in the step continues the same trace downstream. With no
+// provider set, no span is started.
+//
 // # Operating
 //
 // Admin is that person's tool, on the database alone (no definitions needed, so
@@ -37,10 +48,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/migrate"
 )
@@ -113,6 +126,10 @@ type Config struct {
 	// idem_effects are up to date, and fails with a *migrate.BehindError naming the
 	// missing migration.
 	SkipMigrate bool
+	// TracerProvider receives the orchestrator's spans and its fence's (see
+	// Tracing in the package documentation). Nil means the global provider; while
+	// that is unset, or with a no-op provider, no span is started.
+	TracerProvider trace.TracerProvider
 	// crash, in tests, is called at named points of a step and may panic there.
 	crash func(point string)
 }
@@ -125,6 +142,7 @@ type Orchestrator[Tx any] struct {
 	defs    map[string]*Definition
 	cfg     Config
 	metrics *prometheus.CounterVec
+	tr      otelx.Tracer
 }
 
 // Instance is the stored state of one saga.
@@ -164,7 +182,7 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Defi
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	o := &Orchestrator[Tx]{db: db, defs: map[string]*Definition{}, cfg: cfg}
+	o := &Orchestrator[Tx]{db: db, defs: map[string]*Definition{}, cfg: cfg, tr: otelx.New(cfg.TracerProvider, nil)}
 	for i := range defs {
 		d := &defs[i]
 		if err := check(d); err != nil {
@@ -180,7 +198,7 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Defi
 		return nil, err
 	}
 	fence, err := effect.New(ctx, db, effect.Config{Lease: cfg.Lease, Now: cfg.Now, Registerer: cfg.Registerer, Logger: cfg.Logger,
-		SkipMigrate: cfg.SkipMigrate})
+		SkipMigrate: cfg.SkipMigrate, TracerProvider: cfg.TracerProvider})
 	if err != nil {
 		return nil, err
 	}

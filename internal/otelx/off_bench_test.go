@@ -1,8 +1,10 @@
 package otelx_test
 
 import (
+	"context"
 	"testing"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/otelx"
 )
 
@@ -13,5 +15,18 @@ func BenchmarkOff(b *testing.B) {
 		if !otelx.Off(nil) {
 			b.Fatal("a global provider is set")
 		}
+	}
+}
+
+// BenchmarkStoreTracerOff: what a store adds to a claim while no provider is set:
+// StoreTracer.Claim and EndClaim on the span it returns.
+func BenchmarkStoreTracerOff(b *testing.B) {
+	st := otelx.NewStoreTracer(nil, "memory")
+	ctx := context.Background()
+	k := idem.Key{Scope: "bench", ID: "k"}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, span := st.Claim(ctx, k, false)
+		otelx.EndClaim(span, idem.Result{}, nil)
 	}
 }

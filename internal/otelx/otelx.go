@@ -5,8 +5,7 @@
 // It is internal: applications see the conventions as strings in their tracing
 // backend (documented in each component's package doc) and configure tracing through
 // the TracerProvider and Propagator fields of each component's Config; the helpers
-// stay free to change while the remaining components (stores, effect, saga, stream)
-// gain their spans.
+// stay free to change. The stores share one implementation, StoreTracer.
 //
 // Nothing here installs a provider or a propagator: a nil one means the global one
 // (otel.GetTracerProvider, otel.GetTextMapPropagator), resolved once, when the

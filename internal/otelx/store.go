@@ -1,0 +1,156 @@
+package otelx
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemhq/idem"
+)
+
+// Span names of the stores: one span per call, whatever the backend.
+const (
+	SpanStoreClaim    = "idem.store.claim"       // Claim or ClaimTx, one key
+	SpanStoreBatch    = "idem.store.claim_batch" // ClaimBatch, one span for the batch
+	SpanStoreComplete = "idem.store.complete"    // Complete or CompleteTx
+	SpanStoreRelease  = "idem.store.release"     // Release or ReleaseTx
+)
+
+// Attribute keys of the stores.
+const (
+	// KeyDBSystem is the OpenTelemetry semantic convention's db.system.name:
+	// sqlite, postgresql, mysql, redis, or memory (idemmem, not a convention value).
+	KeyDBSystem = semconv.DBSystemNameKey
+	// KeyBatchSize is the number of claims in a ClaimBatch.
+	KeyBatchSize = attribute.Key("idem.batch.size")
+	// KeyBatchDuplicates is how many claims of a batch found their key taken.
+	KeyBatchDuplicates = attribute.Key("idem.batch.duplicates")
+	// KeyTx is true on a span of a call made in the caller's transaction (ClaimTx…).
+	KeyTx = attribute.Key("idem.tx")
+)
+
+// StoreTracer traces one store's calls. It is the one implementation the stores
+// share: each store calls it where it counts its claims (internal/metrics), so the
+// spans of every backend have the same names and attributes. While tracing is off
+// (Tracer.Off) its methods return ctx and a nil span, which EndClaim, EndBatch
+// and End accept (a nil check is cheaper than comparing interfaces with NoSpan):
+// a store passes the span only to them.
+type StoreTracer struct {
+	tr     Tracer
+	system attribute.KeyValue
+	opts   []trace.SpanStartOption
+}
+
+// NewStoreTracer returns the tracer of a store of system (KeyDBSystem's value) on
+// tp; nil tp means the global provider, followed as Tracer does.
+func NewStoreTracer(tp trace.TracerProvider, system string) StoreTracer {
+	opts := KindClient // a round trip to a database
+	if system == "memory" {
+		opts = KindInternal
+	}
+	return StoreTracer{tr: New(tp, nil), system: KeyDBSystem.String(system), opts: opts}
+}
+
+// Claim starts the span of one claim of k, a child of ctx's span; tx marks a
+// claim made in the caller's transaction. End it with EndClaim.
+func (s *StoreTracer) Claim(ctx context.Context, k idem.Key, tx bool) (context.Context, trace.Span) {
+	if s.off() {
+		return ctx, nil
+	}
+	return s.start(ctx, SpanStoreClaim, k, tx, 0, false)
+}
+
+// Op starts the span named name (SpanStoreComplete or SpanStoreRelease) of a
+// call on k by the holder of token. End it with End.
+func (s *StoreTracer) Op(ctx context.Context, name string, k idem.Key, token uint64, tx bool) (context.Context, trace.Span) {
+	if s.off() {
+		return ctx, nil
+	}
+	return s.start(ctx, name, k, tx, token, true)
+}
+
+// off reports whether no span can record (or s is the zero value).
+func (s *StoreTracer) off() bool { return s.tr.tracer == nil || s.tr.Off() }
+
+func (s *StoreTracer) start(ctx context.Context, name string, k idem.Key, tx bool, token uint64, withToken bool) (context.Context, trace.Span) {
+	ctx, span := s.tr.Start(ctx, name, s.opts...)
+	if span.IsRecording() {
+		attrs := make([]attribute.KeyValue, 0, 5)
+		attrs = append(attrs, s.system, KeyScope.String(k.Scope), KeyKey.String(k.ID))
+		if withToken {
+			attrs = append(attrs, KeyToken.Int64(int64(token)))
+		}
+		if tx {
+			attrs = append(attrs, KeyTx.Bool(true))
+		}
+		span.SetAttributes(attrs...)
+	}
+	return ctx, span
+}
+
+// Batch starts the span of a ClaimBatch of n claims. End it with EndBatch.
+func (s *StoreTracer) Batch(ctx context.Context, claims []idem.Claim) (context.Context, trace.Span) {
+	if s.off() {
+		return ctx, nil
+	}
+	ctx, span := s.tr.Start(ctx, SpanStoreBatch, s.opts...)
+	if span.IsRecording() {
+		span.SetAttributes(s.system, KeyBatchSize.Int(len(claims)))
+		if len(claims) > 0 {
+			span.SetAttributes(KeyScope.String(claims[0].Key.Scope))
+		}
+	}
+	return ctx, span
+}
+
+// EndClaim ends a claim's span with its outcome (idem.outcome, idem.token when
+// acquired, idem.duplicate when the key was taken) or its error.
+func EndClaim(span trace.Span, res idem.Result, err error) {
+	if span == nil {
+		return
+	}
+	if span.IsRecording() {
+		if err != nil {
+			Fail(span, err)
+		} else {
+			SetOutcome(span, res.Outcome, res.Token)
+			if res.Outcome.Duplicate() {
+				span.SetAttributes(KeyDuplicate.Bool(true))
+			}
+		}
+	}
+	span.End()
+}
+
+// EndBatch ends a batch's span with how many of its claims were duplicates, or
+// its error.
+func EndBatch(span trace.Span, out []idem.Result, err error) {
+	if span == nil {
+		return
+	}
+	if span.IsRecording() {
+		if err != nil {
+			Fail(span, err)
+		} else {
+			dups := 0
+			for _, r := range out {
+				if r.Outcome.Duplicate() {
+					dups++
+				}
+			}
+			span.SetAttributes(KeyBatchDuplicates.Int(dups))
+		}
+	}
+	span.End()
+}
+
+// End ends span, marking it failed with err, if any.
+func End(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
+	Fail(span, err)
+	span.End()
+}
