@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idemsqlite"
@@ -116,6 +117,7 @@ type shop struct {
 	txdb     idem.TxDB[*sql.Tx]
 	store    *idemsqlite.Store
 	ob       *outbox.Outbox[*sql.Tx]
+	fence    *effect.Fence[*sql.Tx] // on its own database: SQLite has one writer, and the inbox's transaction holds it
 	api      *httptest.Server
 	payments *httptest.Server
 	subject  string
@@ -144,6 +146,18 @@ func newShop(t *testing.T, tr tracing) *shop {
 		t.Fatal(err)
 	}
 	s.stream, s.subject = testsvc.UniqueName("OTEL_"), testsvc.UniqueName("otel.")
+	effects, err := sql.Open("sqlite", idemsqlite.DSN(filepath.Join(t.TempDir(), "effects.db"), idemsqlite.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { effects.Close() })
+	effectsDB, err := idem.SQLDB(ctx, effects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.fence, err = effect.New(ctx, effectsDB, effect.Config{TracerProvider: tr.tp}); err != nil {
+		t.Fatal(err)
+	}
 
 	mw, err := idemhttp.Middleware(idemhttp.Config{Store: store, TracerProvider: tr.tp, Propagator: tr.prop})
 	if err != nil {
@@ -179,26 +193,30 @@ func (s *shop) placeOrder(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusCreated)
 }
 
-// charge is the inbox handler: it records the charge and calls the payment API with
-// the message's derived key.
+// charge is the inbox handler: it records the charge and calls the payment API once,
+// through the effect fence, with the fence's derived key.
 func (s *shop) charge(ctx context.Context, tx *sql.Tx, m idem.Message) error {
 	if _, err := tx.ExecContext(ctx, "INSERT INTO charges (order_id) VALUES ($1)", m.ID); err != nil {
 		return err
 	}
-	client := &http.Client{Transport: &idemhttp.Transport{TracerProvider: s.tr.tp, Propagator: s.tr.prop}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.payments.URL+"/charges", bytes.NewReader(m.Payload))
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("payment API answered %d", resp.StatusCode)
-	}
-	return nil
+	_, err := s.fence.Do(ctx, m.ID, "charge", func(ctx context.Context, key string) ([]byte, error) {
+		client := &http.Client{Transport: &idemhttp.Transport{TracerProvider: s.tr.tp, Propagator: s.tr.prop}}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.payments.URL+"/charges", bytes.NewReader(m.Payload))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set(idemhttp.HeaderKey, key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			return nil, fmt.Errorf("payment API answered %d", resp.StatusCode)
+		}
+		return nil, nil
+	})
+	return err
 }
 
 // order sends POST /orders with key under ctx through idemhttp.Transport.
@@ -221,7 +239,7 @@ func (s *shop) order(t *testing.T, ctx context.Context, key, id string) {
 }
 
 // TestOneOrderOneTrace: an order through HTTP middleware → outbox (SQLite) → relay →
-// NATS JetStream → inbox → payment call is one trace, span by span; a retry of the
+// NATS JetStream → inbox → effect fence → payment call is one trace, span by span; a retry of the
 // request is replayed in it; a redelivered duplicate adds a suppressed span, linked
 // to the order's trace, and no second apply span.
 func TestOneOrderOneTrace(t *testing.T) {
@@ -292,8 +310,10 @@ func TestOneOrderOneTrace(t *testing.T) {
 	wantChild(t, publish, enqueue)
 	wantChild(t, process, publish)
 	wantChild(t, apply, process)
+	do := tr.one(t, otelx.SpanEffectDo)
+	wantChild(t, do, apply)
 	payment := attempts[2]
-	wantChild(t, payment, apply)
+	wantChild(t, payment, do)
 
 	wantKind := map[string]trace.SpanKind{}
 	for _, sp := range []tracetest.SpanStub{requests[0], attempts[0], publish, process, apply, payment, dup} {
@@ -315,6 +335,7 @@ func TestOneOrderOneTrace(t *testing.T) {
 	wantAttrs(t, process, map[attribute.Key]any{otelx.KeyMessagingSystem: "nats", otelx.KeyMessagingDest: s.subject,
 		otelx.KeyMessagingConsumer: "payments", otelx.KeyScope: "payments", otelx.KeyKey: "order-1",
 		otelx.KeyOutcome: "acquired", otelx.KeyVerdict: "processed", otelx.KeyAttempt: 1, otelx.KeyPosition: nil})
+	wantAttrs(t, do, map[attribute.Key]any{otelx.KeyKey: "order-1", otelx.KeyStep: "charge", otelx.KeyEffectOutcome: "called"})
 	wantAttrs(t, payment, map[attribute.Key]any{otelx.KeyAttempt: 1, otelx.KeyKey: nil})
 
 	// The payment API was called once, with the payment attempt's traceparent.
