@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmem"
 )
@@ -39,8 +41,19 @@ func freshKey(prefix string, n uint64) string {
 // BenchmarkClaimComplete measures claim+complete pairs on fresh UUID-shaped keys from
 // parallel clients: the full life of a dedup record. Every iteration is a new key, so
 // every iteration is a pair (no duplicate is ever claimed).
-func BenchmarkClaimComplete(b *testing.B) {
-	s := newStore(b, idemmem.Config{})
+func BenchmarkClaimComplete(b *testing.B) { benchClaimComplete(b, idemmem.Config{}) }
+
+// BenchmarkClaimCompleteTraced is BenchmarkClaimComplete with the OTel SDK sampling
+// every span (two spans a pair, to a processor that drops them): the cost of tracing
+// beside the untraced figure.
+func BenchmarkClaimCompleteTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	benchClaimComplete(b, idemmem.Config{TracerProvider: tp})
+}
+
+func benchClaimComplete(b *testing.B, cfg idemmem.Config) {
+	s := newStore(b, cfg)
 	prefix := uuid.NewString()
 	var next atomic.Uint64
 	ctx := context.Background()
