@@ -36,6 +36,7 @@
 // walks every record, O(n log limit) for n records, with ids in ascending byte order
 // and the base64url of the page's last id as cursor. A forced Evict fences the
 // holder as a takeover does: the key's next token comes from its shard's counter.
+// Scopes (idem.ScopeLister) also needs KeepKeys and also walks every record.
 //
 // # Tracing
 //
@@ -82,9 +83,9 @@ type Config struct {
 	// unset, or with a no-op provider, no span is started.
 	TracerProvider trace.TracerProvider
 	// KeepKeys makes the store remember the text of every key beside its hash, so
-	// that List (idem.Inspector) can name the keys of a scope. It costs the key's
+	// that List (idem.Inspector) can name the keys of a scope and Scopes the scopes. It costs the key's
 	// bytes plus about 64 per record, counted against MaxBytes. Without it, List
-	// fails; Inspect and Evict, which are given the key, work either way.
+	// and Scopes fail; Inspect and Evict, which are given the key, work either way.
 	KeepKeys bool
 }
 

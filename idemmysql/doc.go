@@ -76,7 +76,9 @@
 // its cursor the base64url of the page's last id. Evict reads the row FOR UPDATE and
 // deletes it in one transaction; tokens come from the sequence or the AUTO_INCREMENT
 // table, never from the row, so an evicted holder stays fenced. A released key keeps
-// its row (lease ended) until swept, and Inspect and List show it so.
+// its row (lease ended) until swept, and Inspect and List show it so. Scopes
+// (idem.ScopeLister) is SELECT DISTINCT scope over the primary key, a loose index
+// scan ("Using index for group-by").
 //
 // A duplicate ClaimTx keeps the key's row locked until its transaction ends, so the
 // holder's Complete waits for it: end transactions that met a duplicate promptly

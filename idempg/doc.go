@@ -92,6 +92,8 @@
 // on 200,000 rows); the cursor is the base64url of the page's last id. Evict is one
 // DELETE … RETURNING, so a concurrent Complete lands wholly before or after it; the
 // next claim draws from the token sequence, so an evicted holder stays fenced.
+// Scopes (idem.ScopeLister) is a recursive-CTE skip scan of the primary key, one
+// index descent per scope (a test EXPLAINs it on 200,000 rows over 1,000 scopes).
 //
 // # Outbox wake-ups
 //

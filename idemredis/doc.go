@@ -92,7 +92,8 @@
 // the room left in the page: pages are unordered, may be short or empty before the last, and a key may
 // come twice when Redis resizes its table between pages; the cursor is SCAN's, with
 // the ids of a SCAN reply that did not fit the page. List needs a single node (or a
-// failover client); a Cluster or Ring client is refused.
+// failover client); a Cluster or Ring client is refused. Scopes (idem.ScopeLister)
+// reads scopes out of the key names SCAN returns, with the same page rules as List.
 //
 // # Batches
 //

@@ -91,7 +91,8 @@
 // the primary key (scope, id), ids in ascending byte order, and its cursor the
 // base64url of the page's last id. Evict is one DELETE … RETURNING, so a concurrent
 // Complete lands wholly before or after it; tokens come from the idem_meta floor, so
-// an evicted holder stays fenced.
+// an evicted holder stays fenced. Scopes (idem.ScopeLister) walks the primary key
+// one seek per scope (a recursive CTE), never the records.
 //
 // # Schema
 //
