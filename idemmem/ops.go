@@ -224,11 +224,13 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err erro
 }
 
 // Renew implements idem.Renewer.
-func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
-	lease, err := idem.CheckRenew(ctx, k, token, lease)
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
+	lease, err = idem.CheckRenew(ctx, k, token, lease)
 	if err != nil {
 		return err
 	}
+	_, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	sh, h, now := s.lockKey(k)
 	defer sh.mu.Unlock()
 

@@ -352,11 +352,13 @@ func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uin
 
 // Renew implements idem.Renewer. It works on committed claims: a claim still inside
 // an open ClaimTx transaction is invisible to it and waits for it.
-func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
-	lease, err := idem.CheckRenew(ctx, k, token, lease)
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
+	lease, err = idem.CheckRenew(ctx, k, token, lease)
 	if err != nil {
 		return err
 	}
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	return s.ownTx(ctx, "renew", func(tx *sql.Tx) error { return s.renew(ctx, tx, k, token, lease) })
 }
 
@@ -506,7 +508,13 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.R
 // records it as completed (the inbox's path when its handler runs in the same
 // transaction). Keys run in (scope, id) order; a key repeated within claims is
 // Acquired once, then Replayed (or Mismatch, for another fingerprint).
-func (s *Store) RecordTx(ctx context.Context, tx *sql.Tx, claims []idem.Claim) ([]idem.Outcome, error) {
+func (s *Store) RecordTx(ctx context.Context, tx *sql.Tx, claims []idem.Claim) (out []idem.Outcome, err error) {
+	ctx, span := s.tr.Record(ctx, claims)
+	defer func() { otelx.EndRecord(span, out, err) }()
+	return s.recordBatch(ctx, tx, claims)
+}
+
+func (s *Store) recordBatch(ctx context.Context, tx *sql.Tx, claims []idem.Claim) ([]idem.Outcome, error) {
 	start := s.m.Start()
 	if tx == nil {
 		return nil, errNilTx

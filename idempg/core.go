@@ -255,11 +255,13 @@ func (s *core[Tx]) release(ctx context.Context, cn conn, k idem.Key, token uint6
 // Renew implements idem.Renewer. It works on committed claims: a claim still inside
 // an open ClaimTx transaction is invisible to it (ErrLeaseLost), and needs no renewal,
 // since concurrent claimants wait for that transaction anyway.
-func (s *core[Tx]) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
-	lease, err := idem.CheckRenew(ctx, k, token, lease)
+func (s *core[Tx]) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
+	lease, err = idem.CheckRenew(ctx, k, token, lease)
 	if err != nil {
 		return err
 	}
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	for range maxAttempts {
 		var answer int
 		if err := s.db.queryRow(ctx, s.q.renew, k.Scope, k.ID, tokenArg(token), micros(lease)).Scan(&answer); err != nil {

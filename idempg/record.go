@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 // recordInsertSQL records fresh keys as completed in one statement, in key order so
@@ -50,7 +51,13 @@ RETURNING r.token`
 
 // RecordTx implements idem.TxRecorder: fresh keys cost one statement for the whole
 // batch; each key found taken costs a read (and an expired one a takeover).
-func (s *core[Tx]) RecordTx(ctx context.Context, tx Tx, claims []idem.Claim) ([]idem.Outcome, error) {
+func (s *core[Tx]) RecordTx(ctx context.Context, tx Tx, claims []idem.Claim) (out []idem.Outcome, err error) {
+	ctx, span := s.tr.Record(ctx, claims)
+	defer func() { otelx.EndRecord(span, out, err) }()
+	return s.recordBatch(ctx, tx, claims)
+}
+
+func (s *core[Tx]) recordBatch(ctx context.Context, tx Tx, claims []idem.Claim) ([]idem.Outcome, error) {
 	start := s.m.Start()
 	cn := s.txConn(tx)
 	if cn == nil {

@@ -128,11 +128,13 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err erro
 
 // Renew implements idem.Renewer in one round trip: the record's expiry and its TTL
 // become lease from now (rounded up to whole milliseconds), on Redis's clock.
-func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
-	lease, err := idem.CheckRenew(ctx, k, token, lease)
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
+	lease, err = idem.CheckRenew(ctx, k, token, lease)
 	if err != nil {
 		return err
 	}
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	n, err := s.renew.Run(ctx, s.client, []string{s.Key(k)}, tokenArg(token), millis(lease)).Int()
 	if err != nil {
 		return backendError("renew", err)

@@ -82,11 +82,13 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err erro
 }
 
 // Renew implements idem.Renewer through the group-commit writer, like Release.
-func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
-	lease, err := idem.CheckRenew(ctx, k, token, lease)
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
+	lease, err = idem.CheckRenew(ctx, k, token, lease)
 	if err != nil {
 		return err
 	}
+	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
+	defer func() { otelx.End(span, err) }()
 	_, err = s.send(ctx, &op{kind: opRenew, key: k, token: token, lease: lease})
 	return err
 }

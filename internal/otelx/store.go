@@ -16,6 +16,8 @@ const (
 	SpanStoreBatch    = "idem.store.claim_batch" // ClaimBatch, one span for the batch
 	SpanStoreComplete = "idem.store.complete"    // Complete or CompleteTx
 	SpanStoreRelease  = "idem.store.release"     // Release or ReleaseTx
+	SpanStoreRenew    = "idem.store.renew"       // Renew: a holder extends its lease
+	SpanStoreRecord   = "idem.store.record"      // RecordTx: keys recorded as completed, one span per call
 )
 
 // Attribute keys of the stores.
@@ -103,6 +105,44 @@ func (s *StoreTracer) Batch(ctx context.Context, claims []idem.Claim) (context.C
 		}
 	}
 	return ctx, span
+}
+
+// Record starts the span of a RecordTx of claims, in the caller's transaction. End
+// it with EndRecord.
+func (s *StoreTracer) Record(ctx context.Context, claims []idem.Claim) (context.Context, trace.Span) {
+	if s.off() {
+		return ctx, nil
+	}
+	ctx, span := s.tr.Start(ctx, SpanStoreRecord, s.opts...)
+	if span.IsRecording() {
+		span.SetAttributes(s.system, KeyBatchSize.Int(len(claims)), KeyTx.Bool(true))
+		if len(claims) > 0 {
+			span.SetAttributes(KeyScope.String(claims[0].Key.Scope))
+		}
+	}
+	return ctx, span
+}
+
+// EndRecord ends a RecordTx's span with how many of its keys were duplicates, or
+// its error.
+func EndRecord(span trace.Span, out []idem.Outcome, err error) {
+	if span == nil {
+		return
+	}
+	if span.IsRecording() {
+		if err != nil {
+			Fail(span, err)
+		} else {
+			dups := 0
+			for _, o := range out {
+				if o.Duplicate() {
+					dups++
+				}
+			}
+			span.SetAttributes(KeyBatchDuplicates.Int(dups))
+		}
+	}
+	span.End()
 }
 
 // EndClaim ends a claim's span with its outcome (idem.outcome, idem.token when

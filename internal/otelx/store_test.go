@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
@@ -100,6 +101,9 @@ func TestStoreSpans(t *testing.T) {
 			if _, err := s.Claim(ctx, idem.Claim{Key: k}); err != nil {
 				t.Fatal(err)
 			}
+			if err := s.(idem.Renewer).Renew(ctx, k, first.Token, time.Minute); err != nil {
+				t.Fatal(err)
+			}
 			if err := s.Complete(ctx, k, first.Token, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -132,6 +136,9 @@ func TestStoreSpans(t *testing.T) {
 			complete := tr.one(t, otelx.SpanStoreComplete)
 			wantChild(t, complete, caller)
 			wantAttrs(t, complete, map[attribute.Key]any{otelx.KeyDBSystem: b.system, otelx.KeyKey: "k-1", otelx.KeyToken: first.Token})
+			renew := tr.one(t, otelx.SpanStoreRenew)
+			wantChild(t, renew, caller)
+			wantAttrs(t, renew, map[attribute.Key]any{otelx.KeyDBSystem: b.system, otelx.KeyKey: "k-1", otelx.KeyToken: first.Token})
 			release := tr.one(t, otelx.SpanStoreRelease)
 			wantChild(t, release, caller)
 			if (relErr != nil) != (release.Status.Code.String() == "Error") {
@@ -171,11 +178,24 @@ func testTxSpans(t *testing.T, tr tracing, s idem.Store, db *sql.DB) {
 	if err := ts.CompleteTx(ctx, tx, k, res.Token, nil); err != nil {
 		t.Fatal(err)
 	}
+	rec, recorder := s.(idem.TxRecorder[*sql.Tx])
+	if recorder {
+		// The inbox's batch path: two fresh keys and the one just completed.
+		out, err := rec.RecordTx(ctx, tx, []idem.Claim{{Key: k}, {Key: idem.Key{Scope: "orders", ID: "tx-2"}}, {Key: idem.Key{Scope: "orders", ID: "tx-3"}}})
+		if err != nil || out[0] != idem.Replayed {
+			t.Fatalf("RecordTx: %v, %v", out, err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	root.End()
 	caller := tr.one(t, "tx-caller")
+	if recorder {
+		sp := tr.one(t, otelx.SpanStoreRecord)
+		wantChild(t, sp, caller)
+		wantAttrs(t, sp, map[attribute.Key]any{otelx.KeyTx: true, otelx.KeyBatchSize: 3, otelx.KeyBatchDuplicates: 1, otelx.KeyScope: "orders"})
+	}
 	for _, name := range []string{otelx.SpanStoreClaim, otelx.SpanStoreComplete} {
 		sp := tr.one(t, name)
 		wantChild(t, sp, caller)
