@@ -16,13 +16,14 @@ import (
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/internal/cursor"
 )
 
 const keysSynopsis = `Look at and evict the idempotency records of a store: the keys that
 'idem serve --store URL' (or a service's idemhttp middleware, or idem.Do) recorded.
 
   idem keys scopes --store URL [--cursor C] [--limit N]
-  idem keys list  --store URL --scope S [--cursor C] [--limit N]
+  idem keys list  --store URL [--scope S] [--cursor C] [--limit N]
   idem keys get   --store URL --scope S --id ID [--full]
   idem keys evict --store URL --scope S --id ID --reason "…" [--force]
   idem keys scope --headers-file FILE [serve's --scope-header, --trust-scope-header,
@@ -40,9 +41,10 @@ Authorization header gives "auth:" and its hash instead); with --scope-header H,
 "tenant:<value of H>" alone. Credentials are never stored in clear: 'idem keys
 scope' prints a caller's scope from a file of its request headers ("Name: value"
 lines; - reads stdin), given serve's scope flags, so no credential goes on the
-command line. 'idem keys scopes' lists the scopes a store holds records in, for
-when no caller's scope is known: what did the gateway record? (Redis lists them
-by SCAN: unordered, a scope may come again on a later page.)
+command line. 'idem keys scopes' lists the scopes a store holds records in, and
+'idem keys list' without --scope lists the records of every scope, scope after
+scope, for when no caller's scope is known: what did the gateway record? (Redis
+lists them by SCAN: unordered, a scope may come again on a later page.)
 
 evict deletes a record so the key runs again on its next request. A completed
 record goes freely; an in-progress one needs --force, which fences its holder out
@@ -225,12 +227,17 @@ func (m *Main) keysList(ctx context.Context, o keysOptions) error {
 	if o.limit < 1 || o.limit > idem.MaxListLimit {
 		return m.usagef("keys list", "--limit %d: use 1 to %d, and --cursor for the next page", o.limit, idem.MaxListLimit)
 	}
-	in, desc, closeStore, err := m.openInspector(ctx, "keys list", o)
+	in, desc, closeStore, err := m.openStoreInspector(ctx, "keys list", o, o.scope != "")
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	page, err := in.List(ctx, o.scope, o.cursor, o.limit)
+	var page idem.KeyPage
+	if o.scope == "" {
+		page, err = listEveryScope(ctx, in, o.cursor, o.limit)
+	} else {
+		page, err = in.List(ctx, o.scope, o.cursor, o.limit)
+	}
 	if err != nil {
 		return badInput(err)
 	}
@@ -248,14 +255,25 @@ func (m *Main) keysList(ctx context.Context, o keysOptions) error {
 		return writeJSON(m.Stdout, out)
 	}
 	tw := newTable(m.Stdout)
-	fmt.Fprintln(tw, "ID\tSTATE\tCREATED\tEXPIRES\tTOKEN\tRESULT")
+	if o.scope == "" {
+		fmt.Fprintln(tw, "SCOPE\tID\tSTATE\tCREATED\tEXPIRES\tTOKEN\tRESULT")
+	} else {
+		fmt.Fprintln(tw, "ID\tSTATE\tCREATED\tEXPIRES\tTOKEN\tRESULT")
+	}
 	for _, r := range out.Records {
+		if o.scope == "" {
+			fmt.Fprintf(tw, "%s\t", cell(r.Scope, 48))
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.ID, 80), r.stateCell(), when(r.CreatedAt), when(r.ExpiresAt), r.Token, r.Result)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(m.Stdout, "%d records of scope %s in %s\n", len(out.Records), cell(o.scope, 80), desc)
+	if o.scope == "" {
+		fmt.Fprintf(m.Stdout, "%d records of every scope in %s\n", len(out.Records), desc)
+	} else {
+		fmt.Fprintf(m.Stdout, "%d records of scope %s in %s\n", len(out.Records), cell(o.scope, 80), desc)
+	}
 	if page.Next != "" {
 		fmt.Fprintf(m.Stdout, "more: --cursor %s\n", cell(page.Next, 0))
 	}
@@ -344,4 +362,59 @@ func (m *Main) keysEvict(ctx context.Context, o keysOptions) error {
 		fmt.Fprintln(m.Stdout, "the next request with this key runs again")
 	}
 	return nil
+}
+
+// listEveryScope lists up to limit records of every scope of in, scope after scope
+// (idem.ScopeLister), from cursor: the scopes' cursor after the current scope, the
+// current scope, and the key cursor within it, "" for the first page. Each scope
+// visited gives at least one record, so a page visits at most limit scopes.
+func listEveryScope(ctx context.Context, in idem.Inspector, cur string, limit int) (idem.KeyPage, error) {
+	sl, ok := in.(idem.ScopeLister)
+	if !ok {
+		return idem.KeyPage{}, &idem.InputError{Field: "scope", Reason: "is empty, and this store cannot list its scopes",
+			Fix: "name the scope with --scope"}
+	}
+	parts, err := cursor.Decode(cur, 3)
+	if err != nil {
+		return idem.KeyPage{}, err
+	}
+	var scopes, scope, inner string
+	if parts != nil {
+		scopes, scope, inner = parts[0], parts[1], parts[2]
+	}
+	var page idem.KeyPage
+	for len(page.Records) < limit {
+		if scope == "" {
+			if parts != nil && scopes == "" {
+				return page, nil // the last scope is done
+			}
+			sp, err := sl.Scopes(ctx, scopes, 1)
+			if err != nil {
+				return idem.KeyPage{}, err
+			}
+			parts = []string{} // past the first page of scopes
+			scopes = sp.Next
+			if len(sp.Scopes) == 0 {
+				continue // a short Redis page; sp.Next "" ends the listing above
+			}
+			scope, inner = sp.Scopes[0], ""
+		}
+		kp, err := in.List(ctx, scope, inner, limit-len(page.Records))
+		if err != nil {
+			return idem.KeyPage{}, err
+		}
+		page.Records = append(page.Records, kp.Records...)
+		if kp.Next != "" {
+			inner = kp.Next
+			break // the page is full within this scope
+		}
+		scope, inner = "", ""
+		if scopes == "" {
+			return page, nil
+		}
+	}
+	if scope != "" || scopes != "" {
+		page.Next = cursor.Encode(scopes, scope, inner)
+	}
+	return page, nil
 }

@@ -18,7 +18,7 @@ type scopesJSON struct {
 
 // keys scopes pages through the scopes of every store: each once on SQL stores, at
 // least once on Redis; garbage cursors and limits exit 2; keys list without
-// --scope points at it.
+// --scope lists every scope's records; keys get without --scope points at scopes.
 func TestKeysScopes(t *testing.T) {
 	t.Parallel()
 	for _, name := range []string{"sqlite", "postgres", "mysql", "redis"} {
@@ -72,9 +72,53 @@ func TestKeysScopes(t *testing.T) {
 					t.Fatalf("keys scopes %v exited %d: %q", args, code, stderr)
 				}
 			}
-			_, stderr, code := runCode(t, "keys", "list", "--store", ks.url)
+			// keys list without --scope: every record of every scope, paged 4 at a
+			// time across scopes (SQL stores: each once, scope after scope).
+			records := map[string]int{}
+			cursor = ""
+			for pages := 0; ; pages++ {
+				if pages > 1000 {
+					t.Fatalf("keys list did not end after %d pages", pages)
+				}
+				var page struct {
+					Store   string      `json:"store"`
+					Scope   string      `json:"scope"`
+					Records []keyRecord `json:"records"`
+					Next    string      `json:"next"`
+				}
+				decode(t, mustRun(t, "keys", "list", "--store", ks.url, "--limit", "4", "--cursor", cursor, "--json"), &page)
+				if len(page.Records) > 4 {
+					t.Fatalf("a page of %d records, limit 4", len(page.Records))
+				}
+				for _, r := range page.Records {
+					records[r.Scope+"/"+r.ID]++
+				}
+				if cursor = page.Next; cursor == "" {
+					break
+				}
+			}
+			for _, sc := range want {
+				for i := range 3 {
+					k := fmt.Sprintf("%s/k%d", sc, i)
+					if records[k] == 0 || (name != "redis" && records[k] != 1) {
+						t.Fatalf("record %s listed %d times (all: %v)", k, records[k], records)
+					}
+				}
+			}
+			if name != "redis" && len(records) != 3*len(want) {
+				t.Fatalf("%d records listed, want %d: %v", len(records), 3*len(want), records)
+			}
+			if out := mustRun(t, "keys", "list", "--store", ks.url); !strings.Contains(out, "SCOPE") ||
+				!strings.Contains(out, "cred:1ab") || (name != "redis" && !strings.Contains(out, "15 records of every scope")) {
+				t.Fatalf("keys list without --scope:\n%s", out)
+			}
+			_, stderr, code := runCode(t, "keys", "list", "--store", ks.url, "--cursor", "not a cursor!")
+			if code != 2 || !strings.Contains(stderr, "cursor") {
+				t.Fatalf("keys list with a garbage cursor exited %d: %q", code, stderr)
+			}
+			_, stderr, code = runCode(t, "keys", "get", "--store", ks.url, "--id", "k0")
 			if code != 2 || !strings.Contains(stderr, "idem keys scopes --store URL") {
-				t.Fatalf("keys list without --scope exited %d: %q", code, stderr)
+				t.Fatalf("keys get without --scope exited %d: %q", code, stderr)
 			}
 		})
 	}
