@@ -126,34 +126,12 @@ func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.
 	}
 	// The limit+1 smallest ids above the cursor: one more than the page tells
 	// whether another page follows.
-	var ids []string
-	trim := func() {
-		slices.Sort(ids)
-		ids = slices.Compact(ids)
-		ids = ids[:min(len(ids), limit+1)]
+	ids, err := s.smallest(ctx, limit+1, func(k idem.Key) (string, bool) { return k.ID, k.Scope == scope && k.ID > after })
+	if err != nil {
+		return idem.KeyPage{}, err
 	}
-	for i := range s.shards {
-		if err := ctx.Err(); err != nil {
-			return idem.KeyPage{}, err
-		}
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for _, k := range sh.keys {
-			if k.Scope == scope && k.ID > after {
-				ids = append(ids, k.ID)
-				if len(ids) > 4*(limit+1) {
-					trim()
-				}
-			}
-		}
-		sh.mu.Unlock()
-	}
-	trim()
 	var page idem.KeyPage
-	if len(ids) > limit {
-		ids = ids[:limit]
-		page.Next = cursor.EncodeID(ids[limit-1])
-	}
+	ids, page.Next = cursor.Trim(ids, limit, cursor.Self)
 	for _, id := range ids {
 		k := idem.Key{Scope: scope, ID: strings.Clone(id)}
 		sh, h, _ := s.lockKey(k)
@@ -184,22 +162,39 @@ func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.Scope
 	if !s.keepKeys {
 		return idem.ScopePage{}, &idem.BackendError{Backend: backend, Op: "scopes", Err: errNoKeys}
 	}
-	var scopes []string
+	scopes, err := s.smallest(ctx, limit+1, func(k idem.Key) (string, bool) { return k.Scope, k.Scope > after })
+	if err != nil {
+		return idem.ScopePage{}, err
+	}
+	var page idem.ScopePage
+	scopes, page.Next = cursor.Trim(scopes, limit, cursor.Self)
+	for _, sc := range scopes {
+		page.Scopes = append(page.Scopes, strings.Clone(sc))
+	}
+	return page, nil
+}
+
+// smallest walks every kept key, shard by shard, and returns the n smallest distinct
+// values pick gives (ok false skips a key), sorted: O(keys · log n), with at most 4n
+// values held between trims. The strings still share the keys' memory: clone what
+// outlives the call.
+func (s *Store) smallest(ctx context.Context, n int, pick func(idem.Key) (string, bool)) ([]string, error) {
+	var vals []string
 	trim := func() {
-		slices.Sort(scopes)
-		scopes = slices.Compact(scopes)
-		scopes = scopes[:min(len(scopes), limit+1)]
+		slices.Sort(vals)
+		vals = slices.Compact(vals)
+		vals = vals[:min(len(vals), n)]
 	}
 	for i := range s.shards {
 		if err := ctx.Err(); err != nil {
-			return idem.ScopePage{}, err
+			return nil, err
 		}
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for _, k := range sh.keys {
-			if k.Scope > after {
-				scopes = append(scopes, k.Scope)
-				if len(scopes) > 4*(limit+1) {
+			if v, ok := pick(k); ok {
+				vals = append(vals, v)
+				if len(vals) > 4*n {
 					trim()
 				}
 			}
@@ -207,13 +202,5 @@ func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.Scope
 		sh.mu.Unlock()
 	}
 	trim()
-	var page idem.ScopePage
-	if len(scopes) > limit {
-		scopes = scopes[:limit]
-		page.Next = cursor.EncodeScope(scopes[limit-1])
-	}
-	for _, sc := range scopes {
-		page.Scopes = append(page.Scopes, strings.Clone(sc))
-	}
-	return page, nil
+	return vals, nil
 }

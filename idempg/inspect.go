@@ -152,10 +152,7 @@ func (s *core[Tx]) List(ctx context.Context, scope, after string, limit int) (id
 	if err := rs.Err(); err != nil {
 		return idem.KeyPage{}, backendErr(ctx, "list", err)
 	}
-	if len(page.Records) > limit {
-		page.Records = page.Records[:limit]
-		page.Next = cursor.EncodeID(page.Records[limit-1].Key.ID)
-	}
+	page.Records, page.Next = cursor.Trim(page.Records, limit, cursor.RecordID)
 	return page, nil
 }
 
@@ -231,9 +228,6 @@ func (s *core[Tx]) Scopes(ctx context.Context, after string, limit int) (idem.Sc
 	if err := rs.Err(); err != nil {
 		return idem.ScopePage{}, backendErr(ctx, "scopes", err)
 	}
-	if len(page.Scopes) > limit {
-		page.Scopes = page.Scopes[:limit]
-		page.Next = cursor.EncodeScope(page.Scopes[limit-1])
-	}
+	page.Scopes, page.Next = cursor.Trim(page.Scopes, limit, cursor.Self)
 	return page, nil
 }

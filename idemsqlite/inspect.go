@@ -83,10 +83,7 @@ func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.
 	if err := rows.Err(); err != nil {
 		return idem.KeyPage{}, backendErr(ctx, "list", err)
 	}
-	if len(page.Records) > limit {
-		page.Records = page.Records[:limit]
-		page.Next = cursor.EncodeID(page.Records[limit-1].Key.ID)
-	}
+	page.Records, page.Next = cursor.Trim(page.Records, limit, cursor.RecordID)
 	return page, nil
 }
 
@@ -164,9 +161,6 @@ func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.Scope
 	if err := rows.Err(); err != nil {
 		return idem.ScopePage{}, backendErr(ctx, "scopes", err)
 	}
-	if len(page.Scopes) > limit {
-		page.Scopes = page.Scopes[:limit]
-		page.Next = cursor.EncodeScope(page.Scopes[limit-1])
-	}
+	page.Scopes, page.Next = cursor.Trim(page.Scopes, limit, cursor.Self)
 	return page, nil
 }

@@ -132,10 +132,7 @@ func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Pag
 	if err != nil {
 		return Page{}, &idem.BackendError{Backend: "saga", Op: "list", Err: err}
 	}
-	if len(page.Sagas) > limit {
-		page.Sagas = page.Sagas[:limit]
-		page.Next = cursor.Encode(page.Sagas[limit-1].ID)
-	}
+	page.Sagas, page.Next = cursor.Trim(page.Sagas, limit, func(i Instance) []string { return []string{i.ID} })
 	return page, nil
 }
 

@@ -94,3 +94,20 @@ func DecodeScope(c string) (string, error) {
 	}
 	return parts[0], nil
 }
+
+// Trim ends a keyset page that was read with limit+1 rows: it keeps the first
+// limit and, when the extra row shows another page follows, returns the cursor
+// after the last kept one, Encode(sortKey(last)...); else "".
+func Trim[T any](rows []T, limit int, sortKey func(T) []string) ([]T, string) {
+	if len(rows) <= limit {
+		return rows, ""
+	}
+	rows = rows[:limit]
+	return rows, Encode(sortKey(rows[limit-1])...)
+}
+
+// Self is Trim's sort key of a page of plain strings (scopes): the string itself.
+func Self(s string) []string { return []string{s} }
+
+// RecordID is Trim's sort key of a page of a scope's records: the id (EncodeID).
+func RecordID(r idem.Record) []string { return []string{r.Key.ID} }
