@@ -92,30 +92,27 @@ func (s *StoreTracer) start(ctx context.Context, name string, k idem.Key, tx boo
 	return ctx, span
 }
 
-// Batch starts the span of a ClaimBatch of n claims. End it with EndBatch.
+// Batch starts the span of a ClaimBatch of claims. End it with EndBatch.
 func (s *StoreTracer) Batch(ctx context.Context, claims []idem.Claim) (context.Context, trace.Span) {
-	if s.off() {
-		return ctx, nil
-	}
-	ctx, span := s.tr.Start(ctx, SpanStoreBatch, s.opts...)
-	if span.IsRecording() {
-		span.SetAttributes(s.system, KeyBatchSize.Int(len(claims)))
-		if len(claims) > 0 {
-			span.SetAttributes(KeyScope.String(claims[0].Key.Scope))
-		}
-	}
-	return ctx, span
+	return s.batch(ctx, SpanStoreBatch, claims, false)
 }
 
 // Record starts the span of a RecordTx of claims, in the caller's transaction. End
 // it with EndRecord.
 func (s *StoreTracer) Record(ctx context.Context, claims []idem.Claim) (context.Context, trace.Span) {
+	return s.batch(ctx, SpanStoreRecord, claims, true)
+}
+
+func (s *StoreTracer) batch(ctx context.Context, name string, claims []idem.Claim, tx bool) (context.Context, trace.Span) {
 	if s.off() {
 		return ctx, nil
 	}
-	ctx, span := s.tr.Start(ctx, SpanStoreRecord, s.opts...)
+	ctx, span := s.tr.Start(ctx, name, s.opts...)
 	if span.IsRecording() {
-		span.SetAttributes(s.system, KeyBatchSize.Int(len(claims)), KeyTx.Bool(true))
+		span.SetAttributes(s.system, KeyBatchSize.Int(len(claims)))
+		if tx {
+			span.SetAttributes(KeyTx.Bool(true))
+		}
 		if len(claims) > 0 {
 			span.SetAttributes(KeyScope.String(claims[0].Key.Scope))
 		}
@@ -126,23 +123,7 @@ func (s *StoreTracer) Record(ctx context.Context, claims []idem.Claim) (context.
 // EndRecord ends a RecordTx's span with how many of its keys were duplicates, or
 // its error.
 func EndRecord(span trace.Span, out []idem.Outcome, err error) {
-	if span == nil {
-		return
-	}
-	if span.IsRecording() {
-		if err != nil {
-			Fail(span, err)
-		} else {
-			dups := 0
-			for _, o := range out {
-				if o.Duplicate() {
-					dups++
-				}
-			}
-			span.SetAttributes(KeyBatchDuplicates.Int(dups))
-		}
-	}
-	span.End()
+	endBatch(span, out, err, func(o idem.Outcome) idem.Outcome { return o })
 }
 
 // EndClaim ends a claim's span with its outcome (idem.outcome, idem.token when
@@ -167,6 +148,10 @@ func EndClaim(span trace.Span, res idem.Result, err error) {
 // EndBatch ends a batch's span with how many of its claims were duplicates, or
 // its error.
 func EndBatch(span trace.Span, out []idem.Result, err error) {
+	endBatch(span, out, err, func(r idem.Result) idem.Outcome { return r.Outcome })
+}
+
+func endBatch[T any](span trace.Span, out []T, err error, outcome func(T) idem.Outcome) {
 	if span == nil {
 		return
 	}
@@ -176,7 +161,7 @@ func EndBatch(span trace.Span, out []idem.Result, err error) {
 		} else {
 			dups := 0
 			for _, r := range out {
-				if r.Outcome.Duplicate() {
+				if outcome(r).Duplicate() {
 					dups++
 				}
 			}
