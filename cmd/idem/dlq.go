@@ -168,14 +168,7 @@ func (m *Main) dlqList(ctx context.Context, o dlqOptions) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.ID, cell(d.Consumer, 40), cell(d.Kind, 20), cell(d.State, 20),
 			d.Attempts, when(d.DeadAt), cell(d.Topic, 40), cell(d.MessageID, 40), cell(d.Reason, 60))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(m.Stdout, "%d dead letters\n", len(out.DeadLetters))
-	if out.NextAfter != 0 {
-		fmt.Fprintf(m.Stdout, "more: --after %d\n", out.NextAfter)
-	}
-	return nil
+	return m.endTable(tw, fmt.Sprintf("%d dead letters", len(out.DeadLetters)), moreAfter(out.NextAfter))
 }
 
 func (m *Main) dlqShow(ctx context.Context, o dlqOptions) error {

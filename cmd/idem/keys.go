@@ -266,18 +266,11 @@ func (m *Main) keysList(ctx context.Context, o keysOptions) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.ID, 80), r.stateCell(), when(r.CreatedAt), when(r.ExpiresAt), r.Token, r.Result)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	summary := fmt.Sprintf("%d records of every scope in %s", len(out.Records), desc)
+	if o.scope != "" {
+		summary = fmt.Sprintf("%d records of scope %s in %s", len(out.Records), cell(o.scope, 80), desc)
 	}
-	if o.scope == "" {
-		fmt.Fprintf(m.Stdout, "%d records of every scope in %s\n", len(out.Records), desc)
-	} else {
-		fmt.Fprintf(m.Stdout, "%d records of scope %s in %s\n", len(out.Records), cell(o.scope, 80), desc)
-	}
-	if page.Next != "" {
-		fmt.Fprintf(m.Stdout, "more: --cursor %s\n", cell(page.Next, 0))
-	}
-	return nil
+	return m.endTable(tw, summary, moreCursor(page.Next))
 }
 
 func (m *Main) keysGet(ctx context.Context, o keysOptions) error {

@@ -43,12 +43,5 @@ func (m *Main) keysScopes(ctx context.Context, o keysOptions) error {
 	for _, sc := range out.Scopes {
 		fmt.Fprintln(tw, cell(sc, 0))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(m.Stdout, "%d scopes in %s; 'idem keys list --scope S' lists one's keys\n", len(out.Scopes), desc)
-	if page.Next != "" {
-		fmt.Fprintf(m.Stdout, "more: --cursor %s\n", cell(page.Next, 0))
-	}
-	return nil
+	return m.endTable(tw, fmt.Sprintf("%d scopes in %s; 'idem keys list --scope S' lists one's keys", len(out.Scopes), desc), moreCursor(page.Next))
 }

@@ -135,6 +135,35 @@ func writeJSON(w io.Writer, v any) error {
 // newTable returns the tabwriter of a human table; Flush writes it.
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 
+// endTable flushes a listing's table and prints its summary line, then, when
+// another page follows, the flag that asks for it (more: "--cursor C", "--after N").
+func (m *Main) endTable(tw *tabwriter.Writer, summary, more string) error {
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(m.Stdout, summary)
+	if more != "" {
+		fmt.Fprintln(m.Stdout, "more: "+more)
+	}
+	return nil
+}
+
+// moreCursor is endTable's more for a page whose next cursor is next.
+func moreCursor(next string) string {
+	if next == "" {
+		return ""
+	}
+	return "--cursor " + cell(next, 0)
+}
+
+// moreAfter is endTable's more for a page continued after id (0: none).
+func moreAfter(id int64) string {
+	if id == 0 {
+		return ""
+	}
+	return fmt.Sprint("--after ", id)
+}
+
 // cell makes text from the database safe for a table cell: control characters
 // (tabs and newlines too, which would break the columns, and escape sequences,
 // which a terminal would obey) escaped as \x.., invalid UTF-8 escaped, at most max

@@ -199,14 +199,7 @@ func (m *Main) outboxParked(ctx context.Context, o outboxOptions) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.ID, cell(p.Topic, 40), cell(p.MessageID, 40), p.Attempts,
 			when(p.ParkedAt), state, cell(p.LastError, 60), p.Payload)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(m.Stdout, "%d parked messages\n", len(out.Parked))
-	if out.NextAfter != 0 {
-		fmt.Fprintf(m.Stdout, "more: --after %d\n", out.NextAfter)
-	}
-	return nil
+	return m.endTable(tw, fmt.Sprintf("%d parked messages", len(out.Parked)), moreAfter(out.NextAfter))
 }
 
 func (m *Main) outboxRetry(ctx context.Context, o outboxOptions) error {

@@ -130,14 +130,7 @@ func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
 	for _, s := range out.Sagas {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", cell(s.ID, 60), cell(s.Saga, 40), s.State, s.Step, s.Attempts, when(s.Updated), cell(s.Reason, 60))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(m.Stdout, "%d sagas\n", len(out.Sagas))
-	if page.Next != "" {
-		fmt.Fprintf(m.Stdout, "more: --cursor %s\n", cell(page.Next, 0))
-	}
-	return nil
+	return m.endTable(tw, fmt.Sprintf("%d sagas", len(out.Sagas)), moreCursor(page.Next))
 }
 
 type effectJSON struct {
