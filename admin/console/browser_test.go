@@ -92,31 +92,10 @@ func TestBrowser(t *testing.T) {
 	t.Cleanup(hs.Close)
 	t.Cleanup(traffic)
 
-	br := cdp.Start(t)
-	page := br.NewPage(ctx, t)
-	if err := page.Call(ctx, "Emulation.setDeviceMetricsOverride", map[string]any{
-		"width": 1360, "height": 900, "deviceScaleFactor": 1, "mobile": false}, nil); err != nil {
-		t.Fatal(err)
-	}
-	var nav struct {
-		ErrorText string `json:"errorText"`
-	}
-	if err := page.Call(ctx, "Page.navigate", map[string]any{"url": hs.URL + "/"}, &nav); err != nil || nav.ErrorText != "" {
-		t.Fatalf("navigate: %v %s", err, nav.ErrorText)
-	}
-	ui := &ui{t: t, ctx: ctx, page: page}
-	defer func() {
-		if t.Failed() {
-			t.Logf("browser console:\n%s\naudit log:\n%s", page.Logs(), logs.String())
-		}
-	}()
+	ui := openUI(ctx, t, hs.URL, &logs)
 
 	// Without a token the page asks for one.
-	ui.waitTrue("the token form", `!document.getElementById('login').hidden`)
-	ui.run(`document.getElementById('token').value = ` + jsString(fullToken) + `;
-		document.getElementById('actor').value = 'alice';
-		document.getElementById('login-form').requestSubmit()`)
-	ui.waitTrue("the console", `window.idemConsole.ready && idemConsole.refreshes > 0`)
+	ui.signIn(fullToken, "alice")
 	ui.wantTrue("the token is in sessionStorage only", `sessionStorage.getItem('idem-admin-token') === `+jsString(fullToken)+
 		` && localStorage.length === 0 && document.cookie === '' && document.getElementById('token').value === ''`)
 	ui.wantTrue("full access shown", `document.getElementById('access').textContent === 'full access'`)
@@ -283,6 +262,40 @@ func TestBrowserWithoutToken(t *testing.T) {
 	ui.wantText(`#rates-note`, "not configured on this server (admin.Config.Gatherer)")
 	ui.wantText(`#area-keys .note`, "Not configured on this server.")
 	ui.wantTrue("actions allowed", `!document.querySelector('#deadletters tr[data-id="5"] button[data-action="replay"]').disabled`)
+}
+
+// openUI opens the console at url in headless Chromium, in a window wide enough for
+// its tables; when t fails, it logs the browser's console and the audit log.
+func openUI(ctx context.Context, t *testing.T, url string, logs *syncBuffer) *ui {
+	t.Helper()
+	page := cdp.Start(t).NewPage(ctx, t)
+	if err := page.Call(ctx, "Emulation.setDeviceMetricsOverride", map[string]any{
+		"width": 1360, "height": 900, "deviceScaleFactor": 1, "mobile": false}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var nav struct {
+		ErrorText string `json:"errorText"`
+	}
+	if err := page.Call(ctx, "Page.navigate", map[string]any{"url": url + "/"}, &nav); err != nil || nav.ErrorText != "" {
+		t.Fatalf("navigate: %v %s", err, nav.ErrorText)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("browser console:\n%s\naudit log:\n%s", page.Logs(), logs.String())
+		}
+	})
+	return &ui{t: t, ctx: ctx, page: page}
+}
+
+// signIn waits for the token form, signs in with token as actor, and waits for the
+// console's first refresh.
+func (u *ui) signIn(token, actor string) {
+	u.t.Helper()
+	u.waitTrue("the token form", `!document.getElementById('login').hidden`)
+	u.run(`document.getElementById('token').value = ` + jsString(token) + `;
+		document.getElementById('actor').value = ` + jsString(actor) + `;
+		document.getElementById('login-form').requestSubmit()`)
+	u.waitTrue("the console", `window.idemConsole.ready && idemConsole.refreshes > 0`)
 }
 
 func needChromium(t *testing.T) {

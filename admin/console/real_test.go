@@ -26,7 +26,6 @@ import (
 	"github.com/idemhq/idem/effect/saga"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
-	"github.com/idemhq/idem/internal/cdp"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
 )
@@ -221,28 +220,8 @@ func TestBrowserRealBackends(t *testing.T) {
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 
-	page := cdp.Start(t).NewPage(ctx, t)
-	if err := page.Call(ctx, "Emulation.setDeviceMetricsOverride", map[string]any{
-		"width": 1360, "height": 900, "deviceScaleFactor": 1, "mobile": false}, nil); err != nil {
-		t.Fatal(err)
-	}
-	var nav struct {
-		ErrorText string `json:"errorText"`
-	}
-	if err := page.Call(ctx, "Page.navigate", map[string]any{"url": hs.URL + "/"}, &nav); err != nil || nav.ErrorText != "" {
-		t.Fatalf("navigate: %v %s", err, nav.ErrorText)
-	}
-	ui := &ui{t: t, ctx: ctx, page: page}
-	defer func() {
-		if t.Failed() {
-			t.Logf("browser console:\n%s\naudit log:\n%s", page.Logs(), logs.String())
-		}
-	}()
-	ui.waitTrue("the token form", `!document.getElementById('login').hidden`)
-	ui.run(`document.getElementById('token').value = ` + jsString(fullToken) + `;
-		document.getElementById('actor').value = 'alice';
-		document.getElementById('login-form').requestSubmit()`)
-	ui.waitTrue("the console", `window.idemConsole.ready && idemConsole.refreshes > 0`)
+	ui := openUI(ctx, t, hs.URL, &logs)
+	ui.signIn(fullToken, "alice")
 
 	// The tables show the real rows.
 	dlRow := fmt.Sprintf(`#deadletters tr[data-id="%d"]`, letter.ID)
