@@ -130,8 +130,10 @@ func (m *Main) openStoreInspector(ctx context.Context, cmd string, o keysOptions
 	if withScope && o.scope == "" {
 		return nil, "", nil, m.usagef(cmd, "--scope is required: 'idem keys scopes --store URL' lists the scopes the store holds")
 	}
-	if err := checkKeyPart(m, cmd, "scope", o.scope); withScope && err != nil {
-		return nil, "", nil, err
+	if withScope {
+		if err := checkKeyPart(m, cmd, "scope", o.scope); err != nil {
+			return nil, "", nil, err
+		}
 	}
 	store, closeStore, err := openKeysStore(ctx, spec)
 	if err != nil {

@@ -112,7 +112,13 @@ func TestKeysScopes(t *testing.T) {
 				!strings.Contains(out, "cred:1ab") || (name != "redis" && !strings.Contains(out, "15 records of every scope")) {
 				t.Fatalf("keys list without --scope:\n%s", out)
 			}
+			if _, stderr, code := runCode(t, "keys", "scopes", "--store", ks.url); code != 0 || stderr != "" {
+				t.Fatalf("keys scopes exited %d with stderr %q, want 0 and nothing", code, stderr)
+			}
 			_, stderr, code := runCode(t, "keys", "list", "--store", ks.url, "--cursor", "not a cursor!")
+			if strings.Contains(stderr, "--scope is required") {
+				t.Fatalf("keys list without --scope printed %q", stderr)
+			}
 			if code != 2 || !strings.Contains(stderr, "cursor") {
 				t.Fatalf("keys list with a garbage cursor exited %d: %q", code, stderr)
 			}
