@@ -23,8 +23,14 @@ type bundle struct {
 
 func setup(t testing.TB, cfg idemredis.Config) bundle {
 	t.Helper()
+	return setupAt(t, testsvc.RedisAddr(), cfg)
+}
+
+// setupAt is setup on the Redis at addr.
+func setupAt(t testing.TB, addr string, cfg idemredis.Config) bundle {
+	t.Helper()
 	prefix := testsvc.RedisPrefix(t)
-	client := redis.NewClient(&redis.Options{Addr: testsvc.RedisAddr()})
+	client := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() {
 		deletePrefix(t, client, prefix)
 		client.Close()

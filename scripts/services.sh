@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Make sure the services idem's tests use are running on 127.0.0.1: PostgreSQL (5432),
-# Redis (6379), NATS with JetStream (4222), RabbitMQ (5672) and MariaDB (3306). Each one that is down is
+# Redis (6379), NATS with JetStream (4222), RabbitMQ (5672) and MariaDB (3306); and that
+# redis-server and redis-cli are installed for the Redis Cluster tests, which start
+# their own nodes on free ports. Each one that is down is
 # started, after installing it with apt-get if it is missing. Idempotent: safe to run
 # again at any time. Exits non-zero naming the service that could not be brought up.
 set -uo pipefail
@@ -28,6 +30,9 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 start_postgres() {
   need pg_ctlcluster postgresql postgresql-contrib || return 1
+  # The CDC tests and `idem verify --relay cdc` initdb private clusters (wal_level=logical)
+  # with the server binaries, which a client-only install lacks.
+  need "$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n 1)" postgresql postgresql-contrib || return 1
   local version
   version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)
   [ -n "$version" ] || { log "no PostgreSQL cluster in /etc/postgresql"; return 1; }
@@ -90,6 +95,17 @@ done
 
 if up 3306 && ! mysql_ready; then
   log "ERROR: MariaDB is up but root cannot log in over TCP to create the database test"
+  status=1
+fi
+
+# The Redis Cluster tests (idemredis) start their own six redis-server processes
+# (internal/testsvc/rediscluster.go) and form the cluster with redis-cli; they need
+# both binaries, Redis 7.0 or later.
+if need redis-server redis-server && need redis-cli redis-tools &&
+  redis-server --version | grep -Eq 'v=([7-9]|[1-9][0-9])\.'; then
+  log "redis-server and redis-cli present for the Redis Cluster tests"
+else
+  log "ERROR: the Redis Cluster tests need redis-server and redis-cli 7.0 or later"
   status=1
 fi
 

@@ -6,6 +6,10 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RunClients runs op from clients goroutines (however many cores there are) until
@@ -26,4 +30,14 @@ func RunClients(b *testing.B, clients int, op func(ctx context.Context, id strin
 			}
 		}
 	})
+}
+
+// SDKTracing returns an OpenTelemetry SDK provider that samples every span and
+// drops it after a batch span processor, as a traced production service would run
+// but with no exporter cost: the benchmarks' "with the SDK at 100%" figures. It is
+// shut down when b ends.
+func SDKTracing(b testing.TB) trace.TracerProvider {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp
 }

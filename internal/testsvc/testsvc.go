@@ -139,35 +139,62 @@ func UniqueName(prefix string) string {
 // there. Isolated tests can then run in parallel on one database.
 func PostgresSchema(t testing.TB) (connString, schema string) {
 	t.Helper()
+	u := postgresBase(t)
+	schema = UniqueName("idem_test_")
+	postgresScratch(t, "CREATE SCHEMA "+schema, "DROP SCHEMA "+schema+" CASCADE")
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), schema
+}
+
+// PostgresDatabase creates a fresh database for t, dropped when t ends, and returns
+// its URL: for what a schema does not isolate, such as LISTEN/NOTIFY channels, which
+// are per database.
+func PostgresDatabase(t testing.TB) string {
+	t.Helper()
+	u := postgresBase(t)
+	name := UniqueName("idem_test_")
+	postgresScratch(t, "CREATE DATABASE "+name, "DROP DATABASE "+name+" WITH (FORCE)")
+	u.Path = "/" + name
+	return u.String()
+}
+
+// postgresBase is the parsed PostgresURL, once the server is reachable.
+func postgresBase(t testing.TB) *url.URL {
+	t.Helper()
 	base := PostgresURL()
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatalf("%s=%q: %v", EnvPostgres, base, err)
 	}
 	Reach(t, "postgres", u.Host)
-	schema = UniqueName("idem_test_")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return u
+}
+
+// postgresScratch runs create on the test server now and drop when t ends, each on
+// a connection of its own.
+func postgresScratch(t testing.TB, create, drop string) {
+	t.Helper()
+	base := PostgresURL()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
 		t.Fatalf("connect to postgres: %v", err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("create schema: %v", err)
+	if _, err := conn.Exec(ctx, create); err != nil {
+		t.Fatalf("%s: %v", create, err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		if conn, err := pgx.Connect(ctx, base); err == nil {
-			_, _ = conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+			_, _ = conn.Exec(ctx, drop)
 			conn.Close(ctx)
 		}
 	})
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String(), schema
 }
 
 // PostgresDB opens a database/sql handle (driver "pgx") on a fresh schema (see
