@@ -138,6 +138,25 @@ func CheckBatch(ctx context.Context, claims []Claim) error {
 	return ctx.Err()
 }
 
+// CheckRecordBatch is CheckBatch for TxResultRecorder.RecordResultsTx: results, if
+// any, must not outnumber claims.
+func CheckRecordBatch(ctx context.Context, claims []Claim, results [][]byte) error {
+	if len(results) > len(claims) {
+		return &InputError{Field: "results", Reason: fmt.Sprintf("has %d entries for %d claims", len(results), len(claims)),
+			Fix: "pass one result per claim (nil for none), in the claims' order"}
+	}
+	return CheckBatch(ctx, claims)
+}
+
+// ResultAt returns results[i], or nil past its end: the result a TxResultRecorder
+// stores with claim i.
+func ResultAt(results [][]byte, i int) []byte {
+	if i < len(results) {
+		return results[i]
+	}
+	return nil
+}
+
 // IsSerializationFailure reports whether err is the database rolling a transaction
 // back to break a deadlock or a serialization conflict (SQLSTATE 40001 or 40P01:
 // PostgreSQL's serialization_failure and deadlock_detected, MySQL's ER_LOCK_DEADLOCK),

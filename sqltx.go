@@ -68,11 +68,23 @@ type TxDB[Tx any] struct {
 	// reads would lock gaps and hold producers' inserts back while it publishes.
 	// SQLDB sets it for MySQL.
 	BeginReadCommitted func(ctx context.Context) (Tx, error)
-	// Read, where set, runs fn with a Querier outside any transaction, for reads
-	// that need no lock: on SQLite, whose transactions from idemsqlite's handle take
-	// the write lock at BEGIN, a constructor checks the schema this way without
-	// queuing behind the writers. SQLDB sets it.
+	// Read, where set, runs fn with a Querier outside any transaction, each of its
+	// statements committing on its own (autocommit): for reads that need no lock (on
+	// SQLite, whose transactions from idemsqlite's handle take the write lock at
+	// BEGIN, a constructor checks the schema this way without queuing behind the
+	// writers), and, through Auto, for a write that is one statement. SQLDB and
+	// idempg.TxDB set it.
 	Read func(ctx context.Context, fn func(Querier) error) error
+}
+
+// Auto runs fn's statements each in its own transaction (Read) where d can, and
+// all in one transaction otherwise: for a write that is a single statement, one
+// round trip instead of BEGIN, the statement and COMMIT.
+func (d TxDB[Tx]) Auto(ctx context.Context, fn func(Querier) error) error {
+	if d.Read == nil {
+		return d.InTx(ctx, func(tx Tx) error { return fn(d.Querier(tx)) })
+	}
+	return d.Read(ctx, fn)
 }
 
 // Validate reports a TxDB with a missing field as an *InputError.

@@ -69,12 +69,25 @@ func CheckRenew(ctx context.Context, k Key, token uint64, lease time.Duration) (
 // TxRecorder is implemented by SQL stores that can record many keys as completed in
 // one statement inside the caller's transaction, before the effects run: the inbox's
 // fast path, one round trip per batch instead of two per message. Outcomes are as for
-// ClaimTx, except that Acquired means "recorded as completed, with no result". They
+// ClaimTx, except that Acquired means "recorded as completed, with no result" (see
+// TxResultRecorder for one with a result). They
 // hold only if tx commits as a whole: a caller that rolls back part of tx (to a
 // savepoint taken after RecordTx) must not use them. A key repeated within claims is
 // Acquired once and Replayed after.
 type TxRecorder[Tx any] interface {
 	RecordTx(ctx context.Context, tx Tx, claims []Claim) ([]Outcome, error)
+}
+
+// TxResultRecorder is a TxRecorder that can store a result with each key it records
+// as completed: results[i] goes with claims[i] (a nil or missing entry stores none)
+// and is what a later claim of the key finds as its Record.Result, and what Inspect
+// shows. Keys found already recorded keep the result they have. The inbox stores
+// there the trace context of the delivery that applied a message, so the span of a
+// later duplicate can link to it. A results slice longer than claims is an
+// *InputError.
+type TxResultRecorder[Tx any] interface {
+	TxRecorder[Tx]
+	RecordResultsTx(ctx context.Context, tx Tx, claims []Claim, results [][]byte) ([]Outcome, error)
 }
 
 // BatchClaimer is implemented by stores that can claim many keys in one round trip.

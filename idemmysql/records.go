@@ -44,8 +44,8 @@ func newQueries(table string) queries {
 		// a completed record has no holder to fence, and any later incarnation draws
 		// after it. A duplicate is locked and told apart as in insert.
 		record: r.Replace(`INSERT INTO {{t}} (scope, id, state, fingerprint, token, result, retention_us, created_us, expires_us)
-			VALUES (?, ?, 2, ?, ?, '', ?, {{now}}, {{now}} + ?) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)`),
-		recordTakeover: r.Replace(`UPDATE {{t}} SET state = 2, fingerprint = ?, token = ?, result = '', retention_us = ?,
+			VALUES (?, ?, 2, ?, ?, ?, ?, {{now}}, {{now}} + ?) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)`),
+		recordTakeover: r.Replace(`UPDATE {{t}} SET state = 2, fingerprint = ?, token = ?, result = ?, retention_us = ?,
 			created_us = {{now}}, expires_us = {{now}} + ? WHERE scope = ? AND id = ?`),
 		callClaim: "CALL " + quote(table+"_claim") + "(?, ?, ?, ?, ?)",
 		// The no-wait forms are MariaDB's, like the procedures: see group.go.
@@ -283,13 +283,16 @@ func micros(d time.Duration) int64 {
 // issued; they become negative, which no row holds, so they fence like any stranger.
 func tokenArg(token uint64) int64 { return int64(token) }
 
-// record records c's key as completed in tx, or answers the row that holds it: one
-// statement for a fresh key, where a claim and its completion take five.
-func (s *Store) record(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Outcome, error) {
+// record records c's key as completed in tx, with result, or answers the row that
+// holds it: one statement for a fresh key, where a claim and its completion take five.
+func (s *Store) record(ctx context.Context, tx *sql.Tx, c idem.Claim, result []byte) (idem.Outcome, error) {
 	c = c.WithDefaults()
 	fp := c.Fingerprint
 	if fp == nil {
 		fp = []byte{}
+	}
+	if result == nil {
+		result = []byte{}
 	}
 	retention := micros(c.Retention)
 	for range maxAttempts {
@@ -297,7 +300,7 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Outc
 		if err != nil {
 			return 0, err
 		}
-		r, err := tx.ExecContext(ctx, s.q.record, c.Key.Scope, c.Key.ID, fp, token, retention, retention)
+		r, err := tx.ExecContext(ctx, s.q.record, c.Key.Scope, c.Key.ID, fp, token, result, retention, retention)
 		if err != nil {
 			return 0, err
 		}
@@ -315,7 +318,7 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Outc
 		case st == rowLive:
 			return res.Outcome, nil
 		}
-		if _, err := exec(ctx, tx, s.q.recordTakeover, fp, token, retention, retention, c.Key.Scope, c.Key.ID); err != nil {
+		if _, err := exec(ctx, tx, s.q.recordTakeover, fp, token, result, retention, retention, c.Key.Scope, c.Key.ID); err != nil {
 			return 0, err
 		}
 		return idem.Acquired, nil

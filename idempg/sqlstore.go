@@ -16,11 +16,11 @@ type SQLStore struct {
 }
 
 var (
-	_ idem.Store               = (*SQLStore)(nil)
-	_ idem.TxRecorder[*sql.Tx] = (*SQLStore)(nil)
-	_ idem.TxStore[*sql.Tx]    = (*SQLStore)(nil)
-	_ idem.Sweeper             = (*SQLStore)(nil)
-	_ idem.Renewer             = (*SQLStore)(nil)
+	_ idem.Store                     = (*SQLStore)(nil)
+	_ idem.TxResultRecorder[*sql.Tx] = (*SQLStore)(nil)
+	_ idem.TxStore[*sql.Tx]          = (*SQLStore)(nil)
+	_ idem.Sweeper                   = (*SQLStore)(nil)
+	_ idem.Renewer                   = (*SQLStore)(nil)
 )
 
 // NewSQL returns an SQLStore on db, migrating as New does. Size db with

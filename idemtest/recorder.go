@@ -1,6 +1,7 @@
 package idemtest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -131,5 +132,97 @@ func testTxRecordConcurrent[Tx any](t *testing.T, env TxEnv[Tx]) {
 		if n != 1 {
 			t.Fatalf("key %s acquired %d times", k, n)
 		}
+	}
+}
+
+// testTxRecordResults: each recorded key keeps the result given with it, on the
+// one-key path, the batch path and an expired key's takeover; a key found recorded
+// keeps its first result; a key recorded without one has none; a rollback stores
+// nothing; more results than claims is an input error.
+func testTxRecordResults[Tx any](t *testing.T, env TxEnv[Tx]) {
+	r := optional[interface {
+		idem.TxResultRecorder[Tx]
+		idem.Store
+		idem.Inspector
+	}](t, env.Store)
+	ctx := ctxFor(t)
+	c := func(id string) idem.Claim { return idem.Claim{Key: idem.Key{Scope: "inbox", ID: t.Name() + "/" + id}} }
+	record := func(commit bool, claims []idem.Claim, results [][]byte) []idem.Outcome {
+		t.Helper()
+		tx, err := env.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := r.RecordResultsTx(ctx, tx, claims, results)
+		if err != nil {
+			_ = env.Rollback(ctx, tx)
+			t.Fatal(err)
+		}
+		end := env.Rollback
+		if commit {
+			end = env.Commit
+		}
+		if err := end(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	wantResult := func(id, want string) { // through a claim's replay, and Inspect
+		t.Helper()
+		if id != "short" { // its retention is a millisecond: it has expired by now
+			res, err := r.Claim(ctx, c(id))
+			if err != nil || res.Outcome != idem.Replayed {
+				t.Fatalf("Claim(%s) = %v, %v; want replayed", id, res.Outcome, err)
+			}
+			if string(res.Record.Result) != want {
+				t.Fatalf("Claim(%s) replayed result %q, want %q", id, res.Record.Result, want)
+			}
+		}
+		rec, err := r.Inspect(ctx, c(id).Key)
+		if err != nil || string(rec.Result) != want {
+			t.Fatalf("Inspect(%s) = result %q, %v; want %q", id, rec.Result, err, want)
+		}
+	}
+	A, R := idem.Acquired, idem.Replayed
+
+	record(false, []idem.Claim{c("one")}, [][]byte{[]byte("rolled back")})
+	if got := record(true, []idem.Claim{c("one")}, [][]byte{[]byte("r-one")}); !slices.Equal(got, []idem.Outcome{A}) {
+		t.Fatalf("one key after a rollback = %v, want acquired", got)
+	}
+	wantResult("one", "r-one")
+
+	got := record(true, []idem.Claim{c("b"), c("one"), c("a"), c("none")}, [][]byte{[]byte("r-b"), []byte("other"), []byte("r-a")})
+	if !slices.Equal(got, []idem.Outcome{A, R, A, A}) {
+		t.Fatalf("batch = %v, want [A R A A]", got)
+	}
+	wantResult("a", "r-a")
+	wantResult("b", "r-b")
+	wantResult("one", "r-one") // found recorded: keeps its first result
+	wantResult("none", "")     // past the end of results: none
+
+	exp := c("short")
+	exp.Retention = time.Millisecond
+	record(true, []idem.Claim{exp}, [][]byte{[]byte("first")})
+	deadline := time.Now().Add(expiryDeadline)
+	for i := 0; ; i++ { // with a fresh key beside it: the batch path
+		if slices.Equal(record(true, []idem.Claim{exp, c(fmt.Sprint("pad", i))}, [][]byte{[]byte("second"), nil}), []idem.Outcome{A, A}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the expired record was never taken over")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wantResult("short", "second")
+
+	tx, err := env.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Rollback(ctx, tx) }()
+	_, err = r.RecordResultsTx(ctx, tx, []idem.Claim{c("x")}, [][]byte{nil, nil})
+	var in *idem.InputError
+	if !errors.As(err, &in) || in.Field != "results" {
+		t.Fatalf("two results for one claim: err = %v, want an *idem.InputError on results", err)
 	}
 }

@@ -29,7 +29,8 @@ type TxEnv[Tx any] struct {
 // TxStoreSuite runs the transactional contract: a claim in a rolled-back transaction
 // leaves no trace, a committed one is visible together with the business row, and
 // concurrent transactions on one key apply the effect once. For a store that is also
-// an idem.TxRecorder, it checks RecordTx too.
+// an idem.TxRecorder, it checks RecordTx too, and RecordResultsTx for an
+// idem.TxResultRecorder.
 func TxStoreSuite[Tx any](t *testing.T, newEnv func(t *testing.T) TxEnv[Tx]) {
 	t.Helper()
 	runParallel(t, newEnv, []subtest[TxEnv[Tx]]{
@@ -42,6 +43,7 @@ func TxStoreSuite[Tx any](t *testing.T, newEnv func(t *testing.T) TxEnv[Tx]) {
 		{"TokensRiseAcrossTransactions", testTxTokensRise[Tx]},
 		{"RecordTx", testTxRecord[Tx]},                     // stores with a TxRecorder
 		{"RecordTxConcurrent", testTxRecordConcurrent[Tx]}, // stores with a TxRecorder
+		{"RecordResultsTx", testTxRecordResults[Tx]},       // stores with a TxResultRecorder
 	})
 }
 

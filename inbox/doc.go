@@ -63,11 +63,20 @@
 // traceparent header the outbox relay sent), not a link to it: the issue asks that
 // one order be one trace from the inbound request to the last downstream call, and a
 // delivery processed alone has exactly one producer, whose span it continues. Links
-// are for what has several origins, and idem uses one where the origin is not the
-// parent: a redelivery whose key was already applied makes a short root span,
-// idem.inbox.duplicate, with idem.duplicate=true, linked to the message's context,
-// and no apply span. (A consumer that processes a batch as one unit of work, rather
-// than per message as here, would link its one span to each message's context.)
+// are for what is related but not the parent. A redelivery whose key was already
+// applied makes a short span, idem.inbox.duplicate, with idem.duplicate=true and no
+// apply span. Its parent is the message's context too (the redelivery is a delivery
+// of the same message, so it belongs to the order's trace), and it carries a link,
+// marked idem.applied_by=true, to the idem.inbox.process span of the delivery that
+// applied the message: that delivery is the duplicate's cause, not its parent. The
+// link survives restarts and other processes because the applying delivery's span
+// context is recorded as the key's result, in the effect's transaction (one
+// bytea/blob value of about 55 bytes, written only while tracing is on: stores that
+// record batches in one statement take it as a parameter of that statement). A key
+// applied while tracing was off, or deduplicated by sequence number (WithSequences
+// keeps one watermark per producer, no row per key), has no link. (A consumer that
+// processes a batch as one unit of work, rather than per message as here, would
+// link its one span to each message's context.)
 //
 // A dead letter's replay (Replay, or a replay an operator requested, performed by
 // the poll) is a consumer span, idem.inbox.replay, a child of the caller's span if

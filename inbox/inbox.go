@@ -28,12 +28,15 @@ type Consumer[Tx any] struct {
 	src      idem.Source
 	db       idem.TxDB[Tx]
 	store    idem.TxStore[Tx]
-	recorder idem.TxRecorder[Tx] // store's one-statement batch path, if it has one
+	recorder idem.TxRecorder[Tx]       // store's one-statement batch path, if it has one
+	results  idem.TxResultRecorder[Tx] // the same, able to record who applied a key (tracing)
+	inspect  idem.Inspector            // store's records, read for a traced duplicate's link
 	handle   Handler[Tx]
 	cfg      Config
 	metrics  *metrics.Inbox
 	seqs     SeqTracker[Tx] // with seqOf, set by WithSequences
 	seqOf    SeqFunc
+	oneByOne bool // WithLSN: one message per transaction
 	tr       otelx.Tracer
 	sys      string // the source's messaging.system, "" if it does not say
 
@@ -54,6 +57,7 @@ type failure struct {
 // dead-letter table idem_dead_letters if missing.
 func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store idem.TxStore[Tx], handle Handler[Tx], cfg Config,
 	opts ...Option[Tx]) (*Consumer[Tx], error) {
+	batch := cfg.BatchSize // as asked, before defaults
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -76,8 +80,17 @@ func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store i
 	c := &Consumer[Tx]{src: src, db: db, store: store, handle: handle, cfg: cfg, metrics: m, failures: map[string]*failure{},
 		tr: otelx.New(cfg.TracerProvider, cfg.Propagator), sys: otelx.System(src)}
 	c.recorder, _ = store.(idem.TxRecorder[Tx])
+	c.results, _ = store.(idem.TxResultRecorder[Tx])
+	c.inspect, _ = store.(idem.Inspector)
 	for _, o := range opts {
 		o(c)
+	}
+	if c.oneByOne {
+		if batch > 1 {
+			return nil, &idem.InputError{Field: "Config.BatchSize", Reason: fmt.Sprintf("is %d with WithLSN", batch),
+				Fix: "leave it 0 or set 1: a watermark needs a source's messages applied in order, and a batch retried in part applies them out of order"}
+		}
+		c.cfg.BatchSize = 1
 	}
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Inbox); err != nil {
 		return nil, err

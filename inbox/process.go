@@ -231,7 +231,7 @@ func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item, final bool) e
 	case it.recorded: // RecordTx answered for the whole batch
 		res.Outcome = it.outcome
 	case c.recorder != nil:
-		out, err := c.recorder.RecordTx(ctx, tx, []idem.Claim{it.claim})
+		out, err := c.record(ctx, tx, []idem.Claim{it.claim}, func(int) *item { return it })
 		if err != nil {
 			return err
 		}
@@ -245,6 +245,9 @@ func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item, final bool) e
 	switch res.Outcome {
 	case idem.Replayed:
 		it.v = duplicate
+		if it.tr != nil {
+			it.tr.applier = otelx.ParseAppliedBy(res.Record.Result)
+		}
 		return nil
 	case idem.InProgress:
 		it.v, it.err = retry, fmt.Errorf("key %s is held by another worker outside a transaction", k)
@@ -257,7 +260,42 @@ func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item, final bool) e
 	if c.runHandler(ctx, tx, it, final); it.v != processed || c.recorder != nil {
 		return nil // a recorded key is complete already
 	}
-	return c.store.CompleteTx(ctx, tx, k, res.Token, nil)
+	return c.store.CompleteTx(ctx, tx, k, res.Token, c.appliedBy(it))
+}
+
+// record records claims as completed in tx through the store's TxRecorder; item(j)
+// is claims[j]'s delivery. While tracing records, each delivery's process span starts
+// first and its trace context is recorded as the key's result (when the store can:
+// a TxResultRecorder), so a later duplicate's span can link to the delivery that
+// applied the message.
+func (c *Consumer[Tx]) record(ctx context.Context, tx Tx, claims []idem.Claim, item func(j int) *item) ([]idem.Outcome, error) {
+	if c.results == nil || c.tr.Off() {
+		return c.recorder.RecordTx(ctx, tx, claims)
+	}
+	var results [][]byte
+	for j := range claims {
+		it := item(j)
+		if it.tr == nil || it.tr.opts == nil {
+			continue
+		}
+		c.startProcess(ctx, it)
+		if b := c.appliedBy(it); b != nil {
+			if results == nil {
+				results = make([][]byte, len(claims))
+			}
+			results[j] = b
+		}
+	}
+	return c.results.RecordResultsTx(ctx, tx, claims, results)
+}
+
+// appliedBy is what the store records as the result of it's key: the trace context
+// of its process span, or nil when nothing traces it.
+func (c *Consumer[Tx]) appliedBy(it *item) []byte {
+	if it.tr == nil || it.tr.span == nil {
+		return nil
+	}
+	return otelx.AppliedBy(it.tr.span.SpanContext())
 }
 
 // settleParallelism bounds the concurrent acks of one batch.
@@ -298,7 +336,7 @@ func (c *Consumer[Tx]) recordAll(ctx context.Context, tx Tx, items []item) error
 	if len(claims) < 2 {
 		return nil
 	}
-	out, err := c.recorder.RecordTx(ctx, tx, claims)
+	out, err := c.record(ctx, tx, claims, func(j int) *item { return &items[idx[j]] })
 	if err != nil {
 		return err
 	}

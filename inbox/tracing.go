@@ -17,19 +17,24 @@ import (
 // consumer span whose parent is the trace context the message carries, from the
 // batch's start to the delivery's ack or nak; idem.inbox.apply, its child, around
 // each run of the handler; or, for a delivery whose key was already applied,
-// idem.inbox.duplicate, a short root span linked to the message's context.
+// idem.inbox.duplicate, a short span under the message's context too, linked to the
+// process span of the delivery that applied it. That span's context is recorded as
+// the key's result in the effect's transaction (otelx.AppliedBy), so the link holds
+// across processes and restarts; a key applied while tracing was off, or by
+// sequence number (WithSequences keeps a watermark, not a row per key), has none to
+// link to.
 
 var (
 	kindConsumer = trace.WithSpanKind(trace.SpanKindConsumer)
-	newRoot      = trace.WithNewRoot()
 	verdictNames = [...]string{pending: "pending", processed: "processed", duplicate: "duplicate", retry: "retried", dead: "dead_lettered"}
 )
 
 // itemTrace is what a delivery carries for tracing.
 type itemTrace struct {
-	parent trace.SpanContext       // the trace context found in the headers, or ctx's
-	span   trace.Span              // the delivery's span, once started
-	opts   []trace.SpanStartOption // the batch's span options; nil: tracing is off
+	parent  trace.SpanContext       // the trace context found in the headers, or ctx's
+	span    trace.Span              // the delivery's span, once started
+	opts    []trace.SpanStartOption // the batch's span options; nil: tracing is off
+	applier trace.SpanContext       // a duplicate's: the span of the delivery that applied it, if known
 }
 
 // traces returns the tracing state of a batch's deliveries, one per delivery, or
@@ -63,7 +68,11 @@ func (c *Consumer[Tx]) startProcess(ctx context.Context, it *item) context.Conte
 	if t.parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, t.parent)
 	}
-	ctx, t.span = c.tr.Start(ctx, otelx.SpanInboxProcess, t.opts...)
+	name := otelx.SpanInboxProcess
+	if it.v == duplicate { // known before its span starts (endSpan): named for it at once
+		name = otelx.SpanInboxSuppress
+	}
+	ctx, t.span = c.tr.Start(ctx, name, t.opts...)
 	c.deliveryAttrs(t.span, it)
 	return ctx
 }
@@ -92,29 +101,22 @@ func (c *Consumer[Tx]) startApply(ctx context.Context, it *item) (context.Contex
 
 // endSpan ends it's span once it is settled (settleErr is the ack's or nak's
 // failure): the process span with its verdict, or, for a duplicate, a suppressed
-// span linked to the message's context, with no apply span under it.
+// span linked to the delivery that applied the message, with no apply span under it.
 func (c *Consumer[Tx]) endSpan(ctx context.Context, it *item, settleErr error) {
 	t := it.tr
 	if t == nil || t.opts == nil {
 		return // tracing is off
 	}
-	switch {
-	case t.span != nil:
-	case it.v == duplicate:
-		opts := append([]trace.SpanStartOption{newRoot}, t.opts...)
-		if t.parent.IsValid() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: t.parent}))
-		}
-		_, t.span = c.tr.Start(ctx, otelx.SpanInboxSuppress, opts...)
-		c.deliveryAttrs(t.span, it)
-	default:
-		c.startProcess(ctx, it)
-	}
+	c.startProcess(ctx, it) // if not started yet; a duplicate's is renamed below
 	span := t.span
 	if span.IsRecording() {
 		span.SetAttributes(otelx.KeyVerdict.String(verdictNames[it.v]))
 		switch it.v {
 		case duplicate:
+			span.SetName(otelx.SpanInboxSuppress)
+			if applier := c.applier(ctx, it); applier.IsValid() {
+				span.AddLink(trace.Link{SpanContext: applier, Attributes: []attribute.KeyValue{otelx.KeyLinkAppliedBy.Bool(true)}})
+			}
 			span.SetAttributes(otelx.KeyDuplicate.Bool(true), otelx.Outcome(idem.Replayed))
 		case retry, dead:
 			if it.err != nil {
@@ -128,6 +130,25 @@ func (c *Consumer[Tx]) endSpan(ctx context.Context, it *item, settleErr error) {
 	}
 	span.End()
 }
+
+// applier returns the span of the delivery that applied duplicate it: as its claim
+// replayed it, or else (the batch path records keys without reading them) as the
+// store's record holds it. An invalid span context when unknown.
+func (c *Consumer[Tx]) applier(ctx context.Context, it *item) trace.SpanContext {
+	if it.tr.applier.IsValid() || c.inspect == nil || it.key == "" || c.bySequence(it.d) {
+		return it.tr.applier
+	}
+	rctx, cancel := context.WithTimeout(ctx, applierReadTimeout)
+	defer cancel()
+	rec, err := c.inspect.Inspect(rctx, it.claim.Key)
+	if err != nil {
+		return trace.SpanContext{} // a link is worth no more than a bounded read
+	}
+	return otelx.ParseAppliedBy(rec.Result)
+}
+
+// applierReadTimeout bounds the read of a traced duplicate's record.
+const applierReadTimeout = 2 * time.Second
 
 // deliveryAttrs sets the delivery's attributes on span, if it is recording.
 func (c *Consumer[Tx]) deliveryAttrs(span trace.Span, it *item) {

@@ -55,6 +55,8 @@ const (
 	KeyToken     = attribute.Key("idem.token")
 	KeyAttempt   = attribute.Key("idem.attempt")
 	KeyDuplicate = attribute.Key("idem.duplicate") // true when a duplicate was suppressed
+	// KeyLinkAppliedBy marks a duplicate's link to the span of the delivery that applied it.
+	KeyLinkAppliedBy = attribute.Key("idem.applied_by")
 	// KeyVerdict is what the inbox did with a delivery: processed, duplicate,
 	// retried or dead_lettered.
 	KeyVerdict = attribute.Key("idem.inbox.verdict")
@@ -72,9 +74,11 @@ const (
 	KeyMessagingDest      = semconv.MessagingDestinationNameKey
 	KeyMessagingPartition = semconv.MessagingDestinationPartitionIDKey
 	KeyMessagingOffset    = semconv.MessagingKafkaOffsetKey
-	KeyMessagingID        = semconv.MessagingMessageIDKey
-	KeyMessagingOp        = semconv.MessagingOperationTypeKey
-	KeyMessagingConsumer  = semconv.MessagingConsumerGroupNameKey
+	// KeyRabbitMQDeliveryTag is a RabbitMQ delivery's tag on its channel.
+	KeyRabbitMQDeliveryTag = semconv.MessagingRabbitMQMessageDeliveryTagKey
+	KeyMessagingID         = semconv.MessagingMessageIDKey
+	KeyMessagingOp         = semconv.MessagingOperationTypeKey
+	KeyMessagingConsumer   = semconv.MessagingConsumerGroupNameKey
 )
 
 // Span start options built once, so passing them allocates nothing.
@@ -273,8 +277,11 @@ func Fail(span trace.Span, err error) {
 }
 
 // MessageAttrs sets the messaging attributes of m on span, if it is recording:
-// system (when known), destination, message id, and, for Kafka positions, the
-// partition and offset.
+// system (when known), destination, message id, the delivery's position as the
+// adapter reports it (idem.position), and the semantic conventions' position
+// attributes where the conventions define them: partition and offset for Kafka, the
+// delivery tag for RabbitMQ. NATS (stream sequence) and Redis Streams (entry id)
+// have none; idem.position carries theirs.
 func MessageAttrs(span trace.Span, system, op string, m idem.Message, position string) {
 	if !span.IsRecording() {
 		return
@@ -288,6 +295,8 @@ func MessageAttrs(span trace.Span, system, op string, m idem.Message, position s
 		attrs = append(attrs, KeyPosition.String(position))
 		if part, off, ok := kafkaPosition(position); ok {
 			attrs = append(attrs, KeyMessagingPartition.String(part), KeyMessagingOffset.Int64(off))
+		} else if tag, ok := amqpDeliveryTag(position); ok {
+			attrs = append(attrs, KeyRabbitMQDeliveryTag.Int64(tag))
 		}
 	}
 	span.SetAttributes(attrs...)
@@ -311,6 +320,22 @@ func kafkaPosition(pos string) (string, int64, bool) {
 		return "", 0, false
 	}
 	return part, o, true
+}
+
+// amqpDeliveryTag parses idemamqp's "queue Q delivery tag N".
+func amqpDeliveryTag(pos string) (int64, bool) {
+	if !strings.HasPrefix(pos, "queue ") {
+		return 0, false
+	}
+	i := strings.LastIndex(pos, " delivery tag ")
+	if i < 0 {
+		return 0, false
+	}
+	tag, err := strconv.ParseInt(pos[i+len(" delivery tag "):], 10, 64)
+	if err != nil || tag < 0 {
+		return 0, false
+	}
+	return tag, true
 }
 
 // System returns the messaging.system of a Sink or Source that reports one

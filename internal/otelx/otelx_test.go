@@ -67,6 +67,37 @@ func TestExtractMatchesNamesWithoutCase(t *testing.T) {
 	}
 }
 
+// TestPositionAttributes: each adapter's position becomes idem.position, plus the
+// semantic conventions' attributes where they define some (Kafka, RabbitMQ); a
+// position that only looks like one sets none of them.
+func TestPositionAttributes(t *testing.T) {
+	tr := newTracing(t)
+	m := idem.Message{ID: "m", Topic: "orders"}
+	for _, c := range []struct {
+		pos  string
+		want map[attribute.Key]any
+	}{
+		{"partition 3 offset 1017", map[attribute.Key]any{otelx.KeyPosition: "partition 3 offset 1017", otelx.KeyMessagingPartition: "3", otelx.KeyMessagingOffset: 1017}},
+		{"queue orders delivery tag 42", map[attribute.Key]any{otelx.KeyPosition: "queue orders delivery tag 42", otelx.KeyRabbitMQDeliveryTag: 42}},
+		{"stream seq 9", map[attribute.Key]any{otelx.KeyPosition: "stream seq 9"}},
+		{"1700000000000-0", map[attribute.Key]any{otelx.KeyPosition: "1700000000000-0"}},
+		{"partition x offset 1", map[attribute.Key]any{otelx.KeyPosition: "partition x offset 1"}},
+		{"queue q delivery tag -1", map[attribute.Key]any{otelx.KeyPosition: "queue q delivery tag -1"}},
+	} {
+		tr.exp.Reset()
+		_, span := tr.tp.Tracer("t").Start(context.Background(), "process")
+		otelx.MessageAttrs(span, "x", "process", m, c.pos)
+		span.End()
+		got := tr.exp.GetSpans()[0]
+		wantAttrs(t, got, c.want)
+		for _, a := range got.Attributes {
+			if _, ok := c.want[a.Key]; !ok && (a.Key == otelx.KeyMessagingPartition || a.Key == otelx.KeyMessagingOffset || a.Key == otelx.KeyRabbitMQDeliveryTag) {
+				t.Errorf("position %q set %s = %v, want none", c.pos, a.Key, a.Value.AsInterface())
+			}
+		}
+	}
+}
+
 // TestHelpersCostNothingUntraced: with a non-recording span the attribute helpers
 // allocate nothing.
 func TestHelpersCostNothingUntraced(t *testing.T) {
@@ -251,5 +282,27 @@ func TestTransportSpanPerAttempt(t *testing.T) {
 	}
 	if v, _ := attr(attempts[0], "http.response.status_code"); v.AsInt64() != 503 || attempts[0].Status.Code.String() != "Error" {
 		t.Errorf("the first attempt's span has status code %v and status %v, want 503 and Error", v.AsInterface(), attempts[0].Status)
+	}
+}
+
+func TestAppliedByRoundTrip(t *testing.T) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled,
+	})
+	b := otelx.AppliedBy(sc)
+	if got := otelx.ParseAppliedBy(b); got.TraceID() != sc.TraceID() || got.SpanID() != sc.SpanID() || !got.IsRemote() {
+		t.Fatalf("ParseAppliedBy(%q) = %v, want %v (remote)", b, got, sc)
+	}
+	if b := otelx.AppliedBy(trace.SpanContext{}); b != nil {
+		t.Errorf("AppliedBy(invalid) = %q, want nil", b)
+	}
+	unsampled := sc.WithTraceFlags(0)
+	if b := otelx.AppliedBy(unsampled); b != nil {
+		t.Errorf("AppliedBy(unsampled) = %q, want nil: nothing recorded it", b)
+	}
+	for _, junk := range []string{"", "{}", "00-zz-yy-01", string(make([]byte, 4096))} {
+		if got := otelx.ParseAppliedBy([]byte(junk)); got.IsValid() {
+			t.Errorf("ParseAppliedBy(%.20q) = %v, want invalid", junk, got)
+		}
 	}
 }
