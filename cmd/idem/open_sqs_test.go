@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem/idemsqs"
+	"github.com/idemhq/idem/idemsqs/sqsfake"
+)
+
+// TestRelaySQLiteToSQS: the relay publishes the outbox to a FIFO queue at an
+// SQS-compatible endpoint, with credentials from the AWS environment variables,
+// which it never prints. (Not parallel: it sets the process's AWS_* variables.)
+func TestRelaySQLiteToSQS(t *testing.T) {
+	const secret = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true") // never look for an instance role off this machine
+	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
+	srv, err := sqsfake.Start(sqsfake.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx := context.Background()
+	if _, err := idemsqs.CreateQueue(ctx, srv.Client(), "relaytest.fifo", idemsqs.QueueConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	path, _, enqueue := sqliteOutbox(t, "relaytest.fifo")
+	enqueue("k1", "k2")
+	r := startRelay(t, "--db", "sqlite:"+path, "--sink", "sqs://"+strings.TrimPrefix(srv.URL(), "http://"), "--poll", "50ms")
+
+	src, err := idemsqs.NewSource(ctx, srv.Client(), idemsqs.SourceConfig{Queue: "relaytest.fifo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var ids []string
+	for len(ids) < 2 && rctx.Err() == nil {
+		ds, _ := src.Receive(rctx, 10)
+		for _, d := range ds {
+			ids = append(ids, d.ID)
+			_ = d.Settler.Ack(ctx)
+		}
+	}
+	if strings.Join(ids, ",") != "k1,k2" {
+		t.Fatalf("queue held %v, want k1 then k2\n%s", ids, r.stderr)
+	}
+	r.checkHTTP(t, 2)
+	r.stop(t)
+	if strings.Contains(r.stderr.String(), secret) {
+		t.Fatalf("the relay printed the AWS secret key:\n%s", r.stderr)
+	}
+}
+
+// TestParseSQSSink: the forms of --sink sqs://, and the mistakes named with their fix.
+func TestParseSQSSink(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		raw, endpoint, region, err string
+	}{
+		{raw: "sqs://?region=eu-west-1", region: "eu-west-1"},
+		{raw: "sqs://"},
+		{raw: "sqs://localhost:9324", endpoint: "http://localhost:9324", region: "us-east-1"},
+		{raw: "sqs://localhost:9324?region=eu-central-1", endpoint: "http://localhost:9324", region: "eu-central-1"},
+		{raw: "sqs://AKID:s3cr3t@localhost:9324", err: "credentials do not go in the URL"},
+		{raw: "sqs://localhost:9324/orders.fifo", err: "each message's topic names its queue"},
+		{raw: "sqs://localhost", err: "is not host:port"},
+		{raw: "sqs://?region=eu-west-1&endpoint=x", err: "unknown parameter"},
+	} {
+		s, err := parseSink(tc.raw, &relayOptions{})
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) || strings.Contains(err.Error(), "s3cr3t") {
+				t.Errorf("parseSink(%q) = %v, want an error saying %q (and no secret)", tc.raw, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || s.kind != "sqs" || s.sqs.endpoint != tc.endpoint || s.sqs.region != tc.region {
+			t.Errorf("parseSink(%q) = %+v, %v; want endpoint %q region %q", tc.raw, s.sqs, err, tc.endpoint, tc.region)
+		}
+	}
+}

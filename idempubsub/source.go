@@ -1,0 +1,337 @@
+package idempubsub
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/idemhq/idem"
+)
+
+var (
+	_ idem.Source          = (*Source)(nil)
+	_ idem.FeatureReporter = (*Source)(nil)
+)
+
+// Source receives from a Pub/Sub subscription with Pull requests. Every source on
+// one subscription competes for its messages. It keeps renewing the ack deadline of
+// each message it pulled until the message is settled (or MaxExtension passed), so
+// a slow handler does not see its message redelivered to another consumer. A Source
+// is safe for concurrent use.
+type Source struct {
+	client *pubsub.Client
+	sub    string // full name
+	topic  string // Delivery.Topic
+	cfg    SourceConfig
+	info   subscriptionInfo
+
+	ctx    context.Context // ends at Close: pulls and renewals run under it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the renewal loop and the pull in flight
+
+	mu      sync.Mutex
+	closed  bool
+	buf     []*pubsubpb.ReceivedMessage // pulled and not yet handed out, in Pull order
+	pulling bool
+	pullErr error
+	leases  map[string]*lease // every pulled, unsettled message by ack ID (buf included)
+	changed chan struct{}     // closed (and replaced) whenever the fields above change
+
+	ackq      chan *ackRequest // to ackLoop, closed at Close
+	ackMu     sync.RWMutex     // guards ackClosed and sends on ackq
+	ackClosed bool
+	ackWG     sync.WaitGroup
+}
+
+// maxPullMessages caps one Pull request.
+const maxPullMessages = 1000
+
+// lease is a pulled message whose ack deadline the source renews.
+type lease struct {
+	pulled  time.Time
+	expires time.Time // the deadline Pub/Sub holds, as last set
+}
+
+// subscriptionInfo is what the source knows of its subscription. GetSubscription
+// needs pubsub.subscriptions.get, which roles/pubsub.subscriber lacks: without it,
+// the source assumes the least (10 s deadline, no ordering, no counts).
+type subscriptionInfo struct {
+	known       bool
+	topic       string
+	ackDeadline time.Duration
+	ordering    bool
+	exactlyOnce bool
+	counts      bool // a dead-letter policy: deliveries carry delivery_attempt
+}
+
+// NewSource returns a Source on the subscription cfg names, through client (which
+// stays the caller's to close). It reads the subscription's settings when the
+// credentials allow (see Features), and fails if the subscription does not exist.
+func NewSource(ctx context.Context, client *pubsub.Client, cfg SourceConfig) (*Source, error) {
+	if client == nil {
+		return nil, &idem.InputError{Field: "client", Reason: "is nil", Fix: "pass pubsub.NewClient(ctx, project)"}
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{client: client, sub: fullName(client.Project(), "subscriptions", cfg.Subscription), cfg: cfg,
+		leases: make(map[string]*lease), changed: make(chan struct{})}
+	s.info = subscriptionInfo{ackDeadline: DefaultAckDeadline}
+	ps, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.sub})
+	switch {
+	case status.Code(err) == codes.PermissionDenied:
+		s.topic = cfg.Subscription
+		if cfg.Logger != nil {
+			cfg.Logger.Info("idempubsub: no permission to read the subscription's settings; assuming a 10s ack deadline, no ordering and no delivery counts",
+				"subscription", s.sub)
+		}
+	case status.Code(err) == codes.NotFound:
+		return nil, &idem.BackendError{Backend: backend, Op: "get subscription",
+			Err: fmt.Errorf("subscription %q: %w (create it with idempubsub.EnsureSubscription)", s.sub, err)}
+	case err != nil:
+		return nil, &idem.BackendError{Backend: backend, Op: "get subscription", Err: fmt.Errorf("subscription %q: %w", s.sub, err)}
+	default:
+		s.info = subscriptionInfo{known: true, topic: ps.GetTopic(), ackDeadline: time.Duration(max(ps.GetAckDeadlineSeconds(), 1)) * time.Second,
+			ordering: ps.GetEnableMessageOrdering(), exactlyOnce: ps.GetEnableExactlyOnceDelivery(), counts: ps.GetDeadLetterPolicy() != nil}
+		s.topic = shortName(client.Project(), "topics", ps.GetTopic())
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Add(1)
+	go s.renewLoop()
+	s.ackq = make(chan *ackRequest, maxAckIDs)
+	s.ackWG.Add(1)
+	go s.ackLoop()
+	return s, nil
+}
+
+// Features reports what the subscription guarantees to idem: OrderedPerKey on a
+// subscription with message ordering, Attempts on one with a dead-letter policy
+// (the only kind where Pub/Sub counts deliveries), DelayedNak always. Pub/Sub does
+// not deduplicate what is published twice, so Dedup is false even with
+// exactly-once delivery. A source that could not read its subscription promises
+// only DelayedNak.
+func (s *Source) Features() idem.Features {
+	return idem.Features{OrderedPerKey: s.info.ordering, Attempts: s.info.counts, DelayedNak: true}
+}
+
+// ExactlyOnce reports whether the subscription has exactly-once delivery (false
+// when the source could not read its settings).
+func (s *Source) ExactlyOnce() bool { return s.info.exactlyOnce }
+
+// MessagingSystem is the messaging.system of the spans of the inbox that uses it:
+// "gcp_pubsub".
+func (s *Source) MessagingSystem() string { return messagingSystem }
+
+// Receive returns up to max deliveries, blocking until at least one is available
+// or ctx ends (then it returns ctx.Err()). Each delivery must be settled with Ack
+// after its effect committed, or Nak; the source renews its ack deadline until
+// then. While MaxOutstanding deliveries are unsettled, Receive waits.
+func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
+	if max < 1 {
+		return nil, &idem.InputError{Field: "max", Reason: fmt.Sprintf("is below 1 (got %d)", max), Fix: "ask for at least one delivery"}
+	}
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, idem.ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		handedOut := len(s.leases) - len(s.buf)
+		if n := min(max, len(s.buf), s.cfg.MaxOutstanding-handedOut); n > 0 {
+			msgs := s.buf[:n:n]
+			s.buf = s.buf[n:]
+			s.mu.Unlock()
+			return s.deliveries(msgs), nil
+		}
+		if err := s.pullErr; err != nil {
+			s.pullErr = nil
+			s.mu.Unlock()
+			return nil, &idem.BackendError{Backend: backend, Op: "receive", Err: err}
+		}
+		if room := s.cfg.MaxOutstanding - len(s.leases); !s.pulling && len(s.buf) == 0 && room > 0 {
+			s.pulling = true
+			s.wg.Add(1)
+			go s.pull(min(max, room, maxPullMessages))
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// pull sends one Pull request for up to n messages and buffers what it brings.
+// It runs under the source's context, not a caller's: a Receive that gives up does
+// not cancel a Pull whose messages Pub/Sub has already handed out.
+func (s *Source) pull(n int) {
+	defer s.wg.Done()
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PullWait)
+	resp, err := s.client.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{Subscription: s.sub, MaxMessages: int32(n)})
+	timedOut := ctx.Err() != nil && s.ctx.Err() == nil
+	cancel()
+	now := time.Now()
+	s.mu.Lock()
+	s.pulling = false
+	msgs := resp.GetReceivedMessages()
+	if s.closed {
+		s.mu.Unlock()
+		s.nack(msgs)
+		return
+	}
+	for _, m := range msgs {
+		s.leases[m.GetAckId()] = &lease{pulled: now, expires: now.Add(s.info.ackDeadline)}
+	}
+	s.buf = append(s.buf, msgs...)
+	if err != nil && !timedOut && status.Code(err) != codes.DeadlineExceeded {
+		s.pullErr = fmt.Errorf("pull from %q: %w", s.sub, err)
+	}
+	s.broadcast()
+	s.mu.Unlock()
+}
+
+// deliveries wraps pulled messages.
+func (s *Source) deliveries(msgs []*pubsubpb.ReceivedMessage) []idem.Delivery {
+	out := make([]idem.Delivery, len(msgs))
+	for i, rm := range msgs {
+		out[i] = idem.Delivery{
+			Message:  fromPubSub(rm.GetMessage(), s.topic),
+			Attempt:  int(max(rm.GetDeliveryAttempt(), 0)),
+			Position: "message " + rm.GetMessage().GetMessageId(),
+			Settler:  &settler{src: s, ackID: rm.GetAckId(), msgID: rm.GetMessage().GetMessageId()},
+		}
+	}
+	return out
+}
+
+// broadcast wakes every waiting Receive. s.mu is held.
+func (s *Source) broadcast() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// release stops renewing ackID's deadline; it reports false if it was not leased
+// (settled before, or given back at Close).
+func (s *Source) release(ackID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.leases[ackID]; !ok {
+		return false
+	}
+	delete(s.leases, ackID)
+	s.broadcast()
+	return true
+}
+
+// renewLoop renews the ack deadline of every leased message shortly before it
+// expires, to Lease from now, until MaxExtension after its Pull.
+func (s *Source) renewLoop() {
+	defer s.wg.Done()
+	period := min(s.info.ackDeadline, s.cfg.Lease) / 4
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		var due []string
+		s.mu.Lock()
+		for id, l := range s.leases {
+			switch {
+			case now.Sub(l.pulled) >= s.cfg.MaxExtension:
+				delete(s.leases, id) // handed back to Pub/Sub when its deadline passes
+				s.logWarn("a delivery was not settled within MaxExtension; it is delivered again once its ack deadline passes",
+					"ack_id", id, "max_extension", s.cfg.MaxExtension)
+			case l.expires.Sub(now) < 2*period:
+				due = append(due, id)
+				l.expires = now.Add(s.cfg.Lease)
+			}
+		}
+		s.mu.Unlock()
+		for len(due) > 0 {
+			n := min(len(due), maxAckIDs)
+			err := s.client.SubscriptionAdminClient.ModifyAckDeadline(s.ctx, &pubsubpb.ModifyAckDeadlineRequest{
+				Subscription: s.sub, AckIds: due[:n], AckDeadlineSeconds: int32(s.cfg.Lease / time.Second)})
+			if err != nil && s.ctx.Err() == nil {
+				s.logWarn("renewing ack deadlines failed; those messages may be delivered again while their handlers run",
+					"messages", n, "err", err)
+			}
+			due = due[n:]
+		}
+	}
+}
+
+// nack gives msgs back to the subscription at once (ack deadline 0).
+func (s *Source) nack(msgs []*pubsubpb.ReceivedMessage) {
+	if len(msgs) == 0 {
+		return
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.GetAckId()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for len(ids) > 0 {
+		n := min(len(ids), maxAckIDs)
+		err := s.client.SubscriptionAdminClient.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{
+			Subscription: s.sub, AckIds: ids[:n]})
+		if err != nil {
+			s.logWarn("handing back pulled messages at close failed; they are delivered again once their ack deadline passes",
+				"messages", n, "err", err)
+		}
+		ids = ids[n:]
+	}
+}
+
+func (s *Source) logWarn(msg string, args ...any) {
+	if s.cfg.Logger != nil {
+		s.cfg.Logger.Warn("idempubsub: "+msg, append([]any{"subscription", s.sub}, args...)...)
+	}
+}
+
+// Close stops receiving: Receive returns idem.ErrClosed from now on. Messages
+// pulled but not yet handed out are given back at once (Nack); deliveries already
+// returned can still be settled, but their deadlines are no longer renewed, so an
+// unsettled one comes back within Lease. A Pull in flight is cancelled.
+func (s *Source) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	buf := s.buf
+	s.buf = nil
+	for _, m := range buf {
+		delete(s.leases, m.GetAckId())
+	}
+	s.broadcast()
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	s.nack(buf)
+	// Acks queued before Close are sent; later ones go on their own.
+	s.ackMu.Lock()
+	s.ackClosed = true
+	close(s.ackq)
+	s.ackMu.Unlock()
+	s.ackWG.Wait()
+	return nil
+}
