@@ -13,10 +13,9 @@ import (
 // backend names the broker in every *idem.BackendError the adapter returns.
 const backend = "kafka"
 
-// DefaultCommitInterval is how often a Source commits acknowledged offsets when
-// SourceConfig.CommitInterval is zero: often enough that a crash redelivers about a
-// second of acknowledged records (which the inbox deduplicates), rarely enough that
-// commits do not load the group coordinator.
+// DefaultCommitInterval is how often a Source retries committing acknowledged
+// offsets when SourceConfig.CommitInterval is zero. (It commits them right after
+// the Ack that moves them anyway; this is the backstop when such a commit failed.)
 const DefaultCommitInterval = time.Second
 
 // maxRecordBatchBytes lets the client send the largest message idem accepts
@@ -54,9 +53,11 @@ type SourceConfig struct {
 	Group string
 	// Topics are consumed by the group.
 	Topics []string
-	// CommitInterval is how often acknowledged offsets are committed in the
-	// background (they are also committed when partitions are revoked and on
-	// Close). Zero means DefaultCommitInterval.
+	// CommitInterval is how often acknowledged offsets not yet committed are
+	// committed in the background, which retries a commit that failed.
+	// Acknowledged offsets are also committed as soon as an Ack moves them (one
+	// commit at a time), when partitions are revoked, and on Close. Zero means
+	// DefaultCommitInterval.
 	CommitInterval time.Duration
 	// StoredOffsets, if set, is called when partitions are assigned, before they
 	// are fetched. It returns, per topic and partition, the next offset to consume

@@ -2,7 +2,9 @@
 // producer and a Source that is a member of a consumer group and commits offsets
 // only after the effects of the records are acknowledged (or leaves the offsets to
 // the database that holds the effects). It passes idemtest.BrokerSuite and is
-// tested against franz-go's in-process cluster, kfake.
+// tested against franz-go's in-process cluster, kfake. Transform is a
+// read-process-write pipeline that commits its outputs and its offsets in one
+// Kafka transaction, for consumers whose only effect is producing to Kafka.
 //
 // # Publishing
 //
@@ -23,10 +25,15 @@
 // crash, a rebalance or Close redelivers exactly the records whose effects are not
 // known to be done, and never skips one: an acknowledged record behind an
 // unacknowledged one is redelivered too (the inbox recognises it by its ID).
-// Acknowledged offsets are committed every SourceConfig.CommitInterval, when
-// partitions are revoked, on Close, and when Source.Commit is called. Ack itself is
-// local and returns at once: committing every Ack would cost a round trip per
-// record, and a commit lost to a crash only redelivers records the inbox has seen.
+// Acknowledged offsets are committed in the background as soon as an Ack moves
+// them, one commit at a time (the acks that arrive meanwhile go out together in
+// the next one, so an inbox acknowledging a batch costs about one commit per
+// batch), retried every SourceConfig.CommitInterval if a commit fails, when
+// partitions are revoked, on Close, and when Source.Commit is called. Ack itself
+// is local and returns at once. So a crash redelivers the records in flight and
+// at most one commit's worth of acknowledged ones, which the inbox recognises.
+// A delivery that is never settled holds its partition's commits back until the
+// source closes: settle every delivery.
 //
 // # Rebalances
 //
@@ -72,4 +79,59 @@
 // returns those offsets when partitions are assigned. Consumption then resumes
 // after the last committed effect, whatever the group's committed offset says.
 // Acknowledge deliveries anyway: Ack is how the source forgets a record.
+//
+// # Read-process-write transactions
+//
+// When a pipeline's only effect is producing to Kafka, Kafka's own transactions
+// make it exactly-once without an inbox: Transform consumes a batch, runs a
+// TransformFunc on each record, produces the records it returns and commits the
+// group's offsets for the batch, all in one transaction (franz-go's
+// GroupTransactSession). Readers of the output topics that set isolation level
+// read_committed then see each consumed record's outputs exactly once: a crash
+// before the commit leaves an open transaction that is aborted, its offsets
+// uncommitted, so the batch is consumed and produced again, and the aborted
+// outputs stay invisible. Its consumers fetch read_committed too, so a
+// pipeline reading another pipeline's output never sees aborted records.
+//
+// Three mechanisms cover the failures:
+//
+//   - A rebalance while a transaction is open aborts it (GroupTransactSession),
+//     and the member rewinds to the committed offsets.
+//   - Each worker's producer has transactional ID TransactionalID-i. A restarted
+//     instance with the same ID fences the producers of the one it replaces (the
+//     coordinator bumps the producer epoch and aborts what was left open), so a
+//     "zombie" that was only paused cannot commit late: it stops with ErrFenced.
+//   - Offsets are committed with the consumer group's generation (KIP-447) and
+//     fetched with RequireStable, so a new owner of a partition waits for the old
+//     owner's transaction to end before reading its offset.
+//
+// A TransformFunc error aborts the batch and it is retried after RetryDelay
+// (doubling, up to MaxRetryDelay); an error marked idem.Permanent dead-letters
+// the record to TransformConfig.DeadLetterTopic in the same transaction, or
+// stops Run if there is none. A transaction left open by a crashed instance that
+// never comes back holds up read_committed readers of the partitions it wrote to
+// until the broker aborts it at TransactionTimeout (10s by default).
+//
+// What it does not cover: effects outside Kafka (a database write, an HTTP
+// call) are not in the transaction and happen again on every retry; use the
+// inbox for them. Readers that use read_uncommitted (the Java default is
+// read_uncommitted too) see aborted outputs. The Source, Sink and inbox of this
+// package do not use transactions.
+//
+// Spans: idem.kafka.transaction per transaction (outcome committed, aborted or
+// failed) and idem.kafka.transform per record, a child of the trace in the
+// record's headers and linked to its transaction; the outputs carry the record
+// span's traceparent. Metrics: idem_kafka_transactions_total{group,outcome},
+// idem_kafka_transform_records_total{group,kind} and
+// idem_kafka_transaction_duration_seconds{group}.
+//
+// The tests run on kfake, which implements the transaction protocol
+// (InitProducerID with epoch fencing, AddPartitionsToTxn, AddOffsetsToTxn,
+// TxnOffsetCommit, EndTxn, transaction timeouts, read_committed fetches with the
+// last stable offset and aborted-transaction index, RequireStable offset
+// fetches). It completes transactions synchronously in memory: there are no
+// PREPARE_COMMIT/PREPARE_ABORT states, no transaction log, no replication and no
+// coordinator failover, so CONCURRENT_TRANSACTIONS retries, a coordinator moving
+// mid-transaction and marker writes lost to a broker crash are not exercised;
+// its throughput is an upper bound for a real cluster's.
 package idemkafka

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemhq/idem/internal/wait"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -16,16 +15,30 @@ import (
 // one; meanwhile its records would only be redelivered.
 const commitTimeout = 10 * time.Second
 
-// commitLoop commits acknowledged offsets every CommitInterval until ctx ends.
+// commitLoop commits acknowledged offsets until ctx ends: as soon as an Ack moves
+// a partition's acknowledged prefix (one commit at a time, so the acks that arrive
+// during a commit go out together in the next one), and every CommitInterval,
+// which retries a commit that failed. Committing promptly is what bounds the
+// redelivery after a crash to the records in flight: the inbox acknowledges a
+// batch after its transaction commits, and the group has the offsets one round
+// trip later, instead of up to a CommitInterval later.
 func (s *Source) commitLoop(ctx context.Context) {
 	defer close(s.loopDone)
-	wait.Every(ctx, s.cfg.CommitInterval, func() {
+	t := time.NewTicker(s.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.acked:
+		}
 		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
-		defer cancel()
 		if err := s.commit(cctx, nil, false); err != nil && ctx.Err() == nil {
 			s.logError("background offset commit failed; retrying at the next interval", err)
 		}
-	})
+		cancel()
+	}
 }
 
 // onRevoked runs when partitions leave this member (a rebalance, or Close leaving

@@ -33,15 +33,21 @@ type settler struct {
 var _ idem.Settler = (*settler)(nil)
 
 // Ack marks the record done. It does not wait for Kafka: the offset is committed in
-// the background (within SourceConfig.CommitInterval), when the partition is
-// revoked, and on Close, and only once every earlier record of the partition is
-// acknowledged too. A crash before that commit redelivers the record, which the
+// the background right after (one commit at a time; retried every
+// SourceConfig.CommitInterval if it fails), when the partition is revoked, and on
+// Close, and only once every earlier record of the partition is acknowledged too. A crash before that commit redelivers the record, which the
 // inbox recognises by its ID. Acking twice is harmless; Ack of a revoked partition's
 // record returns ErrRevoked.
 func (st *settler) Ack(context.Context) error {
 	return st.locked(func(s *Source, e *entry) error {
 		if e.state != stateAcked {
 			e.part.ack(e)
+			if _, dirty := e.part.dirty(); dirty {
+				select { // wake commitLoop; a wake-up already pending covers this Ack too
+				case s.acked <- struct{}{}:
+				default:
+				}
+			}
 		}
 		return nil
 	})

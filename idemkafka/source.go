@@ -32,6 +32,7 @@ type Source struct {
 	closed bool
 
 	pollSlot chan struct{} // held from PollRecords to AllowRebalance
+	acked    chan struct{} // an Ack moved a commit point: commitLoop commits
 
 	stopLoop  context.CancelFunc
 	loopDone  chan struct{}
@@ -52,7 +53,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		return nil, err
 	}
 	s := &Source{cfg: cfg, parts: make(map[topicPartition]*partition), wakers: make(map[uint64]context.CancelFunc),
-		pollSlot: make(chan struct{}, 1), loopDone: make(chan struct{})}
+		pollSlot: make(chan struct{}, 1), acked: make(chan struct{}, 1), loopDone: make(chan struct{})}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.Options...)
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),

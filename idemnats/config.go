@@ -28,6 +28,9 @@ const (
 	// DefaultMaxInFlight is how many publishes of one Publish call await their PubAck
 	// at once; see SinkConfig.MaxInFlight.
 	DefaultMaxInFlight = 256
+	// DefaultRetryTimeout bounds a Publish's retries during a leader election: a
+	// JetStream election takes a few seconds; this leaves room for two.
+	DefaultRetryTimeout = 20 * time.Second
 )
 
 // SinkConfig configures a Sink. The zero value is ready to use.
@@ -37,11 +40,36 @@ type SinkConfig struct {
 	// after the previous one's PubAck: slower, but a failed call never leaves a later
 	// message stored before an earlier one. 0 means DefaultMaxInFlight.
 	MaxInFlight int
+	// RetryTimeout bounds how long one Publish retries what a JetStream leader
+	// election shows the client: PubAck timeouts, no responders, "JetStream
+	// system temporarily unavailable" (see the package documentation). Keep it
+	// well inside the stream's Duplicates window, which makes a retry safe. 0
+	// means DefaultRetryTimeout; -1 turns retries off.
+	RetryTimeout time.Duration
+	// Dedup is DedupWindow (the zero value: subject Message.Topic, dropped as a
+	// duplicate within the stream's Duplicates window) or DedupForever (subject
+	// IDSubject(Message.Topic, Message.ID) on a stream made with
+	// StreamConfig.Dedup = DedupForever, which refuses a second publish of an ID
+	// for as long as it keeps the first). With DedupForever the sink checks, on
+	// the first publish to each topic, that the stream is set up so, and fails
+	// with ErrNotForeverStream otherwise.
+	Dedup DedupMode
 }
 
 func (cfg SinkConfig) withDefaults() (SinkConfig, error) {
+	if cfg.Dedup > DedupForever {
+		return cfg, &idem.InputError{Field: "SinkConfig.Dedup", Reason: fmt.Sprintf("is unknown (got %d)", cfg.Dedup),
+			Fix: "use idemnats.DedupWindow or idemnats.DedupForever"}
+	}
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.RetryTimeout == 0 {
+		cfg.RetryTimeout = DefaultRetryTimeout
+	}
+	if cfg.RetryTimeout < -1 || cfg.RetryTimeout > DefaultDuplicates {
+		return cfg, &idem.InputError{Field: "SinkConfig.RetryTimeout", Reason: fmt.Sprintf("is outside -1..%v (got %v)", DefaultDuplicates, cfg.RetryTimeout),
+			Fix: "use 0 for 20s, -1 for no retries, or less than the stream's Duplicates window"}
 	}
 	if cfg.MaxInFlight < 0 {
 		return cfg, &idem.InputError{Field: "SinkConfig.MaxInFlight", Reason: fmt.Sprintf("is negative (got %d)", cfg.MaxInFlight),
@@ -138,8 +166,21 @@ type StreamConfig struct {
 	Replicas int
 	// MaxAge drops messages older than this, consumed or not: a consumer that lags
 	// by more than MaxAge loses messages. 0 keeps them (no limit). When set, it must
-	// be at least Duplicates.
+	// be at least Duplicates. With DedupForever it is also how long an ID stays
+	// taken: when its message ages out, the ID may be published again.
 	MaxAge time.Duration
+	// Dedup is DedupWindow (the zero value: discard old, no per-subject limit) or
+	// DedupForever: discard new, discard_new_per_subject and
+	// max_msgs_per_subject 1, so the stream refuses a second message on a
+	// subject; with a DedupForever sink, whose subjects carry the message ID, a
+	// second publish of an ID. See the package documentation for its limits.
+	Dedup DedupMode
+	// MaxMsgs and MaxBytes cap the stream (0: no cap). On a DedupWindow stream the
+	// oldest messages are dropped to make room; on a DedupForever stream new
+	// messages are refused (Publish fails, the outbox retries) until MaxAge frees
+	// room, since dropping old messages would free their IDs.
+	MaxMsgs  int64
+	MaxBytes int64
 }
 
 func (cfg StreamConfig) withDefaults() (StreamConfig, error) {
@@ -177,6 +218,12 @@ func (cfg StreamConfig) validate() error {
 	case cfg.MaxAge < 0:
 		return &idem.InputError{Field: "StreamConfig.MaxAge", Reason: fmt.Sprintf("is negative (got %v)", cfg.MaxAge),
 			Fix: "use 0 to keep messages until other limits"}
+	case cfg.Dedup > DedupForever:
+		return &idem.InputError{Field: "StreamConfig.Dedup", Reason: fmt.Sprintf("is unknown (got %d)", cfg.Dedup),
+			Fix: "use idemnats.DedupWindow or idemnats.DedupForever"}
+	case cfg.MaxMsgs < 0 || cfg.MaxBytes < 0:
+		return &idem.InputError{Field: "StreamConfig.MaxMsgs/MaxBytes", Reason: fmt.Sprintf("is negative (got %d, %d)", cfg.MaxMsgs, cfg.MaxBytes),
+			Fix: "use 0 for no cap"}
 	case cfg.MaxAge > 0 && cfg.MaxAge < cfg.Duplicates:
 		return &idem.InputError{Field: "StreamConfig.MaxAge", Reason: fmt.Sprintf("(%v) is shorter than Duplicates (%v)", cfg.MaxAge, cfg.Duplicates),
 			Fix: "keep messages at least as long as the dedup window, or shorten Duplicates"}

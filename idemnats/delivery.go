@@ -16,10 +16,11 @@ var _ idem.Settler = (*settler)(nil)
 // deliveries wraps received messages. The metadata (delivery count, stream
 // sequence) is parsed from the ack subject, so it costs no round trip.
 // ackWait bounds each Ack's wait for the server's confirmation.
-func deliveries(msgs []jetstream.Msg, ackWait time.Duration) []idem.Delivery {
+// cons, if set, is asked for its ack floor when an ack goes unconfirmed.
+func deliveries(msgs []jetstream.Msg, ackWait time.Duration, cons jetstream.Consumer) []idem.Delivery {
 	out := make([]idem.Delivery, len(msgs))
 	for i, m := range msgs {
-		d := idem.Delivery{Message: fromNATS(m), Settler: &settler{msg: m, ackWait: ackWait}}
+		d := idem.Delivery{Message: fromNATS(m), Settler: &settler{msg: m, ackWait: ackWait, cons: cons}}
 		if md, err := m.Metadata(); err == nil {
 			d.Attempt = int(min(md.NumDelivered, math.MaxInt32)) // a uint64: no wrap to negative
 			d.Position = fmt.Sprintf("stream seq %d", md.Sequence.Stream)
@@ -33,6 +34,7 @@ func deliveries(msgs []jetstream.Msg, ackWait time.Duration) []idem.Delivery {
 type settler struct {
 	msg     jetstream.Msg
 	ackWait time.Duration
+	cons    jetstream.Consumer // nil in tests of the settler alone
 }
 
 // Ack is JetStream's double ack (AckSync): it waits for the server to confirm, so
@@ -41,15 +43,55 @@ type settler struct {
 // AckWait has passed the server redelivers the message whatever became of the
 // ack, so a confirmation lost in a connection cut does not hold the caller longer.
 func (s *settler) Ack(ctx context.Context) error {
+	caller := ctx
 	if s.ackWait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.ackWait)
 		defer cancel()
 	}
-	if err := s.msg.DoubleAck(ctx); err != nil {
-		return s.fail("ack", err)
+	// During a consumer leader election an ack may go unconfirmed. It is tried
+	// again, each try bounded by a part of AckWait: acking again is harmless. But
+	// a consumer leader does not answer an ack of a message no longer pending,
+	// so when the first try was applied and its confirmation lost, the next ones
+	// time out too: the consumer's ack floor tells that case apart.
+	try := max(s.ackWait/4, 200*time.Millisecond)
+	if s.ackWait == 0 {
+		try = 5 * time.Second
 	}
-	return nil
+	retry := newBackoff(max(s.ackWait, try))
+	for {
+		tryCtx, cancel := context.WithTimeout(ctx, try)
+		err := s.msg.DoubleAck(tryCtx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !transient(caller, err) { // the caller's cancellation, or a failure for good
+			return s.fail("ack", err)
+		}
+		if s.belowAckFloor(caller, try) {
+			return nil
+		}
+		if ctx.Err() != nil || !retry.wait(ctx) {
+			return s.fail("ack", fmt.Errorf("not confirmed after %d tries within AckWait (it may have been applied; if not, the message is delivered again): %w", retry.tries+1, err))
+		}
+	}
+}
+
+// belowAckFloor reports whether the consumer has acknowledged the message: its
+// ack floor (every message up to it acknowledged) is at or past the message.
+func (s *settler) belowAckFloor(ctx context.Context, wait time.Duration) bool {
+	if s.cons == nil {
+		return false
+	}
+	md, err := s.msg.Metadata()
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	info, err := s.cons.Info(ctx)
+	return err == nil && info.AckFloor.Stream >= md.Sequence.Stream
 }
 
 // Nak asks JetStream to redeliver after delay (NakWithDelay); delay <= 0 asks for

@@ -45,7 +45,48 @@
 // Duplicates window (StreamConfig.Duplicates, 2 minutes by default) and answers
 // with a PubAck marked duplicate, which Publish counts as success. A republish
 // after the window, or into a recreated stream, is stored again; the inbox's
-// dedup covers that case.
+// dedup covers that case (or the DedupForever mode below).
+//
+// # Dedup forever
+//
+// JetStream's duplicate window is a time bound: an outbox relay that republishes
+// after it, or a backfill replaying last month's messages, stores them again.
+// SinkConfig.Dedup = DedupForever removes the bound where a stream can afford it.
+// The sink publishes each message to a subject of its own, IDSubject(Topic, ID):
+// Topic + "." + the ID as a subject token (IDs that are not plain tokens are
+// base64url-encoded after a '~'). The stream, made by EnsureStream with
+// StreamConfig.Dedup = DedupForever, keeps one message per subject and refuses a
+// new one: discard new, discard_new_per_subject, max_msgs_per_subject 1, limits
+// retention. A second publish of an ID is then refused by JetStream itself, at any
+// time, with "maximum messages per subject exceeded", which the sink reports as a
+// duplicate (Publish returns nil, Sink.PublishOne returns duplicate true), not an
+// error. Nats-Msg-Id is still set, so within the window the usual PubAck duplicate
+// answers first. The sink checks, on its first publish to each topic, that the
+// stream capturing it is set up so (VerifyForeverStream), and fails with
+// ErrNotForeverStream naming the setting otherwise: on an ordinary stream the
+// mode would silently store the copy.
+//
+// Its limits:
+//   - One subject per message. The stream's subject count grows with every
+//     message, and with it the server's per-subject index, held in the server's
+//     memory, unless MaxAge or MaxMsgs/MaxBytes bound the stream. The stream's subjects must capture
+//     Topic + ".*" (or "Topic.>"), and consumers see Delivery.Topic as the
+//     per-message subject, not Topic; filter on "Topic.*".
+//   - "Forever" is as long as the stream keeps the message. MaxAge expiring it,
+//     a purge, a delete or a recreated stream frees the ID, and a republish is
+//     stored again. Work-queue or interest retention would free an ID at each ack,
+//     so VerifyForeverStream refuses them.
+//   - At a limit the stream refuses, it does not drop: with discard new, reaching
+//     MaxMsgs or MaxBytes makes every publish of a new ID fail (a retryable
+//     backend error; the outbox relay retries and nothing is lost) until MaxAge
+//     frees room, while a known ID is still answered as a duplicate. Dropping old
+//     messages instead would free their IDs, which is why discard old is refused.
+//   - Storage: the stream keeps every message for as long as it dedups it, so
+//     the retention is the dedup horizon; size MaxAge and the disk together.
+//   - It replaces the duplicate window, not the inbox. It stops a message being
+//     stored twice; it cannot stop a consumer from applying a stored message
+//     twice (a redelivery after a lost ack, a crash between effect and ack), which
+//     is what the inbox's key is for.
 //
 // OrderedPerKey: a stream stores messages in the order the server receives them,
 // and a consumer delivers them in stream order. So messages published by one Publish
@@ -76,4 +117,17 @@
 // messages and consumer positions survive a restart on the same Dir. Server.Connect
 // connects in process, without TCP. Its logs go to ServerConfig.Logger, and a
 // failure to start (an unusable Dir) is returned as an error rather than logged.
+//
+// # Clusters and leader elections
+//
+// On a JetStream cluster (streams with Replicas 3), a node's death or a network
+// partition makes the stream and consumer leaders change, and for a few seconds a
+// client sees PubAck timeouts, "no responders" and "JetStream system temporarily
+// unavailable". The Sink retries those within SinkConfig.RetryTimeout (the stream's
+// dedup makes a republished message harmless); Ack retries an unconfirmed ack and
+// asks the consumer's ack floor whether it was applied; Source re-issues a pull
+// request a leadership change ended; NewSource and EnsureStream retry too. A closed
+// connection, a missing stream and bad input are errors at once. StartCluster runs
+// such a cluster in the process, for tests: nodes can be killed and restarted, and
+// the routes between them cut.
 package idemnats

@@ -21,8 +21,9 @@ var (
 // Duplicates window. Publish returns once the stream has stored (acknowledged) every
 // message. A Sink is safe for concurrent use.
 type Sink struct {
-	js  jetstream.JetStream
-	cfg SinkConfig
+	js       jetstream.JetStream
+	cfg      SinkConfig
+	verified verifier // DedupForever: topics whose stream was checked
 }
 
 // NewSink returns a Sink publishing through js (jetstream.New(nc)). The subjects it
@@ -55,7 +56,11 @@ func features() idem.Features {
 // Publish validates every message first (nothing is sent if one is bad), then
 // publishes them in order and waits for each PubAck. A message the stream
 // recognises as a duplicate is acknowledged as such and counts as published.
-// On a failure, messages before the failed one are stored; later ones may be too.
+// What a leader election shows the client (a PubAck timeout, no responders, a
+// 503 from JetStream) is retried from the first message not known to be stored,
+// with backoff, for up to SinkConfig.RetryTimeout: the stream deduplicates what
+// was stored already. On a failure, messages before the failed one are stored;
+// later ones may be too.
 func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -72,6 +77,14 @@ func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 		}
 		out[i] = nm
 	}
+	if s.cfg.Dedup == DedupForever {
+		for i, m := range msgs {
+			out[i].Subject = IDSubject(m.Topic, m.ID)
+			if err := s.verified.check(ctx, s.js, m.Topic, out[i].Subject); err != nil {
+				return err
+			}
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -79,51 +92,119 @@ func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 		// Checked here because the async path reports it without wrapping.
 		return s.fail(ctx, 0, len(out), out[0], nats.ErrConnectionClosed)
 	}
-	if len(out) == 1 || s.cfg.MaxInFlight == 1 {
-		return s.publishSync(ctx, out)
+	var retry *backoff
+	for start := 0; ; {
+		var i int
+		var err error
+		if len(out)-start == 1 || s.cfg.MaxInFlight == 1 {
+			i, err = s.publishSync(ctx, out[start:])
+		} else {
+			i, err = s.publishAsync(ctx, out[start:])
+		}
+		if err == nil {
+			return nil
+		}
+		start += i
+		if retry == nil {
+			retry = newBackoff(s.cfg.RetryTimeout)
+		}
+		if !s.retryable(ctx, out[start], err) || !retry.wait(ctx) {
+			if retry.tries > 0 {
+				err = fmt.Errorf("%w (after %d retries)", err, retry.tries)
+			}
+			return s.fail(ctx, start, len(out), out[start], err)
+		}
 	}
-	return s.publishAsync(ctx, out)
+}
+
+// retryable reports whether publishing m again may succeed. No responders is a
+// leader election only if a stream captures m's subject: the meta leader is asked,
+// so a missing stream is reported at once rather than after RetryTimeout.
+func (s *Sink) retryable(ctx context.Context, m *nats.Msg, err error) bool {
+	if s.cfg.RetryTimeout < 0 || !transient(ctx, err) {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		lookup, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if _, err := s.js.StreamNameBySubject(lookup, m.Subject); errors.Is(err, jetstream.ErrStreamNotFound) {
+			return false
+		}
+	}
+	return true
 }
 
 // publishSync publishes one message at a time: the fastest for one message (no
-// async reply bookkeeping) and strictly ordered for many.
-func (s *Sink) publishSync(ctx context.Context, msgs []*nats.Msg) error {
+// async reply bookkeeping) and strictly ordered for many. It returns the index of
+// the message that failed.
+func (s *Sink) publishSync(ctx context.Context, msgs []*nats.Msg) (int, error) {
+	wait := s.js.Options().DefaultTimeout
 	for i, m := range msgs {
-		if _, err := s.js.PublishMsg(ctx, m); err != nil {
-			return s.fail(ctx, i, len(msgs), m, err)
+		// A PubAck lost in a leader election never comes: wait for it at most
+		// DefaultTimeout, then retry, rather than until ctx's (later) deadline.
+		pubCtx, cancel := context.WithTimeout(ctx, wait)
+		_, err := s.js.PublishMsg(pubCtx, m)
+		cancel()
+		if err != nil && !s.duplicate(err) {
+			return i, err
 		}
 	}
-	return nil
+	return 0, nil
+}
+
+// duplicate reports whether err is a DedupForever stream refusing a message whose
+// ID it holds: the message is stored, once.
+func (s *Sink) duplicate(err error) bool {
+	return s.cfg.Dedup == DedupForever && isSubjectTaken(err)
+}
+
+// message is m as published: validated, on its ID's subject for DedupForever
+// (whose stream is verified on first use of the topic).
+func (s *Sink) message(ctx context.Context, m idem.Message) (*nats.Msg, error) {
+	nm, err := toNATS(m, s.js.Conn().MaxPayload())
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Dedup == DedupForever {
+		nm.Subject = IDSubject(m.Topic, m.ID)
+		if err := s.verified.check(ctx, s.js, m.Topic, nm.Subject); err != nil {
+			return nil, err
+		}
+	}
+	return nm, nil
 }
 
 // publishAsync pipelines up to MaxInFlight messages and waits for their PubAcks in
-// order. The client's retry on "no responders" is off: it would re-send a message
-// after later ones and break the order; the caller's retry of the whole call is
-// safe instead, since the stream deduplicates what was already stored.
-func (s *Sink) publishAsync(ctx context.Context, msgs []*nats.Msg) error {
+// order; it returns the index of the first message not known to be stored. The
+// client's retry on "no responders" is off: it would re-send a message after later
+// ones and break the order; Publish retries from the first unconfirmed message
+// instead, which is safe since the stream deduplicates what was already stored.
+func (s *Sink) publishAsync(ctx context.Context, msgs []*nats.Msg) (int, error) {
 	wait := s.js.Options().DefaultTimeout
 	opts := []jetstream.PublishOpt{jetstream.WithRetryAttempts(0), jetstream.WithStallWait(wait)}
-	// Without a ctx deadline, a PubAck may take at most the JetStream context's
-	// DefaultTimeout after the previous one, as a synchronous publish would.
-	var stuck *time.Timer
-	if _, ok := ctx.Deadline(); !ok {
-		stuck = time.NewTimer(wait)
-		defer stuck.Stop()
-	}
+	// A PubAck may take at most the JetStream context's DefaultTimeout after the
+	// previous one, as a synchronous publish would: one lost in a leader election
+	// never comes, and Publish retries from there.
+	stuck := time.NewTimer(wait)
+	defer stuck.Stop()
 	// await waits for one PubAck; resolved is false when ctx ended or the PubAck
 	// is late, and the future may still be outstanding.
 	await := func(f jetstream.PubAckFuture) (resolved bool, err error) {
 		select {
 		case <-f.Ok():
-			if stuck != nil {
-				stuck.Reset(wait)
-			}
+			stuck.Reset(wait)
 			return true, nil
 		case err := <-f.Err():
+			if s.duplicate(err) {
+				if stuck != nil {
+					stuck.Reset(wait)
+				}
+				return true, nil
+			}
 			return true, err
 		case <-ctx.Done():
 			return false, ctx.Err()
-		case <-timeoutOf(stuck):
+		case <-stuck.C:
 			return false, fmt.Errorf("no PubAck within %v: %w", wait, nats.ErrTimeout)
 		}
 	}
@@ -137,14 +218,14 @@ func (s *Sink) publishAsync(ctx context.Context, msgs []*nats.Msg) error {
 		resolved, lastErr := await(futures[upTo-1])
 		for ; done < upTo-1; done++ {
 			if !resolved { // name the first message not known to be stored
-				return s.fail(ctx, done, len(msgs), futures[done].Msg(), lastErr)
+				return lastErr
 			}
 			if _, err := await(futures[done]); err != nil {
-				return s.fail(ctx, done, len(msgs), futures[done].Msg(), err)
+				return err
 			}
 		}
 		if lastErr != nil {
-			return s.fail(ctx, done, len(msgs), futures[done].Msg(), lastErr)
+			return lastErr
 		}
 		done = upTo
 		return nil
@@ -152,24 +233,24 @@ func (s *Sink) publishAsync(ctx context.Context, msgs []*nats.Msg) error {
 	for i, m := range msgs {
 		if i-done >= s.cfg.MaxInFlight {
 			if err := settle(done + max(1, s.cfg.MaxInFlight/2)); err != nil {
-				return err
+				return done, err
 			}
 		}
 		f, err := s.js.PublishMsgAsync(m, opts...)
 		if err != nil {
-			return s.fail(ctx, i, len(msgs), m, err)
+			if len(futures) > done {
+				if settleErr := settle(len(futures)); settleErr != nil {
+					return done, settleErr
+				}
+			}
+			return i, err
 		}
 		futures = append(futures, f)
 	}
-	return settle(len(futures))
-}
-
-// timeoutOf is t's channel, or nil (never ready) without a timer.
-func timeoutOf(t *time.Timer) <-chan time.Time {
-	if t == nil {
-		return nil
+	if err := settle(len(futures)); err != nil {
+		return done, err
 	}
-	return t.C
+	return 0, nil
 }
 
 // fail describes the failure of message i of n. The caller's cancellation is

@@ -31,6 +31,8 @@ type Source struct {
 	fetching bool            // a Fetch is outstanding and its pump is running
 	fetchErr error           // the last Fetch's failure, reported by the next Receive
 	changed  chan struct{}   // closed (and replaced) whenever the fields above change
+	// electionRetry paces pull requests ended by leader elections (nil between).
+	electionRetry *backoff
 }
 
 // NewSource creates or updates the durable pull consumer cfg describes on js and
@@ -60,7 +62,12 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg SourceConfig) (*
 	} else {
 		cc.FilterSubjects = cfg.FilterSubjects
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, cc)
+	var cons jetstream.Consumer
+	err = retryTransient(ctx, js.Options().DefaultTimeout, func(ctx context.Context) error {
+		var err error
+		cons, err = js.CreateOrUpdateConsumer(ctx, cfg.Stream, cc)
+		return err
+	})
 	if err != nil {
 		return nil, &idem.BackendError{Backend: backend, Op: "create consumer",
 			Err: fmt.Errorf("durable %q on stream %q: %w", cfg.Durable, cfg.Stream, err)}
@@ -97,7 +104,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 			msgs := s.buf[:n:n]
 			s.buf = s.buf[n:]
 			s.mu.Unlock()
-			return deliveries(msgs, s.cfg.AckWait), nil
+			return deliveries(msgs, s.cfg.AckWait, s.cons), nil
 		}
 		if err := s.fetchErr; err != nil {
 			s.fetchErr = nil
@@ -149,9 +156,27 @@ func (s *Source) pump(batch jetstream.MessageBatch) {
 		}
 	}
 	err := batch.Error()
+	// A pull request ended by a leader election is asked again, after a pause
+	// that grows while elections last, and reported once they last too long.
+	if err != nil && transient(context.Background(), err) {
+		s.mu.Lock()
+		if s.electionRetry == nil {
+			s.electionRetry = newBackoff(DefaultRetryTimeout)
+		}
+		retry := s.electionRetry
+		s.mu.Unlock()
+		if retry.wait(context.Background()) {
+			err = nil
+		}
+	} else if err == nil {
+		s.mu.Lock()
+		s.electionRetry = nil
+		s.mu.Unlock()
+	}
 	s.mu.Lock()
 	s.fetching = false
 	if err != nil && !s.closed {
+		s.electionRetry = nil
 		s.fetchErr = fmt.Errorf("fetch from durable %q on stream %q: %w", s.cfg.Durable, s.cfg.Stream, err)
 	}
 	s.broadcast()

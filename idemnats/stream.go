@@ -22,15 +22,32 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 	if err != nil {
 		return nil, err
 	}
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	sc := jetstream.StreamConfig{
 		Name:       cfg.Name,
 		Subjects:   cfg.Subjects,
 		Duplicates: cfg.Duplicates,
 		Storage:    cfg.Storage,
 		Replicas:   cfg.Replicas,
 		MaxAge:     cfg.MaxAge,
+		MaxMsgs:    cfg.MaxMsgs,
+		MaxBytes:   cfg.MaxBytes,
 		Retention:  jetstream.LimitsPolicy,
 		Discard:    jetstream.DiscardOld,
+	}
+	if cfg.MaxMsgs == 0 {
+		sc.MaxMsgs = -1
+	}
+	if cfg.MaxBytes == 0 {
+		sc.MaxBytes = -1
+	}
+	if cfg.Dedup == DedupForever {
+		sc.Discard, sc.DiscardNewPerSubject, sc.MaxMsgsPerSubject = jetstream.DiscardNew, true, 1
+	}
+	var st jetstream.Stream
+	err = retryTransient(ctx, js.Options().DefaultTimeout, func(ctx context.Context) error {
+		var err error
+		st, err = js.CreateOrUpdateStream(ctx, sc)
+		return err
 	})
 	if err != nil {
 		return nil, &idem.BackendError{Backend: backend, Op: "ensure stream", Err: fmt.Errorf("stream %q on %v: %w", cfg.Name, cfg.Subjects, err)}

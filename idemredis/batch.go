@@ -34,6 +34,9 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.R
 }
 
 func (s *Store) claimBatch(ctx context.Context, claims []idem.Claim, out []idem.Result) error {
+	if s.waitReplicas > 0 {
+		return s.claimBatchWaited(ctx, claims, out)
+	}
 	all := make([]int, len(claims))
 	for i := range all {
 		all[i] = i
@@ -84,4 +87,28 @@ func (s *Store) runClaims(ctx context.Context, claims []idem.Claim, idx []int) [
 
 func isNoScript(err error) bool {
 	return redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// claimBatchWaited is claimBatch with Config.WaitReplicas: one pipeline per master,
+// each ending with WAIT (see runWaited).
+func (s *Store) claimBatchWaited(ctx context.Context, claims []idem.Claim, out []idem.Result) error {
+	calls := make([]scriptCall, len(claims))
+	for i, c := range claims {
+		c = c.WithDefaults()
+		calls[i] = scriptCall{key: s.Key(c.Key), args: claimArgs(c)}
+	}
+	cmds, err := s.runWaited(ctx, s.claim, acquired, calls)
+	if err != nil {
+		return err
+	}
+	for i, cmd := range cmds {
+		reply, err := cmd.Result()
+		if err == nil {
+			out[i], err = decodeClaim(claims[i].WithDefaults(), reply)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

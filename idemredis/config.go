@@ -3,6 +3,7 @@ package idemredis
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -33,7 +34,26 @@ type Config struct {
 	// (see the package documentation). Nil means the global provider; while that
 	// is unset, or with a no-op provider, no span is started.
 	TracerProvider trace.TracerProvider
+	// WaitReplicas, if above 0, makes every write a claim or a renewal depends on
+	// (Claim, ClaimBatch, Complete, Renew) wait, with Redis's WAIT on the same
+	// connection, until that many replicas of the key's master have it; a call
+	// whose write fewer replicas acknowledged within WaitTimeout fails with a
+	// retryable error wrapping ErrNotReplicated. With it, a Complete that returned
+	// nil survives the failover of its master to a replica that acknowledged it
+	// (see "Replication and failover" in the package doc). Zero, the default, does
+	// not wait: Redis replicates asynchronously, and a failover can lose the last
+	// writes it acknowledged.
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT. Zero means DefaultWaitTimeout.
+	WaitTimeout time.Duration
 }
+
+// DefaultWaitTimeout is Config.WaitTimeout's default.
+const DefaultWaitTimeout = time.Second
+
+// maxWaitReplicas bounds Config.WaitReplicas: more than a Redis master can usefully
+// have is a typo.
+const maxWaitReplicas = 64
 
 // withDefaults returns cfg with zero fields replaced by their defaults, validated.
 // It is the one place defaults are applied.
@@ -41,10 +61,24 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
+	if cfg.WaitReplicas > 0 && cfg.WaitTimeout == 0 {
+		cfg.WaitTimeout = DefaultWaitTimeout
+	}
 	return cfg, cfg.validate()
 }
 
 func (cfg Config) validate() error {
+	switch {
+	case cfg.WaitReplicas < 0 || cfg.WaitReplicas > maxWaitReplicas:
+		return &idem.InputError{Field: "Config.WaitReplicas", Reason: fmt.Sprintf("is %d", cfg.WaitReplicas),
+			Fix: fmt.Sprintf("use 0 (do not wait) or the number of replicas each master has, at most %d", maxWaitReplicas)}
+	case cfg.WaitTimeout < 0 || cfg.WaitTimeout > time.Minute:
+		return &idem.InputError{Field: "Config.WaitTimeout", Reason: fmt.Sprintf("is %v", cfg.WaitTimeout),
+			Fix: "use a timeout between 1ms and 1m, e.g. 1s (0 means the default)"}
+	case cfg.WaitTimeout > 0 && cfg.WaitTimeout < time.Millisecond:
+		return &idem.InputError{Field: "Config.WaitTimeout", Reason: fmt.Sprintf("is %v", cfg.WaitTimeout),
+			Fix: "use at least 1ms: WAIT counts whole milliseconds, and 0ms would wait forever"}
+	}
 	p := cfg.Prefix
 	switch {
 	case len(p) > maxPrefixLen:

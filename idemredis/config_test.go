@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemredis"
@@ -14,6 +15,8 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"}) // never dialled
 	t.Cleanup(func() { client.Close() })
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:0"}})
+	t.Cleanup(func() { ring.Close() })
 	cases := []struct {
 		name   string
 		client redis.UniversalClient
@@ -26,6 +29,12 @@ func TestConfigValidation(t *testing.T) {
 		{"space in prefix", client, idemredis.Config{Prefix: "my idem:"}, "Config.Prefix"},
 		{"control char in prefix", client, idemredis.Config{Prefix: "idem\n"}, "Config.Prefix"},
 		{"bad utf8 prefix", client, idemredis.Config{Prefix: "idem\xff:"}, "Config.Prefix"},
+		{"negative WaitReplicas", client, idemredis.Config{WaitReplicas: -1}, "Config.WaitReplicas"},
+		{"huge WaitReplicas", client, idemredis.Config{WaitReplicas: 1000}, "Config.WaitReplicas"},
+		{"negative WaitTimeout", client, idemredis.Config{WaitReplicas: 1, WaitTimeout: -time.Second}, "Config.WaitTimeout"},
+		{"sub-ms WaitTimeout", client, idemredis.Config{WaitReplicas: 1, WaitTimeout: time.Microsecond}, "Config.WaitTimeout"},
+		{"hour WaitTimeout", client, idemredis.Config{WaitReplicas: 1, WaitTimeout: time.Hour}, "Config.WaitTimeout"},
+		{"WAIT on a Ring", ring, idemredis.Config{WaitReplicas: 1}, "Config.WaitReplicas"},
 	}
 	for _, tc := range cases {
 		_, err := idemredis.New(tc.client, tc.cfg)

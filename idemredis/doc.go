@@ -19,9 +19,10 @@
 //
 // Redis also acknowledges a write before replicas or the append-only file have it:
 // after a crash or a failover, records written in the last moments may be gone and
-// their keys claimed again. Run Redis with appendonly yes and appendfsync always if
-// that window matters, and with maxmemory-policy noeviction: an evicted record is a
-// forgotten key.
+// their keys claimed again (see "Replication and failover" for what exactly, and
+// Config.WaitReplicas against it). Run Redis with appendonly yes and appendfsync
+// always if a restart's window matters, and with maxmemory-policy noeviction: an
+// evicted record is a forgotten key.
 //
 // # Keys
 //
@@ -32,9 +33,96 @@
 //
 // The length makes the split unambiguous, so ("x", "y:z") and ("x:y", "z") are two
 // keys; it also keeps keys readable in redis-cli (Store.Key returns the key of an
-// idem.Key). Every script touches exactly one key, so the store works on Redis Cluster
-// through a *redis.ClusterClient. Keys carry no hash tag, so a tenant's keys spread
-// over the cluster instead of loading one node; a prefix with braces is refused.
+// idem.Key).
+//
+// # Redis Cluster
+//
+// The store, the SeqTracker, the PushStore and the Redis Streams source and sink run
+// on Redis Cluster through a *redis.ClusterClient, which follows MOVED and ASK
+// redirections and reloads the slot map after a failover; the tests run every
+// conformance suite on a cluster of three masters with a replica each, and kill a
+// master during a run.
+//
+// Every script of the store and of the SeqTracker reads and writes exactly one key
+// (a record, a producer's window), so its keys are in one slot by construction, and
+// the keys carry no hash tag: the slot is the CRC16 of the whole key, so one tenant's
+// (one scope's) keys spread over every shard, and a busy tenant is served by the
+// whole cluster rather than capped at one shard's throughput. A hash tag on the scope
+// would pin each scope to one slot, hence one shard: cheaper to list, but a hot
+// tenant would then be a hot shard, and adding it would change every key, orphaning
+// the records of a running deployment. A prefix with braces is refused, since it
+// would put every key in one slot. ClaimBatch pipelines its claims; go-redis splits
+// the pipeline by node, one round trip per master.
+//
+// A PushStore channel's keys (head, events, append keys, acks, times, clients) do
+// share a slot: the channel is their hash tag (prefix{channel}:events), since its
+// append and trim scripts touch several of them at once. Channels spread over the
+// shards; a channel starting with '}' (an empty tag) is refused on a cluster. The
+// set of channels Trim walks is one key, which a cluster Append writes with its own
+// SADD before the append script. A Redis stream of StreamSink and StreamSource is
+// one key, so one shard; spread load over several streams.
+//
+// List and Scopes walk the masters one after the other, in the order of the lowest
+// slot each serves, with SCAN on each; the cursor names the shard by that slot and
+// carries the master's SCAN cursor, so a walk survives a failover of the master it is
+// on (the promoted replica serves the same slots) but, the replica's hash table being
+// another, may then list some of that shard's keys twice or miss keys added during
+// the walk, as SCAN does. A Ring client is refused.
+//
+// # Replication and failover
+//
+// Redis replicates asynchronously: a master acknowledges a write as soon as it has
+// applied it, and sends it to its replicas after. If the master dies (or is cut off
+// and its replica promoted) before a replica received a write, the write is gone
+// from the cluster, although the caller was told it succeeded. For this store that
+// means:
+//
+//   - a completed record lost: the key is claimable again once the failover is over,
+//     and the next claimant runs the effect again (the one time idem's "exactly once
+//     per key" fails);
+//   - an acquired claim lost: a second worker can claim the key while the first
+//     still performs the effect, and both run it;
+//   - a renewal lost: the lease ends at its earlier time;
+//   - a release lost: the key stays taken until its lease ends (harmless).
+//
+// The window is what the replica had not received when the master died: normally
+// under a millisecond of writes, but unbounded when the link was slow or cut (a
+// partition leaves the old master acknowledging writes until cluster-node-timeout
+// makes it stop, unless min-replicas-to-write stops it earlier).
+//
+// Config.WaitReplicas closes it for the calls that matter. With WaitReplicas n,
+// Claim, ClaimBatch, Complete and Renew send their script and then WAIT n on the
+// same connection to the key's master, and fail (a retryable error wrapping
+// ErrNotReplicated) unless n replicas acknowledged within Config.WaitTimeout: a call
+// that returned nil has its write on n replicas. A failover promotes one of them
+// when the master has n replicas in all (Redis Cluster promotes the replica with the
+// most data; with more replicas than n, a lagging one could still win, so set n to
+// the replica count per master for the guarantee). TestClusterFailoverKeepsWaitedCompletes
+// cuts a replica off and then kills its master with SIGKILL during concurrent claims
+// and completes, and finds every acknowledged completion afterwards (with
+// WaitReplicas 0 the same run loses those the cut-off master acknowledged); TestClusterFailoverLosesUnwaitedWrites cuts a
+// replica off and shows a Complete without WAIT lost by the failover, and a claim with
+// WAIT refused. The costs: a round trip to the replica per call (BENCHMARKS.md), and,
+// while a master has fewer than n live replicas (after a failover, until the old
+// master returns as a replica), every waited call on its slots fails. A failed waited
+// call may still have been applied on the master, like a call whose reply was lost;
+// retrying it is safe (a retried Complete of the same token waits again). A call
+// that wrote nothing (a claim that found the key taken, a Complete that found its
+// lease lost) does not wait: its answer is read from the master and may show a
+// record whose own writer is still waiting, or failed to get its WAIT met.
+//
+// A waited call bypasses the cluster client's routing (WAIT must follow the write
+// on its connection): it goes to the master the slot map names and, after a MOVED,
+// ASK or dead master, is sent again a few times as the map is reloaded; while a
+// slot is being migrated (ASK), waited calls on it may fail, retryably, until the
+// migration ends. WAIT is not durability on disk: a replica acknowledges what it
+// holds in memory.
+//
+// On the server, min-replicas-to-write 1 with min-replicas-max-lag 10 makes a master
+// refuse writes while it has no replica in sync, which bounds how long a partitioned
+// old master accepts writes that will be lost; it does not close the window of
+// writes in flight when a master dies, which only WAIT does. appendonly yes with
+// appendfsync always protects against a restart, not against a failover.
 //
 // # Records
 //
@@ -91,16 +179,18 @@
 // runs SCAN MATCH over the scope's key prefix (glob metacharacters escaped), COUNT
 // the room left in the page: pages are unordered, may be short or empty before the last, and a key may
 // come twice when Redis resizes its table between pages; the cursor is SCAN's, with
-// the ids of a SCAN reply that did not fit the page. List needs a single node (or a
-// failover client); a Cluster or Ring client is refused. Scopes (idem.ScopeLister)
-// reads scopes out of the key names SCAN returns, with the same page rules as List.
+// the ids of a SCAN reply that did not fit the page. On Redis Cluster List walks
+// each master in turn (see "Redis Cluster"); a Ring client is refused. Scopes
+// (idem.ScopeLister) reads scopes out of the key names SCAN returns, with the same
+// page rules as List.
 //
 // # Batches
 //
 // ClaimBatch sends one EVALSHA per claim in a single pipeline: one round trip (per
 // node on a cluster), with each claim still atomic on its own key. If Redis lost its
 // script cache (a restart or a new node), the claims that got NOSCRIPT are sent again
-// after SCRIPT LOAD; claims that ran are not repeated.
+// after SCRIPT LOAD; claims that ran are not repeated. With Config.WaitReplicas the
+// pipeline of each master ends with one WAIT, which covers all its claims.
 //
 // # Sequences
 //

@@ -118,13 +118,13 @@ func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.
 	if err := idem.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
-	cur, pending, finished, err := decodeCursor(after)
+	if _, ok := s.client.(*redis.Ring); ok {
+		return idem.KeyPage{}, backendError("list", fmt.Errorf("List needs one Redis node or a Redis Cluster; a %T spreads keys over nodes it cannot walk", s.client))
+	}
+	sc := &scanner{client: s.client}
+	cur, pending, finished, err := decodeCursor(sc, after)
 	if err != nil {
 		return idem.KeyPage{}, err
-	}
-	switch s.client.(type) {
-	case *redis.ClusterClient, *redis.Ring:
-		return idem.KeyPage{}, backendError("list", fmt.Errorf("List needs one Redis node; a %T spreads keys over several", s.client))
 	}
 	base := redisKey(s.prefix, idem.Key{Scope: scope})
 	pattern := escapeGlob(base) + "*"
@@ -137,7 +137,7 @@ func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.
 	for scans := 0; len(ids) < limit && len(pending) == 0 && !finished && scans < maxScans; scans++ {
 		// COUNT is the room left: a reply overshoots it by a bucket's chain at
 		// most, so the ids carried in the cursor stay few.
-		keys, next, err := s.client.Scan(ctx, cur, pattern, int64(limit-len(ids))).Result()
+		keys, next, err := sc.step(ctx, cur, pattern, int64(limit-len(ids)))
 		if err != nil {
 			return idem.KeyPage{}, backendError("list", err)
 		}
@@ -153,7 +153,7 @@ func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.
 				pending = append(pending, id)
 			}
 		}
-		cur, finished = next, next == 0
+		cur, finished = next, next.done()
 	}
 	page := idem.KeyPage{}
 	if !finished || len(pending) > 0 {
@@ -197,10 +197,10 @@ func escapeGlob(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(s)
 }
 
-// encodeCursor writes a List cursor: the SCAN cursor and the pending ids, one a line
-// (ids hold no control characters), base64url.
-func encodeCursor(cur uint64, pending []string) (string, error) {
-	text := strconv.FormatUint(cur, 10)
+// encodeCursor writes a List cursor: the scan position (see scanPos) and the
+// pending ids, one a line (ids hold no control characters), base64url.
+func encodeCursor(pos scanPos, pending []string) (string, error) {
+	text := pos.String()
 	if len(pending) > 0 {
 		text += "\n" + strings.Join(pending, "\n")
 	}
@@ -211,35 +211,37 @@ func encodeCursor(cur uint64, pending []string) (string, error) {
 	return c, nil
 }
 
-// decodeCursor reads a cursor of encodeCursor; finished is true when the SCAN is
-// over and only pending ids are left. "" is the first page.
-func decodeCursor(c string) (cur uint64, pending []string, finished bool, err error) {
+// decodeCursor reads a cursor of encodeCursor made for sc's kind of client;
+// finished is true when the walk is over and only pending ids are left. "" is the
+// first page.
+func decodeCursor(sc *scanner, c string) (pos scanPos, pending []string, finished bool, err error) {
 	if c == "" {
-		return 0, nil, false, nil
+		return sc.start(), nil, false, nil
 	}
+	bad := cursor.Invalid("is not a cursor this store made")
 	if len(c) > maxCursorLen {
-		return 0, nil, false, cursor.Invalid(fmt.Sprintf("is longer than %d bytes (got %d)", maxCursorLen, len(c)))
+		return pos, nil, false, cursor.Invalid(fmt.Sprintf("is longer than %d bytes (got %d)", maxCursorLen, len(c)))
 	}
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return 0, nil, false, cursor.Invalid("is not a cursor this store made")
+		return pos, nil, false, bad
 	}
 	parts := strings.Split(string(b), "\n")
-	cur, err = strconv.ParseUint(parts[0], 10, 64)
-	if err != nil {
-		return 0, nil, false, cursor.Invalid("is not a cursor this store made")
+	pos, ok := parseScanPos(parts[0])
+	if !ok || !sc.check(pos) {
+		return pos, nil, false, bad
 	}
 	for _, id := range parts[1:] {
 		if (idem.Key{Scope: "s", ID: id}).Validate() != nil {
-			return 0, nil, false, cursor.Invalid("is not a cursor this store made")
+			return pos, nil, false, bad
 		}
 	}
 	pending = parts[1:]
-	if cur == 0 && len(pending) == 0 {
-		// Only a first page starts at SCAN cursor 0, and its cursor is "".
-		return 0, nil, false, cursor.Invalid("is not a cursor this store made")
+	if pos.done() && len(pending) == 0 {
+		// Only a first page starts a walk, and its cursor is "".
+		return pos, nil, false, bad
 	}
-	return cur, pending, cur == 0, nil
+	return pos, pending, pos.done(), nil
 }
 
 var _ idem.ScopeLister = (*Store)(nil)
@@ -261,13 +263,13 @@ func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.Scope
 	if err := idem.CheckScopes(ctx, limit); err != nil {
 		return idem.ScopePage{}, err
 	}
-	cur, pending, finished, err := decodeCursor(after)
+	if _, ok := s.client.(*redis.Ring); ok {
+		return idem.ScopePage{}, backendError("scopes", fmt.Errorf("Scopes needs one Redis node or a Redis Cluster; a %T spreads keys over nodes it cannot walk", s.client))
+	}
+	sc := &scanner{client: s.client}
+	cur, pending, finished, err := decodeCursor(sc, after)
 	if err != nil {
 		return idem.ScopePage{}, err
-	}
-	switch s.client.(type) {
-	case *redis.ClusterClient, *redis.Ring:
-		return idem.ScopePage{}, backendError("scopes", fmt.Errorf("Scopes needs one Redis node; a %T spreads keys over several", s.client))
 	}
 	pattern := escapeGlob(s.prefix) + "[0-9]*"
 	n := min(len(pending), limit)
@@ -277,7 +279,7 @@ func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.Scope
 		seen[sc] = true
 	}
 	for scans := 0; len(scopes) < limit && len(pending) == 0 && !finished && scans < maxScans; scans++ {
-		keys, next, err := s.client.Scan(ctx, cur, pattern, int64(max(limit-len(scopes), minScopeScan))).Result()
+		keys, next, err := sc.step(ctx, cur, pattern, int64(max(limit-len(scopes), minScopeScan)))
 		if err != nil {
 			return idem.ScopePage{}, backendError("scopes", err)
 		}
@@ -293,7 +295,7 @@ func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.Scope
 				pending = append(pending, sc)
 			}
 		}
-		cur, finished = next, next == 0
+		cur, finished = next, next.done()
 	}
 	page := idem.ScopePage{Scopes: scopes}
 	if !finished || len(pending) > 0 {

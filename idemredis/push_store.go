@@ -40,12 +40,13 @@ type PushStoreConfig struct {
 // head, a hash of append keys, a hash of client acks with a sorted set of when
 // each client was last seen, and a sorted set of event times for retention.
 // Every append is one Lua script, so seqs are assigned atomically and without
-// gaps. It needs one Redis server (or one primary): the append script also
-// records the channel in a set that Trim walks, which Redis Cluster would
-// refuse across slots.
+// gaps. On Redis Cluster a channel's keys share one slot (the channel is their
+// hash tag), so channels spread over the shards; the set of channels that Trim
+// walks is one key, written by its own SADD before each append.
 //
 // Redis keeps what its persistence settings keep: without AOF (appendfsync
-// always), a restart can lose recent events, and their seqs are then reused.
+// always), a restart can lose recent events, and so can a failover to a replica
+// (replication is asynchronous), and their seqs are then reused.
 // Use stream.SQLStore where the events must survive what the business data
 // survives.
 type PushStore struct {
@@ -79,14 +80,41 @@ func NewPushStore(c redis.UniversalClient, cfg PushStoreConfig) (*PushStore, err
 	return &PushStore{c: c, prefix: cfg.Prefix, now: cfg.Now, clients: bounds}, nil
 }
 
-// keys of one channel: head, events, append keys, acks, times, clients seen.
+// sharded reports whether c spreads keys over several Redis nodes, where a script
+// may only touch keys of one slot.
+func sharded(c redis.UniversalClient) bool {
+	switch c.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		return true
+	}
+	return false
+}
+
+// checkTag refuses, on a sharded client, a channel whose keys would not share a
+// hash slot (see keys).
+func (s *PushStore) checkTag(channel string) error {
+	if sharded(s.c) && strings.HasPrefix(channel, "}") {
+		return &idem.InputError{Field: "channel", Reason: fmt.Sprintf("starts with '}' (%.40q)", channel),
+			Fix: "on Redis Cluster a channel is its keys' hash tag: start it with another character"}
+	}
+	return nil
+}
+
+// keys of one channel: head, events, append keys, acks, times, clients seen. The
+// channel is their hash tag, so on a Redis Cluster they share a slot. A channel
+// holding '}' still gives all its keys one tag (what precedes its first '}'); only
+// a channel starting with '}' gives an empty tag, which Redis ignores, so such a
+// channel's keys would hash apart: checkTag refuses it on a cluster.
 func (s *PushStore) keys(channel string) []string {
 	base := s.prefix + "{" + channel + "}:"
 	return []string{base + "head", base + "events", base + "keys", base + "acks", base + "at", base + "seen"}
 }
 
-// appendScript: KEYS head, events, keys, at, channels; ARGV body, ikey, at-ms.
-// Returns the stored member "seq:body".
+// appendScript: KEYS head, events, keys, at and, on one Redis node, channels; ARGV
+// body, ikey, at-ms, channel. Returns the stored member "seq:body". On a Redis
+// Cluster the channel's keys share a slot (their hash tag is the channel) but the
+// set of channels lives elsewhere, so Append adds the channel to it first, in a
+// command of its own.
 var appendScript = redis.NewScript(`
 if ARGV[2] ~= '' then
   local seq = redis.call('HGET', KEYS[3], ARGV[2])
@@ -100,7 +128,7 @@ local member = seq .. ':' .. ARGV[1]
 redis.call('ZADD', KEYS[2], seq, member)
 redis.call('ZADD', KEYS[4], ARGV[3], seq)
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], seq) end
-redis.call('SADD', KEYS[5], ARGV[4])
+if KEYS[5] then redis.call('SADD', KEYS[5], ARGV[4]) end
 return member`)
 
 // stored is an event as kept in Redis, without its seq (the score).
@@ -117,14 +145,25 @@ func (s *PushStore) Append(ctx context.Context, channel string, e stream.Event) 
 	if err := stream.ValidateAppend(channel, e); err != nil {
 		return stream.Event{}, err
 	}
+	if err := s.checkTag(channel); err != nil {
+		return stream.Event{}, err
+	}
 	at := s.now().UTC()
 	body, err := json.Marshal(stored{Type: e.Type, ID: e.ID, Data: e.Data, At: at.UnixNano(), Key: e.Key})
 	if err != nil {
 		return stream.Event{}, err
 	}
 	k := s.keys(channel)
-	member, err := appendScript.Run(ctx, s.c, []string{k[0], k[1], k[2], k[4], s.prefix + "channels"},
-		body, e.Key, at.UnixMilli(), channel).Text()
+	keys := []string{k[0], k[1], k[2], k[4]}
+	if sharded(s.c) {
+		// Before the append, so Trim never misses a channel that has events.
+		if err := s.c.SAdd(ctx, s.prefix+"channels", channel).Err(); err != nil {
+			return stream.Event{}, pushError("append", err)
+		}
+	} else {
+		keys = append(keys, s.prefix+"channels")
+	}
+	member, err := appendScript.Run(ctx, s.c, keys, body, e.Key, at.UnixMilli(), channel).Text()
 	if err != nil {
 		return stream.Event{}, pushError("append", err)
 	}
@@ -188,6 +227,9 @@ return 0`)
 func (s *PushStore) Ack(ctx context.Context, channel, client string, seq uint64) error {
 	if seq > stream.MaxSeq {
 		return &idem.InputError{Field: "seq", Reason: fmt.Sprintf("is %d", seq), Fix: fmt.Sprintf("ack a seq up to %d", uint64(stream.MaxSeq))}
+	}
+	if err := s.checkTag(channel); err != nil {
+		return err
 	}
 	k := s.keys(channel)
 	return pushError("ack", ackScript.Run(ctx, s.c, []string{k[3], k[5]}, client, seq, s.now().UnixMilli()).Err())

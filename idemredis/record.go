@@ -65,12 +65,18 @@ return token
 `
 
 // completeLua: KEYS[1] record; ARGV token (8 bytes), result. Tokens are compared as
-// bytes, so no precision is lost on a token the store never issued.
+// bytes, so no precision is lost on a token the store never issued. Completing a
+// record already completed with the token writes it again unchanged (KEEPTTL): the
+// write is what a WAIT after it waits for, so a retried Complete whose first WAIT
+// fell short is acknowledged only once a replica has the record.
 const completeLua = `
 local v = redis.call('GET', KEYS[1])
 if not v or string.sub(v, 2, 9) ~= ARGV[1] then return 0 end
 local state = string.byte(v, 1)
-if state == 2 then return 1 end
+if state == 2 then
+  redis.call('SET', KEYS[1], v, 'KEEPTTL')
+  return 1
+end
 if state ~= 1 then return 0 end
 local ret = struct.unpack('>I8', v, 26)
 local t = redis.call('TIME')

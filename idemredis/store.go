@@ -24,6 +24,9 @@ type Store struct {
 	complete *redis.Script
 	release  *redis.Script
 	renew    *redis.Script
+	// waitReplicas and waitTimeout are Config.WaitReplicas and WaitTimeout.
+	waitReplicas int
+	waitTimeout  time.Duration
 }
 
 var (
@@ -45,6 +48,9 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkWaitClient(client, cfg); err != nil {
+		return nil, err
+	}
 	m, err := metrics.NewStore(cfg.Registerer, backend)
 	if err != nil {
 		return nil, err
@@ -58,6 +64,9 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 		complete: redis.NewScript(completeLua),
 		release:  redis.NewScript(releaseLua),
 		renew:    redis.NewScript(renewLua),
+
+		waitReplicas: cfg.WaitReplicas,
+		waitTimeout:  cfg.WaitTimeout,
 	}, nil
 }
 
@@ -74,7 +83,7 @@ func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 		return idem.Result{}, err
 	}
 	c = c.WithDefaults()
-	reply, err := s.claim.Run(ctx, s.client, []string{s.Key(c.Key)}, claimArgs(c)...).Result()
+	reply, err := s.runScript(ctx, s.claim, acquired, s.Key(c.Key), claimArgs(c)...).Result()
 	var res idem.Result
 	if err == nil {
 		res, err = decodeClaim(c, reply)
@@ -101,7 +110,7 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 	if result == nil {
 		result = []byte{} // go-redis would send nil as "" anyway; be explicit
 	}
-	n, err := s.complete.Run(ctx, s.client, []string{s.Key(k)}, tokenArg(token), result).Int()
+	n, err := s.runScript(ctx, s.complete, replied1, s.Key(k), tokenArg(token), result).Int()
 	if err != nil {
 		return backendError("complete", err)
 	}
@@ -135,7 +144,7 @@ func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.
 	}
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
 	defer func() { otelx.End(span, err) }()
-	n, err := s.renew.Run(ctx, s.client, []string{s.Key(k)}, tokenArg(token), millis(lease)).Int()
+	n, err := s.runScript(ctx, s.renew, replied1, s.Key(k), tokenArg(token), millis(lease)).Int()
 	if err != nil {
 		return backendError("renew", err)
 	}

@@ -1,0 +1,86 @@
+package idemnats_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemtest"
+	"github.com/idemhq/idem/inbox/inboxtest"
+)
+
+// TestExactlyOnceOnCluster: the proof on a 3-node JetStream cluster with an R3
+// stream, 3 consumers sharing one durable (each restarted mid-stream), while the
+// stream's leader is killed and restarted every 2 s: 5,000 messages, each delivered
+// at least twice, applied once.
+func TestExactlyOnceOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	t.Parallel()
+	inboxtest.Proof(t, func(t *testing.T) idemtest.BrokerEnv {
+		ctx := context.Background()
+		c, err := idemnats.StartCluster(ctx, idemnats.ClusterConfig{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(c.ClientURLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		if err != nil {
+			c.Shutdown()
+			t.Fatal(err)
+		}
+		js := jsOf(t, nc)
+		if _, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+		var kills atomic.Int64
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() { // the stream leader killed and restarted, again and again
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Second):
+				}
+				i := c.StreamLeader("ORDERS")
+				if i < 0 {
+					continue
+				}
+				c.Kill(i)
+				kills.Add(1)
+				time.Sleep(300 * time.Millisecond)
+				rctx, cancel := context.WithTimeout(ctx, time.Minute)
+				if err := c.Restart(rctx, i); err != nil {
+					t.Errorf("restart node %d: %v", i, err)
+				}
+				cancel()
+			}
+		}()
+		t.Cleanup(func() {
+			close(stop)
+			<-done
+			nc.Close()
+			c.Shutdown()
+			if kills.Load() == 0 {
+				t.Error("no stream leader was killed during the proof")
+			}
+			t.Logf("%d stream leaders killed", kills.Load())
+		})
+		sink := newSink(t, js, idemnats.SinkConfig{})
+		return idemtest.BrokerEnv{
+			Topic: "orders.created",
+			Sink:  sink,
+			NewSource: func(t *testing.T) idem.Source {
+				return openSource(t, js, idemnats.SourceConfig{Stream: "ORDERS", Durable: "workers"})
+			},
+			Features:   sink.Features(),
+			Redelivery: testAckWait,
+		}
+	}, inboxtest.Options{Messages: 5000, Consumers: 3})
+}
