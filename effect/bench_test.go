@@ -20,23 +20,7 @@ import (
 // BenchmarkFence compares an effect through the fence (two short transactions
 // around the call) with the bare call to the same local HTTP service: the baseline.
 func BenchmarkFence(b *testing.B) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte(`{"id":"ch_1"}`))
-	}))
-	defer srv.Close()
-	client := srv.Client()
-	call := func(ctx context.Context, key string) ([]byte, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("{}"))
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		return io.ReadAll(resp.Body)
-	}
+	call := benchCall(b)
 	b.Run("bare-call", func(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			if _, err := call(context.Background(), fmt.Sprint(i)); err != nil {
@@ -66,4 +50,70 @@ func benchDB(b *testing.B, name string) idem.TxDB[*sql.Tx] {
 		return sqltest.SQLite(b)
 	}
 	return sqltest.Postgres(b)
+}
+
+// benchCall returns a call to a local HTTP service that answers at once: the bare
+// call every fence figure is compared with.
+func benchCall(b *testing.B) effect.Call {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"ch_1"}`))
+	}))
+	b.Cleanup(srv.Close)
+	client := srv.Client()
+	client.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
+	return func(ctx context.Context, key string) ([]byte, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		return io.ReadAll(resp.Body)
+	}
+}
+
+// BenchmarkFenceConcurrent is BenchmarkFence with 16 concurrent callers, each a new
+// effect: the bare call, then the fence on Postgres and MariaDB.
+func BenchmarkFenceConcurrent(b *testing.B) {
+	const clients = 16
+	call := benchCall(b)
+	report := func(b *testing.B) { b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "effects/s") }
+	b.Run("bare-call", func(b *testing.B) {
+		testsvc.RunClients(b, clients, func(ctx context.Context, id string) error {
+			_, err := call(ctx, id)
+			return err
+		})
+		report(b)
+	})
+	for _, db := range []string{"postgres", "mysql"} {
+		b.Run("fence-"+db, func(b *testing.B) {
+			// database/sql keeps 2 idle connections by default: 16 callers would
+			// open and close connections all the time.
+			var sdb *sql.DB
+			if db == "mysql" {
+				sdb = testsvc.MySQLDB(b)
+			} else {
+				sdb = testsvc.PostgresDB(b)
+			}
+			sdb.SetMaxIdleConns(2 * clients)
+			txdb, err := idem.SQLDB(context.Background(), sdb)
+			if err != nil {
+				b.Fatal(err)
+			}
+			f, err := effect.New(context.Background(), txdb, effect.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			prefix := testsvc.UniqueName("k")
+			testsvc.RunClients(b, clients, func(ctx context.Context, id string) error {
+				_, err := f.Do(ctx, prefix+id, "charge", call)
+				return err
+			})
+			report(b)
+			b.ReportMetric(float64(effect.GroupBatches(f))/float64(b.N), "batches/effect")
+		})
+	}
 }

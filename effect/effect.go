@@ -123,6 +123,7 @@ type Fence[Tx any] struct {
 	cfg     Config
 	metrics *prometheus.CounterVec
 	tr      otelx.Tracer
+	groups  *groups // PostgreSQL's shared writes (group.go); nil elsewhere
 }
 
 // FailedError is an effect whose call failed permanently (Permanent): Do returns
@@ -169,6 +170,7 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx],
 		return nil, err
 	}
 	f := &Fence[Tx]{db: db, q: newQueries(db.Dialect), cfg: cfg, tr: otelx.New(cfg.TracerProvider, nil)}
+	f.groups = f.newGroups()
 	if cfg.Registerer != nil {
 		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_effects_total",

@@ -25,10 +25,25 @@ type claim struct {
 
 // acquire inserts the effect as PENDING, or takes it over if its lease expired.
 // expiredOnly makes it refuse (ErrInProgress) an effect it would have to insert.
+//
+// A new effect, the common case, costs one statement in its own transaction (the
+// insert); only an effect that exists already is read and decided under its row
+// lock, in a transaction.
 func (f *Fence[Tx]) acquire(ctx context.Context, span trace.Span, key, step string, expiredOnly bool) (claim, error) {
 	now := f.cfg.Now().UnixNano()
 	lease := now + f.cfg.Lease.Nanoseconds()
 	var c claim
+	if !expiredOnly && f.db.Read != nil {
+		inserted, err := f.insertNew(ctx, key, step, lease, now)
+		if err != nil {
+			return c, &idem.BackendError{Backend: "effect", Op: "acquire", Err: err}
+		}
+		if inserted {
+			c.token = 1
+			traceClaim(span, c)
+			return c, nil
+		}
+	}
 	err := f.inTx(ctx, func(q idem.Querier) error {
 		c = claim{}
 		return f.acquireTx(ctx, q, key, step, expiredOnly, now, lease, &c)
@@ -53,6 +68,18 @@ func (f *Fence[Tx]) inTx(ctx context.Context, fn func(q idem.Querier) error) err
 	return idem.RetrySerializationFailures(ctx, func() error {
 		return f.db.InTx(ctx, func(tx Tx) error { return fn(f.db.Querier(tx)) })
 	})
+}
+
+// exec runs one statement in a transaction of its own (autocommit where the TxDB
+// can: one round trip) and returns the rows it affected.
+func (f *Fence[Tx]) exec(ctx context.Context, query string, args ...any) (n int64, err error) {
+	err = idem.RetrySerializationFailures(ctx, func() error {
+		return f.db.Auto(ctx, func(q idem.Querier) (err error) {
+			n, err = q.Exec(ctx, query, args...)
+			return err
+		})
+	})
+	return n, err
 }
 
 // errRaced makes inTx run a transaction again: on MySQL, another worker inserted the
@@ -216,25 +243,17 @@ func (f *Fence[Tx]) heartbeat(ctx context.Context, key, step string, token int64
 // renew extends the lease of token, if it still holds the PENDING effect.
 func (f *Fence[Tx]) renew(ctx context.Context, key, step string, token int64) (held bool, err error) {
 	now := f.cfg.Now().UnixNano()
-	var n int64
-	err = f.inTx(ctx, func(q idem.Querier) (err error) {
-		n, err = q.Exec(ctx, f.q.renew, now+f.cfg.Lease.Nanoseconds(), now, key, step, token)
-		return err
-	})
+	n, err := f.exec(ctx, f.q.renew, now+f.cfg.Lease.Nanoseconds(), now, key, step, token)
 	return n == 1, err
 }
 
 // finish records the outcome if token still holds the effect.
 func (f *Fence[Tx]) finish(ctx context.Context, span trace.Span, key, step string, token int64, state string, result []byte, reason string) error {
-	var n int64
-	err := f.inTx(ctx, func(q idem.Querier) (err error) {
-		n, err = q.Exec(ctx, f.q.finish, state, result, reason, f.cfg.Now().UnixNano(), key, step, token)
-		return err
-	})
+	done, err := f.update(ctx, key, step, token, state, result, reason)
 	if err != nil {
 		return &idem.BackendError{Backend: "effect", Op: "complete", Err: err}
 	}
-	if n == 0 {
+	if !done {
 		f.count(span, step, "fenced")
 		return fmt.Errorf("effect %s/%s: token %d was taken over while the call ran; the newer holder records the effect: %w",
 			key, step, token, idem.ErrLeaseLost)
@@ -246,8 +265,5 @@ func (f *Fence[Tx]) finish(ctx context.Context, span trace.Span, key, step strin
 // for it. The effect stays PENDING: the call may have happened.
 func (f *Fence[Tx]) release(ctx context.Context, key, step string, token int64) {
 	ctx = context.WithoutCancel(ctx) // a call that failed because ctx ended must still release
-	_ = f.inTx(ctx, func(q idem.Querier) error {
-		_, err := q.Exec(ctx, f.q.release, f.cfg.Now().UnixNano(), key, step, token)
-		return err
-	})
+	_, _ = f.exec(ctx, f.q.release, f.cfg.Now().UnixNano(), key, step, token)
 }

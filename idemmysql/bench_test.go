@@ -33,6 +33,16 @@ func BenchmarkClaim(b *testing.B) {
 	})
 }
 
+// BenchmarkClaimTraced is BenchmarkClaim with the OpenTelemetry SDK sampling every
+// claim's span (testsvc.SDKTracing).
+func BenchmarkClaimTraced(b *testing.B) {
+	s := openBenchConfig(b, idemmysql.Config{TracerProvider: testsvc.SDKTracing(b)})
+	runClients(b, func(ctx context.Context, id string) error {
+		_, err := s.Claim(ctx, idem.Claim{Key: idem.Key{Scope: "bench", ID: id}})
+		return err
+	})
+}
+
 func BenchmarkClaimUngrouped(b *testing.B) {
 	s := openBenchConfig(b, idemmysql.Config{MaxClaimGroup: 1})
 	runClients(b, func(ctx context.Context, id string) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/group"
 )
 
 // Offline returns cfg for a store on a server that is not there, for the tests of
@@ -27,15 +28,13 @@ func ClaimAsGroup(s *Store, ctx context.Context, claims []idem.Claim) []func() (
 	batch := make([]*pendingClaim, len(claims))
 	waits := make([]func() (idem.Result, error), len(claims))
 	for i, c := range claims {
-		p := &pendingClaim{ctx: ctx, c: c.WithDefaults(), done: make(chan struct{})}
+		p := group.NewItem(ctx, claimCall{c: c.WithDefaults()})
 		batch[i] = p
 		waits[i] = func() (idem.Result, error) {
-			select {
-			case <-p.done:
-				return p.res, p.err
-			case <-ctx.Done():
-				return idem.Result{}, ctx.Err()
+			if err := p.Wait(); err != nil {
+				return idem.Result{}, err
 			}
+			return p.Val.res, nil
 		}
 	}
 	s.group.answer(batch)

@@ -8,13 +8,13 @@ import (
 	"errors"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/group"
 )
 
 // Group claims: concurrent Claims share round trips.
@@ -41,108 +41,56 @@ const groupRunners = 2
 // DefaultMaxClaimGroup bounds the claims of one group call.
 const DefaultMaxClaimGroup = 64
 
-// groupTimeout bounds a group call that no caller's deadline bounds: the callers
-// themselves stop waiting when their own ctx ends.
-const groupTimeout = 30 * time.Second
-
 type grouper struct {
-	s       *Store
-	max     int
-	mu      sync.Mutex
-	queue   []*pendingClaim
-	running int
-	calls   atomic.Int64 // group procedure calls, for tests
+	s     *Store
+	b     group.Batcher[claimCall]
+	calls atomic.Int64 // group procedure calls, for tests
 }
 
-type pendingClaim struct {
-	ctx  context.Context
-	c    idem.Claim // defaults applied
-	res  idem.Result
-	err  error
-	done chan struct{}
+// claimCall is one claim in a group: the claim (defaults applied) and its answer.
+type claimCall struct {
+	c   idem.Claim
+	res idem.Result
 }
 
-// claim runs c alone or in a group and waits for its answer or for ctx.
+type pendingClaim = group.Item[claimCall]
+
+func newGrouper(s *Store, maxGroup int) *grouper {
+	g := &grouper{s: s}
+	g.b = group.Batcher[claimCall]{Runners: groupRunners, Max: maxGroup, Run: g.answer}
+	return g
+}
+
+// claim runs c alone or in a group and waits for its answer or for ctx. A claim
+// whose caller gave up may still be carried out by its group: like a claim whose
+// answer was lost, it stays in progress until its lease ends.
 func (g *grouper) claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
-	p := &pendingClaim{ctx: ctx, c: c.WithDefaults(), done: make(chan struct{})}
-	g.mu.Lock()
-	if g.running < groupRunners {
-		g.running++
-		g.mu.Unlock()
-		g.run([]*pendingClaim{p}) // alone, on the caller's goroutine
-	} else {
-		g.queue = append(g.queue, p)
-		g.mu.Unlock()
+	p, err := g.b.Do(ctx, claimCall{c: c.WithDefaults()})
+	if err != nil {
+		return idem.Result{}, err
 	}
-	select {
-	case <-p.done:
-		return p.res, p.err
-	case <-ctx.Done():
-		// A group may still claim the key: like a claim whose answer was lost, it
-		// stays in progress until its lease ends.
-		return idem.Result{}, ctx.Err()
-	}
+	return p.Val.res, nil
 }
 
-// run answers batch, then the queue while there is one, then frees its slot. The
-// first batch runs on its caller's goroutine; later ones on a goroutine of their
-// own, so that caller returns as soon as its own answer is in.
-func (g *grouper) run(batch []*pendingClaim) {
-	g.answer(batch)
-	g.mu.Lock()
-	if len(g.queue) == 0 {
-		g.running--
-		g.mu.Unlock()
-		return
-	}
-	g.mu.Unlock()
-	go func() {
-		for {
-			g.mu.Lock()
-			n := min(len(g.queue), g.max)
-			if n == 0 {
-				g.running--
-				g.mu.Unlock()
-				return
-			}
-			next := slices.Clone(g.queue[:n])
-			g.queue = slices.Delete(g.queue, 0, n)
-			g.mu.Unlock()
-			g.answer(next)
-		}
-	}()
-}
-
-// answer claims batch's keys without waiting for a row lock, and closes the done
-// of each claim it answered; the others it hands to goroutines of their own.
-// Claims whose caller gave up are dropped first.
-func (g *grouper) answer(batch []*pendingClaim) {
-	live := batch[:0]
-	for _, p := range batch {
-		if err := p.ctx.Err(); err != nil {
-			p.err = err
-			close(p.done)
-			continue
-		}
-		live = append(live, p)
-	}
+// answer claims batch's keys without waiting for a row lock, and finishes each claim
+// it answered; the others it hands to goroutines of their own.
+func (g *grouper) answer(live []*pendingClaim) {
 	switch len(live) {
-	case 0:
 	case 1:
 		p := live[0]
-		res, done, err := g.s.callClaim(p.ctx, p.c, g.s.q.callClaimNoWait)
+		res, done, err := g.s.callClaim(p.Ctx, p.Val.c, g.s.q.callClaimNoWait)
 		if lockWait(err) || (err == nil && !done) {
 			g.s.handOff(p)
 			return
 		}
-		p.res, p.err = res, err
-		close(p.done)
+		p.Val.res = res
+		p.Finish(err)
 	default:
 		g.calls.Add(1)
 		rest := g.s.claimGroup(live)
 		for _, p := range live {
 			if !slices.Contains(rest, p) {
-				close(p.done)
+				p.Finish(nil)
 			}
 		}
 		for _, p := range rest {
@@ -154,8 +102,9 @@ func (g *grouper) answer(batch []*pendingClaim) {
 // handOff claims p on a goroutine of its own, as a Store without groups would.
 func (s *Store) handOff(p *pendingClaim) {
 	go func() {
-		p.res, p.err = s.claimAlone(p.ctx, p.c)
-		close(p.done)
+		var err error
+		p.Val.res, err = s.claimAlone(p.Ctx, p.Val.c)
+		p.Finish(err)
 	}()
 }
 
@@ -165,22 +114,6 @@ func lockWait(err error) bool {
 	return errors.As(err, &me) && me.Number == 1205 // ER_LOCK_WAIT_TIMEOUT
 }
 
-// groupCtx bounds a group call by the latest deadline among its callers, or
-// groupTimeout if one has none: a group must not end early for one impatient caller.
-func groupCtx(batch []*pendingClaim) (context.Context, context.CancelFunc) {
-	var latest time.Time
-	for _, p := range batch {
-		d, ok := p.ctx.Deadline()
-		if !ok {
-			return context.WithTimeout(context.Background(), groupTimeout)
-		}
-		if d.After(latest) {
-			latest = d
-		}
-	}
-	return context.WithDeadline(context.Background(), latest)
-}
-
 // claimGroup claims batch in one call of the group procedure, which waits for no
 // row lock, and fills in the answers it can; it returns the claims to run again
 // alone: keys whose row expired or vanished meanwhile, or the whole batch if the
@@ -188,9 +121,9 @@ func groupCtx(batch []*pendingClaim) (context.Context, context.CancelFunc) {
 func (s *Store) claimGroup(batch []*pendingClaim) (rest []*pendingClaim) {
 	// Key order, so that two groups lock shared keys in one order (no deadlock).
 	slices.SortStableFunc(batch, func(a, b *pendingClaim) int {
-		return cmp.Or(cmp.Compare(a.c.Key.Scope, b.c.Key.Scope), cmp.Compare(a.c.Key.ID, b.c.Key.ID))
+		return cmp.Or(cmp.Compare(a.Val.c.Key.Scope, b.Val.c.Key.Scope), cmp.Compare(a.Val.c.Key.ID, b.Val.c.Key.ID))
 	})
-	ctx, cancel := groupCtx(batch)
+	ctx, cancel := group.Context(batch)
 	defer cancel()
 	arg := groupJSON(batch)
 	type row struct {
@@ -227,19 +160,19 @@ func (s *Store) claimGroup(batch []*pendingClaim) (rest []*pendingClaim) {
 		switch {
 		case !ok || r.expired:
 			rest = append(rest, p)
-		case r.ours && !first[p.c.Key]:
-			first[p.c.Key] = true
-			p.res = idem.Result{Outcome: idem.Acquired, Token: uint64(r.token)}
+		case r.ours && !first[p.Val.c.Key]:
+			first[p.Val.c.Key] = true
+			p.Val.res = idem.Result{Outcome: idem.Acquired, Token: uint64(r.token)}
 		default:
 			// A live row: another holder's, or this group's own for a key it
 			// repeats (the first claim of it got the token).
-			first[p.c.Key] = true
+			first[p.Val.c.Key] = true
 			rec := idem.Record{State: idem.StateInProgress, Fingerprint: r.fp, Result: r.result,
 				CreatedAt: time.UnixMicro(r.created), ExpiresAt: time.UnixMicro(r.exp)}
 			if r.state == stateCompleted {
 				rec.State = idem.StateCompleted
 			}
-			p.res = idem.Existing(p.c, rec)
+			p.Val.res = idem.Existing(p.Val.c, rec)
 		}
 	}
 	return rest
@@ -255,15 +188,15 @@ func groupJSON(batch []*pendingClaim) string {
 			b = append(b, ',')
 		}
 		b = append(b, `{"s":"`...)
-		b = hex.AppendEncode(b, []byte(p.c.Key.Scope))
+		b = hex.AppendEncode(b, []byte(p.Val.c.Key.Scope))
 		b = append(b, `","i":"`...)
-		b = hex.AppendEncode(b, []byte(p.c.Key.ID))
+		b = hex.AppendEncode(b, []byte(p.Val.c.Key.ID))
 		b = append(b, `","f":"`...)
-		b = hex.AppendEncode(b, p.c.Fingerprint)
+		b = hex.AppendEncode(b, p.Val.c.Fingerprint)
 		b = append(b, `","l":`...)
-		b = strconv.AppendInt(b, micros(p.c.Lease), 10)
+		b = strconv.AppendInt(b, micros(p.Val.c.Lease), 10)
 		b = append(b, `,"r":`...)
-		b = strconv.AppendInt(b, micros(p.c.Retention), 10)
+		b = strconv.AppendInt(b, micros(p.Val.c.Retention), 10)
 		b = append(b, '}')
 	}
 	return string(append(b, ']'))

@@ -109,7 +109,7 @@ var (
 	_ idem.Renewer          = (*Store)(nil)
 	_ idem.BatchClaimer     = (*Store)(nil)
 
-	_ idem.TxRecorder[*sql.Tx] = (*Store)(nil)
+	_ idem.TxResultRecorder[*sql.Tx] = (*Store)(nil)
 )
 
 // Open connects to the database of a mysql://user:password@host:3306/database URL
@@ -180,7 +180,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 			}
 		}
 		if groups && s.procedure && s.sequence && cfg.MaxClaimGroup > 1 {
-			s.group = &grouper{s: s, max: cfg.MaxClaimGroup}
+			s.group = newGrouper(s, cfg.MaxClaimGroup)
 		}
 	}
 	err = metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return s.records(cfg.Table) })
@@ -508,18 +508,24 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.R
 // records it as completed (the inbox's path when its handler runs in the same
 // transaction). Keys run in (scope, id) order; a key repeated within claims is
 // Acquired once, then Replayed (or Mismatch, for another fingerprint).
-func (s *Store) RecordTx(ctx context.Context, tx *sql.Tx, claims []idem.Claim) (out []idem.Outcome, err error) {
-	ctx, span := s.tr.Record(ctx, claims)
-	defer func() { otelx.EndRecord(span, out, err) }()
-	return s.recordBatch(ctx, tx, claims)
+func (s *Store) RecordTx(ctx context.Context, tx *sql.Tx, claims []idem.Claim) ([]idem.Outcome, error) {
+	return s.RecordResultsTx(ctx, tx, claims, nil)
 }
 
-func (s *Store) recordBatch(ctx context.Context, tx *sql.Tx, claims []idem.Claim) ([]idem.Outcome, error) {
+// RecordResultsTx implements idem.TxResultRecorder: RecordTx, storing results[i] as
+// the result of claims[i]'s key when it records it.
+func (s *Store) RecordResultsTx(ctx context.Context, tx *sql.Tx, claims []idem.Claim, results [][]byte) (out []idem.Outcome, err error) {
+	ctx, span := s.tr.Record(ctx, claims)
+	defer func() { otelx.EndRecord(span, out, err) }()
+	return s.recordBatch(ctx, tx, claims, results)
+}
+
+func (s *Store) recordBatch(ctx context.Context, tx *sql.Tx, claims []idem.Claim, results [][]byte) ([]idem.Outcome, error) {
 	start := s.m.Start()
 	if tx == nil {
 		return nil, errNilTx
 	}
-	if err := idem.CheckBatch(ctx, claims); err != nil {
+	if err := idem.CheckRecordBatch(ctx, claims, results); err != nil {
 		return nil, err
 	}
 	out := make([]idem.Outcome, len(claims))
@@ -529,7 +535,7 @@ func (s *Store) recordBatch(ctx context.Context, tx *sql.Tx, claims []idem.Claim
 			continue
 		}
 		first[claims[i].Key] = i
-		o, err := s.record(ctx, tx, claims[i])
+		o, err := s.record(ctx, tx, claims[i], idem.ResultAt(results, i))
 		if err != nil {
 			return nil, backendErr(ctx, "record", err)
 		}

@@ -81,6 +81,20 @@ func BenchmarkClaim(b *testing.B) {
 	reportClaims(b, b.N)
 }
 
+// BenchmarkClaimTraced: BenchmarkClaim with the OpenTelemetry SDK sampling every
+// claim's span (testsvc.SDKTracing), the traced figure beside the untraced one.
+func BenchmarkClaimTraced(b *testing.B) {
+	s, err := idempg.New(context.Background(), benchPool(b), idempg.Config{TracerProvider: testsvc.SDKTracing(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	runClients(b, func(ctx context.Context, id string) error {
+		_, err := acquire(ctx, s, id)
+		return err
+	})
+	reportClaims(b, b.N)
+}
+
 // BenchmarkRawInsertOnConflict is Claim's baseline: the cheapest dedup write on a
 // table with the same primary key, on the same pool at the same concurrency.
 func BenchmarkRawInsertOnConflict(b *testing.B) {

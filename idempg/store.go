@@ -18,12 +18,12 @@ type Store struct {
 }
 
 var (
-	_ idem.Store              = (*Store)(nil)
-	_ idem.TxRecorder[pgx.Tx] = (*Store)(nil)
-	_ idem.TxStore[pgx.Tx]    = (*Store)(nil)
-	_ idem.Sweeper            = (*Store)(nil)
-	_ idem.BatchClaimer       = (*Store)(nil)
-	_ idem.Renewer            = (*Store)(nil)
+	_ idem.Store                    = (*Store)(nil)
+	_ idem.TxResultRecorder[pgx.Tx] = (*Store)(nil)
+	_ idem.TxStore[pgx.Tx]          = (*Store)(nil)
+	_ idem.Sweeper                  = (*Store)(nil)
+	_ idem.BatchClaimer             = (*Store)(nil)
+	_ idem.Renewer                  = (*Store)(nil)
 )
 
 // New returns a Store on pool. Unless cfg.SkipMigrate is set it first creates or

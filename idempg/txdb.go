@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
@@ -18,13 +19,22 @@ func TxDB(pool *pgxpool.Pool) idem.TxDB[pgx.Tx] {
 		Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 		Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
 		Querier:  Querier,
+		Read:     func(_ context.Context, fn func(idem.Querier) error) error { return fn(pgxQuerier{pool}) },
 	}
 }
 
 // Querier adapts a pgx transaction to idem.Querier.
 func Querier(tx pgx.Tx) idem.Querier { return pgxQuerier{tx} }
 
-type pgxQuerier struct{ tx pgx.Tx }
+// pgxRunner is what a Querier needs of pgx: a transaction, or the pool for
+// statements outside any transaction (idem.TxDB.Read).
+type pgxRunner interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+type pgxQuerier struct{ tx pgxRunner }
 
 func (q pgxQuerier) QueryRow(ctx context.Context, query string, args ...any) idem.Row {
 	return q.tx.QueryRow(ctx, query, args...)

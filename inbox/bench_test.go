@@ -8,13 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // nopSettler settles nothing: BenchmarkProcessSQLite measures the inbox, not a broker.
@@ -37,7 +40,6 @@ func BenchmarkProcessSQLiteTraced(b *testing.B) {
 }
 
 func benchProcess(b *testing.B, tp trace.TracerProvider) {
-	const batch = 64
 	ctx := context.Background()
 	s, err := idemsqlite.Open(ctx, filepath.Join(b.TempDir(), "inbox.db"), idemsqlite.Config{Synchronous: idemsqlite.SyncNormal})
 	if err != nil {
@@ -55,10 +57,50 @@ func benchProcess(b *testing.B, tp trace.TracerProvider) {
 		_, err := tx.ExecContext(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
 		return err
 	}
-	c, err := inbox.New(ctx, nopSource{}, txdb, s, handle, inbox.Config{Consumer: "bench", BatchSize: batch, TracerProvider: tp})
+	c, err := inbox.New(ctx, nopSource{}, txdb, s, handle, inbox.Config{Consumer: "bench", BatchSize: benchBatch, TracerProvider: tp})
 	if err != nil {
 		b.Fatal(err)
 	}
+	processBatches(b, c.Process)
+}
+
+// BenchmarkProcessPostgres: BenchmarkProcessSQLite on Postgres through pgx, where
+// the store records a batch's keys in one statement (idem.TxResultRecorder);
+// BenchmarkProcessPostgresTraced with the SDK sampling every delivery, so the
+// applying spans' contexts are recorded with the keys.
+func BenchmarkProcessPostgres(b *testing.B) { benchProcessPostgres(b, nil) }
+
+func BenchmarkProcessPostgresTraced(b *testing.B) { benchProcessPostgres(b, testsvc.SDKTracing(b)) }
+
+func benchProcessPostgres(b *testing.B, tp trace.TracerProvider) {
+	ctx := context.Background()
+	pool := testsvc.PostgresPool(b)
+	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	store, err := idempg.New(ctx, pool, idempg.Config{TracerProvider: tp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	handle := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
+		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
+		return err
+	}
+	c, err := inbox.New(ctx, nopSource{}, idempg.TxDB(pool), store, handle, inbox.Config{Consumer: "bench", BatchSize: benchBatch, TracerProvider: tp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	processBatches(b, c.Process)
+}
+
+// benchBatch is the inbox benchmarks' batch size.
+const benchBatch = 64
+
+// processBatches hands process batches of benchBatch fresh deliveries until b.N
+// are done, and reports msgs/s.
+func processBatches(b *testing.B, process func(context.Context, []idem.Delivery)) {
+	const batch = benchBatch
+	ctx := context.Background()
 	payload := []byte(`{"Amount":1}`)
 	ds := make([]idem.Delivery, batch)
 	b.ReportAllocs()
@@ -68,7 +110,7 @@ func benchProcess(b *testing.B, tp trace.TracerProvider) {
 			ds[i] = idem.Delivery{Message: idem.Message{ID: fmt.Sprintf("m-%09d", n+i), Topic: "orders", Payload: payload},
 				Attempt: 1, Settler: nopSettler{}}
 		}
-		c.Process(ctx, ds)
+		process(ctx, ds)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }

@@ -210,3 +210,63 @@ func relayLatency[Tx any](b *testing.B, db idem.TxDB[Tx], notifier outbox.Notifi
 	slices.Sort(lat)
 	return lat[len(lat)/2], lat[len(lat)*99/100]
 }
+
+// BenchmarkRelaysScale: 1, 2 and 4 relays on one Postgres draining one backlog of
+// b.N committed messages (100 ordering keys, so all 64 partitions) to NATS
+// JetStream: how far adding relays goes when they share a database and a broker.
+// Each relay takes the partitions it can lock (outbox.Partitions), so they never
+// publish the same partition at once.
+func BenchmarkRelaysScale(b *testing.B) {
+	ctx := context.Background()
+	for _, relays := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("relays=%d", relays), func(b *testing.B) {
+			pool := testsvc.PostgresPool(b)
+			ob, err := outbox.New(ctx, idempg.TxDB(pool), outbox.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _, subject, sink := natsSink(b)
+			for start := 0; start < b.N; start += 500 {
+				ms := make([]idem.Message, 0, 500)
+				for i := start; i < min(start+500, b.N); i++ {
+					ms = append(ms, idem.Message{ID: fmt.Sprintf("%s-%d", subject, i), Topic: subject, OrderingKey: fmt.Sprint(i % 100), Payload: make([]byte, 100)})
+				}
+				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := ob.EnqueueTx(ctx, tx, ms...); return err }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			rs := make([]*outbox.Relay[pgx.Tx], relays)
+			for i := range rs {
+				if rs[i], err = ob.Relay(sink, outbox.RelayConfig{BatchSize: 500, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var mu sync.Mutex
+			done := 0
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for _, r := range rs {
+				wg.Go(func() {
+					for {
+						mu.Lock()
+						finished := done >= b.N
+						mu.Unlock()
+						if finished {
+							return
+						}
+						n, err := r.RunOnce(ctx)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						mu.Lock()
+						done += n
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}

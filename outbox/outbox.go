@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -30,6 +32,18 @@ type Outbox[Tx any] struct {
 	now  func() time.Time
 	wake chan struct{} // pokes an in-process relay (SQLite)
 	tr   otelx.Tracer
+
+	notifyEvery time.Duration // Config.NotifyEvery; negative: every transaction
+	lastNotify  atomic.Int64  // unix ns of the last EnqueueTx that sent NOTIFY
+}
+
+// shouldNotify reports whether this EnqueueTx sends NOTIFY (see Config.NotifyEvery).
+func (o *Outbox[Tx]) shouldNotify() bool {
+	if o.notifyEvery < 0 {
+		return true
+	}
+	now, last := time.Now().UnixNano(), o.lastNotify.Load()
+	return now-last >= int64(o.notifyEvery) && o.lastNotify.CompareAndSwap(last, now)
 }
 
 // Config configures an Outbox. The zero value is ready to use.
@@ -44,7 +58,20 @@ type Config struct {
 	// (otel.GetTextMapPropagator), which is a no-op until the application sets one.
 	TracerProvider trace.TracerProvider
 	Propagator     propagation.TextMapPropagator
+	// NotifyEvery bounds how often EnqueueTx sends NOTIFY idem_outbox on PostgreSQL:
+	// one transaction per NotifyEvery per Outbox carries it (default 20 ms; negative:
+	// every transaction). PostgreSQL serializes the commits of notifying
+	// transactions (a cluster-wide lock held through each one's commit, WAL flush
+	// included), so a NOTIFY in every transaction caps concurrent producers at one
+	// commit per flush. A relay woken by a notification polls quickly for a while
+	// (RelayConfig.PollInterval), which finds the messages of the transactions in
+	// between; one whose only notifying neighbour rolled back waits for the relay's
+	// PollInterval at most.
+	NotifyEvery time.Duration
 }
+
+// DefaultNotifyEvery is Config.NotifyEvery's default.
+const DefaultNotifyEvery = 20 * time.Millisecond
 
 // New returns the outbox of db, creating or upgrading its table (package migrate).
 func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Outbox[Tx], error) {
@@ -54,13 +81,19 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Outbox[Tx]
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Outbox); err != nil {
 		return nil, err
 	}
-	return &Outbox[Tx]{db: db, now: time.Now, wake: make(chan struct{}, 1), tr: otelx.New(cfg.TracerProvider, cfg.Propagator)}, nil
+	every := cfg.NotifyEvery
+	if every == 0 {
+		every = DefaultNotifyEvery
+	}
+	return &Outbox[Tx]{db: db, now: time.Now, wake: make(chan struct{}, 1), tr: otelx.New(cfg.TracerProvider, cfg.Propagator),
+		notifyEvery: every}, nil
 }
 
 // EnqueueTx writes msgs in tx: they are published if and only if tx commits. A message
 // without an ID gets a UUIDv7, which becomes its broker dedup id and its consumers'
 // idempotency key; the IDs are returned in order. On PostgreSQL the commit also wakes
-// the relays (NOTIFY idem_outbox), so publication does not wait for a poll.
+// the relays (NOTIFY idem_outbox, carried by at most one transaction per
+// Config.NotifyEvery), so publication does not wait for a poll.
 //
 // The trace context of ctx (its idem.outbox.enqueue span) is stored in each
 // message's headers, under the propagator's names (traceparent, tracestate), so the
@@ -72,8 +105,7 @@ func (o *Outbox[Tx]) EnqueueTx(ctx context.Context, tx Tx, msgs ...idem.Message)
 		defer func() { otelx.Fail(span, err); span.End() }()
 	}
 	ids = make([]string, len(msgs))
-	q := o.db.Querier(tx)
-	now := o.now().UnixMilli()
+	rows := make([]newRow, len(msgs))
 	for i, m := range msgs {
 		if m.ID == "" {
 			m.ID = idemkey.NewV7()
@@ -92,14 +124,12 @@ func (o *Outbox[Tx]) EnqueueTx(ctx context.Context, tx Tx, msgs ...idem.Message)
 		if payload == nil {
 			payload = []byte{}
 		}
-		if _, err := q.Exec(ctx, insertSQL, m.ID, m.Topic, m.OrderingKey, partition(m), string(headers), payload, now); err != nil {
-			return nil, &idem.BackendError{Backend: o.db.Dialect.String(), Op: "outbox.enqueue", Err: err}
-		}
+		rows[i] = newRow{m.ID, m.Topic, m.OrderingKey, int32(partition(m)), string(headers), payload}
 		ids[i] = m.ID
 	}
-	if o.db.Dialect == idem.Postgres && len(msgs) > 0 {
-		if _, err := q.Exec(ctx, "SELECT pg_notify('idem_outbox', '')"); err != nil {
-			return nil, &idem.BackendError{Backend: "postgres", Op: "outbox.enqueue", Err: err}
+	if len(rows) > 0 {
+		if err := o.insert(ctx, o.db.Querier(tx), rows, o.now().UnixMilli()); err != nil {
+			return nil, &idem.BackendError{Backend: o.db.Dialect.String(), Op: "outbox.enqueue", Err: err}
 		}
 	}
 	select { // an in-process relay looks again soon; it retries briefly if tx is not yet committed
@@ -108,6 +138,76 @@ func (o *Outbox[Tx]) EnqueueTx(ctx context.Context, tx Tx, msgs ...idem.Message)
 	}
 	return ids, nil
 }
+
+// newRow is one message as EnqueueTx inserts it.
+type newRow struct {
+	id, topic, orderingKey string
+	part                   int32
+	headers                string
+	payload                []byte
+}
+
+// insert writes rows in one statement: on PostgreSQL one INSERT … SELECT FROM unnest
+// of arrays, which also sends the relays' NOTIFY when it is this transaction's turn
+// (shouldNotify), so one message or a thousand cost one round trip; elsewhere multi-row INSERTs of up to maxRowsPerInsert rows. Rows get
+// their ids in the order given, so one ordering key's messages leave in that order.
+func (o *Outbox[Tx]) insert(ctx context.Context, q idem.Querier, rows []newRow, now int64) error {
+	if o.db.Dialect == idem.Postgres {
+		cols := struct {
+			ids, topics, keys, headers []string
+			parts                      []int32
+			payloads                   [][]byte
+		}{}
+		for _, r := range rows {
+			cols.ids, cols.topics, cols.keys = append(cols.ids, r.id), append(cols.topics, r.topic), append(cols.keys, r.orderingKey)
+			cols.parts, cols.headers, cols.payloads = append(cols.parts, r.part), append(cols.headers, r.headers), append(cols.payloads, r.payload)
+		}
+		query := insertArraysSQL
+		if o.shouldNotify() {
+			query = insertNotifySQL
+		}
+		_, err := q.Exec(ctx, query, cols.ids, cols.topics, cols.keys, cols.parts, cols.headers, cols.payloads, now)
+		return err
+	}
+	for len(rows) > 0 {
+		n := min(len(rows), maxRowsPerInsert)
+		var b strings.Builder
+		b.WriteString(insertPrefix)
+		args := make([]any, 1, 1+6*n)
+		args[0] = now
+		for i, r := range rows[:n] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			k := 2 + 6*i
+			fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d, $1, $1)", k, k+1, k+2, k+3, k+4, k+5)
+			args = append(args, r.id, r.topic, r.orderingKey, r.part, r.headers, r.payload)
+		}
+		if _, err := q.Exec(ctx, b.String(), args...); err != nil {
+			return err
+		}
+		rows = rows[n:]
+	}
+	return nil
+}
+
+// maxRowsPerInsert bounds a multi-row INSERT on SQLite and MySQL: 6 parameters a
+// row stay far below either's limit (32,766 and 65,535).
+const maxRowsPerInsert = 500
+
+const insertPrefix = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at) VALUES `
+
+// insertArraysSQL inserts a batch from arrays, in their order.
+const insertArraysSQL = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
+	SELECT m.id, m.topic, m.ok, m.part, m.headers, m.payload, $7, $7
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bytea[]) WITH ORDINALITY AS m(id, topic, ok, part, headers, payload, ord)
+	ORDER BY m.ord`
+
+// insertNotifySQL is insertArraysSQL that also wakes the relays (NOTIFY
+// idem_outbox, delivered at commit) in the same round trip.
+const insertNotifySQL = `WITH ins AS (` + insertArraysSQL + `
+	RETURNING 1)
+SELECT pg_notify('idem_outbox', '') FROM (SELECT 1 FROM ins LIMIT 1) AS any_row`
 
 // partition returns m's ordering partition.
 func partition(m idem.Message) int {
@@ -119,9 +219,6 @@ func partition(m idem.Message) int {
 	}
 	return int(h.Sum32() % Partitions)
 }
-
-const insertSQL = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`
 
 // Schema returns the SQL that creates the outbox table and its indexes in d, with
 // the idem_migrations rows New checks for: what services in other languages can

@@ -28,20 +28,22 @@ type Notifier interface {
 	Wait(ctx context.Context) error
 }
 
-// MinPollInterval is the shortest wait of a relay polling without a Notifier: the
-// one after a round that published.
+// MinPollInterval is the shortest wait of a relay's polling: the one after a round
+// that published, or after a wake.
 const MinPollInterval = 10 * time.Millisecond
 
 // RelayConfig configures a Relay. The zero value is usable.
 type RelayConfig struct {
 	// BatchSize is how many messages one round publishes. Default 100.
 	BatchSize int
-	// PollInterval is how often the relay looks without being woken: a safety net
-	// with a Notifier. Without one (MySQL, or producers in other processes on
-	// SQLite) the relay polls adaptively: MinPollInterval after a round that
-	// published, doubling while rounds find nothing, up to PollInterval. Under steady
-	// traffic a message then waits at most about MinPollInterval; the first one after
-	// a quiet spell waits up to PollInterval. Default 1 s.
+	// PollInterval is the longest the relay waits without being woken. It polls
+	// adaptively: MinPollInterval after a round that published or a wake, doubling
+	// while rounds find nothing, up to PollInterval. Without a Notifier (MySQL, or
+	// producers in other processes on SQLite) under steady traffic a message then
+	// waits at most about MinPollInterval, and the first one after a quiet spell up
+	// to PollInterval. With one, the wake comes at commit; the quick rounds after it
+	// find the messages of transactions that did not notify (Config.NotifyEvery).
+	// Default 1 s.
 	PollInterval time.Duration
 	// MaxAttempts is how many failed publications park a message. Default 10.
 	MaxAttempts int
@@ -155,10 +157,8 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 		}
 		go r.listen(ctx, wake)
 	}
-	idle := r.cfg.PollInterval // the wait before the next unprompted round
-	if r.cfg.Notifier == nil {
-		idle = min(MinPollInterval, r.cfg.PollInterval) // start attentive; back off while idle
-	}
+	attentive := min(MinPollInterval, r.cfg.PollInterval)
+	idle := attentive // the wait before the next unprompted round: attentive at first, backing off while idle
 	poll := time.NewTimer(idle)
 	defer poll.Stop()
 	cleanup := time.NewTicker(r.cfg.CleanupInterval)
@@ -180,15 +180,11 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 		}
 		failures = 0
 		if n > 0 {
-			if r.cfg.Notifier == nil {
-				idle = min(MinPollInterval, r.cfg.PollInterval)
-			}
+			idle = attentive
 			continue // more may be waiting, in partitions this round did not take
 		}
 		poll.Reset(idle)
-		if r.cfg.Notifier == nil {
-			idle = min(2*idle, r.cfg.PollInterval)
-		}
+		idle = min(2*idle, r.cfg.PollInterval)
 		var recheck <-chan time.Time
 		if quick > 0 {
 			recheck = time.After(time.Duration(4-quick) * 5 * time.Millisecond)
@@ -198,6 +194,7 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-wake:
+			idle = attentive // transactions that did not notify may commit around this one
 		case <-r.o.wake:
 			quick = 3
 		case <-recheck:

@@ -1,0 +1,206 @@
+package effect
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync/atomic"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/group"
+)
+
+// Group writes, on PostgreSQL: concurrent Do calls share their PENDING inserts, and
+// their COMPLETE and FAILED updates, through internal/group. A call that finds a
+// runner free writes alone, one autocommit statement as on every database; calls that
+// find both runners busy wait in a queue that the next free runner writes in one
+// statement over arrays (unnest), one round trip and one commit for all of them. The
+// statements are the single ones', row for row: the insert skips keys that exist (their
+// callers then take the transaction path, as alone), and the update matches each row
+// on its key, step and token, so a batch fences exactly as single updates would.
+// Rows are written in (key, step) order, so two batches lock shared rows in one order;
+// a batch that fails anyway (a deadlock, a lost connection) is written again call by
+// call, each alone.
+
+// groupRunners is how many writes or batches of one kind run at once per Fence.
+const groupRunners = 2
+
+// maxGroup bounds the rows of one batch.
+const maxGroup = 64
+
+// groups are a Fence's batchers; nil where the database has no arrays (SQLite,
+// MySQL), which write alone.
+type groups struct {
+	inserts  group.Batcher[insertCall]
+	finishes group.Batcher[finishCall]
+	batches  atomic.Int64 // statements that wrote more than one row's call, for tests
+}
+
+type insertCall struct {
+	key, step  string
+	lease, now int64
+	acquired   bool // the answer: the row was inserted by this call
+}
+
+type finishCall struct {
+	key, step, state, reason string
+	token, now               int64
+	result                   []byte
+	done                     bool // the answer: the row held token and is now state
+}
+
+func (f *Fence[Tx]) newGroups() *groups {
+	if f.db.Dialect != idem.Postgres || f.db.Read == nil {
+		return nil
+	}
+	g := &groups{}
+	g.inserts = group.Batcher[insertCall]{Runners: groupRunners, Max: maxGroup, Run: f.insertBatch}
+	g.finishes = group.Batcher[finishCall]{Runners: groupRunners, Max: maxGroup, Run: f.finishBatch}
+	return g
+}
+
+// insertNew inserts key and step as PENDING with token 1, alone or in a batch, and
+// reports whether it did (false: the effect exists).
+func (f *Fence[Tx]) insertNew(ctx context.Context, key, step string, lease, now int64) (bool, error) {
+	if f.groups == nil {
+		n, err := f.exec(ctx, f.q.insert, key, step, lease, now)
+		return n == 1, err
+	}
+	it, err := f.groups.inserts.Do(ctx, insertCall{key: key, step: step, lease: lease, now: now})
+	return err == nil && it.Val.acquired, err
+}
+
+// update sets the effect to state if token still holds it, alone or in a batch,
+// and reports whether it did.
+func (f *Fence[Tx]) update(ctx context.Context, key, step string, token int64, state string, result []byte, reason string) (bool, error) {
+	now := f.cfg.Now().UnixNano()
+	if f.groups == nil {
+		n, err := f.exec(ctx, f.q.finish, state, result, reason, now, key, step, token)
+		return n == 1, err
+	}
+	it, err := f.groups.finishes.Do(ctx, finishCall{key: key, step: step, token: token, state: state, result: result, reason: reason, now: now})
+	return err == nil && it.Val.done, err
+}
+
+func (f *Fence[Tx]) insertBatch(batch []*group.Item[insertCall]) {
+	if len(batch) == 1 {
+		it := batch[0]
+		n, err := f.exec(it.Ctx, f.q.insert, it.Val.key, it.Val.step, it.Val.lease, it.Val.now)
+		it.Val.acquired = n == 1
+		it.Finish(err)
+		return
+	}
+	slices.SortStableFunc(batch, func(a, b *group.Item[insertCall]) int {
+		return cmp.Or(cmp.Compare(a.Val.key, b.Val.key), cmp.Compare(a.Val.step, b.Val.step))
+	})
+	var keys, steps []string
+	var leases, nows []int64
+	for _, it := range batch {
+		keys, steps = append(keys, it.Val.key), append(steps, it.Val.step)
+		leases, nows = append(leases, it.Val.lease), append(nows, it.Val.now)
+	}
+	inserted := map[[2]string]bool{}
+	err := runBatch(f, batch, groupInsertSQL, func(r idem.Rows) error {
+		var k [2]string
+		if err := r.Scan(&k[0], &k[1]); err != nil {
+			return err
+		}
+		inserted[k] = true
+		return nil
+	}, keys, steps, leases, nows)
+	if err != nil {
+		for _, it := range batch {
+			go f.insertBatch([]*group.Item[insertCall]{it})
+		}
+		return
+	}
+	for _, it := range batch {
+		k := [2]string{it.Val.key, it.Val.step}
+		it.Val.acquired = inserted[k] // a key twice in one batch: inserted once, by the first
+		delete(inserted, k)
+		it.Finish(nil)
+	}
+}
+
+func (f *Fence[Tx]) finishBatch(batch []*group.Item[finishCall]) {
+	if len(batch) == 1 {
+		it, v := batch[0], batch[0].Val
+		n, err := f.exec(it.Ctx, f.q.finish, v.state, v.result, v.reason, v.now, v.key, v.step, v.token)
+		it.Val.done = n == 1
+		it.Finish(err)
+		return
+	}
+	slices.SortStableFunc(batch, func(a, b *group.Item[finishCall]) int {
+		return cmp.Or(cmp.Compare(a.Val.key, b.Val.key), cmp.Compare(a.Val.step, b.Val.step))
+	})
+	var keys, steps, states, reasons []string
+	var tokens, nows []int64
+	var results [][]byte
+	for _, it := range batch {
+		v := it.Val
+		keys, steps, states, reasons = append(keys, v.key), append(steps, v.step), append(states, v.state), append(reasons, v.reason)
+		tokens, nows, results = append(tokens, v.token), append(nows, v.now), append(results, v.result)
+	}
+	type row struct {
+		key, step string
+		token     int64
+	}
+	updated := map[row]bool{}
+	err := runBatch(f, batch, groupFinishSQL, func(r idem.Rows) error {
+		var w row
+		if err := r.Scan(&w.key, &w.step, &w.token); err != nil {
+			return err
+		}
+		updated[w] = true
+		return nil
+	}, keys, steps, tokens, states, results, reasons, nows)
+	if err != nil {
+		for _, it := range batch {
+			go f.finishBatch([]*group.Item[finishCall]{it})
+		}
+		return
+	}
+	for _, it := range batch {
+		w := row{it.Val.key, it.Val.step, it.Val.token}
+		it.Val.done = updated[w]
+		delete(updated, w)
+		it.Finish(nil)
+	}
+}
+
+// runBatch runs one batch statement outside any transaction (autocommit), bounded
+// by its callers' deadlines, and calls scan for each row it returns.
+func runBatch[Tx, T any](f *Fence[Tx], batch []*group.Item[T], query string, scan func(idem.Rows) error, args ...any) error {
+	f.groups.batches.Add(1)
+	ctx, cancel := group.Context(batch)
+	defer cancel()
+	return f.db.Read(ctx, func(q idem.Querier) error {
+		rows, err := q.Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+}
+
+// groupInsertSQL is the fence's insert over arrays, in (key, step) order.
+const groupInsertSQL = `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, created_at, updated_at)
+SELECT k.key, k.step, 'pending', 1, k.lease, 1, k.now, k.now
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS k(key, step, lease, now)
+ORDER BY k.key, k.step
+ON CONFLICT (key, step) DO NOTHING
+RETURNING key, step`
+
+// groupFinishSQL is the fence's finish over arrays: each row is updated only if it
+// is still PENDING under the call's token.
+const groupFinishSQL = `UPDATE idem_effects AS e SET state = u.state, result = u.result, reason = u.reason, updated_at = u.now
+FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::bigint[])
+	AS x(key, step, token, state, result, reason, now) ORDER BY x.key, x.step) AS u
+WHERE e.key = u.key AND e.step = u.step AND e.token = u.token AND e.state = 'pending'
+RETURNING e.key, e.step, e.token`
