@@ -219,11 +219,20 @@ func TestKeysGetListEvict(t *testing.T) {
 
 			// list, as JSON and paged when the store pages in order (Redis's SCAN
 			// pages are neither ordered nor of a set size).
+			// A SCAN page may stop short of the limit, so follow the cursor to the end.
 			var page keysJSON
 			decode(t, mustRun(t, keys("list", "--json")...), &page)
 			got := map[string]keyRecord{}
-			for _, r := range page.Records {
-				got[r.ID] = r
+			for pages := 0; ; pages++ {
+				for _, r := range page.Records {
+					got[r.ID] = r
+				}
+				if page.Next == "" || pages > 100 {
+					break
+				}
+				next := page.Next
+				page = keysJSON{}
+				decode(t, mustRun(t, keys("list", "--json", "--cursor", next)...), &page)
 			}
 			if len(got) != 2 || got["k-done"].State != "completed" || got["k-busy"].State != "in_progress" ||
 				got["k-done"].Fingerprint != "0102" || got["k-done"].Result.Size != 13 || got["k-done"].Result.Encoding != "text" ||
@@ -244,6 +253,15 @@ func TestKeysGetListEvict(t *testing.T) {
 				}
 			}
 			out := mustRun(t, keys("list")...)
+			for pages, last := 0, out; pages < 100; pages++ { // SCAN pages may stop short: the next ones too
+				_, more, ok := strings.Cut(last, "more: --cursor ")
+				if !ok {
+					break
+				}
+				more, _, _ = strings.Cut(more, "\n")
+				last = mustRun(t, keys("list", "--cursor", strings.TrimSpace(more))...)
+				out += last
+			}
 			noRawControls(t, out)
 			if !strings.Contains(out, `\x1b[2J\x1b[31mok\x0d\x0a (13 bytes)`) || !strings.Contains(out, "in_progress") {
 				t.Fatalf("keys list table:\n%s", out)

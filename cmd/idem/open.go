@@ -17,16 +17,16 @@ import (
 // The URL flags of every command map here, one switch per kind of backend, to one
 // small opener per URL scheme. The openers of a scheme live in its own file
 // (open_postgres.go, open_mysql.go, open_sqlite.go, open_redis.go, open_nats.go, open_kafka.go,
-// open_amqp.go) with the connection helper serve, relay, verify and bench share.
+// open_amqp.go, open_pubsub.go, open_sqs.go) with the connection helper serve, relay, verify and bench share.
 // A command's parse checks its flag without connecting (parseStore, parseDB,
 // parseSink); the openers connect, and their errors name the flag.
 //
-//	serve  --store   sqlite:PATH, postgres://, mysql://, redis://, memory:  storeSpec.open
+//	serve  --store   sqlite:PATH, postgres://, mysql://, redis://, redis-cluster://, memory:  storeSpec.open
 //	relay  --db      sqlite:PATH, postgres://, mysql://              openRelayDB
 //	admin  --db      sqlite:PATH, postgres://, mysql:// (no DDL)  openAdminDB
-//	relay  --sink    nats://, kafka://, redis://, amqp://, https://  sinkSpec.open
+//	relay  --sink    nats://, kafka://, redis://, amqp://, pubsub://, sqs://, https://  sinkSpec.open
 //	verify --db      sqlite:[PATH], postgres://, mysql://            openVerifyDB
-//	verify --broker  nats:[//…], kafka:[//…], redis://, amqp://      openVerifyBroker
+//	verify --broker  nats:[//…], kafka:[//…], redis://, amqp://, pubsub:[//…], sqs:  openVerifyBroker
 //	bench            the same SQLite DSN (openSQLite)
 
 // open connects the store and registers its metrics on reg; close releases what
@@ -41,6 +41,8 @@ func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store i
 		return openPostgresStore(ctx, s, reg)
 	case "redis":
 		return openRedisStore(ctx, s, reg)
+	case "redis-cluster":
+		return openRedisClusterStore(ctx, s, reg)
 	case "mysql":
 		return openMySQLStore(ctx, s, reg)
 	}
@@ -96,6 +98,10 @@ func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, cl
 		return openRedisSink(ctx, s)
 	case "amqp":
 		return openAMQPSink(s, o)
+	case "pubsub":
+		return openPubSubSink(ctx, s)
+	case "sqs":
+		return openSQSSink(ctx, s)
 	case "webhook":
 		return s.webhook, func() {}, nil
 	}
@@ -126,10 +132,14 @@ func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error)
 //
 //	nats:                 embedded NATS JetStream in a temporary directory (default)
 //	nats://host:4222      a NATS server with JetStream
+//	nats-cluster:         three embedded NATS nodes, an R3 stream; nodes killed, routes cut
 //	kafka:                an in-process Kafka cluster (franz-go's kfake)
 //	kafka://host:9092     a Kafka cluster
 //	redis://host:6379     Redis Streams
 //	amqp://user:pass@host RabbitMQ (a quorum queue)
+//	pubsub:               an in-process Pub/Sub fake (pstest)
+//	pubsub://PROJECT      Google Pub/Sub (or the emulator at $PUBSUB_EMULATOR_HOST)
+//	sqs:                  an in-process SQS with a FIFO queue (idemsqs/sqsfake)
 //
 // Every run uses its own stream, topic or queue, named after run. Connections to
 // NATS, Redis and RabbitMQ go through a chaos.Proxy, so the run can cut them.
@@ -139,15 +149,21 @@ func openVerifyBroker(ctx context.Context, raw, run string, logger *slog.Logger)
 	switch scheme, _, _ := strings.Cut(raw, ":"); scheme {
 	case "nats":
 		err = openNATSBroker(ctx, b, raw, run, logger)
+	case "nats-cluster":
+		err = openNATSClusterBroker(ctx, b, raw, run, logger)
 	case "kafka":
 		err = openKafkaBroker(b, raw, run)
 	case "redis", "rediss":
 		err = openRedisBroker(ctx, b, raw, run)
 	case "amqp", "amqps":
 		err = openAMQPBroker(b, raw, run)
+	case "pubsub":
+		err = openPubSubBroker(ctx, b, raw, run)
+	case "sqs":
+		err = openSQSBroker(ctx, b, raw, run)
 	default:
-		err = fmt.Errorf("--broker %q: unknown broker; use nats: (embedded), nats://host:4222, kafka: (in-process), "+
-			"kafka://host:9092, redis://host:6379 (Streams) or amqp://user:pass@host:5672/", redactURL(raw))
+		err = fmt.Errorf("--broker %q: unknown broker; use nats: (embedded), nats-cluster: (3 embedded nodes), nats://host:4222, kafka: (in-process), "+
+			"kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process), pubsub://PROJECT or sqs: (in-process)", redactURL(raw))
 	}
 	if err != nil {
 		b.close()

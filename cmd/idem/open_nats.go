@@ -76,15 +76,7 @@ func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logge
 	if err := b.proxyTo("nats", addr); err != nil {
 		return err
 	}
-	connect := func() (*nats.Conn, jetstream.JetStream, error) {
-		nc, js, err := connectNATS("nats://"+b.proxy.Addr(), nats.Name("idem verify"), nats.MaxReconnects(-1),
-			nats.ReconnectWait(20*time.Millisecond), nats.ReconnectJitter(10*time.Millisecond, 10*time.Millisecond),
-			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { logger.Warn("nats", "err", err) }))
-		if err != nil {
-			return nil, nil, fmt.Errorf("--broker %s: %w", raw, err)
-		}
-		return nc, js, nil
-	}
+	connect := verifyNATSConnect("nats://"+b.proxy.Addr(), raw, logger)
 	stream := "IDEM_VERIFY_" + strings.ToUpper(run)
 	b.topic = "idem.verify." + run + ".orders"
 	nc, js, err := connect()
@@ -95,6 +87,28 @@ func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logge
 	if err := b.natsStream(ctx, js, stream); err != nil {
 		return fmt.Errorf("--broker %s: %w", raw, err)
 	}
+	b.natsOpeners(connect, stream)
+	return nil
+}
+
+// verifyNATSConnect returns how verify's clients connect to servers: a fresh
+// connection each (sinks and sources are restarted on their own), reconnecting
+// without end, errors logged.
+func verifyNATSConnect(servers, raw string, logger *slog.Logger) func() (*nats.Conn, jetstream.JetStream, error) {
+	return func() (*nats.Conn, jetstream.JetStream, error) {
+		nc, js, err := connectNATS(servers, nats.Name("idem verify"), nats.MaxReconnects(-1),
+			nats.ReconnectWait(20*time.Millisecond), nats.ReconnectJitter(10*time.Millisecond, 10*time.Millisecond),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { logger.Warn("nats", "err", err) }))
+		if err != nil {
+			return nil, nil, fmt.Errorf("--broker %s: %w", raw, err)
+		}
+		return nc, js, nil
+	}
+}
+
+// natsOpeners sets b's sink and source openers on stream, each on a connection of
+// its own that closes with it.
+func (b *verifyBroker) natsOpeners(connect func() (*nats.Conn, jetstream.JetStream, error), stream string) {
 	b.openSink = func(ctx context.Context) (idem.Sink, error) {
 		nc, js, err := connect()
 		if err != nil {
@@ -120,7 +134,6 @@ func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logge
 		}
 		return &ownedSource{s, natsCloser(nc)}, nil
 	}
-	return nil
 }
 
 // natsStream creates the run's stream over b.topic, deleted by b.close, and

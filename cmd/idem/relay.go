@@ -36,6 +36,7 @@ type relayOptions struct {
 	adminToken               string
 	webhookTimeout           time.Duration
 	schema                   bool
+	cdc                      cdcOptions // --cdc: relay_cdc.go
 }
 
 const relaySynopsis = `Publishes the transactional outbox (the table idem_outbox, written by
@@ -56,6 +57,14 @@ Sinks (--sink):
   kafka://host:9092[,host:9092]        Kafka (idempotent producer, acks=all)
   redis://host:6379[/db]               Redis Streams, one stream per topic
   amqp://user:pass@host:5672/[vhost]   RabbitMQ, default exchange unless --amqp-exchange
+  pubsub://PROJECT                     Google Pub/Sub: topic = the row's topic (it must exist),
+                                       ID in the Idem-Msg-Id attribute; credentials from
+                                       $GOOGLE_APPLICATION_CREDENTIALS, or the emulator at
+                                       $PUBSUB_EMULATOR_HOST
+  sqs://?region=eu-west-1              Amazon SQS FIFO; topics name the queues (orders.fifo)
+                                       or are their URLs; credentials from the AWS chain
+                                       (AWS_* variables, profile, role). sqs://host:port for
+                                       a local SQS-compatible endpoint over HTTP
   https://host/path                    webhook, signed with $IDEM_WEBHOOK_SECRET (32+ bytes)
 
 HTTP (--listen, loopback only by default): /metrics for Prometheus and /healthz,
@@ -63,6 +72,14 @@ HTTP (--listen, loopback only by default): /metrics for Prometheus and /healthz,
 503 otherwise. /healthz gives a status and a short reason ("sink: webhook
 returned 500"); the details are in the log, with credentials masked.
 SIGINT or SIGTERM stops the relay; unfinished publications are redone by the next.
+
+Log-based (--cdc, PostgreSQL with wal_level=logical): reads the outbox's inserts
+from the WAL through a replication slot (--slot) instead of querying the table, and
+confirms a position to the server only after the broker stored everything before
+it. Each message carries idem-source, idem-lsn and idem-lsn-index headers for
+consumers that deduplicate by position. Relays on one slot take turns by a lock.
+--drop-slot drops the slot (and the WAL it holds) and exits. /metrics adds
+idem_cdc_lag_bytes, idem_cdc_lag_seconds and idem_cdc_retained_wal_bytes.
 Traces go over OTLP when $OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_*
 variables) is set; log lines under a span carry its trace_id and span_id.`
 
@@ -70,7 +87,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("relay", relaySynopsis)
 	o := &relayOptions{}
 	fs.StringVar(&o.db, "db", "", "the outbox's database: postgres://…, mysql://… or sqlite:PATH  [$IDEM_DB]")
-	fs.StringVar(&o.sink, "sink", "", "where to publish: nats://, kafka://, redis://, amqp:// or https:// (webhook)  [$IDEM_SINK]")
+	fs.StringVar(&o.sink, "sink", "", "where to publish: nats://, kafka://, redis://, amqp://, pubsub://, sqs:// or https:// (webhook)  [$IDEM_SINK]")
 	fs.StringVar(&o.listen, "listen", defaultRelayListen, "address of /metrics and /healthz (:9464 for every interface); empty for none")
 	fs.IntVar(&o.batch, "batch", 100, "messages published per round, 1 to 10000")
 	fs.DurationVar(&o.poll, "poll", time.Second, "how often to look for messages without a wake-up")
@@ -84,6 +101,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "time limit of one webhook request")
 	fs.StringVar(&o.adminToken, "admin-token", "", "serve the admin API (the outbox) at /api/ of --listen with this bearer token, 16+ random bytes; prefer the environment  [$IDEM_ADMIN_TOKEN]")
 	fs.BoolVar(&o.schema, "schema", false, "print the outbox table and the insert contract for services in other languages, and exit")
+	o.cdc.flags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -95,6 +113,9 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	if o.schema {
 		printSchema(m.Stdout, dialectOf(o.db))
 		return nil
+	}
+	if o.cdc.on || o.cdc.dropSlot {
+		return m.runRelayCDC(ctx, fs, o)
 	}
 	db, sink, err := o.check()
 	if err == nil {

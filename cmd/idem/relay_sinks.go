@@ -16,12 +16,14 @@ import (
 
 // sinkSpec is a --sink URL, checked without connecting: open connects.
 type sinkSpec struct {
-	kind    string // nats, kafka, redis, amqp, webhook
+	kind    string // nats, kafka, redis, amqp, pubsub, sqs, webhook
 	raw     string
 	desc    string // for logs, without passwords
 	brokers []string
+	project string // pubsub
 	redis   *redis.Options
 	webhook *idemhttp.WebhookSink
+	sqs     *sqsSpec
 }
 
 // parseSink checks --sink and the flags of its kind. Its errors are usage errors:
@@ -40,6 +42,8 @@ func parseSink(raw string, o *relayOptions) (sinkSpec, error) {
 		s.kind = "nats"
 	case "kafka":
 		return parseKafkaSink(s)
+	case "pubsub":
+		return parsePubSubSink(s)
 	case "redis", "rediss":
 		s.kind = "redis"
 		opts, err := redis.ParseURL(raw)
@@ -54,9 +58,11 @@ func parseSink(raw string, o *relayOptions) (sinkSpec, error) {
 		}
 	case "http", "https":
 		return parseWebhookSink(s, o)
+	case "sqs":
+		return parseSQSSink(s)
 	default:
 		return s, fmt.Errorf("--sink %q: unknown sink; use nats://host:4222, kafka://host:9092, redis://host:6379, "+
-			"amqp://user:pass@host:5672/ or https://host/path (webhook)", s.desc)
+			"amqp://user:pass@host:5672/, pubsub://PROJECT, sqs://?region=eu-west-1 or https://host/path (webhook)", s.desc)
 	}
 	return s, nil
 }

@@ -24,6 +24,8 @@ type storeSpec struct {
 	path   string // sqlite
 	redis  *redis.Options
 	prefix string // redis key prefix (?prefix=), empty for idemredis.DefaultPrefix
+	// cluster is redis-cluster://'s client options and WAIT settings.
+	cluster *redisClusterSpec
 	// maxBytes is the memory store's budget (?max_bytes=): 0 for idemmem's default,
 	// negative for none.
 	maxBytes int64
@@ -53,6 +55,8 @@ func parseStore(raw string) (storeSpec, error) {
 		s.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	case strings.HasPrefix(raw, "redis://"), strings.HasPrefix(raw, "rediss://"):
 		return parseRedisStore(s)
+	case strings.HasPrefix(raw, "redis-cluster://"):
+		return parseRedisClusterStore(s)
 	case strings.HasPrefix(raw, "mysql://"):
 		return parseMySQLStore(s)
 	default:

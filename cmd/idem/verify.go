@@ -18,7 +18,7 @@ type verifyOptions struct {
 	ops, clients, consumers       int
 	rate                          float64
 	seed                          int64
-	db, broker                    string
+	db, broker, relay             string
 	unsafe, asJSON, keep, verbose bool
 	timeout                       time.Duration
 }
@@ -72,11 +72,12 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.Float64Var(&o.rate, "fault-rate", 0.25, "fraction of operations (requests, publishes, deliveries) hit by a fault, 0 to 1")
 	fs.Int64Var(&o.seed, "seed", 0, "seed for orders and faults (0: pick one and print it)")
 	fs.StringVar(&o.db, "db", envOr("IDEM_DB", "sqlite:"), "database: sqlite: (temporary file), sqlite:PATH (new file), postgres://user@host/db (a fresh schema) or mysql://user@host:3306/db (a fresh database)  [$IDEM_DB]")
-	fs.StringVar(&o.broker, "broker", envOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams) or amqp://user:pass@host:5672/  [$IDEM_BROKER]")
+	fs.StringVar(&o.broker, "broker", envOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats-cluster: (3 embedded nodes, killed and cut), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process pstest), pubsub://PROJECT or sqs: (in-process SQS FIFO)  [$IDEM_BROKER]")
 	fs.BoolVar(&o.unsafe, "unsafe", false, "turn idem's protection off (plain at-least-once): the negative control, expected to fail")
 	fs.BoolVar(&o.asJSON, "json", false, "write the report as JSON instead of a table")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived by then is counted lost, and the report says the run did not settle")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's database (temporary SQLite file, Postgres schema or MySQL database) for inspection")
+	fs.StringVar(&o.relay, "relay", "outbox", "the outbox relay: outbox (polls the table, woken by NOTIFY) or cdc (reads PostgreSQL's WAL; without --db it starts a private PostgreSQL in a temporary directory)")
 	fs.BoolVar(&o.verbose, "v", false, "log the warnings of relays and consumers (many, under faults) to stderr")
 	return fs, o
 }
@@ -92,12 +93,21 @@ func (o *verifyOptions) check() error {
 		return fmt.Errorf("--consumers must be positive (got %d)", o.consumers)
 	case o.rate < 0 || o.rate > 1:
 		return fmt.Errorf("--fault-rate must be between 0 and 1 (got %g)", o.rate)
+	case o.relay != "outbox" && o.relay != "cdc":
+		return fmt.Errorf("--relay must be outbox or cdc (got %q)", o.relay)
 	}
 	return nil
 }
 
 // verify opens the run's database and broker, runs the flow and writes the report.
 func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
+	if o.relay == "cdc" {
+		stop, err := m.verifyCDCDB(ctx, o)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	vdb, err := openVerifyDB(ctx, o.db, o.keep)
 	if err != nil {
 		return err
@@ -117,6 +127,13 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 		DB: vdb.db, Store: vdb.store, Broker: b, Clock: vdb.clock, DBProxy: vdb.proxy,
 		Orders: o.ops, Clients: o.clients, Consumers: o.consumers, FaultRate: o.rate, Seed: o.seed,
 		Unsafe: o.unsafe, Timeout: o.timeout, Logger: logger,
+	}
+	if o.relay == "cdc" {
+		done, err := setupVerifyCDC(ctx, flow, o.db)
+		if err != nil {
+			return err
+		}
+		defer done()
 	}
 	bar := newProgressBar(m.Stderr)
 	if bar != nil && !o.verbose {

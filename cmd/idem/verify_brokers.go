@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/cmd/idem/internal/verify"
 )
 
 // verifyAckWait is how long a delivery stays unacknowledged before the broker
@@ -47,7 +48,9 @@ type verifyBroker struct {
 	openSink    func(ctx context.Context) (idem.Sink, error)
 	openSource  func(ctx context.Context) (idem.Source, error)
 	stored      func(ctx context.Context) (int, bool)
-	cumulative  bool // acks are offsets (Kafka)
+	cumulative  bool               // acks are offsets (Kafka)
+	ackWait     time.Duration      // 0: verifyAckWait
+	nodes       verify.NodeFaulter // kills nodes and cuts routes (nats-cluster:), or nil
 	cleanup     []func()
 }
 
@@ -55,14 +58,27 @@ func (b *verifyBroker) Name() string                                        { re
 func (b *verifyBroker) Topic() string                                       { return b.topic }
 func (b *verifyBroker) OpenSink(ctx context.Context) (idem.Sink, error)     { return b.openSink(ctx) }
 func (b *verifyBroker) OpenSource(ctx context.Context) (idem.Source, error) { return b.openSource(ctx) }
-func (b *verifyBroker) AckWait() time.Duration                              { return verifyAckWait }
-func (b *verifyBroker) Proxy() *chaos.Proxy                                 { return b.proxy }
+func (b *verifyBroker) AckWait() time.Duration {
+	if b.ackWait > 0 {
+		return b.ackWait
+	}
+	return verifyAckWait
+}
+func (b *verifyBroker) Proxy() *chaos.Proxy { return b.proxy }
+
+// CumulativeAcks tells the run that acks are offsets (Kafka): a lost ack is not a
+// fault it can inject there, since no broker redelivers the one record (it would
+// only hold the partition's commits back until the consumer restarts).
+func (b *verifyBroker) CumulativeAcks() bool { return b.cumulative }
 func (b *verifyBroker) Stored(ctx context.Context) (int, bool) {
 	if b.stored == nil {
 		return 0, false
 	}
 	return b.stored(ctx)
 }
+
+// NodeFaults is the broker's verify.NodeFaulter, nil unless it has several nodes.
+func (b *verifyBroker) NodeFaults() verify.NodeFaulter { return b.nodes }
 
 func (b *verifyBroker) close() {
 	for i := len(b.cleanup) - 1; i >= 0; i-- {

@@ -12,7 +12,9 @@ const (
 	BoundaryHTTP   = "client → HTTP API"
 	BoundaryOutbox = "order → outbox (one tx)"
 	BoundaryRelay  = "outbox → broker (relay)"
-	BoundaryInbox  = "broker → consumer (inbox)"
+	// BoundaryRelayCDC replaces BoundaryRelay when the relay reads the WAL (--relay cdc).
+	BoundaryRelayCDC = "outbox → broker (cdc)"
+	BoundaryInbox    = "broker → consumer (inbox)"
 )
 
 type applied struct {
@@ -149,6 +151,14 @@ func (r *run) checkOutbox(ctx context.Context, orders orderSet) (obRow, relayRow
 	relayRow.DuplicatesDelivered = r.published.Total() - r.published.Distinct()
 	if stored, ok := r.f.Broker.Stored(ctx); ok {
 		relayRow.DuplicatesSuppressed = min(relayRow.DuplicatesDelivered, max(0, relayRow.DuplicatesDelivered-(stored-r.published.Distinct())))
+	}
+	if r.f.CDC != nil {
+		// The CDC relay marks nothing in the table: published means the broker
+		// acknowledged it.
+		relayRow.Boundary = BoundaryRelayCDC
+		for id := range outboxRows {
+			published[id] = r.stored.has(id)
+		}
 	}
 	for id, n := range outboxRows {
 		if _, ok := orders.amount[id]; !ok {

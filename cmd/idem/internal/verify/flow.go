@@ -107,6 +107,9 @@ type Flow struct {
 	// Logger receives the warnings of relays and consumers (expected under faults).
 	// Nil discards them.
 	Logger *slog.Logger
+	// CDC, if set, relays the outbox from PostgreSQL's WAL (idempg/pgcdc) instead of
+	// polling the table; the relay row is then "outbox → broker (cdc)".
+	CDC *CDC
 }
 
 // Progress is the state of a running flow.
@@ -138,6 +141,7 @@ type run struct {
 	executions atomic.Int64 // order handler runs
 	placed     atomic.Int64
 	published  chaos.Tally // messages handed to the broker, by id
+	stored     storedSet   // messages the broker acknowledged, by id (CDC)
 	delivered  chaos.Tally // deliveries to consumers, by id
 	restarts   atomic.Int64
 	paysvc     *paymentService
@@ -282,6 +286,7 @@ func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err e
 	wg.Go(func() { r.payments(bg, fence, r.paysvc, 2) })
 	wg.Go(func() { r.push.watch(bg) })
 	wg.Go(func() { r.superviseRelay(bg) })
+	wg.Go(func() { r.nodeFaults(bg) })
 	for range r.f.Consumers {
 		wg.Go(func() { r.superviseConsumer(bg) })
 	}

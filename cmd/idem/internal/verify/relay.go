@@ -15,6 +15,28 @@ import (
 // The outbox → broker boundary: a supervised relay, restarted after each crash.
 
 func (r *run) superviseRelay(ctx context.Context) {
+	if r.f.CDC != nil {
+		r.superviseCDC(ctx)
+		return
+	}
+	r.supervise(ctx, "relay", func(s idem.Sink) idem.Sink { return s }, func(rctx context.Context, sink idem.Sink) error {
+		relay, err := r.ob.Relay(sink, outbox.RelayConfig{
+			BatchSize: 100, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
+			Backoff: func(int) time.Duration { return 20 * time.Millisecond },
+			Logger:  r.log,
+		})
+		if err != nil {
+			return err
+		}
+		return relay.Run(rctx)
+	})
+}
+
+// supervise runs a relay (run) until ctx ends, restarted after each crash, as a
+// supervised relay process would be: each incarnation gets a fresh broker sink,
+// wrapped by wrap and then by the run's fault injector, which kills it (cancels its
+// context) on a relay crash and cuts its broker connection on a broker cut.
+func (r *run) supervise(ctx context.Context, what string, wrap func(idem.Sink) idem.Sink, run func(rctx context.Context, sink idem.Sink) error) {
 	faults := []chaos.Fault{{Kind: chaos.FaultRelayCrash, Weight: 2}, {Kind: chaos.FaultPublishError, Weight: 1}}
 	if r.f.Broker.Proxy() != nil {
 		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3})
@@ -31,18 +53,11 @@ func (r *run) superviseRelay(ctx context.Context) {
 			wait.Sleep(ctx, 100*time.Millisecond)
 			continue
 		}
-		cs := &chaos.Sink{Sink: sink, Injector: r.inj, Faults: faults, Kill: kill, OnFault: r.onFault, Tally: &r.published}
-		relay, err := r.ob.Relay(cutSink{cs, r}, outbox.RelayConfig{
-			BatchSize: 100, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
-			Backoff: func(int) time.Duration { return 20 * time.Millisecond },
-			Logger:  r.log,
-		})
-		if err == nil {
-			err = relay.Run(rctx)
-		}
+		cs := &chaos.Sink{Sink: wrap(sink), Injector: r.inj, Faults: faults, Kill: kill, OnFault: r.onFault, Tally: &r.published}
+		err = run(rctx, cutSink{cs, r})
 		kill()
 		if err != nil && ctx.Err() == nil && rctx.Err() == nil {
-			r.log.Warn("verify: relay stopped", "err", err)
+			r.log.Warn("verify: "+what+" stopped", "err", err)
 			wait.Sleep(ctx, 50*time.Millisecond)
 		}
 		if c, ok := sink.(io.Closer); ok {

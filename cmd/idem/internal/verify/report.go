@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/idemhq/idem/chaos"
 )
 
 // Row is what one boundary delivered and what took effect in the database.
@@ -80,6 +83,26 @@ func (r *Report) FaultTotal() int {
 	return n
 }
 
+// DeliveriesPerOrder is how many times, on average, the broker delivered each
+// order's message that reached the consumers: the broker → consumer row's
+// attempts, less the duplicate deliveries the run injected itself, over its
+// distinct messages. 1 means every message was delivered once; what is above
+// comes from the broker (redeliveries after a consumer crash, a lost ack or a
+// rebalance, and copies an outbox relay published again where the broker keeps
+// them all, as Kafka does). 0 when no message was delivered.
+func (r *Report) DeliveriesPerOrder() float64 {
+	for _, row := range r.Rows {
+		if row.Boundary != BoundaryInbox {
+			continue
+		}
+		if distinct := row.Attempts - row.DuplicatesDelivered; distinct > 0 {
+			broker := row.Attempts - r.Faults[chaos.FaultDuplicateDelivery]
+			return math.Round(100*float64(broker)/float64(distinct)) / 100
+		}
+	}
+	return 0
+}
+
 // Throughput is orders per second, end to end.
 func (r *Report) Throughput() float64 { return float64(r.Ops) / max(r.Elapsed.Seconds(), 1e-9) }
 
@@ -89,9 +112,10 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
 		*Report
-		OK         bool    `json:"ok"`
-		Throughput float64 `json:"orders_per_second"`
-	}{r, r.OK(), r.Throughput()})
+		OK                 bool    `json:"ok"`
+		Throughput         float64 `json:"orders_per_second"`
+		DeliveriesPerOrder float64 `json:"deliveries_per_order"`
+	}{r, r.OK(), r.Throughput(), r.DeliveriesPerOrder()})
 }
 
 // WriteTable writes the report for a person: the setup, the faults, one row per
@@ -134,6 +158,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if r.Unanswered > 0 {
 		notes = append(notes, fmt.Sprintf("%d order(s) never answered: the client gave up; each may exist at most once", r.Unanswered))
+	}
+	if d := r.DeliveriesPerOrder(); d > 0 {
+		notes = append(notes, fmt.Sprintf("%.2f broker deliveries per order reached the consumers (1 = no redelivery; injected duplicates left out)", d))
 	}
 	if r.DeadLetters > 0 {
 		notes = append(notes, fmt.Sprintf("%d message(s) in the dead-letter table", r.DeadLetters))

@@ -32,7 +32,12 @@ func (r *run) settle(ctx context.Context, since time.Time) bool {
 // pending counts orders not yet published, applied to the ledger or paid.
 func (r *run) pending(ctx context.Context) (int, error) {
 	var unpublished, unapplied int
-	err := r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_outbox WHERE published_at IS NULL").Scan(&unpublished)
+	var err error
+	if r.f.CDC != nil { // the CDC relay marks nothing: published means the broker acknowledged it
+		unpublished, err = r.unstored(ctx)
+	} else {
+		err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_outbox WHERE published_at IS NULL").Scan(&unpublished)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -1,0 +1,39 @@
+package verify
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/idemhq/idem/chaos"
+)
+
+// TestDeliveriesPerOrder: the broker → consumer row's attempts, less the injected
+// duplicates, over its distinct messages, in the JSON report and the table; 0
+// without that row.
+func TestDeliveriesPerOrder(t *testing.T) {
+	r := &Report{Rows: []Row{
+		{Boundary: BoundaryHTTP, Attempts: 500, DuplicatesDelivered: 400},
+		{Boundary: BoundaryInbox, Attempts: 1300, DuplicatesDelivered: 300},
+	}, Faults: map[string]int{chaos.FaultDuplicateDelivery: 100}}
+	if got := r.DeliveriesPerOrder(); got != 1.2 { // (1300 - 100 injected) / 1000
+		t.Fatalf("DeliveriesPerOrder = %v, want 1.2", got)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		D float64 `json:"deliveries_per_order"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &out); err != nil || out.D != 1.2 {
+		t.Fatalf("JSON deliveries_per_order = %v (%v), want 1.2 in %s", out.D, err, buf.String())
+	}
+	buf.Reset()
+	if err := r.WriteTable(&buf); err != nil || !bytes.Contains(buf.Bytes(), []byte("1.20 broker deliveries per order")) {
+		t.Fatalf("table lacks the figure (%v):\n%s", err, buf.String())
+	}
+	if got := (&Report{Rows: []Row{{Boundary: BoundaryHTTP, Attempts: 3}}}).DeliveriesPerOrder(); got != 0 {
+		t.Fatalf("without a consumer row: %v, want 0", got)
+	}
+}
