@@ -121,7 +121,10 @@ func (s *SQLStore[Tx]) AppendTx(ctx context.Context, tx Tx, channel string, e Ev
 }
 
 const (
-	selectByKey = `SELECT seq, type, entity, data, at FROM idem_stream_events WHERE channel = $1 AND ikey = $2`
+	// ikey <> '' is the partial unique index's own condition: without it in the
+	// query, SQLite (and a generic Postgres plan) cannot prove the index covers the
+	// row and reads the whole channel instead, an append growing with its channel.
+	selectByKey = `SELECT seq, type, entity, data, at FROM idem_stream_events WHERE channel = $1 AND ikey = $2 AND ikey <> ''`
 	// The unique key holds a hash of ikey (see migrate/sql/mysql/stream).
 	selectByKeyMySQL = `SELECT seq, type, entity, data, at FROM idem_stream_events
 		WHERE channel = $1 AND ikey_hash = UNHEX(SHA2($2, 256)) AND ikey = $2`
