@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -18,7 +19,7 @@ type verifyOptions struct {
 	ops, clients, consumers       int
 	rate                          float64
 	seed                          int64
-	db, broker, relay             string
+	db, broker, relay, cpuProfile string
 	unsafe, asJSON, keep, verbose bool
 	timeout                       time.Duration
 }
@@ -78,6 +79,7 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived by then is counted lost, and the report says the run did not settle")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's database (temporary SQLite file, Postgres schema or MySQL database) for inspection")
 	fs.StringVar(&o.relay, "relay", "outbox", "the outbox relay: outbox (polls the table, woken by NOTIFY) or cdc (reads PostgreSQL's WAL; without --db it starts a private PostgreSQL in a temporary directory)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the flow (go tool pprof) to this file")
 	fs.BoolVar(&o.verbose, "v", false, "log the warnings of relays and consumers (many, under faults) to stderr")
 	return fs, o
 }
@@ -138,6 +140,13 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 	bar := newProgressBar(m.Stderr)
 	if bar != nil && !o.verbose {
 		flow.Progress = bar.update
+	}
+	if o.cpuProfile != "" {
+		stop, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	report, err := flow.Run(ctx)
 	if bar != nil {
@@ -204,4 +213,17 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
