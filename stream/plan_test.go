@@ -15,8 +15,9 @@ import (
 
 // A keyed append finds an earlier event with the same key through the partial
 // unique index, not by reading the channel: on SQLite, and in the generic plan
-// Postgres caches for a prepared statement. Without "ikey <> ”" in the query,
-// both read every event of the channel (each append cost O(channel)).
+// Postgres caches for a prepared statement. Without the index's condition (a key
+// that is not empty) in the query, both read every event of the channel, so each
+// append cost O(channel).
 func TestAppendByKeyUsesIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
