@@ -50,7 +50,7 @@
 // # The table, for services in other languages
 //
 // Any service can write to idem_outbox in its own transaction and let `idem relay`
-// publish: insert msg_id (the idempotency key), topic, ordering_key (” for none),
+// publish: insert msg_id (the idempotency key), topic, ordering_key (empty for none),
 // part (any integer in [0, 64): fnv32a(ordering_key or msg_id) % 64 keeps per-key
 // order), headers (a JSON object of strings), payload, and created_at = available_at
 // = the current Unix time in milliseconds; then NOTIFY idem_outbox (PostgreSQL).
