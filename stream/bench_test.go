@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,30 +194,48 @@ func rawBench(b *testing.B) (*rawHub, *receivers) {
 	return h, r
 }
 
-// BenchmarkFanout: events delivered per second to 100 clients of one channel.
-// idem: append to SQLite, then push with seq, window and acks. raw: the same
+// BenchmarkFanout: events delivered per second to 100 clients of one channel, from
+// one producer appending event after event, and from 16 producers at once (as
+// concurrent requests or consumers would). idem: append to SQLite (concurrent
+// appends share a commit), then push with seq, window and acks. raw: the same
 // frames broadcast with no store (the at-most-once baseline).
 func BenchmarkFanout(b *testing.B) {
-	b.Run("idem", func(b *testing.B) {
-		srv, r := idemBench(b)
-		b.ResetTimer()
-		for range b.N {
-			if _, err := srv.Append(context.Background(), "bench", stream.Event{Type: "t", Data: json.RawMessage(`{"n":1}`)}); err != nil {
-				b.Fatal(err)
+	for _, producers := range []int{1, 16} {
+		b.Run(fmt.Sprintf("idem/producers=%d", producers), func(b *testing.B) {
+			srv, r := idemBench(b)
+			b.ResetTimer()
+			produce(b, producers, func(int) error {
+				_, err := srv.Append(context.Background(), "bench", stream.Event{Type: "t", Data: json.RawMessage(`{"n":1}`)})
+				return err
+			})
+			r.wait(b.N)
+			b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
+		})
+		b.Run(fmt.Sprintf("raw/producers=%d", producers), func(b *testing.B) {
+			h, r := rawBench(b)
+			b.ResetTimer()
+			produce(b, producers, func(i int) error { h.broadcast(rawFrame(i)); return nil })
+			r.wait(b.N)
+			b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
+		})
+	}
+}
+
+// produce calls send b.N times from producers goroutines, with i from 0 to b.N-1.
+func produce(b *testing.B, producers int, send func(i int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < b.N; i = int(next.Add(1)) - 1 {
+				if err := send(i); err != nil {
+					b.Error(err)
+					return
+				}
 			}
-		}
-		r.wait(b.N)
-		b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
-	})
-	b.Run("raw", func(b *testing.B) {
-		h, r := rawBench(b)
-		b.ResetTimer()
-		for i := range b.N {
-			h.broadcast(rawFrame(i))
-		}
-		r.wait(b.N)
-		b.ReportMetric(float64(b.N*benchClients)/b.Elapsed().Seconds(), "deliveries/s")
-	})
+		})
+	}
+	wg.Wait()
 }
 
 // warm waits until every receiver is connected and got one event, then resets

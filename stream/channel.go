@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // channel is the live state of one channel with subscribers: the newest events
@@ -11,8 +12,26 @@ import (
 type channel struct {
 	mu      sync.Mutex
 	tail    map[uint64]cached
-	max     uint64
+	max     uint64      // the head: every seq up to it is committed and notified, or in the store
+	top     uint64      // the highest seq notified, above max while a lower one's Notify is due
+	gap     *time.Timer // moves max to top if the gap below top stays open (see Server.Notify)
 	clients map[*client]struct{}
+}
+
+// wake tells every client of ch to look for events.
+func (ch *channel) wake() {
+	ch.mu.Lock()
+	clients := make([]*client, 0, len(ch.clients))
+	for c := range ch.clients {
+		clients = append(clients, c)
+	}
+	ch.mu.Unlock()
+	for _, c := range clients {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // cached is an event in a channel's tail with its event frame, encoded once for

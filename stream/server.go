@@ -197,25 +197,46 @@ func (s *Server) Notify(channelName string, e Event) {
 	if e.Seq > 0 {
 		data, _ := json.Marshal(frame{Type: "event", Event: &e})
 		ch.tail[e.Seq] = cached{e, data}
-		ch.max = max(ch.max, e.Seq)
+		ch.top = max(ch.top, e.Seq)
+		// Concurrent appends (a shared commit among them) are notified in any
+		// order: the head moves over the tail's contiguous seqs only, so a client
+		// is not sent to the store for an event whose Notify is on its way. A gap
+		// still open after gapWait (an append notified nowhere) moves it anyway,
+		// and the clients read the gap from the store.
+		for {
+			if _, ok := ch.tail[ch.max+1]; !ok {
+				break
+			}
+			ch.max++
+		}
+		if ch.top > ch.max && ch.gap == nil {
+			ch.gap = time.AfterFunc(gapWait, func() { s.closeGap(ch) })
+		}
 		for len(ch.tail) > s.cfg.SendBuffer {
 			for seq := range ch.tail {
-				if seq+uint64(s.cfg.SendBuffer) <= ch.max {
+				if seq+uint64(s.cfg.SendBuffer) <= ch.top {
 					delete(ch.tail, seq)
 				}
 			}
 		}
 	}
-	clients := make([]*client, 0, len(ch.clients))
-	for c := range ch.clients {
-		clients = append(clients, c)
-	}
 	ch.mu.Unlock()
-	for _, c := range clients {
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
+	ch.wake()
+}
+
+// gapWait is how long a channel's head waits for the Notify of a seq below one
+// already notified before it moves past it (see Notify).
+const gapWait = 50 * time.Millisecond
+
+// closeGap moves ch's head to the highest seq notified, after gapWait.
+func (s *Server) closeGap(ch *channel) {
+	ch.mu.Lock()
+	ch.gap = nil
+	moved := ch.top > ch.max
+	ch.max = max(ch.max, ch.top)
+	ch.mu.Unlock()
+	if moved {
+		ch.wake()
 	}
 }
 

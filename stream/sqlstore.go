@@ -5,9 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/group"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -41,6 +45,8 @@ type SQLStore[Tx any] struct {
 	db      idem.TxDB[Tx]
 	now     func() time.Time
 	clients ClientBounds
+	appends group.Batcher[appendCall]
+	shared  atomic.Int64 // transactions that committed more than one Append, for tests
 }
 
 // NewSQLStore returns a store on db, creating or upgrading its tables (package
@@ -59,17 +65,86 @@ func NewSQLStore[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SQLConfig) (
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Stream); err != nil {
 		return nil, err
 	}
-	return &SQLStore[Tx]{db: db, now: cfg.Now, clients: bounds}, nil
+	s := &SQLStore[Tx]{db: db, now: cfg.Now, clients: bounds}
+	runners := appendRunners
+	if db.Dialect == idem.SQLite {
+		runners = 1 // one writer at a time: more runners would wait on its lock
+	}
+	s.appends = group.Batcher[appendCall]{Runners: runners, Max: maxAppendBatch, Run: s.appendBatch}
+	return s, nil
 }
 
-// Append implements Store in a transaction of its own.
+// appendRunners is how many append transactions run at once on PostgreSQL and
+// MySQL; further Appends queue and share the next transaction.
+const appendRunners = 4
+
+// maxAppendBatch bounds the events of one shared append transaction.
+const maxAppendBatch = 256
+
+// appendCall is one Append in a shared transaction.
+type appendCall struct {
+	channel string
+	e       Event // the event asked for, then the event appended (or found by key)
+}
+
+// Append implements Store. Each call commits before it returns; concurrent calls
+// share a transaction and its commit (a group commit: a call alone goes at once,
+// calls arriving while transactions run wait for the next one), so the durable
+// commits per event fall as the appends pile up. A call whose context ends while it
+// waits returns the context's error, and its event may still be appended by the
+// shared transaction, as it may be when a context ends during a commit.
 func (s *SQLStore[Tx]) Append(ctx context.Context, channel string, e Event) (Event, error) {
-	var out Event
-	err := s.inTx(ctx, func(tx Tx) (err error) {
-		out, err = s.AppendTx(ctx, tx, channel, e)
-		return err
+	if err := ValidateAppend(channel, e); err != nil {
+		return Event{}, err
+	}
+	it, err := s.appends.Do(ctx, appendCall{channel: channel, e: e})
+	if err != nil {
+		return Event{}, err
+	}
+	return it.Val.e, nil
+}
+
+// appendBatch appends a batch in one transaction. If it fails, each call runs
+// again in a transaction of its own, so one call's error stays its own.
+func (s *SQLStore[Tx]) appendBatch(batch []*group.Item[appendCall]) {
+	ctx, cancel := group.Context(batch)
+	defer cancel()
+	// Channel by channel, each in arrival order: every shared transaction locks the
+	// head rows in the same order, so two of them cannot deadlock.
+	batch = slices.Clone(batch)
+	slices.SortStableFunc(batch, func(a, b *group.Item[appendCall]) int { return strings.Compare(a.Val.channel, b.Val.channel) })
+	out := make([]Event, len(batch))
+	err := s.inTx(ctx, func(tx Tx) error {
+		for i, it := range batch {
+			e, err := s.AppendTx(ctx, tx, it.Val.channel, it.Val.e)
+			if err != nil {
+				return err
+			}
+			out[i] = e
+		}
+		return nil
 	})
-	return out, err
+	if err == nil {
+		if len(batch) > 1 {
+			s.shared.Add(1)
+		}
+		for i, it := range batch {
+			it.Val.e = out[i]
+			it.Finish(nil)
+		}
+		return
+	}
+	if len(batch) == 1 {
+		batch[0].Finish(err)
+		return
+	}
+	for _, it := range batch {
+		err := s.inTx(it.Ctx, func(tx Tx) (err error) {
+			it.Val.e, err = s.AppendTx(it.Ctx, tx, it.Val.channel, it.Val.e)
+			return err
+		})
+		it.Finish(err)
+	}
 }
 
 // inTx runs fn in a transaction of its own, again if the database rolled it back
@@ -115,9 +190,35 @@ func (s *SQLStore[Tx]) AppendTx(ctx context.Context, tx Tx, channel string, e Ev
 	}
 	if _, err := q.Exec(ctx, `INSERT INTO idem_stream_events (channel, seq, type, entity, data, ikey, at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 		channel, head, e.Type, e.ID, data, e.Key, e.At.UnixNano()); err != nil {
+		if e.Key != "" && isUniqueViolation(err) {
+			err = keyRace{err}
+		}
 		return Event{}, wrap("append", err)
 	}
 	return e, nil
+}
+
+// keyRace is the error of an append that lost a race with a concurrent transaction
+// appending the same key (both looked the key up before either committed). It
+// reports itself as a serialization failure (idem.IsSerializationFailure), since
+// running the transaction again finds the key: Append and Store's other writers do,
+// and a caller of AppendTx retrying its transaction on serialization failures does.
+type keyRace struct{ err error }
+
+func (k keyRace) Error() string {
+	return "the event's key was appended by a concurrent transaction (run the transaction again): " + k.err.Error()
+}
+func (k keyRace) Unwrap() error    { return k.err }
+func (k keyRace) SQLState() string { return "40001" }
+
+// isUniqueViolation reports a unique index's refusal on PostgreSQL (SQLSTATE 23505)
+// or MySQL (error 1062). SQLite cannot race: its one writer holds the lock from BEGIN.
+func isUniqueViolation(err error) bool {
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		return coded.SQLState() == "23505"
+	}
+	return strings.Contains(err.Error(), "Error 1062 (23000)")
 }
 
 const (
