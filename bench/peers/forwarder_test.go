@@ -369,21 +369,56 @@ func benchRelay(b *testing.B, maxInFlight int) {
 // publisher's Publish (JetStream acknowledged it). watermill's forwarder polls
 // (PollInterval 10 ms; watermill-sql has no NOTIFY); idem's relay is woken by
 // LISTEN/NOTIFY (idempg.NewNotifier), and, beside it, polls (10 ms after a round
-// that published, doubling up to 1 s while rounds find nothing). Run with -benchtime 1x.
+// that published, doubling up to 1 s while rounds find nothing). The other-tx-1s
+// runs repeat the first two while another client holds a transaction (with a
+// transaction id) open for 1 s, from the 1,000th message on: a long report, a
+// slow migration, an idle-in-transaction session elsewhere on the server.
+// Run with -benchtime 1x.
 //
 //	go test -run '^$' -bench OutboxPeersLatency -benchtime 1x -count 3
 func BenchmarkOutboxPeersLatency(b *testing.B) {
-	b.Run("watermill-forwarder", func(b *testing.B) {
-		for b.Loop() {
-			reportLatency(b, forwarderLatency(b))
+	for _, stall := range []bool{false, true} {
+		suffix := ""
+		if stall {
+			suffix = "/other-tx-1s"
 		}
-	})
-	for _, mode := range []string{"notify", "poll"} {
-		b.Run("idem/relay/"+mode, func(b *testing.B) {
+		b.Run("watermill-forwarder"+suffix, func(b *testing.B) {
 			for b.Loop() {
-				reportLatency(b, relayLatency(b, mode == "notify"))
+				reportLatency(b, forwarderLatency(b, stall))
 			}
 		})
+		for _, mode := range []string{"notify", "poll"} {
+			if stall && mode == "poll" {
+				continue
+			}
+			b.Run("idem/relay/"+mode+suffix, func(b *testing.B) {
+				for b.Loop() {
+					reportLatency(b, relayLatency(b, mode == "notify", stall))
+				}
+			})
+		}
+	}
+}
+
+// holdTx holds a transaction with a transaction id open for d on a connection of
+// its own, from another client's point of view an ordinary long transaction.
+func holdTx(b *testing.B, d time.Duration) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testsvc.PostgresURL())
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	defer conn.Close(ctx)
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+			return err
+		}
+		time.Sleep(d)
+		return nil
+	})
+	if err != nil {
+		b.Error(err)
 	}
 }
 
@@ -459,15 +494,21 @@ func reportLatency(b *testing.B, l latencies) {
 }
 
 // produce commits latRate*latSeconds messages, one per transaction, one per tick of
-// a 1/latRate ticker, and returns each id's commit time and the achieved rate.
-func produce(b *testing.B, commit func(id string) error) (map[string]time.Time, float64) {
+// a 1/latRate ticker, and returns each id's commit time and the achieved rate. With
+// stall, another transaction is held open for 1 s from the latRate-th message on.
+func produce(b *testing.B, stall bool, commit func(id string) error) (map[string]time.Time, float64) {
 	n := latRate * latSeconds
 	committed := make(map[string]time.Time, n)
 	tick := time.NewTicker(time.Second / latRate)
 	defer tick.Stop()
 	start := time.Now()
+	var held sync.WaitGroup
+	defer held.Wait()
 	for i := range n {
 		<-tick.C
+		if stall && i == latRate {
+			held.Go(func() { holdTx(b, time.Second) })
+		}
 		id := "m-" + strconv.Itoa(i)
 		if err := commit(id); err != nil {
 			b.Fatal(err)
@@ -493,7 +534,7 @@ func collect(b *testing.B, committed map[string]time.Time, rate float64, pt *pub
 	return l
 }
 
-func forwarderLatency(b *testing.B) latencies {
+func forwarderLatency(b *testing.B, stall bool) latencies {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e := newForwarderEnv(b)
@@ -505,7 +546,7 @@ func forwarderLatency(b *testing.B) latencies {
 	<-f.Running()
 	time.Sleep(200 * time.Millisecond) // as for idem's relay below
 	payload := make([]byte, 100)
-	committed, rate := produce(b, func(id string) error {
+	committed, rate := produce(b, stall, func(id string) error {
 		tx, err := e.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -521,7 +562,7 @@ func forwarderLatency(b *testing.B) latencies {
 	return l
 }
 
-func relayLatency(b *testing.B, notify bool) latencies {
+func relayLatency(b *testing.B, notify, stall bool) latencies {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e := newRelayEnv(b, 0)
@@ -546,7 +587,7 @@ func relayLatency(b *testing.B, notify bool) latencies {
 	go func() { errc <- r.Run(ctx) }()
 	time.Sleep(200 * time.Millisecond) // let it LISTEN (a late LISTEN would only show as latency)
 	payload := make([]byte, 100)
-	committed, rate := produce(b, func(id string) error {
+	committed, rate := produce(b, stall, func(id string) error {
 		return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 			_, err := e.ob.EnqueueTx(ctx, tx, idem.Message{ID: id, Topic: e.subject, Payload: payload})
 			return err
