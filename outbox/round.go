@@ -39,7 +39,7 @@ func (r *Relay[Tx]) claimLimit(ctx context.Context, q idem.Querier, query string
 		if err := rs.Scan(&w.id, &w.msg.ID, &w.msg.Topic, &w.msg.OrderingKey, &headers, &w.msg.Payload, &w.attempts, &w.created); err != nil {
 			return nil, err
 		}
-		if headers == "{}" { // most messages: no headers to decode
+		if headers == "null" || headers == "{}" { // most messages: no headers to decode
 			w.msg.Headers = nil
 		} else if err := json.Unmarshal([]byte(headers), &w.msg.Headers); err != nil {
 			return nil, fmt.Errorf("outbox row %d: headers are not a JSON object: %w", w.id, err)
