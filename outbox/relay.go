@@ -436,15 +436,20 @@ const selectCols = `SELECT o.id, o.msg_id, o.topic, o.ordering_key, o.headers, o
 // partition row by row inside one scan would not do: a scan that skipped a partition
 // held by a relay that then rolled back could take the partition's later rows.)
 //
-// Each partition is probed with one LIMIT 1 read of idem_outbox_part, so the query
-// costs 64 index probes whatever the backlog (an EXISTS let the planner hash every
-// pending row, each round); OFFSET 0 keeps the lock out of the random ordering, so
-// only the partitions returned are locked (pushed below the sort, it locked all).
-var lockPartitionsSQL = `SELECT part FROM (
-	SELECT p AS part FROM generate_series(0, ` + partitionsMax + `) p
-	WHERE (SELECT 1 FROM idem_outbox o WHERE o.part = p
-		AND o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1 LIMIT 1) IS NOT NULL
-	ORDER BY random() OFFSET 0) s
+// The partitions with due rows are found by skipping through idem_outbox_part in
+// partition order, one LIMIT 1 read per partition: at most 64 index probes whatever
+// the backlog. (An EXISTS per partition let the planner hash every pending row each
+// round, or walk idem_outbox_pending, dead entries of just-published rows included,
+// once per partition.) OFFSET 0 keeps the lock out of the random ordering, so only
+// the partitions returned are locked: pushed below the sort, it locked them all.
+var lockPartitionsSQL = `WITH RECURSIVE due AS (
+	(SELECT o.part FROM idem_outbox o
+	WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1 ORDER BY o.part LIMIT 1)
+	UNION ALL
+	SELECT (SELECT o.part FROM idem_outbox o WHERE o.part > due.part
+		AND o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1 ORDER BY o.part LIMIT 1)
+	FROM due WHERE due.part IS NOT NULL)
+SELECT part FROM (SELECT part FROM due WHERE part IS NOT NULL ORDER BY random() OFFSET 0) s
 WHERE pg_try_advisory_xact_lock(hashtext('idem_outbox:' || current_schema()), part) LIMIT $2`
 
 const (
