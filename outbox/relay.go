@@ -453,9 +453,15 @@ SELECT part FROM (SELECT part FROM due WHERE part IS NOT NULL ORDER BY random() 
 WHERE pg_try_advisory_xact_lock(hashtext('idem_outbox:' || current_schema()), part) LIMIT $2`
 
 const (
+	// claimPostgres reads without FOR UPDATE: the partition locks already keep
+	// other relays off these rows, nothing else writes a pending row that is not
+	// parked (Admin's Retry and Discard take parked rows, cleanup published ones),
+	// and the read's snapshot, taken after the locks, sees every mark of the
+	// partitions' previous holders. A row lock would write each row (and WAL)
+	// once more before the mark.
 	claimPostgres = selectCols + dueSQL + `
   AND o.part = ANY($3::int[]) AND o.id > $4
-ORDER BY o.id LIMIT $2 FOR UPDATE`
+ORDER BY o.id LIMIT $2`
 	claimSQLite = selectCols + dueSQL + `
 ORDER BY o.id LIMIT $2`
 	claimMySQL = selectCols + dueSQL + `
