@@ -8,7 +8,7 @@
 // Redis Streams, RabbitMQ, a webhook) and marks them published:
 //
 //	BEGIN; UPDATE orders …; outbox.EnqueueTx(ctx, tx, msg); COMMIT   ← the service
-//	lock partitions; SELECT … FOR UPDATE → sink.Publish → UPDATE published_at   ← the relay
+//	lock partitions; SELECT a batch → sink.Publish → UPDATE published_at   ← the relay
 //
 // Publication is at-least-once: a relay that dies after publishing and before
 // marking publishes the rows again. Each message carries its ID as the broker's dedup
@@ -20,13 +20,15 @@
 //
 // On PostgreSQL several relays may run: each round takes a random quarter of the
 // ordering partitions that have due rows (advisory locks, skipping those another relay
-// holds) and locks their rows, so a row is published by one relay at a time and the messages of one OrderingKey leave in the order they were
+// holds) and reads only their rows, so a row is published by one relay at a time and the messages of one OrderingKey leave in the order they were
 // enqueued by transactions that committed one after another (as writes to one
 // aggregate do, serialized by its row lock). A message waiting out a backoff holds
 // back the later messages of its key; a parked one no longer does. EnqueueTx sends
 // NOTIFY idem_outbox, and a relay with a Notifier (idempg.NewNotifier) wakes on
 // commit instead of waiting for its poll. On SQLite run one relay per file; it is
-// woken in-process by EnqueueTx of the same Outbox.
+// woken in-process by EnqueueTx of the same Outbox. A PostgreSQL round publishes up
+// to RelayConfig.RoundBatches batches of its partitions, each sent while the one
+// before it is marked and the one after it is read, and commits the marks at its end.
 //
 // # Failures
 //

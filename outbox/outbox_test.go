@@ -375,3 +375,112 @@ func TestRelayWithoutNotifierPolls(t *testing.T) {
 		<-done
 	})
 }
+
+// TestPipelinedRound: on PostgreSQL a round publishes batch after batch of its
+// partitions, each sent while the previous one is marked. A failed batch ends the
+// round, with the batches before it marked and the one read behind it untouched;
+// a relay killed mid-round marks nothing, and the next round publishes the round's
+// messages again.
+func TestPipelinedRound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	setup := func(t *testing.T) env {
+		e := newEnv(t, "postgres", openPostgres(t))
+		for i := 1; i <= 7; i++ { // one key: one partition, whatever the round locks
+			if err := placeOrder(ctx, e, fmt.Sprint("m", i), "k", true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return e
+	}
+	published := func(t *testing.T, e env) []string {
+		rows, err := e.db.Query("SELECT msg_id FROM idem_outbox WHERE published_at IS NOT NULL ORDER BY id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var ids []string
+		for rows.Next() {
+			var id string
+			rows.Scan(&id)
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	t.Run("whole-backlog", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t)
+		sink := &memSink{}
+		r, err := e.ob.Relay(sink, outbox.RelayConfig{BatchSize: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := r.RunOnce(ctx); err != nil || n != 7 {
+			t.Fatalf("RunOnce = %d, %v; want the 7 messages in one round of 4 batches", n, err)
+		}
+		want := []string{"m1", "m2", "m3", "m4", "m5", "m6", "m7"}
+		if got := sink.ids(); !slices.Equal(got, want) {
+			t.Fatalf("published %v, want %v in order", got, want)
+		}
+		if got := published(t, e); !slices.Equal(got, want) {
+			t.Fatalf("marked %v, want %v", got, want)
+		}
+	})
+	t.Run("failed-batch", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t)
+		sink := &memSink{fail: func(m idem.Message) error {
+			if m.ID == "m3" {
+				return errors.New("rejected")
+			}
+			return nil
+		}}
+		r, err := e.ob.Relay(sink, outbox.RelayConfig{BatchSize: 2, Backoff: func(int) time.Duration { return time.Hour }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := r.RunOnce(ctx); err != nil || n != 2 {
+			t.Fatalf("RunOnce = %d, %v; want m1 and m2 (m3 fails, m4 and later wait behind it)", n, err)
+		}
+		if got := sink.ids(); !slices.Equal(got, []string{"m1", "m2"}) {
+			t.Fatalf("published %v, want m1 and m2", got)
+		}
+		if got := published(t, e); !slices.Equal(got, []string{"m1", "m2"}) {
+			t.Fatalf("marked %v, want m1 and m2", got)
+		}
+		var attempts int
+		e.db.QueryRow("SELECT attempts FROM idem_outbox WHERE msg_id = 'm3'").Scan(&attempts)
+		if attempts != 1 {
+			t.Fatalf("m3 has %d attempts, want 1", attempts)
+		}
+	})
+	t.Run("killed-mid-round", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t)
+		life, kill := context.WithCancel(ctx)
+		defer kill()
+		sink := &memSink{fail: func(m idem.Message) error {
+			if m.ID == "m4" { // the second batch reached the broker; the relay dies
+				kill()
+			}
+			return nil
+		}}
+		r, err := e.ob.Relay(sink, outbox.RelayConfig{BatchSize: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.RunOnce(life); err == nil {
+			t.Fatal("RunOnce of a relay killed mid-round succeeded")
+		}
+		if got := published(t, e); len(got) != 0 {
+			t.Fatalf("marked %v after the relay was killed mid-round, want nothing", got)
+		}
+		sink.fail = nil
+		if n, err := r.RunOnce(ctx); err != nil || n != 7 {
+			t.Fatalf("RunOnce after the kill = %d, %v; want all 7 published again", n, err)
+		}
+		if got := sink.ids(); len(got) < 9 || !slices.Equal(got[len(got)-7:], []string{"m1", "m2", "m3", "m4", "m5", "m6", "m7"}) {
+			t.Fatalf("published %v; want the killed round's messages, then all 7 in order", got)
+		}
+	})
+}

@@ -34,8 +34,18 @@ const MinPollInterval = 10 * time.Millisecond
 
 // RelayConfig configures a Relay. The zero value is usable.
 type RelayConfig struct {
-	// BatchSize is how many messages one round publishes. Default 100.
+	// BatchSize is how many messages one batch holds: one Sink.Publish call, and
+	// one read and one mark in the database. Default 100.
 	BatchSize int
+	// RoundBatches is how many batches one round may publish on PostgreSQL, back to
+	// back in one transaction that holds the round's partitions: each batch is
+	// published while the previous one is marked and the next one read, so the
+	// database's work hides behind the broker's. A round ends early when a read
+	// finds fewer than BatchSize messages or a publication fails. Marks commit at
+	// the end of the round: a relay killed mid-round leaves its batches unmarked, to
+	// be published again (and deduplicated) as after any crash. MySQL and SQLite
+	// publish one batch a round. Default 8.
+	RoundBatches int
 	// PollInterval is the longest the relay waits without being woken. It polls
 	// adaptively: MinPollInterval after a round that published or a wake, doubling
 	// while rounds find nothing, up to PollInterval. Without a Notifier (MySQL, or
@@ -80,6 +90,7 @@ type RelayConfig struct {
 
 func (c RelayConfig) withDefaults() (RelayConfig, error) {
 	c.BatchSize = cmp.Or(c.BatchSize, 100)
+	c.RoundBatches = cmp.Or(c.RoundBatches, 8)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
 	c.Retention = cmp.Or(c.Retention, 7*24*time.Hour)
@@ -97,6 +108,8 @@ func (c RelayConfig) withDefaults() (RelayConfig, error) {
 	switch {
 	case c.BatchSize < 1 || c.BatchSize > 10_000:
 		return c, &idem.InputError{Field: "RelayConfig.BatchSize", Reason: fmt.Sprintf("must be 1 to 10000 (got %d)", c.BatchSize), Fix: "leave it 0 for 100"}
+	case c.RoundBatches < 1 || c.RoundBatches > 1000:
+		return c, &idem.InputError{Field: "RelayConfig.RoundBatches", Reason: fmt.Sprintf("must be 1 to 1000 (got %d)", c.RoundBatches), Fix: "leave it 0 for 8; 1 publishes one batch a round"}
 	case c.MaxAttempts < 1:
 		return c, &idem.InputError{Field: "RelayConfig.MaxAttempts", Reason: fmt.Sprintf("must be at least 1 (got %d)", c.MaxAttempts), Fix: "leave it 0 for 10"}
 	case len(c.Instance) > 255:
@@ -238,7 +251,8 @@ type row struct {
 	created  int64
 }
 
-// RunOnce publishes one batch and returns how many messages it marked published.
+// RunOnce publishes one round (on PostgreSQL up to RoundBatches batches, elsewhere
+// one) and returns how many messages it marked published.
 // After the round, and at most once a second, it records the relay's instance row
 // (RelayConfig.Instance), outside the round's transaction.
 func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
@@ -247,7 +261,7 @@ func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// round publishes one batch.
+// round publishes one round's batches.
 func (r *Relay[Tx]) round(ctx context.Context) (int, error) {
 	switch r.o.db.Dialect {
 	case idem.SQLite:
@@ -257,10 +271,12 @@ func (r *Relay[Tx]) round(ctx context.Context) (int, error) {
 		// FOR UPDATE SKIP LOCKED, in a READ COMMITTED transaction: under REPEATABLE
 		// READ the claim's locking read would also lock the gaps after the rows it
 		// reads, and producers inserting there would wait for the publish.
-		return r.roundLocked(ctx, r.o.db.InTxReadCommitted, r.lockPartitionsMySQL, r.claimEach)
+		return r.roundLocked(ctx, r.o.db.InTxReadCommitted, r.lockPartitionsMySQL, r.claimEach, nil)
 	}
 	return r.roundLocked(ctx, r.o.db.InTx, r.lockPartitions, func(ctx context.Context, q idem.Querier, parts []int32) ([]row, error) {
-		return r.claim(ctx, q, claimPostgres, parts)
+		return r.claim(ctx, q, claimPostgres, parts, int64(0))
+	}, func(ctx context.Context, q idem.Querier, parts []int32, after int64) ([]row, error) {
+		return r.claim(ctx, q, claimPostgres, parts, after)
 	})
 }
 
@@ -284,9 +300,12 @@ func (r *Relay[Tx]) claimEach(ctx context.Context, q idem.Querier, parts []int32
 
 // roundLocked locks some ordering partitions with due rows, reads a batch of their
 // rows, publishes it and marks it, in one transaction: a row is read only when no
-// other relay can publish its partition.
+// other relay can publish its partition. With claimAfter (PostgreSQL) it goes on
+// with up to RoundBatches-1 more batches of the same partitions, pipelined: see
+// pipeline.
 func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, func(Tx) error) error,
-	lock func(context.Context, idem.Querier) ([]int32, error), claim func(context.Context, idem.Querier, []int32) ([]row, error)) (int, error) {
+	lock func(context.Context, idem.Querier) ([]int32, error), claim func(context.Context, idem.Querier, []int32) ([]row, error),
+	claimAfter func(context.Context, idem.Querier, []int32, int64) ([]row, error)) (int, error) {
 	var n int
 	err := inTx(ctx, func(tx Tx) error {
 		q := r.o.db.Querier(tx)
@@ -298,10 +317,56 @@ func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, 
 		if err != nil || len(rows) == 0 {
 			return err
 		}
-		n, err = r.publish(ctx, q, rows)
+		if claimAfter == nil || r.cfg.RoundBatches == 1 || len(rows) < r.cfg.BatchSize {
+			n, err = r.publish(ctx, q, rows)
+			return err
+		}
+		n, err = r.pipeline(ctx, q, rows, func(after int64) ([]row, error) { return claimAfter(ctx, q, parts, after) })
 		return err
 	})
 	return n, wrapErr(r.o.db.Dialect.String(), err)
+}
+
+// pipeline publishes rows and up to RoundBatches-1 further batches, each read by
+// next (the due rows of the round's partitions after an id, in id order), in the
+// round's transaction q. While batch k is sent to the broker, the transaction marks
+// batch k-1, which the broker acknowledged, and reads batch k+1: a row is marked
+// only after its acknowledgement, and one batch is in flight at a time, so the
+// messages of a partition reach the broker in id order. A batch that fails goes
+// through publish's one-at-a-time path and ends the round; the batch read behind it
+// is left unmarked for the next round. Nothing commits before the round ends.
+func (r *Relay[Tx]) pipeline(ctx context.Context, q idem.Querier, rows []row, next func(after int64) ([]row, error)) (int, error) {
+	done := make(chan error, 1)
+	var acked []row // published, not yet marked
+	n := 0
+	for b := 1; ; b++ {
+		msgs := messages(rows)
+		go func() { done <- r.send(ctx, msgs) }()
+		var err error
+		if len(acked) > 0 {
+			err = r.markPublished(ctx, q, acked)
+			n += len(acked)
+			acked = nil
+		}
+		var more []row
+		if err == nil && b < r.cfg.RoundBatches && len(rows) == r.cfg.BatchSize {
+			more, err = next(rows[len(rows)-1].id)
+		}
+		perr := <-done
+		if err != nil {
+			return 0, err // rolled back: every batch of the round is published again
+		}
+		if perr != nil {
+			m, err := r.settle(ctx, q, rows, perr)
+			return n + m, err
+		}
+		acked = rows
+		if len(more) == 0 {
+			break
+		}
+		rows = more
+	}
+	return n + len(acked), r.markPublished(ctx, q, acked)
 }
 
 // roundSQLite reads a batch, publishes it without holding SQLite's write lock (so
@@ -370,17 +435,33 @@ const selectCols = `SELECT o.id, o.msg_id, o.topic, o.ordering_key, o.headers, o
 // earliest pending row of each held partition is visible to the read. (Locking the
 // partition row by row inside one scan would not do: a scan that skipped a partition
 // held by a relay that then rolled back could take the partition's later rows.)
-var lockPartitionsSQL = `SELECT part FROM (
-	SELECT p AS part FROM generate_series(0, ` + partitionsMax + `) p
-	WHERE EXISTS (SELECT 1 FROM idem_outbox o WHERE o.part = p
-		AND o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1)
-	ORDER BY random()) s
+//
+// The partitions with due rows are found by skipping through idem_outbox_part in
+// partition order, one LIMIT 1 read per partition: at most 64 index probes whatever
+// the backlog. (An EXISTS per partition let the planner hash every pending row each
+// round, or walk idem_outbox_pending, dead entries of just-published rows included,
+// once per partition.) OFFSET 0 keeps the lock out of the random ordering, so only
+// the partitions returned are locked: pushed below the sort, it locked them all.
+var lockPartitionsSQL = `WITH RECURSIVE due AS (
+	(SELECT o.part FROM idem_outbox o
+	WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1 ORDER BY o.part LIMIT 1)
+	UNION ALL
+	SELECT (SELECT o.part FROM idem_outbox o WHERE o.part > due.part
+		AND o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1 ORDER BY o.part LIMIT 1)
+	FROM due WHERE due.part IS NOT NULL)
+SELECT part FROM (SELECT part FROM due WHERE part IS NOT NULL ORDER BY random() OFFSET 0) s
 WHERE pg_try_advisory_xact_lock(hashtext('idem_outbox:' || current_schema()), part) LIMIT $2`
 
 const (
+	// claimPostgres reads without FOR UPDATE: the partition locks already keep
+	// other relays off these rows, nothing else writes a pending row that is not
+	// parked (Admin's Retry and Discard take parked rows, cleanup published ones),
+	// and the read's snapshot, taken after the locks, sees every mark of the
+	// partitions' previous holders. A row lock would write each row (and WAL)
+	// once more before the mark.
 	claimPostgres = selectCols + dueSQL + `
-  AND o.part = ANY($3::int[])
-ORDER BY o.id LIMIT $2 FOR UPDATE`
+  AND o.part = ANY($3::int[]) AND o.id > $4
+ORDER BY o.id LIMIT $2`
 	claimSQLite = selectCols + dueSQL + `
 ORDER BY o.id LIMIT $2`
 	claimMySQL = selectCols + dueSQL + `

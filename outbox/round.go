@@ -39,7 +39,9 @@ func (r *Relay[Tx]) claimLimit(ctx context.Context, q idem.Querier, query string
 		if err := rs.Scan(&w.id, &w.msg.ID, &w.msg.Topic, &w.msg.OrderingKey, &headers, &w.msg.Payload, &w.attempts, &w.created); err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal([]byte(headers), &w.msg.Headers); err != nil {
+		if headers == "null" || headers == "{}" { // most messages: no headers to decode
+			w.msg.Headers = nil
+		} else if err := json.Unmarshal([]byte(headers), &w.msg.Headers); err != nil {
 			return nil, fmt.Errorf("outbox row %d: headers are not a JSON object: %w", w.id, err)
 		}
 		out = append(out, w)
@@ -53,11 +55,21 @@ func (r *Relay[Tx]) claimLimit(ctx context.Context, q idem.Querier, query string
 // ordering key records an attempt (with backoff, parked at MaxAttempts) and holds
 // back the rest of that key in the batch, untouched, so nothing overtakes it.
 func (r *Relay[Tx]) publish(ctx context.Context, q idem.Querier, rows []row) (int, error) {
+	return r.settle(ctx, q, rows, r.send(ctx, messages(rows)))
+}
+
+// messages returns the messages of rows.
+func messages(rows []row) []idem.Message {
 	msgs := make([]idem.Message, len(rows))
 	for i, w := range rows {
 		msgs[i] = w.msg
 	}
-	perr := r.send(ctx, msgs)
+	return msgs
+}
+
+// settle records the outcome of sending rows as one batch: perr is the batch's
+// error. See publish.
+func (r *Relay[Tx]) settle(ctx context.Context, q idem.Querier, rows []row, perr error) (int, error) {
 	if perr == nil {
 		return len(rows), r.markPublished(ctx, q, rows)
 	}
@@ -130,8 +142,20 @@ func (r *Relay[Tx]) send(ctx context.Context, msgs []idem.Message) error {
 
 func (r *Relay[Tx]) markPublished(ctx context.Context, q idem.Querier, rows []row) error {
 	now := r.o.now().UnixMilli()
-	ids, args := idList(rows, 2)
-	if _, err := q.Exec(ctx, "UPDATE idem_outbox SET published_at = $1 WHERE id IN ("+ids+")", append([]any{now}, args...)...); err != nil {
+	var err error
+	if r.o.db.Dialect == idem.Postgres {
+		// One array parameter: one statement text to prepare and cache whatever the
+		// batch's size, where an IN list of $n would be a new statement per size.
+		ids := make([]int64, len(rows))
+		for i, w := range rows {
+			ids[i] = w.id
+		}
+		_, err = q.Exec(ctx, "UPDATE idem_outbox SET published_at = $1 WHERE id = ANY($2::bigint[])", now, ids)
+	} else {
+		in, args := idList(rows, 2)
+		_, err = q.Exec(ctx, "UPDATE idem_outbox SET published_at = $1 WHERE id IN ("+in+")", append([]any{now}, args...)...)
+	}
+	if err != nil {
 		return err
 	}
 	lags := make([]float64, len(rows))
