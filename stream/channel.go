@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -38,7 +39,18 @@ func (ch *channel) wake() {
 // every client.
 type cached struct {
 	e     Event
-	frame []byte
+	frame []byte // {"type":"event","event":…}
+	event []byte // the event alone, for "events" frames
+}
+
+// encode fills c's frame and event from c.e, once.
+func (c *cached) encode() {
+	if c.frame != nil {
+		return
+	}
+	c.event, _ = json.Marshal(&c.e)
+	c.frame = make([]byte, 0, len(c.event)+len(`{"type":"event","event":}`))
+	c.frame = append(append(append(c.frame, `{"type":"event","event":`...), c.event...), '}')
 }
 
 // join registers c on channel, creating its live state from the store's head.

@@ -130,7 +130,7 @@ func (c *Client) session(ctx context.Context) (ready bool, err error) {
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(2 << 20)
-	if err := write(ctx, ws, frame{Type: "hello", Channel: c.cfg.Channel, Since: c.last, Client: c.cfg.ID}); err != nil {
+	if err := write(ctx, ws, frame{Type: "hello", Channel: c.cfg.Channel, Since: c.last, Client: c.cfg.ID, Batch: true}); err != nil {
 		return false, err
 	}
 	acked, every := c.last, uint64(32)
@@ -153,12 +153,14 @@ func (c *Client) session(ctx context.Context) (ready bool, err error) {
 			if f.Code == "trimmed" {
 				return ready, errStop{fmt.Errorf("stream: %s", f.Message)}
 			}
-		case "event":
-			if f.Event == nil {
-				continue
+		case "event", "events":
+			if f.Event != nil {
+				f.Events = append(f.Events, *f.Event)
 			}
-			if err := c.deliver(ctx, *f.Event); err != nil {
-				return ready, err
+			for _, e := range f.Events {
+				if err := c.deliver(ctx, e); err != nil {
+					return ready, err
+				}
 			}
 			if c.last >= acked+every {
 				if err := write(ctx, ws, frame{Type: "ack", Seq: c.last}); err != nil {

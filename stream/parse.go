@@ -29,6 +29,7 @@ type hello struct {
 	Channel string
 	Since   uint64
 	Client  string
+	Batch   bool // the client reads "events" frames (several events in one)
 }
 
 // wireIn is a frame from a client as sent: numbers are kept as text so that a
@@ -39,6 +40,7 @@ type wireIn struct {
 	Since   json.RawMessage `json:"since"`
 	Client  string          `json:"client"`
 	Seq     json.RawMessage `json:"seq"`
+	Batch   bool            `json:"batch"`
 }
 
 const helloShape = `{"type":"hello","channel":"…","since":N,"client":"…"}`
@@ -60,7 +62,7 @@ func parseHello(data []byte) (hello, error) {
 	if err := validateClientID(f.Client); err != nil {
 		return hello{}, err
 	}
-	return hello{Channel: f.Channel, Since: since, Client: f.Client}, nil
+	return hello{Channel: f.Channel, Since: since, Client: f.Client, Batch: f.Batch}, nil
 }
 
 // parseAck parses an ack frame and returns its seq.

@@ -3,7 +3,6 @@ package stream
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -195,8 +194,9 @@ func (s *Server) Notify(channelName string, e Event) {
 	}
 	ch.mu.Lock()
 	if e.Seq > 0 {
-		data, _ := json.Marshal(frame{Type: "event", Event: &e})
-		ch.tail[e.Seq] = cached{e, data}
+		c := cached{e: e}
+		c.encode()
+		ch.tail[e.Seq] = c
 		ch.top = max(ch.top, e.Seq)
 		// Concurrent appends (a shared commit among them) are notified in any
 		// order: the head moves over the tail's contiguous seqs only, so a client

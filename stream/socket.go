@@ -27,6 +27,7 @@ type client struct {
 	flushed uint64    // the ack last written to the store
 	id      string    // the client's ack row: its id, scoped by its principal
 	seen    time.Time // when the ack row was last written
+	batch   bool      // it asked for "events" frames in its hello
 }
 
 func (c *client) kick(code websocket.StatusCode, reason string) {
@@ -46,6 +47,8 @@ type frame struct {
 	Head    *uint64 `json:"head,omitempty"`
 	Window  int     `json:"window,omitempty"`
 	Event   *Event  `json:"event,omitempty"`
+	Events  []Event `json:"events,omitempty"` // read by Client; the server writes "events" frames itself (eventsFrame)
+	Batch   bool    `json:"batch,omitempty"`
 	Code    string  `json:"code,omitempty"`
 	Message string  `json:"message,omitempty"`
 }
@@ -81,7 +84,7 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		hello.Client = "conn-" + randomID()
 	}
 	c := &client{ws: ws, wake: make(chan struct{}, 1), kicked: make(chan struct{}), sent: hello.Since, acked: hello.Since,
-		flushed: hello.Since, id: s.ackRow(r, hello.Client)}
+		flushed: hello.Since, id: s.ackRow(r, hello.Client), batch: hello.Batch}
 	ch, err := s.join(ctx, hello.Channel, c)
 	if err != nil {
 		s.refuse(ctx, ws, "unavailable", websocket.StatusTryAgainLater, err.Error())

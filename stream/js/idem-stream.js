@@ -60,9 +60,11 @@
  *   - Nothing is logged to the console.
  *
  * WIRE PROTOCOL (text frames, one JSON object each)
- *   client -> server: {"type":"hello","channel":C,"since":N,"client":ID}, {"type":"ack","seq":S}
+ *   client -> server: {"type":"hello","channel":C,"since":N,"client":ID,"batch":true}, {"type":"ack","seq":S}
  *   server -> client: {"type":"ready","channel":C,"client":ID,"head":H}, {"type":"event","event":{...}},
- *                     {"type":"heartbeat","head":H}, {"type":"error","code":...,"message":...}
+ *                     {"type":"events","events":[{...},...]} (several events in order, to a client whose
+ *                     hello said "batch":true), {"type":"heartbeat","head":H},
+ *                     {"type":"error","code":...,"message":...}
  *   REST catch-up:    GET {baseUrl}/events?channel=C&since=N -> {"channel","head","events":[...]}
  */
 (function () {
@@ -211,7 +213,7 @@
       this._armHeartbeat(gen);
       ws.onopen = function () {
         if (gen !== self._gen) return;
-        var hello = { type: 'hello', channel: self.channel, since: self._seq, client: self.client };
+        var hello = { type: 'hello', channel: self.channel, since: self._seq, client: self.client, batch: true };
         self._helloSince = self._seq;
         self._connMax = self._seq; // highest seq this socket has carried (the server's "sent")
         self._send(hello);
@@ -331,10 +333,16 @@
           this._setState('open', { head: msg.head });
           return;
         case 'event':
-          if (msg.event && msg.event.seq > this._connMax) this._connMax = msg.event.seq;
-          await this._onEventFrame(msg.event);
+        case 'events': {
+          var events = msg.type === 'event' ? [msg.event] : (Array.isArray(msg.events) ? msg.events : []);
+          for (var i = 0; i < events.length && !this._closed; i++) {
+            var evt = events[i];
+            if (evt && evt.seq > this._connMax) this._connMax = evt.seq;
+            await this._onEventFrame(evt);
+          }
           if (Math.min(this._seq, this._connMax) > this._acked) this._scheduleAck();
           return;
+        }
         case 'error': {
           var err = new Error('IdemStream: server error ' + msg.code + ': ' + (msg.message || ''));
           err.code = msg.code;
