@@ -13,9 +13,14 @@
 //     scored by seq. This package does not import Redis.
 //   - A client connects to GET /stream and sends {"type":"hello","channel":…,
 //     "since":N,"client":ID}, the last seq it processed and its id. The server
-//     replays everything after N from the store, then streams live. The client
+//     replays everything after N from the store, then streams live, one
+//     {"type":"event"} frame per event, or, to a client whose hello adds
+//     "batch":true (Client and idem-stream.js do), the events waiting for it in
+//     one {"type":"events","events":[…]} frame of up to 256 KiB. The client
 //     drops any seq it has seen and, when a seq skips, fetches the gap over REST
 //     before going on.
+//   - Concurrent Appends share a commit (SQLStore), and the server moves a
+//     channel's head only over the seqs it has been told of in order.
 //   - The client acks what it processed. A client may have at most
 //     ServerConfig.SendBuffer events unacknowledged (its window); one that stays
 //     behind is disconnected as a slow consumer and catches up on reconnect.
