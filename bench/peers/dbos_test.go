@@ -477,10 +477,11 @@ func benchSagaFlows(b *testing.B, flows int) {
 	}
 	db.begin(b)
 	runFlows(b, flows, testsvc.UniqueName("saga"), func(ctx context.Context, id string) error {
-		if _, err := o.Start(ctx, "bench", id, nil); err != nil {
-			return err
+		// Execute, as DBOS's RunWorkflow: start the saga and run it on this goroutine.
+		inst, err := o.Execute(ctx, "bench", id, nil)
+		if err == nil && inst.State != saga.Completed {
+			err = fmt.Errorf("saga %s %s", id, inst.State)
 		}
-		_, err := o.RunOnce(ctx)
 		return err
 	})
 	for {

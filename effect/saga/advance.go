@@ -13,23 +13,28 @@ import (
 )
 
 // advance takes saga id's lease and runs its steps until it ends or must wait.
-func (o *Orchestrator[Tx]) advance(ctx context.Context, id string) (_ bool, err error) {
+func (o *Orchestrator[Tx]) advance(ctx context.Context, id string) (bool, error) {
 	inst, token, ok, err := o.lease(ctx, id)
 	if err != nil || !ok {
 		return false, err
 	}
-	ctx, span := o.startAdvance(ctx, &inst)
-	defer func() { endAdvance(span, &inst, err) }()
+	return o.run(ctx, &inst, token)
+}
+
+// run runs the steps of inst, leased with token, until it ends or must wait.
+func (o *Orchestrator[Tx]) run(ctx context.Context, inst *Instance, token int64) (_ bool, err error) {
+	ctx, span := o.startAdvance(ctx, inst)
+	defer func() { endAdvance(span, inst, err) }()
 	def := o.defs[inst.Saga]
 	if def == nil {
-		return false, fmt.Errorf("saga %s: definition %q is not known to this orchestrator", id, inst.Saga)
+		return false, fmt.Errorf("saga %s: definition %q is not known to this orchestrator", inst.ID, inst.Saga)
 	}
 	for inst.State == Running || inst.State == Compensating {
-		wait, err := o.step(ctx, def, &inst)
+		wait, err := o.step(ctx, def, inst)
 		if err != nil {
 			return true, err
 		}
-		if err := o.save(ctx, &inst, token, wait); err != nil {
+		if err := o.save(ctx, inst, token, wait); err != nil {
 			return true, err
 		}
 		if wait > 0 {
@@ -199,8 +204,8 @@ func (o *Orchestrator[Tx]) save(ctx context.Context, inst *Instance, token int64
 		lease = 0
 	}
 	var n int64
-	err = o.db.InTx(ctx, func(tx Tx) (err error) {
-		n, err = o.db.Querier(tx).Exec(ctx, `UPDATE idem_sagas SET state = $1, step = $2, results = $3, attempts = $4,
+	err = o.db.Auto(ctx, func(q idem.Querier) (err error) { // one statement: autocommit where it can
+		n, err = q.Exec(ctx, `UPDATE idem_sagas SET state = $1, step = $2, results = $3, attempts = $4,
 			reason = $5, next_at = $6, lease_until = $7, updated_at = $8 WHERE id = $9 AND token = $10`,
 			inst.State, inst.Step, string(results), inst.Attempts, inst.Reason, next, lease, now.UnixNano(), inst.ID, token)
 		return err

@@ -37,6 +37,9 @@ type services struct {
 	// crashInside, if it names an op, makes the step panic right after the service
 	// executed it: a crash between the call and the fence's COMPLETE.
 	crashInside string
+	// failNext makes the next n calls of an op fail with a transient error, before
+	// the service is called.
+	failNext map[string]int
 }
 
 func newServices(t *testing.T) *services {
@@ -61,6 +64,13 @@ func newServices(t *testing.T) *services {
 }
 
 func (s *services) apply(ctx context.Context, in Input, op string) error {
+	s.mu.Lock()
+	if s.failNext[op] > 0 {
+		s.failNext[op]--
+		s.mu.Unlock()
+		return errors.New(op + ": service unavailable")
+	}
+	s.mu.Unlock()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.srv.URL+"/"+op+"?saga="+in.SagaID, nil)
 	if err != nil {
 		return err
