@@ -75,6 +75,13 @@ type TxDB[Tx any] struct {
 	// writers), and, through Auto, for a write that is one statement. SQLDB and
 	// idempg.TxDB set it.
 	Read func(ctx context.Context, fn func(Querier) error) error
+	// BeginPipelined, where set, begins a transaction whose BEGIN is sent to the
+	// server together with its first statement, in one round trip, instead of on
+	// its own: a short transaction that starts with a statement (the inbox's
+	// recording of a message key) costs one round trip less. The BEGIN still runs
+	// first, so that statement is inside the transaction. idempg.TxDB sets it. A
+	// TxDB whose Begin is replaced (to wrap it) should replace or clear this too.
+	BeginPipelined func(ctx context.Context) (Tx, error)
 }
 
 // Auto runs fn's statements each in its own transaction (Read) where d can, and
@@ -101,6 +108,15 @@ func (d TxDB[Tx]) Validate() error {
 // InTx runs fn in a transaction of d and commits it, or rolls it back if fn fails.
 func (d TxDB[Tx]) InTx(ctx context.Context, fn func(tx Tx) error) error {
 	return d.inTx(ctx, d.Begin, fn)
+}
+
+// InTxPipelined is InTx with BeginPipelined where it is set: the transaction's
+// BEGIN goes to the server with fn's first statement.
+func (d TxDB[Tx]) InTxPipelined(ctx context.Context, fn func(tx Tx) error) error {
+	if d.BeginPipelined == nil {
+		return d.InTx(ctx, fn)
+	}
+	return d.inTx(ctx, d.BeginPipelined, fn)
 }
 
 // InTxReadCommitted is InTx in a READ COMMITTED transaction where BeginReadCommitted

@@ -97,7 +97,10 @@
 //
 // # Outbox wake-ups
 //
-// TxDB adapts a pool to idem's transactional components (inbox, outbox). A Notifier
+// TxDB adapts a pool to idem's transactional components (inbox, outbox). Its
+// BeginPipelined transactions send BEGIN in one pgx pipeline with their first
+// statement: the inbox's single-message transactions record the key that way, in
+// the round trip that begins them. A Notifier
 // (NewNotifier) listens for the NOTIFY idem_outbox that outbox.EnqueueTx sends, and
 // wakes an outbox relay on commit instead of at its next poll.
 //

@@ -20,6 +20,8 @@ func TxDB(pool *pgxpool.Pool) idem.TxDB[pgx.Tx] {
 		Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
 		Querier:  Querier,
 		Read:     func(_ context.Context, fn func(idem.Querier) error) error { return fn(pgxQuerier{pool}) },
+		// BEGIN rides with the first statement: see pipeTx.
+		BeginPipelined: func(ctx context.Context) (pgx.Tx, error) { return beginPipelined(ctx, pool) },
 	}
 }
 

@@ -123,3 +123,58 @@ func (nopSource) Receive(ctx context.Context, _ int) ([]idem.Delivery, error) {
 	return nil, ctx.Err()
 }
 func (nopSource) Close() error { return nil }
+
+// BenchmarkProcessPostgresUnbatched: the unbatched inbox (one message per
+// transaction) through Consumer.Process on Postgres against the plain at-least-once
+// transaction (BEGIN, the same INSERT, COMMIT), the two interleaved message by
+// message so that a load shared with other processes weighs on both alike. It
+// reports both rates and their ratio: the database's share of the brokers'
+// BenchmarkInbox ratios, without the broker's noise.
+func BenchmarkProcessPostgresUnbatched(b *testing.B) {
+	ctx := context.Background()
+	pool := testsvc.PostgresPool(b)
+	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	store, err := idempg.New(ctx, pool, idempg.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	insert := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
+		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
+		return err
+	}
+	db := idempg.TxDB(pool)
+	c, err := inbox.New(ctx, nopSource{}, db, store, insert, inbox.Config{Consumer: "bench", BatchSize: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := []byte(`{"Amount":1}`)
+	var plain, inboxT time.Duration
+	runPlain := func(m idem.Message) {
+		start := time.Now()
+		if err := db.InTx(ctx, func(tx pgx.Tx) error { return insert(ctx, tx, m) }); err != nil {
+			b.Fatal(err)
+		}
+		plain += time.Since(start)
+	}
+	runInbox := func(m idem.Message) {
+		start := time.Now()
+		c.Process(ctx, []idem.Delivery{{Message: m, Attempt: 1, Settler: nopSettler{}}})
+		inboxT += time.Since(start)
+	}
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		m := idem.Message{ID: fmt.Sprintf("m-%09d", n), Topic: "orders", Payload: payload}
+		if n%2 == 0 { // alternate which goes first
+			runPlain(m)
+			runInbox(m)
+		} else {
+			runInbox(m)
+			runPlain(m)
+		}
+	}
+	b.ReportMetric(float64(b.N)/plain.Seconds(), "plain-msgs/s")
+	b.ReportMetric(float64(b.N)/inboxT.Seconds(), "inbox-msgs/s")
+	b.ReportMetric(plain.Seconds()/inboxT.Seconds(), "ratio")
+}

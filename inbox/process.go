@@ -73,7 +73,11 @@ func (c *Consumer[Tx]) process(ctx context.Context, ds []idem.Delivery) []item {
 			items[i].tr = &traces[i]
 		}
 	}
-	err := c.db.InTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, false) })
+	inTx := c.db.InTx
+	if len(items) == 1 { // its first statement records the key: BEGIN rides with it
+		inTx = c.db.InTxPipelined
+	}
+	err := inTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, false) })
 	if errors.Is(err, errSavepoints) { // a handler failed in the fast path: again, guarded
 		for i := range items {
 			if items[i].kind != "no_key" && items[i].kind != "max_attempts" {
