@@ -87,7 +87,10 @@ func NewTransform(cfg TransformConfig, fn TransformFunc) (*Transform, error) {
 }
 
 // Committed returns how many consumed records this Transform has committed (in
-// transactions that committed), since it was made.
+// transactions whose commit it saw confirmed), since it was made. A transaction
+// whose EndTxn reached the broker but whose answer was lost (the connection cut)
+// may have committed without being counted here: the output topics, read with
+// read_committed, are the truth.
 func (t *Transform) Committed() int64 { return t.committed.Load() }
 
 // Run joins the group with cfg.Workers transactional sessions and transforms

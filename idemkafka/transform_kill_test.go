@@ -90,14 +90,17 @@ func TestTransformNetworkKill(t *testing.T) {
 	n := rounds * perRound
 	k := start(t, e.config("k", 2), e.upper, nil) // fences the last killed "k"
 	all = append(all, k)
-	testsvc.Eventually(t, 2*time.Minute, "every input committed", func() bool { return committedSum(all...) >= int64(n) })
+	// The output topic is the truth: an instance whose connections are cut while its
+	// EndTxn is on the wire may have committed without learning it, so the
+	// instances' own counts (Committed) can fall short of what the broker holds.
+	testsvc.Eventually(t, 2*time.Minute, "every input's output committed", func() bool { return len(e.read(t, e.out, true)) >= n })
 	for _, r := range []*running{k, b} {
 		if err := r.wait(t); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}
-	if got := committedSum(all...); got != int64(n) {
-		t.Errorf("the transactions committed %d consumed records, want %d", got, n)
+	if got := committedSum(all...); got > int64(n) {
+		t.Errorf("the instances report %d consumed records committed, more than the %d inputs", got, n)
 	}
 	testsvc.Eventually(t, time.Minute, "no transaction open", func() bool { return reachedLSO(t, e) })
 	if u := total(e.read(t, e.out, false)); u <= n {
