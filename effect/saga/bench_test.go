@@ -2,6 +2,7 @@ package saga
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
 
@@ -44,22 +45,7 @@ func BenchmarkSagaSteps(b *testing.B) {
 // BenchmarkSagaStepsConcurrent is BenchmarkSagaSteps with 16 sagas advancing at
 // once, each by its own caller: steps/s of an orchestrator under load.
 func BenchmarkSagaStepsConcurrent(b *testing.B) {
-	sdb := testsvc.PostgresDB(b)
-	sdb.SetMaxIdleConns(32) // database/sql keeps 2 by default
-	db, err := idem.SQLDB(context.Background(), sdb)
-	if err != nil {
-		b.Fatal(err)
-	}
-	noop := func(context.Context, Input) ([]byte, error) { return []byte("ok"), nil }
-	undo := func(context.Context, Input) error { return nil }
-	var steps []Step
-	for i := range 4 {
-		steps = append(steps, Step{Name: fmt.Sprint("s", i), Action: noop, Compensate: undo})
-	}
-	o, err := New(context.Background(), db, Config{}, Definition{Name: "bench", Steps: steps})
-	if err != nil {
-		b.Fatal(err)
-	}
+	o := benchOrchestrator(b)
 	prefix := testsvc.UniqueName("saga")
 	testsvc.RunClients(b, 16, func(ctx context.Context, id string) error {
 		id = prefix + "-" + id
@@ -79,22 +65,7 @@ func BenchmarkSagaStepsConcurrent(b *testing.B) {
 func BenchmarkSagaExecute(b *testing.B) {
 	for _, clients := range []int{1, 16} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			sdb := testsvc.PostgresDB(b)
-			sdb.SetMaxIdleConns(32) // database/sql keeps 2 by default
-			db, err := idem.SQLDB(context.Background(), sdb)
-			if err != nil {
-				b.Fatal(err)
-			}
-			noop := func(context.Context, Input) ([]byte, error) { return []byte("ok"), nil }
-			undo := func(context.Context, Input) error { return nil }
-			var steps []Step
-			for i := range 4 {
-				steps = append(steps, Step{Name: fmt.Sprint("s", i), Action: noop, Compensate: undo})
-			}
-			o, err := New(context.Background(), db, Config{}, Definition{Name: "bench", Steps: steps})
-			if err != nil {
-				b.Fatal(err)
-			}
+			o := benchOrchestrator(b)
 			prefix := testsvc.UniqueName("saga")
 			testsvc.RunClients(b, clients, func(ctx context.Context, id string) error {
 				inst, err := o.Execute(ctx, "bench", prefix+"-"+id, nil)
@@ -106,4 +77,27 @@ func BenchmarkSagaExecute(b *testing.B) {
 			b.ReportMetric(float64(4*b.N)/b.Elapsed().Seconds(), "steps/s")
 		})
 	}
+}
+
+// benchOrchestrator is an orchestrator of saga "bench" (4 steps that do nothing)
+// on a fresh Postgres schema whose handle keeps 32 idle connections (database/sql
+// keeps 2 by default), for concurrent callers.
+func benchOrchestrator(b *testing.B) *Orchestrator[*sql.Tx] {
+	sdb := testsvc.PostgresDB(b)
+	sdb.SetMaxIdleConns(32)
+	db, err := idem.SQLDB(context.Background(), sdb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	noop := func(context.Context, Input) ([]byte, error) { return []byte("ok"), nil }
+	undo := func(context.Context, Input) error { return nil }
+	var steps []Step
+	for i := range 4 {
+		steps = append(steps, Step{Name: fmt.Sprint("s", i), Action: noop, Compensate: undo})
+	}
+	o, err := New(context.Background(), db, Config{}, Definition{Name: "bench", Steps: steps})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return o
 }
