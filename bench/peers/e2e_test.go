@@ -310,18 +310,10 @@ func startRiver(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied f
 
 func startIdem(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int), batch, consumers int) func(context.Context, pgx.Tx, int) error {
 	js := connectNATS(b)
-	stream := testsvc.UniqueName("IDEME2E_")
 	prefix := testsvc.UniqueName("ideme2e.")
+	stream := jsStream(b, js, "IDEME2E_", prefix+".>")
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := idemnats.EnsureStream(sctx, js, idemnats.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"}}); err != nil {
-		b.Fatalf("EnsureStream: %v", err)
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = js.DeleteStream(ctx, stream)
-	})
 	sink, err := idemnats.NewSink(js, idemnats.SinkConfig{})
 	if err != nil {
 		b.Fatal(err)

@@ -61,18 +61,42 @@ func BenchmarkOutboxPeers(b *testing.B) {
 // when b ends.
 func destStream(b *testing.B, js jetstream.JetStream) (stream, subject string) {
 	b.Helper()
-	stream, subject = testsvc.UniqueName("FWDPEERS_"), testsvc.UniqueName("fwdpeers.")
+	subject = testsvc.UniqueName("fwdpeers.")
+	return jsStream(b, js, "FWDPEERS_", subject), subject
+}
+
+// jsStream creates a JetStream stream named prefix plus a unique suffix, capturing
+// subjects, deleted when tb ends, and returns its name.
+func jsStream(tb testing.TB, js jetstream.JetStream, prefix string, subjects ...string) string {
+	tb.Helper()
+	stream := testsvc.UniqueName(prefix)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: stream, Subjects: []string{subject}}); err != nil {
-		b.Fatalf("EnsureStream: %v", err)
+	if _, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: stream, Subjects: subjects}); err != nil {
+		tb.Fatalf("EnsureStream: %v", err)
 	}
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = js.DeleteStream(ctx, stream)
 	})
-	return stream, subject
+	return stream
+}
+
+// schemaDB opens database/sql (driver pgx) on a fresh Postgres schema, selected
+// through search_path and dropped when tb ends.
+func schemaDB(tb testing.TB) *stdsql.DB {
+	tb.Helper()
+	cs, _ := testsvc.PostgresSchema(tb)
+	db, err := stdsql.Open("pgx", cs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	if err := db.Ping(); err != nil {
+		tb.Fatal(err)
+	}
+	return db
 }
 
 // streamMsgs is how many messages stream holds.
@@ -188,15 +212,7 @@ type forwarderEnv struct {
 }
 
 func newForwarderEnv(b *testing.B) *forwarderEnv {
-	cs, _ := testsvc.PostgresSchema(b)
-	db, err := stdsql.Open("pgx", cs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	if err := db.Ping(); err != nil {
-		b.Fatal(err)
-	}
+	db := schemaDB(b)
 	e := &forwarderEnv{db: db, fwdTopic: testsvc.UniqueName("fwd_"), js: connectNATS(b)}
 	// Its defaults: JSON payload (the envelope is JSON), SubscribeBatchSize 100.
 	e.schema = wmsql.DefaultPostgreSQLSchema{}

@@ -9,8 +9,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // These tests pin two cases, found by reading watermill-sql v3.1.0's subscriber.go,
@@ -28,12 +26,7 @@ type wmEnv struct {
 }
 
 func newWMEnv(t *testing.T) wmEnv {
-	cs, _ := testsvc.PostgresSchema(t)
-	db, err := stdsql.Open("pgx", cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := schemaDB(t)
 	if _, err := db.Exec("CREATE TABLE ledger (msg_id TEXT NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}

@@ -47,18 +47,8 @@ func BenchmarkPeers(b *testing.B) {
 func benchIdemNATS(b *testing.B) {
 	js := connectNATS(b)
 	inboxtest.Bench(b, func(b *testing.B) inboxtest.BenchEnv {
-		stream := testsvc.UniqueName("IDEMPEERS_")
 		prefix := testsvc.UniqueName("idempeers.")
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"}}); err != nil {
-			b.Fatalf("EnsureStream: %v", err)
-		}
-		b.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = js.DeleteStream(ctx, stream)
-		})
+		stream := jsStream(b, js, "IDEMPEERS_", prefix+".>")
 		sink, err := idemnats.NewSink(js, idemnats.SinkConfig{})
 		if err != nil {
 			b.Fatalf("NewSink: %v", err)
@@ -100,15 +90,7 @@ func connectNATS(b *testing.B) jetstream.JetStream {
 func benchWatermill(b *testing.B) {
 	// A fresh schema (dropped when b ends) selected through search_path: watermill's
 	// tables, its offsets and the ledger are all unqualified names inside it.
-	cs, _ := testsvc.PostgresSchema(b)
-	db, err := stdsql.Open("pgx", cs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	if err := db.Ping(); err != nil {
-		b.Fatal(err)
-	}
+	db := schemaDB(b)
 	for _, batch := range []int{1, 64, 100} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchWatermillRun(b, db, batch) })
 	}
