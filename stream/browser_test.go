@@ -47,10 +47,7 @@ func TestBrowserSeesEveryEventOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := stream.NewSQLStore(ctx, db, stream.SQLConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := sqlStore(t, db)
 	srv, err := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)

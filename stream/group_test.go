@@ -21,10 +21,7 @@ func TestAppendsShareTransactions(t *testing.T) {
 	t.Parallel()
 	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		ctx := context.Background()
-		s, err := stream.NewSQLStore(ctx, db, stream.SQLConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := sqlStore(t, db)
 		const workers, each = 24, 40
 		type got struct {
 			channel, key string
@@ -102,10 +99,7 @@ func TestSharedAppendFailsAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := sqltest.Postgres(t)
-	s, err := stream.NewSQLStore(ctx, db, stream.SQLConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := sqlStore(t, db)
 	if err := db.InTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN IF NEW.type = 'poison' THEN RAISE EXCEPTION 'poisoned event'; END IF; RETURN NEW; END $$;
@@ -156,7 +150,7 @@ func TestSharedAppendFailsAlone(t *testing.T) {
 		t.Fatal("no append transaction was shared")
 	}
 	var ie *idem.InputError
-	_, err = s.Append(ctx, "", stream.Event{Type: "t"})
+	_, err := s.Append(ctx, "", stream.Event{Type: "t"})
 	if !errors.As(err, &ie) {
 		t.Fatalf("Append to an empty channel = %v, want an InputError", err)
 	}

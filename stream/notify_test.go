@@ -30,10 +30,7 @@ func (r *readCounter) Read(ctx context.Context, channel string, after uint64, n 
 func TestNotifyOutOfOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	sql, err := stream.NewSQLStore(ctx, sqltest.SQLite(t), stream.SQLConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sql := sqlStore(t, sqltest.SQLite(t))
 	store := &readCounter{Store: sql}
 	f := serve(t, store, stream.ServerConfig{AllowAnonymous: true})
 	rec := &streamtest.Recorder{}

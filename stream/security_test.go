@@ -23,11 +23,8 @@ import (
 // explicit choice.
 func TestNewServerNeedsAuthorizeOrAllowAnonymous(t *testing.T) {
 	t.Parallel()
-	store, err := stream.NewSQLStore(context.Background(), sqltest.SQLite(t), stream.SQLConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = stream.NewServer(store, stream.ServerConfig{})
+	store := sqlStore(t, sqltest.SQLite(t))
+	_, err := stream.NewServer(store, stream.ServerConfig{})
 	var ie *idem.InputError
 	if !errors.As(err, &ie) || ie.Field != "ServerConfig.Authorize" || !strings.Contains(ie.Fix, "AllowAnonymous") {
 		t.Fatalf("NewServer without Authorize or AllowAnonymous: %v; want an InputError on ServerConfig.Authorize naming AllowAnonymous", err)

@@ -41,10 +41,7 @@ func TestSQLStoreKeys(t *testing.T) {
 	t.Parallel()
 	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		ctx := context.Background()
-		s, err := stream.NewSQLStore(ctx, db, stream.SQLConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := sqlStore(t, db)
 		long := strings.Repeat("k", 1000)
 		for i, tc := range []struct {
 			key  string
@@ -55,7 +52,7 @@ func TestSQLStoreKeys(t *testing.T) {
 				t.Fatalf("append %d (key of %d bytes) = seq %d, %v; want %d", i, len(tc.key), e.Seq, err, tc.want)
 			}
 		}
-		err = s.Ack(ctx, "c", strings.Repeat("p", 300), 1)
+		err := s.Ack(ctx, "c", strings.Repeat("p", 300), 1)
 		var ie *idem.InputError
 		if db.Dialect == idem.MySQL && (!errors.As(err, &ie) || ie.Field != "client") {
 			t.Fatalf("Ack with a 300-byte client id = %v, want an InputError on client", err)
@@ -73,10 +70,7 @@ func TestSQLStoreAppendsDuringTrim(t *testing.T) {
 	t.Parallel()
 	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
 		ctx := context.Background()
-		s, err := stream.NewSQLStore(ctx, db, stream.SQLConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := sqlStore(t, db)
 		const channels, each = 4, 40
 		// Each ack lets one Trim run: trims interleave with the appends without
 		// spinning, which on SQLite (one writer, no fairness among waiters) would

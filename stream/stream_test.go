@@ -42,6 +42,16 @@ func newFixture(t *testing.T, db idem.TxDB[*sql.Tx], cfg stream.ServerConfig) *f
 	return f
 }
 
+// sqlStore is a SQLStore with the default config on db, whose migrations it runs.
+func sqlStore(t testing.TB, db idem.TxDB[*sql.Tx]) *stream.SQLStore[*sql.Tx] {
+	t.Helper()
+	s, err := stream.NewSQLStore(context.Background(), db, stream.SQLConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // serve runs a Server on store in an httptest.Server.
 func serve(t *testing.T, store stream.Store, cfg stream.ServerConfig) *fixture {
 	t.Helper()
