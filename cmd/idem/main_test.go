@@ -8,6 +8,8 @@ import (
 	"errors"
 	"flag"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -240,5 +242,22 @@ func TestVerifyHoldsOnEveryBroker(t *testing.T) {
 			r, err := verifyReport(t, 300, "--fault-rate", "0.3", "--broker", tc.broker)
 			checkHolds(t, r, err, 300)
 		})
+	}
+}
+
+// --cpuprofile writes a pprof profile of the run (gzipped protobuf); a path it
+// cannot create is refused, naming the flag, before the flow starts.
+func TestVerifyCPUProfile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	r, err := verifyReport(t, 60, "--cpuprofile", path)
+	checkHolds(t, r, err, 60)
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("--cpuprofile wrote %d bytes (%v), want a gzipped pprof profile", len(b), err)
+	}
+	_, _, err = run(t, "verify", "--ops", "10", "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "cpu.prof"))
+	if err == nil || !strings.Contains(err.Error(), "--cpuprofile") {
+		t.Fatalf("--cpuprofile in a missing directory: %v, want an error naming the flag", err)
 	}
 }
