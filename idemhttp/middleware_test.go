@@ -85,8 +85,12 @@ func mwServeHandler(t testing.TB, h http.Handler) *httptest.Server {
 func mwMetric(t testing.TB, reg prometheus.Gatherer, outcome string, want float64) {
 	t.Helper()
 	labels := map[string]string{"outcome": outcome}
-	testsvc.Eventually(t, time.Minute, "idem_http_requests_total{outcome="+outcome+"} to reach the count", func() bool { return idemtest.MetricValue(t, reg, "idem_http_requests_total", labels) >= want })
-	for _, name := range []string{"idem_http_requests_total", "idem_http_request_duration_seconds"} {
+	names := []string{"idem_http_requests_total", "idem_http_request_duration_seconds"}
+	// Both are recorded after the response has gone out, one after the other.
+	testsvc.Eventually(t, time.Minute, "idem_http_requests_total and _duration_seconds{outcome="+outcome+"} to reach the count", func() bool {
+		return idemtest.MetricValue(t, reg, names[0], labels) >= want && idemtest.MetricValue(t, reg, names[1], labels) >= want
+	})
+	for _, name := range names {
 		if got := idemtest.MetricValue(t, reg, name, labels); got != want {
 			t.Errorf("%s{outcome=%q} = %v, want %v", name, outcome, got, want)
 		}
