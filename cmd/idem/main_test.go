@@ -250,8 +250,11 @@ func TestVerifyHoldsOnEveryBroker(t *testing.T) {
 func TestVerifyCPUProfile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cpu.prof")
-	r, err := verifyReport(t, 60, "--cpuprofile", path)
-	checkHolds(t, r, err, 60)
+	// Too few orders for checkHolds (it wants every fault kind drawn): the run only
+	// has to pass.
+	if r, err := verifyReport(t, 60, "--cpuprofile", path); err != nil || !r.OK() {
+		t.Fatalf("verify --cpuprofile: %v\n%+v", err, r)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 		t.Fatalf("--cpuprofile wrote %d bytes (%v), want a gzipped pprof profile", len(b), err)
