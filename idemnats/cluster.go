@@ -100,6 +100,24 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The ports are picked free and released for the servers to take: another
+	// process may take one in between. Then the whole cluster starts again on new
+	// ports, with empty stores.
+	for attempt := 1; ; attempt++ {
+		c, err := startCluster(ctx, cfg)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+		for i := range cfg.Nodes {
+			if err := os.RemoveAll(filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i))); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+func startCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
+	var err error
 	c := &Cluster{cfg: cfg}
 	ok := false
 	defer func() {
