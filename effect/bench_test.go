@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -116,4 +117,19 @@ func BenchmarkFenceConcurrent(b *testing.B) {
 			b.ReportMetric(float64(effect.GroupBatches(f))/float64(b.N), "batches/effect")
 		})
 	}
+	// The same on pgx's own pool (idempg.TxDB), as a Postgres application would
+	// run it without database/sql.
+	b.Run("fence-pgx", func(b *testing.B) {
+		f, err := effect.New(context.Background(), idempg.TxDB(testsvc.PostgresPool(b)), effect.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		prefix := testsvc.UniqueName("k")
+		testsvc.RunClients(b, clients, func(ctx context.Context, id string) error {
+			_, err := f.Do(ctx, prefix+id, "charge", call)
+			return err
+		})
+		report(b)
+		b.ReportMetric(float64(effect.GroupBatches(f))/float64(b.N), "batches/effect")
+	})
 }

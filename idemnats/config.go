@@ -102,6 +102,15 @@ type SourceConfig struct {
 	// Receive renews it. It bounds how long a fetch outlives Close. 0 means
 	// DefaultFetchWait.
 	FetchWait time.Duration
+	// NoPrefetch turns prefetching off. By default, when a Receive hands out the
+	// last buffered message, the source sends the next pull request at once (for as
+	// many messages as that Receive asked for), so the next batch travels while the
+	// caller processes this one, as nats.go's Consume and Kafka's fetcher do.
+	// Prefetched messages are delivered and unacknowledged: they count toward
+	// MaxAckPending, their AckWait runs, and a competing consumer cannot take them.
+	// With a handler that may run longer than AckWait, or to spread a small stream
+	// over many consumers one batch at a time, turn it off.
+	NoPrefetch bool
 	// Logger, if set, receives the failures the source cannot return to a caller
 	// (a Nak of prefetched messages at Close).
 	Logger *slog.Logger

@@ -21,6 +21,10 @@ var (
 // Receive keeps at most one pull request (Fetch) outstanding. Messages it brings
 // in after a Receive returned (its ctx ended, or it returned the first messages of
 // a batch) are kept for the next Receive instead of being abandoned to AckWait.
+// Unless SourceConfig.NoPrefetch, the next pull request goes out as soon as the
+// buffer is empty and none is outstanding, from a Receive that emptied it or from a
+// request that ended after all it brought was handed out; a request that brought
+// nothing does not chain, so an idle source asks only when Receive is called.
 type Source struct {
 	cons jetstream.Consumer
 	cfg  SourceConfig
@@ -30,6 +34,7 @@ type Source struct {
 	buf      []jetstream.Msg // fetched and not yet handed out, in stream order
 	fetching bool            // a Fetch is outstanding and its pump is running
 	fetchErr error           // the last Fetch's failure, reported by the next Receive
+	lastMax  int             // the last Receive's max: what a prefetch asks for
 	changed  chan struct{}   // closed (and replaced) whenever the fields above change
 	// electionRetry paces pull requests ended by leader elections (nil between).
 	electionRetry *backoff
@@ -99,10 +104,12 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 			s.mu.Unlock()
 			return nil, err
 		}
+		s.lastMax = max
 		if len(s.buf) > 0 {
 			n := min(max, len(s.buf))
 			msgs := s.buf[:n:n]
 			s.buf = s.buf[n:]
+			s.prefetch(max)
 			s.mu.Unlock()
 			return deliveries(msgs, s.cfg.AckWait, s.cons), nil
 		}
@@ -127,6 +134,15 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 	}
 }
 
+// prefetch sends the next pull request, for max messages, if prefetching is on, the
+// buffer is empty and none is outstanding. A failure is the next Receive's to
+// report: it asks again, and returns the error if that fails too. s.mu is held.
+func (s *Source) prefetch(max int) {
+	if !s.cfg.NoPrefetch && !s.closed && len(s.buf) == 0 && !s.fetching {
+		_ = s.startFetch(max)
+	}
+}
+
 // startFetch sends one pull request for up to max messages and starts its pump.
 // s.mu is held.
 func (s *Source) startFetch(max int) error {
@@ -143,7 +159,9 @@ func (s *Source) startFetch(max int) error {
 // Receive can return the first ones at once. Messages that arrive after Close are
 // handed back with a Nak.
 func (s *Source) pump(batch jetstream.MessageBatch) {
+	brought := false
 	for m := range batch.Messages() {
+		brought = true
 		s.mu.Lock()
 		closed := s.closed
 		if !closed {
@@ -178,6 +196,13 @@ func (s *Source) pump(batch jetstream.MessageBatch) {
 	if err != nil && !s.closed {
 		s.electionRetry = nil
 		s.fetchErr = fmt.Errorf("fetch from durable %q on stream %q: %w", s.cfg.Durable, s.cfg.Stream, err)
+	}
+	if err == nil && brought {
+		// Every message was handed out before the request ended (else the
+		// buffer holds some): the caller is keeping up, so ask for the next
+		// batch now. A request that brought nothing does not chain: an idle
+		// source stops asking until its next Receive.
+		s.prefetch(s.lastMax)
 	}
 	s.broadcast()
 	s.mu.Unlock()

@@ -215,7 +215,7 @@ func TestCloseGivesBackPrefetched(t *testing.T) {
 	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)[:5]...)
 	cfg := idemnats.SourceConfig{Stream: stream, Durable: "d", AckWait: time.Minute}
 	first := openSource(t, js, cfg)
-	held := receiveN(t, first, 1) // the fetch asked for 1: nothing else is prefetched
+	held := receiveN(t, first, 1) // then it prefetches 1 more, which Receive(4) may or may not find in
 	ds, err := first.Receive(context.Background(), 4)
 	if err != nil {
 		t.Fatal(err)
@@ -227,6 +227,69 @@ func TestCloseGivesBackPrefetched(t *testing.T) {
 	}
 	rest := receiveN(t, openSource(t, js, cfg), 5-len(held)) // within 30 s, below AckWait
 	ackAll(t, rest...)
+}
+
+// TestPrefetch: once a Receive has handed out the buffer, the source asks for the
+// next batch without waiting for the next Receive (the broker shows those messages
+// delivered, unacknowledged); Close gives them back at once. With NoPrefetch, what
+// the caller received is all the broker delivered, and no pull request waits.
+func TestPrefetch(t *testing.T) {
+	t.Parallel()
+	_, js := connect(t)
+	stream, prefix := newStream(t, js)
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)[:20]...)
+	ctx := context.Background()
+	pending := func(durable string) (ackPending, waiting int) {
+		t.Helper()
+		cons, err := js.Consumer(ctx, stream, durable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.NumAckPending, info.NumWaiting
+	}
+
+	cfg := idemnats.SourceConfig{Stream: stream, Durable: "pre", AckWait: time.Minute}
+	src := openSource(t, js, cfg)
+	var got []idem.Delivery
+	for len(got) < 5 { // always asking for 5: a prefetch asks for what the last Receive did
+		ds, err := src.Receive(ctx, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ds...)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if n, _ := pending("pre"); n == 10 {
+			break // 5 handed out, 5 prefetched
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%d messages delivered after receiving 5 with batches of 5; want 10 (the next batch prefetched)", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ackAll(t, got...)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next := receiveN(t, openSource(t, js, cfg), 15) // the 5 given back come first, well before AckWait
+	ackAll(t, next...)
+
+	off := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "off", AckWait: time.Minute, NoPrefetch: true})
+	for n := 0; n < 5; {
+		ds, err := off.Receive(ctx, 5-n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(ds)
+	}
+	// The pull requests asked for exactly 5 in all; the last may still be on the
+	// server until FetchWait, but it has nothing more to bring.
+	if n, _ := pending("off"); n != 5 {
+		t.Errorf("NoPrefetch: %d messages delivered after receiving 5, want 5", n)
+	}
 }
 
 func TestReceiveMax(t *testing.T) {
