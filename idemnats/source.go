@@ -21,7 +21,7 @@ var (
 // Receive keeps at most one pull request (Fetch) outstanding. Messages it brings
 // in after a Receive returned (its ctx ended, or it returned the first messages of
 // a batch) are kept for the next Receive instead of being abandoned to AckWait.
-// Unless SourceConfig.NoPrefetch, the next pull request goes out as soon as the
+// With SourceConfig.Prefetch, the next pull request goes out as soon as the
 // buffer is empty and none is outstanding, from a Receive that emptied it or from a
 // request that ended after all it brought was handed out; a request that brought
 // nothing does not chain, so an idle source asks only when Receive is called.
@@ -134,11 +134,11 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 	}
 }
 
-// prefetch sends the next pull request, for max messages, if prefetching is on, the
+// prefetch sends the next pull request, for max messages, if Prefetch is on, the
 // buffer is empty and none is outstanding. A failure is the next Receive's to
 // report: it asks again, and returns the error if that fails too. s.mu is held.
 func (s *Source) prefetch(max int) {
-	if !s.cfg.NoPrefetch && !s.closed && len(s.buf) == 0 && !s.fetching {
+	if s.cfg.Prefetch && !s.closed && len(s.buf) == 0 && !s.fetching {
 		_ = s.startFetch(max)
 	}
 }

@@ -215,7 +215,7 @@ func TestCloseGivesBackPrefetched(t *testing.T) {
 	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)[:5]...)
 	cfg := idemnats.SourceConfig{Stream: stream, Durable: "d", AckWait: time.Minute}
 	first := openSource(t, js, cfg)
-	held := receiveN(t, first, 1) // then it prefetches 1 more, which Receive(4) may or may not find in
+	held := receiveN(t, first, 1) // the fetch asked for 1: nothing else is prefetched
 	ds, err := first.Receive(context.Background(), 4)
 	if err != nil {
 		t.Fatal(err)
@@ -231,8 +231,8 @@ func TestCloseGivesBackPrefetched(t *testing.T) {
 
 // TestPrefetch: once a Receive has handed out the buffer, the source asks for the
 // next batch without waiting for the next Receive (the broker shows those messages
-// delivered, unacknowledged); Close gives them back at once. With NoPrefetch, what
-// the caller received is all the broker delivered, and no pull request waits.
+// delivered, unacknowledged); Close gives them back at once. Without Prefetch, what
+// the caller received is all the broker delivered.
 func TestPrefetch(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t)
@@ -252,7 +252,7 @@ func TestPrefetch(t *testing.T) {
 		return info.NumAckPending, info.NumWaiting
 	}
 
-	cfg := idemnats.SourceConfig{Stream: stream, Durable: "pre", AckWait: time.Minute}
+	cfg := idemnats.SourceConfig{Stream: stream, Durable: "pre", AckWait: time.Minute, Prefetch: true}
 	src := openSource(t, js, cfg)
 	var got []idem.Delivery
 	for len(got) < 5 { // always asking for 5: a prefetch asks for what the last Receive did
@@ -277,7 +277,7 @@ func TestPrefetch(t *testing.T) {
 	next := receiveN(t, openSource(t, js, cfg), 15) // the 5 given back come first, well before AckWait
 	ackAll(t, next...)
 
-	off := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "off", AckWait: time.Minute, NoPrefetch: true})
+	off := openSource(t, js, idemnats.SourceConfig{Stream: stream, Durable: "off", AckWait: time.Minute})
 	for n := 0; n < 5; {
 		ds, err := off.Receive(ctx, 5-n)
 		if err != nil {
@@ -288,7 +288,7 @@ func TestPrefetch(t *testing.T) {
 	// The pull requests asked for exactly 5 in all; the last may still be on the
 	// server until FetchWait, but it has nothing more to bring.
 	if n, _ := pending("off"); n != 5 {
-		t.Errorf("NoPrefetch: %d messages delivered after receiving 5, want 5", n)
+		t.Errorf("without Prefetch: %d messages delivered after receiving 5, want 5", n)
 	}
 }
 

@@ -36,7 +36,7 @@ import (
 //	                                    K messages per subscriber transaction
 //	                                    (SubscribeBatchSize; 100 is its default)
 //	idem/nats/plain/batch=K             at-least-once baseline: JetStream, INSERT, commit, ack
-//	idem/nats/inbox/batch=K             idem's inbox: JetStream, claim+INSERT+complete, commit, ack
+//	idem/nats/inbox/batch=K             idem's inbox: JetStream (SourceConfig.Prefetch), claim+INSERT+complete, commit, ack
 func BenchmarkPeers(b *testing.B) {
 	b.Run("watermill-sql/exactly-once", benchWatermill)
 	b.Run("idem/nats", benchIdemNATS)
@@ -54,7 +54,7 @@ func benchIdemNATS(b *testing.B) {
 			b.Fatalf("NewSink: %v", err)
 		}
 		return inboxtest.BenchEnv{Topic: prefix + ".orders", Sink: sink, NewSource: func() (idem.Source, error) {
-			return idemnats.NewSource(context.Background(), js, idemnats.SourceConfig{Stream: stream, Durable: "bench"})
+			return idemnats.NewSource(context.Background(), js, idemnats.SourceConfig{Stream: stream, Durable: "bench", Prefetch: true})
 		}}
 	})
 }

@@ -39,6 +39,9 @@ func (r *run) ledger(ctx context.Context, tx *sql.Tx, m idem.Message) error {
 	if _, err := q.Exec(ctx, "UPDATE "+tableBalance+" SET total = total + $1 WHERE id = 1", ev.Amount); err != nil {
 		return err
 	}
+	if _, err := q.Exec(ctx, r.insertIgnore(tableUnpaid), ev.OrderID); err != nil {
+		return err
+	}
 	return r.push.appendTx(ctx, tx, ev)
 }
 

@@ -124,6 +124,10 @@ const (
 	tableLedger  = "verify_ledger"
 	tableBalance = "verify_balance"
 	tablePaid    = "verify_paid"
+	// tableUnpaid holds the applied orders not yet paid: the payment workers' queue,
+	// written in the ledger's transaction, so a poll reads the few waiting orders
+	// instead of every order of the run.
+	tableUnpaid  = "verify_unpaid"
 	consumerName = "ledger"
 )
 
@@ -333,6 +337,7 @@ func (r *run) createTables(ctx context.Context) error {
 		"CREATE TABLE " + tableBalance + " (id INTEGER PRIMARY KEY, total BIGINT NOT NULL)",
 		"INSERT INTO " + tableBalance + " (id, total) VALUES (1, 0)",
 		"CREATE TABLE " + tablePaid + " (order_id " + text + " PRIMARY KEY)",
+		"CREATE TABLE " + tableUnpaid + " (order_id " + text + " PRIMARY KEY)",
 	} {
 		if _, err := r.f.DB.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("set up the flow's tables (the database must be new to the run): %w", err)

@@ -154,11 +154,19 @@ func (r *run) payments(ctx context.Context, fence *effect.Fence[*sql.Tx], svc *p
 					wait.Sleep(ctx, 50*time.Millisecond)
 					continue
 				}
+				paid := 0
 				for _, order := range orders {
 					if ctx.Err() != nil {
 						return
 					}
-					r.pay(ctx, fence, order, call(order))
+					if r.pay(ctx, fence, order, call(order)) {
+						paid++
+					}
+				}
+				if paid == 0 {
+					// Every order was another worker's (in progress there) or
+					// failed: let them finish rather than poll again at once.
+					wait.Sleep(ctx, 20*time.Millisecond)
 				}
 			}
 		})
@@ -167,8 +175,9 @@ func (r *run) payments(ctx context.Context, fence *effect.Fence[*sql.Tx], svc *p
 }
 
 // pay charges one order through the fence (or, unsafe, directly) and records it
-// paid. A worker killed on purpose drops the order, as a dead process would.
-func (r *run) pay(ctx context.Context, fence *effect.Fence[*sql.Tx], order string, call effect.Call) {
+// paid, and reports whether it did. A worker killed on purpose drops the order, as
+// a dead process would.
+func (r *run) pay(ctx context.Context, fence *effect.Fence[*sql.Tx], order string, call effect.Call) (paid bool) {
 	defer func() {
 		if v := recover(); v != nil && v != errCrash {
 			panic(v)
@@ -178,33 +187,31 @@ func (r *run) pay(ctx context.Context, fence *effect.Fence[*sql.Tx], order strin
 	if fence != nil {
 		_, err = fence.Do(ctx, order, "charge", call)
 		if errors.Is(err, idem.ErrLeaseLost) {
-			return // fenced: the worker that took over records it
+			return false // fenced: the worker that took over records it
 		}
 	} else {
 		_, err = call(ctx, order)
 	}
 	if err != nil {
-		return // in progress elsewhere, or failed: a later round retries
+		return false // in progress elsewhere, or failed: a later round retries
 	}
-	insert := "INSERT INTO " + tablePaid + " (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING"
-	if r.txdb.Dialect == idem.MySQL {
-		insert = "INSERT IGNORE INTO " + tablePaid + " (order_id) VALUES (?)"
-	}
-	_, err = r.f.DB.ExecContext(ctx, insert, order)
-	if err != nil {
+	if err := r.markPaid(ctx, order); err != nil {
 		r.log.Warn("verify: record paid", "order", order, "err", err)
+		return false
 	}
+	return true
 }
 
 // unpaid returns up to 64 applied orders not yet recorded paid, in random order
-// so that workers spread.
+// so that workers spread. It reads the queue the ledger fills (tableUnpaid), not
+// every order: a scan of the whole run per poll cost the harness half of its CPU.
 func (r *run) unpaid(ctx context.Context) ([]string, error) {
 	random := "random()"
 	if r.txdb.Dialect == idem.MySQL {
 		random = "RAND()"
 	}
-	rows, err := r.f.DB.QueryContext(ctx, "SELECT o.id FROM "+tableOrders+" o WHERE EXISTS (SELECT 1 FROM "+tableLedger+
-		" l WHERE l.order_id = o.id) AND NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id) ORDER BY "+random+" LIMIT 64")
+	rows, err := r.f.DB.QueryContext(ctx, "SELECT u.order_id FROM "+tableUnpaid+" u WHERE NOT EXISTS (SELECT 1 FROM "+tablePaid+
+		" p WHERE p.order_id = u.order_id) ORDER BY "+random+" LIMIT 64")
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +225,31 @@ func (r *run) unpaid(ctx context.Context) ([]string, error) {
 		out = append(out, id)
 	}
 	return out, rows.Err()
+}
+
+// markPaid records order paid and takes it off the queue, in one transaction.
+func (r *run) markPaid(ctx context.Context, order string) error {
+	tx, err := r.f.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
+	q := r.txdb.Querier(tx)
+	if _, err := q.Exec(ctx, r.insertIgnore(tablePaid), order); err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, "DELETE FROM "+tableUnpaid+" WHERE order_id = $1", order); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// insertIgnore inserts $1 as the order_id of table unless it is there.
+func (r *run) insertIgnore(table string) string {
+	if r.txdb.Dialect == idem.MySQL {
+		return "INSERT IGNORE INTO " + table + " (order_id) VALUES ($1)"
+	}
+	return "INSERT INTO " + table + " (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING"
 }
 
 // checkPayments builds the payment row: one charge per order.
