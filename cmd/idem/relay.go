@@ -28,6 +28,7 @@ const defaultRelayListen = "127.0.0.1:9464"
 type relayOptions struct {
 	db, sink, listen         string
 	batch, maxAttempts       int
+	roundBatches             int
 	poll, retention          time.Duration
 	natsStream, natsSubjects string
 	amqpExchange             string
@@ -90,6 +91,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.StringVar(&o.sink, "sink", "", "where to publish: nats://, kafka://, redis://, amqp://, pubsub://, sqs:// or https:// (webhook)  [$IDEM_SINK]")
 	fs.StringVar(&o.listen, "listen", defaultRelayListen, "address of /metrics and /healthz (:9464 for every interface); empty for none")
 	fs.IntVar(&o.batch, "batch", 100, "messages published per round, 1 to 10000")
+	fs.IntVar(&o.roundBatches, "round-batches", 8, "PostgreSQL: batches one round publishes back to back, each while the last is marked, 1 to 1000 (1: one batch a round)")
 	fs.DurationVar(&o.poll, "poll", time.Second, "how often to look for messages without a wake-up")
 	fs.IntVar(&o.maxAttempts, "max-attempts", 10, "failed publications after which a message is parked")
 	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "how long published messages stay in the table")
@@ -136,6 +138,8 @@ func (o *relayOptions) check() (dbSpec, sinkSpec, error) {
 		return dbSpec{}, sinkSpec{}, errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
 	case o.batch < 1 || o.batch > 10_000:
 		return dbSpec{}, sinkSpec{}, fmt.Errorf("--batch must be 1 to 10000 (got %d)", o.batch)
+	case o.roundBatches < 1 || o.roundBatches > 1000:
+		return dbSpec{}, sinkSpec{}, fmt.Errorf("--round-batches must be 1 to 1000 (got %d)", o.roundBatches)
 	case o.poll <= 0:
 		return dbSpec{}, sinkSpec{}, fmt.Errorf("--poll must be positive, such as 1s (got %v)", o.poll)
 	case o.maxAttempts < 1:
@@ -211,7 +215,7 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 	defer stopTracing()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := outbox.RelayConfig{BatchSize: o.batch, PollInterval: o.poll, MaxAttempts: o.maxAttempts,
+	cfg := outbox.RelayConfig{BatchSize: o.batch, RoundBatches: o.roundBatches, PollInterval: o.poll, MaxAttempts: o.maxAttempts,
 		Retention: o.retention, Registerer: reg, Logger: log}
 
 	sink, closeSink, err := ss.open(ctx, o)

@@ -217,7 +217,8 @@ func TestRelayPostgresToNATS(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
 
-	r := startRelay(t, "--db", cs, "--sink", natsURL(), "--poll", "1m")
+	// Batches of 2, one a round: the third message needs a second round.
+	r := startRelay(t, "--db", cs, "--sink", natsURL(), "--poll", "1m", "--batch", "2", "--round-batches", "1")
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := ob.EnqueueTx(ctx, tx, msg(subject+".orders", "p1"), msg(subject+".orders", "p2"), msg(subject+".orders", "p3"))
 		return err
@@ -337,6 +338,8 @@ func TestRelayFlagErrors(t *testing.T) {
 		{[]string{"--db", db, "--sink", sink, "--nats-subjects", "a.>"}, "--nats-subjects needs --nats-stream"},
 		{[]string{"--db", db, "--sink", "redis://h:6379", "--nats-stream", "S"}, "--nats-stream applies to nats://"},
 		{[]string{"--db", db, "--sink", sink, "--batch", "0"}, "--batch must be 1 to 10000"},
+		{[]string{"--db", db, "--sink", sink, "--round-batches", "0"}, "--round-batches must be 1 to 1000"},
+		{[]string{"--db", db, "--sink", sink, "--round-batches", "1001"}, "--round-batches must be 1 to 1000"},
 		{[]string{"--db", db, "--sink", sink, "--poll", "0s"}, "--poll must be positive"},
 		{[]string{"--db", db, "--sink", sink, "--max-attempts", "0"}, "--max-attempts must be at least 1"},
 		{[]string{"--db", db, "--sink", sink, "--retention", "-1h"}, "--retention must be positive"},
