@@ -106,7 +106,7 @@ type SourceConfig struct {
 	// the last buffered message (for as many messages as that Receive asked for),
 	// so the next batch travels while the caller processes this one, as nats.go's
 	// Consume and Kafka's fetcher do. It lifts a steady batched consumer (about
-	// 1.15-1.3x in bench/peers, batches of 64), but prefetched messages are
+	// 1.1-1.3x in bench/peers, batches of 64), but prefetched messages are
 	// delivered and unacknowledged: they count toward MaxAckPending, their AckWait
 	// runs while they wait, a competing consumer cannot take them, and a process
 	// that dies holds them until AckWait. Under frequent consumer restarts or

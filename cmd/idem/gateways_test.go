@@ -62,6 +62,18 @@ func (g *gatewayProc) start() error {
 	return fmt.Errorf("gateway %d did not listen within 60s:\n%s", g.i, g.stderr)
 }
 
+// lapsedHold returns the line of a gateway's log saying it lost its hold on key while
+// alive (its lease ran out, or its response could not be stored), or "".
+func lapsedHold(log, key string) string {
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, key) && (strings.Contains(line, "lease was lost") ||
+			strings.Contains(line, "response could not be stored")) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
+
 // kill SIGKILLs the gateway and reaps it: after kill returns, no upstream call of
 // that incarnation can start.
 func (g *gatewayProc) kill() {
@@ -332,9 +344,16 @@ func gatewaysKilledMidRequest(t *testing.T, store string) {
 			for _, k := range kills {
 				explained = explained || (k.gateway == prev.gateway && k.at.After(prev.start) && k.at.Before(next.start))
 			}
-			if !explained {
-				t.Errorf("key %s reached the upstream again (gateway %d after gateway %d) with no kill of gateway %d in between",
-					key, next.gateway, prev.gateway, prev.gateway)
+			// The other documented way (idemhttp's package doc): the gateway lived
+			// but its hold on the key ended, as its own log says: its lease ran out
+			// before a renewal (a stall longer than --lease under load), or the
+			// store refused the response, so a retry runs again after the lease.
+			lapsed := lapsedHold(gws[prev.gateway].stderr.String(), key)
+			if !explained && lapsed == "" {
+				t.Errorf("key %s reached the upstream again (gateway %d after gateway %d) with no kill of gateway %d in between, and gateway %d did not log losing its hold",
+					key, next.gateway, prev.gateway, prev.gateway, prev.gateway)
+			} else if !explained {
+				t.Logf("key %s forwarded again by gateway %d: gateway %d logged %s", key, next.gateway, prev.gateway, lapsed)
 			}
 		}
 	}
