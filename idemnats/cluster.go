@@ -2,6 +2,7 @@ package idemnats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -165,8 +166,41 @@ func startCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	if err := c.waitPeers(ctx); err != nil {
+		return nil, err
+	}
 	ok = true
 	return c, nil
+}
+
+// waitPeers waits until the JetStream meta leader counts every running node as an
+// online peer: until then it places no replicated stream on them ("no suitable
+// peers for placement, peer offline"), although each node is ready on its own.
+func (c *Cluster) waitPeers(ctx context.Context) error {
+	deadline := time.Now().Add(c.cfg.ReadyTimeout)
+	for {
+		running, online := 0, 0
+		for i := range c.nodes {
+			if ns := c.server(i); ns != nil {
+				running++
+				online = max(online, len(ns.JetStreamClusterPeers())) // only the meta leader answers
+			}
+		}
+		if online >= running {
+			return nil
+		}
+		why := ""
+		switch {
+		case ctx.Err() != nil:
+			why = ctx.Err().Error()
+		case time.Now().After(deadline):
+			why = fmt.Sprintf("the meta leader saw %d of %d nodes online within %v", online, running, c.cfg.ReadyTimeout)
+		}
+		if why != "" {
+			return &idem.BackendError{Backend: backend, Op: "start cluster", Err: errors.New(why)}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (c *Cluster) fail(op string, err error) error {
@@ -293,7 +327,8 @@ func (c *Cluster) Kill(i int) {
 }
 
 // Restart starts killed node i again on its ports and store, and returns once it
-// accepts connections and has caught up with the meta leader. Restarting a
+// accepts connections, has caught up with the meta leader and is counted online by
+// it (so a replicated stream can be placed on it again). Restarting a
 // running node does nothing.
 func (c *Cluster) Restart(ctx context.Context, i int) error {
 	if c.server(i) != nil {
@@ -302,7 +337,10 @@ func (c *Cluster) Restart(ctx context.Context, i int) error {
 	if err := c.start(i); err != nil {
 		return err
 	}
-	return c.waitReady(ctx, i)
+	if err := c.waitReady(ctx, i); err != nil {
+		return err
+	}
+	return c.waitPeers(ctx)
 }
 
 // Running reports whether node i is up (not killed).
