@@ -176,14 +176,19 @@ func newKeysStore(t *testing.T, name string) keysStore {
 		t.Cleanup(func() { s.Close() })
 		return keysStore{raw, s}
 	case "redis":
-		prefix := testsvc.RedisPrefix(t)
-		client := redis.NewClient(&redis.Options{Addr: testsvc.RedisAddr()})
+		// A redis-server of this test binary's own: listing pages with SCAN, whose
+		// page count grows with the whole keyspace, and the shared Redis holds
+		// whatever the other test binaries write meanwhile (TestKeysScopes ran out
+		// of its 1,000 pages there).
+		addr := testsvc.PrivateRedis(t)
+		prefix := testsvc.UniqueName("idemtest:keys:") + ":"
+		client := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { client.Close() })
 		s, err := idemredis.New(client, idemredis.Config{Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return keysStore{"redis://" + testsvc.RedisAddr() + "/0?prefix=" + url.QueryEscape(prefix), s}
+		return keysStore{"redis://" + addr + "/0?prefix=" + url.QueryEscape(prefix), s}
 	}
 	t.Fatalf("no store %q", name)
 	return keysStore{}
