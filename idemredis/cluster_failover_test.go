@@ -242,8 +242,12 @@ func TestClusterFailoverLosesUnwaitedWrites(t *testing.T) {
 		t.Fatalf("replica of node %d: %d, %v", victim, replica, err)
 	}
 
-	res := idemtestClaim(t, ctx, waited, kWaited)
-	if err := waited.Complete(ctx, kWaited, res.Token, []byte("kept")); err != nil {
+	// With the replica live, a WAIT succeeds however long a loaded machine takes
+	// to replicate: the setup waits up to 10 s (waited's 300 ms is for the refusal
+	// below, which must come fast).
+	patient := b.store(t, idemredis.Config{WaitReplicas: 1, WaitTimeout: 10 * time.Second})
+	res := idemtestClaim(t, ctx, patient, kWaited)
+	if err := patient.Complete(ctx, kWaited, res.Token, []byte("kept")); err != nil {
 		t.Fatalf("waited Complete with a live replica: %v", err)
 	}
 	if err := b.cluster.Pause(replica); err != nil {
@@ -325,7 +329,10 @@ func TestClusterRetriedCompleteWaitsAgain(t *testing.T) {
 	if err != nil || replica < 0 {
 		t.Fatalf("replica: %d, %v", replica, err)
 	}
-	res := idemtestClaim(t, ctx, first, k)
+	// The claim is the setup, not the subject: it may wait as long as a loaded
+	// machine needs for the replica's ack (200 ms was not always enough in CI).
+	patient := b.store(t, idemredis.Config{WaitReplicas: 1, WaitTimeout: 10 * time.Second})
+	res := idemtestClaim(t, ctx, patient, k)
 	if err := b.cluster.Pause(replica); err != nil {
 		t.Fatal(err)
 	}
