@@ -104,32 +104,28 @@ func BenchmarkFenceConcurrent(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			f, err := effect.New(context.Background(), txdb, effect.Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			prefix := testsvc.UniqueName("k")
-			testsvc.RunClients(b, clients, func(ctx context.Context, id string) error {
-				_, err := f.Do(ctx, prefix+id, "charge", call)
-				return err
-			})
-			report(b)
-			b.ReportMetric(float64(effect.GroupBatches(f))/float64(b.N), "batches/effect")
+			runFence(b, clients, txdb, call, report)
 		})
 	}
 	// The same on pgx's own pool (idempg.TxDB), as a Postgres application would
 	// run it without database/sql.
 	b.Run("fence-pgx", func(b *testing.B) {
-		f, err := effect.New(context.Background(), idempg.TxDB(testsvc.PostgresPool(b)), effect.Config{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		prefix := testsvc.UniqueName("k")
-		testsvc.RunClients(b, clients, func(ctx context.Context, id string) error {
-			_, err := f.Do(ctx, prefix+id, "charge", call)
-			return err
-		})
-		report(b)
-		b.ReportMetric(float64(effect.GroupBatches(f))/float64(b.N), "batches/effect")
+		runFence(b, clients, idempg.TxDB(testsvc.PostgresPool(b)), call, report)
 	})
+}
+
+// runFence times clients concurrent callers, each running a new effect through a
+// fence on db, and reports effects/s and the batch statements per effect.
+func runFence[Tx any](b *testing.B, clients int, db idem.TxDB[Tx], call effect.Call, report func(*testing.B)) {
+	f, err := effect.New(context.Background(), db, effect.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	prefix := testsvc.UniqueName("k")
+	testsvc.RunClients(b, clients, func(ctx context.Context, id string) error {
+		_, err := f.Do(ctx, prefix+id, "charge", call)
+		return err
+	})
+	report(b)
+	b.ReportMetric(float64(effect.GroupBatches(f))/float64(b.N), "batches/effect")
 }
