@@ -109,7 +109,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 			n := min(max, len(s.buf))
 			msgs := s.buf[:n:n]
 			s.buf = s.buf[n:]
-			s.prefetch(max)
+			s.prefetch()
 			s.mu.Unlock()
 			return deliveries(msgs, s.cfg.AckWait, s.cons), nil
 		}
@@ -134,12 +134,13 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 	}
 }
 
-// prefetch sends the next pull request, for max messages, if Prefetch is on, the
-// buffer is empty and none is outstanding. A failure is the next Receive's to
-// report: it asks again, and returns the error if that fails too. s.mu is held.
-func (s *Source) prefetch(max int) {
+// prefetch sends the next pull request, for as many messages as the last Receive
+// asked for, if Prefetch is on, the buffer is empty and none is outstanding. A
+// failure is the next Receive's to report: it asks again, and returns the error if
+// that fails too. s.mu is held.
+func (s *Source) prefetch() {
 	if s.cfg.Prefetch && !s.closed && len(s.buf) == 0 && !s.fetching {
-		_ = s.startFetch(max)
+		_ = s.startFetch(s.lastMax)
 	}
 }
 
@@ -202,7 +203,7 @@ func (s *Source) pump(batch jetstream.MessageBatch) {
 		// buffer holds some): the caller is keeping up, so ask for the next
 		// batch now. A request that brought nothing does not chain: an idle
 		// source stops asking until its next Receive.
-		s.prefetch(s.lastMax)
+		s.prefetch()
 	}
 	s.broadcast()
 	s.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestDeliveryFields: what a consumer sees of a published message, without the
@@ -239,7 +240,7 @@ func TestPrefetch(t *testing.T) {
 	stream, prefix := newStream(t, js)
 	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)[:20]...)
 	ctx := context.Background()
-	pending := func(durable string) (ackPending, waiting int) {
+	info := func(stream, durable string) *jetstream.ConsumerInfo {
 		t.Helper()
 		cons, err := js.Consumer(ctx, stream, durable)
 		if err != nil {
@@ -249,8 +250,9 @@ func TestPrefetch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return info.NumAckPending, info.NumWaiting
+		return info
 	}
+	pending := func(durable string) int { return info(stream, durable).NumAckPending }
 
 	cfg := idemnats.SourceConfig{Stream: stream, Durable: "pre", AckWait: time.Minute, Prefetch: true}
 	src := openSource(t, js, cfg)
@@ -263,7 +265,7 @@ func TestPrefetch(t *testing.T) {
 		got = append(got, ds...)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if n, _ := pending("pre"); n == 10 {
+		if n := pending("pre"); n == 10 {
 			break // 5 handed out, 5 prefetched
 		} else if time.Now().After(deadline) {
 			t.Fatalf("%d messages delivered after receiving 5 with batches of 5; want 10 (the next batch prefetched)", n)
@@ -287,9 +289,31 @@ func TestPrefetch(t *testing.T) {
 	}
 	// The pull requests asked for exactly 5 in all; the last may still be on the
 	// server until FetchWait, but it has nothing more to bring.
-	if n, _ := pending("off"); n != 5 {
+	if n := pending("off"); n != 5 {
 		t.Errorf("without Prefetch: %d messages delivered after receiving 5, want 5", n)
 	}
+
+	// An idle source does not keep asking: a pull request that brought nothing is
+	// not followed by another, so a message published later waits for a Receive.
+	idleStream, idlePrefix := newStream(t, js)
+	idle := openSource(t, js, idemnats.SourceConfig{Stream: idleStream, Durable: "idle", AckWait: time.Minute,
+		FetchWait: 50 * time.Millisecond, Prefetch: true})
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	if _, err := idle.Receive(rctx, 5); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive on an empty stream = %v, want its context's deadline", err)
+	}
+	cancel()
+	for deadline := time.Now().Add(30 * time.Second); info(idleStream, "idle").NumWaiting != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the empty pull request is still waiting after 30s (FetchWait 50ms)")
+		}
+	}
+	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(idlePrefix)[:1]...)
+	time.Sleep(300 * time.Millisecond) // six FetchWaits: time for a chained request to take it
+	if ci := info(idleStream, "idle"); ci.NumAckPending != 0 || ci.NumWaiting != 0 {
+		t.Errorf("idle source: %d delivered, %d pull requests waiting; want 0 and 0 until the next Receive", ci.NumAckPending, ci.NumWaiting)
+	}
+	ackAll(t, receiveN(t, idle, 1)...)
 }
 
 func TestReceiveMax(t *testing.T) {
