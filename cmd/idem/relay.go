@@ -206,6 +206,12 @@ func parseDB(raw string) (dbSpec, error) {
 
 // relay runs the relay until ctx ends, then stops it, the HTTP server and the
 // connections, in that order.
+// relayConfig is the outbox relay's configuration from the flags.
+func (o *relayOptions) relayConfig() outbox.RelayConfig {
+	return outbox.RelayConfig{BatchSize: o.batch, RoundBatches: o.roundBatches, PollInterval: o.poll,
+		MaxAttempts: o.maxAttempts, Retention: o.retention}
+}
+
 func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpec) error {
 	log := m.daemonLog()
 	stopTracing, err := m.startTracing(ctx, "relay", log)
@@ -215,8 +221,8 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 	defer stopTracing()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := outbox.RelayConfig{BatchSize: o.batch, RoundBatches: o.roundBatches, PollInterval: o.poll, MaxAttempts: o.maxAttempts,
-		Retention: o.retention, Registerer: reg, Logger: log}
+	cfg := o.relayConfig()
+	cfg.Registerer, cfg.Logger = reg, log
 
 	sink, closeSink, err := ss.open(ctx, o)
 	if err != nil {

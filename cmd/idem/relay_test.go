@@ -354,6 +354,15 @@ func TestRelayFlagErrors(t *testing.T) {
 }
 
 // Failing to reach a service is a runtime error (exit status 1) naming the flag.
+// The tuning flags reach the relay's configuration.
+func TestRelayConfigFromFlags(t *testing.T) {
+	o := &relayOptions{batch: 7, roundBatches: 3, poll: 2 * time.Second, maxAttempts: 4, retention: time.Hour}
+	got := o.relayConfig()
+	if got.BatchSize != 7 || got.RoundBatches != 3 || got.PollInterval != 2*time.Second || got.MaxAttempts != 4 || got.Retention != time.Hour {
+		t.Errorf("relayConfig() = %+v, want the flags' values", got)
+	}
+}
+
 func TestRelayUnreachableSink(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "app.db")
