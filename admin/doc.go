@@ -41,13 +41,17 @@
 // host; daemons call CheckListen to refuse a non-loopback address without a token.
 //
 // Mutations are POSTs with a JSON object body (Content-Type application/json, at
-// most MaxBodyBytes, unknown fields refused) carrying a required reason (note for
-// resolve). Browsers' cross-site requests are refused (Sec-Fetch-Site and Origin
-// against Host), so a foreign web page cannot drive the API. Each mutation, refused
-// or not, logs one audit record on Config.Logger: who (token kind, remote address,
-// the X-Idem-Actor header), what (route and target), why (the reason) and the
-// outcome. Stored results and payloads are shown as a Preview of at most
-// PreviewBytes, never whole unless the full-access token asks for ?full=1.
+// most MaxBodyBytes) carrying a required reason (note for resolve). The body names
+// each field exactly once, spelt as documented: a field given twice, a name that
+// differs in case only ("FORCE"), an unknown name or data after the object is
+// refused 400 naming the field, where encoding/json alone would take the last
+// value, or match "FORCE" to force. Browsers' cross-site requests are refused
+// (Sec-Fetch-Site and Origin against Host), so a foreign web page cannot drive the
+// API. Each mutation, refused or not, logs one audit record on Config.Logger: who
+// (token kind, remote address, the X-Idem-Actor header), what (route and target),
+// why (the reason) and the outcome. Stored results and payloads are shown as a
+// Preview of at most PreviewBytes, never whole unless the full-access token asks
+// for ?full=1.
 //
 // Errors are RFC 9457 problems (application/problem+json, the Problem… types):
 // idem.ErrNotFound is 404 with a detail naming what was looked for, a bad parameter
