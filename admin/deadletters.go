@@ -195,7 +195,7 @@ func fullFlag(r *http.Request, c *call) (bool, error) {
 	}
 	full, err := q.flag("full")
 	if full && !c.full() {
-		return false, newProblem(http.StatusForbidden, ProblemForbidden, "full=1 shows stored payloads: use the full-access token")
+		return false, refusedRead("full=1 shows stored payloads: use the full-access token")
 	}
 	return full, err
 }

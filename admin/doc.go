@@ -47,11 +47,15 @@
 // refused 400 naming the field, where encoding/json alone would take the last
 // value, or match "FORCE" to force. Browsers' cross-site requests are refused
 // (Sec-Fetch-Site and Origin against Host), so a foreign web page cannot drive the
-// API. Each mutation, refused or not, logs one audit record on Config.Logger: who
-// (token kind, remote address, the X-Idem-Actor header), what (route and target),
-// why (the reason) and the outcome. Stored results and payloads are shown as a
-// Preview of at most PreviewBytes, never whole unless the full-access token asks
-// for ?full=1.
+// API. Each mutation logs one audit record on Config.Logger: who (token kind,
+// remote address, the X-Idem-Actor header), what (route and target), why (the
+// reason) and the outcome. Requests refused before their route ran (no or a wrong
+// token, the read token on a change, a cross-site change) are counted in
+// idem_admin_refused_total{reason}; the audit records of such changes are
+// rationed (RefusedLogBurst, then one per RefusedLogEvery, each saying how many
+// were left out) and, without a valid token, leave out X-Idem-Actor, which anyone
+// can send. Stored results and payloads are shown as a Preview of at most
+// PreviewBytes, never whole unless the full-access token asks for ?full=1.
 //
 // Errors are RFC 9457 problems (application/problem+json, the Problem… types):
 // idem.ErrNotFound is 404 with a detail naming what was looked for, a bad parameter
@@ -59,5 +63,5 @@
 // (Config.Timeout) 504, anything else 500 without its message, which is logged.
 //
 // Requests are counted as idem_admin_requests_total{route,code} on
-// Config.Registerer.
+// Config.Registerer, refusals also as idem_admin_refused_total{reason}.
 package admin
