@@ -57,6 +57,12 @@
 // can send. Stored results and payloads are shown as a Preview of at most
 // PreviewBytes, never whole unless the full-access token asks for ?full=1.
 //
+// A stored row another service wrote that cannot be decoded whole (a dead letter
+// or parked message whose headers are not a JSON object of strings, a saga whose
+// results are not a JSON object) is listed and shown like the others, with its
+// decode_error, never failing the page around it; it can be discarded (or, a saga,
+// resolved), not replayed or retried.
+//
 // Errors are RFC 9457 problems (application/problem+json, the Problem… types):
 // idem.ErrNotFound is 404 with a detail naming what was looked for, a bad parameter
 // 400 naming it, ErrConflict 409, an *idem.BackendError 503, a timeout
