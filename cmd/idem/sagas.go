@@ -96,10 +96,12 @@ type sagaJSON struct {
 	Reason   string    `json:"reason"`
 	Created  time.Time `json:"created_at"`
 	Updated  time.Time `json:"updated_at"`
+	// DecodeError says what of the stored row could not be decoded.
+	DecodeError string `json:"decode_error,omitempty"`
 }
 
 func newSagaJSON(in saga.Instance) sagaJSON {
-	return sagaJSON{in.ID, in.Saga, in.State, in.Step, in.Attempts, in.Reason, in.Created, in.Updated}
+	return sagaJSON{in.ID, in.Saga, in.State, in.Step, in.Attempts, in.Reason, in.Created, in.Updated, in.DecodeError}
 }
 
 func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
@@ -126,12 +128,13 @@ func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
 		return writeJSON(m.Stdout, out)
 	}
 	tw := newTable(m.Stdout)
+	var bad undecodable
 	fmt.Fprintln(tw, "ID\tSAGA\tSTATE\tSTEP\tATTEMPTS\tUPDATED\tREASON")
 	for _, s := range out.Sagas {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", cell(s.ID, 60), cell(s.Saga, 40), cell(s.State, 20), s.Step, s.Attempts,
-			when(s.Updated), cell(s.Reason, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", bad.mark(cell(s.ID, 60), s.DecodeError), cell(s.Saga, 40), cell(s.State, 20),
+			s.Step, s.Attempts, when(s.Updated), cell(s.Reason, 60))
 	}
-	return m.endTable(tw, fmt.Sprintf("%d sagas", len(out.Sagas)), moreCursor(page.Next))
+	return m.endTable(tw, fmt.Sprintf("%d sagas", len(out.Sagas)), moreCursor(page.Next), bad.notes...)
 }
 
 type effectJSON struct {
@@ -188,6 +191,9 @@ func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
 		{"attempts", fmt.Sprint(d.Attempts)}, {"reason", cell(d.Reason, 0)}, {"created", when(d.Created)},
 		{"updated", when(d.Updated)}, {"next run", when(out.NextAt)}, {"leased until", when(out.LeaseUntil)},
 		{"data", out.Data.String()}}
+	if d.DecodeError != "" {
+		rows = append(rows, [2]string{"DECODE ERROR", cell(d.DecodeError, 0) + " (no orchestrator runs it: correct the row, or resolve it)"})
+	}
 	for _, step := range slices.Sorted(maps.Keys(out.Results)) {
 		rows = append(rows, [2]string{"result " + cell(step, 60), out.Results[step].String()})
 	}
