@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -211,10 +212,8 @@ func boolInt(b bool) int {
 // their route ran are rationed (refusals.record), and the X-Idem-Actor of a caller
 // without a valid token is not recorded: anyone can send it.
 func (h *handler) audit(r *http.Request, rt route, c *call, status int, p *problem) {
-	who := []any{slog.String("access", c.access), slog.String("remote", r.RemoteAddr)}
-	if c.access == "" {
-		who[0] = slog.String("access", "unauthenticated")
-	} else {
+	who := []any{slog.String("access", cmp.Or(c.access, "unauthenticated")), slog.String("remote", r.RemoteAddr)}
+	if c.access != "" {
 		who = append(who, slog.String("actor", clean(r.Header.Get("X-Idem-Actor"), maxActorLen)))
 	}
 	outcome, level := "ok", slog.LevelInfo
