@@ -45,9 +45,11 @@
 // index of unpublished rows, and lists the relay instances: each Relay reports its
 // rounds in idem_outbox_relays (RelayConfig.Instance, at most once a second, outside
 // the round's transaction), and one silent for 3 poll intervals or 30 s is stale.
-// Parked pages through the parked messages; Retry puts one back in line; Discard
-// gives up on one for good, with a reason: it is never published and stays visible
-// for audit.
+// Parked pages through the parked messages (one whose row cannot be decoded, such
+// as headers another service wrote that are not a JSON object of strings, is listed
+// with its DecodeError, never failing the page); Retry puts one back in line;
+// Discard gives up on one for good, with a reason: it is never published and stays
+// visible for audit.
 //
 // # The table, for services in other languages
 //

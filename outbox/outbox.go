@@ -239,6 +239,11 @@ type Parked struct {
 	// (Admin.Discard): it is then never published. Only Admin.Parked lists those.
 	DiscardedAt   time.Time
 	DiscardReason string
+	// DecodeError says what of the stored row could not be decoded, "" when all of
+	// it was: headers that are not a JSON object of strings (a row another service
+	// wrote), or on SQLite a column holding a value of another type. The fields it
+	// names hold what could be read.
+	DecodeError string
 }
 
 // Parked returns up to limit parked messages, oldest first; discarded ones are left
