@@ -47,7 +47,9 @@
 // the round's transaction), and one silent for 3 poll intervals or 30 s is stale.
 // Parked pages through the parked messages; Retry puts one back in line; Discard
 // gives up on one for good, with a reason: it is never published and stays visible
-// for audit.
+// for audit. The log-based relay (idempg/pgcdc) parks what it cannot publish here
+// too (ParkTx); it reads inserts only, so Retry puts such a message back in line as
+// a new row.
 //
 // # The table, for services in other languages
 //
