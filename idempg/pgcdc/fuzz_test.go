@@ -15,8 +15,8 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if m, err := parse(data); err == nil {
 			if ins, ok := m.(*pglogrepl.InsertMessage); ok {
-				rel := &relation{id: 0, topic: 1, key: 2, headers: 3, payload: 4, n: 5}
-				rel.message(ins.Tuple)
+				rel := &relation{id: 0, msgID: 1, topic: 2, key: 3, headers: 4, payload: 5, parked: 6, n: 7}
+				rel.decode(ins.Tuple)
 			}
 		}
 		decodeEmitted(data)
