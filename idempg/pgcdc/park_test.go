@@ -264,6 +264,12 @@ type refusingSink struct {
 	tries  int
 }
 
+// refusing is a refusingSink over the bundle's sink, and the topic prefix it refuses.
+func (b *bundle) refusing() (*refusingSink, string) {
+	other := testsvc.UniqueName("OTHER_")
+	return &refusingSink{Sink: b.sink, refuse: other}, other
+}
+
 func (s *refusingSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	for _, m := range msgs {
 		if strings.HasPrefix(m.Topic, s.refuse) {
@@ -291,8 +297,7 @@ func TestMessageTheBrokerKeepsRefusingIsParkedOnceOthersGoThrough(t *testing.T) 
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	other := testsvc.UniqueName("OTHER_")
-	sink := &refusingSink{Sink: b.sink, refuse: other}
+	sink, other := b.refusing()
 	r := b.relay(t, sink, pgcdc.Config{MaxAttempts: 3})
 	b.commit(t, idem.Message{ID: "elsewhere", Topic: other + ".events"})
 	w := watch(t, r)
@@ -347,8 +352,7 @@ func TestStuckMessageSkipAdviceWorks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	other := testsvc.UniqueName("OTHER_")
-	sink := &refusingSink{Sink: b.sink, refuse: other}
+	sink, other := b.refusing()
 	var logs testsvc.Buffer
 	r := b.relay(t, sink, pgcdc.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	b.commit(t, idem.Message{ID: "stuck", Topic: other + ".events"}, idem.Message{ID: "with-it", Topic: b.subject})
