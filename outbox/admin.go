@@ -180,8 +180,10 @@ func (a *Admin[Tx]) Parked(ctx context.Context, afterID int64, limit int) ([]Par
 }
 
 // Retry puts parked message id back in line, with its attempts reset, as
-// Outbox.Retry does; a running relay publishes it at its next round. It returns
-// ErrNotParked for an id that is not parked, or was discarded.
+// Outbox.Retry does; a running relay publishes it at its next round. A message the
+// log-based relay parked (ParkTx) goes back in line as a new row with a new id,
+// since that relay reads inserts only. It returns ErrNotParked for an id that is not
+// parked, or was discarded.
 func (a *Admin[Tx]) Retry(ctx context.Context, id int64) error {
 	return retry(ctx, a.db, a.now, id)
 }
@@ -248,6 +250,12 @@ func retry[Tx any](ctx context.Context, db idem.TxDB[Tx], now func() time.Time, 
 		}
 		if discarded > 0 {
 			return ErrNotParked
+		}
+		if cdc, err := parkedByCDC(ctx, q, id); err != nil || cdc {
+			if err != nil {
+				return err
+			}
+			return reinsert(ctx, q, id, now().UnixMilli())
 		}
 		_, err := q.Exec(ctx, `UPDATE idem_outbox SET parked_at = NULL, attempts = 0, available_at = $1 WHERE id = $2`,
 			now().UnixMilli(), id)

@@ -49,7 +49,9 @@
 // as headers another service wrote that are not a JSON object of strings, is listed
 // with its DecodeError, never failing the page); Retry puts one back in line;
 // Discard gives up on one for good, with a reason: it is never published and stays
-// visible for audit.
+// visible for audit. The log-based relay (idempg/pgcdc) parks what it cannot publish
+// here too (ParkTx); it reads inserts only, so Retry puts such a message back in
+// line as a new row.
 //
 // # The table, for services in other languages
 //

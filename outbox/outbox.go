@@ -259,7 +259,8 @@ func (o *Outbox[Tx]) Parked(ctx context.Context, limit int) ([]Parked, error) {
 // discarded), and by Admin.Discard for one that is not parked or discarded already.
 var ErrNotParked = errors.New("outbox: no parked message with this id")
 
-// Retry puts parked message id back in line, with its attempts reset.
+// Retry puts parked message id back in line, with its attempts reset (one the
+// log-based relay parked as a new row: see Admin.Retry).
 func (o *Outbox[Tx]) Retry(ctx context.Context, id int64) error {
 	if err := retry(ctx, o.db, o.now, id); err != nil {
 		return err

@@ -13,7 +13,7 @@ import (
 )
 
 const outboxSynopsis = `Look at the transactional outbox and act on its parked messages (those the relay
-gave up on after RelayConfig.MaxAttempts).
+gave up on after RelayConfig.MaxAttempts, and those relay --cdc could not publish).
 
   idem outbox status  --db URL                    backlog per topic and partition, relays
   idem outbox parked  --db URL [--after ID] [--limit N]
@@ -24,7 +24,9 @@ URL is the service's database: postgres://user:pass@host:5432/db,
 mysql://user:pass@host:3306/db or sqlite:PATH. status lists the relay instances
 that reported in the last 24 hours; one silent for 3 poll intervals (at least
 30 s) is flagged stale: it stopped, hangs or cannot reach the database. retry
-resets the message's attempts: a running relay publishes it at its next round.
+resets the message's attempts: a running relay publishes it at its next round (a
+message relay --cdc parked goes back in line as a new row, with a new id, since
+that relay reads inserts only).
 retry and discard exit 3 for an id that is not parked (unknown, published, or
 discarded already).`
 

@@ -79,8 +79,13 @@ from the WAL through a replication slot (--slot) instead of querying the table, 
 confirms a position to the server only after the broker stored everything before
 it. Each message carries idem-source, idem-lsn and idem-lsn-index headers for
 consumers that deduplicate by position. Relays on one slot take turns by a lock.
---drop-slot drops the slot (and the WAL it holds) and exits. /metrics adds
-idem_cdc_lag_bytes, idem_cdc_lag_seconds and idem_cdc_retained_wal_bytes.
+A message it cannot publish is parked in the outbox table with its reason (idem
+outbox parked; --admin-token serves it at /api/) and the slot moves on; /healthz
+answers 503 when messages wait with none published for --stall-after. WAL messages
+(pgcdc.EmitTx) are published only with --cdc-messages, which needs EXECUTE on
+pg_logical_emit_message revoked from PUBLIC. --drop-slot drops the slot (and the
+WAL it holds) and exits. /metrics adds idem_cdc_lag_bytes, idem_cdc_lag_seconds,
+idem_cdc_retained_wal_bytes and idem_cdc_parked_total.
 Traces go over OTLP when $OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_*
 variables) is set; log lines under a span carry its trace_id and span_id.`
 
