@@ -45,6 +45,9 @@
 // of every credential the request carries: the values of Authorization,
 // Proxy-Authorization, Cookie and Config.CredentialHeaders (default X-Api-Key); a
 // request with none of them is "anonymous", a scope shared by all such callers.
+// With Config.CredentialCookies only the named cookies stand for the Cookie header,
+// read as sent: one that Go's cookie parser refuses (a JSON value, a quote, a
+// backslash, non-ASCII) is a credential all the same, never "anonymous".
 // Credentials are never stored in clear. HeaderScope adds a tenant header to the
 // credentials' hash ("tenant:<value>/cred:<hash>"), so a caller who sends another
 // tenant's header without its credentials lands in a scope of its own;
