@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -126,7 +128,28 @@ var healthKey = idem.Key{Scope: "idem-serve:health", ID: "healthz"}
 // request takes (for SQLite, the writer and an fsync), so a full disk or a dead
 // connection shows. A concurrent probe finds the key in progress, which is an answer
 // too; a crashed probe's claim expires with its 5 s lease.
-func storeHealth(store idem.Store) func(context.Context) (bool, string) {
+//
+// An unhealthy answer names what failed in idem's words (reasonOf), as the relay's
+// does: whoever reaches /healthz must not read the driver's text, which names the
+// database user, the database and its addresses. The error itself goes to log
+// (redacted) when it starts or changes, and the recovery when the store answers again.
+func storeHealth(store idem.Store, log *slog.Logger) func(context.Context) (bool, string) {
+	var (
+		mu   sync.Mutex
+		last string // the text of the last probe's error, "" after a success
+	)
+	logged := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil && err.Error() != last:
+			log.Warn("idem serve: /healthz: the store did not answer", "err", err)
+			last = err.Error()
+		case err == nil && last != "":
+			log.Info("idem serve: /healthz: the store answers again")
+			last = ""
+		}
+	}
 	return func(ctx context.Context) (bool, string) {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
@@ -135,8 +158,9 @@ func storeHealth(store idem.Store) func(context.Context) (bool, string) {
 		if err == nil && res.Outcome == idem.Acquired {
 			err = store.Release(ctx, healthKey, res.Token)
 		}
+		logged(err)
 		if err != nil {
-			return false, "unhealthy: the store did not answer: " + err.Error()
+			return false, "unhealthy: the store did not answer: " + reasonOf(err)
 		}
 		return true, fmt.Sprintf("ok: the store answered in %v", time.Since(start).Round(time.Microsecond))
 	}
