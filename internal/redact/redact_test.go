@@ -66,6 +66,8 @@ func TestStringKeepsHarmlessText(t *testing.T) {
 		"sqlite:./app.db",
 		"file:/var/lib/app.db?_pragma=busy_timeout(10000)",
 		"postgres://app@db:5432/orders?sslmode=require",
+		"mysql://root@db:3306/orders",
+		"postgres://user@host:5432/db",
 		"nats://127.0.0.1:4222",
 		"dial tcp 127.0.0.1:5432: connect: connection refused",
 		"design=1 signal=2 keyboard=3 monkey=4",
