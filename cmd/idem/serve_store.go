@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/internal/redact"
 )
 
 // storeSpec is a --store URL, checked without connecting: open connects.
@@ -39,6 +40,9 @@ type storeSpec struct {
 // parseStore checks --store. Its errors are usage errors: they name the flag and the fix.
 func parseStore(raw string) (storeSpec, error) {
 	s := storeSpec{raw: raw, desc: redactURL(raw)}
+	if err := checkURL("--store", raw); err != nil {
+		return s, err
+	}
 	switch {
 	case raw == "memory:" || strings.HasPrefix(raw, "memory:?"):
 		return parseMemoryStore(s)
@@ -47,12 +51,12 @@ func parseStore(raw string) (storeSpec, error) {
 		if s.path == "" {
 			return s, errors.New("--store sqlite: needs a file path, such as sqlite:idem-gateway.db (created if missing)")
 		}
-		s.desc = "sqlite (" + s.path + ")"
+		s.desc = "sqlite (" + strings.TrimPrefix(s.desc, "sqlite:") + ")"
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
 		s.kind = "postgres"
 		cfg, err := pgxpool.ParseConfig(raw)
 		if err != nil {
-			return s, fmt.Errorf("--store %s: %v: use postgres://user:pass@host:5432/db", s.desc, err)
+			return s, fmt.Errorf("--store %s: %s: use postgres://user:pass@host:5432/db", s.desc, redact.String(err.Error()))
 		}
 		s.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	case strings.HasPrefix(raw, "redis://"), strings.HasPrefix(raw, "rediss://"):
@@ -104,8 +108,8 @@ func parseRedisStore(s storeSpec) (storeSpec, error) {
 	// prefix is ours, not go-redis's: take it out before ParseURL, which refuses
 	// options it does not know.
 	u, err := url.Parse(s.raw)
-	if err != nil {
-		return s, fmt.Errorf("--store %s: %v: use redis://host:6379[/db][?prefix=idem:]", s.desc, err)
+	if err != nil { // checkURL refused it already
+		return s, fmt.Errorf("--store %s: not a URL: use redis://host:6379[/db][?prefix=idem:]", s.desc)
 	}
 	q := u.Query()
 	s.prefix = q.Get("prefix")
@@ -113,7 +117,7 @@ func parseRedisStore(s storeSpec) (storeSpec, error) {
 	u.RawQuery = q.Encode()
 	opts, err := redis.ParseURL(u.String())
 	if err != nil {
-		return s, fmt.Errorf("--store %s: %v: use redis://host:6379[/db][?prefix=idem:]", s.desc, err)
+		return s, fmt.Errorf("--store %s: %s: use redis://host:6379[/db][?prefix=idem:]", s.desc, redact.String(err.Error()))
 	}
 	s.redis = opts
 	s.desc = fmt.Sprintf("redis (%s db %d)", opts.Addr, opts.DB)
