@@ -35,7 +35,11 @@ func URL(raw string) string {
 	if err != nil || u.Scheme == "" || u.Opaque != "" || AtAfterHost(u) {
 		return scrubUserinfo(scrubPairs(raw))
 	}
-	return redactParsed(u)
+	plain := u.String()
+	if red := redactParsed(u); red != plain {
+		return red
+	}
+	return raw // nothing hidden: as given, not as url.URL.String writes it again
 }
 
 // AtAfterHost reports whether u holds an "@" after its host: in its path, query or
@@ -131,7 +135,12 @@ func String(s string) string {
 		if err != nil {
 			return m
 		}
-		return sub[1] + strconv.Quote(URL(u))
+		red := URL(u)
+		if red == u && !strings.Contains(u, "@") {
+			// Go's parser quotes a URL up to its "#": a password cut there.
+			red = scrubCutPassword(u)
+		}
+		return sub[1] + strconv.Quote(red)
 	})
 	s = urlInText.ReplaceAllStringFunc(s, func(m string) string {
 		// A URL quoted inside a sentence may end with punctuation that is not its.
@@ -185,16 +194,20 @@ func scrubUserinfo(s string) string {
 	}
 	at := strings.LastIndex(rest, "@")
 	if at < 0 {
-		return scrubCutPassword(scheme, rest)
+		return s
 	}
 	return scheme + "://" + Mask + rest[at:]
 }
 
 // scrubCutPassword masks what follows the colon of a URL without "@" whose port is
-// not a number: a password cut at a "#" (Go's URL parser quotes a URL up to its
-// fragment, so "redis://u:pa#ss@h" is quoted as "redis://u:pa", port "pa"), or at a
-// space in a message.
-func scrubCutPassword(scheme, rest string) string {
+// not a number, as a *url.Error quotes it: a password cut at a "#" (Go's URL
+// parser quotes a URL up to its fragment, so "redis://u:pa#ss@h" is quoted as
+// "redis://u:pa", port "pa").
+func scrubCutPassword(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
 	auth := rest[:strings.IndexAny(rest+"/", "/?#")]
 	skip := 0
 	if strings.HasPrefix(auth, "[") { // an IPv6 literal's colons

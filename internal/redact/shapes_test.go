@@ -60,7 +60,12 @@ func TestURLShapes(t *testing.T) {
 				continue
 			}
 			raw := sh.url(sc, secret)
-			msgs := map[string]string{"URL": redact.URL(raw), "String": redact.String("dial " + raw + ": refused")}
+			msgs := map[string]string{"URL": redact.URL(raw)}
+			if !strings.Contains(raw, " ") {
+				// Unquoted in a message, a URL ends at a space: what follows one
+				// cannot be told from the words around it.
+				msgs["String"] = redact.String("dial " + raw + ": refused")
+			}
 			if _, err := url.Parse(raw); err != nil {
 				msgs["String(parse error)"] = redact.String(err.Error())
 			}
