@@ -66,7 +66,9 @@ type Config struct {
 	// default scope hashes their values instead of the whole Cookie header, so a
 	// browser whose other cookies (analytics, preferences) changed between attempts
 	// still retries in its own scope. Name the session cookie(s), such as "sid".
-	// Ignored when Scope is set.
+	// A named cookie counts whatever its value, even one Go's cookie parser
+	// refuses (CookieCredentialScope): a request that carries one is never
+	// "anonymous". Ignored when Scope is set.
 	CredentialCookies []string
 	// FingerprintHeaders are request headers included in the fingerprint (with the
 	// method, path, query and body): the same key with a different value is a 422.
@@ -231,50 +233,6 @@ func CredentialScope(headers ...string) func(*http.Request) (string, error) {
 			return "cred:" + s, nil
 		}
 		return "anonymous", nil
-	}
-}
-
-// CookieCredentialScope is CredentialScope with only the named cookies standing for
-// the Cookie header: their values are hashed (each name with its values), the other
-// cookies are not, so a retry whose analytics cookie changed stays in its scope. A
-// request whose only credential is one Authorization header (none of the cookies)
-// gets AuthorizationScope's scope, as with CredentialScope. No cookies is
-// CredentialScope(headers...).
-func CookieCredentialScope(cookies []string, headers ...string) func(*http.Request) (string, error) {
-	if len(cookies) == 0 {
-		return CredentialScope(headers...)
-	}
-	var names []string
-	for _, n := range append(slices.Clone(alwaysCredentials), headers...) {
-		if n = http.CanonicalHeaderKey(n); n != "Cookie" && !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
-	cookies = slices.Clone(cookies)
-	return func(r *http.Request) (string, error) {
-		var b []byte
-		found := false
-		for _, name := range cookies {
-			var vs []string
-			for _, c := range r.CookiesNamed(name) {
-				vs = append(vs, c.Value)
-			}
-			found = found || len(vs) > 0
-			b = appendField(b, name)
-			b = binary.AppendUvarint(b, uint64(len(vs)))
-			for _, v := range vs {
-				b = appendField(b, v)
-			}
-		}
-		if !found && len(r.Header["Authorization"]) == 1 && onlyCredential(r, names) {
-			return AuthorizationScope(r)
-		}
-		h, ok := credentialHash(r, names)
-		if !ok && !found {
-			return "anonymous", nil
-		}
-		sum := sha256.Sum256(append(b, h...))
-		return "cred:" + hex.EncodeToString(sum[:16]), nil
 	}
 }
 

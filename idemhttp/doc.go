@@ -45,6 +45,9 @@
 // of every credential the request carries: the values of Authorization,
 // Proxy-Authorization, Cookie and Config.CredentialHeaders (default X-Api-Key); a
 // request with none of them is "anonymous", a scope shared by all such callers.
+// With Config.CredentialCookies only the named cookies stand for the Cookie header,
+// read as sent: one that Go's cookie parser refuses (a JSON value, a quote, a
+// backslash, non-ASCII) is a credential all the same, never "anonymous".
 // Credentials are never stored in clear. HeaderScope adds a tenant header to the
 // credentials' hash ("tenant:<value>/cred:<hash>"), so a caller who sends another
 // tenant's header without its credentials lands in a scope of its own;
@@ -124,7 +127,7 @@
 //	Idem-Header-<Name>: <value>           one per entry of Message.Headers
 //	Traceparent, Tracestate               the W3C trace context, when the headers hold one
 //	Idem-Timestamp:  <Unix seconds when the request was signed>
-//	Idem-Signature:  v1=<lowercase hex HMAC-SHA256>
+//	Idem-Signature:  v2=<lowercase hex HMAC-SHA256>
 //
 // HTTP header names are case-insensitive, and servers may change their case (Go
 // canonicalizes "Idem-Header-trace_id" to "Idem-Header-Trace_id"), so match the
@@ -134,17 +137,26 @@
 //
 // # The signature
 //
-// The v1 signature is the HMAC-SHA256, keyed with the shared secret, of
+// The v2 signature is the HMAC-SHA256, keyed with the shared secret, of
 //
-//	timestamp + "\n" + id + "\n" + topic + "\n" + body
+//	timestamp + "\n" + id + "\n" + topic + "\n" + contentType + "\n" + body
 //
 // where timestamp is the Idem-Timestamp value as sent (decimal digits), id the
-// Idempotency-Key, topic the Idem-Topic, and body the raw request body. The
-// separators cannot occur in the fields before the body (IDs, topics and header
-// values hold no control characters), so no bytes can be moved from one field to
-// another under the same signature. Idem-Header-* and Content-Type are not signed:
-// do not base trust on them. Idem-Signature may hold several comma-separated v1=
-// values (for secret rotation); one matching value suffices.
+// Idempotency-Key, topic the Idem-Topic, contentType the Content-Type as sent, and
+// body the raw request body. The separators cannot occur in the fields before the
+// body (IDs, topics and header values hold no control characters), so no bytes can
+// be moved from one field to another under the same signature. Each of these
+// headers must appear once: a request with two Idempotency-Key (or Idem-Topic,
+// Idem-Timestamp, Content-Type) headers is refused, since the signature covers one
+// and the receiver might read the other. Idem-Header-* are not signed: do not base
+// trust on them. Idem-Signature may hold several comma-separated v2= values (for
+// secret rotation); one matching value suffices.
+//
+// v2 replaced v1 (the same fields without Content-Type), a breaking change for
+// receivers: a v1 signature cannot tell a request whose Content-Type was changed
+// (a JSON body replayed as a form, say), so VerifyWebhook no longer accepts one,
+// and WebhookSink signs v2 only. Upgrade the receivers' verification together with
+// the senders; a receiver that verifies by hand adds contentType as above.
 //
 // Receivers verify with VerifyWebhook (or the steps above in another language):
 // recompute the HMAC over the raw body, compare in constant time, and refuse a

@@ -39,6 +39,18 @@ func TestMiddlewareScopeAttacks(t *testing.T) {
 			[]string{"Cookie: sid=alice; _ga=1"}, []string{"Cookie: _ga=1"}},
 		{"tenant with named cookie", idemhttp.Config{Scope: idemhttp.TenantScope("X-Tenant", idemhttp.CookieCredentialScope([]string{"sid"}))},
 			[]string{"X-Tenant: acme", "Cookie: sid=alice"}, []string{"X-Tenant: acme", "Cookie: sid=mallory"}},
+		// A session cookie Go's parser refuses is still a credential (a lenient
+		// upstream accepts it): its caller is not "anonymous".
+		{"unparsed named cookie vs none", idemhttp.Config{CredentialCookies: []string{"sid"}},
+			[]string{`Cookie: sid={"user":"alice"}`}, nil},
+		{"unparsed named cookie vs other cookies only", idemhttp.Config{CredentialCookies: []string{"sid"}},
+			[]string{`Cookie: sid=a"b; _ga=1`}, []string{"Cookie: _ga=1"}},
+		{"unparsed named cookie vs another", idemhttp.Config{CredentialCookies: []string{"sid"}},
+			[]string{`Cookie: sid=ab\c`}, []string{`Cookie: sid=ab\d`}},
+		{"non-ASCII named cookie vs none", idemhttp.Config{CredentialCookies: []string{"sid"}},
+			[]string{"Cookie: sid=été"}, nil},
+		{"tenant with unparsed named cookie", idemhttp.Config{Scope: idemhttp.TenantScope("X-Tenant", idemhttp.CookieCredentialScope([]string{"sid"}))},
+			[]string{"X-Tenant: acme", `Cookie: sid={"user":"alice"}`}, []string{"X-Tenant: acme"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -24,10 +24,16 @@ var ErrUnverified = errors.New("idemhttp: webhook not verified")
 
 // VerifyWebhook checks that r, whose body the caller has read into body, was signed
 // with secret by a WebhookSink within tolerance of now (0 means DefaultTolerance):
-// the v1 signature of its timestamp, Idempotency-Key, Idem-Topic and body (see the
-// package documentation), compared in constant time. It returns nil for an authentic
-// request, an error matching ErrUnverified otherwise, and an *idem.InputError for a
-// secret shorter than MinWebhookSecret (as NewWebhookSink refuses to sign with).
+// the v2 signature of its timestamp, Idempotency-Key, Idem-Topic, Content-Type and
+// body (see the package documentation), compared in constant time. It returns nil
+// for an authentic request, an error matching ErrUnverified otherwise, and an
+// *idem.InputError for a secret shorter than MinWebhookSecret (as NewWebhookSink
+// refuses to sign with).
+//
+// A request with two values of a signed header (two Idempotency-Key headers, say)
+// is refused: the signature covers one, and the receiver might deduplicate by the
+// other. So is a request signed v1 only (by idem before v2): v1 does not cover
+// Content-Type, so it cannot tell a request whose Content-Type was changed.
 //
 // Read the body with a size limit (http.MaxBytesReader) before verifying. A verified
 // request may still be a retry: deduplicate by its Idempotency-Key.
@@ -44,7 +50,11 @@ func VerifyWebhook(secret []byte, r *http.Request, body []byte, tolerance time.D
 	if tolerance <= 0 {
 		tolerance = DefaultTolerance
 	}
-	ts := r.Header.Get(HeaderTimestamp)
+	signed, err := signedHeaders(r)
+	if err != nil {
+		return err
+	}
+	ts, id, topic, contentType := signed[0], signed[1], signed[2], signed[3]
 	unix, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil || ts[0] == '+' || ts[0] == '-' {
 		return unverified("the %s header is missing or not Unix seconds (got %q)", HeaderTimestamp, ts)
@@ -53,15 +63,16 @@ func VerifyWebhook(secret []byte, r *http.Request, body []byte, tolerance time.D
 		return unverified("the %s is %v away from this server's clock, beyond the tolerance of %v: a replayed request, or clocks out of sync",
 			HeaderTimestamp, age.Round(time.Second), tolerance)
 	}
-	id := r.Header.Get(HeaderIdempotencyKey)
 	if id == "" {
 		return unverified("the %s header is missing", HeaderIdempotencyKey)
 	}
-	want, _ := hex.DecodeString(sign(secret, ts, id, r.Header.Get(HeaderTopic), body))
-	found := false
+	want, _ := hex.DecodeString(sign(secret, ts, id, topic, contentType, body))
+	found, v1 := false, false
 	for _, v := range r.Header.Values(HeaderSignature) {
-		for _, part := range strings.Split(v, ",") {
-			sig, ok := strings.CutPrefix(strings.TrimSpace(part), "v1=")
+		for part := range strings.SplitSeq(v, ",") {
+			part = strings.TrimSpace(part)
+			v1 = v1 || strings.HasPrefix(part, "v1=")
+			sig, ok := strings.CutPrefix(part, "v2=")
 			if !ok {
 				continue
 			}
@@ -71,20 +82,44 @@ func VerifyWebhook(secret []byte, r *http.Request, body []byte, tolerance time.D
 			}
 		}
 	}
-	if !found {
-		return unverified("the %s header has no v1= signature", HeaderSignature)
+	switch {
+	case !found && v1:
+		return unverified("the %s has only v1= signatures, which do not cover Content-Type and are no longer accepted: "+
+			"upgrade the sender to an idem that signs v2", HeaderSignature)
+	case !found:
+		return unverified("the %s header has no v2= signature", HeaderSignature)
 	}
 	return unverified("the %s does not match: the secret differs from the sender's, or the request was altered", HeaderSignature)
+}
+
+// signedNames are the headers a signature covers, in the order sign takes them.
+var signedNames = [...]string{HeaderTimestamp, HeaderIdempotencyKey, HeaderTopic, "Content-Type"}
+
+// signedHeaders returns the value of each of signedNames in r ("" when absent), and
+// refuses a request that carries one of them twice: the signature covers the first,
+// and code after VerifyWebhook might read another.
+func signedHeaders(r *http.Request) ([len(signedNames)]string, error) {
+	var vs [len(signedNames)]string
+	for i, name := range signedNames {
+		switch all := r.Header.Values(name); len(all) {
+		case 0:
+		case 1:
+			vs[i] = all[0]
+		default:
+			return vs, unverified("the request has %d %s headers; a signed request has one", len(all), name)
+		}
+	}
+	return vs, nil
 }
 
 func unverified(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrUnverified}, args...)...)
 }
 
-// sign returns the lowercase hex v1 signature of a request.
-func sign(secret []byte, timestamp, id, topic string, body []byte) string {
+// sign returns the lowercase hex v2 signature of a request.
+func sign(secret []byte, timestamp, id, topic, contentType string, body []byte) string {
 	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(timestamp + "\n" + id + "\n" + topic + "\n"))
+	mac.Write([]byte(timestamp + "\n" + id + "\n" + topic + "\n" + contentType + "\n"))
 	mac.Write(body)
 	return hex.EncodeToString(mac.Sum(nil))
 }

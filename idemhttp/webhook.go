@@ -157,7 +157,7 @@ func (s *WebhookSink) post(ctx context.Context, m idem.Message) error {
 	req.Header.Set(HeaderIdempotencyKey, m.ID)
 	req.Header.Set(HeaderTopic, m.Topic)
 	req.Header.Set(HeaderTimestamp, ts)
-	req.Header.Set(HeaderSignature, "v1="+sign(s.secret, ts, m.ID, m.Topic, m.Payload))
+	req.Header.Set(HeaderSignature, "v2="+sign(s.secret, ts, m.ID, m.Topic, req.Header.Get("Content-Type"), m.Payload))
 	resp, err := s.cfg.Client.Do(req)
 	if err != nil {
 		// A *url.Error names the URL: net/http hides its password, not a secret

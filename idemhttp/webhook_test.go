@@ -74,8 +74,15 @@ func (rc *receiver) sink(t *testing.T) *idemhttp.WebhookSink {
 	return s
 }
 
-// signV1 computes the signature from the package documentation, independently of
+// signV2 computes the signature from the package documentation, independently of
 // the package's own code.
+func signV2(key []byte, ts, id, topic, contentType string, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(ts + "\n" + id + "\n" + topic + "\n" + contentType + "\n" + string(body)))
+	return "v2=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// signV1 is the signature of idem before v2, which did not cover Content-Type.
 func signV1(key []byte, ts, id, topic string, body []byte) string {
 	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte(ts + "\n" + id + "\n" + topic + "\n" + string(body)))
@@ -109,7 +116,7 @@ func TestWebhookHeadersAndSignature(t *testing.T) {
 		if err := idemhttp.VerifyWebhook(secret, g.req, g.body, time.Minute); err != nil {
 			t.Errorf("request %d: VerifyWebhook: %v", i, err)
 		}
-		if want := signV1(secret, h.Get("Idem-Timestamp"), m.ID, m.Topic, m.Payload); h.Get("Idem-Signature") != want {
+		if want := signV2(secret, h.Get("Idem-Timestamp"), m.ID, m.Topic, h.Get("Content-Type"), m.Payload); h.Get("Idem-Signature") != want {
 			t.Errorf("request %d: Idem-Signature %q, want the documented %q", i, h.Get("Idem-Signature"), want)
 		}
 		ts, err := strconv.ParseInt(h.Get("Idem-Timestamp"), 10, 64)
@@ -166,6 +173,12 @@ func TestWebhookVerificationRefusesForgeries(t *testing.T) {
 		r.Header.Set(name, value)
 		return r
 	}
+	also := func(name, value string) *http.Request {
+		r := g.req.Clone(context.Background())
+		r.Header.Add(name, value)
+		return r
+	}
+	ts := g.req.Header.Get("Idem-Timestamp")
 	old := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
 	for _, c := range []struct {
 		name string
@@ -181,7 +194,22 @@ func TestWebhookVerificationRefusesForgeries(t *testing.T) {
 		{"no timestamp", secret, with("Idem-Timestamp", ""), g.body},
 		{"old timestamp, correctly signed", secret, func() *http.Request {
 			r := with("Idem-Timestamp", old)
-			r.Header.Set("Idem-Signature", signV1(secret, old, m.ID, m.Topic, m.Payload))
+			r.Header.Set("Idem-Signature", signV2(secret, old, m.ID, m.Topic, "application/octet-stream", m.Payload))
+			return r
+		}(), g.body},
+		// The receiver may read another value than the one signed.
+		{"second Idempotency-Key", secret, also("Idempotency-Key", "pay-8"), g.body},
+		{"second Idem-Topic", secret, also("Idem-Topic", "refunds"), g.body},
+		{"second Idem-Timestamp", secret, also("Idem-Timestamp", ts), g.body},
+		{"second Content-Type", secret, also("Content-Type", "application/json"), g.body},
+		// The body replayed as another type: JSON read as a form, say.
+		{"other Content-Type", secret, with("Content-Type", "application/x-www-form-urlencoded"), g.body},
+		{"no Content-Type", secret, with("Content-Type", ""), g.body},
+		// A v1 signature does not cover Content-Type: it cannot verify a request
+		// whose type was changed, so it verifies none.
+		{"v1 signature, other Content-Type", secret, func() *http.Request {
+			r := with("Content-Type", "application/x-www-form-urlencoded")
+			r.Header.Set("Idem-Signature", signV1(secret, ts, m.ID, m.Topic, m.Payload))
 			return r
 		}(), g.body},
 	} {
@@ -189,8 +217,12 @@ func TestWebhookVerificationRefusesForgeries(t *testing.T) {
 			t.Errorf("%s: VerifyWebhook = %v, want ErrUnverified", c.name, err)
 		}
 	}
-	// Rotation: any one matching v1= value verifies.
-	rot := with("Idem-Signature", "v1=00ff, "+g.req.Header.Get("Idem-Signature"))
+	v1 := with("Idem-Signature", signV1(secret, ts, m.ID, m.Topic, m.Payload))
+	if err := idemhttp.VerifyWebhook(secret, v1, g.body, 0); err == nil || !strings.Contains(err.Error(), "upgrade the sender") {
+		t.Errorf("a v1 signature: %v, want a refusal that says to upgrade the sender", err)
+	}
+	// Rotation: any one matching v2= value verifies.
+	rot := with("Idem-Signature", "v2=00ff, "+g.req.Header.Get("Idem-Signature"))
 	if err := idemhttp.VerifyWebhook(secret, rot, g.body, 0); err != nil {
 		t.Errorf("two signatures, the second right: %v", err)
 	}
@@ -200,7 +232,7 @@ func TestWebhookVerificationRefusesForgeries(t *testing.T) {
 	// A receiver configured with a short secret is refused like a sender would be:
 	// a signature made with a guessable secret proves nothing.
 	short := []byte("k")
-	forged := with("Idem-Signature", signV1(short, g.req.Header.Get("Idem-Timestamp"), m.ID, m.Topic, m.Payload))
+	forged := with("Idem-Signature", signV2(short, ts, m.ID, m.Topic, "application/octet-stream", m.Payload))
 	if err := idemhttp.VerifyWebhook(short, forged, g.body, 0); !errors.Is(err, idem.ErrInvalid) || !strings.Contains(err.Error(), "32") {
 		t.Errorf("1-byte secret: %v, want an *idem.InputError naming the 32-byte minimum", err)
 	}
@@ -357,28 +389,29 @@ func TestWebhookErrorsHideSecrets(t *testing.T) {
 	}
 }
 
-// FuzzVerifyWebhook feeds VerifyWebhook any timestamp, key, topic, signature header
-// and body: it never panics, refuses with ErrUnverified whatever is not the exact
-// v1 signature, and accepts a correctly signed request, even beside other versions
-// and garbage in the same header.
+// FuzzVerifyWebhook feeds VerifyWebhook any timestamp, key, topic, Content-Type,
+// signature header and body: it never panics, refuses with ErrUnverified whatever
+// is not the exact v2 signature, and accepts a correctly signed request, even
+// beside other versions and garbage in the same header.
 func FuzzVerifyWebhook(f *testing.F) {
 	now := strconv.FormatInt(time.Now().Unix(), 10)
-	f.Add(now, "order-1", "orders", "v1=00", []byte("{}"))
-	f.Add("", "", "", "", []byte(nil))
-	f.Add("+1", "k", "t", "v1=", []byte("x"))
-	f.Add("-0", "k", "t", "v0=abc, v1=zz,,v1", []byte("x"))
-	f.Add("99999999999999999999", "k", "t", "v1="+strings.Repeat("0", 64), []byte("x"))
-	f.Add(now, "k\n", "t\r\n", "v1=ABCDEF", []byte{0, 1, 2})
-	f.Fuzz(func(t *testing.T, ts, id, topic, sig string, body []byte) {
+	f.Add(now, "order-1", "orders", "application/json", "v2=00", []byte("{}"))
+	f.Add("", "", "", "", "", []byte(nil))
+	f.Add("+1", "k", "t", "", "v2=", []byte("x"))
+	f.Add("-0", "k", "t", "text/plain", "v0=abc, v2=zz,,v2", []byte("x"))
+	f.Add("99999999999999999999", "k", "t", "x", "v2="+strings.Repeat("0", 64), []byte("x"))
+	f.Add(now, "k\n", "t\r\n", "a\nb", "v2=ABCDEF", []byte{0, 1, 2})
+	f.Fuzz(func(t *testing.T, ts, id, topic, contentType, sig string, body []byte) {
 		req := func(sigs ...string) *http.Request {
 			r := httptest.NewRequest(http.MethodPost, "/hook", nil)
 			r.Header[idemhttp.HeaderTimestamp] = []string{ts}
 			r.Header[idemhttp.HeaderIdempotencyKey] = []string{id}
 			r.Header[idemhttp.HeaderTopic] = []string{topic}
+			r.Header["Content-Type"] = []string{contentType}
 			r.Header[idemhttp.HeaderSignature] = sigs
 			return r
 		}
-		good := signV1(secret, ts, id, topic, body)
+		good := signV2(secret, ts, id, topic, contentType, body)
 		err := idemhttp.VerifyWebhook(secret, req(sig), body, time.Hour)
 		if err == nil && !strings.Contains(sig, good) && !strings.Contains(strings.ToLower(sig), good) {
 			t.Fatalf("accepted signature %q, want only %q", sig, good)

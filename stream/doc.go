@@ -76,14 +76,25 @@
 // with 4400. GET /events answers 400 to the same mistakes.
 //
 // What one peer can make the server hold is bounded: a frame from a client is
-// at most 4 KiB; the hello must come within ServerConfig.HandshakeTimeout (10
+// at most 4 KiB; the hello must come within ServerConfig.HandshakeTimeout (5
 // s); a connection reads one channel, holds at most SendBuffer (1024) events
 // unacknowledged and at most 64 events read from the store at a time; a client
 // that does not read or ack for WriteTimeout (10 s) is disconnected, and one
 // that does not answer a ping within Heartbeat (15 s) too. GET /events returns
 // at most limit events (default 1000, at most 10000) and stops after about 4
-// MiB of event data. ServerConfig.MaxConnections bounds the sockets (default
-// 10,000); the HTTP handshake is bounded by your http.Server (set ReadHeaderTimeout).
+// MiB of event data. The HTTP handshake is bounded by your http.Server (set
+// ReadHeaderTimeout).
+//
+// Sockets are bounded in two pools. Until its hello is authorized, a socket is
+// pending: anyone can open one, so pending sockets have a pool of their own
+// (ServerConfig.MaxPending, default 1024, idem_stream_pending), and when it is
+// full a new handshake closes the oldest pending socket. Sockets that never send
+// a hello thus cannot keep out a client that sends it on open, as Client and
+// idem-stream.js do. Authorized sockets take the slots of
+// ServerConfig.MaxConnections (default 10,000: a handshake while they are all
+// taken is refused with 503), at most ServerConfig.MaxPerPrincipal (default 64)
+// for one principal (ServerConfig.Principal): one more is closed with 4429
+// (CloseTooMany), so one user cannot hold every slot.
 //
 // # Tracing
 //

@@ -8,6 +8,7 @@ import (
 
 type streamMetrics struct {
 	clients     prometheus.Gauge
+	pending     prometheus.Gauge
 	sent        prometheus.Counter
 	unacked     prometheus.Gauge
 	disconnects *prometheus.CounterVec
@@ -18,6 +19,8 @@ type streamMetrics struct {
 func newMetrics(reg prometheus.Registerer) (m *streamMetrics, err error) {
 	m = &streamMetrics{
 		clients: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idem_stream_clients", Help: "WebSocket clients connected."}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idem_stream_pending",
+			Help: "WebSocket connections whose hello has not been authorized yet (bounded by MaxPending)."}),
 		sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "idem_stream_events_sent_total",
 			Help: "Events written to WebSocket clients."}),
 		unacked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idem_stream_unacked",
@@ -29,6 +32,9 @@ func newMetrics(reg prometheus.Registerer) (m *streamMetrics, err error) {
 		return m, nil
 	}
 	if m.clients, err = metrics.Register(reg, m.clients); err != nil {
+		return nil, err
+	}
+	if m.pending, err = metrics.Register(reg, m.pending); err != nil {
 		return nil, err
 	}
 	if m.sent, err = metrics.Register(reg, m.sent); err != nil {

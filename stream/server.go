@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"path"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -30,10 +29,13 @@ const (
 	CloseSlowConsumer       websocket.StatusCode = 4408 // the client did not keep up
 	CloseTrimmed            websocket.StatusCode = 4409 // events after the client's seq were trimmed: reload
 	CloseKicked             websocket.StatusCode = 4410 // Kick, or the server shutting down
+	CloseTooMany            websocket.StatusCode = 4429 // the caller's principal holds MaxPerPrincipal sockets
 	DefaultHeartbeat                             = 15 * time.Second
 	DefaultSendBuffer                            = 1024
-	DefaultHandshakeTimeout                      = 10 * time.Second
+	DefaultHandshakeTimeout                      = 5 * time.Second
 	DefaultMaxConnections                        = 10000
+	DefaultMaxPending                            = 1024
+	DefaultMaxPerPrincipal                       = 64
 	defaultWriteTimeout                          = 10 * time.Second
 )
 
@@ -76,14 +78,30 @@ type ServerConfig struct {
 	// frame tells the client its window, so it can ack in time. Default
 	// DefaultSendBuffer.
 	SendBuffer int
-	// MaxConnections bounds the sockets open at once: the handshake of one more is
-	// refused with 503 and Retry-After. Zero means DefaultMaxConnections (about 400
-	// MiB of connection state at the measured ~40 KiB each); negative means no bound
-	// (bound the listener or the proxy in front instead).
+	// MaxConnections bounds the sockets admitted at once (their hello authorized):
+	// while they are all taken, a handshake is refused with 503 and Retry-After, and
+	// a socket authorized meanwhile is closed with 1013 (try again later) and an
+	// "unavailable" error frame. Zero means DefaultMaxConnections (about 400 MiB of
+	// connection state at the measured ~40 KiB each); negative means no bound (bound
+	// the listener or the proxy in front instead).
 	MaxConnections int
+	// MaxPending bounds the sockets past the WebSocket handshake whose hello has not
+	// been authorized yet, in a pool apart from MaxConnections: opening one takes no
+	// credential, so they must not take the slots of callers who have one. When it
+	// is full, a new handshake closes the oldest pending socket, so sockets that
+	// never say hello cannot keep out a client that does (clients send it as soon
+	// as the socket opens). Zero means DefaultMaxPending; negative means no bound.
+	MaxPending int
+	// MaxPerPrincipal bounds the sockets admitted at once for one principal, the
+	// non-empty name Principal gives the caller: one more is closed with
+	// CloseTooMany (4429) and a "too_many_connections" error frame, so one user (or
+	// one stolen session) cannot hold every slot. Without Principal, or for a
+	// caller it names "", there is no principal to count. Zero means
+	// DefaultMaxPerPrincipal; negative means no bound.
+	MaxPerPrincipal int
 	// HandshakeTimeout bounds the wait for the hello frame after the WebSocket
-	// handshake. Default DefaultHandshakeTimeout. (The HTTP handshake itself is
-	// bounded by the http.Server's ReadHeaderTimeout.)
+	// handshake. Default DefaultHandshakeTimeout (5 s). (The HTTP handshake itself
+	// is bounded by the http.Server's ReadHeaderTimeout.)
 	HandshakeTimeout time.Duration
 	// WriteTimeout bounds one frame's write and the wait for an ack when a client's
 	// window is full: a client that neither reads nor acks for this long is a slow
@@ -93,7 +111,8 @@ type ServerConfig struct {
 	// store by other processes (not through Append) this often. Zero: only Append
 	// wakes clients.
 	PollInterval time.Duration
-	// Registerer receives idem_stream_clients, idem_stream_events_sent_total,
+	// Registerer receives idem_stream_clients, idem_stream_pending (sockets whose
+	// hello is not authorized yet), idem_stream_events_sent_total,
 	// idem_stream_unacked (events sent and not yet acknowledged, summed over
 	// clients) and idem_stream_disconnects_total{reason}.
 	Registerer prometheus.Registerer
@@ -113,7 +132,7 @@ type Server struct {
 	m     *streamMetrics
 	tr    otelx.Tracer
 
-	conns    atomic.Int64 // sockets open, for MaxConnections
+	slots    *slots // MaxPending, MaxConnections, MaxPerPrincipal
 	mu       sync.Mutex
 	channels map[string]*channel
 	closed   bool
@@ -146,6 +165,12 @@ func NewServer(store Store, cfg ServerConfig) (*Server, error) {
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = DefaultMaxConnections
 	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.MaxPerPrincipal == 0 {
+		cfg.MaxPerPrincipal = DefaultMaxPerPrincipal
+	}
 	if cfg.SendBuffer <= 0 {
 		cfg.SendBuffer = DefaultSendBuffer
 	}
@@ -160,7 +185,8 @@ func NewServer(store Store, cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{store: store, cfg: cfg, m: m, channels: map[string]*channel{}, done: make(chan struct{}),
-		tr: otelx.New(cfg.TracerProvider, nil)}
+		tr:    otelx.New(cfg.TracerProvider, nil),
+		slots: newSlots(cfg.MaxPending, cfg.MaxConnections, cfg.MaxPerPrincipal, func(d int) { m.pending.Add(float64(d)) })}
 	if cfg.PollInterval > 0 {
 		s.wg.Go(s.poll)
 	}
@@ -272,6 +298,7 @@ func (s *Server) Close() error {
 		chans = append(chans, ch)
 	}
 	s.mu.Unlock()
+	s.slots.evictAll(errClosed)
 	for _, ch := range chans {
 		ch.mu.Lock()
 		for c := range ch.clients {

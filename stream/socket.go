@@ -54,32 +54,33 @@ type frame struct {
 }
 
 func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
-	if n := s.conns.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
-		s.conns.Add(-1)
+	if s.slots.full() {
 		w.Header().Set("Retry-After", "5")
 		problem(w, http.StatusServiceUnavailable, fmt.Sprintf("the server holds its maximum of %d connections: retry later", s.cfg.MaxConnections))
 		return
 	}
-	defer s.conns.Add(-1)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	// The socket waits for its hello in the pending pool, apart from the
+	// admitted sockets' slots: it may evict the oldest one waiting.
+	waiting := s.slots.wait(cancel)
 	// Accept checks the Origin (403 for a foreign page) the way checkOrigin does.
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.OriginPatterns})
 	if err != nil {
+		s.slots.done(waiting)
 		return // Accept wrote the HTTP error
 	}
 	ws.SetReadLimit(maxFrame)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-
-	hello, err := s.readHello(ctx, ws)
-	if err != nil {
-		s.refuse(ctx, ws, "bad_frame", CloseBadHello, err.Error())
+	hello, release, no := s.admit(ctx, r, ws)
+	if evicted := !s.slots.done(waiting); evicted && no == nil { // while Authorize ran
+		release()
+		no = evictedRefusal(ctx)
+	}
+	if no != nil {
+		s.refuse(ctx, ws, no)
 		return
 	}
-	if _, code, err := s.check(r, hello.Channel); err != nil {
-		status := map[string]websocket.StatusCode{"unknown_channel": CloseUnknown, "forbidden": CloseForbidden}[code]
-		s.refuse(ctx, ws, code, status, err.Error())
-		return
-	}
+	defer release()
 	if hello.Client == "" { // an old client: its own ack row, for this connection
 		hello.Client = "conn-" + randomID()
 	}
@@ -87,19 +88,19 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		flushed: hello.Since, id: s.ackRow(r, hello.Client), batch: hello.Batch}
 	ch, err := s.join(ctx, hello.Channel, c)
 	if err != nil {
-		s.refuse(ctx, ws, "unavailable", websocket.StatusTryAgainLater, err.Error())
+		s.refuse(ctx, ws, &refusal{"unavailable", websocket.StatusTryAgainLater, err.Error()})
 		return
 	}
 	defer s.active.Done() // Add is in join, under the lock that Close takes
 	defer s.leave(hello.Channel, ch, c)
 	if head := ch.head(); hello.Since > head {
-		s.refuse(ctx, ws, "bad_frame", CloseBadHello, fmt.Sprintf("since %d is past the channel's head %d: send the last seq you processed", hello.Since, head))
+		s.refuse(ctx, ws, &refusal{"bad_frame", CloseBadHello, fmt.Sprintf("since %d is past the channel's head %d: send the last seq you processed", hello.Since, head)})
 		return
 	}
 	// The client is known from now on: Trim keeps what it has not acked, even if
 	// it never acks (an ack of 0 never lowers a row, and refreshes it).
 	if err := s.store.Ack(ctx, hello.Channel, c.id, 0); err != nil {
-		s.refuse(ctx, ws, "unavailable", websocket.StatusTryAgainLater, "store unavailable, retry")
+		s.refuse(ctx, ws, &refusal{"unavailable", websocket.StatusTryAgainLater, "store unavailable, retry"})
 		return
 	}
 	c.seen = time.Now()
@@ -113,7 +114,7 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 	go func() {
 		defer close(readerDone)
 		s.readAcks(ctx, ws, c)
-		cancel()
+		cancel(nil)
 	}()
 	reason := s.writeLoop(ctx, hello.Channel, ch, c)
 	s.leave(hello.Channel, ch, c) // before the close handshake, which can take a while
@@ -136,6 +137,41 @@ type closeReason struct {
 	text  string
 }
 
+// admit reads the socket's hello, authorizes it, and takes its slots (release gives
+// them back), or says why not. A socket evicted from the pending pool, or waiting
+// when the server closes, is refused with the cause of ctx.
+func (s *Server) admit(ctx context.Context, r *http.Request, ws *websocket.Conn) (_ hello, release func(), _ *refusal) {
+	h, err := s.readHello(ctx, ws)
+	if no := evictedRefusal(ctx); no != nil {
+		return h, nil, no
+	}
+	if err != nil {
+		return h, nil, &refusal{"bad_frame", CloseBadHello, err.Error()}
+	}
+	if _, code, err := s.check(r, h.Channel); err != nil {
+		status := map[string]websocket.StatusCode{"unknown_channel": CloseUnknown, "forbidden": CloseForbidden}[code]
+		return h, nil, &refusal{code, status, err.Error()}
+	}
+	principal := ""
+	if s.cfg.Principal != nil {
+		principal = s.cfg.Principal(r)
+	}
+	release, no := s.slots.admit(principal)
+	return h, release, no
+}
+
+// errClosed ends the hello wait of the sockets pending when the server closes.
+var errClosed = errors.New("stream: the server is shutting down")
+
+// evictedRefusal is the refusal of a socket whose hello wait ctx was ended by a
+// newer socket (errEvicted) or by Close (errClosed), else nil.
+func evictedRefusal(ctx context.Context) *refusal {
+	if cause := context.Cause(ctx); errors.Is(cause, errEvicted) || errors.Is(cause, errClosed) {
+		return &refusal{"evicted", websocket.StatusTryAgainLater, cause.Error() + ": retry"}
+	}
+	return nil
+}
+
 func (s *Server) readHello(ctx context.Context, ws *websocket.Conn) (hello, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
 	defer cancel()
@@ -152,10 +188,17 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (s *Server) refuse(ctx context.Context, ws *websocket.Conn, code string, status websocket.StatusCode, msg string) {
-	s.m.disconnects.WithLabelValues(code).Inc()
-	_ = write(ctx, ws, frame{Type: "error", Code: code, Message: msg})
-	_ = ws.Close(status, truncate(msg, 120))
+// refuse sends the error frame of no and closes the socket. An evicted socket is
+// closed at once: it holds no slot any more, and must not hold a goroutine for the
+// close handshake either.
+func (s *Server) refuse(ctx context.Context, ws *websocket.Conn, no *refusal) {
+	s.m.disconnects.WithLabelValues(no.code).Inc()
+	if no.code == "evicted" {
+		_ = ws.CloseNow()
+		return
+	}
+	_ = write(ctx, ws, frame{Type: "error", Code: no.code, Message: no.msg})
+	_ = ws.Close(no.status, truncate(no.msg, 120))
 }
 
 func (s *Server) reasonFor(ctx context.Context, c *client, err error) closeReason {

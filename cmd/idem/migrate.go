@@ -228,6 +228,9 @@ func migrateSets(d idem.Dialect, o migrateOptions) ([]migrate.Set, error) {
 // openMigrateDB opens the database of --db. Unlike the relay's, a SQLite file need
 // not exist yet: up creates it.
 func openMigrateDB(ctx context.Context, raw string) (idem.TxDB[*sql.Tx], func(), error) {
+	if err := checkURL("--db", raw); err != nil {
+		return idem.TxDB[*sql.Tx]{}, nil, err
+	}
 	var db *sql.DB
 	var err error
 	switch {

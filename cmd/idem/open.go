@@ -117,6 +117,9 @@ func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, cl
 //	mysql://…      MySQL or MariaDB, through a chaos.Proxy; the run's tables go
 //	               into a fresh database, dropped after unless keep
 func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
+	if err := checkURL("--db", raw); err != nil {
+		return nil, err
+	}
 	switch {
 	case strings.HasPrefix(raw, "sqlite:"):
 		return openVerifySQLite(ctx, raw, keep)
@@ -144,6 +147,9 @@ func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error)
 // Every run uses its own stream, topic or queue, named after run. Connections to
 // NATS, Redis and RabbitMQ go through a chaos.Proxy, so the run can cut them.
 func openVerifyBroker(ctx context.Context, raw, run string, logger *slog.Logger) (*verifyBroker, error) {
+	if err := checkURL("--broker", raw); err != nil {
+		return nil, err
+	}
 	b := &verifyBroker{}
 	var err error
 	switch scheme, _, _ := strings.Cut(raw, ":"); scheme {

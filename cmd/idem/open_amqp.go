@@ -29,7 +29,7 @@ func openAMQPSink(s sinkSpec, o *relayOptions) (idem.Sink, func(), error) {
 func openAMQPBroker(b *verifyBroker, raw, run string) error {
 	u, err := amqp.ParseURI(raw)
 	if err != nil {
-		return fmt.Errorf("--broker %q: %v: use amqp://user:pass@host:5672/[vhost]", redactURL(raw), err)
+		return fmt.Errorf("--broker %q: %s: use amqp://user:pass@host:5672/[vhost]", redactURL(raw), redact.String(err.Error()))
 	}
 	b.name = "rabbitmq " + net.JoinHostPort(u.Host, fmt.Sprint(u.Port))
 	if err := b.proxyTo("amqp", net.JoinHostPort(u.Host, fmt.Sprint(u.Port))); err != nil {

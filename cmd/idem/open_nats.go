@@ -64,7 +64,13 @@ func openNATSSink(ctx context.Context, s sinkSpec, o *relayOptions) (idem.Sink, 
 // chaos.Proxy.
 func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logger *slog.Logger) error {
 	_, rest, _ := strings.Cut(raw, ":")
-	addr := strings.TrimPrefix(rest, "//")
+	addr, user := strings.TrimPrefix(rest, "//"), ""
+	if u, err := url.Parse(raw); err == nil && u.Host != "" { // checkURL refused what does not parse
+		addr = u.Host
+		if u.User != nil {
+			user = u.User.String() + "@" // a token, or user:password: kept for the proxied connections
+		}
+	}
 	b.name = "nats " + addr
 	if addr == "" {
 		var err error
@@ -76,7 +82,7 @@ func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logge
 	if err := b.proxyTo("nats", addr); err != nil {
 		return err
 	}
-	connect := verifyNATSConnect("nats://"+b.proxy.Addr(), raw, logger)
+	connect := verifyNATSConnect("nats://"+user+b.proxy.Addr(), redactURL(raw), logger)
 	stream := "IDEM_VERIFY_" + strings.ToUpper(run)
 	b.topic = "idem.verify." + run + ".orders"
 	nc, js, err := connect()
@@ -85,7 +91,7 @@ func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logge
 	}
 	b.cleanup = append(b.cleanup, nc.Close)
 	if err := b.natsStream(ctx, js, stream); err != nil {
-		return fmt.Errorf("--broker %s: %w", raw, err)
+		return fmt.Errorf("--broker %s: %w", redactURL(raw), redact.Error(err))
 	}
 	b.natsOpeners(connect, stream)
 	return nil
@@ -100,7 +106,7 @@ func verifyNATSConnect(servers, raw string, logger *slog.Logger) func() (*nats.C
 			nats.ReconnectWait(20*time.Millisecond), nats.ReconnectJitter(10*time.Millisecond, 10*time.Millisecond),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { logger.Warn("nats", "err", err) }))
 		if err != nil {
-			return nil, nil, fmt.Errorf("--broker %s: %w", raw, err)
+			return nil, nil, fmt.Errorf("--broker %s: %w", raw, redact.Error(err))
 		}
 		return nc, js, nil
 	}

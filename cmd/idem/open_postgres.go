@@ -76,9 +76,8 @@ func openPostgresRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbo
 // unless keep, reached through a chaos.Proxy so the run can cut the connections.
 func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
 	u, err := url.Parse(raw)
-	if err != nil {
-		// A *url.Error quotes the whole URL, password included.
-		return nil, fmt.Errorf("--db %q: %s: use postgres://user@host:5432/db", redactURL(raw), redact.String(err.Error()))
+	if err != nil { // checkURL refused it already
+		return nil, fmt.Errorf("--db %q: not a URL: use postgres://user@host:5432/db", redactURL(raw))
 	}
 	admin, err := sql.Open("pgx", raw)
 	if err != nil {

@@ -33,7 +33,7 @@ func parsePubSubSink(s sinkSpec) (sinkSpec, error) {
 	const use = "use pubsub://PROJECT (the topic is each outbox row's; credentials come from GOOGLE_APPLICATION_CREDENTIALS, an emulator from PUBSUB_EMULATOR_HOST)"
 	switch {
 	case err != nil:
-		return s, fmt.Errorf("--sink %q: %s: %s", s.desc, redact.String(err.Error()), use)
+		return s, fmt.Errorf("--sink %q: not a URL: %s", s.desc, use) // checkURL refused it already
 	case u.User != nil:
 		return s, fmt.Errorf("--sink %q: credentials in a pubsub:// URL are not supported: %s", s.desc, use)
 	case u.Host == "" || u.Port() != "":

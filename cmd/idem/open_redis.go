@@ -57,7 +57,7 @@ func openRedisSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
 func openRedisBroker(ctx context.Context, b *verifyBroker, raw, run string) error {
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
-		return fmt.Errorf("--broker %q: %v: use redis://host:6379[/db]", redactURL(raw), err)
+		return fmt.Errorf("--broker %q: %s: use redis://host:6379[/db]", redactURL(raw), redact.String(err.Error()))
 	}
 	b.name = "redis streams " + opts.Addr
 	if err := b.proxyTo("redis", opts.Addr); err != nil {

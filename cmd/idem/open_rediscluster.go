@@ -32,8 +32,8 @@ const redisClusterUsage = "use redis-cluster://host:6379[?addr=host2:6379&addr=h
 func parseRedisClusterStore(s storeSpec) (storeSpec, error) {
 	s.kind = "redis-cluster"
 	u, err := url.Parse(s.raw)
-	if err != nil {
-		return s, fmt.Errorf("--store %s: %v: %s", s.desc, err, redisClusterUsage)
+	if err != nil { // checkURL refused it already
+		return s, fmt.Errorf("--store %s: not a URL: %s", s.desc, redisClusterUsage)
 	}
 	q := u.Query()
 	spec := &redisClusterSpec{}
@@ -54,7 +54,7 @@ func parseRedisClusterStore(s storeSpec) (storeSpec, error) {
 	// go-redis reads the rest (addr=, timeouts, credentials) from a redis:// URL.
 	u.Scheme, u.RawQuery = "redis", q.Encode()
 	if spec.opts, err = redis.ParseClusterURL(u.String()); err != nil {
-		return s, fmt.Errorf("--store %s: %v: %s", s.desc, err, redisClusterUsage)
+		return s, fmt.Errorf("--store %s: %s: %s", s.desc, redact.String(err.Error()), redisClusterUsage)
 	}
 	// Check the store's options now, so a bad prefix or wait is a usage error.
 	probe := redis.NewClusterClient(&redis.ClusterOptions{}) // never dialled

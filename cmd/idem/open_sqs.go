@@ -39,7 +39,7 @@ func parseSQSSink(s sinkSpec) (sinkSpec, error) {
 	s.kind = "sqs"
 	u, err := url.Parse(s.raw)
 	if err != nil {
-		return s, fmt.Errorf("--sink %q: %s: use sqs://?region=eu-west-1 or sqs://host:port", s.desc, redact.String(err.Error()))
+		return s, fmt.Errorf("--sink %q: not a URL: use sqs://?region=eu-west-1 or sqs://host:port", s.desc) // checkURL refused it already
 	}
 	if u.User != nil {
 		return s, fmt.Errorf("--sink %q: credentials do not go in the URL: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "+

@@ -389,7 +389,7 @@ func (m *Main) openOpsDB(ctx context.Context, cmd, raw string, sets ...migrate.S
 	}
 	if path, ok := strings.CutPrefix(raw, "sqlite:"); ok && path != "" {
 		if _, err := os.Stat(path); err != nil {
-			return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db sqlite:%s: %w: name the file your service uses", path, errors.Unwrap(err))
+			return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %s: name the file your service uses", redactURL(raw), fileProblem(err))
 		}
 	}
 	db, closeDB, err := openMigrateDB(ctx, raw)

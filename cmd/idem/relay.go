@@ -184,6 +184,9 @@ func dialectOf(raw string) string {
 
 func parseDB(raw string) (dbSpec, error) {
 	d := dbSpec{dialect: dialectOf(raw), raw: raw, desc: redactURL(raw)}
+	if err := checkURL("--db", raw); err != nil {
+		return d, err
+	}
 	switch d.dialect {
 	case "sqlite":
 		d.path = strings.TrimPrefix(raw, "sqlite:")
@@ -191,7 +194,8 @@ func parseDB(raw string) (dbSpec, error) {
 			return d, errors.New("--db sqlite: needs the path of the service's database, such as sqlite:./app.db")
 		}
 		if _, err := os.Stat(d.path); err != nil {
-			return d, fmt.Errorf("--db %s: %v: pass the SQLite file the service writes its outbox to", raw, err)
+			// Not the error's text: it quotes the path, which is the flag's value.
+			return d, fmt.Errorf("--db %s: %s: pass the SQLite file the service writes its outbox to", d.desc, fileProblem(err))
 		}
 	case "postgres":
 		cfg, err := pgxpool.ParseConfig(raw)

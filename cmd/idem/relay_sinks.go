@@ -30,6 +30,9 @@ type sinkSpec struct {
 // they name the flag and the fix.
 func parseSink(raw string, o *relayOptions) (sinkSpec, error) {
 	s := sinkSpec{raw: raw, desc: redactURL(raw)}
+	if err := checkURL("--sink", raw); err != nil {
+		return s, err
+	}
 	scheme, _, _ := strings.Cut(raw, "://")
 	if o.natsSubjects != "" && o.natsStream == "" {
 		return s, errors.New("--nats-subjects needs --nats-stream: name the stream to create or update over those subjects")

@@ -190,7 +190,7 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 	defer srv.Close()
 	admin, adminAddr := (*http.Server)(nil), "off"
 	if o.admin != "" {
-		probes := adminHandler(reg, storeHealth(store))
+		probes := adminHandler(reg, storeHealth(store, log))
 		if o.adminToken != "" {
 			if probes, err = serveAdminAPI(o.adminToken, store, reg, log, probes); err != nil {
 				return err

@@ -31,6 +31,9 @@ func (o *serveOptions) check() (serveSpec, error) {
 	if o.upstream == "" {
 		return s, errors.New("--upstream is required: the URL of the service behind the gateway, such as http://127.0.0.1:9000 (or set $IDEM_UPSTREAM)")
 	}
+	if err := checkURL("--upstream", o.upstream); err != nil {
+		return s, err
+	}
 	u, err := url.Parse(o.upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return s, fmt.Errorf("--upstream %q: not an http:// or https:// URL with a host; use http://host:port[/base-path]", redactURL(o.upstream))

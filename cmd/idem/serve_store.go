@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/internal/redact"
 )
 
 // storeSpec is a --store URL, checked without connecting: open connects.
@@ -37,6 +40,9 @@ type storeSpec struct {
 // parseStore checks --store. Its errors are usage errors: they name the flag and the fix.
 func parseStore(raw string) (storeSpec, error) {
 	s := storeSpec{raw: raw, desc: redactURL(raw)}
+	if err := checkURL("--store", raw); err != nil {
+		return s, err
+	}
 	switch {
 	case raw == "memory:" || strings.HasPrefix(raw, "memory:?"):
 		return parseMemoryStore(s)
@@ -45,12 +51,12 @@ func parseStore(raw string) (storeSpec, error) {
 		if s.path == "" {
 			return s, errors.New("--store sqlite: needs a file path, such as sqlite:idem-gateway.db (created if missing)")
 		}
-		s.desc = "sqlite (" + s.path + ")"
+		s.desc = "sqlite (" + strings.TrimPrefix(s.desc, "sqlite:") + ")"
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
 		s.kind = "postgres"
 		cfg, err := pgxpool.ParseConfig(raw)
 		if err != nil {
-			return s, fmt.Errorf("--store %s: %v: use postgres://user:pass@host:5432/db", s.desc, err)
+			return s, fmt.Errorf("--store %s: %s: use postgres://user:pass@host:5432/db", s.desc, redact.String(err.Error()))
 		}
 		s.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	case strings.HasPrefix(raw, "redis://"), strings.HasPrefix(raw, "rediss://"):
@@ -102,8 +108,8 @@ func parseRedisStore(s storeSpec) (storeSpec, error) {
 	// prefix is ours, not go-redis's: take it out before ParseURL, which refuses
 	// options it does not know.
 	u, err := url.Parse(s.raw)
-	if err != nil {
-		return s, fmt.Errorf("--store %s: %v: use redis://host:6379[/db][?prefix=idem:]", s.desc, err)
+	if err != nil { // checkURL refused it already
+		return s, fmt.Errorf("--store %s: not a URL: use redis://host:6379[/db][?prefix=idem:]", s.desc)
 	}
 	q := u.Query()
 	s.prefix = q.Get("prefix")
@@ -111,7 +117,7 @@ func parseRedisStore(s storeSpec) (storeSpec, error) {
 	u.RawQuery = q.Encode()
 	opts, err := redis.ParseURL(u.String())
 	if err != nil {
-		return s, fmt.Errorf("--store %s: %v: use redis://host:6379[/db][?prefix=idem:]", s.desc, err)
+		return s, fmt.Errorf("--store %s: %s: use redis://host:6379[/db][?prefix=idem:]", s.desc, redact.String(err.Error()))
 	}
 	s.redis = opts
 	s.desc = fmt.Sprintf("redis (%s db %d)", opts.Addr, opts.DB)
@@ -126,7 +132,28 @@ var healthKey = idem.Key{Scope: "idem-serve:health", ID: "healthz"}
 // request takes (for SQLite, the writer and an fsync), so a full disk or a dead
 // connection shows. A concurrent probe finds the key in progress, which is an answer
 // too; a crashed probe's claim expires with its 5 s lease.
-func storeHealth(store idem.Store) func(context.Context) (bool, string) {
+//
+// An unhealthy answer names what failed in idem's words (reasonOf), as the relay's
+// does: whoever reaches /healthz must not read the driver's text, which names the
+// database user, the database and its addresses. The error itself goes to log
+// (redacted) when it starts or changes, and the recovery when the store answers again.
+func storeHealth(store idem.Store, log *slog.Logger) func(context.Context) (bool, string) {
+	var (
+		mu   sync.Mutex
+		last string // the text of the last probe's error, "" after a success
+	)
+	logged := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil && err.Error() != last:
+			log.Warn("idem serve: /healthz: the store did not answer", "err", err)
+			last = err.Error()
+		case err == nil && last != "":
+			log.Info("idem serve: /healthz: the store answers again")
+			last = ""
+		}
+	}
 	return func(ctx context.Context) (bool, string) {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
@@ -135,8 +162,9 @@ func storeHealth(store idem.Store) func(context.Context) (bool, string) {
 		if err == nil && res.Outcome == idem.Acquired {
 			err = store.Release(ctx, healthKey, res.Token)
 		}
+		logged(err)
 		if err != nil {
-			return false, "unhealthy: the store did not answer: " + err.Error()
+			return false, "unhealthy: the store did not answer: " + reasonOf(err)
 		}
 		return true, fmt.Sprintf("ok: the store answered in %v", time.Since(start).Round(time.Microsecond))
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -412,15 +414,17 @@ func TestServeFlagsAndEnvironmentMapToConfig(t *testing.T) {
 type failingStore struct{ idem.Store }
 
 func (failingStore) Claim(context.Context, idem.Claim) (idem.Result, error) {
-	return idem.Result{}, &idem.BackendError{Op: "claim", Err: errors.New("connection refused")}
+	return idem.Result{}, &idem.BackendError{Backend: "postgres", Op: "claim",
+		Err: fmt.Errorf("failed to connect to `user=app database=orders`: 10.0.0.5:5432: %w", syscall.ECONNREFUSED)}
 }
 
 func TestServeHealthz(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(adminHandler(prometheus.NewRegistry(), storeHealth(failingStore{})))
+	srv := httptest.NewServer(adminHandler(prometheus.NewRegistry(), storeHealth(failingStore{}, slog.New(slog.DiscardHandler))))
 	defer srv.Close()
 	r := send(t, "GET", srv.URL+"/healthz", "", "")
-	if r.status != http.StatusServiceUnavailable || !bytes.Contains(r.body, []byte("connection refused")) {
-		t.Fatalf("/healthz with a failing store: %d %q, want 503 naming the failure", r.status, r.body)
+	if r.status != http.StatusServiceUnavailable || !bytes.Contains(r.body, []byte("connection refused")) ||
+		bytes.Contains(r.body, []byte("10.0.0.5")) || bytes.Contains(r.body, []byte("orders")) {
+		t.Fatalf("/healthz with a failing store: %d %q, want 503 naming the failure without its address or database", r.status, r.body)
 	}
 }

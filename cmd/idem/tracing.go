@@ -49,6 +49,15 @@ type traceExport struct {
 	endpointName string // the variable that gave it; "" for the default
 }
 
+// target names the endpoint in the line the daemon prints, its credentials masked (a
+// collector's token may be the URL's user name).
+func (e *traceExport) target() string {
+	if e.endpoint == "" {
+		return "the default endpoint"
+	}
+	return redact.URL(e.endpoint)
+}
+
 // traceExportFromEnv reads the environment through getenv: nil when it asks for no
 // export (no OTLP endpoint, OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true).
 // A value the exporter would reject, or log, is refused here with an error naming
@@ -89,6 +98,9 @@ func traceExportFromEnv(getenv func(string) string) (*traceExport, error) {
 		}
 	}
 	if e.endpoint != "" {
+		if err := checkURL("$"+e.endpointName, e.endpoint); err != nil {
+			return nil, err
+		}
 		if err := checkEndpoint(e.endpoint); err != nil {
 			return nil, fmt.Errorf("$%s = %s: %v", e.endpointName, redact.URL(e.endpoint), err)
 		}
@@ -187,12 +199,8 @@ func (m *Main) startTracing(ctx context.Context, daemon string, log *slog.Logger
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 
-	to := "the default endpoint"
-	if e.endpoint != "" {
-		to = redact.URL(e.endpoint)
-	}
 	service, _ := res.Set().Value(semconv.ServiceNameKey)
-	fmt.Fprintf(m.Stderr, "idem %s: exporting traces over OTLP %s to %s as service %s\n", daemon, e.protocol, to, service.Emit())
+	fmt.Fprintf(m.Stderr, "idem %s: exporting traces over OTLP %s to %s as service %s\n", daemon, e.protocol, e.target(), service.Emit())
 	return func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushTimeout)
 		defer cancel()

@@ -3,10 +3,16 @@
 // such text through.
 //
 // It hides the password of a URL's userinfo (postgres, redis, amqp, nats, kafka,
-// http and any other scheme), the values of query parameters and keyword/value
-// pairs whose name says secret (password, secret, token, key, auth, signature…),
-// and the userinfo of a URL that does not parse. What it cannot recognize as a
-// credential, such as a secret in a URL's path, it leaves.
+// http and any other scheme), a user name that has no password beside it (a NATS
+// token in nats://TOKEN@host, an API key in https://KEY@host or https://KEY:@host;
+// not a database role in postgres:// or mysql://),
+// the values of query parameters and keyword/value pairs whose name says secret
+// (password, secret, token, key, auth, signature…), the userinfo of a URL that
+// does not parse or holds an "@" after its host (a password with an unencoded
+// # / or ?, which the parser split at the wrong place), and the text a URL
+// parser's error quotes from such a URL (invalid port ":…", invalid URL escape
+// "%…"). What it cannot recognize as a credential, such as a secret in a URL's
+// path, it leaves.
 package redact
 
 import (
@@ -15,6 +21,7 @@ import (
 	"log/slog"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -25,17 +32,36 @@ const Mask = "xxxxx"
 // scheme is scrubbed as text (String).
 func URL(raw string) string {
 	u, err := url.Parse(raw)
-	// An "@" in the path is a password holding "/" that the parser took for the
-	// path's start: mask up to the last "@".
-	if err != nil || u.Scheme == "" || u.Opaque != "" || strings.Contains(u.Path, "@") {
+	if err != nil || u.Scheme == "" || u.Opaque != "" || AtAfterHost(u) {
 		return scrubUserinfo(scrubPairs(raw))
 	}
-	return redactParsed(u)
+	plain := u.String()
+	if red := redactParsed(u); red != plain {
+		return red
+	}
+	return raw // nothing hidden: as given, not as url.URL.String writes it again
+}
+
+// AtAfterHost reports whether u holds an "@" after its host: in its path, query or
+// fragment. That is almost always a password or token holding an unencoded "/", "?"
+// or "#", which the parser took for the end of the userinfo (postgres://app:a/b@db
+// parses as host "app", port "a" refused, but postgres://app:12/b@db as host app,
+// port 12, path "/b@db"): what precedes the last "@" cannot be told from a
+// credential.
+func AtAfterHost(u *url.URL) bool {
+	return strings.Contains(u.EscapedPath(), "@") || strings.Contains(u.RawQuery, "@") || strings.Contains(u.Fragment, "@")
 }
 
 func redactParsed(u *url.URL) string {
-	if pw, has := u.User.Password(); has && !placeholder(pw) {
-		u.User = url.UserPassword(u.User.Username(), Mask)
+	switch pw, has := u.User.Password(); {
+	case has && pw != "":
+		if !placeholder(pw) {
+			u.User = url.UserPassword(u.User.Username(), Mask)
+		}
+	case u.User != nil && u.User.Username() != "" && u.User.Username() != "user" && !roleSchemes[u.Scheme]:
+		// A user name alone is a token or an API key as often as a name
+		// (nats://TOKEN@host, https://KEY:@api): "user" is the usage texts' example.
+		u.User = url.User(Mask)
 	}
 	if u.RawQuery != "" {
 		if q, err := url.ParseQuery(u.RawQuery); err == nil {
@@ -62,6 +88,11 @@ func redactParsed(u *url.URL) string {
 	return u.String()
 }
 
+// roleSchemes are the schemes whose user name is a database role, never a token:
+// their drivers name it in every connection error ("user=app"), as the operator
+// needs.
+var roleSchemes = map[string]bool{"postgres": true, "postgresql": true, "mysql": true}
+
 // urlInText matches a URL inside a message: a scheme, "://" and what follows up to a
 // space or a quote.
 var urlInText = regexp.MustCompile("[a-zA-Z][a-zA-Z0-9+.-]*://[^\\s\"'`<>]+")
@@ -82,17 +113,41 @@ var pairs = regexp.MustCompile(`(?i)\b(_*(?:[a-z0-9]+[_.\-])*` + secretWords + `
 // words of pairs, and key alone (an API key, as in ?key=…).
 var secretParam = regexp.MustCompile(`(?i)^(?:[a-z0-9]+[_.\-])*(?:` + secretWords + `|key)$`)
 
+// parseErrorQuote matches the piece of a URL that an error of Go's URL parser
+// quotes (invalid port ":a", invalid URL escape "%zz", invalid character " " in
+// host name): a piece of a password, when the password held a reserved character.
+var parseErrorQuote = regexp.MustCompile(`(invalid (?:port|URL escape|character) )"(?:[^"\\]|\\.)*"`)
+
+// quotedURL matches a URL quoted whole by a *url.Error (parse "…", Post "…"): a
+// space or quote inside does not end it there.
+var quotedURL = regexp.MustCompile(`\b((?:parse|Get|Head|Post|Put|Patch|Delete) )("[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^"\\]|\\.)*")`)
+
 // String returns s, such as an error message of a driver, with every URL in it
-// passed through URL and every secret-named pair's value masked.
+// passed through URL, every secret-named pair's value masked, and what a URL
+// parser's error quotes of a URL masked.
 func String(s string) string {
 	if !strings.ContainsAny(s, ":=@") {
 		return s
 	}
+	s = quotedURL.ReplaceAllStringFunc(s, func(m string) string {
+		sub := quotedURL.FindStringSubmatch(m)
+		u, err := strconv.Unquote(sub[2])
+		if err != nil {
+			return m
+		}
+		red := URL(u)
+		if red == u && !strings.Contains(u, "@") {
+			// Go's parser quotes a URL up to its "#": a password cut there.
+			red = scrubCutPassword(u)
+		}
+		return sub[1] + strconv.Quote(red)
+	})
 	s = urlInText.ReplaceAllStringFunc(s, func(m string) string {
 		// A URL quoted inside a sentence may end with punctuation that is not its.
 		trail := len(m) - len(strings.TrimRight(m, ".,;:)]}"))
 		return URL(m[:len(m)-trail]) + m[len(m)-trail:]
 	})
+	s = parseErrorQuote.ReplaceAllString(s, `${1}"`+Mask+`"`)
 	return scrubHostUserinfo(scrubPairs(s))
 }
 
@@ -129,22 +184,40 @@ func scrubPairs(s string) string {
 	})
 }
 
-// scrubUserinfo masks what lies between "://" and the last "@" before the host of
-// a URL that does not parse: its credentials cannot be told from its user name.
+// scrubUserinfo masks what lies between "://" and the last "@" of a URL that does
+// not parse, or holds an "@" after its host: its credentials cannot be told from
+// its user name, host or path. (A space does not end it: the password may hold one.)
 func scrubUserinfo(s string) string {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
 		return scrubHostUserinfo(s)
 	}
-	end := strings.IndexAny(rest, " \t\n")
-	if end < 0 {
-		end = len(rest)
-	}
-	at := strings.LastIndex(rest[:end], "@")
+	at := strings.LastIndex(rest, "@")
 	if at < 0 {
 		return s
 	}
 	return scheme + "://" + Mask + rest[at:]
+}
+
+// scrubCutPassword masks what follows the colon of a URL without "@" whose port is
+// not a number, as a *url.Error quotes it: a password cut at a "#" (Go's URL
+// parser quotes a URL up to its fragment, so "redis://u:pa#ss@h" is quoted as
+// "redis://u:pa", port "pa").
+func scrubCutPassword(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	auth := rest[:strings.IndexAny(rest+"/", "/?#")]
+	skip := 0
+	if strings.HasPrefix(auth, "[") { // an IPv6 literal's colons
+		skip = max(strings.Index(auth, "]"), 0)
+	}
+	i := strings.Index(auth[skip:], ":")
+	if i < 0 || strings.Trim(auth[skip+i+1:], "0123456789") == "" {
+		return scheme + "://" + rest
+	}
+	return scheme + "://" + auth[:skip+i+1] + Mask
 }
 
 // secretName reports whether a query parameter's name says its value is secret.
