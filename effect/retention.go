@@ -2,13 +2,12 @@ package effect
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/retention"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -45,52 +44,23 @@ type SweepConfig struct {
 	Registerer prometheus.Registerer
 }
 
-func (c SweepConfig) withDefaults() (SweepConfig, error) {
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
-	}
-	if c.Batch == 0 {
-		c.Batch = DefaultSweepBatch
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if err := checkRetention("SweepConfig.Retention", c.Retention); err != nil {
-		return c, err
-	}
-	if c.Batch < 0 || c.Batch > MaxSweepBatch {
-		return c, &idem.InputError{Field: "SweepConfig.Batch", Reason: fmt.Sprintf("is %d", c.Batch),
-			Fix: fmt.Sprintf("use 1 to %d effects, or 0 for %d", MaxSweepBatch, DefaultSweepBatch)}
-	}
-	return c, nil
-}
-
-// checkRetention refuses a retention (or an age to purge) shorter than MinRetention.
-func checkRetention(field string, d time.Duration) error {
-	if d < MinRetention {
-		return &idem.InputError{Field: field, Reason: fmt.Sprintf("is %v, below the minimum %v", d, MinRetention),
-			Fix: "keep complete effects longer than any retry of their Do, such as 168h (7 days)"}
-	}
-	return nil
-}
+// limits are the effects table's retention defaults and bounds.
+var limits = retention.Limits{Default: DefaultRetention, Min: MinRetention, DefaultBatch: DefaultSweepBatch,
+	Batch: MaxSweepBatch, Rows: "effects", Fix: "keep complete effects longer than any retry of their Do, such as 168h (7 days)"}
 
 // Sweeper deletes complete effects older than its retention: run it with
 // idem.RunSweeper in one or more processes (concurrent sweeps skip each other's
 // rows). It never deletes a pending effect (in progress, or waiting for Recover), a
 // failed one (an operator's to look at: Admin lists them), nor any effect of a saga
 // that has not finished; the saga Sweeper deletes those with their saga.
-type Sweeper[Tx any] struct {
-	a   *Admin[Tx]
-	cfg SweepConfig
-	m   *metrics.Sweep
-}
+type Sweeper[Tx any] struct{ s *retention.Sweeper }
 
 var _ idem.Sweeper = (*Sweeper[*struct{}])(nil)
 
 // NewSweeper returns a Sweeper of db's idem_effects. Like NewAdmin it changes no
 // schema: it fails with a *migrate.BehindError if idem_effects lacks a migration.
 func NewSweeper[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SweepConfig) (*Sweeper[Tx], error) {
-	cfg, err := cfg.withDefaults()
+	s, err := retention.New(limits, cfg.Retention, cfg.Batch, cfg.Now, cfg.Registerer, "effect")
 	if err != nil {
 		return nil, err
 	}
@@ -98,26 +68,19 @@ func NewSweeper[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SweepConfig) 
 	if err != nil {
 		return nil, err
 	}
-	m, err := metrics.NewSweep(cfg.Registerer, "effect")
-	if err != nil {
-		return nil, err
-	}
-	return &Sweeper[Tx]{a: a, cfg: cfg, m: m}, nil
+	s.Purge = a.purge
+	return &Sweeper[Tx]{s}, nil
 }
 
 // Sweep implements idem.Sweeper: it deletes the complete effects whose last change
 // is older than the retention, Batch per statement, and returns how many.
-func (s *Sweeper[Tx]) Sweep(ctx context.Context) (int, error) {
-	n, err := s.a.purge(ctx, s.cfg.Now().Add(-s.cfg.Retention), s.cfg.Batch)
-	s.m.Done(n, err)
-	return n, err
-}
+func (s *Sweeper[Tx]) Sweep(ctx context.Context) (int, error) { return s.s.Sweep(ctx) }
 
 // Purge deletes the complete effects whose last change is older than olderThan
 // (at least MinRetention), as a Sweeper with that retention does, and returns how
 // many it deleted: what an operator runs to shrink the table at once.
 func (a *Admin[Tx]) Purge(ctx context.Context, olderThan time.Duration) (int, error) {
-	if err := checkRetention("olderThan", olderThan); err != nil {
+	if err := limits.Check("olderThan", olderThan); err != nil {
 		return 0, err
 	}
 	return a.purge(ctx, a.now().Add(-olderThan), DefaultSweepBatch)
@@ -131,11 +94,7 @@ func (a *Admin[Tx]) purge(ctx context.Context, cutoff time.Time, batch int) (int
 		return 0, err
 	}
 	stmt := sweepSQL(a.db.Dialect, a.key, sagas)
-	total := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
+	return retention.Batches(ctx, batch, func() (int, error) {
 		var n int64
 		err := idem.RetrySerializationFailures(ctx, func() error {
 			return a.db.Auto(ctx, func(q idem.Querier) (err error) {
@@ -144,13 +103,10 @@ func (a *Admin[Tx]) purge(ctx context.Context, cutoff time.Time, batch int) (int
 			})
 		})
 		if err != nil {
-			return total, &idem.BackendError{Backend: "effect", Op: "sweep", Err: err}
+			return 0, &idem.BackendError{Backend: "effect", Op: "sweep", Err: err}
 		}
-		total += int(n)
-		if n < int64(batch) {
-			return total, nil
-		}
-	}
+		return int(n), nil
+	})
 }
 
 // sagasTable reports whether idem_sagas exists (its migrations were applied), so

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/retention"
 )
 
 const (
@@ -49,33 +49,9 @@ type SweepConfig struct {
 	Registerer prometheus.Registerer
 }
 
-func (c SweepConfig) withDefaults() (SweepConfig, error) {
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
-	}
-	if c.Batch == 0 {
-		c.Batch = DefaultSweepBatch
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if err := checkRetention("SweepConfig.Retention", c.Retention); err != nil {
-		return c, err
-	}
-	if c.Batch < 0 || c.Batch > MaxSweepBatch {
-		return c, &idem.InputError{Field: "SweepConfig.Batch", Reason: fmt.Sprintf("is %d", c.Batch),
-			Fix: fmt.Sprintf("use 1 to %d sagas, or 0 for %d", MaxSweepBatch, DefaultSweepBatch)}
-	}
-	return c, nil
-}
-
-func checkRetention(field string, d time.Duration) error {
-	if d < MinRetention {
-		return &idem.InputError{Field: field, Reason: fmt.Sprintf("is %v, below the minimum %v", d, MinRetention),
-			Fix: "keep finished sagas longer than any retry of their Start, such as 720h (30 days)"}
-	}
-	return nil
-}
+// limits are the sagas table's retention defaults and bounds.
+var limits = retention.Limits{Default: DefaultRetention, Min: MinRetention, DefaultBatch: DefaultSweepBatch,
+	Batch: MaxSweepBatch, Rows: "sagas", Fix: "keep finished sagas longer than any retry of their Start, such as 720h (30 days)"}
 
 // Sweeper deletes finished sagas (Completed, Compensated, Resolved) older than its
 // retention, each with its step effects (idem_effects rows of key = its id, steps
@@ -83,18 +59,14 @@ func checkRetention(field string, d time.Duration) error {
 // idem.RunSweeper in one or more processes. It never deletes a Running or
 // Compensating saga, nor a Failed one (an operator's to retry or resolve), whatever
 // its age. effect.Sweeper keeps the effects of those sagas too.
-type Sweeper[Tx any] struct {
-	a   *Admin[Tx]
-	cfg SweepConfig
-	m   *metrics.Sweep
-}
+type Sweeper[Tx any] struct{ s *retention.Sweeper }
 
 var _ idem.Sweeper = (*Sweeper[*struct{}])(nil)
 
 // NewSweeper returns a Sweeper of db's sagas. It changes no schema: it fails with
 // a *migrate.BehindError if idem_sagas or idem_effects lacks a migration.
 func NewSweeper[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SweepConfig) (*Sweeper[Tx], error) {
-	cfg, err := cfg.withDefaults()
+	s, err := retention.New(limits, cfg.Retention, cfg.Batch, cfg.Now, cfg.Registerer, "saga")
 	if err != nil {
 		return nil, err
 	}
@@ -102,52 +74,39 @@ func NewSweeper[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SweepConfig) 
 	if err != nil {
 		return nil, err
 	}
-	m, err := metrics.NewSweep(cfg.Registerer, "saga")
-	if err != nil {
-		return nil, err
-	}
-	return &Sweeper[Tx]{a: a, cfg: cfg, m: m}, nil
+	s.Purge = a.purge
+	return &Sweeper[Tx]{s}, nil
 }
 
 // Sweep implements idem.Sweeper: it deletes the finished sagas whose last change
 // is older than the retention, and returns how many.
-func (s *Sweeper[Tx]) Sweep(ctx context.Context) (int, error) {
-	n, err := s.a.purge(ctx, s.cfg.Now().Add(-s.cfg.Retention), s.cfg.Batch)
-	s.m.Done(n, err)
-	return n, err
-}
+func (s *Sweeper[Tx]) Sweep(ctx context.Context) (int, error) { return s.s.Sweep(ctx) }
 
 // Purge deletes the finished sagas whose last change is older than olderThan (at
 // least MinRetention), as a Sweeper with that retention does, and returns how many
 // it deleted.
 func (a *Admin[Tx]) Purge(ctx context.Context, olderThan time.Duration) (int, error) {
-	if err := checkRetention("olderThan", olderThan); err != nil {
+	if err := limits.Check("olderThan", olderThan); err != nil {
 		return 0, err
 	}
 	return a.purge(ctx, a.now().Add(-olderThan), DefaultSweepBatch)
 }
 
+// purge deletes finished sagas last changed before cutoff, batch per
+// transaction, until a transaction deletes fewer.
 func (a *Admin[Tx]) purge(ctx context.Context, cutoff time.Time, batch int) (int, error) {
-	total := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		var n int
-		err := idem.RetrySerializationFailures(ctx, func() error {
+	return retention.Batches(ctx, batch, func() (n int, err error) {
+		err = idem.RetrySerializationFailures(ctx, func() error {
 			return a.db.InTx(ctx, func(tx Tx) (err error) {
 				n, err = a.purgeBatch(ctx, a.db.Querier(tx), cutoff.UnixNano(), batch)
 				return err
 			})
 		})
 		if err != nil {
-			return total, &idem.BackendError{Backend: "saga", Op: "sweep", Err: err}
+			return 0, &idem.BackendError{Backend: "saga", Op: "sweep", Err: err}
 		}
-		total += n
-		if n < batch {
-			return total, nil
-		}
-	}
+		return n, nil
+	})
 }
 
 // purgeBatch deletes up to batch finished sagas last changed before cutoff, with
