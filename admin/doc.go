@@ -17,8 +17,10 @@
 //	POST /api/outbox/parked/{id}/retry   {reason}
 //	POST /api/outbox/parked/{id}/discard {reason}
 //	GET  /api/effects?state=pending_past_lease|failed
+//	POST /api/effects/purge              {older_than, reason}: delete complete effects
 //	GET  /api/sagas?state  GET /api/sagas/{id}
 //	POST /api/sagas/{id}/retry {reason}   POST /api/sagas/{id}/resolve {note}
+//	POST /api/sagas/purge                {older_than, reason}: delete finished sagas
 //	GET  /api/stream                     channels and connected clients
 //	GET  /api/metrics                    idem_* metrics of Config.Gatherer, summed over labels
 //
@@ -29,7 +31,11 @@
 // (inbox), OutboxFrom, EffectsFrom, SagasFrom and StreamFrom; ForSQL sets every area
 // whose tables a database holds. A replay through the inbox is requested (outcome
 // "requested"): the letter's running Consumer performs it, exactly once, at its next
-// poll. `idem admin` serves this API and the console (package admin/console) as a
+// poll. A purge (Purger, which EffectsFrom and SagasFrom implement) deletes only
+// finished rows older than older_than (at least MinPurgeAge), never one in
+// progress or waiting for an operator, and answers how many it deleted; one cut
+// short by Config.Timeout answers complete false, and sending it again goes on.
+// `idem admin` serves this API and the console (package admin/console) as a
 // daemon; `idem serve` and `idem relay` mount the API with --admin-token.
 //
 // # Safety

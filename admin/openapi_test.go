@@ -20,6 +20,7 @@ var served = []string{
 	"GET /api/outbox", "GET /api/outbox/parked", "POST /api/outbox/parked/{id}/retry", "POST /api/outbox/parked/{id}/discard",
 	"GET /api/effects", "GET /api/sagas", "GET /api/sagas/{id}", "POST /api/sagas/{id}/retry", "POST /api/sagas/{id}/resolve",
 	"GET /api/stream", "GET /api/metrics",
+	"POST /api/effects/purge", "POST /api/sagas/purge",
 }
 
 type openAPIDoc struct {

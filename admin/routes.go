@@ -115,6 +115,7 @@ var routes = []route{
 	{method: "GET", path: "/api/effects", area: areaEffects, summary: "list effects",
 		query: []param{{name: "state", typ: "string", doc: "pending_past_lease or failed (default: both)"}, pCursor, pLimit},
 		serve: serveEffects},
+	purgeRoute("/api/effects/purge", areaEffects, "effects", func(h *handler) any { return h.cfg.Effects }),
 	{method: "GET", path: "/api/sagas", area: areaSagas, summary: "list sagas",
 		query: []param{{name: "state", typ: "string", doc: "running, compensating, completed, compensated, failed or resolved"}, pCursor, pLimit},
 		serve: serveSagas},
@@ -124,6 +125,7 @@ var routes = []route{
 	{method: "POST", path: "/api/sagas/{id}/resolve", area: areaSagas, mutates: true, summary: "resolve saga",
 		body:  []param{{name: "note", typ: "string", required: true, doc: "what was done by hand, for the audit log (1 to 1024 bytes)"}},
 		serve: serveResolveSaga},
+	purgeRoute("/api/sagas/purge", areaSagas, "sagas", func(h *handler) any { return h.cfg.Sagas }),
 
 	{method: "GET", path: "/api/stream", area: areaStream, summary: "stream status", serve: serveStream},
 

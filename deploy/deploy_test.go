@@ -95,6 +95,10 @@ func registered(t *testing.T) *recorder {
 	_, err = saga.New(ctx, db, saga.Config{Registerer: r}, saga.Definition{Name: "s", Steps: []saga.Step{{Name: "a", NoCompensation: true,
 		Action: func(context.Context, saga.Input) ([]byte, error) { return nil, nil }}}})
 	check("saga orchestrator", err)
+	_, err = effect.NewSweeper(ctx, db, effect.SweepConfig{Registerer: r})
+	check("effect sweeper", err)
+	_, err = saga.NewSweeper(ctx, db, saga.SweepConfig{Registerer: r})
+	check("saga sweeper", err)
 	store, err := stream.NewSQLStore(ctx, db, stream.SQLConfig{})
 	check("stream store", err)
 	srv, err := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true, Registerer: r})

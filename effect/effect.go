@@ -53,6 +53,20 @@
 // Admin lists effects on the database alone (no Fence or calls needed): pending
 // ones, those past their lease that Recover would take over, failed ones, or the
 // steps of one key, page by page; Get shows one with its result.
+//
+// # Retention
+//
+// A complete effect is remembered for a retention, not for ever: a Sweeper,
+// run with idem.RunSweeper, deletes complete effects whose last change is older
+// than SweepConfig.Retention (7 days by default), and Admin.Purge does the same at
+// once for an operator. A Do of a deleted effect calls again, with the same
+// derived key: keep the retention above the longest time a caller retries one
+// effect. Neither ever deletes a pending effect (in progress, or waiting for
+// Recover) or a failed one (an operator's to look at), whatever its age, nor the
+// effects of a saga that is running, compensating or failed: the saga Sweeper
+// deletes those with their saga once it has finished. The sweeper exports
+// idem_swept_total{backend="effect"} and
+// idem_sweep_last_success_timestamp_seconds{backend="effect"}.
 package effect
 
 import (

@@ -111,10 +111,27 @@ func (f *Fence[Tx]) acquireTx(ctx context.Context, q idem.Querier, key, step str
 	var state, reason string
 	var token, until int64
 	var result []byte
-	if err := q.QueryRow(ctx, f.q.lock, key, step).Scan(&state, &token, &until, &result, &reason); err != nil {
+	err := q.QueryRow(ctx, f.q.lock, key, step).Scan(&state, &token, &until, &result, &reason)
+	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
+		return gone(expiredOnly)
+	}
+	if err != nil {
 		return err
 	}
 	return f.decide(ctx, q, key, step, now, lease, state, reason, token, until, result, c)
+}
+
+// errGone is a recovery finding its effect deleted (a saga's, swept with its
+// finished saga): there is nothing to take over.
+var errGone = errors.New("effect: deleted since it was listed")
+
+// gone answers an effect that a sweep deleted between this worker's insert (which
+// found it) and its read: a Do runs its transaction again, which inserts it anew.
+func gone(expiredOnly bool) error {
+	if expiredOnly {
+		return errGone
+	}
+	return errRaced
 }
 
 // decide answers from the effect's row: its stored result, its failure, another
@@ -152,6 +169,9 @@ func (f *Fence[Tx]) acquireLockFirst(ctx context.Context, q idem.Querier, key, s
 		}
 		c.token = 1
 		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return errGone // expiredOnly: nothing to take over
 	}
 	if err != nil {
 		return err

@@ -68,8 +68,8 @@ func (f *Fence[Tx]) recoverOne(ctx context.Context, key, step string, call Call)
 	ctx, span := f.startDo(ctx, key, step)
 	defer func() { endDo(span, err) }()
 	c, err := f.acquire(ctx, span, key, step, true)
-	if errors.Is(err, ErrInProgress) {
-		return false, nil // another sweeper or a retry got there first
+	if errors.Is(err, ErrInProgress) || errors.Is(err, errGone) {
+		return false, nil // another sweeper or a retry got there first, or it was swept
 	}
 	if err != nil || c.done {
 		return false, err

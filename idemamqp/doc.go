@@ -51,4 +51,14 @@
 //
 // Declare queues durable (DeclareQueue does) so persistent messages survive a broker
 // restart; prefer quorum queues for replication and delivery counts.
+//
+// # When an ack means stored
+//
+// A publisher confirm (what Publish waits for) means stored when the message is
+// persistent (the Sink sets it) and every queue it is routed to is a durable queue,
+// with SinkConfig.Mandatory so an unroutable message is an error instead of
+// confirmed and dropped. On a quorum queue (QueueConfig.Quorum) RabbitMQ confirms
+// once a majority of its replicas wrote the message to disk (fsync): run it with 3
+// replicas on nodes in different failure domains. A classic queue confirms from one
+// node, after its own disk write, and loses what that node loses.
 package idemamqp

@@ -14,6 +14,15 @@
 // Message.ID travels in the idem.HeaderID ("Idem-Msg-Id") header and
 // Message.Headers as record headers. Publish waits for every record's result.
 //
+// # When an ack means stored
+//
+// With acks=all a record is acknowledged once every in-sync replica has it. That
+// means stored only if the topic has replication.factor 3 and min.insync.replicas 2
+// (on the topic or the brokers): with min.insync.replicas 1 the in-sync set may be
+// the leader alone, and the record dies with it. Kafka acknowledges from the page
+// cache and relies on replication, not fsync, for durability, so the replicas must
+// be in different failure domains; unclean.leader.election.enable must stay false.
+//
 // The idempotent producer only removes the duplicates of its own retries within one
 // producer session. A message published again (an outbox relay that crashed after
 // publishing) is a second record with the same ID: the consumer's inbox drops it.

@@ -20,7 +20,9 @@ const benchBatch = 100
 var benchPayload = []byte(`{"order":"o-123456","total":4200,"currency":"EUR"}`)
 
 // benchServers runs body against the test NATS over TCP and an embedded server
-// connected in process.
+// connected in process: as StartServer runs it (syncing each write before its
+// ack), and with nats-server's default periodic sync (embedded-interval), so one
+// run shows what an ack that means stored costs.
 func benchServers(b *testing.B, body func(b *testing.B, js jetstream.JetStream)) {
 	b.Run("server=tcp", func(b *testing.B) {
 		_, js := connect(b)
@@ -28,6 +30,10 @@ func benchServers(b *testing.B, body func(b *testing.B, js jetstream.JetStream))
 	})
 	b.Run("server=embedded", func(b *testing.B) {
 		_, js := embeddedJS(b)
+		body(b, js)
+	})
+	b.Run("server=embedded-interval", func(b *testing.B) {
+		_, js := embeddedJSWith(b, idemnats.ServerConfig{SyncInterval: 2 * time.Minute})
 		body(b, js)
 	})
 }

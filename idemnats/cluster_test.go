@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 func TestClusterConfig(t *testing.T) {
@@ -230,6 +232,9 @@ func readStream(js jetstream.JetStream) (map[string]int, error) {
 // elections (no error reaches the caller), every message is received, and in the
 // end the consumer holds every message acknowledged: an ack left unconfirmed by
 // an election was either applied or the message came back and was acked again.
+// Each fault is injected when the consumer has received its share of the
+// messages (faultAt), and a killed node restarts only after the consumer went on
+// without it: mid-stream however fast the machine is.
 func TestClusterConsumerLeaderKilled(t *testing.T) {
 	t.Parallel()
 	c, js := clusterJS(t)
@@ -247,6 +252,9 @@ func TestClusterConsumerLeaderKilled(t *testing.T) {
 
 	received := map[string]bool{}
 	var recvErrs, ackErrs []error
+	var got atomic.Int64              // len(received), for the fault injector
+	faultAt := []int{500, 1200, 1900} // kill, kill, isolate
+	reached, injected := make(chan struct{}), make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -275,7 +283,12 @@ func TestClusterConsumerLeaderKilled(t *testing.T) {
 					ackErrs = append(ackErrs, err)
 				}
 			}
-			time.Sleep(5 * time.Millisecond) // a consumer's work, so the faults land mid-stream
+			got.Store(int64(len(received)))
+			if len(faultAt) > 0 && len(received) >= faultAt[0] {
+				faultAt = faultAt[1:]
+				reached <- struct{}{} // wait for the fault, then go on through it
+				<-injected
+			}
 		}
 		t.Errorf("the consumer did not settle within 2 minutes: %d of %d received", len(received), n)
 	}()
@@ -288,16 +301,29 @@ func TestClusterConsumerLeaderKilled(t *testing.T) {
 		t.Error("no consumer leader within 30s")
 		return 0
 	}
-	for range 2 {
-		time.Sleep(300 * time.Millisecond)
+	for fault := range 3 {
+		select {
+		case <-reached:
+		case <-done:
+			t.Fatalf("the consumer ended before fault %d", fault+1)
+		}
 		i := leader()
+		if fault == 2 {
+			c.Isolate(i, 2*time.Second)
+			injected <- struct{}{}
+			break
+		}
 		c.Kill(i)
-		time.Sleep(time.Second)
+		from := got.Load()
+		injected <- struct{}{}
+		// The consumer goes on under a new leader before the node comes back.
+		testsvc.Eventually(t, time.Minute, "the consumer to receive 200 more without the killed leader", func() bool {
+			return got.Load() >= from+200
+		})
 		if err := c.Restart(context.Background(), i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.Isolate(leader(), 2*time.Second)
 	<-done
 	for _, err := range recvErrs {
 		t.Errorf("Receive during consumer leader elections: %v", err)

@@ -118,6 +118,24 @@
 // connects in process, without TCP. Its logs go to ServerConfig.Logger, and a
 // failure to start (an unusable Dir) is returned as an error rather than logged.
 //
+// # When an ack means stored
+//
+// A PubAck is what Publish returns on and what an outbox relay marks a message
+// published on, so it must mean stored. nats-server's default does not: it
+// acknowledges a write at once and syncs its file store to disk every two minutes
+// (sync_interval), so a power loss or kernel crash loses acknowledged messages
+// (Jepsen's 2025 analysis of NATS showed it). The embedded server therefore syncs
+// every write before its ack (sync_interval: always) unless
+// ServerConfig.SyncInterval asks for the periodic sync; that costs throughput,
+// measured with BenchmarkFlow and BenchmarkPublish (server=embedded against
+// server=embedded-interval). For a deployed server, an ack means stored when:
+//   - every server runs with jetstream { sync_interval: always } (or accepts losing
+//     the last interval's acknowledged messages on a power loss), and
+//   - streams have Replicas 3 (StreamConfig.Replicas) on servers in different
+//     failure domains: a PubAck of a replicated stream means a quorum stored it, so
+//     one lost machine loses nothing acknowledged. Replicas 1 on one server is as
+//     durable as that server's disk.
+//
 // # Clusters and leader elections
 //
 // On a JetStream cluster (streams with Replicas 3), a node's death or a network

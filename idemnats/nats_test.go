@@ -58,7 +58,14 @@ func jsOf(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 // down when t ends.
 func embeddedJS(t testing.TB) (*idemnats.Server, jetstream.JetStream) {
 	t.Helper()
-	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: t.TempDir()})
+	return embeddedJSWith(t, idemnats.ServerConfig{})
+}
+
+// embeddedJSWith is embeddedJS with cfg (its Dir is t's).
+func embeddedJSWith(t testing.TB, cfg idemnats.ServerConfig) (*idemnats.Server, jetstream.JetStream) {
+	t.Helper()
+	cfg.Dir = t.TempDir()
+	srv, err := idemnats.StartServer(cfg)
 	if err != nil {
 		t.Fatalf("StartServer: %v", err)
 	}

@@ -42,6 +42,15 @@ type ServerConfig struct {
 	ReadyTimeout time.Duration
 	// Logger, if set, receives the server's notices, warnings and errors.
 	Logger *slog.Logger
+	// SyncInterval is how often JetStream syncs its file store to disk. Zero, the
+	// default, syncs every write before the server acknowledges it (nats-server's
+	// sync_interval: always), so a PubAck, and the outbox row marked published on
+	// it, means on this machine's disk. A positive interval is nats-server's own
+	// behaviour (its default is 2 minutes): the ack comes at once, and a power loss
+	// or kernel crash loses what was acknowledged since the last sync (a crash of
+	// the process alone loses nothing: the kernel holds the writes). Faster; see
+	// the package documentation for the cost. Negative is invalid.
+	SyncInterval time.Duration
 }
 
 func (cfg ServerConfig) withDefaults() (ServerConfig, error) {
@@ -67,6 +76,9 @@ func (cfg ServerConfig) withDefaults() (ServerConfig, error) {
 	case cfg.ReadyTimeout < 0:
 		return cfg, &idem.InputError{Field: "ServerConfig.ReadyTimeout", Reason: fmt.Sprintf("is negative (got %v)", cfg.ReadyTimeout),
 			Fix: "use 0 for 30s"}
+	case cfg.SyncInterval < 0:
+		return cfg, &idem.InputError{Field: "ServerConfig.SyncInterval", Reason: fmt.Sprintf("is negative (got %v)", cfg.SyncInterval),
+			Fix: "use 0 to sync every write before its ack, or a positive interval (such as 2m, nats-server's default) to sync in the background"}
 	}
 	return cfg, nil
 }
@@ -77,7 +89,8 @@ type Server struct {
 }
 
 // StartServer starts an embedded NATS server with JetStream storing in cfg.Dir and
-// returns once it accepts connections. The caller must call Shutdown.
+// returns once it accepts connections. Unless cfg.SyncInterval says otherwise, it
+// syncs each write to disk before acknowledging it. The caller must call Shutdown.
 func StartServer(cfg ServerConfig) (*Server, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -91,6 +104,8 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		JetStreamMaxStore: cfg.MaxStore,
 		MaxPayload:        embeddedMaxPayload,
 		NoSigs:            true,
+		SyncAlways:        cfg.SyncInterval == 0,
+		SyncInterval:      cfg.SyncInterval, // 0: the server's default, unused while SyncAlways
 	})
 	if err != nil {
 		return nil, &idem.BackendError{Backend: backend, Op: "start server", Err: err}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
@@ -103,6 +104,37 @@ func TestServerMaxPayload(t *testing.T) {
 	ackAll(t, d)
 }
 
+// TestServerSyncsBeforeAck: by default the embedded server syncs every write to
+// disk before it acknowledges it (sync_interval: always), so an ack means stored.
+func TestServerSyncsBeforeAck(t *testing.T) {
+	t.Parallel()
+	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	if always, every := idemnats.JetStreamSync(srv); !always {
+		t.Fatalf("the embedded server syncs every %s, acknowledging writes not yet on disk; want sync always", every)
+	}
+}
+
+// TestServerSyncInterval: a SyncInterval turns syncing before each ack off, for
+// nats-server's periodic sync at that interval.
+func TestServerSyncInterval(t *testing.T) {
+	t.Parallel()
+	for _, interval := range []time.Duration{2 * time.Minute, 10 * time.Second} {
+		srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: t.TempDir(), SyncInterval: interval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		always, every := idemnats.JetStreamSync(srv)
+		srv.Shutdown()
+		if always || every != interval.String() {
+			t.Errorf("StartServer with SyncInterval %v: JetStream syncs always=%v every %s, want every %v", interval, always, every, interval)
+		}
+	}
+}
+
 func TestServerConfig(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
@@ -113,6 +145,7 @@ func TestServerConfig(t *testing.T) {
 		"port too large": {idemnats.ServerConfig{Dir: t.TempDir(), Port: 70000}, "ServerConfig.Port"},
 		"port -2":        {idemnats.ServerConfig{Dir: t.TempDir(), Port: -2}, "ServerConfig.Port"},
 		"negative store": {idemnats.ServerConfig{Dir: t.TempDir(), MaxStore: -1}, "ServerConfig.MaxStore"},
+		"negative sync":  {idemnats.ServerConfig{Dir: t.TempDir(), SyncInterval: -time.Second}, "ServerConfig.SyncInterval"},
 	} {
 		if _, err := idemnats.StartServer(tc.cfg); !errors.Is(err, idem.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: StartServer = %v, want idem.ErrInvalid naming %s", name, err, tc.field)

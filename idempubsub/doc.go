@@ -22,6 +22,12 @@
 // (the ID's included), a key over 256 bytes or a value over 1024, keys starting
 // with "goog" (reserved), text that is not UTF-8, an ordering key over 1024 bytes.
 //
+// When an ack means stored: a Publish response is given once Pub/Sub has written
+// the message to storage in several zones of the topic's region, so an ack means
+// stored with nothing to configure; a message storage policy only chooses the
+// regions. What Pub/Sub keeps for a subscription is bounded by its retention (7
+// days by default): a consumer down for longer loses messages it never received.
+//
 // Pub/Sub does not deduplicate what is published twice (its message IDs are its
 // own), so a message an outbox relay republishes after a crash is delivered twice,
 // with the same Idem-Msg-Id, and the inbox drops the copy.

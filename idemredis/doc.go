@@ -205,6 +205,13 @@
 // XREADGROUP to receive, XACK to acknowledge, and XAUTOCLAIM to take over the pending
 // entries of consumers that died. Streams do not deduplicate: the inbox does.
 //
+// When an ack means stored: Redis answers XADD once the entry is in memory. It is
+// on disk only with appendonly yes and appendfsync always (appendfsync everysec, the
+// usual setting, loses up to a second of acknowledged entries on a crash of the
+// machine, and RDB snapshots alone lose everything since the last one). Replicas
+// receive the entry after the answer, so a failover can lose it even then: a
+// StreamSink's ack does not survive a failover.
+//
 // # Push channels
 //
 // PushStore is the Redis stream.Store: the numbered channels a stream.Server

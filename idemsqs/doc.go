@@ -23,6 +23,13 @@
 // Messages larger than SinkConfig.MaxMessageSize (SQS's 256 KiB by default,
 // attributes included) are refused. Publish sends batches of up to 10 messages.
 //
+// When an ack means stored: SQS answers SendMessage(Batch) once it has stored the
+// message redundantly across several availability zones, so a successful entry
+// means stored with nothing to configure. A batch can succeed in part: Publish
+// reports the failed entries as errors. What SQS keeps is bounded by the queue's
+// MessageRetentionPeriod (4 days by default, at most 14): a message not received
+// by then is deleted, so set it above the longest outage a consumer may have.
+//
 // # Consuming
 //
 // A Source long-polls (20 s) for up to 10 messages per call, with all attributes.

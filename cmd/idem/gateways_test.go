@@ -110,7 +110,14 @@ type countingUpstream struct {
 	calls   map[string][]upstreamCall
 	bodies  map[string][][]byte // every body it answered, by key
 	effects map[string]int
+	n       int
+	// midCall, if set, is called with the gateway of every killEvery-th call
+	// before the call is answered: the fault, driven by progress, not by a timer.
+	midCall func(gateway int)
 }
+
+// killEvery is how many upstream calls separate two gateway kills.
+const killEvery = 20
 
 func (u *countingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var gw int
@@ -121,7 +128,7 @@ func (u *countingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get(idemhttp.HeaderKey)
 	start := time.Now()
 	_, _ = io.Copy(io.Discard, r.Body)
-	time.Sleep(time.Duration(randN(30)) * time.Millisecond) // so kills land mid-request
+	time.Sleep(time.Duration(randN(30)) * time.Millisecond) // a call takes a moment, as a real one does
 	noise := make([]byte, 16)
 	_, _ = rand.Read(noise)
 	body := []byte(fmt.Sprintf("%s|%x", key, noise))
@@ -131,7 +138,12 @@ func (u *countingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if u.effects[key] == 0 {
 		u.effects[key] = 1
 	}
+	u.n++
+	kill := u.midCall != nil && u.n%killEvery == 0
 	u.mu.Unlock()
+	if kill {
+		u.midCall(gw) // the gateway dies before it has the answer
+	}
 	w.WriteHeader(http.StatusCreated)
 	_, _ = w.Write(body)
 }
@@ -264,7 +276,8 @@ func gatewaysKilledMidRequest(t *testing.T, store string) {
 	lbSrv := httptest.NewServer(lb)
 	t.Cleanup(lbSrv.Close)
 
-	// The killer, until the clients are done.
+	// The killer, until the clients are done: every killEvery-th upstream call, it
+	// kills the gateway that made it before the call is answered, then restarts it.
 	type kill struct {
 		gateway int
 		at      time.Time // after the process was reaped
@@ -272,17 +285,35 @@ func gatewaysKilledMidRequest(t *testing.T, store string) {
 	var kills []kill
 	done := make(chan struct{})
 	killerDone := make(chan struct{})
+	type killOrder struct {
+		gateway int
+		killed  chan struct{}
+	}
+	orders := make(chan killOrder, 1)
+	up.midCall = func(gateway int) {
+		o := killOrder{gateway, make(chan struct{})}
+		select {
+		case orders <- o:
+			select {
+			case <-o.killed:
+			case <-done: // the run is over: no kill comes
+			}
+		default: // the previous kill is still restarting its gateway: skip this one
+		}
+	}
 	go func() {
 		defer close(killerDone)
 		for {
+			var o killOrder
 			select {
 			case <-done:
 				return
-			case <-time.After(300 * time.Millisecond):
+			case o = <-orders:
 			}
-			g := gws[randN(int64(len(gws)))]
+			g := gws[o.gateway]
 			g.kill()
 			kills = append(kills, kill{g.i, time.Now()})
+			close(o.killed)
 			if err := g.start(); err != nil {
 				t.Error(err)
 				return

@@ -79,7 +79,7 @@ var commands = []command{
 	{"keys", "list, show or evict the idempotency records of a store (list, get, evict, scope)", (*Main).runKeys},
 	{"dlq", "list, show, replay or discard the inbox's dead letters (list, show, replay, discard)", (*Main).runDLQ},
 	{"outbox", "outbox backlog, parked messages and relays (status, parked, retry, discard)", (*Main).runOutbox},
-	{"sagas", "list, show, retry or resolve sagas (list, show, retry, resolve)", (*Main).runSagas},
+	{"sagas", "list, show, retry, resolve or purge sagas (list, show, retry, resolve, purge)", (*Main).runSagas},
 	{"admin", "operator API: inspect and act on keys, dead letters, outbox, effects and sagas", (*Main).runAdmin},
 }
 

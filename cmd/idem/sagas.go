@@ -21,6 +21,7 @@ const sagasSynopsis = `List and inspect sagas; retry a failed or stuck step, or 
   idem sagas show    --db URL --id ID [--full]
   idem sagas retry   --db URL --id ID --reason "…"
   idem sagas resolve --db URL --id ID --note "…"
+  idem sagas purge   --db URL --older-than D [--effects]
 
 URL is the orchestrators' database: postgres://user:pass@host:5432/db,
 mysql://user:pass@host:3306/db or sqlite:PATH. S is running, compensating,
@@ -33,13 +34,20 @@ cause first. resolve marks a running, compensating or failed saga resolved by
 hand: no orchestrator advances it again. Both fence out an orchestrator that is
 advancing the saga, and exit 4 for a saga that has ended (completed,
 compensated, resolved). The saga's data and step results are shown as previews
-(64 bytes, escaped) unless show --full.`
+(64 bytes, escaped) unless show --full.
+
+purge deletes the finished sagas (completed, compensated, resolved) last changed
+longer than D ago (at least 1h), each with its step effects and resolution note;
+never a running, compensating or failed one. With --effects it also deletes the
+complete effects as old, except those of sagas not finished. Run the library's
+saga.Sweeper and effect.Sweeper to do this continuously.`
 
 type sagasOptions struct {
 	sqlFlags
 	state, cursor, id, text string
 	limit                   int
-	full                    bool
+	full, effects           bool
+	olderThan               time.Duration
 }
 
 func (m *Main) runSagas(ctx context.Context, args []string) error {
@@ -71,6 +79,7 @@ func (m *Main) runSagas(ctx context.Context, args []string) error {
 			fs.StringVar(&o.text, "note", "", "what was done by hand (required): recorded with the resolution")
 			return func(ctx context.Context) error { return m.sagasChange(ctx, o, "resolve", "note") }
 		}},
+		m.sagasPurgeAction(&o),
 	}}, args)
 }
 

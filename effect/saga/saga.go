@@ -36,6 +36,19 @@
 // Get with each step's effect; RetryStep to run a failed compensation or a step
 // stuck in its backoff again now, under a running Orchestrator; Resolve to close a
 // saga by hand with a note (state Resolved, never advanced again).
+//
+// # Retention
+//
+// A Sweeper, run with idem.RunSweeper, deletes finished sagas (Completed,
+// Compensated, Resolved) whose last change is older than SweepConfig.Retention
+// (30 days by default), each in one transaction with its step effects and its
+// resolution note; Admin.Purge does the same at once for an operator. A Start or
+// Execute of a deleted saga's id starts a new saga: keep the retention above the
+// longest time a caller may retry them. Running and Compensating sagas (in
+// progress) and Failed ones (waiting for a person) are never deleted, whatever
+// their age, and effect.Sweeper keeps their effects too. The sweeper exports
+// idem_swept_total{backend="saga"} and
+// idem_sweep_last_success_timestamp_seconds{backend="saga"}.
 package saga
 
 import (

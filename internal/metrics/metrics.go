@@ -39,10 +39,7 @@ func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
 		Help:    "Latency of Claim calls, including the backend round trip.",
 		Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
 	}, []string{"backend"}))
-	swept := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_swept_total",
-		Help: "Expired records removed by sweeps.",
-	}, []string{"backend"}))
+	swept := sweptTotal(r)
 	if r.err != nil {
 		return nil, r.err
 	}

@@ -1,0 +1,1 @@
+DROP INDEX idem_effects_done ON idem_effects;

@@ -1,0 +1,1 @@
+DROP INDEX idem_sagas_done ON idem_sagas;

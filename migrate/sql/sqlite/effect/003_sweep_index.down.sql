@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS idem_effects_done;
