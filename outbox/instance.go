@@ -82,8 +82,11 @@ func (r *Relay[Tx]) beat(ctx context.Context, published int, roundErr error) {
 			in.published.Load(), in.lastErr)
 		return err
 	})
-	if err != nil && ctx.Err() == nil {
-		r.cfg.Logger.WarnContext(ctx, "outbox relay: recording the relay instance failed", "instance", in.id, "err", err)
+	switch {
+	case err == nil:
+		r.beats.OK(ctx, "instance", in.id)
+	case ctx.Err() == nil && roundErr == nil: // a failed round's cause is logged already
+		r.beats.Fail(ctx, err, "instance", in.id)
 	}
 }
 
