@@ -9,10 +9,11 @@ import (
 
 // Cleanup deletes published messages older than Retention, in batches of
 // CleanupBatch, and returns how many it deleted. It also deletes the rows of relay
-// instances silent for a day.
+// instances stale for an hour: relays that died (one stopped cleanly deletes its
+// own).
 func (r *Relay[Tx]) Cleanup(ctx context.Context) (int, error) {
 	if err := r.o.db.InTx(ctx, func(tx Tx) error {
-		_, err := r.o.db.Querier(tx).Exec(ctx, "DELETE FROM idem_outbox_relays WHERE last_round_at < $1",
+		_, err := r.o.db.Querier(tx).Exec(ctx, "DELETE FROM idem_outbox_relays WHERE "+staleAtSQL+" < $1",
 			r.o.now().Add(-relayForgetAfter).UnixMilli())
 		return err
 	}); err != nil {

@@ -61,6 +61,8 @@
 // index of unpublished rows, and lists the relay instances: each Relay reports its
 // rounds in idem_outbox_relays (RelayConfig.Instance, at most once a second, outside
 // the round's transaction), and one silent for 3 poll intervals or 30 s is stale.
+// Run deletes its relay's row when it returns; the row of a relay that died is
+// listed, stale, for an hour, then forgotten (and deleted by Cleanup).
 // Parked pages through the parked messages; Retry puts one back in line; Discard
 // gives up on one for good, with a reason: it is never published and stays visible
 // for audit.

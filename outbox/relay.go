@@ -173,8 +173,11 @@ func (o *Outbox[Tx]) Relay(sink idem.Sink, cfg RelayConfig) (*Relay[Tx], error) 
 
 // Run relays until ctx ends and returns ctx's error. Failed rounds are retried with
 // backoff, 50 ms doubling up to 5 s (or PollInterval when longer); they never end
-// Run, and a series of them logs a few lines, not one each (package warn).
+// Run, and a series of them logs a few lines, not one each (package warn). When ctx
+// ends, Run removes this relay's row from idem_outbox_relays: a relay stopped
+// cleanly is no longer listed.
 func (r *Relay[Tx]) Run(ctx context.Context) error {
+	defer r.deregister(ctx)
 	wake := make(chan struct{}, 1)
 	if r.cfg.Notifier != nil {
 		// LISTEN before the first round, so no commit falls between that round and it.
