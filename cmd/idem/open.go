@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -56,11 +57,13 @@ func openMemoryStore(s storeSpec, reg prometheus.Registerer) (idem.Store, func()
 }
 
 // relayDB is the outbox relay on relay's --db: run publishes until its context
-// ends, ping checks the database, close releases the connections.
+// ends, stall measures how long messages have waited unpublished (a query that
+// also shows the database answers), close releases the connections.
 type relayDB struct {
-	run, ping func(context.Context) error
-	close     func()
-	outbox    admin.Outbox // the admin API's outbox area on the same database
+	run    func(context.Context) error
+	stall  func(context.Context) (time.Duration, error)
+	close  func()
+	outbox admin.Outbox // the admin API's outbox area on the same database
 }
 
 // openRelayDB opens the outbox of --db and its relay publishing to sink.
@@ -83,7 +86,7 @@ func withRelay[Tx any](rd *relayDB, ob *outbox.Outbox[Tx], db idem.TxDB[Tx], sin
 		rd.close()
 		return nil, err
 	}
-	rd.run, rd.outbox = r.Run, outboxArea(db)
+	rd.run, rd.stall, rd.outbox = r.Run, r.Stall, outboxArea(db)
 	return rd, nil
 }
 

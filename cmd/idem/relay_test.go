@@ -343,6 +343,7 @@ func TestRelayFlagErrors(t *testing.T) {
 		{[]string{"--db", db, "--sink", sink, "--poll", "0s"}, "--poll must be positive"},
 		{[]string{"--db", db, "--sink", sink, "--max-attempts", "0"}, "--max-attempts must be at least 1"},
 		{[]string{"--db", db, "--sink", sink, "--retention", "-1h"}, "--retention must be positive"},
+		{[]string{"--db", db, "--sink", sink, "--stall-after", "0s"}, "--stall-after must be positive"},
 		{[]string{"--db", db, "--sink", sink, "--frobnicate"}, "-frobnicate"},
 		{[]string{"--db", db, "--sink", sink, "extra"}, `unexpected argument "extra"`},
 	} {
