@@ -90,13 +90,14 @@ func withRelay[Tx any](rd *relayDB, ob *outbox.Outbox[Tx], db idem.TxDB[Tx], sin
 	return rd, nil
 }
 
-// open connects the sink; close releases what open acquired.
+// open connects the sink and checks that it answers (sinkDown); close releases
+// what open acquired.
 func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, close func(), err error) {
 	switch s.kind {
 	case "nats":
 		return openNATSSink(ctx, s, o)
 	case "kafka":
-		return openKafkaSink(s)
+		return openKafkaSink(ctx, s)
 	case "redis":
 		return openRedisSink(ctx, s)
 	case "amqp":
@@ -106,6 +107,9 @@ func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, cl
 	case "sqs":
 		return openSQSSink(ctx, s)
 	case "webhook":
+		if err := probeWebhook(ctx, s); err != nil {
+			return nil, nil, sinkDown(s, err)
+		}
 		return s.webhook, func() {}, nil
 	}
 	return nil, nil, fmt.Errorf("--sink %s: unknown sink", s.desc)

@@ -74,7 +74,9 @@ HTTP (--listen, loopback only by default): /metrics for Prometheus and /healthz,
 intervals, or when messages have waited --stall-after with none published (by
 this relay or another of the outbox), whatever the cause; 200 otherwise. /healthz
 gives a status and a short reason ("sink: webhook returned 500"); the details are
-in the log, with credentials masked.
+in the log, with credentials masked, and a failure that repeats is logged a few
+times, not at every attempt. The relay checks its sink before it starts: a broker
+or a webhook that does not answer is an error at start, as a database is.
 SIGINT or SIGTERM stops the relay; unfinished publications are redone by the next.
 
 Log-based (--cdc, PostgreSQL with wal_level=logical): reads the outbox's inserts

@@ -23,6 +23,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/wait"
+	"github.com/idemhq/idem/internal/warn"
 )
 
 // health decides /healthz. The relay is unhealthy when its database answered no
@@ -42,7 +43,7 @@ type health struct {
 	window     time.Duration
 	stallAfter time.Duration // 0: no stall check (relay --cdc)
 	now        func() time.Time
-	log        *slog.Logger
+	pings      *warn.Repeats
 
 	mu                    sync.Mutex
 	lastPing, lastPublish time.Time
@@ -51,20 +52,20 @@ type health struct {
 }
 
 func newHealth(window time.Duration, log *slog.Logger) *health {
-	return &health{window: window, now: time.Now, log: log, lastPing: time.Now()}
+	return &health{window: window, now: time.Now, lastPing: time.Now(),
+		pings: warn.New(log, "idem relay: the database does not answer", "idem relay: the database answers again")}
 }
 
 // pinged records a database ping. The publications' failures are logged by the
-// relay; the pings' are logged here, when they start, change or stop.
+// relay; the pings' are logged here, a series of them in a few lines.
 func (h *health) pinged(err error) {
+	if err != nil {
+		h.pings.Fail(context.Background(), err)
+	} else {
+		h.pings.OK(context.Background())
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	switch {
-	case err != nil && (h.pingErr == nil || h.pingErr.Error() != err.Error()):
-		h.log.Warn("idem relay: the database does not answer", "err", err)
-	case err == nil && h.pingErr != nil:
-		h.log.Info("idem relay: the database answers again")
-	}
 	h.pingErr = err
 	if err == nil {
 		h.lastPing = h.now()
