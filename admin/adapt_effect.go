@@ -163,7 +163,7 @@ func (c conflictError) Is(target error) bool { return target == ErrConflict }
 
 func sagaOf(inst saga.Instance) Saga {
 	return Saga{ID: inst.ID, Name: inst.Saga, State: inst.State, Step: inst.Step, Attempts: inst.Attempts,
-		Reason: inst.Reason, CreatedAt: inst.Created, UpdatedAt: inst.Updated}
+		Reason: inst.Reason, CreatedAt: inst.Created, UpdatedAt: inst.Updated, DecodeError: inst.DecodeError}
 }
 
 // orZero maps the backends' "none" (Unix time 0, as their columns store it) to the

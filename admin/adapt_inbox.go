@@ -90,7 +90,8 @@ func deadLetterOf(dl inbox.DeadLetter) DeadLetter {
 		Position: dl.Position, Kind: dl.Kind, Reason: dl.Reason, Attempts: dl.Attempts, FirstAt: dl.FirstAt, DeadAt: dl.DeadAt,
 		Payload: dl.Message.Payload, State: dl.State, ReplayRequestedAt: dl.ReplayRequestedAt, ReplayReason: dl.ReplayReason,
 		ReplayAttempts: dl.ReplayAttempts, LastReplayError: dl.LastReplayError, ReplayNote: dl.ReplayNote,
-		ReplayedAt: dl.ReplayedAt, DiscardedAt: dl.DiscardedAt, DiscardReason: dl.DiscardReason, Headers: dl.Message.Headers}
+		ReplayedAt: dl.ReplayedAt, DiscardedAt: dl.DiscardedAt, DiscardReason: dl.DiscardReason, Headers: dl.Message.Headers,
+		DecodeError: dl.DecodeError}
 }
 
 // encodeIDCursor and decodeIDCursor are the cursors of the areas that page by

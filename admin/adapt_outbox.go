@@ -53,7 +53,7 @@ func (o outboxArea[Tx]) Parked(ctx context.Context, cursor string, limit int) (P
 	for _, p := range list {
 		page.Messages = append(page.Messages, ParkedMessage{ID: p.ID, MessageID: p.Message.ID, Topic: p.Message.Topic,
 			OrderingKey: p.Message.OrderingKey, Attempts: p.Attempts, LastError: p.LastError, ParkedAt: p.ParkedAt,
-			Payload: p.Message.Payload, DiscardedAt: p.DiscardedAt, DiscardReason: p.DiscardReason})
+			Payload: p.Message.Payload, DiscardedAt: p.DiscardedAt, DiscardReason: p.DiscardReason, DecodeError: p.DecodeError})
 	}
 	if len(list) == limit {
 		page.Next = encodeIDCursor(list[len(list)-1].ID)

@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -103,6 +104,23 @@ func newAPI(t *testing.T, cfg admin.Config) api {
 		t.Fatal(err)
 	}
 	return api{h}
+}
+
+// sqlAPI is the admin API over the areas whose tables b holds (admin.ForSQL),
+// called with the full-access token, and its log.
+func sqlAPI(t *testing.T, b backend) (api, *bytes.Buffer) {
+	t.Helper()
+	var cfg admin.Config
+	if _, err := admin.ForSQL(context.Background(), b.db, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	logs := &bytes.Buffer{}
+	cfg.Token, cfg.Logger = fullToken, slog.New(slog.NewJSONHandler(logs, nil))
+	h, err := admin.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api{h}, logs
 }
 
 func (a api) do(method, target, body string) *httptest.ResponseRecorder {

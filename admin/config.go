@@ -48,14 +48,19 @@ type Config struct {
 	// console.Handler() of package admin/console); the API keeps "/api/".
 	Console http.Handler
 
-	// Logger receives one audit record per mutating call (who, what, why, outcome)
-	// and the internal errors answered 500. Nil means slog.Default().
+	// Logger receives one audit record per mutating call (who, what, why, outcome;
+	// those of calls refused without a valid token are rationed) and the internal
+	// errors answered 500. Nil means slog.Default().
 	Logger *slog.Logger
-	// Registerer receives idem_admin_requests_total{route,code}. Nil records nothing.
+	// Registerer receives idem_admin_requests_total{route,code} and
+	// idem_admin_refused_total{reason}. Nil records nothing.
 	Registerer prometheus.Registerer
 	// Timeout bounds each call into an area (0: 10 seconds). A call that runs out
 	// is answered 504.
 	Timeout time.Duration
+	// Now is the clock that rations the audit records of refused calls
+	// (RefusedLogEvery). Nil means time.Now.
+	Now func() time.Time
 }
 
 // MinTokenLen is the shortest Token or ReadToken New accepts.
@@ -94,6 +99,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = defaultTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c, nil
 }

@@ -65,6 +65,11 @@ type DeadLetter struct {
 	Headers map[string]string `json:"headers,omitempty"`
 	// Payload is shown as a Preview, never whole unless asked for.
 	Payload []byte `json:"-"`
+
+	// DecodeError says what of the stored row could not be decoded (headers that
+	// are not a JSON object of strings, written by another service): the letter is
+	// shown with what could be read. It can be discarded, not replayed.
+	DecodeError string `json:"decode_error,omitempty"`
 }
 
 // Bounds on the headers a dead letter's view shows.
@@ -195,7 +200,7 @@ func fullFlag(r *http.Request, c *call) (bool, error) {
 	}
 	full, err := q.flag("full")
 	if full && !c.full() {
-		return false, newProblem(http.StatusForbidden, ProblemForbidden, "full=1 shows stored payloads: use the full-access token")
+		return false, refusedRead("full=1 shows stored payloads: use the full-access token")
 	}
 	return full, err
 }

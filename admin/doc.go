@@ -41,13 +41,27 @@
 // host; daemons call CheckListen to refuse a non-loopback address without a token.
 //
 // Mutations are POSTs with a JSON object body (Content-Type application/json, at
-// most MaxBodyBytes, unknown fields refused) carrying a required reason (note for
-// resolve). Browsers' cross-site requests are refused (Sec-Fetch-Site and Origin
-// against Host), so a foreign web page cannot drive the API. Each mutation, refused
-// or not, logs one audit record on Config.Logger: who (token kind, remote address,
-// the X-Idem-Actor header), what (route and target), why (the reason) and the
-// outcome. Stored results and payloads are shown as a Preview of at most
+// most MaxBodyBytes) carrying a required reason (note for resolve). The body names
+// each field exactly once, spelt as documented: a field given twice, a name that
+// differs in case only ("FORCE"), an unknown name or data after the object is
+// refused 400 naming the field, where encoding/json alone would take the last
+// value, or match "FORCE" to force. Browsers' cross-site requests are refused
+// (Sec-Fetch-Site and Origin against Host), so a foreign web page cannot drive the
+// API. Each mutation logs one audit record on Config.Logger: who (token kind,
+// remote address, the X-Idem-Actor header), what (route and target), why (the
+// reason) and the outcome. Requests refused before their route ran (no or a wrong
+// token, the read token on a change, a cross-site change) are counted in
+// idem_admin_refused_total{reason}; the audit records of such changes are
+// rationed (RefusedLogBurst, then one per RefusedLogEvery, each saying how many
+// were left out) and, without a valid token, leave out X-Idem-Actor, which anyone
+// can send. Stored results and payloads are shown as a Preview of at most
 // PreviewBytes, never whole unless the full-access token asks for ?full=1.
+//
+// A stored row another service wrote that cannot be decoded whole (a dead letter
+// or parked message whose headers are not a JSON object of strings, a saga whose
+// results are not a JSON object) is listed and shown like the others, with its
+// decode_error, never failing the page around it; it can be discarded (or, a saga,
+// resolved), not replayed or retried.
 //
 // Errors are RFC 9457 problems (application/problem+json, the Problem… types):
 // idem.ErrNotFound is 404 with a detail naming what was looked for, a bad parameter
@@ -55,5 +69,5 @@
 // (Config.Timeout) 504, anything else 500 without its message, which is logged.
 //
 // Requests are counted as idem_admin_requests_total{route,code} on
-// Config.Registerer.
+// Config.Registerer, refusals also as idem_admin_refused_total{reason}.
 package admin

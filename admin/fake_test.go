@@ -127,6 +127,13 @@ func (f *fakeInspector) put(rec idem.Record) {
 	f.recs[rec.Key] = rec
 }
 
+func (f *fakeInspector) has(k idem.Key) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.recs[k]
+	return ok
+}
+
 // fakeDeadLetters holds dead letters by id.
 type fakeDeadLetters struct {
 	mu        sync.Mutex

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -36,6 +37,7 @@ type handler struct {
 	readSum   [sha256.Size]byte
 	areas     map[string]bool
 	requests  *prometheus.CounterVec
+	refused   *refusals
 	crossSite *http.CrossOriginProtection
 	mux       *http.ServeMux
 	openapi   []byte
@@ -81,6 +83,9 @@ func New(cfg Config) (http.Handler, error) {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)
 		}
 	}
+	if h.refused, err = newRefusals(cfg.Registerer, cfg.Now); err != nil {
+		return nil, fmt.Errorf("admin: register metrics: %w", err)
+	}
 	for _, rt := range routes {
 		h.mux.Handle(rt.pattern(), h.wrap(rt))
 	}
@@ -103,6 +108,9 @@ func (h *handler) wrap(rt route) http.Handler {
 		status, p := h.serve(w, r, rt, c)
 		if h.requests != nil {
 			h.requests.WithLabelValues(rt.label(), strconv.Itoa(status)).Inc()
+		}
+		if p != nil && p.refusal != "" {
+			h.refused.count(p.refusal)
 		}
 		if rt.mutates {
 			h.audit(r, rt, c, status, p)
@@ -138,10 +146,10 @@ func (h *handler) run(r *http.Request, rt route, c *call) (any, error) {
 	}
 	if rt.mutates {
 		if !c.full() {
-			return nil, newProblem(http.StatusForbidden, ProblemForbidden, "the read token cannot make changes: use the full-access token")
+			return nil, refuse(http.StatusForbidden, ProblemForbidden, refusedReadOnly, "the read token cannot make changes: use the full-access token")
 		}
 		if err := h.crossSite.Check(r); err != nil {
-			return nil, newProblem(http.StatusForbidden, ProblemForbidden,
+			return nil, refuse(http.StatusForbidden, ProblemForbidden, refusedCrossSite,
 				"cross-site request refused: send mutations from the console's own origin or from a non-browser client")
 		}
 		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -168,15 +176,15 @@ func (h *handler) authenticate(r *http.Request, c *call) error {
 			host = hp
 		}
 		if !isLoopbackHost(host) {
-			return newProblem(http.StatusForbidden, ProblemForbidden,
-				"without a token the admin API answers loopback hosts only: configure a token to serve "+strconv.Quote(truncate(r.Host, 64)))
+			return refuse(http.StatusForbidden, ProblemForbidden, refusedNotLoopback,
+				"without a token the admin API answers loopback hosts only: configure a token to serve "+strconv.Quote(clean(r.Host, 64)))
 		}
 		c.access = accessNone
 		return nil
 	}
 	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
-		return newProblem(http.StatusUnauthorized, ProblemUnauthorized, "send Authorization: Bearer <token>")
+		return refuse(http.StatusUnauthorized, ProblemUnauthorized, refusedNoToken, "send Authorization: Bearer <token>")
 	}
 	sum := sha256.Sum256([]byte(tok))
 	full := subtle.ConstantTimeCompare(sum[:], h.fullSum[:]) & boolInt(h.cfg.Token != "")
@@ -187,7 +195,7 @@ func (h *handler) authenticate(r *http.Request, c *call) error {
 	case read == 1:
 		c.access = accessRead
 	default:
-		return newProblem(http.StatusUnauthorized, ProblemUnauthorized, "the bearer token is not one of this server's admin tokens")
+		return refuse(http.StatusUnauthorized, ProblemUnauthorized, refusedBadToken, "the bearer token is not one of this server's admin tokens")
 	}
 	return nil
 }
@@ -200,26 +208,35 @@ func boolInt(b bool) int {
 }
 
 // audit logs the one record of a mutating call: who, what, why and the outcome.
-// Tokens and payloads are never part of it.
+// Tokens and payloads are never part of it. The records of calls refused before
+// their route ran are rationed (refusals.record), and the X-Idem-Actor of a caller
+// without a valid token is not recorded: anyone can send it.
 func (h *handler) audit(r *http.Request, rt route, c *call, status int, p *problem) {
-	access := c.access
-	if access == "" {
-		access = "unauthenticated"
+	who := []any{slog.String("access", cmp.Or(c.access, "unauthenticated")), slog.String("remote", r.RemoteAddr)}
+	if c.access != "" {
+		who = append(who, slog.String("actor", clean(r.Header.Get("X-Idem-Actor"), maxActorLen)))
 	}
-	outcome := "ok"
+	outcome, level := "ok", slog.LevelInfo
 	if p != nil {
 		outcome = p.Type
 	}
 	args := []any{
 		slog.String("route", rt.label()),
-		slog.Group("who", slog.String("access", access), slog.String("remote", r.RemoteAddr),
-			slog.String("actor", clean(r.Header.Get("X-Idem-Actor"), maxActorLen))),
+		slog.Group("who", who...),
 		slog.Group("what", c.target...),
 		slog.String("why", c.reason),
 		slog.String("outcome", outcome),
 		slog.Int("status", status),
 	}
-	h.cfg.Logger.Log(r.Context(), slog.LevelInfo, "admin: audit", args...)
+	if p != nil && p.refusal != "" {
+		ok, skipped := h.refused.record()
+		if !ok {
+			return
+		}
+		level = slog.LevelWarn
+		args = append(args, slog.String("refused", p.refusal), slog.Int64("skipped", skipped))
+	}
+	h.cfg.Logger.Log(r.Context(), level, "admin: audit", args...)
 }
 
 // clean makes s safe and short for a log: at most max bytes, valid UTF-8, without

@@ -143,7 +143,7 @@ func serveKey(h *handler, r *http.Request, c *call) (any, error) {
 		return nil, err
 	}
 	if full && !c.full() {
-		return nil, newProblem(http.StatusForbidden, ProblemForbidden, "full=1 shows the stored result: use the full-access token")
+		return nil, refusedRead("full=1 shows the stored result: use the full-access token")
 	}
 	name, s, k, err := h.keyArgs(q.get("store"), q.get("scope"), q.get("id"))
 	if err != nil {

@@ -72,6 +72,10 @@ type ParkedMessage struct {
 	DiscardedAt   time.Time `json:"discarded_at,omitzero"`
 	DiscardReason string    `json:"discard_reason,omitempty"`
 	Payload       []byte    `json:"-"`
+	// DecodeError says what of the stored row could not be decoded (headers that
+	// are not a JSON object of strings, written by another service): the message is
+	// shown with what could be read.
+	DecodeError string `json:"decode_error,omitempty"`
 }
 
 // ParkedPage is a page of Outbox.Parked.

@@ -2,9 +2,7 @@ package admin
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -154,31 +152,6 @@ func pathID(r *http.Request) (int64, error) {
 func pathName(r *http.Request) (string, error) {
 	s := r.PathValue("id")
 	return s, keyPart("id", s)
-}
-
-// decode reads the JSON object body of a mutation into dst, refusing unknown
-// fields (a misspelt "force" must not be ignored) and trailing data.
-func decode(r *http.Request, dst any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		if errors.Is(err, io.EOF) {
-			return invalid("body", "is empty: send a JSON object")
-		}
-		return invalid("body", "is not the expected JSON object (%s)", clean(err.Error(), 160))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return invalid("body", "has data after the JSON object: send one object")
-	}
-	return nil
 }
 
 // reason checks the required reason (or note) of a mutation and records it for

@@ -61,6 +61,10 @@ type problem struct {
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail"`
+
+	// refusal, if set, is why the request was refused before its route ran
+	// (refusedNoToken…): it is counted, and its audit record rationed.
+	refusal string
 }
 
 func (p *problem) Error() string { return p.Title + ": " + p.Detail }

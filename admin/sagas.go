@@ -80,6 +80,10 @@ type Saga struct {
 	Reason    string    `json:"reason,omitempty"`
 	CreatedAt time.Time `json:"created_at,omitzero"`
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	// DecodeError says what of the stored row could not be decoded (results that
+	// are not a JSON object, written by another service): the saga is shown with
+	// what could be read. It can be resolved, not retried.
+	DecodeError string `json:"decode_error,omitempty"`
 }
 
 // SagaStep is one step of a saga, as SagaDetail shows it.

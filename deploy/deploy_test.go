@@ -13,9 +13,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/effect/saga"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idempg/pgcdc"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/stream"
@@ -85,6 +87,8 @@ func registered(t *testing.T) *recorder {
 	check("http metrics", err)
 	_, err = idemmem.New(idemmem.Config{Registerer: r})
 	check("idemmem", err)
+	_, err = pgcdc.New("postgres://relay@127.0.0.1:5432/db", nopSink{}, pgcdc.Config{Registerer: r}) // connects only when run
+	check("cdc relay", err)
 	db := sqltest.SQLite(t)
 	_, err = effect.New(ctx, db, effect.Config{Registerer: r})
 	check("effect fence", err)
@@ -98,6 +102,11 @@ func registered(t *testing.T) *recorder {
 	t.Cleanup(func() { srv.Close() })
 	return r
 }
+
+// nopSink is the CDC relay's sink in registered: it is never run.
+type nopSink struct{}
+
+func (nopSink) Publish(context.Context, ...idem.Message) error { return nil }
 
 // exported reports whether a series name in a query is one idem exports: a
 // metric's name, or a histogram's with its series suffix.
@@ -331,7 +340,7 @@ func TestAlertsUseExportedMetrics(t *testing.T) {
 		checkExpr(t, r, where, rl.expr)
 	}
 	for _, want := range []string{"IdemOutboxBacklogOld", "IdemOutboxParked", "IdemDeadLettersRising", "IdemDuplicateRatioSpike",
-		"IdemRelayAbsent", "IdemRelayStalled", "IdemLeaseTakeoversRising", "IdemStreamLag"} {
+		"IdemRelayAbsent", "IdemRelayStalled", "IdemLeaseTakeoversRising", "IdemStreamLag", "IdemCDCParked", "IdemCDCStalled"} {
 		if !seen[want] {
 			t.Errorf("no alert %s", want)
 		}

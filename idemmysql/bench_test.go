@@ -52,6 +52,28 @@ func BenchmarkClaimUngrouped(b *testing.B) {
 }
 
 func BenchmarkClaimComplete(b *testing.B) {
+	claimThen(b, func(ctx context.Context, s *idemmysql.Store, k idem.Key, token uint64) error {
+		return s.Complete(ctx, k, token, []byte("result"))
+	})
+}
+
+// BenchmarkClaimReleaseRetry is a failed attempt and its retry: a fresh key's
+// claim, its release, and the claim that takes the released row over.
+func BenchmarkClaimReleaseRetry(b *testing.B) {
+	claimThen(b, func(ctx context.Context, s *idemmysql.Store, k idem.Key, token uint64) error {
+		if err := s.Release(ctx, k, token); err != nil {
+			return err
+		}
+		r, err := s.Claim(ctx, idem.Claim{Key: k})
+		if err == nil && r.Outcome != idem.Acquired {
+			err = fmt.Errorf("claim after release: %v, want acquired", r.Outcome)
+		}
+		return err
+	})
+}
+
+// claimThen measures a fresh key's claim followed by then with its token.
+func claimThen(b *testing.B, then func(ctx context.Context, s *idemmysql.Store, k idem.Key, token uint64) error) {
 	s := openBench(b)
 	runClients(b, func(ctx context.Context, id string) error {
 		k := idem.Key{Scope: "bench", ID: id}
@@ -59,7 +81,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 		if err != nil {
 			return err
 		}
-		return s.Complete(ctx, k, r.Token, []byte("result"))
+		return then(ctx, s, k, r.Token)
 	})
 }
 

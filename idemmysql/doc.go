@@ -27,7 +27,11 @@
 // under the lock (FOR UPDATE sees the newest committed row whatever the isolation
 // level) and answers the duplicate, or is taken over with a fresh token if it
 // expired. Release ends the lease instead of deleting the row: a transaction that
-// deletes a row and inserts it again deadlocks with the claimants queued on it.
+// deletes a row and inserts it again deadlocks with the claimants queued on it. It
+// ends the lease at 0, the Unix epoch, not at its own clock reading: a statement
+// reads the clock when it starts, before it waits for a row lock, so a Complete or
+// Renew of the same token that started just before the Release and waited for its
+// lock would otherwise find the lease still live and succeed after the Release had.
 //
 // On MariaDB, Claim of a fresh key is one call of the procedure Table+"_claim"
 // (migration 002), which runs the same statements in one round trip.
@@ -76,7 +80,8 @@
 // its cursor the base64url of the page's last id. Evict reads the row FOR UPDATE and
 // deletes it in one transaction; tokens come from the sequence or the AUTO_INCREMENT
 // table, never from the row, so an evicted holder stays fenced. A released key keeps
-// its row (lease ended) until swept, and Inspect and List show it so. Scopes
+// its row until swept, in progress with its lease ended at the epoch (ExpiresAt
+// 1970-01-01), and Inspect and List show it so. Scopes
 // (idem.ScopeLister) is SELECT DISTINCT scope over the primary key, a loose index
 // scan ("Using index for group-by").
 //

@@ -36,7 +36,8 @@ func scanRecord(k idem.Key, r interface{ Scan(...any) error }, pre ...any) (idem
 }
 
 // Inspect implements idem.Inspector. A released key keeps its row, in progress with
-// a lease that has ended, until the sweeper deletes it; Inspect shows it so.
+// a lease that ended at the epoch (see the release statement), until the sweeper
+// deletes it; Inspect shows it so.
 func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
 	if err := idem.CheckEvict(ctx, k); err != nil {
 		return idem.Record{}, err

@@ -11,8 +11,13 @@ import (
 )
 
 // nowUS is the server's UTC clock in microseconds since the epoch. MySQL evaluates it
-// once per statement, so every use in one statement sees the same instant.
+// once per statement, when the statement starts (before it waits for any lock), so
+// every use in one statement sees the same instant.
 const nowUS = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+
+// released is the lease end of a released row: 0, the Unix epoch, before every
+// clock reading of every statement, however early it started.
+const released = "0"
 
 // noWait makes a statement fail at once (ER_LOCK_WAIT_TIMEOUT) instead of waiting
 // for a row lock (MariaDB).
@@ -69,8 +74,13 @@ func newQueries(table string) queries {
 			WHERE scope = ? AND id = ? AND token = ? AND expires_us > {{now}}`),
 		// Release ends the lease instead of deleting the row: a transaction that
 		// deletes a row and inserts it again deadlocks with the claimants waiting for
-		// it. The sweeper deletes it.
-		release: r.Replace(`UPDATE {{t}} SET expires_us = {{now}} - 1
+		// it. The sweeper deletes it. The lease ends at released (the epoch), not at
+		// this statement's {{now}}: a statement reads the clock when it starts, before
+		// it waits for a row lock, so a Complete or Renew of the same token that
+		// started a moment before this Release and waited for its lock would test the
+		// row against an earlier instant, find a lease ended at "now" still live, and
+		// succeed after the Release had (issue 29 item 12).
+		release: r.Replace(`UPDATE {{t}} SET expires_us = ` + released + `
 			WHERE scope = ? AND id = ? AND token = ? AND state = 1 AND expires_us > {{now}}`),
 		renew: r.Replace(`UPDATE {{t}} SET expires_us = {{now}} + ?
 			WHERE scope = ? AND id = ? AND token = ? AND state = 1 AND expires_us > {{now}}`),

@@ -15,8 +15,11 @@
 //
 // StoreSuite also tests idem.Renewer (skipped for a store without it) and runs
 // CheckLinearizability: a random concurrent history of Claim, Complete, Release and
-// Renew calls checked by the porcupine model checker against a sequential model of
-// the contract, with per-key tokens required to rise strictly. TxStoreSuite checks
+// Renew calls (32 clients, 5,120 calls in 10 rounds over keys that each live two
+// rounds, clients sharing live tokens so that two calls with one token meet) checked
+// by the porcupine model checker against a sequential model of the contract, with
+// per-key tokens required to rise strictly; a failure lists the calls on one key
+// that have no legal order. TxStoreSuite checks
 // that tokens rise across transactions that release and claim a key again while
 // other transactions wait on them.
 //

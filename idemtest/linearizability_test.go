@@ -2,6 +2,7 @@ package idemtest_test
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +23,9 @@ func TestLinearizabilityCatchesBrokenStores(t *testing.T) {
 		},
 		// A claimant of a held key is told it acquired it too.
 		"two holders": func(inner *idemmem.Store) idem.Store { return &twoHolders{Store: inner} },
+		// A Complete of a token being released succeeds too (MariaDB's, issue 29
+		// item 12): only clients that share a live token can show it.
+		"release overtaken": func(inner *idemmem.Store) idem.Store { return &overtakenRelease{Store: inner} },
 	}
 	for name, wrap := range broken {
 		t.Run(name, func(t *testing.T) {
@@ -100,4 +104,31 @@ func (s *twoHolders) Claim(ctx context.Context, c idem.Claim) (idem.Result, erro
 		return idem.Result{Outcome: idem.Acquired, Token: 1<<62 + s.n.Load()}, nil
 	}
 	return res, err
+}
+
+// overtakenRelease answers a Complete of a token whose Release is under way with
+// success, as MariaDB did to a Complete whose statement read the clock before the
+// Release's and then waited for its row lock.
+type overtakenRelease struct {
+	*idemmem.Store
+	releasing sync.Map // heldToken → struct{} while its Release runs
+}
+
+type heldToken struct {
+	k     idem.Key
+	token uint64
+}
+
+func (s *overtakenRelease) Release(ctx context.Context, k idem.Key, token uint64) error {
+	s.releasing.Store(heldToken{k, token}, struct{}{})
+	defer s.releasing.Delete(heldToken{k, token})
+	runtime.Gosched() // a Release that takes a moment, as one with a round trip does
+	return s.Store.Release(ctx, k, token)
+}
+
+func (s *overtakenRelease) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+	if _, ok := s.releasing.Load(heldToken{k, token}); ok {
+		return nil
+	}
+	return s.Store.Complete(ctx, k, token, result)
 }

@@ -84,7 +84,8 @@ const selectDeadLetter = `SELECT d.id, d.consumer, d.msg_id, d.topic, d.position
 	FROM idem_dead_letters d LEFT JOIN idem_dead_letters_ops o ON o.id = d.id `
 
 // List returns the dead letters filter selects, in id order: pass the last id as
-// AfterID for the next page.
+// AfterID for the next page. A letter whose row cannot be decoded is listed with
+// its DecodeError.
 func (a *DeadLetterAdmin[Tx]) List(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
 	if err := f.validate(); err != nil {
 		return nil, err
@@ -155,14 +156,15 @@ func likeEscape(s string) string {
 	return strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(s)
 }
 
-// Get returns dead letter id, in whatever state, or ErrNoDeadLetter.
+// Get returns dead letter id, in whatever state (with its DecodeError if its row
+// cannot be decoded), or ErrNoDeadLetter.
 func (a *DeadLetterAdmin[Tx]) Get(ctx context.Context, id int64) (DeadLetter, error) {
 	var dl DeadLetter
 	err := read(ctx, a.db, func(q idem.Querier) (err error) {
-		dl, err = scanDeadLetter(q.QueryRow(ctx, selectDeadLetter+"WHERE d.id = $1", id))
+		dl, err = getDeadLetter(ctx, q, selectDeadLetter+"WHERE d.id = $1", id)
 		return err
 	})
-	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
+	if errors.Is(err, sql.ErrNoRows) {
 		return dl, ErrNoDeadLetter
 	}
 	if err != nil {
@@ -319,6 +321,19 @@ func queryDeadLetters(ctx context.Context, q idem.Querier, query string, args ..
 		out = append(out, dl)
 	}
 	return out, rows.Err()
+}
+
+// getDeadLetter returns the one dead letter query selects, or sql.ErrNoRows. It
+// reads through Query, not QueryRow: scanDeadLetter may read a row twice.
+func getDeadLetter(ctx context.Context, q idem.Querier, query string, args ...any) (DeadLetter, error) {
+	dls, err := queryDeadLetters(ctx, q, query, args...)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	if len(dls) == 0 {
+		return DeadLetter{}, sql.ErrNoRows
+	}
+	return dls[0], nil
 }
 
 // read runs fn outside a transaction where db can (on SQLite a transaction would

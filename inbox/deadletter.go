@@ -14,6 +14,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/internal/rowscan"
 )
 
 // DeadLetter is a message the consumer gave up on, with why and when. Nothing is
@@ -39,6 +40,13 @@ type DeadLetter struct {
 	ReplayedAt        time.Time
 	DiscardedAt       time.Time
 	DiscardReason     string
+
+	// DecodeError says what of the stored row could not be decoded, "" when all of
+	// it was: headers that are not a JSON object of strings (a row another service
+	// wrote), or on SQLite a column holding a value of another type. The fields it
+	// names hold what could be read. Such a letter is listed and shown, and can be
+	// discarded, but not replayed until its row is corrected.
+	DecodeError string
 }
 
 func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idem.Querier, it *item) error {
@@ -87,7 +95,14 @@ func (c *Consumer[Tx]) DeadLetters(ctx context.Context, limit int) ([]DeadLetter
 	return out, nil
 }
 
-// scanDeadLetter scans a row of selectDeadLetter.
+// deadLetterColumns names the columns of selectDeadLetter, for decode errors.
+var deadLetterColumns = []string{"id", "consumer", "msg_id", "topic", "position", "headers", "payload", "kind",
+	"reason", "attempts", "first_at", "dead_at", "replayed_at", "replay_requested_at", "replay_reason",
+	"replay_attempts", "last_replay_error", "replay_note", "discarded_at", "discard_reason"}
+
+// scanDeadLetter scans a row of selectDeadLetter. What of the row cannot be
+// decoded is the letter's DecodeError, not an error: one bad row must not hide
+// the others from the operator.
 func scanDeadLetter(r idem.Row) (DeadLetter, error) {
 	var (
 		dl                             DeadLetter
@@ -95,15 +110,13 @@ func scanDeadLetter(r idem.Row) (DeadLetter, error) {
 		first, deadAt                  int64
 		replayed, requested, discarded *int64
 	)
-	err := r.Scan(&dl.ID, &dl.Consumer, &dl.Message.ID, &dl.Message.Topic, &dl.Position, &headers, &dl.Message.Payload,
-		&dl.Kind, &dl.Reason, &dl.Attempts, &first, &deadAt, &replayed, &requested, &dl.ReplayReason,
-		&dl.ReplayAttempts, &dl.LastReplayError, &dl.ReplayNote, &discarded, &dl.DiscardReason)
+	bad, err := rowscan.Scan(r, deadLetterColumns, &dl.ID, &dl.Consumer, &dl.Message.ID, &dl.Message.Topic, &dl.Position,
+		&headers, &dl.Message.Payload, &dl.Kind, &dl.Reason, &dl.Attempts, &first, &deadAt, &replayed, &requested,
+		&dl.ReplayReason, &dl.ReplayAttempts, &dl.LastReplayError, &dl.ReplayNote, &discarded, &dl.DiscardReason)
 	if err != nil {
 		return dl, err
 	}
-	if err := json.Unmarshal([]byte(headers), &dl.Message.Headers); err != nil {
-		return dl, fmt.Errorf("dead letter %d: headers: %w", dl.ID, err)
-	}
+	dl.DecodeError = rowscan.Join(bad, rowscan.JSON("headers", headers, &dl.Message.Headers, "a JSON object of strings"))
 	dl.FirstAt, dl.DeadAt = time.UnixMilli(first), time.UnixMilli(deadAt)
 	switch {
 	case discarded != nil: // a discard sets replayed_at too, which closes the letter
@@ -146,12 +159,16 @@ func (c *Consumer[Tx]) replay(ctx context.Context, span trace.Span, id int64, re
 		if requested {
 			query += " AND o.replay_requested_at IS NOT NULL"
 		}
-		dl, err := scanDeadLetter(q.QueryRow(ctx, query, id, c.cfg.Consumer))
-		if err != nil {
-			if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
-				return ErrNoDeadLetter
-			}
+		dl, err := getDeadLetter(ctx, q, query, id, c.cfg.Consumer)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrNoDeadLetter
+		} else if err != nil {
 			return err
+		}
+		if dl.DecodeError != "" {
+			// Its message is not known whole: running the handler on part of it
+			// could apply the wrong effect.
+			return Permanent(fmt.Errorf("dead letter %d cannot be replayed: its row cannot be decoded (%s): correct the row, or discard the letter", id, dl.DecodeError))
 		}
 		c.traceLetter(span, dl)
 		key, err := c.cfg.Key(dl.Message)

@@ -34,7 +34,10 @@
 // for requests every Config.ReplayPollInterval and replays each exactly once, as
 // Replay does. A letter whose key was applied meanwhile is closed as "already
 // applied" without running the handler; a replay that fails stays requested, with
-// its error, and is tried again, up to Config.MaxReplayAttempts times.
+// its error, and is tried again, up to Config.MaxReplayAttempts times. A letter
+// whose row cannot be decoded (headers another service wrote that are not a JSON
+// object of strings) is listed and shown with its DecodeError, never failing the
+// page around it; its replay gives up at once, saying why, and it can be discarded.
 //
 // # Batches
 //

@@ -3,13 +3,13 @@ package outbox
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/rowscan"
 )
 
 // Bounds on what an operator passes in.
@@ -175,7 +175,8 @@ func relayInstances(ctx context.Context, q idem.Querier, now time.Time) ([]Relay
 
 // Parked returns up to limit (1 to MaxListLimit; 0 means 100) parked messages with
 // ids above afterID, in id order, discarded ones included (with DiscardedAt and
-// DiscardReason): pass the last id as afterID for the next page.
+// DiscardReason): pass the last id as afterID for the next page. A message whose
+// row cannot be decoded is listed with its DecodeError.
 func (a *Admin[Tx]) Parked(ctx context.Context, afterID int64, limit int) ([]Parked, error) {
 	switch {
 	case limit < 0 || limit > MaxListLimit:
@@ -188,8 +189,10 @@ func (a *Admin[Tx]) Parked(ctx context.Context, afterID int64, limit int) ([]Par
 }
 
 // Retry puts parked message id back in line, with its attempts reset, as
-// Outbox.Retry does; a running relay publishes it at its next round. It returns
-// ErrNotParked for an id that is not parked, or was discarded.
+// Outbox.Retry does; a running relay publishes it at its next round. A message the
+// log-based relay parked (ParkTx) goes back in line as a new row with a new id,
+// since that relay reads inserts only. It returns ErrNotParked for an id that is not
+// parked, or was discarded.
 func (a *Admin[Tx]) Retry(ctx context.Context, id int64) error {
 	return retry(ctx, a.db, a.now, id)
 }
@@ -257,6 +260,12 @@ func retry[Tx any](ctx context.Context, db idem.TxDB[Tx], now func() time.Time, 
 		if discarded > 0 {
 			return ErrNotParked
 		}
+		if cdc, err := parkedByCDC(ctx, q, id); err != nil || cdc {
+			if err != nil {
+				return err
+			}
+			return reinsert(ctx, q, id, now().UnixMilli())
+		}
 		_, err := q.Exec(ctx, `UPDATE idem_outbox SET parked_at = NULL, attempts = 0, available_at = $1 WHERE id = $2`,
 			now().UnixMilli(), id)
 		return err
@@ -267,8 +276,13 @@ func retry[Tx any](ctx context.Context, db idem.TxDB[Tx], now func() time.Time, 
 	return err
 }
 
+// parkedColumns names the columns listParked reads, for decode errors.
+var parkedColumns = []string{"id", "msg_id", "topic", "ordering_key", "headers", "payload", "attempts", "last_error",
+	"parked_at", "discarded_at", "discard_reason"}
+
 // listParked returns the parked messages that more (conditions on o, then ORDER BY
-// and LIMIT) selects, with their discard.
+// and LIMIT) selects, with their discard. A row that cannot be decoded is listed
+// with its DecodeError: one bad row must not hide the others from the operator.
 func listParked[Tx any](ctx context.Context, db idem.TxDB[Tx], more string, args ...any) ([]Parked, error) {
 	var out []Parked
 	err := read(ctx, db, func(q idem.Querier) error {
@@ -286,13 +300,12 @@ func listParked[Tx any](ctx context.Context, db idem.TxDB[Tx], more string, args
 			var headers string
 			var at int64
 			var discarded *int64
-			if err := rows.Scan(&p.ID, &p.Message.ID, &p.Message.Topic, &p.Message.OrderingKey, &headers,
-				&p.Message.Payload, &p.Attempts, &p.LastError, &at, &discarded, &p.DiscardReason); err != nil {
+			bad, err := rowscan.Scan(rows, parkedColumns, &p.ID, &p.Message.ID, &p.Message.Topic, &p.Message.OrderingKey,
+				&headers, &p.Message.Payload, &p.Attempts, &p.LastError, &at, &discarded, &p.DiscardReason)
+			if err != nil {
 				return err
 			}
-			if err := json.Unmarshal([]byte(headers), &p.Message.Headers); err != nil {
-				return fmt.Errorf("outbox row %d: headers are not a JSON object: %w", p.ID, err)
-			}
+			p.DecodeError = rowscan.Join(bad, rowscan.JSON("headers", headers, &p.Message.Headers, "a JSON object of strings"))
 			p.ParkedAt = time.UnixMilli(at)
 			if discarded != nil {
 				p.DiscardedAt = time.UnixMilli(*discarded)

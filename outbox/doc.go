@@ -63,9 +63,13 @@
 // the round's transaction), and one silent for 3 poll intervals or 30 s is stale.
 // Run deletes its relay's row when it returns; the row of a relay that died is
 // listed, stale, for an hour, then forgotten (and deleted by Cleanup).
-// Parked pages through the parked messages; Retry puts one back in line; Discard
-// gives up on one for good, with a reason: it is never published and stays visible
-// for audit.
+// Parked pages through the parked messages (one whose row cannot be decoded, such
+// as headers another service wrote that are not a JSON object of strings, is listed
+// with its DecodeError, never failing the page); Retry puts one back in line;
+// Discard gives up on one for good, with a reason: it is never published and stays
+// visible for audit. The log-based relay (idempg/pgcdc) parks what it cannot publish
+// here too (ParkTx); it reads inserts only, so Retry puts such a message back in
+// line as a new row.
 //
 // # The table, for services in other languages
 //

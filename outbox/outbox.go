@@ -239,6 +239,11 @@ type Parked struct {
 	// (Admin.Discard): it is then never published. Only Admin.Parked lists those.
 	DiscardedAt   time.Time
 	DiscardReason string
+	// DecodeError says what of the stored row could not be decoded, "" when all of
+	// it was: headers that are not a JSON object of strings (a row another service
+	// wrote), or on SQLite a column holding a value of another type. The fields it
+	// names hold what could be read.
+	DecodeError string
 }
 
 // Parked returns up to limit parked messages, oldest first; discarded ones are left
@@ -254,7 +259,8 @@ func (o *Outbox[Tx]) Parked(ctx context.Context, limit int) ([]Parked, error) {
 // discarded), and by Admin.Discard for one that is not parked or discarded already.
 var ErrNotParked = errors.New("outbox: no parked message with this id")
 
-// Retry puts parked message id back in line, with its attempts reset.
+// Retry puts parked message id back in line, with its attempts reset (one the
+// log-based relay parked as a new row: see Admin.Retry).
 func (o *Outbox[Tx]) Retry(ctx context.Context, id int64) error {
 	if err := retry(ctx, o.db, o.now, id); err != nil {
 		return err

@@ -105,6 +105,8 @@ type deadLetter struct {
 	DiscardReason     string            `json:"discard_reason,omitempty"`
 	Headers           map[string]string `json:"headers,omitempty"`
 	Payload           preview           `json:"payload"`
+	// DecodeError says what of the stored row could not be decoded.
+	DecodeError string `json:"decode_error,omitempty"`
 }
 
 func newDeadLetter(dl inbox.DeadLetter, full bool) deadLetter {
@@ -113,7 +115,7 @@ func newDeadLetter(dl inbox.DeadLetter, full bool) deadLetter {
 		ReplayRequestedAt: dl.ReplayRequestedAt, ReplayReason: dl.ReplayReason, ReplayAttempts: dl.ReplayAttempts,
 		LastReplayError: dl.LastReplayError, ReplayNote: dl.ReplayNote, ReplayedAt: dl.ReplayedAt,
 		DiscardedAt: dl.DiscardedAt, DiscardReason: dl.DiscardReason, Headers: dl.Message.Headers,
-		Payload: newPreview(dl.Message.Payload, full)}
+		Payload: newPreview(dl.Message.Payload, full), DecodeError: dl.DecodeError}
 }
 
 func (m *Main) openDeadLetters(ctx context.Context, cmd string, o dlqOptions) (*inbox.DeadLetterAdmin[*sql.Tx], func(), error) {
@@ -163,12 +165,13 @@ func (m *Main) dlqList(ctx context.Context, o dlqOptions) error {
 		return writeJSON(m.Stdout, out)
 	}
 	tw := newTable(m.Stdout)
+	var bad undecodable
 	fmt.Fprintln(tw, "ID\tCONSUMER\tKIND\tSTATE\tATTEMPTS\tDEAD AT\tTOPIC\tMESSAGE ID\tREASON")
 	for _, d := range out.DeadLetters {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.ID, cell(d.Consumer, 40), cell(d.Kind, 20), cell(d.State, 20),
-			d.Attempts, when(d.DeadAt), cell(d.Topic, 40), cell(d.MessageID, 40), cell(d.Reason, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", bad.mark(fmt.Sprint(d.ID), d.DecodeError), cell(d.Consumer, 40),
+			cell(d.Kind, 20), cell(d.State, 20), d.Attempts, when(d.DeadAt), cell(d.Topic, 40), cell(d.MessageID, 40), cell(d.Reason, 60))
 	}
-	return m.endTable(tw, fmt.Sprintf("%d dead letters", len(out.DeadLetters)), moreAfter(out.NextAfter))
+	return m.endTable(tw, fmt.Sprintf("%d dead letters", len(out.DeadLetters)), moreAfter(out.NextAfter), bad.notes...)
 }
 
 func (m *Main) dlqShow(ctx context.Context, o dlqOptions) error {
@@ -197,6 +200,9 @@ func (m *Main) dlqShow(ctx context.Context, o dlqOptions) error {
 		{"kind", cell(d.Kind, 0)}, {"reason", cell(d.Reason, 0)}, {"attempts", fmt.Sprint(d.Attempts)},
 		{"first failed", when(d.FirstAt)}, {"dead at", when(d.DeadAt)},
 		{"message id", cell(d.MessageID, 0)}, {"topic", cell(d.Topic, 0)}, {"position", cell(d.Position, 0)},
+	}
+	if d.DecodeError != "" {
+		rows = append(rows, [2]string{"DECODE ERROR", cell(d.DecodeError, 0) + " (it cannot be replayed: correct the row, or discard it)"})
 	}
 	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
 		rows = append(rows, [2]string{"header " + cell(k, 80), cell(d.Headers[k], 200)})

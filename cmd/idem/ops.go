@@ -135,17 +135,36 @@ func writeJSON(w io.Writer, v any) error {
 // newTable returns the tabwriter of a human table; Flush writes it.
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 
-// endTable flushes a listing's table and prints its summary line, then, when
-// another page follows, the flag that asks for it (more: "--cursor C", "--after N").
-func (m *Main) endTable(tw *tabwriter.Writer, summary, more string) error {
+// endTable flushes a listing's table and prints the notes of its undecodable rows
+// (undecodable.notes), its summary line, then, when another page follows, the flag
+// that asks for it (more: "--cursor C", "--after N").
+func (m *Main) endTable(tw *tabwriter.Writer, summary, more string, notes ...string) error {
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(m.Stdout, n)
 	}
 	fmt.Fprintln(m.Stdout, summary)
 	if more != "" {
 		fmt.Fprintln(m.Stdout, "more: "+more)
 	}
 	return nil
+}
+
+// undecodable marks the rows of a listing whose stored row could not be decoded
+// (another service wrote it): the table shows them, marked, and the notes below it
+// say why, so one bad row never hides the others.
+type undecodable struct{ notes []string }
+
+// mark returns the table's id cell of a row: id, then " !" when the row has a
+// decode error, which a note then gives.
+func (u *undecodable) mark(id, decodeErr string) string {
+	if decodeErr == "" {
+		return id
+	}
+	u.notes = append(u.notes, "! "+id+": its row cannot be decoded: "+cell(decodeErr, 0))
+	return id + " !"
 }
 
 // moreCursor is endTable's more for a page whose next cursor is next.

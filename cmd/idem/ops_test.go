@@ -76,6 +76,16 @@ func noRawControls(t *testing.T, out string) {
 	}
 }
 
+// wantLines fails t unless out holds each of want.
+func wantLines(t *testing.T, out string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("output does not hold %q:\n%s", w, out)
+		}
+	}
+}
+
 // opsDB is a database for the operator commands: its --db URL and a handle on it.
 type opsDB struct {
 	name  string

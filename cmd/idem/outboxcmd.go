@@ -13,7 +13,7 @@ import (
 )
 
 const outboxSynopsis = `Look at the transactional outbox and act on its parked messages (those the relay
-gave up on after RelayConfig.MaxAttempts).
+gave up on after RelayConfig.MaxAttempts, and those relay --cdc could not publish).
 
   idem outbox status  --db URL                    backlog per topic and partition, relays
   idem outbox parked  --db URL [--after ID] [--limit N]
@@ -24,8 +24,9 @@ URL is the service's database: postgres://user:pass@host:5432/db,
 mysql://user:pass@host:3306/db or sqlite:PATH. status lists the relay instances;
 one silent for 3 poll intervals (at least 30 s) is flagged stale: it died, hangs
 or cannot reach the database, and is forgotten an hour later (a relay stopped
-cleanly removes itself). retry
-resets the message's attempts: a running relay publishes it at its next round.
+cleanly removes itself). retry resets the message's attempts: a running relay
+publishes it at its next round (a message relay --cdc parked goes back in line as
+a new row, with a new id, since that relay reads inserts only).
 retry and discard exit 3 for an id that is not parked (unknown, published, or
 discarded already).`
 
@@ -161,6 +162,8 @@ type parkedJSON struct {
 	ParkedAt      time.Time         `json:"parked_at"`
 	DiscardedAt   time.Time         `json:"discarded_at,omitzero"`
 	DiscardReason string            `json:"discard_reason,omitempty"`
+	// DecodeError says what of the stored row could not be decoded.
+	DecodeError string `json:"decode_error,omitempty"`
 }
 
 func (m *Main) outboxParked(ctx context.Context, o outboxOptions) error {
@@ -182,7 +185,7 @@ func (m *Main) outboxParked(ctx context.Context, o outboxOptions) error {
 	}{Parked: make([]parkedJSON, 0, len(ps))}
 	for _, p := range ps {
 		out.Parked = append(out.Parked, parkedJSON{p.ID, p.Message.ID, p.Message.Topic, p.Message.OrderingKey, p.Message.Headers,
-			newPreview(p.Message.Payload, false), p.Attempts, p.LastError, p.ParkedAt, p.DiscardedAt, p.DiscardReason})
+			newPreview(p.Message.Payload, false), p.Attempts, p.LastError, p.ParkedAt, p.DiscardedAt, p.DiscardReason, p.DecodeError})
 	}
 	if len(ps) == o.limit {
 		out.NextAfter = ps[len(ps)-1].ID
@@ -191,16 +194,17 @@ func (m *Main) outboxParked(ctx context.Context, o outboxOptions) error {
 		return writeJSON(m.Stdout, out)
 	}
 	tw := newTable(m.Stdout)
+	var bad undecodable
 	fmt.Fprintln(tw, "ID\tTOPIC\tMESSAGE ID\tATTEMPTS\tPARKED AT\tSTATE\tLAST ERROR\tPAYLOAD")
 	for _, p := range out.Parked {
 		state := "parked"
 		if !p.DiscardedAt.IsZero() {
 			state = "discarded: " + cell(p.DiscardReason, 40)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.ID, cell(p.Topic, 40), cell(p.MessageID, 40), p.Attempts,
-			when(p.ParkedAt), state, cell(p.LastError, 60), p.Payload)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", bad.mark(fmt.Sprint(p.ID), p.DecodeError), cell(p.Topic, 40),
+			cell(p.MessageID, 40), p.Attempts, when(p.ParkedAt), state, cell(p.LastError, 60), p.Payload)
 	}
-	return m.endTable(tw, fmt.Sprintf("%d parked messages", len(out.Parked)), moreAfter(out.NextAfter))
+	return m.endTable(tw, fmt.Sprintf("%d parked messages", len(out.Parked)), moreAfter(out.NextAfter), bad.notes...)
 }
 
 func (m *Main) outboxRetry(ctx context.Context, o outboxOptions) error {

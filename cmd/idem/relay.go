@@ -84,8 +84,13 @@ from the WAL through a replication slot (--slot) instead of querying the table, 
 confirms a position to the server only after the broker stored everything before
 it. Each message carries idem-source, idem-lsn and idem-lsn-index headers for
 consumers that deduplicate by position. Relays on one slot take turns by a lock.
---drop-slot drops the slot (and the WAL it holds) and exits. /metrics adds
-idem_cdc_lag_bytes, idem_cdc_lag_seconds and idem_cdc_retained_wal_bytes.
+A message it cannot publish is parked in the outbox table with its reason (idem
+outbox parked; --admin-token serves it at /api/) and the slot moves on; /healthz
+answers 503 when messages wait with none published for --stall-after. WAL messages
+(pgcdc.EmitTx) are published only with --cdc-messages, which needs EXECUTE on
+pg_logical_emit_message revoked from PUBLIC. --drop-slot drops the slot (and the
+WAL it holds) and exits. /metrics adds idem_cdc_lag_bytes, idem_cdc_lag_seconds,
+idem_cdc_retained_wal_bytes and idem_cdc_parked_total.
 Traces go over OTLP when $OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_*
 variables) is set; log lines under a span carry its trace_id and span_id.`
 
@@ -99,7 +104,8 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.IntVar(&o.roundBatches, "round-batches", 8, "PostgreSQL: batches one round publishes back to back, each while the last is marked, 1 to 1000 (1: one batch a round)")
 	fs.DurationVar(&o.poll, "poll", time.Second, "how often to look for messages without a wake-up")
 	fs.IntVar(&o.maxAttempts, "max-attempts", 10, "failed publications after which a message is parked (a row that cannot be decoded counts as one)")
-	fs.DurationVar(&o.stallAfter, "stall-after", time.Minute, "/healthz turns 503 when messages have waited this long with none published (at least 3 --poll intervals)")
+	fs.DurationVar(&o.stallAfter, "stall-after", time.Minute, "/healthz turns 503 when messages have waited this long with none published "+
+		"(polling: at least 3 --poll intervals; --cdc: also when the relay could not stream the slot this long)")
 	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "how long published messages stay in the table")
 	fs.StringVar(&o.natsStream, "nats-stream", "", "create or update this JetStream stream at start (with --nats-subjects)")
 	fs.StringVar(&o.natsSubjects, "nats-subjects", "", "comma-separated subjects of --nats-stream, such as 'orders.>' (default: the stream's name)")

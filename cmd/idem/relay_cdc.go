@@ -12,13 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idempg/pgcdc"
 	"github.com/idemhq/idem/internal/redact"
 )
 
 // cdcOptions are the flags of idem relay --cdc.
 type cdcOptions struct {
-	on, dropSlot           bool
+	on, dropSlot, messages bool
 	slot, publication, src string
 	walWarn                int64
 }
@@ -30,6 +31,35 @@ func (c *cdcOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.publication, "publication", "idem_outbox", "with --cdc: the publication of the outbox table, created if missing")
 	fs.StringVar(&c.src, "source", "", "with --cdc: the idem-source header of every message (default database/slot)")
 	fs.Int64Var(&c.walWarn, "wal-warn-bytes", 1<<30, "with --cdc: warn when the slot retains more WAL than this")
+	fs.BoolVar(&c.messages, "cdc-messages", false, "with --cdc: also publish WAL messages (pgcdc.EmitTx); refused while a role without INSERT on the outbox "+
+		"may execute pg_logical_emit_message, which PostgreSQL grants to PUBLIC")
+}
+
+// cdcConfig checks the flags of --cdc before anything connects, and returns the
+// relay's configuration; its errors name the flag.
+func (o *relayOptions) cdcConfig() (dbSpec, pgcdc.Config, error) {
+	db, err := parseDB(o.db)
+	switch {
+	case o.db == "":
+		return db, pgcdc.Config{}, errors.New("--cdc needs --db postgres://user@host:5432/db (or $IDEM_DB), a server with wal_level=logical")
+	case err != nil:
+		return db, pgcdc.Config{}, err
+	case db.dialect != "postgres":
+		return db, pgcdc.Config{}, fmt.Errorf("--cdc reads PostgreSQL's WAL: --db must be postgres://… (got %s); MySQL and SQLite relay by polling, without --cdc", db.desc)
+	case o.batch < 1 || o.batch > 10_000:
+		return db, pgcdc.Config{}, fmt.Errorf("--batch must be 1 to 10000 (got %d)", o.batch)
+	case o.maxAttempts < 1:
+		return db, pgcdc.Config{}, fmt.Errorf("--max-attempts must be at least 1 (got %d)", o.maxAttempts)
+	case o.stallAfter <= 0:
+		return db, pgcdc.Config{}, fmt.Errorf("--stall-after must be positive, such as 1m (got %v)", o.stallAfter)
+	}
+	if err := checkAdminToken(o.adminToken, "--listen", o.listen); err != nil {
+		return db, pgcdc.Config{}, err
+	}
+	cfg := pgcdc.Config{Slot: o.cdc.slot, Publication: o.cdc.publication, Source: o.cdc.src,
+		BatchSize: o.batch, RetainedWALWarn: o.cdc.walWarn, Messages: o.cdc.messages, MaxAttempts: o.maxAttempts}
+	_, err = pgcdc.New(o.db, nopSink{}, cfg) // checks cfg, before the sink connects
+	return db, cfg, err
 }
 
 // nopSink stands in for the sink where none is needed (--drop-slot).
@@ -40,19 +70,10 @@ func (nopSink) Publish(context.Context, ...idem.Message) error {
 }
 
 func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOptions) error {
-	db, err := parseDB(o.db)
-	switch {
-	case o.db == "":
-		return usageErr(fs, "--cdc needs --db postgres://user@host:5432/db (or $IDEM_DB), a server with wal_level=logical")
-	case err != nil:
+	db, cfg, err := o.cdcConfig()
+	if err != nil {
 		return usageErr(fs, "%s", redact.String(err.Error()))
-	case db.dialect != "postgres":
-		return usageErr(fs, "--cdc reads PostgreSQL's WAL: --db must be postgres://… (got %s); MySQL and SQLite relay by polling, without --cdc", db.desc)
-	case o.batch < 1 || o.batch > 10_000:
-		return usageErr(fs, "--batch must be 1 to 10000 (got %d)", o.batch)
 	}
-	cfg := pgcdc.Config{Slot: o.cdc.slot, Publication: o.cdc.publication, Source: o.cdc.src,
-		BatchSize: o.batch, RetainedWALWarn: o.cdc.walWarn}
 	if o.cdc.dropSlot {
 		r, err := pgcdc.New(o.db, nopSink{}, cfg)
 		if err != nil {
@@ -90,7 +111,8 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 	if err != nil {
 		return usageErr(fs, "%s", err)
 	}
-	// Fail fast on what no retry fixes (wal_level, privileges, publication).
+	// Fail fast on what no retry fixes (wal_level, privileges, publication, who may
+	// write WAL messages).
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = r.Setup(sctx)
 	cancel()
@@ -103,8 +125,37 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 		return errors.New(redact.String(err.Error()))
 	}
 	defer pool.Close()
+	handler := adminHandler(reg, cdcCheck(h, r, o.stallAfter))
+	if o.adminToken != "" {
+		// Parked messages are rows of the outbox table: its area lists them, and
+		// retries one as a new row, which the relay reads.
+		if handler, err = relayAdminAPI(o.adminToken, outboxArea(idempg.TxDB(pool)), reg, log, handler); err != nil {
+			return err
+		}
+	}
 	// /healthz pings the database every --poll; the relay itself sends no query per
 	// message.
-	return m.serveRelay(ctx, o, h, relayHandler(reg, h), r.Run, pool.Ping,
+	return m.serveRelay(ctx, o, h, handler, r.Run, pool.Ping,
 		fmt.Sprintf("%s → %s from the WAL (slot %s)", db.desc, ss.desc, o.cdc.slot))
+}
+
+// cdcCheck is /healthz of relay --cdc: the database answers (h), no message has
+// waited for longer than stall with none published meanwhile, and the relay has not
+// failed to stream the slot for that long. The reason is in idem's words
+// (reasonOf), and says how many messages were parked.
+func cdcCheck(h *health, r *pgcdc.Relay, stall time.Duration) func(context.Context) (bool, string) {
+	return func(context.Context) (bool, string) {
+		st := r.Health()
+		if what, d := st.Stalled(time.Now(), stall); what != "" {
+			if st.LastError != nil {
+				what += ": " + reasonOf(st.LastError)
+			}
+			return false, fmt.Sprintf("unhealthy: %s for %v (limit %v)", what, d.Round(time.Millisecond), stall)
+		}
+		ok, msg := h.check()
+		if st.Parked > 0 {
+			msg += fmt.Sprintf("; messages parked since the start: %d (idem outbox parked)", st.Parked)
+		}
+		return ok, msg
+	}
 }

@@ -96,10 +96,12 @@ type sagaJSON struct {
 	Reason   string    `json:"reason"`
 	Created  time.Time `json:"created_at"`
 	Updated  time.Time `json:"updated_at"`
+	// DecodeError says what of the stored row could not be decoded.
+	DecodeError string `json:"decode_error,omitempty"`
 }
 
 func newSagaJSON(in saga.Instance) sagaJSON {
-	return sagaJSON{in.ID, in.Saga, in.State, in.Step, in.Attempts, in.Reason, in.Created, in.Updated}
+	return sagaJSON{in.ID, in.Saga, in.State, in.Step, in.Attempts, in.Reason, in.Created, in.Updated, in.DecodeError}
 }
 
 func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
@@ -126,11 +128,13 @@ func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
 		return writeJSON(m.Stdout, out)
 	}
 	tw := newTable(m.Stdout)
+	var bad undecodable
 	fmt.Fprintln(tw, "ID\tSAGA\tSTATE\tSTEP\tATTEMPTS\tUPDATED\tREASON")
 	for _, s := range out.Sagas {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", cell(s.ID, 60), cell(s.Saga, 40), s.State, s.Step, s.Attempts, when(s.Updated), cell(s.Reason, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", bad.mark(cell(s.ID, 60), s.DecodeError), cell(s.Saga, 40), cell(s.State, 20),
+			s.Step, s.Attempts, when(s.Updated), cell(s.Reason, 60))
 	}
-	return m.endTable(tw, fmt.Sprintf("%d sagas", len(out.Sagas)), moreCursor(page.Next))
+	return m.endTable(tw, fmt.Sprintf("%d sagas", len(out.Sagas)), moreCursor(page.Next), bad.notes...)
 }
 
 type effectJSON struct {
@@ -183,15 +187,18 @@ func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
 		return writeJSON(m.Stdout, out)
 	}
 	tw := newTable(m.Stdout)
-	rows := [][2]string{{"id", cell(d.ID, 0)}, {"saga", cell(d.Saga, 0)}, {"state", d.State}, {"step", fmt.Sprint(d.Step)},
+	rows := [][2]string{{"id", cell(d.ID, 0)}, {"saga", cell(d.Saga, 0)}, {"state", cell(d.State, 0)}, {"step", fmt.Sprint(d.Step)},
 		{"attempts", fmt.Sprint(d.Attempts)}, {"reason", cell(d.Reason, 0)}, {"created", when(d.Created)},
 		{"updated", when(d.Updated)}, {"next run", when(out.NextAt)}, {"leased until", when(out.LeaseUntil)},
 		{"data", out.Data.String()}}
+	if d.DecodeError != "" {
+		rows = append(rows, [2]string{"DECODE ERROR", cell(d.DecodeError, 0) + " (no orchestrator runs it: correct the row, or resolve it)"})
+	}
 	for _, step := range slices.Sorted(maps.Keys(out.Results)) {
 		rows = append(rows, [2]string{"result " + cell(step, 60), out.Results[step].String()})
 	}
 	if r := d.Resolution; r != nil {
-		rows = append(rows, [2]string{"resolved", fmt.Sprintf("%s (was %s): %s", when(r.At), r.PreviousState, cell(r.Note, 0))})
+		rows = append(rows, [2]string{"resolved", fmt.Sprintf("%s (was %s): %s", when(r.At), cell(r.PreviousState, 0), cell(r.Note, 0))})
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
@@ -203,7 +210,7 @@ func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
 	tw = newTable(m.Stdout)
 	fmt.Fprintln(tw, "STEP\tSTATE\tATTEMPTS\tUPDATED\tREASON")
 	for _, e := range out.Effects {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cell(e.Step, 60), e.State, e.Attempts, when(e.Updated), cell(e.Reason, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cell(e.Step, 60), cell(e.State, 20), e.Attempts, when(e.Updated), cell(e.Reason, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -269,6 +276,6 @@ func (m *Main) sagasChange(ctx context.Context, o sagasOptions, op, flagName str
 		what = "resolved by hand: no orchestrator advances it again"
 	}
 	fmt.Fprintf(m.Stdout, "saga %s (%s) %s; it was %s, it is %s; %s: %s\n", cell(o.id, 0), cell(before.Saga, 0), what,
-		before.State, after.State, flagName, cell(o.text, 0))
+		cell(before.State, 0), cell(after.State, 0), flagName, cell(o.text, 0))
 	return nil
 }

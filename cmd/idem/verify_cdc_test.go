@@ -13,6 +13,7 @@ import (
 // and confirm injected, their copies absorbed downstream, nothing lost or doubled.
 func TestVerifyRelayCDC(t *testing.T) {
 	t.Parallel()
+	testsvc.PostgresServerBinaries(t) // initdb and pg_ctl, for verify's private server
 	const ops = 150
 	r, err := verifyReport(t, ops, "--relay", "cdc", "--fault-rate", "0.3")
 	if err != nil || !r.OK() {

@@ -11,6 +11,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/internal/cursor"
+	"github.com/idemhq/idem/internal/rowscan"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -80,7 +81,8 @@ type Page struct {
 var states = []string{Running, Compensating, Completed, Compensated, Failed, Resolved}
 
 // List returns up to limit (1 to idem.MaxListLimit) sagas in state ("" for every
-// state) in id order, after cursor ("" for the first page, then a page's Next).
+// state) in id order, after cursor ("" for the first page, then a page's Next). A
+// saga whose row cannot be decoded is listed with its DecodeError.
 // Each page is an index range scan: the primary key, or (state, id).
 func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Page, error) {
 	if err := cursor.Limit(limit); err != nil {
@@ -121,7 +123,9 @@ func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Pag
 		for rows.Next() {
 			var inst Instance
 			var created, updated int64
-			if err := rows.Scan(&inst.ID, &inst.Saga, &inst.State, &inst.Step, &inst.Attempts, &inst.Reason, &created, &updated); err != nil {
+			inst.DecodeError, err = rowscan.Scan(rows, listColumns, &inst.ID, &inst.Saga, &inst.State, &inst.Step,
+				&inst.Attempts, &inst.Reason, &created, &updated)
+			if err != nil {
 				return err
 			}
 			inst.Created, inst.Updated = time.Unix(0, created), time.Unix(0, updated)
@@ -135,6 +139,9 @@ func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Pag
 	page.Sagas, page.Next = cursor.Trim(page.Sagas, limit, func(i Instance) []string { return []string{i.ID} })
 	return page, nil
 }
+
+// listColumns names the columns List reads, for decode errors.
+var listColumns = []string{"id", "saga", "state", "step", "attempts", "reason", "created_at", "updated_at"}
 
 func containsState(s string) bool {
 	for _, st := range states {
@@ -166,7 +173,8 @@ type Resolution struct {
 	PreviousState string // the state the saga was in when it was resolved
 }
 
-// Get returns saga id with its steps' effects, or an error wrapping ErrNotFound.
+// Get returns saga id with its steps' effects, or an error wrapping ErrNotFound. A
+// saga whose row cannot be decoded is returned with its DecodeError.
 func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 	if err := (idem.Key{Scope: "saga", ID: id}).Validate(); err != nil {
 		return Detail{}, err
@@ -175,17 +183,12 @@ func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 	err := a.db.InTx(ctx, func(tx Tx) error {
 		d = Detail{}
 		q := a.db.Querier(tx)
-		inst, _, err := readSaga(ctx, q, id, "")
+		row, err := readSagaRow(ctx, q, id, "")
 		if err != nil {
 			return err
 		}
-		d.Instance = inst
-		var next, lease int64
-		if err := q.QueryRow(ctx, `SELECT next_at, lease_until FROM idem_sagas WHERE id = $1`, id).Scan(&next, &lease); err != nil {
-			return err
-		}
-		d.NextAt, d.LeaseUntil = time.Unix(0, next), time.Unix(0, lease)
-		if inst.State != Resolved {
+		d.Instance, d.NextAt, d.LeaseUntil = row.Instance, time.Unix(0, row.nextAt), time.Unix(0, row.leaseUntil)
+		if row.State != Resolved {
 			return nil
 		}
 		var r Resolution
@@ -220,19 +223,23 @@ func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 // same derived idempotency key: a downstream that stored its failed answer under
 // that key will answer the same, so fix the cause first. A Running or
 // Compensating saga (waiting out a backoff) keeps its state. Completed,
-// Compensated and Resolved sagas are refused with a *StateError; an unknown id
-// gets an error wrapping ErrNotFound. reason (required, at most MaxNoteLen bytes)
-// is appended to the saga's Reason.
+// Compensated and Resolved sagas, and a saga whose row cannot be decoded (its
+// DecodeError: no orchestrator can run it; resolve it instead), are refused with a
+// *StateError; an unknown id gets an error wrapping ErrNotFound. reason (required,
+// at most MaxNoteLen bytes) is appended to the saga's Reason.
 func (a *Admin[Tx]) RetryStep(ctx context.Context, id, reason string) error {
 	if err := checkNote(id, "reason", reason); err != nil {
 		return err
 	}
 	return a.change(ctx, id, "retry", func(q idem.Querier, inst Instance, token int64, now int64) error {
 		next := inst.State
-		switch inst.State {
-		case Completed, Compensated, Resolved:
+		switch {
+		case inst.State == Completed || inst.State == Compensated || inst.State == Resolved:
 			return &StateError{ID: id, State: inst.State, Op: "retry", Fix: "only a failed saga, or one still running or compensating, has a step to retry"}
-		case Failed:
+		case inst.DecodeError != "":
+			return &StateError{ID: id, State: inst.State, Op: "retry",
+				Fix: "its row cannot be decoded (" + inst.DecodeError + "), so no orchestrator can run it: correct the row, or resolve the saga by hand"}
+		case inst.State == Failed:
 			next = Compensating
 			// Only the compensation that failed: a Failed saga has exactly one
 			// failed undo effect, as its first one ends it.
@@ -280,11 +287,11 @@ func (a *Admin[Tx]) change(ctx context.Context, id, op string, fn func(q idem.Qu
 	err := idem.RetrySerializationFailures(ctx, func() error {
 		return a.db.InTx(ctx, func(tx Tx) error {
 			q := a.db.Querier(tx)
-			inst, token, err := readSaga(ctx, q, id, a.lock)
+			row, err := readSagaRow(ctx, q, id, a.lock)
 			if err != nil {
 				return err
 			}
-			return fn(q, inst, token, a.now().UnixNano())
+			return fn(q, row.Instance, row.token, a.now().UnixNano())
 		})
 	})
 	var se *StateError

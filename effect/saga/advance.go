@@ -2,6 +2,7 @@ package saga
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/internal/rowscan"
 )
 
 // advance takes saga id's lease and runs its steps until it ends or must wait.
@@ -168,24 +170,57 @@ func (o *Orchestrator[Tx]) read(ctx context.Context, q idem.Querier, id string) 
 }
 
 // readSaga reads saga id and its token; lock (" FOR UPDATE" or "") ends the query.
+// A saga whose row cannot be decoded is an error: no orchestrator can advance it.
 func readSaga(ctx context.Context, q idem.Querier, id, lock string) (Instance, int64, error) {
-	var inst Instance
+	row, err := readSagaRow(ctx, q, id, lock)
+	if err == nil && row.DecodeError != "" {
+		err = fmt.Errorf("saga %s: its row cannot be decoded: %s", id, row.DecodeError)
+	}
+	return row.Instance, row.token, err
+}
+
+// sagaRow is a row of idem_sagas.
+type sagaRow struct {
+	Instance
+	token, nextAt, leaseUntil int64
+}
+
+// sagaColumns names the columns readSagaRow reads, for decode errors.
+var sagaColumns = []string{"saga", "state", "step", "data", "results", "attempts", "reason", "token",
+	"next_at", "lease_until", "created_at", "updated_at"}
+
+// readSagaRow is readSaga for the operator, who must see a saga whose row cannot
+// be decoded: what cannot is its DecodeError. It returns sql.ErrNoRows (which
+// pgx.ErrNoRows matches too) for an unknown id.
+func readSagaRow(ctx context.Context, q idem.Querier, id, lock string) (sagaRow, error) {
+	var row sagaRow
 	var results string
-	var token, created, updated int64
-	err := q.QueryRow(ctx, `SELECT saga, state, step, data, results, attempts, reason, token, created_at, updated_at
-		FROM idem_sagas WHERE id = $1`+lock, id).Scan(&inst.Saga, &inst.State, &inst.Step, &inst.Data, &results,
-		&inst.Attempts, &inst.Reason, &token, &created, &updated)
+	var created, updated int64
+	// Query, not QueryRow: rowscan.Scan may read the row twice.
+	rows, err := q.Query(ctx, `SELECT saga, state, step, data, results, attempts, reason, token, next_at, lease_until,
+		created_at, updated_at FROM idem_sagas WHERE id = $1`+lock, id)
 	if err != nil {
-		return inst, 0, err
+		return row, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return row, err
+		}
+		return row, sql.ErrNoRows
+	}
+	inst := &row.Instance
+	bad, err := rowscan.Scan(rows, sagaColumns, &inst.Saga, &inst.State, &inst.Step, &inst.Data, &results,
+		&inst.Attempts, &inst.Reason, &row.token, &row.nextAt, &row.leaseUntil, &created, &updated)
+	if err != nil {
+		return row, err
 	}
 	inst.ID, inst.Created, inst.Updated = id, time.Unix(0, created), time.Unix(0, updated)
-	if err := json.Unmarshal([]byte(results), &inst.Results); err != nil {
-		return inst, 0, fmt.Errorf("saga %s: results: %w", id, err)
-	}
+	inst.DecodeError = rowscan.Join(bad, rowscan.JSON("results", results, &inst.Results, "a JSON object of base64 strings"))
 	if inst.Results == nil {
 		inst.Results = map[string][]byte{}
 	}
-	return inst, token, nil
+	return row, rows.Err()
 }
 
 // save writes inst if token still holds it; a positive wait schedules the next

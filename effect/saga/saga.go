@@ -157,6 +157,12 @@ type Instance struct {
 	Reason   string // why it turned around or failed
 	Created  time.Time
 	Updated  time.Time
+	// DecodeError, set by Admin's List and Get only, says what of the stored row
+	// could not be decoded, "" when all of it was: results that are not a JSON
+	// object of base64 strings, or on SQLite a column holding a value of another
+	// type. The fields it names hold what could be read. No orchestrator advances
+	// such a saga; an operator can resolve it (Admin.Resolve), not retry it.
+	DecodeError string
 }
 
 // New returns an orchestrator for defs on db, creating its tables if needed.

@@ -20,9 +20,28 @@ type Config struct {
 	// Publication is the pgoutput publication of the outbox table; the relay
 	// creates it (inserts only) when missing. Default "idem_outbox".
 	Publication string
-	// Table is the outbox table, schema-qualified or not. Default "idem_outbox" in
-	// the connection's current schema.
+	// Table is the outbox table, idem_outbox, schema-qualified or not. Default
+	// "idem_outbox" in the connection's current schema. The relay parks what it
+	// cannot publish there (outbox.ParkTx), for `idem outbox` and the admin API.
 	Table string
+	// Messages publishes the logical decoding messages EmitTx writes. It is off by
+	// default because PostgreSQL lets every role execute pg_logical_emit_message:
+	// any role that can connect could otherwise have the relay publish a message of
+	// its making (any ID, topic, headers and payload) without any privilege on the
+	// outbox. On, it needs PostgreSQL 14 or later, and the relay refuses to run (a
+	// *SetupError of check "messages") while a role that may not insert into Table
+	// may execute that function; it checks at start and every CheckInterval. Off,
+	// messages of EmitPrefix are not published: the relay counts them
+	// (idem_cdc_messages_ignored_total) and warns.
+	Messages bool
+	// MaxAttempts is how many times in a row a message may fail to publish with an
+	// error of the broker before it is parked; it is parked only once a message
+	// after it has been published, so a broker that refuses everything (down,
+	// unreachable) parks nothing and the relay retries with backoff. A message the
+	// sink refuses as invalid (an *idem.InputError, or an error marked
+	// idem.Permanent) is parked at once, and so is one that cannot be decoded.
+	// Default 10.
+	MaxAttempts int
 	// Source names this log in the idem-source header of every message, the
 	// producer whose watermark a consumer keeps (inbox.WithLSN). Default the
 	// database name and the slot, "db/slot".
@@ -53,7 +72,8 @@ type Config struct {
 	LockRetry time.Duration
 	// Registerer receives idem_cdc_published_total, idem_cdc_publish_duration_seconds,
 	// idem_cdc_commit_to_publish_seconds, idem_cdc_lag_bytes, idem_cdc_lag_seconds,
-	// idem_cdc_retained_wal_bytes and idem_cdc_active.
+	// idem_cdc_retained_wal_bytes, idem_cdc_active, idem_cdc_publish_failures_total,
+	// idem_cdc_parked_total and idem_cdc_messages_ignored_total.
 	Registerer prometheus.Registerer
 	// Logger receives session failures, lock changes and WAL warnings. Default
 	// slog.Default().
@@ -61,7 +81,7 @@ type Config struct {
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,62}$`)
+var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?idem_outbox$`)
 
 func (c Config) withDefaults() (Config, error) {
 	c.Slot = cmp.Or(c.Slot, "idem_outbox")
@@ -73,6 +93,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.CheckInterval = cmp.Or(c.CheckInterval, 15*time.Second)
 	c.RetainedWALWarn = cmp.Or(c.RetainedWALWarn, 1<<30)
 	c.LockRetry = cmp.Or(c.LockRetry, time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 10)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -84,12 +105,14 @@ func (c Config) withDefaults() (Config, error) {
 		return c, &idem.InputError{Field: "Config.Publication", Reason: fmt.Sprintf("%q is not a publication name", c.Publication),
 			Fix: "use lower-case letters, digits and underscores, at most 63"}
 	case !tableName.MatchString(c.Table):
-		return c, &idem.InputError{Field: "Config.Table", Reason: fmt.Sprintf("%q is not a table name", c.Table),
-			Fix: "use [schema.]table in lower case, e.g. public.idem_outbox"}
+		return c, &idem.InputError{Field: "Config.Table", Reason: fmt.Sprintf("%q is not the outbox table idem_outbox", c.Table),
+			Fix: "use idem_outbox, or schema.idem_outbox in lower case (e.g. public.idem_outbox)"}
 	case len(c.Source) > 255:
 		return c, &idem.InputError{Field: "Config.Source", Reason: fmt.Sprintf("is longer than 255 bytes (got %d)", len(c.Source)), Fix: "use a short name"}
 	case c.BatchSize < 1 || c.BatchSize > 10_000:
 		return c, &idem.InputError{Field: "Config.BatchSize", Reason: fmt.Sprintf("must be 1 to 10000 (got %d)", c.BatchSize), Fix: "leave it 0 for 500"}
+	case c.MaxAttempts < 1:
+		return c, &idem.InputError{Field: "Config.MaxAttempts", Reason: fmt.Sprintf("must be at least 1 (got %d)", c.MaxAttempts), Fix: "leave it 0 for 10"}
 	case c.FlushAfter < 0 || c.StatusInterval < 0 || c.CheckInterval < 0 || c.LockRetry < 0 || c.RetainedWALWarn < 0:
 		return c, &idem.InputError{Field: "Config", Reason: "has a negative interval or size", Fix: "leave fields 0 for their defaults"}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pglogrepl"
 
@@ -12,16 +13,18 @@ import (
 
 // relation is the outbox table as pgoutput describes it: where its columns are.
 type relation struct {
-	id, topic, key, headers, payload int
-	n                                int
+	id, msgID, topic, key, headers, payload, parked int
+	n                                               int
 }
 
 func newRelation(m *pglogrepl.RelationMessage) (*relation, error) {
-	r := &relation{id: -1, topic: -1, key: -1, headers: -1, payload: -1, n: len(m.Columns)}
+	r := &relation{id: -1, msgID: -1, topic: -1, key: -1, headers: -1, payload: -1, parked: -1, n: len(m.Columns)}
 	for i, c := range m.Columns {
 		switch c.Name {
-		case "msg_id":
+		case "id":
 			r.id = i
+		case "msg_id":
+			r.msgID = i
 		case "topic":
 			r.topic = i
 		case "ordering_key":
@@ -30,52 +33,75 @@ func newRelation(m *pglogrepl.RelationMessage) (*relation, error) {
 			r.headers = i
 		case "payload":
 			r.payload = i
+		case "parked_at":
+			r.parked = i
 		}
 	}
-	if r.id < 0 || r.topic < 0 || r.key < 0 || r.headers < 0 || r.payload < 0 {
-		return nil, fmt.Errorf("table %s.%s lacks the outbox's columns msg_id, topic, ordering_key, headers, payload", m.Namespace, m.RelationName)
+	if min(r.id, r.msgID, r.topic, r.key, r.headers, r.payload, r.parked) < 0 {
+		return nil, fmt.Errorf("table %s.%s lacks the outbox's columns id, msg_id, topic, ordering_key, headers, payload, parked_at", m.Namespace, m.RelationName)
 	}
 	return r, nil
 }
 
-// message decodes an inserted outbox row (pgoutput sends text format).
-func (r *relation) message(t *pglogrepl.TupleData) (idem.Message, error) {
+// row is an inserted outbox row as the relay read it.
+type row struct {
+	id      int64 // 0 if it could not be read
+	parked  bool  // inserted parked (by a relay parking a message): nothing to publish
+	msg     idem.Message
+	headers string // the headers column as written
+}
+
+// decode reads an inserted outbox row (pgoutput sends text format). On an error the
+// row holds what could be read before it, for the parked record.
+func (r *relation) decode(t *pglogrepl.TupleData) (row, error) {
+	var w row
 	if t == nil {
-		return idem.Message{}, fmt.Errorf("insert without a row")
+		return w, fmt.Errorf("insert without a row")
 	}
 	if len(t.Columns) != r.n {
-		return idem.Message{}, fmt.Errorf("row has %d columns, the relation %d", len(t.Columns), r.n)
+		return w, fmt.Errorf("row has %d columns, the relation %d", len(t.Columns), r.n)
 	}
-	text := func(i int) (string, error) {
+	if t.Columns[r.parked].DataType == pglogrepl.TupleDataTypeText {
+		w.parked = true
+		return w, nil
+	}
+	text := func(i int, name string) (string, error) {
 		c := t.Columns[i]
 		if c.DataType != pglogrepl.TupleDataTypeText {
-			return "", fmt.Errorf("column %d is %q, not text", i, c.DataType)
+			return "", fmt.Errorf("column %s is %q, not text", name, c.DataType)
 		}
 		return string(c.Data), nil
 	}
-	var m idem.Message
-	var err error
-	var headers, payload string
-	for _, f := range []struct {
-		i   int
-		dst *string
-	}{{r.id, &m.ID}, {r.topic, &m.Topic}, {r.key, &m.OrderingKey}, {r.headers, &headers}, {r.payload, &payload}} {
-		if *f.dst, err = text(f.i); err != nil {
-			return m, err
-		}
+	id, err := text(r.id, "id")
+	if err != nil {
+		return w, err
 	}
-	if headers != "" && headers != "{}" {
-		if err := json.Unmarshal([]byte(headers), &m.Headers); err != nil {
-			return m, fmt.Errorf("headers are not a JSON object of strings: %w", err)
+	if w.id, err = strconv.ParseInt(id, 10, 64); err != nil {
+		return w, fmt.Errorf("column id: %w", err)
+	}
+	var payload string
+	for _, f := range []struct {
+		i    int
+		name string
+		dst  *string
+	}{{r.msgID, "msg_id", &w.msg.ID}, {r.topic, "topic", &w.msg.Topic}, {r.key, "ordering_key", &w.msg.OrderingKey},
+		{r.headers, "headers", &w.headers}, {r.payload, "payload", &payload}} {
+		if *f.dst, err = text(f.i, f.name); err != nil {
+			return w, err
 		}
 	}
 	if len(payload) < 2 || payload[:2] != `\x` {
-		return m, fmt.Errorf("payload is not bytea hex output")
+		return w, fmt.Errorf("payload is not bytea hex output")
 	}
-	if m.Payload, err = hex.DecodeString(payload[2:]); err != nil {
-		return m, fmt.Errorf("payload: %w", err)
+	if w.msg.Payload, err = hex.DecodeString(payload[2:]); err != nil {
+		return w, fmt.Errorf("payload: %w", err)
 	}
-	return m, m.Validate()
+	if w.headers != "" && w.headers != "{}" {
+		if err := json.Unmarshal([]byte(w.headers), &w.msg.Headers); err != nil {
+			return w, fmt.Errorf("headers are not a JSON object of strings: %w", err)
+		}
+	}
+	return w, w.msg.Validate()
 }
 
 // parse decodes a pgoutput message; pglogrepl indexes without bounds checks, so a

@@ -4,9 +4,10 @@
 //
 // The relay reads a logical replication slot with the built-in pgoutput plugin:
 // the inserts of the outbox table (written by outbox.EnqueueTx, through a
-// publication of that table) and the logical decoding messages written by EmitTx
-// (pg_logical_emit_message, no table row at all). It sends no query per message and
-// polls nothing: the server pushes each committed transaction.
+// publication of that table) and, with Config.Messages, the logical decoding
+// messages written by EmitTx (pg_logical_emit_message, no table row at all). It
+// sends no query per message and polls nothing: the server pushes each committed
+// transaction.
 //
 // # Guarantees
 //
@@ -27,13 +28,42 @@
 //     reads, the others stand by and take over within Config.LockRetry of its
 //     connection ending.
 //
+// # Messages it cannot publish
+//
+// One bad message stops nothing. A row or WAL message that cannot be decoded (headers
+// that are not a JSON object of strings, an empty ID or topic), and a message the
+// sink refuses as invalid (an *idem.InputError such as a line break in a header, or
+// an error marked idem.Permanent), is parked at once: written to the outbox table as
+// a parked row with its reason and place in the log (outbox.ParkTx), where `idem
+// outbox parked` and the admin API list it and an operator retries it (as a new row,
+// which the relay reads) or discards it. The slot then moves past it. A message the
+// broker refuses otherwise (no stream for its topic, a timeout) is retried with
+// backoff; once it failed Config.MaxAttempts times in a row it is held, and parked as
+// soon as a message after it is published: a broker that refuses everything parks
+// nothing. While it waits, the error says how to skip its transaction by hand
+// (pg_replication_slot_advance to the transaction's end), and Health reports what
+// waits and since when, for a health check.
+//
+// # WAL messages and who may write them
+//
+// PostgreSQL grants EXECUTE on pg_logical_emit_message to PUBLIC: any role that can
+// connect could write a message with EmitPrefix, and nothing in it says who wrote it.
+// The relay therefore publishes none unless Config.Messages is set, and then only
+// while every role that may execute the function may also insert into the outbox
+// table (the relay checks at start and every CheckInterval, and stops with a
+// *SetupError naming the roles and the REVOKE that fixes it). A role that cannot
+// write the outbox can then reach the broker through the relay in no way. Without
+// Config.Messages, messages of EmitPrefix are counted
+// (idem_cdc_messages_ignored_total) and reported in a warning, not published.
+//
 // # What the server needs
 //
 // wal_level = logical (a restart), a role with REPLICATION (or superuser), free
-// max_replication_slots and max_wal_senders, and the outbox table. The relay
-// creates the publication (inserts only) and the slot when missing; every setting
-// it cannot work with is a *SetupError naming the fix, returned by Run without
-// retrying. Slot names are the cluster's: one slot per outbox database.
+// max_replication_slots and max_wal_senders, and the outbox table (its migrations
+// applied), on which the role may SELECT, INSERT and UPDATE to park messages. The
+// relay creates the publication (inserts only) and the slot when missing; every
+// setting it cannot work with is a *SetupError naming the fix, returned by Run
+// without retrying. Slot names are the cluster's: one slot per outbox database.
 //
 // # What it costs
 //
@@ -41,8 +71,9 @@
 // stopped relay fills the server's disk (the usual Debezium outage). The relay
 // reports the retained WAL (idem_cdc_retained_wal_bytes) and warns above
 // Config.RetainedWALWarn; DropSlot retires a slot for good. Rows written by
-// EnqueueTx are not marked published: delete them on your schedule, or write with
-// EmitTx (no rows; the messages exist only in the WAL, invisible to SQL and to the
-// outbox Admin). Do not run the polling relay (outbox.Relay) on the same table: it
-// would publish every message a second time.
+// EnqueueTx are not marked published: delete them on your schedule (not the parked
+// ones, which wait for an operator), or write with EmitTx (no rows; the messages
+// exist only in the WAL, invisible to SQL and to the outbox Admin until one is
+// parked). Do not run the polling relay (outbox.Relay) on the same table: it would
+// publish every message a second time.
 package pgcdc

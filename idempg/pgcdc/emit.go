@@ -1,6 +1,7 @@
 package pgcdc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,11 +34,14 @@ type Execer interface {
 
 // EmitTx writes msgs into the WAL only, as transactional logical decoding messages
 // (pg_logical_emit_message), in the caller's transaction q: no outbox row, no index,
-// no cleanup, no table bloat. The relay publishes them, in commit order and
-// interleaved with outbox rows in statement order, if and only if the transaction
-// commits. Unlike outbox.EnqueueTx they are invisible to SQL (no Admin, no parking,
-// no `idem outbox` listing) and exist only for a CDC relay: nothing else can publish
-// them. A message without an ID gets a UUIDv7; the IDs are returned in order.
+// no cleanup, no table bloat. A relay with Config.Messages on (`idem relay --cdc
+// --cdc-messages`) publishes them, in commit order and interleaved with outbox rows
+// in statement order, if and only if the transaction commits; a relay without it
+// does not. Unlike outbox.EnqueueTx they are invisible to SQL (no Admin, no `idem
+// outbox` listing) until the relay parks one it cannot publish, and exist only for
+// a CDC relay: nothing else can publish them. The role of q needs EXECUTE on
+// pg_logical_emit_message and INSERT on the outbox (see Config.Messages). A message
+// without an ID gets a UUIDv7; the IDs are returned in order.
 func EmitTx(ctx context.Context, q Execer, msgs ...idem.Message) ([]string, error) {
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
@@ -63,14 +67,17 @@ func EmitTx(ctx context.Context, q Execer, msgs ...idem.Message) ([]string, erro
 	return ids, nil
 }
 
-// decodeEmitted reads a message EmitTx wrote.
+// decodeEmitted reads a message EmitTx wrote. One that is not EmitTx's encoding
+// comes back with the WAL message as its payload (its first MaxEmitBytes), for the
+// parked record.
 func decodeEmitted(b []byte) (idem.Message, error) {
 	if len(b) > MaxEmitBytes {
-		return idem.Message{}, fmt.Errorf("emitted message of %d bytes, more than %d", len(b), MaxEmitBytes)
+		return idem.Message{Payload: bytes.Clone(b[:MaxEmitBytes])},
+			fmt.Errorf("emitted message of %d bytes, more than %d (the parked payload holds its first %d bytes)", len(b), MaxEmitBytes, MaxEmitBytes)
 	}
 	var e emitted
 	if err := json.Unmarshal(b, &e); err != nil {
-		return idem.Message{}, fmt.Errorf("emitted message is not idem's encoding: %w", err)
+		return idem.Message{Payload: bytes.Clone(b)}, fmt.Errorf("emitted message is not idem's encoding (the parked payload holds it as written): %w", err)
 	}
 	m := idem.Message{ID: e.ID, Topic: e.Topic, OrderingKey: e.Key, Headers: e.Headers, Payload: e.Payload}
 	return m, m.Validate()

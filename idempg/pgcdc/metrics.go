@@ -15,6 +15,9 @@ type relayMetrics struct {
 	lagSeconds prometheus.Gauge
 	retained   prometheus.Gauge
 	active     prometheus.Gauge
+	failures   prometheus.Counter
+	parked     prometheus.Counter
+	ignored    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
@@ -38,8 +41,15 @@ func newMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
 		retained:   gauge("idem_cdc_retained_wal_bytes", "WAL the server keeps for the relay's slot (current position minus restart_lsn)."),
 		active:     gauge("idem_cdc_active", "1 while this relay holds its slot's lock and reads it; 0 on a standby."),
 	}
-	m.published, _ = reg1(prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "idem_cdc_published_total", Help: "Messages the CDC relay published and the broker acknowledged."})).(prometheus.Counter)
+	counter := func(name, help string) prometheus.Counter {
+		c, _ := reg1(prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})).(prometheus.Counter)
+		return c
+	}
+	m.published = counter("idem_cdc_published_total", "Messages the CDC relay published and the broker acknowledged.")
+	m.failures = counter("idem_cdc_publish_failures_total", "Publish calls of the CDC relay that failed (a batch, or one message of a failed batch sent again alone).")
+	m.parked = counter("idem_cdc_parked_total", "Messages the CDC relay could not publish and parked in the outbox table for an operator (idem outbox, the admin API).")
+	m.ignored = counter("idem_cdc_messages_ignored_total",
+		"Logical decoding messages of the outbox's prefix the CDC relay did not publish because WAL messages are off (Config.Messages, --cdc-messages).")
 	h, _ := reg1(prometheus.NewHistogram(prometheus.HistogramOpts{Name: "idem_cdc_publish_duration_seconds",
 		Help: "Time of one batch's Publish call to the broker.", Buckets: prometheus.ExponentialBuckets(0.0005, 3, 10)})).(prometheus.Histogram)
 	m.publish = h

@@ -23,6 +23,14 @@ type Relay struct {
 	// afterPublish, when set (tests), runs after the broker acknowledged a batch and
 	// before the relay confirms it: the kill point of the proofs.
 	afterPublish func()
+
+	prog progress
+	// Sessions run one at a time (Run), so these need no lock. attempts counts the
+	// failed publications in a row of the messages at the front; parked holds the
+	// messages parked and not yet confirmed, which a new session reads again.
+	attempts map[position]int
+	parked   map[position]bool
+	ignored  ignored
 }
 
 // New returns a relay of the outbox of the database at url (postgres://…) to sink.
@@ -38,7 +46,7 @@ func New(url string, sink idem.Sink, cfg Config) (*Relay, error) {
 	if _, err := pgconn.ParseConfig(url); err != nil {
 		return nil, &idem.InputError{Field: "url", Reason: "is not a PostgreSQL connection string", Fix: "use postgres://user@host:5432/db"}
 	}
-	r := &Relay{url: url, sink: sink, cfg: cfg}
+	r := &Relay{url: url, sink: sink, cfg: cfg, attempts: map[position]int{}, parked: map[position]bool{}}
 	if r.m, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
@@ -46,8 +54,10 @@ func New(url string, sink idem.Sink, cfg Config) (*Relay, error) {
 }
 
 // Setup checks the server (wal_level, the role's replication privilege, the
-// publication) and creates the publication and the slot when missing, without
-// reading: what Run does first, for deploy scripts and `idem relay --cdc --setup`.
+// publication, the role's right to park messages in the outbox table and, with
+// Config.Messages, who may write WAL messages) and creates the publication and the
+// slot when missing, without reading: what Run does first, for deploy scripts and
+// `idem relay --cdc`, which fails fast on it.
 func (r *Relay) Setup(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, r.url)
 	if err != nil {
@@ -60,13 +70,22 @@ func (r *Relay) Setup(ctx context.Context) error {
 	if err := r.checkPublication(ctx, conn); err != nil {
 		return err
 	}
+	if err := r.checkWriters(ctx, conn); err != nil {
+		return err
+	}
 	_, err = r.ensureSlot(ctx, conn)
 	return err
 }
 
 // Run relays until ctx ends and returns ctx's error, or a *SetupError when the
-// server is not set up for it (wal_level, privileges, publication, a slot read by a
-// process outside idem's lock for longer than a minute).
+// server is not set up for it (wal_level, privileges, publication, WAL messages
+// writable by roles without privilege on the outbox, a slot read by a process
+// outside idem's lock for longer than a minute).
+//
+// A message that cannot be published (undecodable, refused by the sink as invalid,
+// or failing Config.MaxAttempts times while messages after it go through) is parked
+// in the outbox table with its reason (outbox.ParkTx) and the relay goes on: the
+// slot moves past it. Health reports what waits.
 //
 // Several relays may run on one slot: one reads, the others wait as standbys on an
 // advisory lock and take over within Config.LockRetry of its connection ending.
@@ -100,6 +119,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			takenSince = time.Time{}
 		}
 		failures++
+		r.prog.failed(time.Now(), err)
 		r.cfg.Logger.WarnContext(ctx, "cdc relay: session ended; streaming again from the confirmed position", "err", err, "consecutive", failures)
 		if !wait.Sleep(ctx, min(100*time.Millisecond<<min(failures-1, 7), 10*time.Second)) {
 			return ctx.Err()
@@ -118,6 +138,7 @@ func (r *Relay) session(ctx context.Context) (progressed bool, err error) {
 	if err := s.start(ctx); err != nil {
 		return false, err
 	}
+	r.prog.streaming()
 	err = s.run(ctx)
 	return s.flushed > 0, err
 }
@@ -141,6 +162,9 @@ func (r *Relay) open(ctx context.Context) (_ *stream, err error) {
 		return nil, err
 	}
 	if err := r.checkPublication(ctx, ctl); err != nil {
+		return nil, err
+	}
+	if err := r.checkWriters(ctx, ctl); err != nil {
 		return nil, err
 	}
 	slot, err := r.ensureSlot(ctx, ctl)
@@ -194,6 +218,7 @@ func (r *Relay) lock(ctx context.Context, ctl *pgx.Conn) error {
 		}
 		if !logged {
 			r.cfg.Logger.InfoContext(ctx, "cdc relay: another relay reads the slot; standing by", "slot", r.cfg.Slot)
+			r.prog.standby()
 			logged = true
 		}
 		if !wait.Sleep(ctx, r.cfg.LockRetry) {

@@ -200,7 +200,8 @@ func TestRelayPublishesInCommitOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	r, err := pgcdc.New(b.url, b.sink, b.cfg(pgcdc.Config{BatchSize: 7}))
+	b.revokeEmit(t)
+	r, err := pgcdc.New(b.url, b.sink, b.cfg(pgcdc.Config{BatchSize: 7, Messages: true}))
 	if err != nil {
 		t.Fatal(err)
 	}

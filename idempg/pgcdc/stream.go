@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/outbox"
 )
 
 // stream is one replication session: it reads the slot's changes, publishes the
@@ -35,9 +36,14 @@ type stream struct {
 	txIdx  int
 	txTime time.Time
 
-	batch    []idem.Message
-	times    []time.Time // commit time of each message in batch
-	batchEnd uint64      // end of the last transaction completed in batch; 0 if none
+	batch []idem.Message
+	meta  []item  // beside each message of batch
+	ends  []txEnd // the transactions completed in batch, in order
+	// held messages at the front of batch failed Config.MaxAttempts times in a row:
+	// they wait for a message after them (to be parked once it goes through), and
+	// are sent again at retryAt.
+	held    int
+	retryAt time.Time
 
 	confirmed  uint64 // the slot's confirmed position, as this session reported it
 	walEnd     uint64 // the server's latest position as it told us
@@ -115,8 +121,11 @@ func (s *stream) run(ctx context.Context) error {
 		}
 		s.gauges(now)
 		deadline := now.Add(min(cfg.StatusInterval, time.Until(s.nextCheck)))
-		if len(s.batch) > 0 {
+		switch {
+		case len(s.batch) > s.held:
 			deadline = now.Add(cfg.FlushAfter)
+		case s.held > 0 && s.retryAt.Before(deadline):
+			deadline = s.retryAt
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		msg, err := s.conn.ReceiveMessage(rctx)
@@ -126,8 +135,10 @@ func (s *stream) run(ctx context.Context) error {
 				return ctx.Err()
 			}
 			if pgconn.Timeout(err) {
-				if err := s.flush(ctx); err != nil {
-					return err
+				if len(s.batch) > s.held || s.held > 0 && !time.Now().Before(s.retryAt) {
+					if err := s.flush(ctx); err != nil {
+						return err
+					}
 				}
 				continue
 			}
@@ -166,7 +177,7 @@ func (s *stream) copyData(ctx context.Context, data []byte) error {
 		// ServerWALEnd: with nothing of ours pending, all of that is acknowledged, and
 		// confirming it lets the server recycle WAL written by other tables.
 		if !s.inTx && len(s.batch) == 0 && uint64(k.ServerWALEnd) > s.confirmed {
-			s.confirmed = uint64(k.ServerWALEnd)
+			s.confirm(uint64(k.ServerWALEnd))
 		}
 		if k.ReplyRequested {
 			return s.status(ctx)
@@ -206,96 +217,63 @@ func (s *stream) decode(ctx context.Context, data []byte) error {
 		if !ok {
 			return nil // another table someone added to the publication
 		}
-		msg, err := rel.message(m.Tuple)
-		if err != nil {
-			return s.poison(ctx, err)
+		w, err := rel.decode(m.Tuple)
+		if w.parked {
+			return nil // a message a relay parked: for an operator, not the broker
 		}
-		s.add(msg)
+		return s.take(ctx, w.msg, w.id, w.headers, err)
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix != EmitPrefix || !m.Transactional {
 			return nil
 		}
-		msg, err := decodeEmitted(m.Content)
-		if err != nil {
-			return s.poison(ctx, err)
+		if !s.r.cfg.Messages {
+			s.r.ignore(ctx, s.txLSN)
+			return nil
 		}
-		s.add(msg)
+		msg, err := decodeEmitted(m.Content)
+		return s.take(ctx, msg, 0, "", err)
 	case *pglogrepl.CommitMessage:
 		s.inTx = false
 		end := uint64(m.TransactionEndLSN)
 		if len(s.batch) == 0 {
-			// Nothing of this transaction waits for the broker (it had no messages, or
-			// they were all acknowledged in batches that filled up).
+			// Nothing of this transaction waits for the broker (it had no messages, they
+			// were parked, or they were all acknowledged in batches that filled up).
 			if end > s.confirmed {
-				s.confirmed = end
+				s.confirm(end)
 				return s.status(ctx)
 			}
 			return nil
 		}
-		s.batchEnd = end
+		s.ends = append(s.ends, txEnd{commit: uint64(m.CommitLSN), end: end})
 	}
 	return nil
 }
 
-// poison stops the relay at a message it cannot publish, after publishing and
-// confirming what came before: skipping it would acknowledge a message the broker
-// never stored.
-func (s *stream) poison(ctx context.Context, err error) error {
-	if ferr := s.flush(ctx); ferr != nil {
-		return ferr
+// take adds a message of the current transaction to the batch, or parks it when it
+// could not be decoded (err): what is wrong with it will not change, and waiting
+// for it would hold back everything after it.
+func (s *stream) take(ctx context.Context, m idem.Message, row int64, rawHeaders string, err error) error {
+	pos := position{commit: uint64(s.txLSN), index: s.txIdx}
+	s.txIdx++
+	if s.r.parked[pos] {
+		return nil // parked already by this relay, read again after a failed session
 	}
-	return &SetupError{Check: "message",
-		Got: fmt.Sprintf("message %d of the transaction committed at %s cannot be published: %v", s.txIdx, s.txLSN, err),
-		Fix: fmt.Sprintf("fix its producer; to skip the transaction, stop the relay and SELECT pg_replication_slot_advance('%s', '%s')", s.r.cfg.Slot, s.txLSN)}
-}
-
-// add appends a message of the current transaction with its position headers.
-func (s *stream) add(m idem.Message) {
+	if err != nil {
+		return s.park(ctx, pos, outbox.Unpublishable{Row: row, Message: m, RawHeaders: rawHeaders}, err)
+	}
+	if len(s.batch) == 0 {
+		s.r.prog.waiting(time.Now())
+	}
 	h := make(map[string]string, len(m.Headers)+3)
 	for k, v := range m.Headers {
 		h[k] = v
 	}
 	h[HeaderSource] = s.source
 	h[HeaderLSN] = s.txLSN.String()
-	h[HeaderIndex] = strconv.Itoa(s.txIdx)
+	h[HeaderIndex] = strconv.Itoa(pos.index)
+	s.meta = append(s.meta, item{pos: pos, at: s.txTime, row: row, headers: m.Headers})
 	m.Headers = h
-	s.txIdx++
 	s.batch = append(s.batch, m)
-	s.times = append(s.times, s.txTime)
-}
-
-// flush publishes the batch and, once the broker acknowledged it, confirms the end
-// of the last transaction it completed.
-func (s *stream) flush(ctx context.Context) error {
-	if len(s.batch) > 0 {
-		start := time.Now()
-		if err := s.r.sink.Publish(ctx, s.batch...); err != nil {
-			return &idem.BackendError{Backend: "sink", Op: "cdc.publish", Err: err}
-		}
-		if s.r.afterPublish != nil {
-			s.r.afterPublish()
-		}
-		if ctx.Err() != nil { // killed between publish and confirm: confirm nothing
-			return ctx.Err()
-		}
-		if m := s.r.m; m != nil {
-			now := time.Now()
-			m.publish.Observe(now.Sub(start).Seconds())
-			m.published.Add(float64(len(s.batch)))
-			for _, t := range s.times {
-				m.commitLag.Observe(now.Sub(t).Seconds())
-			}
-		}
-		clear(s.batch)
-		s.batch, s.times = s.batch[:0], s.times[:0]
-		s.flushed++
-	}
-	if s.batchEnd > s.confirmed {
-		s.confirmed = s.batchEnd
-		s.batchEnd = 0
-		return s.status(ctx)
-	}
-	s.batchEnd = 0
 	return nil
 }
 
@@ -309,12 +287,18 @@ func (s *stream) status(ctx context.Context) error {
 	return backendErr("status", err)
 }
 
-// checkSlot reads the slot's retained WAL, warns when it is large, and proves the
-// lock's connection alive.
+// checkSlot reads the slot's retained WAL, warns when it is large, proves the
+// lock's connection alive and, with Config.Messages, checks again who may write WAL
+// messages.
 func (s *stream) checkSlot(ctx context.Context) error {
 	st, err := s.r.status(ctx, s.ctl)
 	if err != nil {
 		return err
+	}
+	if s.r.cfg.Messages { // a grant since the start would let any role write to the broker
+		if err := s.r.checkEmitters(ctx, s.ctl, pgx.Identifier{s.schema, s.table}.Sanitize()); err != nil {
+			return backendErr("check", err)
+		}
 	}
 	if m := s.r.m; m != nil {
 		m.retained.Set(float64(st.RetainedBytes))
@@ -337,8 +321,8 @@ func (s *stream) gauges(now time.Time) {
 	} else {
 		m.lagBytes.Set(0)
 	}
-	if len(s.times) > 0 {
-		m.lagSeconds.Set(now.Sub(s.times[0]).Seconds())
+	if len(s.meta) > 0 {
+		m.lagSeconds.Set(now.Sub(s.meta[0].at).Seconds())
 	} else {
 		m.lagSeconds.Set(0)
 	}

@@ -3,9 +3,11 @@
 package cursor
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/idemhq/idem"
 )
@@ -25,6 +27,10 @@ func Encode(parts ...string) string {
 
 // Decode returns the n parts of c, or an *idem.InputError on field "cursor" for
 // anything Encode did not make. The empty cursor (the first page) gives nil.
+//
+// A part is compared with a text column, so it must be text that every database
+// can hold: valid UTF-8 without NUL (PostgreSQL refuses either, and a refused
+// cursor must be the caller's 400, not the backend's failure).
 func Decode(c string, n int) ([]string, error) {
 	if c == "" {
 		return nil, nil
@@ -40,7 +46,7 @@ func Decode(c string, n int) ([]string, error) {
 	parts := make([]string, n)
 	for i, e := range enc {
 		b, err := base64.RawURLEncoding.DecodeString(e)
-		if err != nil {
+		if err != nil || !utf8.Valid(b) || bytes.IndexByte(b, 0) >= 0 {
 			return nil, bad("is not a cursor of this listing")
 		}
 		parts[i] = string(b)

@@ -11,7 +11,7 @@ import (
 
 func TestRoundTripAndHostileCursors(t *testing.T) {
 	t.Parallel()
-	for _, parts := range [][]string{{"order-1", "do:charge"}, {"", "x.y"}, {"ü/\x00.", strings.Repeat("k", 255)}} {
+	for _, parts := range [][]string{{"order-1", "do:charge"}, {"", "x.y"}, {"ü/.", strings.Repeat("k", 255)}} {
 		got, err := Decode(Encode(parts...), len(parts))
 		if err != nil || !slices.Equal(got, parts) {
 			t.Fatalf("Decode(Encode(%q)) = %q, %v", parts, got, err)
@@ -20,7 +20,9 @@ func TestRoundTripAndHostileCursors(t *testing.T) {
 	if got, err := Decode("", 2); got != nil || err != nil {
 		t.Fatalf(`Decode("") = %q, %v; want the first page`, got, err)
 	}
-	for _, bad := range []string{"a", "a.b.c", "!!.a", strings.Repeat("a", MaxLen+1)} {
+	// Parts no text column holds (NUL, invalid UTF-8) are refused too: PostgreSQL
+	// would fail the query.
+	for _, bad := range []string{"a", "a.b.c", "!!.a", strings.Repeat("a", MaxLen+1), Encode("x\x00y", "a"), Encode("a", "\xff")} {
 		var ie *idem.InputError
 		if _, err := Decode(bad, 2); !errors.As(err, &ie) || ie.Field != "cursor" {
 			t.Errorf("Decode(%.20q) = %v, want an *idem.InputError on cursor", bad, err)

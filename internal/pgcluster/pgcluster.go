@@ -117,6 +117,19 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	}
 }
 
+// Available reports why Start cannot run here, or nil: the server binaries are
+// missing, or the program runs as root on a machine without a "postgres" user.
+func Available(opt Options) error {
+	if _, err := binDir(opt.BinDir); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		_, err := postgresUser()
+		return err
+	}
+	return nil
+}
+
 // Stop stops the server (fast shutdown: nothing of it is worth keeping) and removes
 // its directory.
 func (c *Cluster) Stop(ctx context.Context) error {

@@ -35,6 +35,19 @@ func MainWithLogicalPostgres(m *testing.M) int {
 	return code
 }
 
+// PostgresServerBinaries skips t (or fails it under IDEM_REQUIRE_SERVICES=1) when
+// a private PostgreSQL cluster (package pgcluster) cannot be started here: for tests
+// of code that starts its own, such as `idem verify --relay cdc`.
+func PostgresServerBinaries(t testing.TB) {
+	t.Helper()
+	if err := pgcluster.Available(pgcluster.Options{}); err != nil {
+		if Required() {
+			t.Fatalf("private PostgreSQL: %v", err)
+		}
+		t.Skipf("private PostgreSQL: %v", err)
+	}
+}
+
 // LogicalPostgres returns the postgres:// URL of a fresh database, dropped when t
 // ends, in a private PostgreSQL cluster with wal_level=logical (package pgcluster),
 // started on first use and stopped by MainWithLogicalPostgres. The shared server on

@@ -126,6 +126,17 @@ func Reach(t testing.TB, service, addr string) {
 	t.Skip(msg)
 }
 
+// ReachURL is Reach for the host of a service's URL (nats://host:4222,
+// postgres://user@host:5432/db).
+func ReachURL(t testing.TB, service, rawURL string) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatalf("%s URL: %v", service, err)
+	}
+	Reach(t, service, u.Host)
+}
+
 // UniqueName returns prefix followed by 12 random hex characters: a name no other
 // test (or run) uses.
 func UniqueName(prefix string) string {

@@ -355,14 +355,26 @@
 
   const canWrite = function () { return state.access === 'full' || state.access === 'none'; };
 
-  function actionButton(label, action, onClick, danger) {
+  // actionButton makes a row's button; blocked, if set, says why it is disabled.
+  function actionButton(label, action, onClick, danger, blocked) {
     const b = el('button', { type: 'button', className: danger ? 'danger small' : 'small', dataset: { action: action } }, label);
-    if (!canWrite()) {
+    if (!canWrite()) blocked = 'the read-only token cannot make changes';
+    if (blocked) {
       b.disabled = true;
-      b.title = 'the read-only token cannot make changes';
+      b.title = blocked;
     }
     b.addEventListener('click', onClick);
     return b;
+  }
+
+  // A row another service wrote that the API could not decode whole comes with a
+  // decode_error: it is listed like the others, marked, with what is wrong with it.
+  function decodeNote(r) {
+    return r.decode_error ? el('div', { className: 'decode-error' }, 'cannot be decoded: ' + r.decode_error) : null;
+  }
+
+  function undecodable(r, what) {
+    return r.decode_error ? 'its row cannot be decoded: correct it, or ' + what : '';
   }
 
   function fill(tableId, rows, cells, empty) {
@@ -375,7 +387,7 @@
       return;
     }
     for (const r of rows) {
-      const tr = el('tr', { dataset: { id: String(r.id !== undefined ? r.id : r.key) } });
+      const tr = el('tr', { dataset: { id: String(r.id !== undefined ? r.id : r.key) }, className: r.decode_error ? 'undecodable' : '' });
       for (const c of cells(r)) tr.appendChild(c instanceof Node && c.tagName === 'TD' ? c : el('td', null, c));
       tbody.appendChild(tr);
     }
@@ -404,10 +416,10 @@
     const dls = page.deadletters || [];
     count('deadletters-count', dls.length, page.next);
     fill('deadletters', dls, function (d) {
-      return [String(d.id), d.consumer, d.topic, d.kind, el('td', { className: 'reason' }, d.reason), String(d.attempts),
+      return [String(d.id), d.consumer, d.topic, d.kind, el('td', { className: 'reason' }, d.reason, decodeNote(d)), String(d.attempts),
         timeCell(d.dead_at), el('td', null, previewNode(d.payload)),
         el('td', { className: 'actions' },
-          actionButton('Replay', 'replay', function () { replayDeadLetter(d); }),
+          actionButton('Replay', 'replay', function () { replayDeadLetter(d); }, false, undecodable(d, 'discard it')),
           actionButton('Discard', 'discard', function () { discardDeadLetter(d); }, true))];
     }, 'No dead letters.');
   }
@@ -441,10 +453,10 @@
     const msgs = (page.messages || []).filter(function (m) { return !m.discarded_at; });
     count('parked-count', msgs.length, page.next);
     fill('parked', msgs, function (m) {
-      return [String(m.id), m.topic, m.message_id, String(m.attempts), el('td', { className: 'reason' }, m.last_error),
+      return [String(m.id), m.topic, m.message_id, String(m.attempts), el('td', { className: 'reason' }, m.last_error, decodeNote(m)),
         timeCell(m.parked_at), el('td', null, previewNode(m.payload)),
         el('td', { className: 'actions' },
-          actionButton('Retry', 'retry', function () { retryParked(m); }),
+          actionButton('Retry', 'retry', function () { retryParked(m); }, false, undecodable(m, 'discard it')),
           actionButton('Discard', 'discard', function () { discardParked(m); }, true))];
     }, 'No parked messages.');
   }
@@ -455,9 +467,9 @@
     count('sagas-count', sagas.length, lists[0].next || lists[1].next);
     fill('sagas', sagas, function (s) {
       return [s.id, s.name, el('td', { className: 'state ' + s.state }, s.state), String(s.step), String(s.attempts),
-        el('td', { className: 'reason' }, s.reason || ''), timeCell(s.updated_at),
+        el('td', { className: 'reason' }, s.reason || '', decodeNote(s)), timeCell(s.updated_at),
         el('td', { className: 'actions' },
-          actionButton('Retry', 'retry', function () { retrySaga(s); }),
+          actionButton('Retry', 'retry', function () { retrySaga(s); }, false, undecodable(s, 'resolve it')),
           actionButton('Resolve', 'resolve', function () { resolveSaga(s); }, true))];
     }, 'No failed or compensating sagas.');
   }

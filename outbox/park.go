@@ -1,0 +1,124 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/idemhq/idem"
+)
+
+// MaxParkReasonBytes bounds the reason ParkTx records; a longer one is cut.
+const MaxParkReasonBytes = 4096
+
+// Unpublishable is a message a relay read and cannot publish, as ParkTx records it.
+type Unpublishable struct {
+	// Row is the message's row in idem_outbox; 0 for a message that has none (a
+	// logical decoding message written by pgcdc.EmitTx).
+	Row int64
+	// Message is what could be read of it; a field that could not be read is empty.
+	Message idem.Message
+	// RawHeaders, when not empty, is stored as the headers instead of
+	// Message.Headers: the text that failed to decode, kept as it was written.
+	RawHeaders string
+	// Reason says why it cannot be published, and where it was read; it becomes
+	// the parked message's LastError.
+	Reason string
+}
+
+// ParkTx records u as a parked message, in the caller's transaction q on dialect d,
+// for an operator to act on: Admin.Parked lists it with its reason, Discard gives up
+// on it, and Retry puts it back in line as a new row. The log-based relay
+// (idempg/pgcdc) parks what it cannot publish with it; it reads the table's inserts
+// only, which is why Retry re-inserts what ParkTx parked rather than clearing its
+// parked_at (the row's id is recorded in idem_outbox_cdc_parked).
+//
+// The row u.Row is parked where it is, its attempts counted (again, if it was
+// parked already: the reason is then replaced). A message without a row, or whose
+// row was deleted or published, gets a new row, parked at once; the relay that
+// parks it must then skip inserts that arrive parked.
+func ParkTx(ctx context.Context, d idem.Dialect, q idem.Querier, u Unpublishable, now time.Time) error {
+	at := now.UnixMilli()
+	reason := text(u.Reason)
+	if len(reason) > MaxParkReasonBytes {
+		reason = strings.ToValidUTF8(reason[:MaxParkReasonBytes], "")
+	}
+	id := u.Row
+	var n int64
+	if id != 0 {
+		var err error
+		n, err = q.Exec(ctx, `UPDATE idem_outbox SET parked_at = $1, last_error = $2, attempts = attempts + 1
+			WHERE id = $3 AND published_at IS NULL`, at, reason, id)
+		if err != nil {
+			return err
+		}
+	}
+	if n == 0 {
+		var err error
+		if id, err = insertParked(ctx, d, q, u, reason, at); err != nil {
+			return err
+		}
+	}
+	conflict := " ON CONFLICT (id) DO NOTHING"
+	if d == idem.MySQL {
+		conflict = " ON DUPLICATE KEY UPDATE id = id"
+	}
+	_, err := q.Exec(ctx, "INSERT INTO idem_outbox_cdc_parked (id) VALUES ($1)"+conflict, id)
+	return err
+}
+
+// insertParked writes u as a new row, parked at, and returns its id. Text columns
+// cannot hold NUL bytes or invalid UTF-8 (on PostgreSQL), which a message decoded
+// from elsewhere may have: they are replaced, as nothing would publish them anyway.
+func insertParked(ctx context.Context, d idem.Dialect, q idem.Querier, u Unpublishable, reason string, at int64) (int64, error) {
+	m := u.Message
+	headers := u.RawHeaders
+	if headers == "" {
+		b, err := json.Marshal(m.Headers)
+		if err != nil || m.Headers == nil {
+			b = []byte("{}")
+		}
+		headers = string(b)
+	}
+	args := []any{text(m.ID), text(m.Topic), text(m.OrderingKey), partition(m), text(headers), m.Payload, at, reason}
+	if m.Payload == nil {
+		args[5] = []byte{}
+	}
+	const insert = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at,
+		attempts, last_error, parked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7, 1, $8, $7)`
+	var id int64
+	if d == idem.MySQL { // no RETURNING
+		if _, err := q.Exec(ctx, insert, args...); err != nil {
+			return 0, err
+		}
+		return id, q.QueryRow(ctx, "SELECT LAST_INSERT_ID()").Scan(&id)
+	}
+	return id, q.QueryRow(ctx, insert+" RETURNING id", args...).Scan(&id)
+}
+
+// text makes s storable in a text column.
+func text(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// parkedByCDC reports whether parked message id was parked by ParkTx.
+func parkedByCDC(ctx context.Context, q idem.Querier, id int64) (bool, error) {
+	var n int64
+	err := q.QueryRow(ctx, "SELECT COUNT(*) FROM idem_outbox_cdc_parked WHERE id = $1", id).Scan(&n)
+	return n > 0, err
+}
+
+// reinsert puts parked message id back in line as a new row, a copy of it that the
+// log-based relay reads as any insert, and deletes the parked row.
+func reinsert(ctx context.Context, q idem.Querier, id, at int64) error {
+	if _, err := q.Exec(ctx, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
+		SELECT msg_id, topic, ordering_key, part, headers, payload, $1, $1 FROM idem_outbox WHERE id = $2`, at, id); err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, "DELETE FROM idem_outbox WHERE id = $1", id); err != nil {
+		return err
+	}
+	_, err := q.Exec(ctx, "DELETE FROM idem_outbox_cdc_parked WHERE id = $1", id)
+	return err
+}
