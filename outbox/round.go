@@ -25,7 +25,7 @@ func (r *Relay[Tx]) claim(ctx context.Context, q idem.Querier, query string, ext
 }
 
 // claimLimit is claim with a limit of its own. Each row is decoded on its own
-// (decodeRow): one that cannot be is returned with its error, for publish to record.
+// (scanRow): one that cannot be is returned with its error, for publish to record.
 func (r *Relay[Tx]) claimLimit(ctx context.Context, q idem.Querier, query string, limit int, extra ...any) ([]row, error) {
 	args := append([]any{r.o.now().UnixMilli(), limit}, extra...)
 	rs, err := q.Query(ctx, query, args...)
@@ -34,14 +34,12 @@ func (r *Relay[Tx]) claimLimit(ctx context.Context, q idem.Querier, query string
 	}
 	defer rs.Close()
 	var out []row
-	var raw rawRow
-	dest := raw.dest()
 	for rs.Next() {
-		raw = rawRow{}
-		if err := rs.Scan(dest...); err != nil {
+		w, err := scanRow(rs)
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, decodeRow(&raw))
+		out = append(out, w)
 	}
 	return out, rs.Err()
 }
