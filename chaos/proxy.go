@@ -42,16 +42,40 @@ func (p *Proxy) Addr() string { return p.addr }
 func (p *Proxy) Cut(down time.Duration) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.stop()
+	time.Sleep(down)
+	return p.start()
+}
+
+// Down closes every connection through the proxy and refuses new ones until Up:
+// an outage that lasts until the caller has seen what it waits for, where Cut's
+// lasts a set time.
+func (p *Proxy) Down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stop()
+}
+
+// Up accepts connections again on the same address, after Down.
+func (p *Proxy) Up() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.start()
+}
+
+func (p *Proxy) stop() {
 	p.p.Stop()
 	p.cuts.Add(1)
-	time.Sleep(down)
+}
+
+func (p *Proxy) start() error {
 	if err := p.p.Start(); err != nil {
 		return fmt.Errorf("chaos: restart proxy %s on %s: %w", p.p.Name, p.addr, err)
 	}
 	return nil
 }
 
-// Cuts is how many times Cut ran.
+// Cuts is how many times Cut (or Down) ran.
 func (p *Proxy) Cuts() int { return int(p.cuts.Load()) }
 
 // Close stops the proxy and closes its connections.

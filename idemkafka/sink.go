@@ -136,6 +136,17 @@ func (s *Sink) MessagingSystem() string { return "kafka" }
 // Close disconnects the producer. Every Publish that returned nil is already
 // written; records of one that returned early on its ctx may be dropped if still
 // buffered, which that Publish's error already allowed.
+// Ping checks that a broker of the cluster answers (an ApiVersions request to
+// each known broker until one does): the producer connects lazily, so without it a
+// sink pointed at a closed port is only found out by its first Publish. The outbox
+// relay calls it at start.
+func (s *Sink) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx); err != nil {
+		return &idem.BackendError{Backend: backend, Op: "ping", Err: err}
+	}
+	return nil
+}
+
 func (s *Sink) Close() error {
 	s.client.Close()
 	return nil

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemkafka"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // The largest payload idem accepts goes through: the producer's batch limit is
@@ -35,5 +37,26 @@ func TestPublishCancelled(t *testing.T) {
 	var be *idem.BackendError
 	if !errors.As(err, &be) || be.Op != "publish" || !errors.Is(err, context.Canceled) || idem.IsRetryable(err) {
 		t.Fatalf("Publish with a cancelled ctx = %v; want a BackendError(publish) wrapping context.Canceled", err)
+	}
+}
+
+// Ping reaches a broker that answers, and fails on a closed port: the producer
+// itself connects only when a record is produced.
+func TestSinkPing(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := f.sink.Ping(ctx); err != nil {
+		t.Fatalf("Ping of a running cluster: %v", err)
+	}
+	closed, err := idemkafka.NewSink(idemkafka.SinkConfig{Brokers: []string{testsvc.ClosedAddr(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closed.Close()
+	var be *idem.BackendError
+	if err := closed.Ping(ctx); !errors.As(err, &be) || be.Op != "ping" {
+		t.Fatalf("Ping of a closed port = %v, want a BackendError of op ping", err)
 	}
 }

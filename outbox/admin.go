@@ -42,7 +42,9 @@ type Status struct {
 	// Totals over Partitions; OldestAge is the oldest waiting message's.
 	Unpublished, Parked, Discarded int64
 	OldestAge                      time.Duration
-	// Relays are the relay instances that reported in the last 24 hours.
+	// Relays are the relay instances at work, and those that stopped reporting
+	// within the last hour (Stale): a relay stopped cleanly removes itself, and one
+	// that died is forgotten an hour after it turned stale. At most maxRelays.
 	Relays []RelayInstance
 }
 
@@ -143,9 +145,16 @@ func (a *Admin[Tx]) Status(ctx context.Context) (Status, error) {
 // staleAfter is how long a relay may be silent before Status calls it stale.
 func staleAfter(poll time.Duration) time.Duration { return max(3*poll, 30*time.Second) }
 
+// staleAtSQL is staleAfter in SQL: when a relay's row turns stale, in Unix
+// milliseconds.
+const staleAtSQL = `last_round_at + CASE WHEN 3 * poll_interval_ms > 30000 THEN 3 * poll_interval_ms ELSE 30000 END`
+
+// maxRelays bounds the relay instances Status lists.
+const maxRelays = 1000
+
 func relayInstances(ctx context.Context, q idem.Querier, now time.Time) ([]RelayInstance, error) {
 	rows, err := q.Query(ctx, `SELECT instance, host, pid, started_at, last_round_at, poll_interval_ms, published_total, last_error
-		FROM idem_outbox_relays WHERE last_round_at >= $1 ORDER BY instance`, now.Add(-relayForgetAfter).UnixMilli())
+		FROM idem_outbox_relays WHERE `+staleAtSQL+` >= $1 ORDER BY instance LIMIT $2`, now.Add(-relayForgetAfter).UnixMilli(), maxRelays)
 	if err != nil {
 		return nil, err
 	}

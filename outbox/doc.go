@@ -37,6 +37,22 @@
 // gauge) and retried on demand (Retry), never dropped. Published rows are deleted
 // after RelayConfig.Retention, in small batches.
 //
+// The relay decodes each row on its own. A row it cannot publish as written —
+// headers that are not a JSON object of strings, a msg_id or topic that
+// idem.Message.Validate refuses, a part outside [0, 64), a payload over
+// idem.MaxPayload, a value of the wrong type (SQLite keeps any) — is a failed
+// publication of that message alone: its decode error, naming the row, the column
+// and the fix, is recorded as the attempt's error (idem_relay_failures_total counts
+// it), and it is parked after MaxAttempts, while the rows around it are published
+// and the later messages of its ordering key wait behind it. The length of each
+// variable-length column is checked before its value is read. A round fails as a
+// whole only when the database does (idem_relay_round_failures_total); Run retries
+// it with backoff, up to 5 s apart. A failure that repeats — rounds during a
+// database outage, LISTEN, every message during a broker outage — is logged at its
+// 1st, 8th, 16th, 32nd… occurrence with the count, and its end once; a parked
+// message is always logged. Stall tells a health check how long messages have
+// waited with none published, by any relay, whatever the cause.
+//
 // # Operating it
 //
 // Admin is the operator's side, for tools in other processes (the admin API, `idem
@@ -45,6 +61,8 @@
 // index of unpublished rows, and lists the relay instances: each Relay reports its
 // rounds in idem_outbox_relays (RelayConfig.Instance, at most once a second, outside
 // the round's transaction), and one silent for 3 poll intervals or 30 s is stale.
+// Run deletes its relay's row when it returns; the row of a relay that died is
+// listed, stale, for an hour, then forgotten (and deleted by Cleanup).
 // Parked pages through the parked messages (one whose row cannot be decoded, such
 // as headers another service wrote that are not a JSON object of strings, is listed
 // with its DecodeError, never failing the page); Retry puts one back in line;
@@ -60,6 +78,10 @@
 // part (any integer in [0, 64): fnv32a(ordering_key or msg_id) % 64 keeps per-key
 // order), headers (a JSON object of strings), payload, and created_at = available_at
 // = the current Unix time in milliseconds; then NOTIFY idem_outbox (PostgreSQL).
+// The relay reads available_at only once it has tried a message (it schedules the
+// retries): a producer's clock or unit does not hold a new row back. A row that
+// breaks the contract is parked with its reason (see Failures), never published
+// half-decoded, and never stops the others.
 //
 // # Tracing
 //

@@ -14,9 +14,10 @@ import (
 	"github.com/idemhq/idem"
 )
 
-// relayForgetAfter is how long a relay's row outlives its last report: Status
-// lists it (stale) until then, and Cleanup deletes it after.
-const relayForgetAfter = 24 * time.Hour
+// relayForgetAfter is how long a relay's row outlives its staleness (staleAfter):
+// Status lists it, stale, until then, and Cleanup deletes it after. A relay that
+// stops cleanly deletes its own row (deregister); this forgets the ones that died.
+const relayForgetAfter = time.Hour
 
 // beatInterval bounds how often a relay writes its row.
 const beatInterval = time.Second
@@ -82,8 +83,26 @@ func (r *Relay[Tx]) beat(ctx context.Context, published int, roundErr error) {
 			in.published.Load(), in.lastErr)
 		return err
 	})
-	if err != nil && ctx.Err() == nil {
-		r.cfg.Logger.WarnContext(ctx, "outbox relay: recording the relay instance failed", "instance", in.id, "err", err)
+	switch {
+	case err == nil:
+		r.beats.OK(ctx, "instance", in.id)
+	case ctx.Err() == nil && roundErr == nil: // a failed round's cause is logged already
+		r.beats.Fail(ctx, err, "instance", in.id)
+	}
+}
+
+// deregister deletes the relay's row, when Run ends: a relay stopped cleanly is no
+// longer listed. It runs on a context of its own, as ctx has ended, bounded.
+func (r *Relay[Tx]) deregister(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	err := r.o.db.InTx(ctx, func(tx Tx) error {
+		_, err := r.o.db.Querier(tx).Exec(ctx, "DELETE FROM idem_outbox_relays WHERE instance = $1", r.inst.id)
+		return err
+	})
+	if err != nil {
+		r.cfg.Logger.WarnContext(ctx, "outbox relay: could not remove the relay instance; it is listed as stale, then forgotten",
+			"instance", r.inst.id, "err", err)
 	}
 }
 

@@ -3,11 +3,10 @@ package outbox
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +17,7 @@ import (
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/wait"
+	"github.com/idemhq/idem/internal/warn"
 )
 
 // Notifier wakes a relay when messages were committed: idempg.NewNotifier listens for
@@ -55,7 +55,8 @@ type RelayConfig struct {
 	// find the messages of transactions that did not notify (Config.NotifyEvery).
 	// Default 1 s.
 	PollInterval time.Duration
-	// MaxAttempts is how many failed publications park a message. Default 10.
+	// MaxAttempts is how many failed publications park a message; a row that cannot
+	// be decoded fails each attempt. Default 10.
 	MaxAttempts int
 	// Backoff returns the delay before the attempt-th retry. Default: 200 ms doubling,
 	// capped at 1 minute, ±20% jitter.
@@ -71,9 +72,12 @@ type RelayConfig struct {
 	Notifier Notifier
 	// Registerer receives idem_outbox_unpublished, idem_outbox_oldest_age_seconds,
 	// idem_outbox_parked, idem_relay_published_total, idem_relay_failures_total,
-	// idem_relay_publish_duration_seconds and idem_relay_lag_seconds.
+	// idem_relay_round_failures_total, idem_relay_publish_duration_seconds and
+	// idem_relay_lag_seconds.
 	Registerer prometheus.Registerer
-	// Logger receives failed rounds at warn level. Default slog.Default().
+	// Logger receives failed rounds and publications at warn level, a series of
+	// repeats collapsed into a few lines (the 1st, 8th, 16th…), and parked messages.
+	// Default slog.Default().
 	Logger *slog.Logger
 	// Instance names this relay in idem_outbox_relays, where it reports its rounds
 	// (at most once a second) for Admin.Status. Default host-pid-random; at most 255
@@ -138,6 +142,11 @@ type Relay[Tx any] struct {
 	inst *instance
 	tr   otelx.Tracer
 	sys  string // the sink's messaging.system, "" if it does not say
+
+	// The warnings of failures that repeat, collapsed (package warn): rounds,
+	// listening, recording the instance, and the messages' failed attempts.
+	rounds, listening, beats, failing *warn.Repeats
+	idleAt                            atomic.Int64 // Unix ms when Stall last found nothing waiting
 }
 
 // Relay returns a relay of o's messages to sink.
@@ -149,23 +158,32 @@ func (o *Outbox[Tx]) Relay(sink idem.Sink, cfg RelayConfig) (*Relay[Tx], error) 
 	if sink == nil {
 		return nil, &idem.InputError{Field: "sink", Reason: "is nil", Fix: "pass a broker Sink (idemnats, idemkafka, idemredis, idemamqp) or a webhook"}
 	}
+	log := cfg.Logger
 	r := &Relay[Tx]{o: o, sink: sink, cfg: cfg, inst: newInstance(cfg.Instance),
-		tr: otelx.New(cfg.TracerProvider, cfg.Propagator), sys: otelx.System(sink)}
+		tr: otelx.New(cfg.TracerProvider, cfg.Propagator), sys: otelx.System(sink),
+		rounds:    warn.New(log, "outbox relay: round failed", "outbox relay: rounds succeed again"),
+		listening: warn.New(log, "outbox relay: listening failed; polling meanwhile", "outbox relay: listening again"),
+		beats:     warn.New(log, "outbox relay: recording the relay instance failed", "outbox relay: recording the relay instance again"),
+		failing:   warn.New(log, "outbox relay: publish failed; will retry", "outbox relay: publications succeed again")}
 	if r.m, err = metrics.NewRelay(cfg.Registerer, r.backlog); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// Run relays until ctx ends and returns ctx's error. Failed rounds are logged and
-// retried; they never end Run.
+// Run relays until ctx ends and returns ctx's error. Failed rounds are retried with
+// backoff, 50 ms doubling up to 5 s (or PollInterval when longer); they never end
+// Run, and a series of them logs a few lines, not one each (package warn). When ctx
+// ends, Run removes this relay's row from idem_outbox_relays: a relay stopped
+// cleanly is no longer listed.
 func (r *Relay[Tx]) Run(ctx context.Context) error {
+	defer r.deregister(ctx)
 	wake := make(chan struct{}, 1)
 	if r.cfg.Notifier != nil {
 		// LISTEN before the first round, so no commit falls between that round and it.
 		if l, ok := r.cfg.Notifier.(interface{ Listen(context.Context) error }); ok {
 			if err := l.Listen(ctx); err != nil && ctx.Err() == nil {
-				r.cfg.Logger.WarnContext(ctx, "outbox relay: LISTEN failed; polling until it works", "err", err)
+				r.listening.Fail(ctx, err)
 			}
 		}
 		go r.listen(ctx, wake)
@@ -176,22 +194,21 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 	defer poll.Stop()
 	cleanup := time.NewTicker(r.cfg.CleanupInterval)
 	defer cleanup.Stop()
-	quick := 0    // rounds left of quick rechecks after an in-process wake (the tx may not have committed yet)
-	failures := 0 // consecutive failed rounds: they back off, whatever wakes the relay
+	quick := 0 // rounds left of quick rechecks after an in-process wake (the tx may not have committed yet)
 	for {
 		n, err := r.RunOnce(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err != nil {
-			failures++
-			r.cfg.Logger.WarnContext(ctx, "outbox relay: round failed", "err", err, "consecutive", failures)
-			if !wait.Sleep(ctx, min(50*time.Millisecond<<min(failures-1, 6), r.cfg.PollInterval)) {
+			// Back off, whatever wakes the relay.
+			r.rounds.Fail(ctx, err)
+			if !wait.Sleep(ctx, roundBackoff(r.rounds.Failing(), r.cfg.PollInterval)) {
 				return ctx.Err()
 			}
 			continue
 		}
-		failures = 0
+		r.rounds.OK(ctx)
 		if n > 0 {
 			idle = attentive
 			continue // more may be waiting, in partitions this round did not take
@@ -220,6 +237,16 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 	}
 }
 
+// maxRoundBackoff bounds the wait after a failed round (or a failed LISTEN), unless
+// the poll interval is longer: a relay retries a database it cannot reach every 5 s
+// at most, and finds it again within 5 s of its return.
+const maxRoundBackoff = 5 * time.Second
+
+// roundBackoff is the wait after the failures-th failure in a row: 50 ms doubling.
+func roundBackoff(failures int, poll time.Duration) time.Duration {
+	return min(50*time.Millisecond<<min(max(failures-1, 0), 7), max(poll, maxRoundBackoff))
+}
+
 // listen turns the Notifier's notifications into wakes until ctx ends. A permanent
 // error (a bad channel name) stops listening; the relay then polls.
 func (r *Relay[Tx]) listen(ctx context.Context, wake chan<- struct{}) {
@@ -232,10 +259,11 @@ func (r *Relay[Tx]) listen(ctx context.Context, wake chan<- struct{}) {
 				r.cfg.Logger.ErrorContext(ctx, "outbox relay: cannot listen; polling only", "err", err)
 				return
 			}
-			r.cfg.Logger.WarnContext(ctx, "outbox relay: listening failed; polling meanwhile", "err", err)
-			wait.Sleep(ctx, r.cfg.PollInterval)
+			r.listening.Fail(ctx, err)
+			wait.Sleep(ctx, roundBackoff(r.listening.Failing(), r.cfg.PollInterval))
 			continue
 		}
+		r.listening.OK(ctx)
 		select {
 		case wake <- struct{}{}:
 		default:
@@ -249,6 +277,7 @@ type row struct {
 	msg      idem.Message
 	attempts int
 	created  int64
+	bad      error // why the row cannot be published as written (decodeRow); nil for most
 }
 
 // RunOnce publishes one round (on PostgreSQL up to RoundBatches batches, elsewhere
@@ -257,6 +286,9 @@ type row struct {
 // (RelayConfig.Instance), outside the round's transaction.
 func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
 	n, err := r.round(ctx)
+	if err != nil && ctx.Err() == nil {
+		r.m.RoundFailed()
+	}
 	r.beat(ctx, n, err)
 	return n, err
 }
@@ -289,7 +321,13 @@ func (r *Relay[Tx]) claimEach(ctx context.Context, q idem.Querier, parts []int32
 		if len(rows) >= r.cfg.BatchSize {
 			break
 		}
-		more, err := r.claimLimit(ctx, q, claimMySQL, r.cfg.BatchSize-len(rows), p)
+		var more []row
+		var err error
+		if p == strayPart {
+			more, err = r.claimLimit(ctx, q, claimStraysMySQL, r.cfg.BatchSize-len(rows))
+		} else {
+			more, err = r.claimLimit(ctx, q, claimMySQL, r.cfg.BatchSize-len(rows), p)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -334,33 +372,42 @@ func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, 
 // only after its acknowledgement, and one batch is in flight at a time, so the
 // messages of a partition reach the broker in id order. A batch that fails goes
 // through publish's one-at-a-time path and ends the round; the batch read behind it
-// is left unmarked for the next round. Nothing commits before the round ends.
+// is left unmarked for the next round. Nothing commits before the round ends. The
+// rows of a batch that could not be decoded are recorded as failed before it is
+// sent (failBad), so the reads after it see them backing off.
 func (r *Relay[Tx]) pipeline(ctx context.Context, q idem.Querier, rows []row, next func(after int64) ([]row, error)) (int, error) {
 	done := make(chan error, 1)
 	var acked []row // published, not yet marked
 	n := 0
 	for b := 1; ; b++ {
-		msgs := messages(rows)
-		go func() { done <- r.send(ctx, msgs) }()
-		var err error
+		last, full := rows[len(rows)-1].id, len(rows) == r.cfg.BatchSize
+		good, err := r.failBad(ctx, q, rows)
+		if err != nil {
+			return 0, err
+		}
+		if msgs := messages(good); len(msgs) > 0 {
+			go func() { done <- r.send(ctx, msgs) }()
+		} else {
+			done <- nil // every row of the batch failed to decode, or waits behind one
+		}
 		if len(acked) > 0 {
 			err = r.markPublished(ctx, q, acked)
 			n += len(acked)
 			acked = nil
 		}
 		var more []row
-		if err == nil && b < r.cfg.RoundBatches && len(rows) == r.cfg.BatchSize {
-			more, err = next(rows[len(rows)-1].id)
+		if err == nil && b < r.cfg.RoundBatches && full {
+			more, err = next(last)
 		}
 		perr := <-done
 		if err != nil {
 			return 0, err // rolled back: every batch of the round is published again
 		}
 		if perr != nil {
-			m, err := r.settle(ctx, q, rows, perr)
+			m, err := r.settle(ctx, q, good, perr)
 			return n + m, err
 		}
-		acked = rows
+		acked = good
 		if len(more) == 0 {
 			break
 		}
@@ -369,182 +416,9 @@ func (r *Relay[Tx]) pipeline(ctx context.Context, q idem.Querier, rows []row, ne
 	return n + len(acked), r.markPublished(ctx, q, acked)
 }
 
-// roundSQLite reads a batch, publishes it without holding SQLite's write lock (so
-// producers keep writing), then marks it in a short transaction. One relay per file.
-func (r *Relay[Tx]) roundSQLite(ctx context.Context) (int, error) {
-	var rows []row
-	err := r.o.db.InTx(ctx, func(tx Tx) (err error) {
-		rows, err = r.claim(ctx, r.o.db.Querier(tx), claimSQLite)
-		return err
-	})
-	if err != nil || len(rows) == 0 {
-		return 0, wrapErr("sqlite", err)
-	}
-	// Publish with no transaction open: a write transaction holds SQLite's only
-	// write lock, and a slow or unreachable broker would stall every writer of the
-	// database for as long as the publish takes. Each mark commits on its own.
-	n, err := r.publish(ctx, shortTx[Tx]{r.o.db}, rows)
-	return n, wrapErr("sqlite", err)
-}
-
-// shortTx runs each statement in a transaction of its own.
-type shortTx[Tx any] struct{ db idem.TxDB[Tx] }
-
-func (s shortTx[Tx]) Exec(ctx context.Context, query string, args ...any) (n int64, err error) {
-	err = s.db.InTx(ctx, func(tx Tx) error {
-		n, err = s.db.Querier(tx).Exec(ctx, query, args...)
-		return err
-	})
-	return n, err
-}
-
-func (s shortTx[Tx]) Query(ctx context.Context, query string, args ...any) (idem.Rows, error) {
-	return nil, errors.New("outbox: internal error: Query outside a transaction")
-}
-
-func (s shortTx[Tx]) QueryRow(ctx context.Context, query string, args ...any) idem.Row {
-	return errRow{errors.New("outbox: internal error: QueryRow outside a transaction")}
-}
-
-type errRow struct{ err error }
-
-func (e errRow) Scan(...any) error { return e.err }
-
 func wrapErr(backend string, err error) error {
 	if err == nil {
 		return nil
 	}
 	return &idem.BackendError{Backend: backend, Op: "relay", Err: err}
-}
-
-// A row is due when it is pending and no earlier row of its ordering key is waiting
-// out a backoff (which would let it overtake). Only rows that failed before can be
-// backing off (attempts > 0), and the partial index idem_outbox_failing holds just
-// those, so the check costs a probe of a nearly empty index.
-const dueSQL = `FROM idem_outbox o
-WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1
-  AND (o.ordering_key = '' OR NOT EXISTS (SELECT 1 FROM idem_outbox e
-       WHERE e.ordering_key = o.ordering_key AND e.id < o.id AND e.attempts > 0
-         AND e.published_at IS NULL AND e.parked_at IS NULL AND e.available_at > $1))`
-
-const selectCols = `SELECT o.id, o.msg_id, o.topic, o.ordering_key, o.headers, o.payload, o.attempts, o.created_at `
-
-// On PostgreSQL a round first locks some ordering partitions that have due rows, at
-// random so that relays spread over them, and only then reads rows of the partitions
-// it holds: a row is read only when no other relay can publish its partition, and the
-// earliest pending row of each held partition is visible to the read. (Locking the
-// partition row by row inside one scan would not do: a scan that skipped a partition
-// held by a relay that then rolled back could take the partition's later rows.)
-//
-// The partitions with due rows are found by skipping through idem_outbox_part in
-// partition order, one LIMIT 1 read per partition: at most 64 index probes whatever
-// the backlog. (An EXISTS per partition let the planner hash every pending row each
-// round, or walk idem_outbox_pending, dead entries of just-published rows included,
-// once per partition.) OFFSET 0 keeps the lock out of the random ordering, so only
-// the partitions returned are locked: pushed below the sort, it locked them all.
-var lockPartitionsSQL = `WITH RECURSIVE due AS (
-	(SELECT o.part FROM idem_outbox o
-	WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1 ORDER BY o.part LIMIT 1)
-	UNION ALL
-	SELECT (SELECT o.part FROM idem_outbox o WHERE o.part > due.part
-		AND o.published_at IS NULL AND o.parked_at IS NULL AND o.available_at <= $1 ORDER BY o.part LIMIT 1)
-	FROM due WHERE due.part IS NOT NULL)
-SELECT part FROM (SELECT part FROM due WHERE part IS NOT NULL ORDER BY random() OFFSET 0) s
-WHERE pg_try_advisory_xact_lock(hashtext('idem_outbox:' || current_schema()), part) LIMIT $2`
-
-const (
-	// claimPostgres reads without FOR UPDATE: the partition locks already keep
-	// other relays off these rows, nothing else writes a pending row that is not
-	// parked (Admin's Retry and Discard take parked rows, cleanup published ones),
-	// and the read's snapshot, taken after the locks, sees every mark of the
-	// partitions' previous holders. A row lock would write each row (and WAL)
-	// once more before the mark.
-	claimPostgres = selectCols + dueSQL + `
-  AND o.part = ANY($3::int[]) AND o.id > $4
-ORDER BY o.id LIMIT $2`
-	claimSQLite = selectCols + dueSQL + `
-ORDER BY o.id LIMIT $2`
-	claimMySQL = selectCols + dueSQL + `
-  AND o.part = $3
-ORDER BY o.id LIMIT $2 FOR UPDATE`
-
-	// duePartsMySQL lists the partitions with pending rows, one index probe each
-	// (the LIMIT keeps MySQL from reading every pending row to answer); some may be
-	// backing off, which the claim then skips. lockPartsMySQL locks some of them, in
-	// the index's order, so that it locks only the rows it returns.
-	duePartsMySQL = `SELECT p.part FROM idem_outbox_parts p WHERE (SELECT 1 FROM idem_outbox o
-		WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.part = p.part LIMIT 1) IS NOT NULL`
-	lockPartsMySQL = `SELECT part FROM idem_outbox_parts WHERE part IN (%s) ORDER BY part LIMIT %d FOR UPDATE SKIP LOCKED`
-)
-
-// The partition locks are keyed by the schema too, so outboxes in two schemas of one
-// database do not hold each other back.
-//
-// partitionsPerRound is how many ordering partitions a PostgreSQL relay takes per
-// round: a quarter, so up to four relays work side by side on a backlog.
-const partitionsPerRound = Partitions / 4
-
-// partitionsMax is the highest partition number, as SQL text.
-var partitionsMax = strconv.Itoa(Partitions - 1)
-
-// Cleanup deletes published messages older than Retention, in batches of
-// CleanupBatch, and returns how many it deleted. It also deletes the rows of relay
-// instances silent for a day.
-func (r *Relay[Tx]) Cleanup(ctx context.Context) (int, error) {
-	if err := r.o.db.InTx(ctx, func(tx Tx) error {
-		_, err := r.o.db.Querier(tx).Exec(ctx, "DELETE FROM idem_outbox_relays WHERE last_round_at < $1",
-			r.o.now().Add(-relayForgetAfter).UnixMilli())
-		return err
-	}); err != nil {
-		return 0, wrapErr(r.o.db.Dialect.String(), err)
-	}
-	cutoff := r.o.now().Add(-r.cfg.Retention).UnixMilli()
-	total := 0
-	for {
-		var n int64
-		err := r.o.db.InTx(ctx, func(tx Tx) (err error) {
-			n, err = r.o.db.Querier(tx).Exec(ctx, cleanupSQL[r.o.db.Dialect], cutoff, r.cfg.CleanupBatch)
-			return err
-		})
-		if err != nil {
-			return total, wrapErr(r.o.db.Dialect.String(), err)
-		}
-		total += int(n)
-		if n < int64(r.cfg.CleanupBatch) {
-			return total, nil
-		}
-	}
-}
-
-// cleanupSQL deletes up to $2 rows published before $1. MySQL can neither limit an
-// IN subquery nor read the table it deletes from in one, but limits DELETE itself.
-var cleanupSQL = map[idem.Dialect]string{
-	idem.Postgres: `DELETE FROM idem_outbox WHERE id IN (
-		SELECT id FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)`,
-	idem.SQLite: `DELETE FROM idem_outbox WHERE id IN (
-		SELECT id FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)`,
-	idem.MySQL: `DELETE FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at LIMIT $2`,
-}
-
-// backlog feeds the gauges: unpublished count, age of the oldest, parked count.
-func (r *Relay[Tx]) backlog() (unpublished, oldestAge, parked float64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	var u, p int64
-	var oldest *int64
-	err := r.o.db.InTx(ctx, func(tx Tx) error {
-		return r.o.db.Querier(tx).QueryRow(ctx, `SELECT
-			COUNT(CASE WHEN parked_at IS NULL THEN 1 END),
-			COUNT(CASE WHEN parked_at IS NOT NULL AND NOT EXISTS (
-				SELECT 1 FROM idem_outbox_discarded x WHERE x.id = idem_outbox.id) THEN 1 END),
-			MIN(CASE WHEN parked_at IS NULL THEN created_at END)
-			FROM idem_outbox WHERE published_at IS NULL`).Scan(&u, &p, &oldest)
-	})
-	if err != nil {
-		return -1, -1, -1
-	}
-	if oldest != nil {
-		oldestAge = float64(r.o.now().UnixMilli()-*oldest) / 1000
-	}
-	return float64(u), oldestAge, float64(p)
 }

@@ -2,9 +2,9 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,7 +24,8 @@ func (r *Relay[Tx]) claim(ctx context.Context, q idem.Querier, query string, ext
 	return r.claimLimit(ctx, q, query, r.cfg.BatchSize, extra...)
 }
 
-// claimLimit is claim with a limit of its own.
+// claimLimit is claim with a limit of its own. Each row is decoded on its own
+// (scanRow): one that cannot be is returned with its error, for publish to record.
 func (r *Relay[Tx]) claimLimit(ctx context.Context, q idem.Querier, query string, limit int, extra ...any) ([]row, error) {
 	args := append([]any{r.o.now().UnixMilli(), limit}, extra...)
 	rs, err := q.Query(ctx, query, args...)
@@ -34,28 +35,53 @@ func (r *Relay[Tx]) claimLimit(ctx context.Context, q idem.Querier, query string
 	defer rs.Close()
 	var out []row
 	for rs.Next() {
-		var w row
-		var headers string
-		if err := rs.Scan(&w.id, &w.msg.ID, &w.msg.Topic, &w.msg.OrderingKey, &headers, &w.msg.Payload, &w.attempts, &w.created); err != nil {
+		w, err := scanRow(rs)
+		if err != nil {
 			return nil, err
-		}
-		if headers == "null" || headers == "{}" { // most messages: no headers to decode
-			w.msg.Headers = nil
-		} else if err := json.Unmarshal([]byte(headers), &w.msg.Headers); err != nil {
-			return nil, fmt.Errorf("outbox row %d: headers are not a JSON object: %w", w.id, err)
 		}
 		out = append(out, w)
 	}
 	return out, rs.Err()
 }
 
-// publish sends rows to the sink and records the outcome in q. When the batch fails
-// it is sent again one message at a time, so one bad message costs only its own
-// attempt: messages that go through are marked published; the first failure of an
-// ordering key records an attempt (with backoff, parked at MaxAttempts) and holds
-// back the rest of that key in the batch, untouched, so nothing overtakes it.
+// publish sends rows to the sink and records the outcome in q. A row that could not
+// be decoded is not sent: it fails alone (failBad). When the batch fails it is sent
+// again one message at a time, so one bad message costs only its own attempt:
+// messages that go through are marked published; the first failure of an ordering
+// key records an attempt (with backoff, parked at MaxAttempts) and holds back the
+// rest of that key in the batch, untouched, so nothing overtakes it.
 func (r *Relay[Tx]) publish(ctx context.Context, q idem.Querier, rows []row) (int, error) {
+	rows, err := r.failBad(ctx, q, rows)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
 	return r.settle(ctx, q, rows, r.send(ctx, messages(rows)))
+}
+
+// failBad records a failed attempt of each row that could not be decoded, as for a
+// message the broker refused (its decode error as the reason, parked at
+// MaxAttempts), and returns the other rows, less those that follow a bad one of
+// their ordering key: they wait, untouched, as behind any failed message.
+func (r *Relay[Tx]) failBad(ctx context.Context, q idem.Querier, rows []row) ([]row, error) {
+	if !slices.ContainsFunc(rows, func(w row) bool { return w.bad != nil }) {
+		return rows, nil
+	}
+	good := make([]row, 0, len(rows))
+	held := map[string]bool{}
+	for _, w := range rows {
+		switch {
+		case w.msg.OrderingKey != "" && held[w.msg.OrderingKey]:
+		case w.bad != nil:
+			held[w.msg.OrderingKey] = w.msg.OrderingKey != ""
+			r.m.Failed(1)
+			if err := r.markFailed(ctx, q, w, w.bad); err != nil {
+				return nil, err
+			}
+		default:
+			good = append(good, w)
+		}
+	}
+	return good, nil
 }
 
 // messages returns the messages of rows.
@@ -141,6 +167,9 @@ func (r *Relay[Tx]) send(ctx context.Context, msgs []idem.Message) error {
 }
 
 func (r *Relay[Tx]) markPublished(ctx context.Context, q idem.Querier, rows []row) error {
+	if len(rows) == 0 {
+		return nil
+	}
 	now := r.o.now().UnixMilli()
 	var err error
 	if r.o.db.Dialect == idem.Postgres {
@@ -163,11 +192,14 @@ func (r *Relay[Tx]) markPublished(ctx context.Context, q idem.Querier, rows []ro
 		lags[i] = float64(now-w.created) / 1000
 	}
 	r.m.Published(lags)
+	r.failing.OK(ctx)
 	return nil
 }
 
 // markFailed records a failed attempt of w: its error, a backoff, and parking at
-// MaxAttempts.
+// MaxAttempts. A parked message is always logged; the retries of a series of
+// failures with no publication between them are collapsed (package warn), so that
+// a broker outage does not log every message of the backlog at every attempt.
 func (r *Relay[Tx]) markFailed(ctx context.Context, q idem.Querier, w row, perr error) error {
 	now := r.o.now().UnixMilli()
 	attempts := w.attempts + 1
@@ -176,20 +208,38 @@ func (r *Relay[Tx]) markFailed(ctx context.Context, q idem.Querier, w row, perr 
 		parked = &now
 	}
 	_, err := q.Exec(ctx, `UPDATE idem_outbox SET attempts = $1, last_error = $2, available_at = $3, parked_at = $4 WHERE id = $5`,
-		attempts, perr.Error(), now+r.cfg.Backoff(attempts).Milliseconds(), parked, w.id)
-	if err == nil {
-		r.cfg.Logger.WarnContext(ctx, "outbox relay: publish failed; will retry", "id", w.msg.ID, "attempt", attempts, "parked", parked != nil, "err", perr)
+		attempts, lastError(perr), now+r.cfg.Backoff(attempts).Milliseconds(), parked, w.id)
+	switch {
+	case err != nil:
+	case parked != nil:
+		r.cfg.Logger.WarnContext(ctx, "outbox relay: message parked after its last attempt: it waits for Retry (idem outbox retry)",
+			"row", w.id, "id", w.msg.ID, "attempts", attempts, "err", perr)
+	default:
+		r.failing.Fail(ctx, perr, "row", w.id, "id", w.msg.ID, "attempt", attempts)
 	}
 	return err
 }
 
+// lastError is err's text as the last_error column keeps it: valid UTF-8 without
+// NUL (PostgreSQL refuses both in TEXT, which would fail the round that records it)
+// and at most 4 KiB, whatever a broker or a receiver put in it.
+func lastError(err error) string {
+	s := strings.ToValidUTF8(strings.ReplaceAll(err.Error(), "\x00", ""), "\uFFFD")
+	return truncate(s, 4096)
+}
+
 // lockPartitionsMySQL locks up to partitionsPerRound partitions with due rows,
 // skipping those other relays hold. It starts at a random partition, so that relays
-// spread over a backlog, and wraps around.
+// spread over a backlog, and wraps around. When rows with a part out of range wait,
+// strayPart comes last, unlocked: no lock covers them.
 func (r *Relay[Tx]) lockPartitionsMySQL(ctx context.Context, q idem.Querier) ([]int32, error) {
 	due, err := queryInts(ctx, q, duePartsMySQL)
 	if err != nil || len(due) == 0 {
 		return nil, err
+	}
+	var strays []int32
+	if i := slices.Index(due, strayPart); i >= 0 {
+		due, strays = slices.Delete(due, i, i+1), []int32{strayPart}
 	}
 	start := rand.Int32N(Partitions)
 	var later, earlier []int32
@@ -212,7 +262,7 @@ func (r *Relay[Tx]) lockPartitionsMySQL(ctx context.Context, q idem.Querier) ([]
 		}
 		held = append(held, got...)
 	}
-	return held, nil
+	return append(held, strays...), nil
 }
 
 func queryInts(ctx context.Context, q idem.Querier, query string, args ...any) ([]int32, error) {

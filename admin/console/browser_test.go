@@ -103,6 +103,12 @@ func TestBrowser(t *testing.T) {
 	// The tables.
 	ui.wantText(`#deadletters tr[data-id="1"] td:nth-child(5)`, "card declined")
 	ui.wantText(`#parked tr[data-id="7"] td:nth-child(5)`, "broker unreachable")
+	// The relays: the live one plain, the dead one marked stale.
+	ui.wantTrue("relay-b marked stale, relay-a not", `(() => {
+		const rs = Array.from(document.querySelectorAll('#outbox-status .relay'));
+		const a = rs.find(r => r.textContent.includes('relay-a')), b = rs.find(r => r.textContent.includes('relay-b'));
+		return a && b && !a.classList.contains('stale') && !a.textContent.includes('STALE') &&
+			b.classList.contains('stale') && b.querySelector('.stale-mark').textContent === 'STALE'; })()`)
 	ui.wantText(`#sagas tr[data-id="s-1"] td:nth-child(6)`, "refund failed")
 	ui.wantText(`#effects tr[data-id="charge/o-9"] td:nth-child(2)`, "failed")
 	ui.wantText(`#area-stream .note`, "Not configured on this server.")

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
@@ -183,7 +184,8 @@ func (f *fakeOutbox) Status(ctx context.Context) (admin.OutboxStatus, error) {
 	return admin.OutboxStatus{
 		Partitions: []admin.OutboxPartition{{Topic: "shipments", Backlog: 12, OldestAgeSeconds: 4.5}, {Topic: "orders", Backlog: 0}},
 		Parked:     int64(len(f.parked)),
-		Relays:     []admin.RelayStatus{{Instance: "relay-a", Published: 1042}},
+		Relays: []admin.RelayStatus{{Instance: "relay-a", Published: 1042, LastRound: time.Now()},
+			{Instance: "relay-b", Published: 7, LastRound: time.Now().Add(-10 * time.Minute), Stale: true}},
 	}, nil
 }
 

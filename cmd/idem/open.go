@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -56,11 +57,13 @@ func openMemoryStore(s storeSpec, reg prometheus.Registerer) (idem.Store, func()
 }
 
 // relayDB is the outbox relay on relay's --db: run publishes until its context
-// ends, ping checks the database, close releases the connections.
+// ends, stall measures how long messages have waited unpublished (a query that
+// also shows the database answers), close releases the connections.
 type relayDB struct {
-	run, ping func(context.Context) error
-	close     func()
-	outbox    admin.Outbox // the admin API's outbox area on the same database
+	run    func(context.Context) error
+	stall  func(context.Context) (time.Duration, error)
+	close  func()
+	outbox admin.Outbox // the admin API's outbox area on the same database
 }
 
 // openRelayDB opens the outbox of --db and its relay publishing to sink.
@@ -83,17 +86,18 @@ func withRelay[Tx any](rd *relayDB, ob *outbox.Outbox[Tx], db idem.TxDB[Tx], sin
 		rd.close()
 		return nil, err
 	}
-	rd.run, rd.outbox = r.Run, outboxArea(db)
+	rd.run, rd.stall, rd.outbox = r.Run, r.Stall, outboxArea(db)
 	return rd, nil
 }
 
-// open connects the sink; close releases what open acquired.
+// open connects the sink and checks that it answers (sinkDown); close releases
+// what open acquired.
 func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, close func(), err error) {
 	switch s.kind {
 	case "nats":
 		return openNATSSink(ctx, s, o)
 	case "kafka":
-		return openKafkaSink(s)
+		return openKafkaSink(ctx, s)
 	case "redis":
 		return openRedisSink(ctx, s)
 	case "amqp":
@@ -103,6 +107,9 @@ func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, cl
 	case "sqs":
 		return openSQSSink(ctx, s)
 	case "webhook":
+		if err := probeWebhook(ctx, s); err != nil {
+			return nil, nil, sinkDown(s, err)
+		}
 		return s.webhook, func() {}, nil
 	}
 	return nil, nil, fmt.Errorf("--sink %s: unknown sink", s.desc)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemamqp"
-	"github.com/idemhq/idem/internal/redact"
 )
 
 // openAMQPSink is relay's --sink amqp://…: RabbitMQ, redialed when the connection
@@ -19,7 +18,7 @@ import (
 func openAMQPSink(s sinkSpec, o *relayOptions) (idem.Sink, func(), error) {
 	a := &amqpSink{url: s.raw, cfg: idemamqp.SinkConfig{Exchange: o.amqpExchange, Mandatory: o.amqpMandatory}}
 	if err := a.connect(); err != nil {
-		return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
+		return nil, nil, sinkDown(s, err)
 	}
 	return a, a.close, nil
 }

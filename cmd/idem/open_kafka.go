@@ -16,10 +16,17 @@ import (
 
 // openKafkaSink is relay's --sink kafka://host:9092[,host:9092]: the idempotent
 // producer, acks=all.
-func openKafkaSink(s sinkSpec) (idem.Sink, func(), error) {
+func openKafkaSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
 	k, err := idemkafka.NewSink(idemkafka.SinkConfig{Brokers: s.brokers})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
+	}
+	// The producer connects lazily: ask the brokers now.
+	pctx, cancel := context.WithTimeout(ctx, sinkCheckTimeout)
+	defer cancel()
+	if err := k.Ping(pctx); err != nil {
+		_ = k.Close()
+		return nil, nil, sinkDown(s, err)
 	}
 	return k, func() { _ = k.Close() }, nil
 }

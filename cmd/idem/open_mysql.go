@@ -81,7 +81,7 @@ func openMySQLRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.R
 	if err != nil {
 		return nil, err
 	}
-	rd := &relayDB{ping: mdb.PingContext, close: func() { mdb.Close() }}
+	rd := &relayDB{close: func() { mdb.Close() }}
 	txdb := idem.SQLDBFor(idem.MySQL, mdb)
 	ob, err := outbox.New(ctx, txdb, outbox.Config{})
 	if err != nil {

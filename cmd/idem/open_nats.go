@@ -37,7 +37,7 @@ func connectNATS(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStre
 func openNATSSink(ctx context.Context, s sinkSpec, o *relayOptions) (idem.Sink, func(), error) {
 	nc, js, err := connectNATS(s.raw, nats.Name("idem relay"), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
+		return nil, nil, sinkDown(s, err)
 	}
 	if o.natsStream != "" {
 		var subjects []string

@@ -56,7 +56,7 @@ func openPostgresRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbo
 		return nil, err
 	}
 	n := idempg.NewNotifier(pool, idempg.DefaultChannel)
-	rd := &relayDB{ping: pool.Ping, close: func() { n.Close(); pool.Close() }}
+	rd := &relayDB{close: func() { n.Close(); pool.Close() }}
 	txdb := idempg.TxDB(pool)
 	ob, err := outbox.New(ctx, txdb, outbox.Config{})
 	if err == nil {

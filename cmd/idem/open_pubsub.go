@@ -10,9 +10,12 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempubsub"
@@ -53,11 +56,33 @@ func openPubSubSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) 
 		return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
 	}
 	sink, err := idempubsub.NewSink(client, idempubsub.SinkConfig{})
+	if err == nil {
+		err = probePubSub(ctx, s, client)
+	}
 	if err != nil {
 		_ = client.Close()
-		return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, err)
+		return nil, nil, err
 	}
 	return sink, func() { _ = client.Close() }, nil
+}
+
+// probePubSub asks Pub/Sub for a topic that need not exist: NotFound, or
+// PermissionDenied for a role that may only publish, shows the service answers and
+// takes the credentials; anything else (unreachable, unauthenticated, timed out)
+// is sinkDown. The client connects lazily: without it a bad endpoint would only
+// show at the first message.
+func probePubSub(ctx context.Context, s sinkSpec, client *pubsub.Client) error {
+	pctx, cancel := context.WithTimeout(ctx, sinkCheckTimeout)
+	defer cancel()
+	// No retries: an endpoint that does not answer fails the start at once, as a
+	// closed NATS port does, instead of retrying Unavailable until the timeout.
+	noRetry := gax.WithRetry(func() gax.Retryer { return nil })
+	_, err := client.TopicAdminClient.GetTopic(pctx, &pubsubpb.GetTopicRequest{Topic: "projects/" + s.project + "/topics/idem-relay-start-check"}, noRetry)
+	switch status.Code(err) {
+	case codes.OK, codes.NotFound, codes.PermissionDenied:
+		return nil
+	}
+	return sinkDown(s, err)
 }
 
 // openPubSubBroker is verify's --broker pubsub:[//PROJECT]: an in-process fake

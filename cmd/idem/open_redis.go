@@ -40,9 +40,12 @@ func openRedisStore(ctx context.Context, s storeSpec, reg prometheus.Registerer)
 
 // openRedisSink is relay's --sink redis://…: Redis Streams, one stream per topic.
 func openRedisSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
-	client, err := openRedis(ctx, "--sink", s.desc, s.redis)
-	if err != nil {
-		return nil, nil, err
+	client := redis.NewClient(s.redis)
+	pctx, cancel := context.WithTimeout(ctx, sinkCheckTimeout)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		_ = client.Close()
+		return nil, nil, sinkDown(s, err)
 	}
 	r, err := idemredis.NewStreamSink(client, idemredis.StreamSinkConfig{})
 	if err != nil {

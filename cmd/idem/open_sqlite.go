@@ -39,7 +39,7 @@ func openSQLiteRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.
 	if err != nil {
 		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
 	}
-	rd := &relayDB{ping: sdb.PingContext, close: func() { sdb.Close() }}
+	rd := &relayDB{close: func() { sdb.Close() }}
 	txdb, err := idem.SQLDB(ctx, sdb)
 	var ob *outbox.Outbox[*sql.Tx]
 	if err == nil {

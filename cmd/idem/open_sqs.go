@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsqs"
@@ -91,7 +93,27 @@ func openSQSSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, err)
 	}
+	if err := probeSQS(ctx, s, client); err != nil {
+		return nil, nil, err
+	}
 	return sink, func() { _ = sink.Close() }, nil
+}
+
+// probeSQS asks SQS for the URL of a queue that need not exist: QueueDoesNotExist,
+// or AccessDenied for a role that may only send to its queues, shows the endpoint
+// answers and takes the credentials; anything else (unreachable, no or bad
+// credentials, timed out) is sinkDown. The client connects lazily: without it a
+// bad endpoint would only show at the first message.
+func probeSQS(ctx context.Context, s sinkSpec, client *sqs.Client) error {
+	pctx, cancel := context.WithTimeout(ctx, sinkCheckTimeout)
+	defer cancel()
+	_, err := client.GetQueueUrl(pctx, &sqs.GetQueueUrlInput{QueueName: aws.String("idem-relay-start-check")})
+	var api smithy.APIError
+	if err == nil || errors.As(err, &api) && (api.ErrorCode() == "AWS.SimpleQueueService.NonExistentQueue" ||
+		api.ErrorCode() == "QueueDoesNotExist" || strings.HasPrefix(api.ErrorCode(), "AccessDenied")) {
+		return nil
+	}
+	return sinkDown(s, err)
 }
 
 // openSQSBroker is verify's --broker sqs:: an in-process SQS (idemsqs/sqsfake) with

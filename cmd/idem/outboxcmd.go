@@ -21,12 +21,12 @@ gave up on after RelayConfig.MaxAttempts, and those relay --cdc could not publis
   idem outbox discard --db URL --id ID --reason "…"   give up on it for good
 
 URL is the service's database: postgres://user:pass@host:5432/db,
-mysql://user:pass@host:3306/db or sqlite:PATH. status lists the relay instances
-that reported in the last 24 hours; one silent for 3 poll intervals (at least
-30 s) is flagged stale: it stopped, hangs or cannot reach the database. retry
-resets the message's attempts: a running relay publishes it at its next round (a
-message relay --cdc parked goes back in line as a new row, with a new id, since
-that relay reads inserts only).
+mysql://user:pass@host:3306/db or sqlite:PATH. status lists the relay instances;
+one silent for 3 poll intervals (at least 30 s) is flagged stale: it died, hangs
+or cannot reach the database, and is forgotten an hour later (a relay stopped
+cleanly removes itself). retry resets the message's attempts: a running relay
+publishes it at its next round (a message relay --cdc parked goes back in line as
+a new row, with a new id, since that relay reads inserts only).
 retry and discard exit 3 for an id that is not parked (unknown, published, or
 discarded already).`
 
@@ -134,7 +134,7 @@ func (m *Main) outboxStatus(ctx context.Context, o outboxOptions) error {
 	}
 	fmt.Fprintln(m.Stdout)
 	if len(st.Relays) == 0 {
-		fmt.Fprintln(m.Stdout, "no relay reported in the last 24 hours: nothing publishes this outbox")
+		fmt.Fprintln(m.Stdout, "no relay listed (none runs, none died within the hour): nothing publishes this outbox")
 		return nil
 	}
 	tw = newTable(m.Stdout)

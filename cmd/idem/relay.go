@@ -30,6 +30,7 @@ type relayOptions struct {
 	batch, maxAttempts       int
 	roundBatches             int
 	poll, retention          time.Duration
+	stallAfter               time.Duration
 	natsStream, natsSubjects string
 	amqpExchange             string
 	amqpMandatory            bool
@@ -69,9 +70,13 @@ Sinks (--sink):
   https://host/path                    webhook, signed with $IDEM_WEBHOOK_SECRET (32+ bytes)
 
 HTTP (--listen, loopback only by default): /metrics for Prometheus and /healthz,
-200 while the database answers or publications succeed within 3 poll intervals,
-503 otherwise. /healthz gives a status and a short reason ("sink: webhook
-returned 500"); the details are in the log, with credentials masked.
+503 when neither a database ping nor a publication succeeded within 3 poll
+intervals, or when messages have waited --stall-after with none published (by
+this relay or another of the outbox), whatever the cause; 200 otherwise. /healthz
+gives a status and a short reason ("sink: webhook returned 500"); the details are
+in the log, with credentials masked, and a failure that repeats is logged a few
+times, not at every attempt. The relay checks its sink before it starts: a broker
+or a webhook that does not answer is an error at start, as a database is.
 SIGINT or SIGTERM stops the relay; unfinished publications are redone by the next.
 
 Log-based (--cdc, PostgreSQL with wal_level=logical): reads the outbox's inserts
@@ -98,7 +103,9 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.IntVar(&o.batch, "batch", 100, "messages published per round, 1 to 10000")
 	fs.IntVar(&o.roundBatches, "round-batches", 8, "PostgreSQL: batches one round publishes back to back, each while the last is marked, 1 to 1000 (1: one batch a round)")
 	fs.DurationVar(&o.poll, "poll", time.Second, "how often to look for messages without a wake-up")
-	fs.IntVar(&o.maxAttempts, "max-attempts", 10, "failed publications after which a message is parked")
+	fs.IntVar(&o.maxAttempts, "max-attempts", 10, "failed publications after which a message is parked (a row that cannot be decoded counts as one)")
+	fs.DurationVar(&o.stallAfter, "stall-after", time.Minute, "/healthz turns 503 when messages have waited this long with none published "+
+		"(polling: at least 3 --poll intervals; --cdc: also when the relay could not stream the slot this long)")
 	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "how long published messages stay in the table")
 	fs.StringVar(&o.natsStream, "nats-stream", "", "create or update this JetStream stream at start (with --nats-subjects)")
 	fs.StringVar(&o.natsSubjects, "nats-subjects", "", "comma-separated subjects of --nats-stream, such as 'orders.>' (default: the stream's name)")
@@ -159,6 +166,9 @@ func (o *relayOptions) check() (dbSpec, sinkSpec, error) {
 		return db, sinkSpec{}, err
 	}
 	sink, err := parseSink(o.sink, o)
+	if err == nil && o.stallAfter <= 0 {
+		err = fmt.Errorf("--stall-after must be positive, such as 1m (got %v)", o.stallAfter)
+	}
 	return db, sink, err
 }
 
@@ -239,6 +249,7 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 	}
 	defer closeSink()
 	h := newHealth(3*o.poll, log)
+	h.stallAfter = max(o.stallAfter, 3*o.poll)
 	tracked := trackedSink{Sink: sink, h: h}
 
 	rd, err := openRelayDB(ctx, db, tracked, cfg)
@@ -252,7 +263,7 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 			return err
 		}
 	}
-	return m.serveRelay(ctx, o, h, handler, rd.run, rd.ping, fmt.Sprintf("%s → %s", db.desc, ss.desc))
+	return m.serveRelay(ctx, o, h, handler, rd.run, h.watchStall(rd.stall), fmt.Sprintf("%s → %s", db.desc, ss.desc))
 }
 
 // serveRelay runs the relay, the database pinger and the HTTP server until ctx

@@ -22,7 +22,6 @@ type cdcOptions struct {
 	on, dropSlot, messages bool
 	slot, publication, src string
 	walWarn                int64
-	stallAfter             time.Duration
 }
 
 func (c *cdcOptions) flags(fs *flag.FlagSet) {
@@ -34,8 +33,6 @@ func (c *cdcOptions) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.walWarn, "wal-warn-bytes", 1<<30, "with --cdc: warn when the slot retains more WAL than this")
 	fs.BoolVar(&c.messages, "cdc-messages", false, "with --cdc: also publish WAL messages (pgcdc.EmitTx); refused while a role without INSERT on the outbox "+
 		"may execute pg_logical_emit_message, which PostgreSQL grants to PUBLIC")
-	fs.DurationVar(&c.stallAfter, "stall-after", 30*time.Second, "with --cdc: /healthz answers 503 when messages have waited this long with none "+
-		"published, or the relay could not stream the slot for this long")
 }
 
 // cdcConfig checks the flags of --cdc before anything connects, and returns the
@@ -53,8 +50,8 @@ func (o *relayOptions) cdcConfig() (dbSpec, pgcdc.Config, error) {
 		return db, pgcdc.Config{}, fmt.Errorf("--batch must be 1 to 10000 (got %d)", o.batch)
 	case o.maxAttempts < 1:
 		return db, pgcdc.Config{}, fmt.Errorf("--max-attempts must be at least 1 (got %d)", o.maxAttempts)
-	case o.cdc.stallAfter <= 0:
-		return db, pgcdc.Config{}, fmt.Errorf("--stall-after must be positive, such as 30s (got %v)", o.cdc.stallAfter)
+	case o.stallAfter <= 0:
+		return db, pgcdc.Config{}, fmt.Errorf("--stall-after must be positive, such as 1m (got %v)", o.stallAfter)
 	}
 	if err := checkAdminToken(o.adminToken, "--listen", o.listen); err != nil {
 		return db, pgcdc.Config{}, err
@@ -128,7 +125,7 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 		return errors.New(redact.String(err.Error()))
 	}
 	defer pool.Close()
-	handler := adminHandler(reg, cdcCheck(h, r, o.cdc.stallAfter))
+	handler := adminHandler(reg, cdcCheck(h, r, o.stallAfter))
 	if o.adminToken != "" {
 		// Parked messages are rows of the outbox table: its area lists them, and
 		// retries one as a new row, which the relay reads.

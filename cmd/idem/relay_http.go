@@ -23,46 +23,66 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/wait"
+	"github.com/idemhq/idem/internal/warn"
 )
 
-// health decides /healthz: the relay is healthy while its database answered a ping,
-// or a publication succeeded, within the window (3 poll intervals). A broker that
-// refuses messages while the database answers keeps the relay healthy: restarting
-// it would not help, and the failure shows in idem_relay_failures_total and in the
-// /healthz text.
+// health decides /healthz. The relay is unhealthy when its database answered no
+// ping and no publication succeeded within the window (3 poll intervals), and when
+// messages wait and none was published for longer than stallAfter, whatever the
+// cause: rounds that fail, a broker that refuses every message, rows the relay
+// cannot read (outbox.Relay.Stall measures it, for every relay of the outbox, at
+// each ping). A broker that refuses some messages while others go through keeps the
+// relay healthy: the failures show in idem_relay_failures_total and in the /healthz
+// text.
 //
 // /healthz reports a status and a sanitized reason only (reasonOf): whoever can
 // reach it must not read a downstream's words, which may quote anything (a webhook
 // receiver's error page once quoted its database URL with the password). The
 // details go to the log, redacted.
 type health struct {
-	window time.Duration
-	now    func() time.Time
-	log    *slog.Logger
+	window     time.Duration
+	stallAfter time.Duration // 0: no stall check (relay --cdc)
+	now        func() time.Time
+	pings      *warn.Repeats
 
 	mu                    sync.Mutex
 	lastPing, lastPublish time.Time
 	pingErr, publishErr   error
+	stalled               time.Duration // the last Stall measured
 }
 
 func newHealth(window time.Duration, log *slog.Logger) *health {
-	return &health{window: window, now: time.Now, log: log, lastPing: time.Now()}
+	return &health{window: window, now: time.Now, lastPing: time.Now(),
+		pings: warn.New(log, "idem relay: the database does not answer", "idem relay: the database answers again")}
 }
 
 // pinged records a database ping. The publications' failures are logged by the
-// relay; the pings' are logged here, when they start, change or stop.
+// relay; the pings' are logged here, a series of them in a few lines.
 func (h *health) pinged(err error) {
+	if err != nil {
+		h.pings.Fail(context.Background(), err)
+	} else {
+		h.pings.OK(context.Background())
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	switch {
-	case err != nil && (h.pingErr == nil || h.pingErr.Error() != err.Error()):
-		h.log.Warn("idem relay: the database does not answer", "err", err)
-	case err == nil && h.pingErr != nil:
-		h.log.Info("idem relay: the database answers again")
-	}
 	h.pingErr = err
 	if err == nil {
 		h.lastPing = h.now()
+	}
+}
+
+// watchStall returns a ping that measures the relay's stall (outbox.Relay.Stall):
+// one query that shows the database answers, and whether messages wait unpublished.
+func (h *health) watchStall(stall func(context.Context) (time.Duration, error)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		d, err := stall(ctx)
+		if err == nil {
+			h.mu.Lock()
+			h.stalled = d
+			h.mu.Unlock()
+		}
+		return err
 	}
 }
 
@@ -91,12 +111,24 @@ func (h *health) check() (bool, string) {
 		}
 		return false, fmt.Sprintf("unhealthy: %s for %v (limit %v)", why, age.Round(time.Millisecond), h.window)
 	}
+	failed := ""
+	if h.publishErr != nil {
+		failed = "sink: " + reasonOf(h.publishErr)
+	}
+	if h.stallAfter > 0 && h.stalled > h.stallAfter {
+		why := "the relay's rounds or the rows that wait: see the log and idem_relay_round_failures_total"
+		if failed != "" {
+			why = "the last attempt failed: " + failed
+		}
+		return false, fmt.Sprintf("unhealthy: messages wait and none was published for %v (limit %v); %s",
+			h.stalled.Round(time.Millisecond), h.stallAfter, why)
+	}
 	msg := fmt.Sprintf("ok: database answered %v ago", now.Sub(h.lastPing).Round(time.Millisecond))
 	if !h.lastPublish.IsZero() {
 		msg += fmt.Sprintf("; last publication %v ago", now.Sub(h.lastPublish).Round(time.Millisecond))
 	}
-	if h.publishErr != nil {
-		msg += "; the last attempt failed and will be retried: sink: " + reasonOf(h.publishErr)
+	if failed != "" {
+		msg += "; the last attempt failed and will be retried: " + failed
 	}
 	return true, msg
 }

@@ -73,6 +73,35 @@ func TestRelayHealth(t *testing.T) {
 	}
 }
 
+// Messages that wait with none published for longer than stallAfter make the
+// relay unhealthy, whatever the cause, with the sink's reason when it has one.
+func TestRelayHealthStall(t *testing.T) {
+	t.Parallel()
+	h := newHealth(3*time.Second, slog.New(slog.DiscardHandler))
+	h.stallAfter = time.Minute
+	var stalled time.Duration
+	ping := h.watchStall(func(context.Context) (time.Duration, error) { return stalled, nil })
+	for _, c := range []struct {
+		stalled time.Duration
+		sinkErr error
+		ok      bool
+		want    string
+	}{
+		{0, nil, true, "ok"},
+		{59 * time.Second, nil, true, "ok"},
+		{61 * time.Second, nil, false, "messages wait and none was published for 1m1s (limit 1m0s); the relay's rounds"},
+		{2 * time.Minute, &idemhttp.StatusError{StatusCode: 503, Body: "secret"}, false, "none was published for 2m0s (limit 1m0s); the last attempt failed: sink: webhook returned 503"},
+		{0, nil, true, "ok"},
+	} {
+		stalled = c.stalled
+		h.published(c.sinkErr)
+		h.pinged(ping(context.Background()))
+		if ok, msg := h.check(); ok != c.ok || !strings.Contains(msg, c.want) || strings.Contains(msg, "secret") {
+			t.Errorf("stalled %v: check() = %v %q, want %v %q", c.stalled, ok, msg, c.ok, c.want)
+		}
+	}
+}
+
 // /healthz reports what failed in idem's words, never a downstream's: a webhook
 // receiver's error page quoting its database URL stays out of it. The log has the
 // details, with the password masked.

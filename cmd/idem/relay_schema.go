@@ -30,10 +30,14 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $7);
 --                 webhook's Idem-Topic.
 --   ordering_key  '' for none; messages with one key are published in order.
 --   part          FNV-1a 32-bit hash of the UTF-8 bytes of ordering_key (of msg_id
---                 when ordering_key is ''), modulo 64.
+--                 when ordering_key is ''), as an unsigned integer, modulo 64:
+--                 0 to 63.
 --   headers       a JSON object of string values, '{}' for none.
 --   payload       the body, at most 8 MiB.
---   created_at    the current Unix time in milliseconds, also as available_at.`
+--   created_at    the current Unix time in milliseconds, also as available_at.
+-- A row that breaks this contract is not published: each attempt fails with its
+-- reason (the column and the fix), and after --max-attempts it is parked, listed
+-- by idem outbox parked; the other rows are published meanwhile.`
 
 	notifyContract = `-- PostgreSQL: then, in the same transaction, wake the relays at commit:
 SELECT pg_notify('idem_outbox', '');`

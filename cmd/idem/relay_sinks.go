@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/url"
 	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
@@ -107,6 +112,58 @@ func parseWebhookSink(s sinkSpec, o *relayOptions) (sinkSpec, error) {
 	}
 	s.webhook = wh
 	return s, nil
+}
+
+// sinkCheckTimeout bounds the check of a sink at start.
+const sinkCheckTimeout = 15 * time.Second
+
+// sinkNames name each kind of sink in sinkDown's error.
+var sinkNames = map[string]string{"nats": "NATS", "kafka": "Kafka", "redis": "Redis", "amqp": "RabbitMQ",
+	"pubsub": "Pub/Sub", "sqs": "SQS", "webhook": "the webhook receiver"}
+
+// sinkDown is the error of a sink that does not answer when the relay starts.
+// Every kind is checked before the relay starts, in the way its client allows (a
+// connection for NATS and RabbitMQ, a PING for Redis, a Ping of the brokers for
+// Kafka, a probe request for Pub/Sub and SQS, a connection for a webhook's
+// receiver) and reported alike: a relay that starts has reached its sink once.
+func sinkDown(s sinkSpec, err error) error {
+	return fmt.Errorf("--sink %s: %s does not answer: %w; check the address, that it runs and that this host can reach it "+
+		"(the relay checks its sink before it starts)", s.desc, sinkNames[s.kind], redact.Error(err))
+}
+
+// probeWebhook connects to the webhook's receiver, as its requests would (through
+// the proxy of $HTTPS_PROXY or $HTTP_PROXY when one applies), with a TLS handshake
+// for https:// when it connects directly, and sends nothing: the receiver sees no
+// request at start, and its name, address and certificate are checked.
+func probeWebhook(ctx context.Context, s sinkSpec) error {
+	u, err := url.Parse(s.raw)
+	if err != nil {
+		return errors.New("the URL does not parse") // parseWebhookSink took it: not reached
+	}
+	ctx, cancel := context.WithTimeout(ctx, sinkCheckTimeout)
+	defer cancel()
+	target, direct := u, true
+	if p, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err == nil && p != nil {
+		target, direct = p, false
+	}
+	port := target.Port()
+	switch {
+	case port != "":
+	case target.Scheme == "https":
+		port = "443"
+	default:
+		port = "80"
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(target.Hostname(), port))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if direct && u.Scheme == "https" {
+		return tls.Client(conn, &tls.Config{ServerName: u.Hostname()}).HandshakeContext(ctx)
+	}
+	return nil
 }
 
 // redactURL hides the credentials of a URL (password, secret query values), for

@@ -7,6 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type Relay struct {
 	published prometheus.Counter
 	failed    prometheus.Counter
+	rounds    prometheus.Counter
 	latency   prometheus.Observer
 	lag       prometheus.Observer
 }
@@ -22,7 +23,9 @@ func NewRelay(reg prometheus.Registerer, backlog func() (unpublished, oldestAge,
 	published := add(r, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "idem_relay_published_total", Help: "Outbox messages the relay published and marked."}))
 	failed := add(r, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "idem_relay_failures_total", Help: "Outbox messages whose publication failed (retried with backoff, or parked)."}))
+		Name: "idem_relay_failures_total", Help: "Outbox messages whose publication failed, or whose row could not be decoded (retried with backoff, or parked)."}))
+	rounds := add(r, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "idem_relay_round_failures_total", Help: "Relay rounds that failed as a whole (the database, most often), retried with backoff."}))
 	latency := add(r, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "idem_relay_publish_duration_seconds", Help: "Time of one batch's Publish call to the broker.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 3, 10)}))
@@ -45,7 +48,7 @@ func NewRelay(reg prometheus.Registerer, backlog func() (unpublished, oldestAge,
 	if r.err != nil {
 		return nil, r.err
 	}
-	return &Relay{published: published, failed: failed, latency: latency, lag: lag}, nil
+	return &Relay{published: published, failed: failed, rounds: rounds, latency: latency, lag: lag}, nil
 }
 
 // Publish records one Publish call of seconds, and how many messages it failed.
@@ -55,6 +58,23 @@ func (m *Relay) Publish(seconds float64, failed int) {
 	}
 	m.latency.Observe(seconds)
 	m.failed.Add(float64(failed))
+}
+
+// Failed records n messages that failed without a Publish call: rows that could
+// not be decoded.
+func (m *Relay) Failed(n int) {
+	if m == nil {
+		return
+	}
+	m.failed.Add(float64(n))
+}
+
+// RoundFailed records a round that failed as a whole.
+func (m *Relay) RoundFailed() {
+	if m == nil {
+		return
+	}
+	m.rounds.Inc()
 }
 
 // Published records messages marked published, with the lag of each from enqueue.

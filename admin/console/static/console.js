@@ -438,7 +438,11 @@
       el('span', null, el('b', null, String(st.parked)), ' parked'));
     if (st.discarded) box.append(el('span', { className: 'muted' }, st.discarded + ' discarded'));
     for (const r of st.relays || []) {
-      box.append(el('span', { title: r.last_round || '' }, 'relay ', el('b', null, r.instance), ': ' + r.published + ' published, last round ' + ago(r.last_round)));
+      // A stale relay stopped reporting: it died, hangs or cannot reach the database.
+      const line = el('span', { className: r.stale ? 'relay stale' : 'relay', title: r.last_error || r.last_round || '' },
+        'relay ', el('b', null, r.instance), ': ' + r.published + ' published, last round ' + ago(r.last_round));
+      if (r.stale) line.append(' ', el('b', { className: 'stale-mark' }, 'STALE'));
+      box.append(line);
     }
     for (const p of parts) {
       if (p.backlog) box.append(el('span', { className: 'muted' }, p.topic + (p.partition ? '/' + p.partition : '') + ': ' + p.backlog));

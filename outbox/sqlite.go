@@ -1,0 +1,49 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+
+	"github.com/idemhq/idem"
+)
+
+// roundSQLite reads a batch, publishes it without holding SQLite's write lock (so
+// producers keep writing), then marks it in a short transaction. One relay per file.
+func (r *Relay[Tx]) roundSQLite(ctx context.Context) (int, error) {
+	var rows []row
+	err := r.o.db.InTx(ctx, func(tx Tx) (err error) {
+		rows, err = r.claim(ctx, r.o.db.Querier(tx), claimSQLite)
+		return err
+	})
+	if err != nil || len(rows) == 0 {
+		return 0, wrapErr("sqlite", err)
+	}
+	// Publish with no transaction open: a write transaction holds SQLite's only
+	// write lock, and a slow or unreachable broker would stall every writer of the
+	// database for as long as the publish takes. Each mark commits on its own.
+	n, err := r.publish(ctx, shortTx[Tx]{r.o.db}, rows)
+	return n, wrapErr("sqlite", err)
+}
+
+// shortTx runs each statement in a transaction of its own.
+type shortTx[Tx any] struct{ db idem.TxDB[Tx] }
+
+func (s shortTx[Tx]) Exec(ctx context.Context, query string, args ...any) (n int64, err error) {
+	err = s.db.InTx(ctx, func(tx Tx) error {
+		n, err = s.db.Querier(tx).Exec(ctx, query, args...)
+		return err
+	})
+	return n, err
+}
+
+func (s shortTx[Tx]) Query(ctx context.Context, query string, args ...any) (idem.Rows, error) {
+	return nil, errors.New("outbox: internal error: Query outside a transaction")
+}
+
+func (s shortTx[Tx]) QueryRow(ctx context.Context, query string, args ...any) idem.Row {
+	return errRow{errors.New("outbox: internal error: QueryRow outside a transaction")}
+}
+
+type errRow struct{ err error }
+
+func (e errRow) Scan(...any) error { return e.err }
