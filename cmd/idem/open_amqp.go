@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemamqp"
+	"github.com/idemhq/idem/internal/redact"
 )
 
 // openAMQPSink is relay's --sink amqp://…: RabbitMQ, redialed when the connection
