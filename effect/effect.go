@@ -143,8 +143,16 @@ type Fence[Tx any] struct {
 // FailedError is an effect whose call failed permanently (Permanent): Do returns
 // it again for the same key and step without calling.
 type FailedError struct {
-	Key, Step, Reason string
+	Key, Step string
+	// Reason is the call's error text, as recorded: within MaxReasonLen bytes.
+	Reason string
 }
+
+// MaxReasonLen bounds the reason an effect that failed permanently records: its
+// call's error text is cut to it, its NUL bytes and invalid UTF-8 replaced, so that
+// every database's text column can hold it (a failure the fence could not record
+// would be retried for ever).
+const MaxReasonLen = 4096
 
 func (e *FailedError) Error() string {
 	return fmt.Sprintf("effect %s/%s failed permanently: %s", e.Key, e.Step, e.Reason)
