@@ -90,6 +90,12 @@ type Effect struct {
 	LeaseUntil       time.Time
 	// Created is when the effect was first recorded, Updated its last change.
 	Created, Updated time.Time
+	// DecodeError, set by Admin's List and Get only, says what of the stored row
+	// could not be decoded, "" when all of it was: on SQLite, which keeps any value
+	// in any column, a value of another type (text where a number belongs). The
+	// fields it names hold their zero value. No Do or Recover can take such an
+	// effect over: correct the row.
+	DecodeError string
 }
 
 // Get returns the stored effect of key and step, or ok false if there is none.
