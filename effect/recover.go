@@ -1,9 +1,11 @@
 package effect
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -15,8 +17,15 @@ import (
 // Recover is the sweeper: it takes over up to limit PENDING effects of step whose
 // lease has expired (their worker crashed between the call and the COMPLETE, or
 // gave up after an error) and runs call for each, with the same derived key and
-// after Reconcile. It returns how many it completed; the first error stops it.
-// Run it periodically for every step, in one process or many.
+// after Reconcile. It returns how many it completed. Run it periodically for every
+// step, in one process or many.
+//
+// One effect affects itself only: an effect whose recovery fails (its call fails,
+// or fails permanently, or on SQLite its row holds a value of another type) does
+// not stop the others. Its lease is set to end now, behind the effects already
+// due, so that effects that keep failing cannot fill every batch; Recover then
+// returns, with the count, an error saying how many failed, wrapping the first
+// failure.
 func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Call) (done int, err error) {
 	if limit <= 0 {
 		limit = 100
@@ -31,7 +40,35 @@ func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Ca
 			otelx.End(span, err)
 		}()
 	}
-	var keys []string
+	keys, err := f.due(ctx, step, limit)
+	if err != nil {
+		return 0, &idem.BackendError{Backend: "effect", Op: "recover", Err: err}
+	}
+	failed := 0
+	var first error
+	for _, key := range keys {
+		ran, err := f.recoverOne(ctx, key, step, call)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return done, err
+		case err != nil:
+			failed++
+			first = cmp.Or(first, err)
+			f.pushBack(ctx, key, step)
+		case ran:
+			done++
+		}
+	}
+	if failed > 0 {
+		return done, fmt.Errorf("effect: %d of the %d effects of step %s past their lease could not be recovered now, and wait behind the others for a later Recover (%d were); the first: %w",
+			failed, len(keys), step, done, first)
+	}
+	return done, nil
+}
+
+// due returns the keys of up to limit PENDING effects of step past their lease,
+// the longest past first.
+func (f *Fence[Tx]) due(ctx context.Context, step string, limit int) (keys []string, err error) {
 	err = f.db.InTx(ctx, func(tx Tx) error {
 		rows, err := f.db.Querier(tx).Query(ctx, f.q.due, step, f.cfg.Now().UnixNano(), limit)
 		if err != nil {
@@ -47,19 +84,14 @@ func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Ca
 		}
 		return rows.Err()
 	})
-	if err != nil {
-		return 0, &idem.BackendError{Backend: "effect", Op: "recover", Err: err}
-	}
-	for _, key := range keys {
-		ran, err := f.recoverOne(ctx, key, step, call)
-		if err != nil {
-			return done, err
-		}
-		if ran {
-			done++
-		}
-	}
-	return done, nil
+	return keys, err
+}
+
+// pushBack sets the lease of key's effect, if it is still PENDING past it, to end
+// now: a failed call's release ends it at the epoch, ahead of every effect due.
+func (f *Fence[Tx]) pushBack(ctx context.Context, key, step string) {
+	ctx = context.WithoutCancel(ctx) // as release: a failure must still move it
+	_, _ = f.exec(ctx, f.q.pushBack, f.cfg.Now().UnixNano(), key, step)
 }
 
 // recoverOne takes key's effect over, if its lease still has expired, and runs
