@@ -170,7 +170,8 @@ type Detail struct {
 	// action ("do:<step>") and compensation ("undo:<step>") that ran, with its
 	// state, attempts and reason (up to idem.MaxListLimit of them).
 	Effects []effect.Effect
-	// Resolution is set once the saga was resolved by hand.
+	// Resolution is set once the saga was resolved by hand (nil if its record is
+	// missing). What of it cannot be decoded is in DecodeError.
 	Resolution *Resolution
 }
 
@@ -182,8 +183,8 @@ type Resolution struct {
 }
 
 // Get returns saga id with its steps' effects, or an error wrapping ErrNotFound. A
-// saga whose row cannot be decoded is returned with its DecodeError, an effect
-// with its own.
+// saga whose row (or resolution) cannot be decoded is returned with its
+// DecodeError, an effect with its own.
 func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 	if err := (idem.Key{Scope: "saga", ID: id}).Validate(); err != nil {
 		return Detail{}, err
@@ -203,15 +204,7 @@ func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 		if row.State != Resolved {
 			return nil
 		}
-		var r Resolution
-		var at int64
-		err = q.QueryRow(ctx, `SELECT note, resolved_at, previous_state FROM idem_saga_resolutions WHERE id = $1`, id).Scan(&r.Note, &at, &r.PreviousState)
-		if err != nil {
-			return err
-		}
-		r.At = time.Unix(0, at)
-		d.Resolution = &r
-		return nil
+		return readResolution(ctx, q, &d)
 	})
 	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 		return Detail{}, fmt.Errorf("saga %s: %w", id, ErrNotFound)
@@ -225,6 +218,32 @@ func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 	}
 	d.Effects = effects.Effects
 	return d, nil
+}
+
+// resolutionColumns names the columns readResolution reads, for decode errors.
+var resolutionColumns = []string{"resolution.note", "resolution.resolved_at", "resolution.previous_state"}
+
+// readResolution sets d.Resolution from idem_saga_resolutions, and adds what of
+// it cannot be decoded to d.DecodeError.
+func readResolution(ctx context.Context, q idem.Querier, d *Detail) error {
+	// Query, not QueryRow: rowscan.Scan may read the row twice.
+	rows, err := q.Query(ctx, `SELECT note, resolved_at, previous_state FROM idem_saga_resolutions WHERE id = $1`, d.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return rows.Err()
+	}
+	var r Resolution
+	var at int64
+	bad, err := rowscan.Scan(rows, resolutionColumns, &r.Note, &at, &r.PreviousState)
+	if err != nil {
+		return err
+	}
+	r.At, d.Resolution = time.Unix(0, at), &r
+	d.DecodeError = rowscan.Join(d.DecodeError, bad)
+	return rows.Err()
 }
 
 // RetryStep makes the orchestrators run saga id's current step again, now: its

@@ -194,7 +194,8 @@ type Instance struct {
 	// DecodeError, set by Admin's List and Get only, says what of the stored row
 	// could not be decoded, "" when all of it was: results that are not a JSON
 	// object of base64 strings, or on SQLite a column holding a value of another
-	// type. The fields it names hold what could be read. No orchestrator advances such a
+	// type; Admin.Get adds its resolution's columns, named "resolution.…". The
+	// fields it names hold what could be read. No orchestrator advances such a
 	// saga (it parks it); an operator can resolve it (Admin.Resolve), or correct
 	// the row and then retry it.
 	DecodeError string
