@@ -54,6 +54,13 @@
 // ones, those past their lease that Recover would take over, failed ones, or the
 // steps of one key, page by page; Get shows one with its result.
 //
+// One effect affects itself only. Recover goes past an effect it cannot recover
+// (its call fails, or on SQLite its row holds a value of another type), which then
+// waits behind the other effects due, and says how many failed. Admin lists and
+// shows an effect whose row cannot be decoded with its DecodeError. The reason of
+// a permanent failure is cut to MaxReasonLen and made storable as text, so that
+// the fence can always record it.
+//
 // # Retention
 //
 // A complete effect is remembered for a retention, not for ever: a Sweeper,
