@@ -1,7 +1,6 @@
 package effect
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/isolate"
 	"github.com/idemhq/idem/internal/otelx"
 )
 
@@ -44,26 +44,19 @@ func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Ca
 	if err != nil {
 		return 0, &idem.BackendError{Backend: "effect", Op: "recover", Err: err}
 	}
-	failed := 0
-	var first error
-	for _, key := range keys {
+	done, err = isolate.Each(ctx, keys, func(key string) (bool, error) {
 		ran, err := f.recoverOne(ctx, key, step, call)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return done, err
-		case err != nil:
-			failed++
-			first = cmp.Or(first, err)
+		if err != nil {
 			f.pushBack(ctx, key, step)
-		case ran:
-			done++
 		}
-	}
-	if failed > 0 {
+		return ran, err
+	})
+	var ie *isolate.Error
+	if errors.As(err, &ie) {
 		return done, fmt.Errorf("effect: %d of the %d effects of step %s past their lease could not be recovered now, and wait behind the others for a later Recover (%d were); the first: %w",
-			failed, len(keys), step, done, first)
+			ie.Failed, ie.Of, step, done, ie.First)
 	}
-	return done, nil
+	return done, err
 }
 
 // due returns the keys of up to limit PENDING effects of step past their lease,

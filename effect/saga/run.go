@@ -1,7 +1,6 @@
 package saga
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/isolate"
 	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/internal/warn"
 )
@@ -57,25 +57,13 @@ func (o *Orchestrator[Tx]) RunOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, &idem.BackendError{Backend: "saga", Op: "poll", Err: err}
 	}
-	done, failed := 0, 0
-	var first error
-	for _, id := range ids {
-		ok, err := o.advance(ctx, id)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return done, err
-		case err != nil:
-			failed++
-			first = cmp.Or(first, err)
-		case ok:
-			done++
-		}
-	}
-	if failed > 0 {
+	done, err := isolate.Each(ctx, ids, func(id string) (bool, error) { return o.advance(ctx, id) })
+	var ie *isolate.Error
+	if errors.As(err, &ie) {
 		return done, fmt.Errorf("saga: %d of %d due sagas could not be advanced, and are tried again in a later round (the others were); the first: %w",
-			failed, len(ids), first)
+			ie.Failed, ie.Of, ie.First)
 	}
-	return done, nil
+	return done, err
 }
 
 // queries are the orchestrator's statements that name its definitions: it polls

@@ -1,7 +1,6 @@
 package saga
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,36 +24,19 @@ import (
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
-// lockedBuffer is a log destination the orchestrator's goroutines and the test
-// share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// count returns how many lines hold s.
-func (b *lockedBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), s)
-}
-
 // watched is an orchestrator with its metrics and logs.
 type watched struct {
 	*Orchestrator[*sql.Tx]
 	reg  *prometheus.Registry
-	logs *lockedBuffer
+	logs *testsvc.Buffer
 }
+
+// logged returns how many times the orchestrator logged msg.
+func (w watched) logged(msg string) int { return strings.Count(w.logs.String(), msg) }
 
 func (e env) watched(t *testing.T, cfg Config, defs ...Definition) watched {
 	t.Helper()
-	w := watched{reg: prometheus.NewRegistry(), logs: &lockedBuffer{}}
+	w := watched{reg: prometheus.NewRegistry(), logs: &testsvc.Buffer{}}
 	cfg.Registerer, cfg.Logger, cfg.Now = w.reg, slog.New(slog.NewTextHandler(w.logs, nil)), e.clock.Now
 	cfg.Lease, cfg.Backoff = time.Minute, func(int) time.Duration { return time.Second }
 	o, err := New(context.Background(), e.db, cfg, defs...)
@@ -211,8 +192,8 @@ func TestUndecodableSagasParked(t *testing.T) {
 		if n := w.sagas(t, "order", "parked"); n != float64(len(bad)) {
 			t.Errorf(`idem_sagas_total{outcome="parked"} = %v, want %d`, n, len(bad))
 		}
-		if n := w.logs.count("saga: parked"); n != len(bad) {
-			t.Errorf("%d parking lines logged, want one per bad saga (%d):\n%s", n, len(bad), w.logs.buf.String())
+		if n := w.logged("saga: parked"); n != len(bad) {
+			t.Errorf("%d parking lines logged, want one per bad saga (%d):\n%s", n, len(bad), w.logs.String())
 		}
 
 		// The operator corrects the rows and retries: each goes on from its step.
@@ -322,7 +303,7 @@ func TestPanickingStepFailsItsAttempt(t *testing.T) {
 				t.Errorf("%s: %s, want %s", id, inst.State, want)
 			}
 		}
-		if n := w.logs.count("saga: a step panicked"); n != 4 {
+		if n := w.logged("saga: a step panicked"); n != 4 {
 			t.Errorf("%d panics logged, want 4 (2 sagas, 2 attempts each)", n)
 		}
 	})
@@ -383,13 +364,13 @@ func TestRunCollapsesFailedRounds(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	testsvc.Eventually(t, time.Minute, "40 failed rounds", func() bool { return failures.Load() >= 40 })
 	// A round counts its failure before it logs: lines first, then failures.
-	lines := w.logs.count("saga: round failed")
+	lines := w.logged("saga: round failed")
 	n := int(failures.Load())
 	if lines > bits.Len(uint(n)) {
 		t.Errorf("%d rounds failed, %d lines logged; want at most %d", n, lines, bits.Len(uint(n)))
 	}
 	down.Store(false)
-	testsvc.Eventually(t, time.Minute, "the rounds working again", func() bool { return w.logs.count("saga: rounds succeed again") == 1 })
+	testsvc.Eventually(t, time.Minute, "the rounds working again", func() bool { return w.logged("saga: rounds succeed again") == 1 })
 	cancel()
 	<-done
 }
