@@ -1,13 +1,10 @@
 package admin_test
 
 import (
-	"context"
-	"log/slog"
 	"strings"
 	"testing"
 
-	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/effect/saga"
+	"github.com/idemhq/idem/internal/sagatest"
 	"github.com/idemhq/idem/internal/sqltest"
 )
 
@@ -20,24 +17,8 @@ import (
 func TestParkedSagasAndUndecodableEffects(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
-		ctx := context.Background()
-		noop := func(context.Context, saga.Input) ([]byte, error) { return nil, nil }
-		def := saga.Definition{Name: "order", Steps: []saga.Step{
-			{Name: "reserve", Action: noop, NoCompensation: true}, {Name: "charge", Action: noop, NoCompensation: true}}}
-		o, err := saga.New(ctx, b.db, saga.Config{Logger: slog.New(slog.DiscardHandler)}, def)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sqltest.Saga(t, b.db, "s-bad", "running", `not json`, 0)
+		typed := sagatest.ParkWithSteps(t, b.db, "s-bad")
 		sqltest.Saga(t, b.db, "s-good", "failed", `{}`, 0)
-		if _, err := o.RunOnce(ctx); err != nil {
-			t.Fatal(err)
-		}
-		sqltest.Effect(t, b.db, "s-bad", "do:reserve", 1)
-		typed := b.db.Dialect == idem.SQLite
-		if typed {
-			sqltest.Effect(t, b.db, "s-bad", "do:charge", "seven")
-		}
 		a, logs := sqlAPI(t, b)
 
 		type sagaJSON struct {

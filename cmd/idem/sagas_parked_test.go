@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
 	"testing"
 
-	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/effect/saga"
+	"github.com/idemhq/idem/internal/sagatest"
 	"github.com/idemhq/idem/internal/sqltest"
 )
 
@@ -18,23 +15,8 @@ import (
 func TestSagasParked(t *testing.T) {
 	t.Parallel()
 	forEachOpsDB(t, true, func(t *testing.T, d opsDB) {
-		ctx := context.Background()
-		noop := func(context.Context, saga.Input) ([]byte, error) { return nil, nil }
-		o, err := saga.New(ctx, d.db, saga.Config{Logger: slog.New(slog.DiscardHandler)}, saga.Definition{Name: "order", Steps: []saga.Step{
-			{Name: "reserve", Action: noop, NoCompensation: true}, {Name: "charge", Action: noop, NoCompensation: true}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sqltest.Saga(t, d.db, "s-parked", "running", `{"charge":42}`, 0)
+		typed := sagatest.ParkWithSteps(t, d.db, "s-parked")
 		sqltest.Saga(t, d.db, "s-failed", "failed", `{}`, 1)
-		if _, err := o.RunOnce(ctx); err != nil {
-			t.Fatal(err)
-		}
-		sqltest.Effect(t, d.db, "s-parked", "do:reserve", 1)
-		typed := d.db.Dialect == idem.SQLite
-		if typed {
-			sqltest.Effect(t, d.db, "s-parked", "do:charge", "seven")
-		}
 		db := []string{"--db", d.url}
 		cmd := func(args ...string) []string { return append(args, db...) }
 
