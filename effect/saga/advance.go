@@ -1,6 +1,7 @@
 package saga
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -126,16 +127,13 @@ func (o *Orchestrator[Tx]) turnAround(inst *Instance, from int, reason string) {
 
 // call runs fn for step s through the fence, under the step's timeout, in a span
 // named span (idem.saga.step or idem.saga.compensate). A panic in fn is an error
-// (protect).
+// (protect). A step without a timeout has the lease's.
 func (o *Orchestrator[Tx]) call(ctx context.Context, span string, inst *Instance, s Step, prefix string, fn func(context.Context, Input) ([]byte, error)) (_ []byte, err error) {
 	ctx, sp := o.startStep(ctx, span, inst, s.Name)
 	defer func() { endStep(sp, err) }()
 	return o.fence.Do(ctx, inst.ID, prefix+s.Name, func(ctx context.Context, key string) ([]byte, error) {
-		if s.Timeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, s.Timeout)
-			defer cancel()
-		}
+		ctx, cancel := context.WithTimeout(ctx, cmp.Or(s.Timeout, o.cfg.Lease))
+		defer cancel()
 		out, err := o.protect(ctx, inst, prefix+s.Name, func() ([]byte, error) {
 			return fn(ctx, Input{SagaID: inst.ID, Key: key, Data: inst.Data, Results: inst.Results})
 		})

@@ -122,7 +122,11 @@ type Step struct {
 	// NoCompensation declares that the step has nothing to undo (a read, a final
 	// confirmation); a Step without Compensate must set it.
 	NoCompensation bool
-	// Timeout bounds one attempt of the action or the compensation. Zero: none.
+	// Timeout bounds one attempt of the action or the compensation: its context
+	// ends then, and the attempt counts as a transient failure. Zero means the
+	// orchestrator's Config.Lease (after which another orchestrator may take the
+	// saga over): an attempt that hangs must not hold the orchestrator, which
+	// advances its sagas one after the other, for ever.
 	Timeout time.Duration
 	// MaxAttempts is how many transient failures of the action turn the saga
 	// around (compensations are retried until they succeed or fail permanently).
@@ -140,7 +144,7 @@ type Definition struct {
 type Config struct {
 	// Lease is how long one orchestrator owns a saga while advancing it; after it
 	// another may take over (the first one is fenced). Default 30 s; keep it above
-	// the longest step with its timeout.
+	// the longest step with its timeout. It is the timeout of a step without one.
 	Lease time.Duration
 	// Backoff is the delay before retrying a step after its attempt-th transient
 	// failure. Default: 100 ms doubling, capped at 30 s, ±20% jitter.
@@ -286,6 +290,8 @@ func check(d *Definition) error {
 			return &idem.InputError{Field: field + ".Action", Reason: "is nil", Fix: "pass the function that performs the step"}
 		case s.Compensate == nil && !s.NoCompensation:
 			return &idem.InputError{Field: field + ".Compensate", Reason: "is nil", Fix: "pass the undo, or set NoCompensation to declare the step has nothing to undo"}
+		case s.Timeout < 0:
+			return &idem.InputError{Field: field + ".Timeout", Reason: "is negative", Fix: "use a positive duration, or 0 for the orchestrator's Lease"}
 		}
 		seen[s.Name] = true
 	}

@@ -274,6 +274,7 @@ func TestBadDefinitions(t *testing.T) {
 		{Definition{Name: "x"}, "Definition.Steps"},
 		{Definition{Name: "x", Steps: []Step{{Name: "a", Action: act}}}, `Definition "x" Steps[0].Compensate`},
 		{Definition{Name: "x", Steps: []Step{{Name: "a", NoCompensation: true}}}, `Definition "x" Steps[0].Action`},
+		{Definition{Name: "x", Steps: []Step{{Name: "a", Action: act, NoCompensation: true, Timeout: -time.Second}}}, `Definition "x" Steps[0].Timeout`},
 	} {
 		_, err := New(context.Background(), db, Config{}, tc.def)
 		var ie *idem.InputError

@@ -341,6 +341,48 @@ func TestLongErrorTextsFit(t *testing.T) {
 	})
 }
 
+// A step without a timeout that hangs (until its context ends) is cut at the
+// orchestrator's lease, a failed attempt, instead of holding the orchestrator and
+// every saga behind it for ever.
+func TestHungStepTimesOut(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		def := Definition{Name: "hang", Steps: []Step{{
+			Name:        "wait",
+			MaxAttempts: 1,
+			Action: func(ctx context.Context, in Input) ([]byte, error) {
+				if string(in.Data) == "hang" {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				return nil, nil
+			},
+			Compensate: func(context.Context, Input) error { return nil },
+		}}}
+		o, err := New(ctx, e.db, Config{Lease: time.Second, PollInterval: time.Millisecond, Logger: slog.New(slog.DiscardHandler)}, def)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"hang", "good"} {
+			if _, err := o.Start(ctx, "hang", id, []byte(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		go func() { _ = o.Run(ctx) }()
+		testsvc.Eventually(t, time.Minute, "both sagas ended", func() bool {
+			h, _, _ := o.Get(ctx, "hang")
+			g, _, _ := o.Get(ctx, "good")
+			return h.State == Compensated && g.State == Completed
+		})
+		h, _, _ := o.Get(ctx, "hang")
+		if !strings.Contains(h.Reason, "context deadline exceeded") {
+			t.Errorf("reason %q, want the attempt's deadline", h.Reason)
+		}
+	})
+}
+
 // A round that fails (the database is unreachable) is logged once, and the rounds
 // that fail after it are collapsed into a few lines; the first round that works
 // again says so.
