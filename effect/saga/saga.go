@@ -47,7 +47,8 @@
 // counts it (idem_sagas_total{outcome="parked"}); no orchestrator advances it until
 // an operator corrects its row and retries it (Admin.RetryStep: it goes on from
 // its step), or resolves it. Admin.List(ctx, Parked, …) lists the parked sagas. A
-// step that panics fails its attempt, as an error would. A saga whose advance
+// step that panics fails its attempt, as an error would; one that hangs is cut at
+// its Timeout (the Lease without one). A saga whose advance
 // fails otherwise (a database error, a takeover) is tried again in a later round,
 // and the others are advanced meanwhile; Run logs a round that fails, and
 // collapses the rounds that fail after it. The failure texts a Reason keeps are
