@@ -196,13 +196,14 @@ type Instance struct {
 	Reason   string // why it turned around or failed
 	Created  time.Time
 	Updated  time.Time
-	// DecodeError, set by Admin's List and Get only, says what of the stored row
-	// could not be decoded, "" when all of it was: results that are not a JSON
-	// object of base64 strings, or on SQLite a column holding a value of another
-	// type; Admin.Get adds its resolution's columns, named "resolution.…". The
-	// fields it names hold what could be read. No orchestrator advances such a
-	// saga (it parks it); an operator can resolve it (Admin.Resolve), or correct
-	// the row and then retry it.
+	// DecodeError, set by Admin's List and Get and by the Orchestrator's List (its
+	// Get fails instead), says what of the stored row could not be decoded, "" when
+	// all of it was: results that are not a JSON object of base64 strings, or on
+	// SQLite a column holding a value of another type; Admin.Get adds its
+	// resolution's columns, named "resolution.…". The fields it names hold what
+	// could be read. No orchestrator advances such a saga (it parks it); an
+	// operator can resolve it (Admin.Resolve), or correct the row and then retry
+	// it.
 	DecodeError string
 	// Parked is set for a saga an orchestrator set aside because it cannot run it:
 	// its row cannot be decoded (DecodeError), or its step is not one of its
