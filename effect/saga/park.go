@@ -82,7 +82,7 @@ func (o *Orchestrator[Tx]) protect(ctx context.Context, inst *Instance, step str
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%s panicked: %v", step, p)
-			o.cfg.Logger.ErrorContext(ctx, "saga: a step panicked; it counts as a failed attempt", "id", inst.ID,
+			o.cfg.Logger.ErrorContext(ctx, "saga: a step panicked; it counts as a failed attempt", "id", sqltext.Fit(inst.ID, 255),
 				"step", step, "attempt", inst.Attempts+1, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
