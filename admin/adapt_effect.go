@@ -92,7 +92,7 @@ func (e effectsArea[Tx]) list(ctx context.Context, state, cursor string, limit i
 
 func effectOf(e effect.Effect) Effect {
 	return Effect{Key: e.Key, Step: e.Step, State: e.State, Attempts: e.Attempts, Error: e.Reason,
-		LeaseUntil: orZero(e.LeaseUntil), CreatedAt: e.Created, UpdatedAt: e.Updated}
+		LeaseUntil: orZero(e.LeaseUntil), CreatedAt: e.Created, UpdatedAt: e.Updated, DecodeError: e.DecodeError}
 }
 
 // SagasFrom returns the Sagas area of a's database. A retry or resolve that the
@@ -125,7 +125,7 @@ func (s sagasArea[Tx]) Get(ctx context.Context, id string) (SagaDetail, error) {
 	out := SagaDetail{Saga: sagaOf(d.Instance), NextAt: orZero(d.NextAt), LeaseUntil: orZero(d.LeaseUntil),
 		Steps: make([]SagaStep, 0, len(d.Effects))}
 	for _, e := range d.Effects {
-		out.Steps = append(out.Steps, SagaStep{Name: e.Step, State: e.State, Attempts: e.Attempts, Error: e.Reason})
+		out.Steps = append(out.Steps, SagaStep{Name: e.Step, State: e.State, Attempts: e.Attempts, Error: e.Reason, DecodeError: e.DecodeError})
 	}
 	if r := d.Resolution; r != nil {
 		out.Resolution = &SagaResolution{Note: r.Note, At: r.At, PreviousState: r.PreviousState}
@@ -163,7 +163,7 @@ func (c conflictError) Is(target error) bool { return target == ErrConflict }
 
 func sagaOf(inst saga.Instance) Saga {
 	return Saga{ID: inst.ID, Name: inst.Saga, State: inst.State, Step: inst.Step, Attempts: inst.Attempts,
-		Reason: inst.Reason, CreatedAt: inst.Created, UpdatedAt: inst.Updated, DecodeError: inst.DecodeError}
+		Reason: inst.Reason, CreatedAt: inst.Created, UpdatedAt: inst.Updated, DecodeError: inst.DecodeError, Parked: inst.Parked}
 }
 
 // orZero maps the backends' "none" (Unix time 0, as their columns store it) to the

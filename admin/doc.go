@@ -65,9 +65,12 @@
 //
 // A stored row another service wrote that cannot be decoded whole (a dead letter
 // or parked message whose headers are not a JSON object of strings, a saga whose
-// results are not a JSON object) is listed and shown like the others, with its
+// results are not a JSON object, on SQLite an effect or a saga's resolution with
+// text where a number belongs) is listed and shown like the others, with its
 // decode_error, never failing the page around it; it can be discarded (or, a saga,
-// resolved), not replayed or retried.
+// resolved), not replayed or retried. A saga the orchestrators set aside, as they
+// cannot run it, is marked parked (GET /api/sagas?state=parked lists them), its
+// reason saying why; once its row is corrected it can be retried.
 //
 // Errors are RFC 9457 problems (application/problem+json, the Problem… types):
 // idem.ErrNotFound is 404 with a detail naming what was looked for, a bad parameter

@@ -117,7 +117,7 @@ var routes = []route{
 		serve: serveEffects},
 	purgeRoute("/api/effects/purge", areaEffects, "effects", func(h *handler) any { return h.cfg.Effects }),
 	{method: "GET", path: "/api/sagas", area: areaSagas, summary: "list sagas",
-		query: []param{{name: "state", typ: "string", doc: "running, compensating, completed, compensated, failed or resolved"}, pCursor, pLimit},
+		query: []param{{name: "state", typ: "string", doc: "running, compensating, completed, compensated, failed or resolved; or parked: the running and compensating sagas an orchestrator set aside"}, pCursor, pLimit},
 		serve: serveSagas},
 	{method: "GET", path: "/api/sagas/{id}", area: areaSagas, summary: "get saga", serve: serveSaga},
 	{method: "POST", path: "/api/sagas/{id}/retry", area: areaSagas, mutates: true, summary: "retry saga step",

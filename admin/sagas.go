@@ -40,6 +40,9 @@ type Effect struct {
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 	CreatedAt  time.Time `json:"created_at,omitzero"`
 	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+	// DecodeError says what of the stored row could not be decoded (on SQLite, text
+	// where a number belongs): the effect is shown with what could be read.
+	DecodeError string `json:"decode_error,omitempty"`
 }
 
 // EffectPage is a page of Effects.List.
@@ -60,8 +63,12 @@ type Sagas interface {
 	Resolve(ctx context.Context, id, note string) error
 }
 
-// Saga states SagaFilter selects (those of effect/saga).
-var sagaStates = []string{"running", "compensating", "completed", "compensated", "failed", "resolved"}
+// Saga states SagaFilter selects (those of effect/saga), and SagaParked.
+var sagaStates = []string{"running", "compensating", "completed", "compensated", "failed", "resolved", SagaParked}
+
+// SagaParked is not a state but what SagaFilter.State selects for the running and
+// compensating sagas an orchestrator set aside (Saga.Parked).
+const SagaParked = "parked"
 
 // SagaFilter selects sagas; State "" selects all.
 type SagaFilter struct {
@@ -82,8 +89,13 @@ type Saga struct {
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 	// DecodeError says what of the stored row could not be decoded (results that
 	// are not a JSON object, written by another service): the saga is shown with
-	// what could be read. It can be resolved, not retried.
+	// what could be read. It can be resolved, or retried once its row is corrected.
 	DecodeError string `json:"decode_error,omitempty"`
+	// Parked marks a running or compensating saga an orchestrator set aside, as
+	// it cannot run it (its row cannot be decoded, or its step is unknown):
+	// Reason says why. No orchestrator advances it until it is retried (once its
+	// row is corrected) or resolved.
+	Parked bool `json:"parked,omitempty"`
 }
 
 // SagaStep is one step of a saga, as SagaDetail shows it.
@@ -92,14 +104,17 @@ type SagaStep struct {
 	State    string `json:"state"`
 	Attempts int    `json:"attempts"`
 	Error    string `json:"error,omitempty"`
+	// DecodeError says what of the step's effect row could not be decoded.
+	DecodeError string `json:"decode_error,omitempty"`
 }
 
 // SagaDetail is a saga with its steps.
 type SagaDetail struct {
 	Saga
 	Steps []SagaStep `json:"steps"`
-	// NextAt is when an orchestrator may next advance it (after a backoff);
-	// LeaseUntil, if in the future, is how long an orchestrator holds it.
+	// NextAt is when an orchestrator may next advance it (after a backoff), left
+	// out for a parked saga; LeaseUntil, if in the future, is how long an
+	// orchestrator holds it.
 	NextAt     time.Time `json:"next_at,omitzero"`
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 	// Resolution is set once the saga was resolved by hand (state resolved).

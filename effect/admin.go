@@ -1,6 +1,7 @@
 package effect
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/cursor"
+	"github.com/idemhq/idem/internal/rowscan"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -65,7 +67,8 @@ type EffectPage struct {
 	Next string
 }
 
-// List returns a page of the effects f selects. Each page is an index range scan:
+// List returns a page of the effects f selects; an effect whose row cannot be
+// decoded is listed with its DecodeError. Each page is an index range scan:
 // by primary key, or for a State by the index of open effects (migration
 // 002_state_index), never a scan of the complete effects.
 func (a *Admin[Tx]) List(ctx context.Context, f EffectFilter) (EffectPage, error) {
@@ -148,14 +151,24 @@ func (a *Admin[Tx]) List(ctx context.Context, f EffectFilter) (EffectPage, error
 }
 
 // Get returns the effect of key and step with its result, or an error wrapping
-// idem.ErrNotFound.
+// idem.ErrNotFound. An effect whose row cannot be decoded is returned with its
+// DecodeError.
 func (a *Admin[Tx]) Get(ctx context.Context, key, step string) (Effect, error) {
 	if err := validate(key, step); err != nil {
 		return Effect{}, err
 	}
 	var e Effect
-	err := a.db.InTx(ctx, func(tx Tx) (err error) {
-		e, err = scanEffect(a.db.Querier(tx).QueryRow(ctx, "SELECT "+a.cols+", result FROM idem_effects WHERE "+a.key+" = $1 AND step = $2", key, step), true)
+	err := a.db.InTx(ctx, func(tx Tx) error {
+		// Query, not QueryRow: rowscan.Scan may read the row twice.
+		rows, err := a.db.Querier(tx).Query(ctx, "SELECT "+a.cols+", result FROM idem_effects WHERE "+a.key+" = $1 AND step = $2", key, step)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			return cmp.Or(rows.Err(), sql.ErrNoRows)
+		}
+		e, err = scanEffect(rows, true)
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
@@ -167,7 +180,12 @@ func (a *Admin[Tx]) Get(ctx context.Context, key, step string) (Effect, error) {
 	return e, nil
 }
 
-// scanEffect reads effectColumns, and the result after them if withResult.
+// effectNames names effectColumns and the result, for decode errors.
+var effectNames = []string{"key", "step", "state", "token", "attempts", "reason", "lease_until", "created_at", "updated_at", "result"}
+
+// scanEffect reads effectColumns, and the result after them if withResult. A value
+// that does not fit its field is named in the Effect's DecodeError when row can be
+// read again (the *sql.Rows of a Query); otherwise it is the error.
 func scanEffect(row idem.Row, withResult bool) (Effect, error) {
 	var e Effect
 	var until, created, updated int64
@@ -175,9 +193,10 @@ func scanEffect(row idem.Row, withResult bool) (Effect, error) {
 	if withResult {
 		dest = append(dest, &e.Result)
 	}
-	if err := row.Scan(dest...); err != nil {
+	bad, err := rowscan.Scan(row, effectNames, dest...)
+	if err != nil {
 		return Effect{}, err
 	}
-	e.LeaseUntil, e.Created, e.Updated = time.Unix(0, until), time.Unix(0, created), time.Unix(0, updated)
+	e.LeaseUntil, e.Created, e.Updated, e.DecodeError = time.Unix(0, until), time.Unix(0, created), time.Unix(0, updated), bad
 	return e, nil
 }

@@ -54,6 +54,13 @@
 // ones, those past their lease that Recover would take over, failed ones, or the
 // steps of one key, page by page; Get shows one with its result.
 //
+// One effect affects itself only. Recover goes past an effect it cannot recover
+// (its call fails, or on SQLite its row holds a value of another type), which then
+// waits behind the other effects due, and says how many failed. Admin lists and
+// shows an effect whose row cannot be decoded with its DecodeError. The reason of
+// a permanent failure is cut to MaxReasonLen and made storable as text, so that
+// the fence can always record it.
+//
 // # Retention
 //
 // A complete effect is remembered for a retention, not for ever: a Sweeper,
@@ -143,8 +150,16 @@ type Fence[Tx any] struct {
 // FailedError is an effect whose call failed permanently (Permanent): Do returns
 // it again for the same key and step without calling.
 type FailedError struct {
-	Key, Step, Reason string
+	Key, Step string
+	// Reason is the call's error text, as recorded: within MaxReasonLen bytes.
+	Reason string
 }
+
+// MaxReasonLen bounds the reason an effect that failed permanently records: its
+// call's error text is cut to it, its NUL bytes and invalid UTF-8 replaced, so that
+// every database's text column can hold it (a failure the fence could not record
+// would be retried for ever).
+const MaxReasonLen = 4096
 
 func (e *FailedError) Error() string {
 	return fmt.Sprintf("effect %s/%s failed permanently: %s", e.Key, e.Step, e.Reason)

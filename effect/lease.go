@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/sqltext"
 	"github.com/idemhq/idem/internal/wait"
 )
 
@@ -210,10 +211,11 @@ func (f *Fence[Tx]) run(ctx context.Context, span trace.Span, key, step string, 
 	if err != nil {
 		if IsPermanent(err) {
 			f.count(span, step, "failed")
-			if ferr := f.finish(ctx, span, key, step, c.token, StateFailed, nil, err.Error()); ferr != nil {
+			reason := sqltext.Fit(err.Error(), MaxReasonLen)
+			if ferr := f.finish(ctx, span, key, step, c.token, StateFailed, nil, reason); ferr != nil {
 				return nil, ferr
 			}
-			return nil, &FailedError{Key: key, Step: step, Reason: err.Error()}
+			return nil, &FailedError{Key: key, Step: step, Reason: reason}
 		}
 		f.count(span, step, "error")
 		f.release(ctx, key, step, c.token)

@@ -10,7 +10,7 @@ import (
 // {{key}}: MySQL reserves the word and needs it quoted, in backquotes no other
 // dialect reads.
 type queries struct {
-	insert, lock, takeover, renew, finish, release, due, get string
+	insert, lock, takeover, renew, finish, release, pushBack, due, get string
 }
 
 // effectColumns are what Get and Admin.List read of an effect, in scanEffect's
@@ -41,6 +41,8 @@ func newQueries(d idem.Dialect) queries {
 			WHERE {{key}} = $5 AND step = $6 AND token = $7 AND state = 'pending'`),
 		release: r.Replace(`UPDATE idem_effects SET lease_until = 0, updated_at = $1
 			WHERE {{key}} = $2 AND step = $3 AND token = $4 AND state = 'pending'`),
+		pushBack: r.Replace(`UPDATE idem_effects SET lease_until = $1
+			WHERE {{key}} = $2 AND step = $3 AND state = 'pending' AND lease_until <= $1`),
 		due: r.Replace(`SELECT {{key}} FROM idem_effects WHERE step = $1 AND state = 'pending' AND lease_until <= $2
 			ORDER BY lease_until LIMIT $3`),
 		get: r.Replace(`SELECT ` + effectColumns + `, result FROM idem_effects WHERE {{key}} = $1 AND step = $2`),

@@ -4,19 +4,28 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/isolate"
 	"github.com/idemhq/idem/internal/otelx"
 )
 
 // Recover is the sweeper: it takes over up to limit PENDING effects of step whose
 // lease has expired (their worker crashed between the call and the COMPLETE, or
 // gave up after an error) and runs call for each, with the same derived key and
-// after Reconcile. It returns how many it completed; the first error stops it.
-// Run it periodically for every step, in one process or many.
+// after Reconcile. It returns how many it completed. Run it periodically for every
+// step, in one process or many.
+//
+// One effect affects itself only: an effect whose recovery fails (its call fails,
+// or fails permanently, or on SQLite its row holds a value of another type) does
+// not stop the others. Its lease is set to end now, behind the effects already
+// due, so that effects that keep failing cannot fill every batch; Recover then
+// returns, with the count, an error saying how many failed, wrapping the first
+// failure.
 func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Call) (done int, err error) {
 	if limit <= 0 {
 		limit = 100
@@ -31,7 +40,28 @@ func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Ca
 			otelx.End(span, err)
 		}()
 	}
-	var keys []string
+	keys, err := f.due(ctx, step, limit)
+	if err != nil {
+		return 0, &idem.BackendError{Backend: "effect", Op: "recover", Err: err}
+	}
+	done, err = isolate.Each(ctx, keys, func(key string) (bool, error) {
+		ran, err := f.recoverOne(ctx, key, step, call)
+		if err != nil {
+			f.pushBack(ctx, key, step)
+		}
+		return ran, err
+	})
+	var ie *isolate.Error
+	if errors.As(err, &ie) {
+		return done, fmt.Errorf("effect: %d of the %d effects of step %s past their lease could not be recovered now, and wait behind the others for a later Recover (%d were); the first: %w",
+			ie.Failed, ie.Of, step, done, ie.First)
+	}
+	return done, err
+}
+
+// due returns the keys of up to limit PENDING effects of step past their lease,
+// the longest past first.
+func (f *Fence[Tx]) due(ctx context.Context, step string, limit int) (keys []string, err error) {
 	err = f.db.InTx(ctx, func(tx Tx) error {
 		rows, err := f.db.Querier(tx).Query(ctx, f.q.due, step, f.cfg.Now().UnixNano(), limit)
 		if err != nil {
@@ -47,19 +77,14 @@ func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Ca
 		}
 		return rows.Err()
 	})
-	if err != nil {
-		return 0, &idem.BackendError{Backend: "effect", Op: "recover", Err: err}
-	}
-	for _, key := range keys {
-		ran, err := f.recoverOne(ctx, key, step, call)
-		if err != nil {
-			return done, err
-		}
-		if ran {
-			done++
-		}
-	}
-	return done, nil
+	return keys, err
+}
+
+// pushBack sets the lease of key's effect, if it is still PENDING past it, to end
+// now: a failed call's release ends it at the epoch, ahead of every effect due.
+func (f *Fence[Tx]) pushBack(ctx context.Context, key, step string) {
+	ctx = context.WithoutCancel(ctx) // as release: a failure must still move it
+	_, _ = f.exec(ctx, f.q.pushBack, f.cfg.Now().UnixNano(), key, step)
 }
 
 // recoverOne takes key's effect over, if its lease still has expired, and runs
@@ -90,6 +115,12 @@ type Effect struct {
 	LeaseUntil       time.Time
 	// Created is when the effect was first recorded, Updated its last change.
 	Created, Updated time.Time
+	// DecodeError, set by Admin's List and Get only, says what of the stored row
+	// could not be decoded, "" when all of it was: on SQLite, which keeps any value
+	// in any column, a value of another type (text where a number belongs). The
+	// fields it names hold their zero value. No Do or Recover can take such an
+	// effect over: correct the row.
+	DecodeError string
 }
 
 // Get returns the stored effect of key and step, or ok false if there is none.

@@ -5,6 +5,7 @@ package console_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -291,6 +292,27 @@ func openUI(ctx context.Context, t *testing.T, url string, logs *syncBuffer) *ui
 		}
 	})
 	return &ui{t: t, ctx: ctx, page: page}
+}
+
+// openSQLConsole serves the admin API over db (every area's tables must be there)
+// with cfg, and the console, opens it in headless Chromium and signs in with the
+// full-access token. logs receives the API's log (its audit records).
+func openSQLConsole(ctx context.Context, t *testing.T, db idem.TxDB[*sql.Tx], cfg admin.Config) (u *ui, logs *syncBuffer) {
+	t.Helper()
+	logs = &syncBuffer{}
+	cfg.Token, cfg.Console, cfg.Logger = fullToken, console.Handler(), slog.New(slog.NewJSONHandler(logs, nil))
+	if skipped, err := admin.ForSQL(ctx, db, &cfg); err != nil || len(skipped) != 0 {
+		t.Fatalf("ForSQL: skipped %v, %v", skipped, err)
+	}
+	h, err := admin.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	u = openUI(ctx, t, hs.URL, logs)
+	u.signIn(fullToken, "alice")
+	return u, logs
 }
 
 // signIn waits for the token form, signs in with token as actor, and waits for the

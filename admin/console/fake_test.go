@@ -235,7 +235,7 @@ func (f *fakeSagas) List(ctx context.Context, q admin.SagaFilter) (admin.SagaPag
 	defer f.mu.Unlock()
 	var page admin.SagaPage
 	for _, s := range f.sagas {
-		if q.State == "" || s.State == q.State {
+		if q.State == "" || s.State == q.State || q.State == admin.SagaParked && s.Parked {
 			page.Sagas = append(page.Sagas, s)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
-	"github.com/idemhq/idem/admin/console"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/effect/saga"
 	"github.com/idemhq/idem/idemsqlite"
@@ -206,22 +204,7 @@ func TestBrowserRealBackends(t *testing.T) {
 	})
 
 	// The admin API over all of it.
-	var logs syncBuffer
-	cfg := admin.Config{Token: fullToken, Stores: map[string]idem.Inspector{"main": store}, Gatherer: reg,
-		Console: console.Handler(), Logger: slog.New(slog.NewJSONHandler(&logs, nil))}
-	skipped, err := admin.ForSQL(ctx, db, &cfg)
-	if err != nil || len(skipped) != 0 {
-		t.Fatalf("ForSQL: skipped %v, %v", skipped, err)
-	}
-	h, err := admin.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(h)
-	t.Cleanup(hs.Close)
-
-	ui := openUI(ctx, t, hs.URL, &logs)
-	ui.signIn(fullToken, "alice")
+	ui, logs := openSQLConsole(ctx, t, db, admin.Config{Stores: map[string]idem.Inspector{"main": store}, Gatherer: reg})
 
 	// The tables show the real rows.
 	dlRow := fmt.Sprintf(`#deadletters tr[data-id="%d"]`, letter.ID)
@@ -269,7 +252,7 @@ func TestBrowserRealBackends(t *testing.T) {
 		}
 		return dl.State == inbox.StateReplayed
 	})
-	wantAudit(t, &logs, "POST /api/deadletters/replay", "card fixed")
+	wantAudit(t, logs, "POST /api/deadletters/replay", "card fixed")
 	ui.run(`document.getElementById('refresh').click()`)
 	ui.waitTrue("the dead letter gone", `!document.querySelector('`+dlRow+`') && document.querySelector('#deadletters tbody td').textContent === 'No dead letters.'`)
 
@@ -297,7 +280,7 @@ func TestBrowserRealBackends(t *testing.T) {
 	if _, err := store.Inspect(ctx, done); err != nil {
 		t.Errorf("o-done after evicting o-held: %v", err)
 	}
-	wantAudit(t, &logs, "POST /api/keys/evict", "holder died")
+	wantAudit(t, logs, "POST /api/keys/evict", "holder died")
 
 	// Discard ship-2: it leaves the table (the API still lists it, discarded) and the
 	// status counts it.
@@ -320,7 +303,7 @@ func TestBrowserRealBackends(t *testing.T) {
 	ui.run(`document.getElementById('refresh').click()`)
 	ui.waitTrue("the parked message gone", `!document.querySelector('`+pRow+`') && document.querySelector('#parked tbody td').textContent === 'No parked messages.'`)
 	ui.waitTrue("the parked gauge at 0", `document.querySelector('[data-chart="parked"] .chart-value').textContent === '0'`)
-	wantAudit(t, &logs, "POST /api/outbox/parked/{id}/retry", "broker back")
+	wantAudit(t, logs, "POST /api/outbox/parked/{id}/retry", "broker back")
 	ui.wantTrue("no policy violation", `idemConsole.violations.length === 0`)
 	ui.screenshot("real-after-actions")
 

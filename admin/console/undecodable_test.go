@@ -5,23 +5,24 @@ package console_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/idemhq/idem/admin"
-	"github.com/idemhq/idem/admin/console"
+	"github.com/idemhq/idem/internal/sagatest"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/migrate"
 )
 
 // TestBrowserUndecodableRows loads the console in headless Chromium over a SQLite
 // database where another service wrote rows by hand: a dead letter and a parked
-// message whose headers are not a JSON object of strings, and a saga with text in
-// its attempts column. Every table loads; the bad rows are listed with the
-// others, marked, saying why; their replay and retry are disabled, and the bad
-// dead letter is discarded through its button.
+// message whose headers are not a JSON object of strings, a saga with text in
+// its attempts column, an effect with text in its token, and a saga whose results
+// are not a JSON object (the orchestrator parked it). Every table loads; the bad
+// rows are listed with the others, marked, saying why; their replay and retry are
+// disabled, and the bad dead letter is discarded through its button. The parked
+// saga is among the sagas needing attention, marked parked, with the reason the
+// orchestrator gave, its retry enabled (for once the row is corrected).
 func TestBrowserUndecodableRows(t *testing.T) {
 	needChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -37,22 +38,12 @@ func TestBrowserUndecodableRows(t *testing.T) {
 	badParked := sqltest.Parked(t, db, "m-bad", `not json`, 3)
 	sqltest.Saga(t, db, "s-good", "failed", `{}`, 1)
 	sqltest.Saga(t, db, "s-typed", "failed", `{}`, "twice")
+	sagatest.Park(t, db, "s-parked")
+	sqltest.Effect(t, db, "e-good", "charge", 1)
+	sqltest.Effect(t, db, "e-bad", "charge", "seven")
 
-	var logs syncBuffer
-	cfg := admin.Config{Token: fullToken, Console: console.Handler(), Logger: slog.New(slog.NewJSONHandler(&logs, nil))}
-	if skipped, err := admin.ForSQL(ctx, db, &cfg); err != nil || len(skipped) != 0 {
-		t.Fatalf("ForSQL: skipped %v, %v", skipped, err)
-	}
-	h, err := admin.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(h)
-	t.Cleanup(hs.Close)
-	ui := openUI(ctx, t, hs.URL, &logs)
-	ui.signIn(fullToken, "alice")
-
-	for _, area := range []string{"deadletters", "outbox", "sagas"} {
+	ui, _ := openSQLConsole(ctx, t, db, admin.Config{})
+	for _, area := range []string{"deadletters", "outbox", "sagas", "effects"} {
 		ui.wantTrue(area+" loaded", `document.querySelector('#area-`+area+` .note').hidden`)
 	}
 	row := func(table string, id any) string { return fmt.Sprintf(`#%s tr[data-id="%v"]`, table, id) }
@@ -71,6 +62,14 @@ func TestBrowserUndecodableRows(t *testing.T) {
 			document.querySelector('`+r.bad+` button[data-action="`+r.blocked+`"]'))`)
 		ui.wantTrue(r.good+" "+r.blocked+" enabled", `!document.querySelector('`+r.good+` button[data-action="`+r.blocked+`"]').disabled`)
 	}
+	ui.wantTrue("e-bad listed and marked", `(tr => tr.classList.contains('undecodable') &&
+		tr.querySelector('.decode-error').textContent.startsWith('cannot be decoded: token: '))(document.querySelector('`+row("effects", "e-bad")+`'))`)
+	ui.wantTrue("e-good listed, not marked", `!document.querySelector('`+row("effects", "e-good")+`').classList.contains('undecodable')`)
+	parked := row("sagas", "s-parked")
+	ui.wantTrue("s-parked marked parked", `document.querySelector('`+parked+` .parked-mark').textContent.trim() === 'parked' &&
+		document.querySelector('`+parked+` td:nth-child(3)').textContent.startsWith('running') && !document.querySelector('`+row("sagas", "s-good")+` .parked-mark')`)
+	ui.wantTrue("its reason", `document.querySelector('`+parked+` td.reason').textContent.includes('its row cannot be decoded: results: not a JSON object')`)
+	ui.wantTrue("its retry enabled", `!document.querySelector('`+parked+` button[data-action="retry"]').disabled`)
 	ui.screenshot("undecodable")
 
 	ui.run(`document.querySelector('` + row("deadletters", bad) + ` button[data-action="discard"]').click()`)

@@ -25,7 +25,11 @@ const sagasSynopsis = `List and inspect sagas; retry a failed or stuck step, or 
 
 URL is the orchestrators' database: postgres://user:pass@host:5432/db,
 mysql://user:pass@host:3306/db or sqlite:PATH. S is running, compensating,
-completed, compensated, failed or resolved.
+completed, compensated, failed or resolved; or parked, for the running and
+compensating sagas the orchestrators set aside because they cannot run them
+(their row cannot be decoded, or names a step their definition lacks): the
+reason says why. Correct such a saga's row, then retry it: it goes on from its
+step; or resolve it.
 
 retry makes the running orchestrators run the saga's current step again, now: a
 failed saga (a compensation failed permanently) goes back to compensating and
@@ -56,7 +60,7 @@ func (m *Main) runSagas(ctx context.Context, args []string) error {
 	return m.runOps(ctx, opsCommand{name: "sagas", synopsis: sagasSynopsis, actions: []opsAction{
 		{"list", func(fs *flag.FlagSet) func(context.Context) error {
 			o.declare(fs)
-			fs.StringVar(&o.state, "state", "", "only sagas in this state (running, compensating, completed, compensated, failed, resolved)")
+			fs.StringVar(&o.state, "state", "", "only sagas in this state (running, compensating, completed, compensated, failed, resolved), or parked")
 			fs.StringVar(&o.cursor, "cursor", "", "the page after this cursor (the last page printed it)")
 			fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many sagas (1 to %d)", idem.MaxListLimit))
 			return func(ctx context.Context) error { return m.sagasList(ctx, o) }
@@ -107,10 +111,20 @@ type sagaJSON struct {
 	Updated  time.Time `json:"updated_at"`
 	// DecodeError says what of the stored row could not be decoded.
 	DecodeError string `json:"decode_error,omitempty"`
+	// Parked: the orchestrators set it aside, as they cannot run it.
+	Parked bool `json:"parked,omitempty"`
 }
 
 func newSagaJSON(in saga.Instance) sagaJSON {
-	return sagaJSON{in.ID, in.Saga, in.State, in.Step, in.Attempts, in.Reason, in.Created, in.Updated, in.DecodeError}
+	return sagaJSON{in.ID, in.Saga, in.State, in.Step, in.Attempts, in.Reason, in.Created, in.Updated, in.DecodeError, in.Parked}
+}
+
+// state is a saga's state for a table, marked when it is parked.
+func (s sagaJSON) state() string {
+	if s.Parked {
+		return cell(s.State, 20) + " (parked)"
+	}
+	return cell(s.State, 20)
 }
 
 func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
@@ -140,19 +154,20 @@ func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
 	var bad undecodable
 	fmt.Fprintln(tw, "ID\tSAGA\tSTATE\tSTEP\tATTEMPTS\tUPDATED\tREASON")
 	for _, s := range out.Sagas {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", bad.mark(cell(s.ID, 60), s.DecodeError), cell(s.Saga, 40), cell(s.State, 20),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", bad.mark(cell(s.ID, 60), s.DecodeError), cell(s.Saga, 40), s.state(),
 			s.Step, s.Attempts, when(s.Updated), cell(s.Reason, 60))
 	}
 	return m.endTable(tw, fmt.Sprintf("%d sagas", len(out.Sagas)), moreCursor(page.Next), bad.notes...)
 }
 
 type effectJSON struct {
-	Step     string    `json:"step"`
-	State    string    `json:"state"`
-	Attempts int       `json:"attempts"`
-	Reason   string    `json:"reason"`
-	Result   preview   `json:"result"`
-	Updated  time.Time `json:"updated_at"`
+	Step        string    `json:"step"`
+	State       string    `json:"state"`
+	Attempts    int       `json:"attempts"`
+	Reason      string    `json:"reason"`
+	Result      preview   `json:"result"`
+	Updated     time.Time `json:"updated_at"`
+	DecodeError string    `json:"decode_error,omitempty"`
 }
 
 func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
@@ -190,18 +205,21 @@ func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
 		out.Results[step] = newPreview(r, o.full)
 	}
 	for _, e := range d.Effects {
-		out.Effects = append(out.Effects, effectJSON{e.Step, e.State, e.Attempts, e.Reason, newPreview(e.Result, o.full), e.Updated})
+		out.Effects = append(out.Effects, effectJSON{e.Step, e.State, e.Attempts, e.Reason, newPreview(e.Result, o.full), e.Updated, e.DecodeError})
 	}
 	if o.json {
 		return writeJSON(m.Stdout, out)
 	}
 	tw := newTable(m.Stdout)
-	rows := [][2]string{{"id", cell(d.ID, 0)}, {"saga", cell(d.Saga, 0)}, {"state", cell(d.State, 0)}, {"step", fmt.Sprint(d.Step)},
+	rows := [][2]string{{"id", cell(d.ID, 0)}, {"saga", cell(d.Saga, 0)}, {"state", out.state()}, {"step", fmt.Sprint(d.Step)},
 		{"attempts", fmt.Sprint(d.Attempts)}, {"reason", cell(d.Reason, 0)}, {"created", when(d.Created)},
 		{"updated", when(d.Updated)}, {"next run", when(out.NextAt)}, {"leased until", when(out.LeaseUntil)},
 		{"data", out.Data.String()}}
 	if d.DecodeError != "" {
 		rows = append(rows, [2]string{"DECODE ERROR", cell(d.DecodeError, 0) + " (no orchestrator runs it: correct the row, or resolve it)"})
+	}
+	if d.Parked {
+		rows = append(rows, [2]string{"PARKED", "no orchestrator runs it until its row is corrected and it is retried, or it is resolved: the reason says why"})
 	}
 	for _, step := range slices.Sorted(maps.Keys(out.Results)) {
 		rows = append(rows, [2]string{"result " + cell(step, 60), out.Results[step].String()})
@@ -217,12 +235,16 @@ func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
 	}
 	fmt.Fprintln(m.Stdout)
 	tw = newTable(m.Stdout)
+	var bad undecodable
 	fmt.Fprintln(tw, "STEP\tSTATE\tATTEMPTS\tUPDATED\tREASON")
 	for _, e := range out.Effects {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cell(e.Step, 60), cell(e.State, 20), e.Attempts, when(e.Updated), cell(e.Reason, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", bad.mark(cell(e.Step, 60), e.DecodeError), cell(e.State, 20), e.Attempts, when(e.Updated), cell(e.Reason, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, n := range bad.notes {
+		fmt.Fprintln(m.Stdout, n)
 	}
 	if o.full {
 		fmt.Fprintf(m.Stdout, "full data:\n%s\n", fullText(d.Data))

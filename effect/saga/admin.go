@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
@@ -81,16 +82,17 @@ type Page struct {
 var states = []string{Running, Compensating, Completed, Compensated, Failed, Resolved}
 
 // List returns up to limit (1 to idem.MaxListLimit) sagas in state ("" for every
-// state) in id order, after cursor ("" for the first page, then a page's Next). A
-// saga whose row cannot be decoded is listed with its DecodeError.
-// Each page is an index range scan: the primary key, or (state, id).
+// state, Parked for the parked ones) in id order, after cursor ("" for the first
+// page, then a page's Next). A saga whose row cannot be decoded is listed with its
+// DecodeError. Each page is an index range scan: the primary key, or (state, id);
+// the parked ones are read from the index of due sagas.
 func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Page, error) {
 	if err := cursor.Limit(limit); err != nil {
 		return Page{}, err
 	}
-	if state != "" && !containsState(state) {
+	if state != "" && state != Parked && !containsState(state) {
 		return Page{}, &idem.InputError{Field: "state", Reason: fmt.Sprintf("is %q", state),
-			Fix: "use one of " + strings.Join(states, ", ") + `, or "" for every state`}
+			Fix: "use one of " + strings.Join(states, ", ") + `, "" for every state, or parked for the parked sagas`}
 	}
 	after, err := cursor.Decode(cur, 1)
 	if err != nil {
@@ -98,7 +100,12 @@ func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Pag
 	}
 	var where []string
 	var args []any
-	if state != "" {
+	switch state {
+	case "":
+	case Parked:
+		args = append(args, parkedAt)
+		where = append(where, parkedWhere(len(args)))
+	default:
 		args = append(args, state)
 		where = append(where, fmt.Sprintf("state = $%d", len(args)))
 	}
@@ -106,7 +113,7 @@ func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Pag
 		args = append(args, after[0])
 		where = append(where, fmt.Sprintf("id > $%d", len(args)))
 	}
-	q := `SELECT id, saga, state, step, attempts, reason, created_at, updated_at FROM idem_sagas`
+	q := `SELECT id, saga, state, step, attempts, reason, created_at, updated_at, next_at FROM idem_sagas`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -122,13 +129,13 @@ func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Pag
 		defer rows.Close()
 		for rows.Next() {
 			var inst Instance
-			var created, updated int64
+			var created, updated, next int64
 			inst.DecodeError, err = rowscan.Scan(rows, listColumns, &inst.ID, &inst.Saga, &inst.State, &inst.Step,
-				&inst.Attempts, &inst.Reason, &created, &updated)
+				&inst.Attempts, &inst.Reason, &created, &updated, &next)
 			if err != nil {
 				return err
 			}
-			inst.Created, inst.Updated = time.Unix(0, created), time.Unix(0, updated)
+			inst.Created, inst.Updated, inst.Parked = time.Unix(0, created), time.Unix(0, updated), next == parkedAt
 			page.Sagas = append(page.Sagas, inst)
 		}
 		return rows.Err()
@@ -141,7 +148,7 @@ func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Pag
 }
 
 // listColumns names the columns List reads, for decode errors.
-var listColumns = []string{"id", "saga", "state", "step", "attempts", "reason", "created_at", "updated_at"}
+var listColumns = []string{"id", "saga", "state", "step", "attempts", "reason", "created_at", "updated_at", "next_at"}
 
 func containsState(s string) bool {
 	for _, st := range states {
@@ -155,14 +162,16 @@ func containsState(s string) bool {
 // Detail is one saga as Admin.Get shows it.
 type Detail struct {
 	Instance
-	// NextAt is when an orchestrator may next advance it (after a backoff);
-	// LeaseUntil, if in the future, is how long an orchestrator holds it.
+	// NextAt is when an orchestrator may next advance it (after a backoff), zero
+	// for a parked saga; LeaseUntil, if in the future, is how long an orchestrator
+	// holds it.
 	NextAt, LeaseUntil time.Time
 	// Effects are its steps as the fence recorded them, in step order by name: each
 	// action ("do:<step>") and compensation ("undo:<step>") that ran, with its
 	// state, attempts and reason (up to idem.MaxListLimit of them).
 	Effects []effect.Effect
-	// Resolution is set once the saga was resolved by hand.
+	// Resolution is set once the saga was resolved by hand (nil if its record is
+	// missing). What of it cannot be decoded is in DecodeError.
 	Resolution *Resolution
 }
 
@@ -174,7 +183,8 @@ type Resolution struct {
 }
 
 // Get returns saga id with its steps' effects, or an error wrapping ErrNotFound. A
-// saga whose row cannot be decoded is returned with its DecodeError.
+// saga whose row (or resolution) cannot be decoded is returned with its
+// DecodeError, an effect with its own.
 func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 	if err := (idem.Key{Scope: "saga", ID: id}).Validate(); err != nil {
 		return Detail{}, err
@@ -188,18 +198,13 @@ func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 			return err
 		}
 		d.Instance, d.NextAt, d.LeaseUntil = row.Instance, time.Unix(0, row.nextAt), time.Unix(0, row.leaseUntil)
+		if row.Parked {
+			d.NextAt = time.Time{}
+		}
 		if row.State != Resolved {
 			return nil
 		}
-		var r Resolution
-		var at int64
-		err = q.QueryRow(ctx, `SELECT note, resolved_at, previous_state FROM idem_saga_resolutions WHERE id = $1`, id).Scan(&r.Note, &at, &r.PreviousState)
-		if err != nil {
-			return err
-		}
-		r.At = time.Unix(0, at)
-		d.Resolution = &r
-		return nil
+		return readResolution(ctx, q, &d)
 	})
 	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 		return Detail{}, fmt.Errorf("saga %s: %w", id, ErrNotFound)
@@ -215,6 +220,32 @@ func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 	return d, nil
 }
 
+// resolutionColumns names the columns readResolution reads, for decode errors.
+var resolutionColumns = []string{"resolution.note", "resolution.resolved_at", "resolution.previous_state"}
+
+// readResolution sets d.Resolution from idem_saga_resolutions, and adds what of
+// it cannot be decoded to d.DecodeError.
+func readResolution(ctx context.Context, q idem.Querier, d *Detail) error {
+	// Query, not QueryRow: rowscan.Scan may read the row twice.
+	rows, err := q.Query(ctx, `SELECT note, resolved_at, previous_state FROM idem_saga_resolutions WHERE id = $1`, d.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return rows.Err()
+	}
+	var r Resolution
+	var at int64
+	bad, err := rowscan.Scan(rows, resolutionColumns, &r.Note, &at, &r.PreviousState)
+	if err != nil {
+		return err
+	}
+	r.At, d.Resolution = time.Unix(0, at), &r
+	d.DecodeError = rowscan.Join(d.DecodeError, bad)
+	return rows.Err()
+}
+
 // RetryStep makes the orchestrators run saga id's current step again, now: its
 // attempts are reset, its backoff and lease cleared, and any orchestrator
 // advancing it is fenced out (its next save fails with idem.ErrLeaseLost). A
@@ -222,7 +253,8 @@ func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 // the failed compensation's effect back to PENDING, so it is called again with the
 // same derived idempotency key: a downstream that stored its failed answer under
 // that key will answer the same, so fix the cause first. A Running or
-// Compensating saga (waiting out a backoff) keeps its state. Completed,
+// Compensating saga (waiting out a backoff, or parked once its row is corrected)
+// keeps its state, and goes on from its current step. Completed,
 // Compensated and Resolved sagas, and a saga whose row cannot be decoded (its
 // DecodeError: no orchestrator can run it; resolve it instead), are refused with a
 // *StateError; an unknown id gets an error wrapping ErrNotFound. reason (required,
@@ -248,11 +280,8 @@ func (a *Admin[Tx]) RetryStep(ctx context.Context, id, reason string) error {
 				return err
 			}
 		}
-		msg := fmt.Sprintf("retried by hand at %s: %s", time.Unix(0, now).UTC().Format(time.RFC3339), reason)
-		if inst.Reason != "" {
-			msg = inst.Reason + "; " + msg
-		}
-		return a.update(ctx, q, id, inst.State, token, `state = $1, attempts = 0, next_at = $2, reason = $3`, next, now, msg)
+		addReason(&inst, fmt.Sprintf("retried by hand at %s: %s", time.Unix(0, now).UTC().Format(time.RFC3339), reason))
+		return a.update(ctx, q, id, inst.State, token, `state = $1, attempts = 0, next_at = $2, reason = $3`, next, now, inst.Reason)
 	})
 }
 
@@ -336,6 +365,8 @@ func checkNote(id, field, text string) error {
 		return &idem.InputError{Field: field, Reason: "is empty", Fix: "say why, for whoever looks at this saga next"}
 	case len(text) > MaxNoteLen:
 		return &idem.InputError{Field: field, Reason: fmt.Sprintf("is %d bytes long", len(text)), Fix: fmt.Sprintf("keep it to %d bytes", MaxNoteLen)}
+	case !utf8.ValidString(text) || strings.ContainsRune(text, 0):
+		return &idem.InputError{Field: field, Reason: "holds invalid UTF-8 or a NUL byte", Fix: "write it as UTF-8 text without NUL bytes"}
 	}
 	return nil
 }

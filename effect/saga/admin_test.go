@@ -202,6 +202,11 @@ func TestAdminResolvedSagaIsNeverAdvanced(t *testing.T) {
 		if err := e.admin.Resolve(ctx, "o-1", strings.Repeat("x", MaxNoteLen+1)); !errors.As(err, &ie) {
 			t.Fatalf("Resolve with a long note: %v, want an *idem.InputError", err)
 		}
+		for _, note := range []string{"refunded\x00", "refunded \xff"} { // no text column holds them (PostgreSQL, MariaDB)
+			if err := e.admin.Resolve(ctx, "o-1", note); !errors.As(err, &ie) || ie.Field != "note" {
+				t.Fatalf("Resolve with the note %q: %v, want an *idem.InputError on note", note, err)
+			}
+		}
 		before := time.Now()
 		if err := e.admin.Resolve(ctx, "o-1", "refunded by hand, ticket 42"); err != nil {
 			t.Fatal(err)

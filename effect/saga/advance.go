@@ -1,6 +1,7 @@
 package saga
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -99,7 +100,7 @@ func (o *Orchestrator[Tx]) step(ctx context.Context, def *Definition, inst *Inst
 		switch {
 		case errors.As(err, &fe):
 			inst.State = Failed
-			inst.Reason += fmt.Sprintf("; compensation of %s failed: %s", s.Name, fe.Reason)
+			addReason(inst, fmt.Sprintf("compensation of %s failed: %s", s.Name, fe.Reason))
 			return 0, nil
 		case errors.Is(err, effect.ErrInProgress):
 			return o.cfg.Lease / 4, nil
@@ -117,24 +118,27 @@ func (o *Orchestrator[Tx]) step(ctx context.Context, def *Definition, inst *Inst
 }
 
 func (o *Orchestrator[Tx]) turnAround(inst *Instance, from int, reason string) {
-	inst.State, inst.Step, inst.Attempts, inst.Reason = Compensating, from, 0, reason
+	inst.State, inst.Step, inst.Attempts, inst.Reason = Compensating, from, 0, ""
+	addReason(inst, reason)
 	if from < 0 {
 		inst.State = Compensated
 	}
 }
 
 // call runs fn for step s through the fence, under the step's timeout, in a span
-// named span (idem.saga.step or idem.saga.compensate).
+// named span (idem.saga.step or idem.saga.compensate). A panic in fn is an error
+// (protect). A step without a timeout has the lease's.
 func (o *Orchestrator[Tx]) call(ctx context.Context, span string, inst *Instance, s Step, prefix string, fn func(context.Context, Input) ([]byte, error)) (_ []byte, err error) {
 	ctx, sp := o.startStep(ctx, span, inst, s.Name)
 	defer func() { endStep(sp, err) }()
 	return o.fence.Do(ctx, inst.ID, prefix+s.Name, func(ctx context.Context, key string) ([]byte, error) {
-		if s.Timeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, s.Timeout)
-			defer cancel()
-		}
-		return fn(ctx, Input{SagaID: inst.ID, Key: key, Data: inst.Data, Results: inst.Results})
+		ctx, cancel := context.WithTimeout(ctx, cmp.Or(s.Timeout, o.cfg.Lease))
+		defer cancel()
+		out, err := o.protect(ctx, inst, prefix+s.Name, func() ([]byte, error) {
+			return fn(ctx, Input{SagaID: inst.ID, Key: key, Data: inst.Data, Results: inst.Results})
+		})
+		o.crash("inside:" + prefix + s.Name) // between the call and the fence's COMPLETE
+		return out, err
 	})
 }
 
@@ -144,23 +148,34 @@ func (o *Orchestrator[Tx]) crash(point string) {
 	}
 }
 
-// lease takes saga id if it is due and no other orchestrator holds it.
+// lease takes saga id if it is due, no other orchestrator holds it and this one
+// has its definition. A saga it cannot run (unrunnable) is parked instead, in the
+// same transaction, and ok is false.
 func (o *Orchestrator[Tx]) lease(ctx context.Context, id string) (inst Instance, token int64, ok bool, err error) {
 	now := o.cfg.Now().UnixNano()
+	var why string
 	err = o.db.InTx(ctx, func(tx Tx) error {
 		q := o.db.Querier(tx)
-		n, err := q.Exec(ctx, `UPDATE idem_sagas SET lease_until = $1, token = token + 1
-			WHERE id = $2 AND state IN ('running', 'compensating') AND lease_until <= $3 AND next_at <= $3`,
-			now+o.cfg.Lease.Nanoseconds(), id, now)
+		n, err := q.Exec(ctx, o.q.lease, append([]any{now + o.cfg.Lease.Nanoseconds(), id, now}, o.names...)...)
 		if err != nil || n == 0 {
 			return err
 		}
-		inst, token, err = o.read(ctx, q, id)
-		ok = err == nil
-		return err
+		row, err := readSagaRow(ctx, q, id, "")
+		if err != nil {
+			return err
+		}
+		inst, token = row.Instance, row.token
+		if why = o.unrunnable(&inst); why != "" {
+			return o.park(ctx, q, &inst, token, why)
+		}
+		ok = true
+		return nil
 	})
 	if err != nil {
 		return inst, 0, false, &idem.BackendError{Backend: "saga", Op: "lease", Err: err}
+	}
+	if why != "" {
+		o.parked(ctx, &inst, why)
 	}
 	return inst, token, ok, nil
 }
@@ -215,7 +230,7 @@ func readSagaRow(ctx context.Context, q idem.Querier, id, lock string) (sagaRow,
 	if err != nil {
 		return row, err
 	}
-	inst.ID, inst.Created, inst.Updated = id, time.Unix(0, created), time.Unix(0, updated)
+	inst.ID, inst.Created, inst.Updated, inst.Parked = id, time.Unix(0, created), time.Unix(0, updated), row.nextAt == parkedAt
 	inst.DecodeError = rowscan.Join(bad, rowscan.JSON("results", results, &inst.Results, "a JSON object of base64 strings"))
 	if inst.Results == nil {
 		inst.Results = map[string][]byte{}

@@ -37,6 +37,25 @@
 // stuck in its backoff again now, under a running Orchestrator; Resolve to close a
 // saga by hand with a note (state Resolved, never advanced again).
 //
+// # One bad saga
+//
+// One saga affects itself only. A saga an orchestrator cannot run is parked: its
+// row cannot be decoded (results that are not a JSON object of base64 strings,
+// written by hand or by another service; on SQLite, a value of another type in a
+// typed column), or its step is not one of its definition's. A parked saga keeps
+// its state; its Reason says when and why; the orchestrator logs it once and
+// counts it (idem_sagas_total{outcome="parked"}); no orchestrator advances it until
+// an operator corrects its row and retries it (Admin.RetryStep: it goes on from
+// its step), or resolves it. Admin.List(ctx, Parked, …) lists the parked sagas. A
+// step that panics fails its attempt, as an error would; one that hangs is cut at
+// its Timeout (the Lease without one). A saga whose advance
+// fails otherwise (a database error, a takeover) is tried again in a later round,
+// and the others are advanced meanwhile; Run logs a round that fails, and
+// collapses the rounds that fail after it. The failure texts a Reason keeps are
+// cut to fit its column. An orchestrator polls only the sagas it has a Definition
+// for: one of another name (another version's, or a row written with a wrong
+// name) waits, Running, for an orchestrator that has it.
+//
 // # Retention
 //
 // A Sweeper, run with idem.RunSweeper, deletes finished sagas (Completed,
@@ -53,8 +72,6 @@ package saga
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -67,7 +84,6 @@ import (
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
-	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -80,6 +96,10 @@ const (
 	Failed       = "failed"       // a compensation failed permanently: needs a person
 	Resolved     = "resolved"     // resolved by hand (Admin.Resolve): never advanced again
 )
+
+// Parked is not a state but a filter of List and Admin.List: the Running and
+// Compensating sagas an orchestrator set aside (Instance.Parked).
+const Parked = "parked"
 
 // Input is what an action or a compensation receives.
 type Input struct {
@@ -103,7 +123,11 @@ type Step struct {
 	// NoCompensation declares that the step has nothing to undo (a read, a final
 	// confirmation); a Step without Compensate must set it.
 	NoCompensation bool
-	// Timeout bounds one attempt of the action or the compensation. Zero: none.
+	// Timeout bounds one attempt of the action or the compensation: its context
+	// ends then, and the attempt counts as a transient failure. Zero means the
+	// orchestrator's Config.Lease (after which another orchestrator may take the
+	// saga over): an attempt that hangs must not hold the orchestrator, which
+	// advances its sagas one after the other, for ever.
 	Timeout time.Duration
 	// MaxAttempts is how many transient failures of the action turn the saga
 	// around (compensations are retried until they succeed or fail permanently).
@@ -121,7 +145,7 @@ type Definition struct {
 type Config struct {
 	// Lease is how long one orchestrator owns a saga while advancing it; after it
 	// another may take over (the first one is fenced). Default 30 s; keep it above
-	// the longest step with its timeout.
+	// the longest step with its timeout. It is the timeout of a step without one.
 	Lease time.Duration
 	// Backoff is the delay before retrying a step after its attempt-th transient
 	// failure. Default: 100 ms doubling, capped at 30 s, ±20% jitter.
@@ -131,7 +155,7 @@ type Config struct {
 	// Now is the clock of leases and backoffs. Nil means time.Now.
 	Now func() time.Time
 	// Registerer receives idem_sagas_total{saga,outcome} (started, completed,
-	// compensated, failed) and the fence's idem_effects_total.
+	// compensated, failed, parked) and the fence's idem_effects_total.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
@@ -153,6 +177,8 @@ type Orchestrator[Tx any] struct {
 	db      idem.TxDB[Tx]
 	fence   *effect.Fence[Tx]
 	defs    map[string]*Definition
+	names   []any   // the names of defs, sorted: the arguments of q's statements
+	q       queries // the statements that name them
 	cfg     Config
 	metrics *prometheus.CounterVec
 	tr      otelx.Tracer
@@ -170,12 +196,23 @@ type Instance struct {
 	Reason   string // why it turned around or failed
 	Created  time.Time
 	Updated  time.Time
-	// DecodeError, set by Admin's List and Get only, says what of the stored row
-	// could not be decoded, "" when all of it was: results that are not a JSON
-	// object of base64 strings, or on SQLite a column holding a value of another
-	// type. The fields it names hold what could be read. No orchestrator advances
-	// such a saga; an operator can resolve it (Admin.Resolve), not retry it.
+	// DecodeError, set by Admin's List and Get and by the Orchestrator's List (its
+	// Get fails instead), says what of the stored row could not be decoded, "" when
+	// all of it was: results that are not a JSON object of base64 strings, or on
+	// SQLite a column holding a value of another type; Admin.Get adds its
+	// resolution's columns, named "resolution.…". The fields it names hold what
+	// could be read. No orchestrator advances such a saga (it parks it); an
+	// operator can resolve it (Admin.Resolve), or correct the row and then retry
+	// it.
 	DecodeError string
+	// Parked is set for a saga an orchestrator set aside because it cannot run it:
+	// its row cannot be decoded (DecodeError), or its step is not one of its
+	// definition's. Reason says why, and when. It keeps its state (Running or
+	// Compensating), but no orchestrator finds it due again until an operator
+	// retries it (Admin.RetryStep, once the row is corrected: the saga goes on
+	// from where it was) or resolves it (Admin.Resolve). Each parking is logged,
+	// once, and counted as idem_sagas_total{outcome="parked"}.
+	Parked bool
 }
 
 // New returns an orchestrator for defs on db, creating its tables if needed.
@@ -212,6 +249,9 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Defi
 		}
 		o.defs[d.Name] = d
 	}
+	var names []string
+	names, o.names = definedNames(o.defs)
+	o.q = newQueries(names)
 	// idem_sagas here; effect.New below ensures idem_effects.
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Saga); err != nil {
 		return nil, err
@@ -225,7 +265,7 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Defi
 	if cfg.Registerer != nil {
 		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_sagas_total",
-			Help: "Sagas by outcome: started, completed, compensated, failed.",
+			Help: "Sagas by outcome: started, completed, compensated, failed, parked (set aside for an operator: its row cannot be decoded, or names a step its definition lacks).",
 		}, []string{"saga", "outcome"}))
 		if err != nil {
 			return nil, err
@@ -252,6 +292,8 @@ func check(d *Definition) error {
 			return &idem.InputError{Field: field + ".Action", Reason: "is nil", Fix: "pass the function that performs the step"}
 		case s.Compensate == nil && !s.NoCompensation:
 			return &idem.InputError{Field: field + ".Compensate", Reason: "is nil", Fix: "pass the undo, or set NoCompensation to declare the step has nothing to undo"}
+		case s.Timeout < 0:
+			return &idem.InputError{Field: field + ".Timeout", Reason: "is negative", Fix: "use a positive duration, or 0 for the orchestrator's Lease"}
 		}
 		seen[s.Name] = true
 	}
@@ -336,117 +378,6 @@ func (o *Orchestrator[Tx]) insert(ctx context.Context, q idem.Querier, name, id 
 		o.count(name, "started")
 	}
 	return n == 1, nil
-}
-
-// Run advances due sagas until ctx ends.
-func (o *Orchestrator[Tx]) Run(ctx context.Context) error {
-	for {
-		n, err := o.RunOnce(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err != nil {
-			o.cfg.Logger.Warn("saga: round failed", "err", err)
-		}
-		if n == 0 || err != nil {
-			if !wait.Sleep(ctx, o.cfg.PollInterval) {
-				return ctx.Err()
-			}
-		}
-	}
-}
-
-// RunOnce takes up to 32 due sagas and advances each as far as it can go now. It
-// returns how many it advanced.
-func (o *Orchestrator[Tx]) RunOnce(ctx context.Context) (int, error) {
-	now := o.cfg.Now().UnixNano()
-	var ids []string
-	err := o.db.InTx(ctx, func(tx Tx) error {
-		rows, err := o.db.Querier(tx).Query(ctx, `SELECT id FROM idem_sagas WHERE state IN ('running', 'compensating')
-			AND next_at <= $1 AND lease_until <= $1 ORDER BY next_at LIMIT 32`, now)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			ids = append(ids, id)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return 0, &idem.BackendError{Backend: "saga", Op: "poll", Err: err}
-	}
-	done := 0
-	for _, id := range ids {
-		ok, err := o.advance(ctx, id)
-		if err != nil {
-			return done, err
-		}
-		if ok {
-			done++
-		}
-	}
-	return done, nil
-}
-
-// Get returns saga id, or ok false if there is none.
-func (o *Orchestrator[Tx]) Get(ctx context.Context, id string) (inst Instance, ok bool, err error) {
-	err = o.db.InTx(ctx, func(tx Tx) error {
-		var rerr error
-		inst, _, rerr = o.read(ctx, o.db.Querier(tx), id)
-		return rerr
-	})
-	if err != nil {
-		if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
-			return Instance{}, false, nil
-		}
-		return Instance{}, false, &idem.BackendError{Backend: "saga", Op: "get", Err: err}
-	}
-	return inst, true, nil
-}
-
-// List returns up to limit sagas in state (all states if empty), oldest first.
-func (o *Orchestrator[Tx]) List(ctx context.Context, state string, limit int) ([]Instance, error) {
-	if limit <= 0 {
-		limit = 100
-	}
-	var out []Instance
-	err := o.db.InTx(ctx, func(tx Tx) error {
-		q := o.db.Querier(tx)
-		rows, err := q.Query(ctx, `SELECT id FROM idem_sagas WHERE ($1 = '' OR state = $1) ORDER BY created_at, id LIMIT $2`, state, limit)
-		if err != nil {
-			return err
-		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, id := range ids {
-			inst, _, err := o.read(ctx, q, id)
-			if err != nil {
-				return err
-			}
-			out = append(out, inst)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, &idem.BackendError{Backend: "saga", Op: "list", Err: err}
-	}
-	return out, nil
 }
 
 func (o *Orchestrator[Tx]) count(saga, outcome string) {

@@ -48,6 +48,26 @@ func Saga(t testing.TB, db idem.TxDB[*sql.Tx], id, state, results string, attemp
 		id, state, []byte("data"), results, attempts, now)
 }
 
+// Effect inserts the PENDING effect of key and step past its lease, at attempt 1,
+// whose token column holds token.
+func Effect(t testing.TB, db idem.TxDB[*sql.Tx], key, step string, token any) {
+	t.Helper()
+	keyCol := "key"
+	if db.Dialect == idem.MySQL {
+		keyCol = "`key`"
+	}
+	exec(t, db, `INSERT INTO idem_effects (`+keyCol+`, step, state, token, lease_until, attempts, reason, created_at, updated_at)
+		VALUES ($1, $2, 'pending', $3, 0, 1, 'written by hand', $4, $4)`, key, step, token, time.Now().UnixNano())
+}
+
+// Resolution inserts the resolution of saga id (resolved from previous), whose
+// resolved_at column holds at.
+func Resolution(t testing.TB, db idem.TxDB[*sql.Tx], id, previous string, at any) {
+	t.Helper()
+	exec(t, db, `INSERT INTO idem_saga_resolutions (id, previous_state, note, resolved_at) VALUES ($1, $2, 'written by hand', $3)`,
+		id, previous, at)
+}
+
 func exec(t testing.TB, db idem.TxDB[*sql.Tx], query string, args ...any) {
 	t.Helper()
 	ctx := context.Background()

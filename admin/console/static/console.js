@@ -461,17 +461,24 @@
     }, 'No parked messages.');
   }
 
+  // The sagas needing a person: failed ones, those the orchestrators parked (they
+  // cannot run them: the reason says why), and those compensating.
   async function loadSagas() {
-    const lists = await Promise.all(['failed', 'compensating'].map(function (s) { return api('GET', 'sagas' + q({ state: s, limit: 100 })); }));
-    const sagas = [].concat(lists[0].sagas || [], lists[1].sagas || []);
-    count('sagas-count', sagas.length, lists[0].next || lists[1].next);
+    const lists = await Promise.all(['failed', 'parked', 'compensating'].map(function (s) { return api('GET', 'sagas' + q({ state: s, limit: 100 })); }));
+    const seen = {};
+    const sagas = [].concat(lists[0].sagas || [], lists[1].sagas || [], lists[2].sagas || []).filter(function (s) {
+      return seen[s.id] ? false : (seen[s.id] = true); // a parked compensating saga is in two lists
+    });
+    count('sagas-count', sagas.length, lists[0].next || lists[1].next || lists[2].next);
     fill('sagas', sagas, function (s) {
-      return [s.id, s.name, el('td', { className: 'state ' + s.state }, s.state), String(s.step), String(s.attempts),
+      return [s.id, s.name, el('td', { className: 'state ' + s.state }, s.state,
+        s.parked ? el('span', { className: 'parked-mark', title: 'set aside: no orchestrator runs it until it is corrected and retried, or resolved' }, ' parked') : null),
+        String(s.step), String(s.attempts),
         el('td', { className: 'reason' }, s.reason || '', decodeNote(s)), timeCell(s.updated_at),
         el('td', { className: 'actions' },
           actionButton('Retry', 'retry', function () { retrySaga(s); }, false, undecodable(s, 'resolve it')),
           actionButton('Resolve', 'resolve', function () { resolveSaga(s); }, true))];
-    }, 'No failed or compensating sagas.');
+    }, 'No failed, parked or compensating sagas.');
   }
 
   async function loadEffects() {
@@ -481,7 +488,7 @@
     fill('effects', effs, function (f) {
       // One key has an effect per step (a saga's do:<step> and undo:<step>).
       return [el('td', null, f.key, f.step ? el('span', { className: 'muted step' }, ' ' + f.step) : null),
-        el('td', { className: 'state ' + f.state }, f.state), String(f.attempts), el('td', { className: 'reason' }, f.error || ''),
+        el('td', { className: 'state ' + f.state }, f.state), String(f.attempts), el('td', { className: 'reason' }, f.error || '', decodeNote(f)),
         timeCell(f.lease_until), timeCell(f.updated_at)];
     }, 'No stuck or failed effects.');
   }
