@@ -15,8 +15,9 @@ import (
 	"github.com/idemhq/idem/migrate"
 )
 
-// Admin is the operator's view of the effects table: what the admin API and
-// `idem effects` show. It needs only the database, not the Fence or the calls, so
+// Admin is the operator's view of the effects table: what the admin API, the
+// console and `idem sagas show` (a saga's steps) show, and what `idem sagas purge
+// --effects` deletes. It needs only the database, not the Fence or the calls, so
 // any process can run it.
 type Admin[Tx any] struct {
 	db   idem.TxDB[Tx]
