@@ -276,7 +276,9 @@ func TestCloseGivesBackPulled(t *testing.T) {
 	idemtest.Publish(t, f.sink(t), idem.Message{ID: "late", Topic: topic, Payload: []byte("x")})
 	var m *pstest.Message
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if ms := f.srv.Messages(); len(ms) == 1 && ms[0].Deliveries == 1 {
+		// The server counts the delivery before the Pull's answer reaches the
+		// source: a Close in between would cancel that answer. Wait for the source.
+		if ms := f.srv.Messages(); len(ms) == 1 && ms[0].Deliveries == 1 && src.Buffered() == 1 {
 			m = ms[0]
 			break
 		}
