@@ -8,88 +8,164 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 )
 
-// readmeEnvs declares, for each Go snippet of README.md (known by a call it makes),
-// the names it uses without declaring them: the parameters of the function it is
-// compiled in. A snippet without an entry fails the test, which says so.
+// docFiles are the pages whose Go snippets must compile and whose relative links
+// must lead somewhere: README.md, the pointers SECURITY.md and SCALING.md, and every
+// page of docs/.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob(filepath.Join("docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pages) == 0 {
+		t.Fatal("docs/ has no .md pages: the glob no longer matches")
+	}
+	return append([]string{"README.md", "SECURITY.md", "SCALING.md"}, pages...)
+}
+
+// readmeEnvs declares, for each Go snippet of README.md and docs/*.md that is not a
+// whole file (known by a call it makes, which must match exactly one entry), the
+// names it uses without declaring them: the parameters of the function it is
+// compiled in. A snippet without an entry, or with two, fails the test, which says
+// so. A snippet that starts with "package " is a whole file and is compiled as it is.
 var readmeEnvs = []struct{ has, params string }{
+	// README.md, the ten-minute path.
+	{`client.Post("http://127.0.0.1:8000/orders"`, "ctx context.Context"},
+	{"idemhttp.AtomicMiddleware(txdb, store,", "ctx context.Context, sqlDB *sql.DB, store *idemsqlite.Store, mux *http.ServeMux, js jetstream.JetStream"},
+	{`Durable: "billing"`, "ctx context.Context, sqlDB *sql.DB, txdb idem.TxDB[*sql.Tx], store *idemsqlite.Store, js jetstream.JetStream, payments interface{ Charge(context.Context, string) ([]byte, error) }"},
+	// docs/stores.md
 	{"idemsqlite.Open(ctx, ", "ctx context.Context, invoiceID string, chargeCard func(context.Context, string) ([]byte, error)"},
 	{`"ledger-consumer"`, "ctx context.Context, pool *pgxpool.Pool, store *idempg.Store, msg struct{ ID, Account string; Amount int64 }"},
-	{"idemnats.NewSource(", "ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool"},
-	{"outbox.New(", "ctx context.Context, pool *pgxpool.Pool, customerID string, body []byte, natsSink idem.Sink"},
-	{"effect.New(", "ctx context.Context, sqlDB *sql.DB, orderID string, amount int64, payments interface{ Charge(context.Context, string, int64) ([]byte, error) }"},
-	{"stream.NewSQLStore(", "ctx context.Context, sqlDB *sql.DB, userOf func(*http.Request) string"},
 	{"idemseq.OpenSQL(", "ctx context.Context, db *sql.DB, msg struct{ Producer string; Epoch, Seq uint64 }"},
+	// docs/http.md
+	{"idemhttp.Middleware(idemhttp.Config{", "ctx context.Context, store idem.Store, mux *http.ServeMux"},
+	{"idemhttp.AtomicMiddleware(db,", "ctx context.Context, sqlDB *sql.DB, store *idemsqlite.Store"},
+	{"idemhttp.WithKey(", "ctx context.Context, msg idem.Message, shipmentsURL string"},
+	// docs/inbox.md
+	{"idemnats.NewSource(ctx, js, idemnats.SourceConfig{Stream: \"ORDERS\", Durable: \"ledger\"", "ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool"},
+	// docs/outbox.md
+	{"outbox.New(ctx, idempg.TxDB(pool)", "ctx context.Context, pool *pgxpool.Pool, customerID string, body []byte, natsSink idem.Sink"},
+	// docs/effects.md
+	{"effect.Config{Lease: 30 * time.Second}", "ctx context.Context, sqlDB *sql.DB, orderID string, amount int64, payments interface{ Charge(context.Context, string, int64) ([]byte, error) }"},
+	{"fence.Do(callCtx,", "ctx context.Context, pool *pgxpool.Pool, src idem.Source, store *idempg.Store, payments interface{ Charge(context.Context, string) ([]byte, error) }"},
+	{"saga.New(ctx, txdb,", "ctx context.Context, txdb idem.TxDB[*sql.Tx], src idem.Source, store *idemsqlite.Store, payments interface {\n\tCharge(context.Context, string) ([]byte, error)\n\tRefund(context.Context, string) error\n}"},
+	// docs/stream.md
+	{"stream.NewSQLStore(", "ctx context.Context, sqlDB *sql.DB, userOf func(*http.Request) string"},
 }
 
 // readmeImports maps the package names a snippet may use to their paths.
 var readmeImports = map[string]string{
 	"context": "context", "errors": "errors", "sql": "database/sql", "json": "encoding/json", "http": "net/http", "time": "time",
+	"fmt": "fmt", "io": "io", "log": "log", "strings": "strings",
 	"idem": "github.com/idemhq/idem", "idemsqlite": "github.com/idemhq/idem/idemsqlite",
 	"idempg": "github.com/idemhq/idem/idempg", "idemnats": "github.com/idemhq/idem/idemnats",
 	"idemseq": "github.com/idemhq/idem/idemseq", "inbox": "github.com/idemhq/idem/inbox",
 	"outbox": "github.com/idemhq/idem/outbox", "effect": "github.com/idemhq/idem/effect",
+	"saga": "github.com/idemhq/idem/effect/saga", "idemhttp": "github.com/idemhq/idem/idemhttp",
+	"idemkey": "github.com/idemhq/idem/idemkey",
 	"stream": "github.com/idemhq/idem/stream", "pgx": "github.com/jackc/pgx/v5",
 	"pgxpool": "github.com/jackc/pgx/v5/pgxpool", "jetstream": "github.com/nats-io/nats.go/jetstream",
 }
 
 var goBlockRE = regexp.MustCompile("(?s)```go\n(.*?)```")
 
-// Every Go snippet of README.md compiles against today's API: a renamed field or a
-// changed signature fails this test, not the reader. Each snippet is compiled as the
-// body of a function whose parameters are what readmeEnvs says it uses, through a
-// build overlay (nothing is written to the tree). Locals and imports a snippet leaves
-// unused are allowed: a snippet shows a step, not a whole program.
+// snippet is one ```go block of a page.
+type snippet struct {
+	page string
+	n    int // 1-based, within its page
+	code string
+}
+
+func (s snippet) String() string {
+	return fmt.Sprintf("%s Go snippet %d (starting %q)", s.page, s.n, firstLine(s.code))
+}
+
+// snippetSource is the file a snippet is compiled as: a whole file as it is, else
+// the body of a function whose parameters are its readmeEnvs entry's.
+func snippetSource(s snippet, pkg string) (string, error) {
+	if strings.HasPrefix(s.code, "package ") {
+		return s.code, nil
+	}
+	var params []string
+	for _, e := range readmeEnvs {
+		if strings.Contains(s.code, e.has) {
+			params = append(params, e.params)
+		}
+	}
+	switch len(params) {
+	case 0:
+		return "", fmt.Errorf("%s has no entry in readmeEnvs: declare the names it uses", s)
+	case 1:
+	default:
+		return "", fmt.Errorf("%s matches %d entries of readmeEnvs: make their has strings tell them apart", s, len(params))
+	}
+	var src bytes.Buffer
+	fmt.Fprintf(&src, "package %s\n\nimport (\n", pkg)
+	names := make([]string, 0, len(readmeImports))
+	for name := range readmeImports {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if regexp.MustCompile(`\b` + name + `\.`).MatchString(s.code + params[0]) {
+			fmt.Fprintf(&src, "\t%s %q\n", name, readmeImports[name])
+		}
+	}
+	fmt.Fprintf(&src, ")\n\ntype Order struct {\n\tAmount  int64\n\tAccount string\n}\n\nfunc _(%s) error {\n%s\treturn nil\n}\n", params[0], s.code)
+	return src.String(), nil
+}
+
+// Every Go snippet of README.md and docs/*.md compiles against today's API: a
+// renamed field or a changed signature fails this test, not the reader. Each snippet
+// is compiled as its own package through a build overlay (nothing is written to the
+// tree): a whole file as it is, any other as the body of a function whose parameters
+// are what readmeEnvs says it uses. Locals and imports a snippet leaves unused are
+// allowed: a snippet shows a step, not a whole program.
 func TestReadmeSnippetsCompile(t *testing.T) {
 	if testing.Short() {
-		t.Skip("compiles the README's snippets with the go command")
-	}
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
+		t.Skip("compiles the docs' snippets with the go command")
 	}
 	root, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var snippets []snippet
+	for _, page := range docFiles(t) {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range goBlockRE.FindAllStringSubmatch(string(text), -1) {
+			snippets = append(snippets, snippet{page: page, n: i + 1, code: b[1]})
+		}
+	}
+	if len(snippets) == 0 {
+		t.Fatal("README.md and docs/*.md have no ```go blocks: the pattern no longer matches")
+	}
 	dir := t.TempDir()
 	overlay := map[string]string{}
 	var pkgs []string
-	blocks := goBlockRE.FindAllStringSubmatch(string(readme), -1)
-	if len(blocks) == 0 {
-		t.Fatal("README.md has no ```go blocks: the pattern no longer matches")
-	}
-	for i, b := range blocks {
-		code := b[1]
-		params, ok := "", false
-		for _, e := range readmeEnvs {
-			if strings.Contains(code, e.has) {
-				params, ok = e.params, true
-				break
-			}
-		}
-		if !ok {
-			t.Errorf("README.md Go snippet %d (starting %q) has no entry in readmeEnvs: declare the names it uses", i+1, firstLine(code))
+	where := map[string]snippet{} // the package's directory → its snippet, for the errors
+	for i, s := range snippets {
+		pkg := fmt.Sprintf("snippet%d", i+1)
+		src, err := snippetSource(s, pkg)
+		if err != nil {
+			t.Error(err)
 			continue
 		}
-		var src bytes.Buffer
-		fmt.Fprintf(&src, "package snippet%d\n\nimport (\n", i+1)
-		for name, path := range readmeImports {
-			if regexp.MustCompile(`\b` + name + `\.`).MatchString(code + params) {
-				fmt.Fprintf(&src, "\t%s %q\n", name, path)
-			}
-		}
-		fmt.Fprintf(&src, ")\n\ntype Order struct {\n\tAmount  int64\n\tAccount string\n}\n\nfunc _(%s) {\n%s}\n", params, code)
-		file := filepath.Join(dir, fmt.Sprintf("snippet%d.go", i+1))
-		if err := os.WriteFile(file, src.Bytes(), 0o644); err != nil {
+		file := filepath.Join(dir, pkg+".go")
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		pkg := fmt.Sprintf("internal/readmesnippets/snippet%d", i+1)
-		overlay[filepath.Join(root, pkg, "snippet.go")] = file
-		pkgs = append(pkgs, "./"+pkg)
+		rel := filepath.Join("internal", "readmesnippets", pkg)
+		overlay[filepath.Join(root, rel, "snippet.go")] = file
+		pkgs = append(pkgs, "./"+rel)
+		where[rel] = s
 	}
 	ov, _ := json.Marshal(map[string]any{"Replace": overlay})
 	ovFile := filepath.Join(dir, "overlay.json")
@@ -98,14 +174,106 @@ func TestReadmeSnippetsCompile(t *testing.T) {
 	}
 	cmd := exec.Command("go", append([]string{"build", "-gcflags=-e", "-overlay", ovFile}, pkgs...)...)
 	out, _ := cmd.CombinedOutput()
+	current := ""
 	for _, line := range strings.Split(string(out), "\n") {
-		switch {
-		case line == "", strings.HasPrefix(line, "# "),
-			strings.Contains(line, "declared and not used"), strings.Contains(line, "imported and not used"):
+		if pkg, ok := strings.CutPrefix(line, "# "); ok {
+			current = pkg
 			continue
 		}
-		t.Errorf("a README.md snippet does not compile: %s", strings.ReplaceAll(line, dir+string(filepath.Separator), ""))
+		if line == "" || strings.Contains(line, "declared and not used") || strings.Contains(line, "imported and not used") {
+			continue
+		}
+		s := where[filepath.Join("internal", "readmesnippets", filepath.Base(current))]
+		t.Errorf("%s does not compile: %s", s, strings.ReplaceAll(line, dir+string(filepath.Separator), ""))
 	}
+}
+
+// pendingLinks are files that sibling branches of issue 31 add (the license, the
+// changelog, the install and stability pages, the examples, the deployment
+// manifests): a link to one of them may dangle until they are merged. Empty this
+// list once they are.
+var pendingLinks = map[string]bool{
+	"LICENSE": true, "CHANGELOG.md": true, "docs/install.md": true, "docs/stability.md": true,
+	"examples": true, "examples/orders": true, "deploy/compose.yaml": true, "deploy/kubernetes": true,
+}
+
+var linkRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// Every relative link of README.md and docs/*.md leads to a file or directory of the
+// tree, and a link to a heading of a Markdown page (page.md#anchor) to a heading
+// that page has: moving a section breaks this test, not the reader's click.
+func TestDocLinksResolve(t *testing.T) {
+	for _, page := range docFiles(t) {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range linkRE.FindAllStringSubmatch(stripCode(string(text)), -1) {
+			link := m[1]
+			if strings.Contains(link, "://") || strings.HasPrefix(link, "mailto:") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(link, "#")
+			target := page
+			if path != "" {
+				target = filepath.Clean(filepath.Join(filepath.Dir(page), path))
+			}
+			if _, err := os.Stat(target); err != nil {
+				if pendingLinks[filepath.ToSlash(target)] {
+					t.Logf("%s links to %s, which a sibling branch adds", page, link)
+					continue
+				}
+				t.Errorf("%s links to %s: %s does not exist", page, link, target)
+				continue
+			}
+			if anchor == "" || !strings.HasSuffix(target, ".md") {
+				continue
+			}
+			body, err := os.ReadFile(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !headingAnchors(string(body))[anchor] {
+				t.Errorf("%s links to %s: %s has no heading with the anchor #%s", page, link, target, anchor)
+			}
+		}
+	}
+}
+
+var fenceRE = regexp.MustCompile("(?s)```.*?```")
+
+// stripCode removes fenced code blocks, whose brackets are code, not links.
+func stripCode(s string) string { return fenceRE.ReplaceAllString(s, "") }
+
+// headingAnchors returns the anchors GitHub gives the headings of a Markdown page:
+// lower case, punctuation but '-' and '_' dropped, spaces as '-', and "-1", "-2"…
+// after a repeated one.
+func headingAnchors(md string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	for _, line := range strings.Split(stripCode(md), "\n") {
+		title, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " ")
+		if !ok || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(title)) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r > 127 && !strings.ContainsRune("→–—…·", r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			anchors[a] = true
+		}
+		seen[a]++
+	}
+	return anchors
 }
 
 func firstLine(s string) string {
