@@ -68,7 +68,7 @@ var readmeImports = map[string]string{
 	"outbox": "github.com/idemhq/idem/outbox", "effect": "github.com/idemhq/idem/effect",
 	"saga": "github.com/idemhq/idem/effect/saga", "idemhttp": "github.com/idemhq/idem/idemhttp",
 	"idemkey": "github.com/idemhq/idem/idemkey",
-	"stream": "github.com/idemhq/idem/stream", "pgx": "github.com/jackc/pgx/v5",
+	"stream":  "github.com/idemhq/idem/stream", "pgx": "github.com/jackc/pgx/v5",
 	"pgxpool": "github.com/jackc/pgx/v5/pgxpool", "jetstream": "github.com/nats-io/nats.go/jetstream",
 }
 
