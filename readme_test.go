@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"go/format"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,6 +90,10 @@ func (s snippet) String() string {
 // the body of a function whose parameters are its readmeEnvs entry's.
 func snippetSource(s snippet, pkg string) (string, error) {
 	if strings.HasPrefix(s.code, "package ") {
+		// A whole file is what a reader saves and runs: it is gofmt'ed as shown.
+		if formatted, err := format.Source([]byte(s.code)); err == nil && string(formatted) != s.code {
+			return "", fmt.Errorf("%s is a whole file that gofmt would change: format it", s)
+		}
 		return s.code, nil
 	}
 	var params []string
