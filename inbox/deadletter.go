@@ -57,7 +57,8 @@ type DeadLetter struct {
 // message would then come back for ever. An id, topic or position that cannot be
 // stored as it is is kept quoted and, past maxDeadIdent bytes, cut and hashed, so
 // that two such ids never meet in the pending index (sqltext.Ident); the reason is
-// cut to maxDeadReason bytes with refused bytes replaced (sqltext.Fit).
+// cut to maxDeadReason bytes with refused bytes replaced (sqltext.Fit). A replay
+// delivers the letter as stored: such an id comes back in its quoted form.
 const (
 	maxDeadIdent  = 1024
 	maxDeadReason = 8 << 10
