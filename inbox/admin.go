@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/idemhq/idem"
 )
@@ -293,17 +292,6 @@ func forUpdate(d idem.Dialect) string {
 func reasonTooLong(field, reason string) error {
 	return &idem.InputError{Field: field, Reason: fmt.Sprintf("is longer than %d bytes (got %d)", MaxReasonBytes, len(reason)),
 		Fix: "keep it to a sentence; link to a ticket for more"}
-}
-
-// truncate cuts s to at most n bytes, on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 func queryDeadLetters(ctx context.Context, q idem.Querier, query string, args ...any) ([]DeadLetter, error) {

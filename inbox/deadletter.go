@@ -15,6 +15,7 @@ import (
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/rowscan"
+	"github.com/idemhq/idem/internal/sqltext"
 )
 
 // DeadLetter is a message the consumer gave up on, with why and when. Nothing is
@@ -49,6 +50,20 @@ type DeadLetter struct {
 	DecodeError string
 }
 
+// What a dead letter keeps of text idem did not write: a producer's message id,
+// topic and position, and a handler's error. A row holding that text verbatim
+// could fail to be written (PostgreSQL refuses NUL and invalid UTF-8, and an index
+// entry over about 2.7 kB; MariaDB refuses text longer than its column), and the
+// message would then come back for ever. An id, topic or position that cannot be
+// stored as it is is kept quoted and, past maxDeadIdent bytes, cut and hashed, so
+// that two such ids never meet in the pending index (sqltext.Ident); the reason is
+// cut to maxDeadReason bytes with refused bytes replaced (sqltext.Fit). A replay
+// delivers the letter as stored: such an id comes back in its quoted form.
+const (
+	maxDeadIdent  = 1024
+	maxDeadReason = 8 << 10
+)
+
 func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idem.Querier, it *item) error {
 	headers, err := json.Marshal(it.d.Headers)
 	if err != nil {
@@ -72,8 +87,9 @@ func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idem.Querier, it 
 	_, err = q.Exec(ctx, `INSERT INTO idem_dead_letters
 		(consumer, msg_id, topic, position, headers, payload, kind, reason, attempts, first_at, dead_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`+conflict,
-		c.cfg.Consumer, it.d.ID, it.d.Topic, it.d.Position, string(headers), payload, it.kind,
-		it.err.Error(), attempts, first.UnixMilli(), now.UnixMilli())
+		c.cfg.Consumer, sqltext.Ident(it.d.ID, maxDeadIdent), sqltext.Ident(it.d.Topic, maxDeadIdent),
+		sqltext.Ident(it.d.Position, maxDeadIdent), string(headers), payload, it.kind,
+		sqltext.Fit(it.err.Error(), maxDeadReason), attempts, first.UnixMilli(), now.UnixMilli())
 	return err
 }
 

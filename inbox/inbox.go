@@ -10,6 +10,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/internal/sqltext"
 	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/migrate"
 )
@@ -180,7 +181,7 @@ func (c *Consumer[Tx]) failed(key string, brokerAttempt int, err error) *failure
 		c.failures[key] = f
 	}
 	f.attempts = max(f.attempts+1, brokerAttempt)
-	f.last = err.Error()
+	f.last = sqltext.Fit(err.Error(), maxDeadReason) // kept in memory until the key succeeds or dies
 	return f
 }
 

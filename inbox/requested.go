@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/sqltext"
 )
 
 // replayBatch bounds the requested replays one poll performs.
@@ -107,7 +108,7 @@ func (c *Consumer[Tx]) replayFailed(ctx context.Context, id int64, attempts int,
 	c.metrics.Replayed(outcome)
 	return c.db.InTx(ctx, func(tx Tx) error {
 		_, err := c.db.Querier(tx).Exec(ctx, `UPDATE idem_dead_letters_ops SET replay_attempts = replay_attempts + 1,
-			last_replay_error = $1`+set+` WHERE id = $2 AND replay_requested_at IS NOT NULL`, truncate(msg, maxReplayError), id)
+			last_replay_error = $1`+set+` WHERE id = $2 AND replay_requested_at IS NOT NULL`, sqltext.Fit(msg, maxReplayError), id)
 		return err
 	})
 }

@@ -239,7 +239,7 @@ func TestSinkErrorTextIsStored(t *testing.T) {
 		if err := e.db.QueryRow("SELECT attempts, last_error FROM idem_outbox WHERE msg_id = 'o1'").Scan(&attempts, &lastError); err != nil {
 			t.Fatal(err)
 		}
-		if attempts != 1 || !strings.HasPrefix(lastError, "receiver said \uFFFDxxx") || len(lastError) > 4096 {
+		if attempts != 1 || !strings.HasPrefix(lastError, "receiver said \uFFFD\uFFFDxxx") || len(lastError) > 4096 {
 			t.Fatalf("attempts %d, last_error %q (%d bytes); want 1 and the text cleaned, at most 4096 bytes", attempts, lastError[:min(len(lastError), 40)], len(lastError))
 		}
 	})

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/sqltext"
 )
 
 // relayForgetAfter is how long a relay's row outlives its staleness (staleAfter):
@@ -36,7 +36,7 @@ type instance struct {
 
 func newInstance(id string) *instance {
 	host, _ := os.Hostname()
-	host = truncate(host, 255)
+	host = sqltext.Fit(host, 255)
 	if id == "" {
 		id = defaultInstance(host)
 	}
@@ -59,7 +59,7 @@ func (r *Relay[Tx]) beat(ctx context.Context, published int, roundErr error) {
 	defer in.mu.Unlock()
 	in.lastErr = ""
 	if roundErr != nil {
-		in.lastErr = truncate(roundErr.Error(), 4096)
+		in.lastErr = sqltext.Fit(roundErr.Error(), 4096)
 	}
 	now := r.o.now()
 	if ctx.Err() != nil || (!in.lastBeat.IsZero() && now.Sub(in.lastBeat) < beatInterval) {
@@ -104,16 +104,4 @@ func (r *Relay[Tx]) deregister(ctx context.Context) {
 		r.cfg.Logger.WarnContext(ctx, "outbox relay: could not remove the relay instance; it is listed as stale, then forgotten",
 			"instance", r.inst.id, "err", err)
 	}
-}
-
-// truncate cuts s to at most n bytes, on a rune boundary (PostgreSQL refuses
-// invalid UTF-8 in TEXT).
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

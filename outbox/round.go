@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/internal/sqltext"
 )
 
 // lockPartitions locks up to partitionsPerRound partitions with due rows (PostgreSQL).
@@ -224,8 +225,7 @@ func (r *Relay[Tx]) markFailed(ctx context.Context, q idem.Querier, w row, perr 
 // NUL (PostgreSQL refuses both in TEXT, which would fail the round that records it)
 // and at most 4 KiB, whatever a broker or a receiver put in it.
 func lastError(err error) string {
-	s := strings.ToValidUTF8(strings.ReplaceAll(err.Error(), "\x00", ""), "\uFFFD")
-	return truncate(s, 4096)
+	return sqltext.Fit(err.Error(), 4096)
 }
 
 // lockPartitionsMySQL locks up to partitionsPerRound partitions with due rows,

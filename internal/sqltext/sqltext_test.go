@@ -63,3 +63,38 @@ func FuzzJoin(f *testing.F) {
 		}
 	})
 }
+
+func TestIdent(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 100)
+	for _, c := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"order-1", 64, "order-1"},
+		{"a\x00b", 64, `"a\x00b"`},
+		{"a\xffb", 64, `"a\xffb"`},
+	} {
+		if got := Ident(c.in, c.max); got != c.want {
+			t.Errorf("Ident(%q, %d) = %q, want %q", c.in, c.max, got, c.want)
+		}
+	}
+	got := Ident(long, 40)
+	if len(got) > 40 || !utf8.ValidString(got) || !strings.HasPrefix(got, "xxx") || !strings.Contains(got, "…#") {
+		t.Errorf("Ident(100 x, 40) = %q (%d bytes): want a cut, hashed form within 40 bytes", got, len(got))
+	}
+	// Distinct inputs stay distinct, whether they differ in a refused byte or
+	// after the cut.
+	seen := map[string]string{}
+	for _, in := range []string{"a\x00", "a\xff", "a\uFFFD", long, long + "y", long + "z", "a\x00" + long, "a\xff" + long} {
+		out := Ident(in, 40)
+		if prev, ok := seen[out]; ok {
+			t.Errorf("Ident(%q) = Ident(%q) = %q", in, prev, out)
+		}
+		seen[out] = in
+		if strings.Contains(out, "\x00") || !utf8.ValidString(out) || len(out) > 40 {
+			t.Errorf("Ident(%q) = %q: not storable", in, out)
+		}
+	}
+}
