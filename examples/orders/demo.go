@@ -39,6 +39,7 @@ type OrderReport struct {
 	SameID        bool
 	Deliveries    int // deliveries of its event to the consumer
 	LedgerEntries int
+	Attempts      int // charges the payment worker tried (fence.Do calls)
 	PaymentCalls  int // requests that reached the payment API
 	Charges       int // charges the payment API made
 }
@@ -113,8 +114,8 @@ func waitCharged(ctx context.Context, app *App, rep *Report) error {
 			return err
 		}
 		if done {
-			lostAck, _ := app.faults.lost()
-			_, acks := app.faults.counts(lostAck)
+			lostAck, _, _ := app.faults.lost()
+			_, acks, _ := app.faults.counts(lostAck)
 			if !app.faults.on || acks > 0 {
 				return nil
 			}
@@ -149,22 +150,23 @@ func (a *App) count(ctx context.Context, rep *Report) error {
 			return err
 		}
 		o.PaymentCalls, o.Charges = a.payments.counts(o.ID)
-		o.Deliveries, _ = a.faults.counts(o.ID)
+		o.Deliveries, _, o.Attempts = a.faults.counts(o.ID)
 	}
 	return nil
 }
 
 func (r *Report) print(out io.Writer, app *App) {
-	ackLost, responseLost := app.faults.lost()
+	ackLost, responseLost, recordLost := app.faults.lost()
 	if app.faults.on {
-		fmt.Fprintf(out, "\ninjected: the consumer's ack of order %s was lost (JetStream delivered it again);\n", ackLost)
-		fmt.Fprintf(out, "          the payment API's response for order %s was lost (the client retried with the same key)\n", responseLost)
+		fmt.Fprintf(out, "\ninjected: the consumer's ack of order %s was lost: JetStream delivered it again, the inbox acked it unapplied;\n", ackLost)
+		fmt.Fprintf(out, "          the payment API's response for order %s was lost: the client retried with the same key;\n", responseLost)
+		fmt.Fprintf(out, "          the worker's record of the charge of order %s was lost: the fence returned the stored charge\n", recordLost)
 	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "key\torder\tPOSTs\tdeliveries\tledger entries\tpayment calls\tcharges")
+	fmt.Fprintln(tw, "key\torder\tPOSTs\tdeliveries\tledger entries\tcharge attempts\tpayment calls\tcharges")
 	for _, o := range r.Orders {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", o.Key, o.ID, o.Posts, o.Deliveries, o.LedgerEntries, o.PaymentCalls, o.Charges)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", o.Key, o.ID, o.Posts, o.Deliveries, o.LedgerEntries, o.Attempts, o.PaymentCalls, o.Charges)
 	}
 	tw.Flush()
 	if err := r.Check(); err != nil {

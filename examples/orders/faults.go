@@ -12,19 +12,28 @@ import (
 	"github.com/idemhq/idem"
 )
 
-// faults are the demo's network faults (Config.DemoFaults). When on, they lose
-// the consumer's first ack, so that JetStream redelivers a message the inbox has
-// applied, and the payment API's first response, so that the payment client
-// retries a charge the provider has made. They also count what the consumer
-// received, for the demo's report. Off, they change nothing.
+// faults are the demo's faults (Config.DemoFaults). When on, they lose
+//
+//   - the consumer's first ack, so that JetStream redelivers a message the inbox
+//     has applied;
+//   - the payment API's first response, so that the payment client retries a
+//     charge the provider has made;
+//   - the payment worker's second record of a charge, as if it had died between
+//     the charge and the record, so that the next round asks the fence again.
+//
+// They also count what the consumer received and the worker tried, for the
+// demo's report. Off, they change nothing.
 type faults struct {
 	on bool
 
 	mu           sync.Mutex
 	ackLost      string         // the order whose ack was lost
 	responseLost string         // the order whose charge response was lost
+	recordLost   string         // the order whose record of its charge was lost
+	records      int            // records of charges tried
 	deliveries   map[string]int // order → deliveries the consumer received
 	acks         map[string]int // order → acks that reached the broker
+	attempts     map[string]int // order → charges the worker tried (fence.Do calls)
 }
 
 // source wraps the consumer's source.
@@ -32,8 +41,36 @@ func (f *faults) source(src idem.Source) idem.Source {
 	if !f.on {
 		return src
 	}
-	f.deliveries, f.acks = map[string]int{}, map[string]int{}
+	f.deliveries, f.acks, f.attempts = map[string]int{}, map[string]int{}, map[string]int{}
 	return &lossySource{Source: src, f: f}
+}
+
+// attempt counts a charge of order the worker tries.
+func (f *faults) attempt(order string) {
+	if !f.on {
+		return
+	}
+	f.mu.Lock()
+	f.attempts[order]++
+	f.mu.Unlock()
+}
+
+// errRecordLost is the error of the lost record of a charge.
+var errRecordLost = errors.New("demo fault: the worker stopped between the charge and its record")
+
+// loseRecord reports whether the worker's record of order's charge is to be lost.
+func (f *faults) loseRecord(order string) bool {
+	if !f.on {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.records++
+	if f.records != 2 { // the second: the first is the order whose response was lost
+		return false
+	}
+	f.recordLost = order
+	return true
 }
 
 // transport wraps the payment client's transport.
@@ -44,19 +81,19 @@ func (f *faults) transport(base http.RoundTripper) http.RoundTripper {
 	return &lossyTransport{base: base, f: f}
 }
 
-// counts returns the deliveries of order the consumer received and the acks of
-// it that reached the broker.
-func (f *faults) counts(order string) (deliveries, acks int) {
+// counts returns the deliveries of order the consumer received, the acks of it
+// that reached the broker and the charges of it the worker tried.
+func (f *faults) counts(order string) (deliveries, acks, attempts int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.deliveries[order], f.acks[order]
+	return f.deliveries[order], f.acks[order], f.attempts[order]
 }
 
 // lost returns the orders the faults hit so far ("" for a fault not yet made).
-func (f *faults) lost() (ack, response string) {
+func (f *faults) lost() (ack, response, record string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.ackLost, f.responseLost
+	return f.ackLost, f.responseLost, f.recordLost
 }
 
 type lossySource struct {

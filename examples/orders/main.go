@@ -5,6 +5,8 @@
 //	client --POST /orders--> API --one tx--> orders + outbox --relay--> NATS JetStream
 //	       --inbox: one tx--> ledger + payment due --effect fence--> payment API
 //
+// Each arrow has its mechanism:
+//
 //   - the API sits behind idemhttp.AtomicMiddleware: a retried POST with the same
 //     Idempotency-Key gets the stored response, and the order row, the outbox row
 //     and the key's record commit in one transaction (api.go);

@@ -169,6 +169,7 @@ func (a *App) payDue(ctx context.Context, client *http.Client) error {
 // deduplicates. The result is recorded on the order afterwards; if that write
 // fails, the next round's Do returns the stored result without calling.
 func (a *App) pay(ctx context.Context, client *http.Client, d due) error {
+	a.faults.attempt(d.order)
 	result, err := a.fence.Do(ctx, d.order, "charge", func(ctx context.Context, key string) ([]byte, error) {
 		body, _ := json.Marshal(chargeRequest{OrderID: d.order, Amount: d.amount})
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.payments.url+"/charges", strings.NewReader(string(body)))
@@ -210,6 +211,9 @@ func (a *App) pay(ctx context.Context, client *http.Client, d due) error {
 	var c chargeResponse
 	if err := json.Unmarshal(result, &c); err != nil || c.Charge == "" {
 		return fmt.Errorf("charge order %s: the payment API answered %q", d.order, result)
+	}
+	if a.faults.loseRecord(d.order) {
+		return fmt.Errorf("charge order %s: %w", d.order, errRecordLost)
 	}
 	_, err = a.db.ExecContext(ctx, "UPDATE payments SET charge = $1 WHERE order_id = $2", c.Charge, d.order)
 	return err
