@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -151,7 +152,7 @@ func (a *App) openDB(ctx context.Context) error {
 // directory, and creates the stream (or updates it to the config).
 func (a *App) openNATS(ctx context.Context) error {
 	url := a.cfg.NATS
-	a.natsName = url
+	a.natsName = redactURL(url)
 	if url == "" {
 		dir, err := os.MkdirTemp("", "idem-orders-nats-")
 		if err != nil {
@@ -168,7 +169,7 @@ func (a *App) openNATS(ctx context.Context) error {
 	}
 	nc, err := nats.Connect(url, nats.Name("idem orders example"), nats.MaxReconnects(-1))
 	if err != nil {
-		return fmt.Errorf("--nats %s: %w", url, err)
+		return fmt.Errorf("--nats %s: %w", redactURL(url), err)
 	}
 	a.closers = append(a.closers, nc.Close)
 	if a.js, err = jetstream.New(nc); err != nil {
@@ -280,6 +281,19 @@ func (a *App) Close() {
 		a.closers[i]()
 	}
 	a.closers = nil
+}
+
+// redactURL is raw without its credentials (a password, or a NATS token in the
+// user part), for messages and logs.
+func redactURL(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	if u.User != nil {
+		u.User = neturl.User("REDACTED")
+	}
+	return u.String()
 }
 
 func collect(errs <-chan error) []error {

@@ -27,6 +27,10 @@
 // On Postgres and a NATS server:
 //
 //	go run ./examples/orders --demo --postgres 'postgres://user@127.0.0.1:5432/db' --nats nats://127.0.0.1:4222
+//
+// It creates its tables (orders, ledger, payments) and idem's own in the database's
+// search_path, and the stream ORDERS (--stream, --subject) on the NATS server: give
+// it a scratch database or schema (postgres://…/db?search_path=scratch).
 package main
 
 import (

@@ -171,3 +171,20 @@ func TestAPIRefusals(t *testing.T) {
 		t.Errorf("GET of an unknown order: %d, want 404", resp.StatusCode)
 	}
 }
+
+// A NATS URL's credentials never reach an error or the banner.
+func TestNATSCredentialsRedacted(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{"nats://ada:s3cret@127.0.0.1:4222", "nats://s3cret@127.0.0.1:4222"} {
+		if got := redactURL(raw); strings.Contains(got, "s3cret") || !strings.Contains(got, "127.0.0.1:4222") {
+			t.Errorf("redactURL(%q) = %q", raw, got)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), demoTimeout)
+	defer cancel()
+	_, err := Open(ctx, Config{Addr: "127.0.0.1:0", NATS: "nats://ada:s3cret@" + testsvc.ClosedAddr(t),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "--nats") {
+		t.Errorf("Open with an unreachable NATS: %v, want an error naming --nats without the password", err)
+	}
+}
