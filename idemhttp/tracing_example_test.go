@@ -50,7 +50,7 @@ func ExampleConfig_tracing() {
 	for _, s := range exp.GetSpans() {
 		attrs := map[string]string{}
 		for _, a := range s.Attributes {
-			attrs[string(a.Key)] = a.Value.Emit()
+			attrs[string(a.Key)] = a.Value.String()
 		}
 		fmt.Printf("%s %s trace=%s parent=%s key=%s outcome=%s\n", s.Name, s.SpanKind, s.SpanContext.TraceID(), s.Parent.SpanID(),
 			attrs["idem.key"], attrs["idem.outcome"])

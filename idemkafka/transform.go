@@ -171,7 +171,6 @@ func (t *Transform) session(txnID string) (*kgo.GroupTransactSession, error) {
 		kgo.ConsumeTopics(t.cfg.Topics...),
 		kgo.DisableAutoCommit(),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
 		kgo.TransactionalID(txnID),
 		kgo.TransactionTimeout(t.cfg.TransactionTimeout),
 		kgo.RequiredAcks(kgo.AllISRAcks()),

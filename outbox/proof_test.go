@@ -30,11 +30,10 @@ import (
 // can mark the rows: the relay's context ends and its transaction rolls back.
 type killer struct {
 	idem.Sink
-	mu     sync.Mutex
-	order  map[string][]int // ordering key -> message numbers in publish order, copies included
-	kills  atomic.Int64
-	rate   float64
-	cancel sync.Map // *context.CancelFunc per relay life, keyed by ctx
+	mu    sync.Mutex
+	order map[string][]int // ordering key -> message numbers in publish order, copies included
+	kills atomic.Int64
+	rate  float64
 }
 
 type lifeKey struct{}

@@ -200,7 +200,7 @@ func (m *Main) startTracing(ctx context.Context, daemon string, log *slog.Logger
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 
 	service, _ := res.Set().Value(semconv.ServiceNameKey)
-	fmt.Fprintf(m.Stderr, "idem %s: exporting traces over OTLP %s to %s as service %s\n", daemon, e.protocol, e.target(), service.Emit())
+	fmt.Fprintf(m.Stderr, "idem %s: exporting traces over OTLP %s to %s as service %s\n", daemon, e.protocol, e.target(), service.String())
 	return func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushTimeout)
 		defer cancel()

@@ -198,14 +198,12 @@ func TestFailoverByLock(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
-	var relays []*pgcdc.Relay
 	var stops []func() error
 	for _, reg := range regs {
 		r, err := pgcdc.New(b.url, b.sink, b.cfg(pgcdc.Config{Registerer: reg, LockRetry: 20 * time.Millisecond}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		relays = append(relays, r)
 		stops = append(stops, run(t, r))
 	}
 	active := func() int {

@@ -121,7 +121,6 @@ type sendEntry struct {
 
 type sent struct {
 	id, md5, seq string
-	size         int
 }
 
 // check validates e for q and returns its size (body and attributes).

@@ -198,13 +198,6 @@ func (s *Server) queueByURL(u string) (*queue, *apiError) {
 	return q, nil
 }
 
-// lookup is queueByURL taking s.mu.
-func (s *Server) lookup(u string) (*queue, *apiError) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.queueByURL(u)
-}
-
 // Client returns an SQS client for the fake: region us-east-1, anonymous
 // credentials (the fake checks no signature), opts applied last.
 func (s *Server) Client(opts ...func(*sqs.Options)) *sqs.Client {

@@ -122,7 +122,6 @@ func (r *run) payments(ctx context.Context, fence *effect.Fence[*sql.Tx], svc *p
 				return nil, err
 			}
 			if r.f.Unsafe {
-				ctx = context.WithoutCancel(ctx)
 				req.Header.Set(idemhttp.HeaderKey, order) // ignored: no middleware
 			}
 			resp, err := client.Do(req)
