@@ -62,10 +62,14 @@ func (e *exitError) Error() string { return e.msg }
 // Main is the CLI, kept free of os.Exit and globals so tests can run it.
 type Main struct {
 	Stdout, Stderr io.Writer
-	// helpOut is Stderr before Run's redaction: the usage texts are printed as
-	// written (a redactor would mask "user:pw@" in an example), their flags'
-	// default values redacted one by one (printFlags). Nil: Stderr.
-	helpOut io.Writer
+	// rawStderr is Stderr before Run's redaction: the usage texts are printed on
+	// it as written (a redactor would mask "user:pw@" in an example), their flags'
+	// default values redacted one by one (printFlags); and verify asks whether it
+	// is a terminal. Nil: Stderr.
+	rawStderr io.Writer
+	// terminal reports whether w is a terminal (verify's progress line); nil:
+	// isTerminal. Tests set it.
+	terminal func(w io.Writer) bool
 }
 
 // NewMain returns a Main writing to the given streams.
@@ -94,7 +98,7 @@ var commands = []command{
 // URL that a driver quoted never reaches a terminal or a log collector.
 func (m *Main) Run(ctx context.Context, args []string) error {
 	rm := *m
-	rm.Stderr, rm.helpOut = redactWriter{m.Stderr}, m.Stderr
+	rm.Stderr, rm.rawStderr = redactWriter{m.Stderr}, m.Stderr
 	return redact.Error(rm.run(ctx, args))
 }
 
@@ -150,8 +154,8 @@ Run 'idem <command> --help' for the flags of a command.
 
 // help is where usage texts go: Stderr, unredacted.
 func (m *Main) help() io.Writer {
-	if m.helpOut != nil {
-		return m.helpOut
+	if m.rawStderr != nil {
+		return m.rawStderr
 	}
 	return m.Stderr
 }
