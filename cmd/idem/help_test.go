@@ -193,6 +193,10 @@ func TestMistypedFlag(t *testing.T) {
 		strings.Count(stderr, "\n") > 3 {
 		t.Errorf("unknown command verfy: err %v, stderr:\n%s", err, stderr)
 	}
+	if _, stderr, err := run(t, "sagas", "retyr"); !errors.Is(err, errUsage) || !strings.HasSuffix(stderr, "; did you mean retry?\n") ||
+		strings.Count(stderr, "\n") != 1 {
+		t.Errorf("unknown action retyr: err %v, stderr:\n%s", err, stderr)
+	}
 }
 
 // TestQuickStart: the top help's quick start is the README's `go run ./cmd/idem

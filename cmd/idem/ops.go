@@ -103,7 +103,7 @@ func (m *Main) runOps(ctx context.Context, c opsCommand, args []string) error {
 	}
 	i := slices.IndexFunc(c.actions, func(a opsAction) bool { return a.name == args[0] })
 	if i < 0 {
-		fmt.Fprintf(m.Stderr, "idem %s: unknown action %q: use %s\n", c.name, args[0], strings.Join(names, ", "))
+		fmt.Fprintf(m.Stderr, "idem %s: unknown action %q: use %s%s\n", c.name, args[0], strings.Join(names, ", "), didYouMean(args[0], names, ""))
 		return errUsage
 	}
 	name := c.name + " " + c.actions[i].name
