@@ -193,6 +193,11 @@ func TestMistypedFlag(t *testing.T) {
 		strings.Count(stderr, "\n") > 3 {
 		t.Errorf("unknown command verfy: err %v, stderr:\n%s", err, stderr)
 	}
+	// A bad value is quoted by the flag package: through the redacting stderr.
+	if _, stderr, err := run(t, "verify", "--ops", "postgres://u:s3cret@h/db"); !errors.Is(err, errUsage) ||
+		strings.Contains(stderr, "s3cret") || !strings.Contains(stderr, "-ops") || strings.Count(stderr, "\n") != 2 {
+		t.Errorf("bad --ops value: err %v, stderr:\n%s", err, stderr)
+	}
 	if _, stderr, err := run(t, "sagas", "retyr"); !errors.Is(err, errUsage) || !strings.HasSuffix(stderr, "; did you mean retry?\n") ||
 		strings.Count(stderr, "\n") != 1 {
 		t.Errorf("unknown action retyr: err %v, stderr:\n%s", err, stderr)
