@@ -13,6 +13,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -60,6 +62,14 @@ func (e *exitError) Error() string { return e.msg }
 // Main is the CLI, kept free of os.Exit and globals so tests can run it.
 type Main struct {
 	Stdout, Stderr io.Writer
+	// rawStderr is Stderr before Run's redaction: the usage texts are printed on
+	// it as written (a redactor would mask "user:pw@" in an example), their flags'
+	// default values redacted one by one (printFlags); and verify asks whether it
+	// is a terminal. Nil: Stderr.
+	rawStderr io.Writer
+	// terminal reports whether w is a terminal (verify's progress line); nil:
+	// isTerminal. Tests set it.
+	terminal func(w io.Writer) bool
 }
 
 // NewMain returns a Main writing to the given streams.
@@ -76,7 +86,7 @@ var commands = []command{
 	{"serve", "HTTP Idempotency-Key gateway: a reverse proxy that runs each keyed POST once and replays it", (*Main).runServe},
 	{"relay", "publish the transactional outbox to NATS, Kafka, Redis, RabbitMQ or a webhook", (*Main).runRelay},
 	{"migrate", "apply, roll back, show or print idem's SQL schema (up, down, status, print)", (*Main).runMigrate},
-	{"keys", "list, show or evict the idempotency records of a store (list, get, evict, scope)", (*Main).runKeys},
+	{"keys", "list the scopes and records of a store, show or evict one (scopes, list, get, evict, scope)", (*Main).runKeys},
 	{"dlq", "list, show, replay or discard the inbox's dead letters (list, show, replay, discard)", (*Main).runDLQ},
 	{"outbox", "outbox backlog, parked messages and relays (status, parked, retry, discard)", (*Main).runOutbox},
 	{"sagas", "list, show, retry, resolve or purge sagas (list, show, retry, resolve, purge)", (*Main).runSagas},
@@ -88,7 +98,7 @@ var commands = []command{
 // URL that a driver quoted never reaches a terminal or a log collector.
 func (m *Main) Run(ctx context.Context, args []string) error {
 	rm := *m
-	rm.Stderr = redactWriter{m.Stderr}
+	rm.Stderr, rm.rawStderr = redactWriter{m.Stderr}, m.Stderr
 	return redact.Error(rm.run(ctx, args))
 }
 
@@ -116,13 +126,16 @@ func (m *Main) run(ctx context.Context, args []string) error {
 			return c.run(m, ctx, args[1:])
 		}
 	}
-	fmt.Fprintf(m.Stderr, "idem: unknown command %q\n\n", args[0])
-	m.usage()
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	fmt.Fprintf(m.Stderr, "idem: unknown command %q%s\nrun 'idem --help' for the commands\n", args[0], didYouMean(args[0], names, ""))
 	return errUsage
 }
 
 func (m *Main) usage() {
-	fmt.Fprint(m.Stderr, `idem makes the effects of messages and requests happen exactly once.
+	fmt.Fprint(m.help(), `idem makes the effects of messages and requests happen exactly once.
 
 Usage:
   idem <command> [flags]
@@ -130,31 +143,89 @@ Usage:
 Commands:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(m.Stderr, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(m.help(), "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(m.Stderr, `
+	fmt.Fprint(m.help(), `
 Run 'idem <command> --help' for the flags of a command.
-Quick start: go run ./cmd/idem verify
 `)
+	exe, _ := os.Executable()
+	fmt.Fprintf(m.help(), "Quick start: %s\n", quickStart(exe))
 }
 
-// newFlagSet returns a flag set for a command that reports usage on m.Stderr.
+// help is where usage texts go: Stderr, unredacted.
+func (m *Main) help() io.Writer {
+	if m.rawStderr != nil {
+		return m.rawStderr
+	}
+	return m.Stderr
+}
+
+// printFlags writes fs's flags and their defaults to m.help(). The usage texts are
+// idem's own; a default may come from the environment (verify's $IDEM_DB), so
+// each default is redacted.
+func (m *Main) printFlags(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) { f.DefValue = redact.String(f.DefValue) })
+	out := fs.Output()
+	fs.SetOutput(m.help())
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+}
+
+// quickStart is the command that runs verify from this binary: "go run ./cmd/idem
+// verify" when it was built by go run (so the README's command is the one shown),
+// "idem verify" for an installed or built binary.
+func quickStart(exe string) string {
+	if builtByGoRun(exe) {
+		return "go run ./cmd/idem verify"
+	}
+	return "idem verify"
+}
+
+// builtByGoRun reports whether exe is a binary go run built: it lies in a
+// directory named exe under go's temporary go-build… work directory
+// ($TMPDIR/go-build123/b001/exe/idem).
+func builtByGoRun(exe string) bool {
+	dir := filepath.Dir(exe)
+	if filepath.Base(dir) != "exe" {
+		return false
+	}
+	for d := filepath.Dir(dir); d != filepath.Dir(d); d = filepath.Dir(d) {
+		if strings.HasPrefix(filepath.Base(d), "go-build") {
+			return true
+		}
+	}
+	return false
+}
+
+// newFlagSet returns a flag set for a command that reports errors on m.Stderr and
+// its usage (--help) on m.help().
 func (m *Main) newFlagSet(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("idem "+name, flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(m.Stderr, "Usage: idem %s [flags]\n\n%s\n\nFlags:\n", name, synopsis)
-		fs.PrintDefaults()
+		fmt.Fprintf(m.help(), "Usage: idem %s [flags]\n\n%s\n\nFlags:\n", name, synopsis)
+		m.printFlags(fs)
 	}
 	return fs
 }
 
-// parse parses args, mapping a bad command line to errUsage.
+// parse parses args, mapping a bad command line to errUsage. --help prints the
+// command's usage; a bad flag prints two lines, not the usage (which would scroll
+// the error away): the error, naming the flag, with the closest flag the command
+// has when one is near, and where the usage is.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		usage()
+		return err
+	}
+	if err != nil {
+		fmt.Fprintf(out, "%s: %s\nrun '%s --help' for usage\n", fs.Name(), flagProblem(fs, err), fs.Name())
 		return errUsage
 	}
 	if fs.NArg() > 0 {

@@ -38,8 +38,8 @@ type migrateOptions struct {
 func (m *Main) runMigrate(ctx context.Context, args []string) error {
 	fs := m.newFlagSet("migrate", migrateSynopsis)
 	fs.Usage = func() {
-		fmt.Fprintf(m.Stderr, "Usage: idem migrate up|down|status|print [flags]\n\n%s\n\nFlags:\n", migrateSynopsis)
-		fs.PrintDefaults()
+		fmt.Fprintf(m.help(), "Usage: idem migrate up|down|status|print [flags]\n\n%s\n\nFlags:\n", migrateSynopsis)
+		m.printFlags(fs)
 	}
 	var o migrateOptions
 	fs.StringVar(&o.db, "db", "", "the database: postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db or sqlite:PATH")

@@ -89,7 +89,7 @@ func (m *Main) runOps(ctx context.Context, c opsCommand, args []string) error {
 		names[i] = a.name
 	}
 	usage := func() {
-		fmt.Fprintf(m.Stderr, "Usage: idem %s %s [flags]\n\n%s\n\n%s\n\nRun 'idem %s <action> --help' for an action's flags.\n",
+		fmt.Fprintf(m.help(), "Usage: idem %s %s [flags]\n\n%s\n\n%s\n\nRun 'idem %s <action> --help' for an action's flags.\n",
 			c.name, strings.Join(names, "|"), c.synopsis, opsExitCodes, c.name)
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -103,14 +103,14 @@ func (m *Main) runOps(ctx context.Context, c opsCommand, args []string) error {
 	}
 	i := slices.IndexFunc(c.actions, func(a opsAction) bool { return a.name == args[0] })
 	if i < 0 {
-		fmt.Fprintf(m.Stderr, "idem %s: unknown action %q: use %s\n", c.name, args[0], strings.Join(names, ", "))
+		fmt.Fprintf(m.Stderr, "idem %s: unknown action %q: use %s%s\n", c.name, args[0], strings.Join(names, ", "), didYouMean(args[0], names, ""))
 		return errUsage
 	}
 	name := c.name + " " + c.actions[i].name
 	fs := m.newFlagSet(name, c.synopsis)
 	fs.Usage = func() {
-		fmt.Fprintf(m.Stderr, "Usage: idem %s [flags]\n\n%s\n\n%s\n\nFlags:\n", name, c.synopsis, opsExitCodes)
-		fs.PrintDefaults()
+		fmt.Fprintf(m.help(), "Usage: idem %s [flags]\n\n%s\n\n%s\n\nFlags:\n", name, c.synopsis, opsExitCodes)
+		m.printFlags(fs)
 	}
 	do := c.actions[i].flags(fs)
 	if err := parse(fs, args[1:]); err != nil {

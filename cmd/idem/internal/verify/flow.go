@@ -115,6 +115,7 @@ type Flow struct {
 // Progress is the state of a running flow.
 type Progress struct {
 	Placed, Applied, Orders int // orders answered by the service, orders in the ledger, orders to place
+	Paid                    int // orders the payment API charged: the flow's last step but the push
 	Faults                  int // faults injected so far
 	Settling                bool
 }

@@ -118,14 +118,29 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	}{r, r.OK(), r.Throughput(), r.DeliveriesPerOrder()})
 }
 
-// WriteTable writes the report for a person: the setup, the faults, one row per
-// boundary, and the verdict.
+// WriteTable writes the report for a person: the setup (WriteHeader), then the
+// results (WriteResults).
 func (r *Report) WriteTable(w io.Writer) error {
+	if err := r.WriteHeader(w); err != nil {
+		return err
+	}
+	return r.WriteResults(w)
+}
+
+// WriteHeader writes the line that says what runs: orders, store, broker, seed and
+// mode. It needs only those fields, so idem verify prints it before the run.
+func (r *Report) WriteHeader(w io.Writer) error {
 	mode := "exactly-once (idem)"
 	if r.Unsafe {
 		mode = "UNSAFE: idem's protection off, plain at-least-once (negative control)"
 	}
-	fmt.Fprintf(w, "idem verify: %d orders, %s + %s, seed %d, %s\n", r.Ops, r.Store, r.Broker, r.Seed, mode)
+	_, err := fmt.Fprintf(w, "idem verify: %d orders, %s + %s, seed %d, %s\n", r.Ops, r.Store, r.Broker, r.Seed, mode)
+	return err
+}
+
+// WriteResults writes what the run found: the faults, one row per boundary under
+// the headers of Columns, the notes and the verdict.
+func (r *Report) WriteResults(w io.Writer) error {
 	pct := 0.0
 	if r.Operations > 0 {
 		pct = 100 * float64(r.Faulted) / float64(r.Operations)
@@ -137,7 +152,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "boundary\tattempts\tdup delivered\tdup suppressed\teffects\tlost\tdup effects\tlate dup\tbalance\t")
+	for _, c := range Columns {
+		fmt.Fprint(tw, c.Header+"\t")
+	}
+	fmt.Fprintln(tw)
 	for _, row := range r.Rows {
 		balance := "-"
 		if row.BalanceOK != nil {

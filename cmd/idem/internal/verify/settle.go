@@ -65,10 +65,11 @@ func (r *run) reportProgress(ctx context.Context) <-chan struct{} {
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
-			var applied int
+			var applied, paid int
 			_ = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(DISTINCT order_id) FROM "+tableLedger).Scan(&applied)
+			_ = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tablePaid).Scan(&paid)
 			placed := int(r.placed.Load())
-			r.f.Progress(Progress{Placed: placed, Applied: applied, Orders: r.f.Orders, Faults: r.inj.Total(), Settling: placed >= r.f.Orders})
+			r.f.Progress(Progress{Placed: placed, Applied: applied, Paid: paid, Orders: r.f.Orders, Faults: r.inj.Total(), Settling: placed >= r.f.Orders})
 			select {
 			case <-ctx.Done():
 				return
