@@ -186,6 +186,25 @@
     return future ? 'in ' + txt : txt + ' ago';
   }
 
+  // resultNode shows a key's result: a stored HTTP response (r.http) as its status,
+  // content type and body preview, anything else as its raw preview.
+  function resultNode(r) {
+    const h = r.http;
+    if (!h) return previewNode(r.result);
+    const status = el('span', { className: 'http-status s' + String(h.status).charAt(0) }, String(h.status));
+    const type = el('span', { className: 'http-type muted' }, h.content_type || '(no content type)');
+    const body = h.not_stored ? el('span', { className: 'muted' }, 'not stored: ' + h.body.size + ' bytes, a retry is answered 409')
+      : bodyNode(h.body);
+    return el('span', { className: 'http-result' }, status, ' ', type, ' ', body);
+  }
+
+  // bodyNode shows a BodyPreview {size, encoding, preview, truncated} as text.
+  function bodyNode(b) {
+    if (!b || !b.size) return el('code', { className: 'preview' }, '(empty)');
+    const text = (b.encoding === 'base64' ? 'base64:' : '') + b.preview + (b.truncated ? '…' : '');
+    return el('code', { className: 'preview body' + (b.encoding === 'base64' ? ' hex' : ''), title: b.size + ' bytes, ' + b.encoding }, text);
+  }
+
   function timeCell(iso) {
     return el('td', { title: iso || '', className: 'time' }, ago(iso));
   }
@@ -560,7 +579,7 @@
     fill('keys', recs.map(function (r) { return Object.assign({ key: r.id }, r); }), function (r) {
       const st = stuck(r) ? 'stuck' : r.state;
       return [el('td', { className: 'mono' }, r.id), el('td', { className: 'state ' + st }, st.replace('_', ' ')), r.token,
-        timeCell(r.created_at), timeCell(r.expires_at), el('td', null, previewNode(r.result)),
+        timeCell(r.created_at), timeCell(r.expires_at), el('td', null, resultNode(r)),
         el('td', { className: 'actions' }, actionButton('Evict', 'evict', function () { evictKey(r); }, true))];
     }, $('keys-stuck').checked ? 'No stuck keys in this scope.' : 'No keys in this scope.');
   }
@@ -592,6 +611,15 @@
     row('token', r.token); row('fingerprint', r.fingerprint || '(none)');
     row('created', r.created_at ? r.created_at + ' (' + ago(r.created_at) + ')' : '');
     row('expires', r.expires_at ? r.expires_at + ' (' + ago(r.expires_at) + ')' : '');
+    if (r.http) {
+      row('response', resultNode(r));
+      const hs = el('ul', { className: 'http-headers' });
+      for (const f of r.http.headers || []) {
+        hs.appendChild(el('li', null, el('code', null, f.name + ': ' + f.value + (f.truncated ? '…' : ''))));
+      }
+      if (r.http.headers_truncated) hs.appendChild(el('li', { className: 'muted' }, (r.http.header_count - r.http.headers.length) + ' more not shown'));
+      row('headers', hs.childElementCount ? hs : '(none)');
+    }
     row('result', previewNode(r.result));
     box.appendChild(dl);
     Object.assign(box.dataset, { store: r.store, scope: r.scope, id: r.id });
