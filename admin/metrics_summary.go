@@ -31,9 +31,10 @@ type MetricsSummary struct {
 	// Time is when the metrics were gathered.
 	Time    time.Time                `json:"time"`
 	Metrics map[string]MetricSummary `json:"metrics"`
-	// Sources lists the Config.Metrics sources, up or down; absent without
-	// Config.Metrics (the figures are then this process's own).
-	Sources []MetricSource `json:"sources,omitempty"`
+	// Sources lists the Config.Metrics sources, up or down: [] for a Config.Metrics
+	// without URLs, null without Config.Metrics (the figures are then this
+	// process's own).
+	Sources []MetricSource `json:"sources"`
 }
 
 // MetricSummary is one metric family summed over its series.
