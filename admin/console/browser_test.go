@@ -163,7 +163,7 @@ func TestBrowser(t *testing.T) {
 		const c = document.querySelector('[data-chart="' + id + '"]');
 		return !c.classList.contains('absent') && c.querySelector('path.line').getAttribute('d').length > 0 &&
 			Number.parseFloat(c.querySelector('.chart-value').textContent) > 0; })`)
-	ui.wantTrue("an absent metric said so", `document.querySelector('[data-chart="oldest"] .chart-foot').textContent === 'idem_outbox_oldest_age_seconds not exported'`)
+	ui.wantTrue("an absent metric said so", `document.querySelector('[data-chart="oldest"] .chart-foot').textContent === 'idem_outbox_oldest_age_seconds not exported by this server'`)
 	ui.screenshot("overview")
 
 	// Replay dead letter 1 through its button and the reason dialog.
@@ -418,7 +418,8 @@ func (u *ui) wantText(selector, want string) {
 	}
 }
 
-// screenshot saves the page as test-output/console-<name>.png at the module root.
+// screenshot saves the page as console-<name>.png in $IDEM_SCREENSHOT_DIR (make
+// test sets it), else in test-output at the module root.
 func (u *ui) screenshot(name string) {
 	u.t.Helper()
 	png, err := u.page.Screenshot(u.ctx)
@@ -426,7 +427,10 @@ func (u *ui) screenshot(name string) {
 		u.t.Errorf("screenshot: %v", err)
 		return
 	}
-	dir := filepath.Join("..", "..", "test-output")
+	dir := os.Getenv("IDEM_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "test-output")
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		u.t.Error(err)
 		return
