@@ -336,7 +336,11 @@ func (m *Main) printKey(r keyRecord) {
 		if h.HeadersTruncated {
 			fmt.Fprintf(tw, "http header\t… %d more (--json lists %d of %d)\n", h.HeaderCount-len(h.Headers), len(h.Headers), h.HeaderCount)
 		}
-		fmt.Fprintf(tw, "http body\t%s\n", bodyCell(h.Body))
+		if h.NotStored {
+			fmt.Fprintf(tw, "http body\t(not stored: %d bytes)\n", h.Body.Size)
+		} else {
+			fmt.Fprintf(tw, "http body\t%s\n", bodyCell(h.Body))
+		}
 	}
 	tw.Flush()
 }
