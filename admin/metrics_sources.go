@@ -186,7 +186,7 @@ func (s *scraper) scrape(ctx context.Context, u string) (map[string]*dto.MetricF
 		return nil, fmt.Errorf("not the Prometheus text format: %w", err)
 	}
 	for name := range mfs {
-		if !isIdemMetric(name) {
+		if !isIdemMetric(name) || !model.LegacyValidation.IsValidMetricName(name) { // idem's names are legacy ones
 			delete(mfs, name)
 		}
 	}
