@@ -43,6 +43,11 @@ type Config struct {
 	// their labels (the console's charts); usually the registry given to idem's
 	// components as their Registerer.
 	Gatherer prometheus.Gatherer
+	// Metrics, if set, adds the metrics of other processes to GET /api/metrics:
+	// their /metrics endpoints, read at most once per Metrics.Every. A daemon that
+	// operates others (idem admin) sets it so that the console's charts show their
+	// figures, and which source is down.
+	Metrics *MetricsSources
 
 	// Console, if set, is mounted at "/" (the operator's web console,
 	// console.Handler() of package admin/console); the API keeps "/api/".
@@ -92,6 +97,11 @@ func (c Config) withDefaults() (Config, error) {
 		if s == nil {
 			return c, &idem.InputError{Field: "Config.Stores", Reason: fmt.Sprintf("has a nil store %q", name),
 				Fix: "remove the entry or set its Inspector"}
+		}
+	}
+	if c.Metrics != nil {
+		if err := c.Metrics.check(); err != nil {
+			return c, err
 		}
 	}
 	if c.Logger == nil {

@@ -22,7 +22,8 @@
 //	POST /api/sagas/{id}/retry {reason}   POST /api/sagas/{id}/resolve {note}
 //	POST /api/sagas/purge                {older_than, reason}: delete finished sagas
 //	GET  /api/stream                     channels and connected clients
-//	GET  /api/metrics                    idem_* metrics of Config.Gatherer, summed over labels
+//	GET  /api/metrics                    idem_* metrics of Config.Gatherer and of the
+//	                                     Config.Metrics sources, summed over labels and sources
 //
 // Each area is an interface of this package (DeadLetters, Outbox, Effects, Sagas,
 // Stream; the keys area is idem.Inspector, the metrics area a prometheus.Gatherer),
@@ -61,7 +62,16 @@
 // rationed (RefusedLogBurst, then one per RefusedLogEvery, each saying how many
 // were left out) and, without a valid token, leave out X-Idem-Actor, which anyone
 // can send. Stored results and payloads are shown as a Preview of at most
-// PreviewBytes, never whole unless the full-access token asks for ?full=1.
+// PreviewBytes, never whole unless the full-access token asks for ?full=1. A key's
+// result that is a response idemhttp stored (idemhttp.DecodeStored) is shown
+// decoded too, in its record's http field (StoredHTTP: status, headers, a body
+// preview; DecodeStoredHTTP), every string bounded and cleaned.
+//
+// Config.Metrics names other processes' /metrics endpoints (idem relay's, idem
+// serve's): GET /api/metrics reads them at most once per Every, each within
+// Timeout and MaxBytes, sums their counters with the local ones, and lists each
+// source up or down with the reason, so a figure that is missing is told apart
+// from a source that did not answer.
 //
 // A stored row another service wrote that cannot be decoded whole (a dead letter
 // or parked message whose headers are not a JSON object of strings, a saga whose

@@ -41,6 +41,7 @@ type handler struct {
 	crossSite *http.CrossOriginProtection
 	mux       *http.ServeMux
 	openapi   []byte
+	scraper   *scraper // Config.Metrics, if set
 }
 
 // call is one request in flight: who made it and, for a mutation, what the audit
@@ -63,6 +64,9 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	h := &handler{cfg: cfg, crossSite: http.NewCrossOriginProtection(), mux: http.NewServeMux(), openapi: openAPI()}
+	if cfg.Metrics != nil {
+		h.scraper = newScraper(*cfg.Metrics)
+	}
 	h.fullSum, h.readSum = sha256.Sum256([]byte(cfg.Token)), sha256.Sum256([]byte(cfg.ReadToken))
 	h.areas = map[string]bool{
 		areaAPI:         true,
@@ -72,7 +76,7 @@ func New(cfg Config) (http.Handler, error) {
 		areaEffects:     cfg.Effects != nil,
 		areaSagas:       cfg.Sagas != nil,
 		areaStream:      cfg.Stream != nil,
-		areaMetrics:     cfg.Gatherer != nil,
+		areaMetrics:     cfg.Gatherer != nil || cfg.Metrics != nil,
 	}
 	if cfg.Registerer != nil {
 		h.requests, err = metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{

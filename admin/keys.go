@@ -30,10 +30,18 @@ type KeyRecord struct {
 	Token     string    `json:"token"`
 	CreatedAt time.Time `json:"created_at,omitzero"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
-	Result    Preview   `json:"result"`
+	// Result is a preview of the stored bytes, whatever their format.
+	Result Preview `json:"result"`
+	// HTTP is the stored result read as the response idemhttp (and idem serve)
+	// stored for replay; absent for any other result (an inbox's, an effect's).
+	HTTP *StoredHTTP `json:"http,omitempty"`
 }
 
 func keyRecord(store string, rec idem.Record, now time.Time, full bool) KeyRecord {
+	var stored *StoredHTTP
+	if v, ok := DecodeStoredHTTP(rec.Result); ok {
+		stored = &v
+	}
 	return KeyRecord{
 		Store: store, Scope: rec.Key.Scope, ID: rec.Key.ID,
 		State:       rec.State.String(),
@@ -41,7 +49,7 @@ func keyRecord(store string, rec idem.Record, now time.Time, full bool) KeyRecor
 		Fingerprint: hex.EncodeToString(rec.Fingerprint),
 		Token:       strconv.FormatUint(rec.Token, 10),
 		CreatedAt:   rec.CreatedAt, ExpiresAt: rec.ExpiresAt,
-		Result: preview(rec.Result, full),
+		Result: preview(rec.Result, full), HTTP: stored,
 	}
 }
 

@@ -3,8 +3,10 @@ package admin
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strings"
+	"time"
 )
 
 var pathParam = regexp.MustCompile(`\{([a-z]+)\}`)
@@ -14,13 +16,20 @@ func openAPI() []byte {
 	problem := map[string]any{"description": "an RFC 9457 problem",
 		"content": map[string]any{ContentTypeProblem: map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/Problem"}}}}
 	paths := map[string]map[string]any{}
+	schemas := map[string]any{"Problem": map[string]any{"type": "object", "properties": map[string]any{
+		"type": map[string]any{"type": "string"}, "title": map[string]any{"type": "string"},
+		"status": map[string]any{"type": "integer"}, "detail": map[string]any{"type": "string"}}}}
 	for _, rt := range routes {
+		ok := map[string]any{}
+		if rt.resp != nil {
+			ok = map[string]any{"schema": typeSchema(reflect.TypeOf(rt.resp), schemas)}
+		}
 		op := map[string]any{
 			"operationId": strings.ReplaceAll(rt.summary, " ", "_"),
 			"summary":     rt.summary,
 			"tags":        []string{rt.area},
 			"responses": map[string]any{
-				"200":     map[string]any{"description": "OK", "content": map[string]any{"application/json": map[string]any{}}},
+				"200":     map[string]any{"description": "OK", "content": map[string]any{"application/json": ok}},
 				"default": problem,
 			},
 		}
@@ -60,9 +69,7 @@ func openAPI() []byte {
 		"security": []any{map[string]any{"bearer": []string{}}},
 		"components": map[string]any{
 			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
-			"schemas": map[string]any{"Problem": map[string]any{"type": "object", "properties": map[string]any{
-				"type": map[string]any{"type": "string"}, "title": map[string]any{"type": "string"},
-				"status": map[string]any{"type": "integer"}, "detail": map[string]any{"type": "string"}}}},
+			"schemas":         schemas,
 		},
 	}
 	b, err := json.MarshalIndent(doc, "", "  ")
@@ -85,4 +92,53 @@ func schema(p param) map[string]any {
 
 func serveOpenAPI(h *handler, r *http.Request, c *call) (any, error) {
 	return rawJSON(h.openapi), nil
+}
+
+// typeSchema returns the JSON schema of t as encoding/json writes it: a named
+// struct goes to schemas (components/schemas) and is referred to, so the document
+// follows the Go types of the answers.
+func typeSchema(t reflect.Type, schemas map[string]any) map[string]any {
+	switch {
+	case t == reflect.TypeFor[time.Time]():
+		return map[string]any{"type": "string", "format": "date-time"}
+	case t.Kind() == reflect.Pointer:
+		return typeSchema(t.Elem(), schemas)
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8:
+		return map[string]any{"type": "string", "contentEncoding": "base64"}
+	case t.Kind() == reflect.Slice:
+		return map[string]any{"type": "array", "items": typeSchema(t.Elem(), schemas)}
+	case t.Kind() == reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": typeSchema(t.Elem(), schemas)}
+	case t.Kind() == reflect.String:
+		return map[string]any{"type": "string"}
+	case t.Kind() == reflect.Bool:
+		return map[string]any{"type": "boolean"}
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		return map[string]any{"type": "number"}
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		return map[string]any{"type": "integer"}
+	case t.Kind() != reflect.Struct:
+		return map[string]any{}
+	}
+	ref := map[string]any{"$ref": "#/components/schemas/" + t.Name()}
+	if _, ok := schemas[t.Name()]; ok {
+		return ref
+	}
+	schemas[t.Name()] = nil // a recursive type refers to itself
+	props, required := map[string]any{}, []string{}
+	for f := range t.Fields() {
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		props[name] = typeSchema(f.Type, schemas)
+		if !strings.Contains(opts, "omit") && f.Type.Kind() != reflect.Pointer {
+			required = append(required, name)
+		}
+	}
+	schemas[t.Name()] = map[string]any{"type": "object", "properties": props, "required": required}
+	return ref
 }

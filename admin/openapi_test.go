@@ -109,3 +109,47 @@ func TestOpenAPIMatchesHandler(t *testing.T) {
 		wantProblem(t, b.do(t, method, path, fullToken, ""), 404, admin.ProblemNoRoute)
 	}
 }
+
+// The keys' answers are documented by schemas made from their Go types: a client
+// finds the decoded stored response (http) beside the raw preview (result).
+func TestOpenAPIKeySchemas(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Responses map[string]struct {
+				Content map[string]struct {
+					Schema map[string]any `json:"schema"`
+				} `json:"content"`
+			} `json:"responses"`
+		} `json:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]map[string]any `json:"properties"`
+				Required   []string                  `json:"required"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	wantJSON(t, b.do(t, "GET", "/api/openapi.json", readToken, ""), &doc)
+	if ref := doc.Paths["/api/key"]["get"].Responses["200"].Content["application/json"].Schema["$ref"]; ref != "#/components/schemas/KeyRecord" {
+		t.Errorf("GET /api/key answers %v", ref)
+	}
+	if ref := doc.Paths["/api/metrics"]["get"].Responses["200"].Content["application/json"].Schema["$ref"]; ref != "#/components/schemas/MetricsSummary" {
+		t.Errorf("GET /api/metrics answers %v", ref)
+	}
+	key := doc.Components.Schemas["KeyRecord"]
+	if key.Properties["http"]["$ref"] != "#/components/schemas/StoredHTTP" || key.Properties["result"]["$ref"] != "#/components/schemas/Preview" ||
+		slices.Contains(key.Required, "http") || !slices.Contains(key.Required, "result") {
+		t.Errorf("KeyRecord schema %+v", key)
+	}
+	st := doc.Components.Schemas["StoredHTTP"]
+	for _, f := range []string{"status", "content_type", "headers", "header_count", "headers_truncated", "body"} {
+		if st.Properties[f] == nil || !slices.Contains(st.Required, f) {
+			t.Errorf("StoredHTTP lacks %s: %+v", f, st)
+		}
+	}
+	body := doc.Components.Schemas["BodyPreview"]
+	if body.Properties["size"]["type"] != "integer" || body.Properties["encoding"]["type"] != "string" || body.Properties["truncated"]["type"] != "boolean" {
+		t.Errorf("BodyPreview schema %+v", body)
+	}
+}

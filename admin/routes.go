@@ -27,6 +27,7 @@ type route struct {
 	summary string  // what the call does, also the subject of its error details
 	query   []param // documented query parameters
 	body    []param // documented request body fields (mutations)
+	resp    any     // if set, a value of the 200 answer's type, documented as a schema
 	serve   func(h *handler, r *http.Request, c *call) (any, error)
 }
 
@@ -76,18 +77,18 @@ var routes = []route{
 	{method: "GET", path: "/api/keys", area: areaKeys, summary: "list keys",
 		query: []param{{name: "store", typ: "string", doc: "store name (optional with one store)"},
 			{name: "scope", typ: "string", required: true, doc: "key scope"}, pCursor, pLimit},
-		serve: serveKeys},
+		resp: KeyPage{}, serve: serveKeys},
 	{method: "GET", path: "/api/key", area: areaKeys, summary: "inspect key",
 		query: []param{{name: "store", typ: "string", doc: "store name (optional with one store)"},
 			{name: "scope", typ: "string", required: true, doc: "key scope"},
 			{name: "id", typ: "string", required: true, doc: "key id"}, pFull},
-		serve: serveKey},
+		resp: KeyRecord{}, serve: serveKey},
 	{method: "POST", path: "/api/keys/evict", area: areaKeys, mutates: true, summary: "evict key",
 		body: []param{{name: "store", typ: "string", doc: "store name (optional with one store)"},
 			{name: "scope", typ: "string", required: true, doc: "key scope"},
 			{name: "id", typ: "string", required: true, doc: "key id"},
 			{name: "force", typ: "boolean", doc: "evict an in-progress key, fencing its holder out"}, pReason},
-		serve: serveEvict},
+		resp: KeyRecord{}, serve: serveEvict},
 
 	{method: "GET", path: "/api/deadletters", area: areaDeadLetters, summary: "list dead letters",
 		query: []param{{name: "consumer", typ: "string"}, {name: "kind", typ: "string"},
@@ -129,7 +130,7 @@ var routes = []route{
 
 	{method: "GET", path: "/api/stream", area: areaStream, summary: "stream status", serve: serveStream},
 
-	{method: "GET", path: "/api/metrics", area: areaMetrics, summary: "metrics summary", serve: serveMetrics},
+	{method: "GET", path: "/api/metrics", area: areaMetrics, summary: "metrics summary", resp: MetricsSummary{}, serve: serveMetrics},
 }
 
 // Index is the answer to GET /api/.

@@ -191,32 +191,13 @@ func (e *errTooLarge) Error() string {
 // fixed handful of objects whatever its header count. A stored marker of a response
 // too large to store gives an *errTooLarge and writes nothing.
 func replayResponse(w http.ResponseWriter, stored []byte, allow []string) error {
-	if len(stored) < 4 || (stored[0] != encodingV1 && stored[0] != encodingTooLarge) {
-		return errCorrupt
+	f, err := splitStored(stored)
+	if err != nil {
+		return err
 	}
-	status := int(binary.BigEndian.Uint16(stored[1:3]))
-	count, k := binary.Uvarint(stored[3:])
-	if k <= 0 || status < 200 || status > 999 {
-		return errCorrupt
-	}
-	if stored[0] == encodingTooLarge {
-		if 3+k != len(stored) {
-			return errCorrupt
-		}
+	status, count, rest, end := f.status, f.count, f.rest, f.end
+	if f.tooLarge {
 		return &errTooLarge{status: status, size: count}
-	}
-	if count > uint64(len(stored)) {
-		return errCorrupt
-	}
-	rest := stored[3+k:]
-	// Find where the headers end, then turn the whole header section into one string.
-	end := 0
-	for range count * 2 {
-		l, k := binary.Uvarint(rest[end:])
-		if k <= 0 || l > uint64(len(rest)-end-k) {
-			return errCorrupt
-		}
-		end += k + int(l)
 	}
 	section, body := string(rest[:end]), rest[end:]
 	n := int(count)
@@ -262,4 +243,51 @@ func replayResponse(w http.ResponseWriter, stored []byte, allow []string) error 
 		_, _ = w.Write(body)
 	}
 	return nil
+}
+
+// storedFrame is the framing of a stored response, checked by splitStored.
+type storedFrame struct {
+	status   int
+	tooLarge bool
+	// count is the number of header values (v1) or the size of the response that
+	// was not stored (tooLarge).
+	count uint64
+	// rest is what follows the count: count name/value pairs in rest[:end], then the
+	// body in rest[end:].
+	rest []byte
+	end  int
+}
+
+// splitStored checks the framing of a stored response: its version, its status
+// and that every length prefix stays within the bytes. It allocates nothing.
+func splitStored(stored []byte) (storedFrame, error) {
+	if len(stored) < 4 || (stored[0] != encodingV1 && stored[0] != encodingTooLarge) {
+		return storedFrame{}, errCorrupt
+	}
+	f := storedFrame{status: int(binary.BigEndian.Uint16(stored[1:3]))}
+	count, k := binary.Uvarint(stored[3:])
+	if k <= 0 || f.status < 200 || f.status > 999 {
+		return storedFrame{}, errCorrupt
+	}
+	f.count = count
+	if stored[0] == encodingTooLarge {
+		if 3+k != len(stored) {
+			return storedFrame{}, errCorrupt
+		}
+		f.tooLarge = true
+		return f, nil
+	}
+	if count > uint64(len(stored)) {
+		return storedFrame{}, errCorrupt
+	}
+	f.rest = stored[3+k:]
+	// Find where the headers end.
+	for range count * 2 {
+		l, k := binary.Uvarint(f.rest[f.end:])
+		if k <= 0 || l > uint64(len(f.rest)-f.end-k) {
+			return storedFrame{}, errCorrupt
+		}
+		f.end += k + int(l)
+	}
+	return f, nil
 }

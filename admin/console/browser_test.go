@@ -8,7 +8,9 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/admin/console"
+	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
 	"github.com/idemhq/idem/internal/cdp"
 	"github.com/idemhq/idem/internal/metrics"
@@ -60,6 +63,14 @@ func TestBrowser(t *testing.T) {
 		{Key: idem.Key{Scope: "orders", ID: xssKey}, State: idem.StateCompleted, Token: 14, CreatedAt: now, ExpiresAt: now.Add(time.Hour),
 			Result: []byte(xss)},
 		{Key: idem.Key{Scope: xssScope, ID: "t-1"}, State: idem.StateCompleted, Token: 15, CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
+		// A response idemhttp stored, with an attacker's markup in a header and the body.
+		{Key: idem.Key{Scope: "orders", ID: "o-4"}, State: idem.StateCompleted, Token: 16, CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+			Result: storedResponse(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/html")
+				w.Header().Set("X-Note", xss)
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, xss)
+			})},
 	} {
 		ins.recs[r.Key] = r
 	}
@@ -127,12 +138,17 @@ func TestBrowser(t *testing.T) {
 	ui.wantText(`#keys-scopes option:nth-child(3)`, "orders")
 	ui.wantTrue("no element from the scope", `document.querySelectorAll('#keys-scopes i').length === 0 && window.__xss === undefined`)
 	ui.run(`const s = document.getElementById('keys-scopes'); s.value = 'orders'; s.dispatchEvent(new Event('change'))`)
-	ui.waitTrue("the picked scope's keys", `document.getElementById('keys-scope').value === 'orders' && document.querySelectorAll('#keys tr[data-id]').length === 4`)
+	ui.waitTrue("the picked scope's keys", `document.getElementById('keys-scope').value === 'orders' && document.querySelectorAll('#keys tr[data-id]').length === 5`)
 
 	// Keys of a scope, the stuck one marked.
 	ui.run(`document.getElementById('keys-scope').value = 'orders'; document.getElementById('keys-form').requestSubmit()`)
-	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 4`)
+	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 5`)
 	ui.wantText(`#keys tr[data-id="o-2"] td:nth-child(2)`, "stuck")
+	// The stored response reads as one: status, content type, body; its markup is text.
+	ui.wantText(`#keys tr[data-id="o-4"] td:nth-child(6) .http-status`, "201")
+	ui.wantText(`#keys tr[data-id="o-4"] td:nth-child(6) .http-type`, "text/html")
+	ui.wantText(`#keys tr[data-id="o-4"] td:nth-child(6) code.body`, xss[:admin.PreviewBytes]+"…")
+	ui.wantText(`#keys tr[data-id="o-1"] td:nth-child(6) code`, string(ins.result("orders", "o-1")[:admin.PreviewBytes])+"…")
 	ui.wantText(`#keys tbody tr:first-child td:first-child`, xssKey)
 	ui.wantText(`#keys tbody tr:first-child td:nth-child(6) code`, xss[:admin.PreviewBytes]+"…")
 	ui.wantTrue("no element from the key", `document.querySelectorAll('#keys b, #keys img, #keys script, [onmouseover]').length === 0`)
@@ -140,14 +156,14 @@ func TestBrowser(t *testing.T) {
 	ui.run(`document.getElementById('keys-stuck').click()`)
 	ui.waitTrue("stuck keys only", `Array.from(document.querySelectorAll('#keys tr[data-id]'), tr => tr.dataset.id).join() === 'o-2'`)
 	ui.run(`document.getElementById('keys-stuck').click()`)
-	ui.waitTrue("all keys again", `document.querySelectorAll('#keys tr[data-id]').length === 4`)
+	ui.waitTrue("all keys again", `document.querySelectorAll('#keys tr[data-id]').length === 5`)
 
 	// The charts, once a few polls of GET /api/metrics are in.
 	ui.waitTrue("the charts", `idemConsole.polls >= 4 && ['claims', 'duplicates', 'replays', 'conflicts', 'deadletters', 'relay'].every(id => {
 		const c = document.querySelector('[data-chart="' + id + '"]');
 		return !c.classList.contains('absent') && c.querySelector('path.line').getAttribute('d').length > 0 &&
 			Number.parseFloat(c.querySelector('.chart-value').textContent) > 0; })`)
-	ui.wantTrue("an absent metric said so", `document.querySelector('[data-chart="oldest"] .chart-foot').textContent === 'idem_outbox_oldest_age_seconds not exported'`)
+	ui.wantTrue("an absent metric said so", `document.querySelector('[data-chart="oldest"] .chart-foot').textContent === 'idem_outbox_oldest_age_seconds not exported by this server'`)
 	ui.screenshot("overview")
 
 	// Replay dead letter 1 through its button and the reason dialog.
@@ -176,11 +192,20 @@ func TestBrowser(t *testing.T) {
 		document.getElementById('confirm-force').checked = true;
 		document.getElementById('confirm-form').requestSubmit()`)
 	ui.waitTrue("the eviction", `idemConsole.actions.some(a => a.ok && a.text === 'evict key orders/o-2: evicted')`)
-	ui.waitTrue("o-2 gone", `!document.querySelector('#keys tr[data-id="o-2"]') && document.querySelectorAll('#keys tr[data-id]').length === 3`)
+	ui.waitTrue("o-2 gone", `!document.querySelector('#keys tr[data-id="o-2"]') && document.querySelectorAll('#keys tr[data-id]').length === 4`)
 	if ins.has(idem.Key{Scope: "orders", ID: "o-2"}) || !ins.has(idem.Key{Scope: "orders", ID: "o-3"}) {
 		t.Error("o-2 not evicted, or o-3 evicted")
 	}
 	wantAudit(t, &logs, "POST /api/keys/evict", "holder died")
+
+	// Look up the stored response: its status, headers and body, as text.
+	ui.run(`document.getElementById('key-scope').value = 'orders'; document.getElementById('key-id').value = 'o-4';
+		document.getElementById('key-form').requestSubmit()`)
+	ui.waitTrue("the response", `!!document.querySelector('#key-record ul.http-headers')`)
+	ui.wantTrue("its headers listed as text", `Array.from(document.querySelectorAll('#key-record ul.http-headers li'), li => li.textContent).join('|') === `+
+		jsString("Content-Type: text/html|X-Note: "+xss[:admin.PreviewBytes]+"…"))
+	ui.wantTrue("no element from the response", `document.querySelectorAll('#key-record script, #key-record img, [onerror]').length === 0 && window.__xss === undefined`)
+	ui.screenshot("stored-response")
 
 	// Look up a key: a preview, and the whole result on demand.
 	ui.run(`document.getElementById('key-scope').value = 'orders'; document.getElementById('key-id').value = 'o-1';
@@ -237,7 +262,7 @@ func TestBrowser(t *testing.T) {
 	ui.waitTrue("read-only console", `idemConsole.ready && idemConsole.access === 'read' &&
 		!!document.querySelector('#keys-store option') && document.querySelectorAll('#main tbody tr').length > 0`)
 	ui.run(`document.getElementById('keys-form').requestSubmit()`) // the scope is remembered for the tab
-	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 2`)
+	ui.waitTrue("the keys", `document.querySelectorAll('#keys tr[data-id]').length === 3`)
 	ui.wantTrue("buttons disabled", `document.querySelectorAll('#main button[data-action]').length >= 2 &&
 		Array.from(document.querySelectorAll('#main button[data-action]')).every(b => b.disabled)`)
 	ui.wantTrue("the old session's record is gone", `document.getElementById('key-record').childElementCount === 0`)
@@ -393,7 +418,8 @@ func (u *ui) wantText(selector, want string) {
 	}
 }
 
-// screenshot saves the page as test-output/console-<name>.png at the module root.
+// screenshot saves the page as console-<name>.png in $IDEM_SCREENSHOT_DIR (make
+// test sets it), else in test-output at the module root.
 func (u *ui) screenshot(name string) {
 	u.t.Helper()
 	png, err := u.page.Screenshot(u.ctx)
@@ -401,7 +427,10 @@ func (u *ui) screenshot(name string) {
 		u.t.Errorf("screenshot: %v", err)
 		return
 	}
-	dir := filepath.Join("..", "..", "test-output")
+	dir := os.Getenv("IDEM_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "test-output")
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		u.t.Error(err)
 		return
@@ -494,6 +523,29 @@ func (oldestAgeOnly) Describe(ch chan<- *prometheus.Desc) {
 	ch <- prometheus.NewDesc("idem_outbox_oldest_age_seconds", "Age of the oldest unpublished outbox message.", nil, nil)
 }
 func (oldestAgeOnly) Collect(chan<- prometheus.Metric) {}
+
+// storedResponse returns the result idemhttp's Middleware stores for a request
+// answered by handle.
+func storedResponse(t *testing.T, handle http.HandlerFunc) []byte {
+	t.Helper()
+	store, err := idemmem.New(idemmem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := func(*http.Request) (string, error) { return "s", nil }
+	mw, err := idemhttp.Middleware(idemhttp.Config{Store: store, Scope: scope})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Header.Set(idemhttp.HeaderKey, "k")
+	mw(handle).ServeHTTP(httptest.NewRecorder(), r)
+	rec, err := store.Inspect(context.Background(), idem.Key{Scope: "s", ID: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.Result
+}
 
 // syncBuffer is a bytes.Buffer for a logger and a reader on other goroutines.
 type syncBuffer struct {

@@ -34,6 +34,7 @@ type adminOptions struct {
 	token, readToken string
 	insecure         bool
 	drainLimit       time.Duration
+	metricsFrom      metricsFlags
 }
 
 const adminSynopsis = `Serves idem's operator API (package admin) on --listen: JSON under /api/ to
@@ -53,6 +54,13 @@ Stores (--store, repeatable; name=URL names one, else it is "default"):
   sqlite:PATH, postgres://…, mysql://…, redis://…   as idem serve's --store
 Databases (--db): postgres://…, mysql://… or sqlite:PATH (an existing file).
 
+The console's charts read the metrics of the processes idem admin operates:
+--metrics-from URL (repeatable) names a process's /metrics, such as the relay's
+(http://127.0.0.1:9464/metrics, its --listen) and the gateway's
+(http://127.0.0.1:9465/metrics, idem serve's --admin-listen). Counters are summed
+across them; each is read at most once a second, within 2 s and 4 MiB, and one
+that does not answer is shown as down in GET /api/metrics and the console.
+
 SIGINT or SIGTERM stops taking connections and finishes the requests in flight.
 Traces go over OTLP when $OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_*
 variables) is set; log lines under a span carry its trace_id and span_id.`
@@ -67,6 +75,7 @@ func (m *Main) runAdmin(ctx context.Context, args []string) error {
 	fs.StringVar(&o.readToken, "read-token", "", "read-only bearer token (GET requests only); prefer the environment  [$IDEM_ADMIN_READ_TOKEN]")
 	fs.BoolVar(&o.insecure, "insecure", false, "serve without a token: loopback --listen only, for development")
 	fs.DurationVar(&o.drainLimit, "shutdown-timeout", 10*time.Second, "how long a stop waits for requests in flight")
+	fs.Var(&o.metricsFrom, "metrics-from", "a /metrics URL of a process the console's charts read (http://127.0.0.1:9464/metrics: the relay's); repeatable")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -85,6 +94,9 @@ func (m *Main) runAdmin(ctx context.Context, args []string) error {
 // and never quote a token.
 func (o *adminOptions) check() (*dbSpec, error) {
 	cfg := admin.Config{Token: o.token, ReadToken: o.readToken, Insecure: o.insecure}
+	if err := o.metricsFrom.check(); err != nil {
+		return nil, err
+	}
 	switch {
 	case o.db == "" && len(o.stores) == 0:
 		return nil, errors.New("nothing to serve: pass --db (the inbox, outbox, effects and sagas) and/or --store (idempotency keys)")
@@ -120,6 +132,37 @@ func (o *adminOptions) check() (*dbSpec, error) {
 	}
 	db, err := parseDB(o.db)
 	return &db, err
+}
+
+// metricsFlags is the repeatable --metrics-from URL. Set keeps every value: they
+// are checked after parsing (adminOptions.check), where the message can be
+// redacted; the flag package's own quotes the value as given.
+type metricsFlags []string
+
+func (f *metricsFlags) String() string { return strings.Join(*f, ",") }
+
+func (f *metricsFlags) Set(v string) error {
+	*f = append(*f, v)
+	return nil
+}
+
+// check checks the URLs as admin.Config.Metrics does; its errors name the flag and
+// never quote a URL's password.
+func (f metricsFlags) check() error {
+	if len(f) > admin.MaxMetricsSources {
+		return fmt.Errorf("--metrics-from is given %d times, more than %d: read a Prometheus federation endpoint instead", len(f), admin.MaxMetricsSources)
+	}
+	for i, v := range f {
+		if slices.Contains(f[:i], v) {
+			return errors.New(redact.String(fmt.Sprintf("--metrics-from %s is given twice: its counters would be counted twice", v)))
+		}
+		_, err := admin.New(admin.Config{Insecure: true, Metrics: &admin.MetricsSources{URLs: []string{v}}})
+		var ie *idem.InputError
+		if errors.As(err, &ie) {
+			return errors.New(redact.String("--metrics-from " + ie.Reason + ": " + ie.Fix))
+		}
+	}
+	return nil
 }
 
 // storeFlags is the repeatable --store [name=]URL.
@@ -186,6 +229,9 @@ func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
 		pings = append(pings, inspectPing(in))
 	}
 	what := fmt.Sprintf("%d store(s)", len(o.stores))
+	if len(o.metricsFrom) > 0 {
+		what += fmt.Sprintf("; the console's charts read %d /metrics source(s)", len(o.metricsFrom))
+	}
 	if db != nil {
 		ping, closeDB, skipped, err := openAdminDB(ctx, *db, &cfg)
 		if err != nil {
@@ -199,6 +245,7 @@ func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
 		}
 	}
 	cfg.Console, cfg.Gatherer = console.Handler(), reg
+	cfg.Metrics = &admin.MetricsSources{URLs: o.metricsFrom} // listed even when empty: the console says how to add one
 	api, err := admin.New(cfg)
 	if err != nil {
 		return fmt.Errorf("idem admin: %w", err)

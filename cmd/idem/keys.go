@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsqlite"
@@ -209,10 +210,17 @@ type keyRecord struct {
 	CreatedAt   time.Time `json:"created_at,omitzero"`
 	ExpiresAt   time.Time `json:"expires_at,omitzero"`
 	Result      preview   `json:"result"`
+	// HTTP is the result read as the response idemhttp (and serve) stored, as the
+	// admin API shows it; absent for a result of another format.
+	HTTP *admin.StoredHTTP `json:"http,omitempty"`
 }
 
 func newKeyRecord(rec idem.Record, now time.Time, full bool) keyRecord {
-	return keyRecord{Scope: rec.Key.Scope, ID: rec.Key.ID, State: rec.State.String(),
+	var stored *admin.StoredHTTP
+	if v, ok := admin.DecodeStoredHTTP(rec.Result); ok {
+		stored = &v
+	}
+	return keyRecord{HTTP: stored, Scope: rec.Key.Scope, ID: rec.Key.ID, State: rec.State.String(),
 		Expired:     !rec.ExpiresAt.IsZero() && !rec.ExpiresAt.After(now),
 		Fingerprint: hex.EncodeToString(rec.Fingerprint), Token: strconv.FormatUint(rec.Token, 10),
 		CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt, Result: newPreview(rec.Result, full)}
@@ -266,7 +274,7 @@ func (m *Main) keysList(ctx context.Context, o keysOptions) error {
 		if o.scope == "" {
 			fmt.Fprintf(tw, "%s\t", cell(r.Scope, 48))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.ID, 80), r.stateCell(), when(r.CreatedAt), when(r.ExpiresAt), r.Token, r.Result)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.ID, 80), r.stateCell(), when(r.CreatedAt), when(r.ExpiresAt), r.Token, r.resultCell())
 	}
 	summary := fmt.Sprintf("%d records of every scope in %s", len(out.Records), desc)
 	if o.scope != "" {
@@ -312,7 +320,61 @@ func (m *Main) printKey(r keyRecord) {
 	} {
 		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
 	}
+	if h := r.HTTP; h != nil {
+		status := strconv.Itoa(h.Status)
+		if h.NotStored {
+			status += " (sent once, too large to store: a retry is answered 409)"
+		}
+		fmt.Fprintf(tw, "http status\t%s\n", status)
+		for _, f := range h.Headers {
+			v := escapeText(f.Value, 0)
+			if f.Truncated {
+				v += "…"
+			}
+			fmt.Fprintf(tw, "http header\t%s: %s\n", escapeText(f.Name, 0), v)
+		}
+		if h.HeadersTruncated {
+			fmt.Fprintf(tw, "http header\t… %d more (--json lists %d of %d)\n", h.HeaderCount-len(h.Headers), len(h.Headers), h.HeaderCount)
+		}
+		if h.NotStored {
+			fmt.Fprintf(tw, "http body\t(not stored: %d bytes)\n", h.Body.Size)
+		} else {
+			fmt.Fprintf(tw, "http body\t%s\n", bodyCell(h.Body))
+		}
+	}
 	tw.Flush()
+}
+
+// resultCell is a record's result in a table: a stored HTTP response as its
+// status, content type and body preview, anything else as its preview.
+func (r keyRecord) resultCell() string {
+	h := r.HTTP
+	if h == nil {
+		return r.Result.String()
+	}
+	s := "HTTP " + strconv.Itoa(h.Status)
+	if h.ContentType != "" {
+		s += " " + escapeText(h.ContentType, 40)
+	}
+	if h.NotStored {
+		return s + fmt.Sprintf(" (not stored: %d bytes)", h.Body.Size)
+	}
+	return s + " " + bodyCell(h.Body)
+}
+
+// bodyCell shows a body preview escaped, with its size: base64 marked as such.
+func bodyCell(b admin.BodyPreview) string {
+	if b.Size == 0 {
+		return "(empty)"
+	}
+	s := escapeText(b.Preview, 0)
+	if b.Encoding == "base64" {
+		s = "base64:" + s
+	}
+	if b.Truncated {
+		s += "…"
+	}
+	return fmt.Sprintf("%s (%d bytes)", s, b.Size)
 }
 
 func (m *Main) keysEvict(ctx context.Context, o keysOptions) error {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"net/http"
 	"net/url"
 	"os"
@@ -73,6 +74,30 @@ func TestKeysListsWhatServeRecorded(t *testing.T) {
 	noRawControls(t, out)
 	if !strings.Contains(out, "completed") || !strings.Contains(out, "full result:") {
 		t.Fatalf("keys get --full:\n%s", out)
+	}
+	// The stored response is read as one: status, headers and body, not hex.
+	out = mustRun(t, "keys", "get", "--store", "sqlite:"+path, "--scope", scope, "--id", "order-1")
+	noRawControls(t, out)
+	wantBody := base64.StdEncoding.EncodeToString([]byte("POST /orders\x00\xff"))[:16]
+	for _, want := range []string{"http status  201\n", "http header  Content-Type: application/vnd.test+binary\n",
+		"http header  Location: /orders/1\n", "http body    base64:" + wantBody} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("keys get lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, "… (") || !strings.Contains(out, " bytes)\n") {
+		t.Fatalf("keys get: the body's preview is not marked cut, with its size:\n%s", out)
+	}
+	var rec keyRecord
+	decode(t, mustRun(t, "keys", "get", "--store", "sqlite:"+path, "--scope", scope, "--id", "order-1", "--json"), &rec)
+	if rec.HTTP == nil || rec.HTTP.Status != 201 || rec.HTTP.ContentType != "application/vnd.test+binary" ||
+		rec.HTTP.Body.Encoding != "base64" || rec.HTTP.Body.Size != int64(len("POST /orders\x00\xff")+64+len(`{"amount":5}`)) ||
+		rec.Result.Encoding != "hex" {
+		t.Fatalf("keys get --json: %+v %+v", rec.HTTP, rec.Result)
+	}
+	out = mustRun(t, "keys", "list", "--store", "sqlite:"+path, "--scope", scope)
+	if !strings.Contains(out, "HTTP 201 application/vnd.test+binary base64:"+wantBody) {
+		t.Fatalf("keys list shows no decoded response:\n%s", out)
 	}
 	if out = mustRun(t, "keys", "list", "--store", "sqlite:"+path, "--scope", "anonymous"); !strings.Contains(out, "0 records of scope anonymous") {
 		t.Fatalf("keys list of another scope:\n%s", out)

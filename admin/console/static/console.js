@@ -103,7 +103,7 @@
     session++;
     // What the previous token could see goes with it.
     for (const tb of document.querySelectorAll('#main tbody')) clear(tb);
-    for (const id of ['key-record', 'outbox-status', 'charts', 'log', 'keys-more']) clear($(id));
+    for (const id of ['key-record', 'outbox-status', 'charts', 'metrics-sources', 'log', 'keys-more']) clear($(id));
     state.samples = [];
     state.actions = [];
     keysShown = null;
@@ -186,6 +186,25 @@
     return future ? 'in ' + txt : txt + ' ago';
   }
 
+  // resultNode shows a key's result: a stored HTTP response (r.http) as its status,
+  // content type and body preview, anything else as its raw preview.
+  function resultNode(r) {
+    const h = r.http;
+    if (!h) return previewNode(r.result);
+    const status = el('span', { className: 'http-status s' + String(h.status).charAt(0) }, String(h.status));
+    const type = el('span', { className: 'http-type muted' }, h.content_type || '(no content type)');
+    const body = h.not_stored ? el('span', { className: 'muted' }, 'not stored: ' + h.body.size + ' bytes, a retry is answered 409')
+      : bodyNode(h.body);
+    return el('span', { className: 'http-result' }, status, ' ', type, ' ', body);
+  }
+
+  // bodyNode shows a BodyPreview {size, encoding, preview, truncated} as text.
+  function bodyNode(b) {
+    if (!b || !b.size) return el('code', { className: 'preview' }, '(empty)');
+    const text = (b.encoding === 'base64' ? 'base64:' : '') + b.preview + (b.truncated ? '…' : '');
+    return el('code', { className: 'preview body' + (b.encoding === 'base64' ? ' hex' : ''), title: b.size + ' bytes, ' + b.encoding }, text);
+  }
+
   function timeCell(iso) {
     return el('td', { title: iso || '', className: 'time' }, ago(iso));
   }
@@ -215,10 +234,17 @@
   // Each chart reads one metric of GET api/metrics: a counter as a rate per second
   // between two polls, a gauge as is, a histogram as the mean of the interval's
   // observations.
+  // A chart whose metric is absent reads its alt, if exported: the gateway (idem
+  // serve) exports no store metrics (their scope label is one value per caller),
+  // so claims, duplicates and replays are read there from its requests' outcomes.
+  const VIA_GATEWAY = 'idem_http_requests_total';
   const CHARTS = [
-    { id: 'claims', title: 'claims /s', metric: 'idem_claims_total', kind: 'rate' },
-    { id: 'duplicates', title: 'duplicates suppressed /s', metric: 'idem_duplicates_total', kind: 'rate' },
-    { id: 'replays', title: 'replays /s', metric: 'idem_claims_total', outcome: 'replayed', kind: 'rate' },
+    { id: 'claims', title: 'claims /s', metric: 'idem_claims_total', kind: 'rate',
+      alt: { metric: VIA_GATEWAY, outcomes: ['executed', 'replayed', 'conflict', 'mismatch', 'error'] } },
+    { id: 'duplicates', title: 'duplicates suppressed /s', metric: 'idem_duplicates_total', kind: 'rate',
+      alt: { metric: VIA_GATEWAY, outcomes: ['replayed', 'conflict'] } },
+    { id: 'replays', title: 'replays /s', metric: 'idem_claims_total', outcome: 'replayed', kind: 'rate',
+      alt: { metric: VIA_GATEWAY, outcomes: ['replayed'] } },
     { id: 'conflicts', title: '409 in progress /s', metric: 'idem_http_requests_total', outcome: 'conflict', kind: 'rate' },
     { id: 'deadletters', title: 'dead letters /s', metric: 'idem_inbox_dead_letters_total', kind: 'rate' },
     { id: 'backlog', title: 'outbox backlog', metric: 'idem_outbox_unpublished', kind: 'gauge' },
@@ -257,32 +283,80 @@
     }
   }
 
-  function metricValue(sample, c) {
-    const m = sample.metrics[c.metric];
+  // sourceHint says which process exports a metric and how idem admin reads it.
+  function sourceHint(metric) {
+    if (/^idem_(relay|outbox)_/.test(metric)) {
+      return "start the relay with --listen (its /metrics) and add --metrics-from http://127.0.0.1:9464/metrics (the relay's --listen)";
+    }
+    if (/^idem_http_/.test(metric)) {
+      return "start the gateway with --admin-listen and add --metrics-from http://127.0.0.1:9465/metrics (idem serve's --admin-listen)";
+    }
+    if (/^idem_inbox_/.test(metric)) return "add --metrics-from with the /metrics of the service that runs the inbox";
+    return "add --metrics-from with the /metrics of the process that exports it";
+  }
+
+  // absentText says why a chart has no figure: no source exports its metric (and
+  // which sources are down), or this server does not.
+  function absentText(c, sources) {
+    if (!sources) return c.metric + (c.alt ? ' (or ' + c.alt.metric + ')' : '') + ' not exported by this server';
+    const down = sources.filter(function (s) { return !s.up; });
+    let t = 'no source exports ' + c.metric + (c.alt ? ' or ' + c.alt.metric : '') + ': ' + sourceHint(c.alt ? c.alt.metric : c.metric);
+    if (down.length) t += '; down: ' + down.map(function (s) { return s.url + ' (' + s.error + ')'; }).join(', ');
+    return t;
+  }
+
+  // showSources lists the metrics sources of the last summary, up or down.
+  function showSources(sources) {
+    const ul = $('metrics-sources');
+    clear(ul);
+    ul.hidden = !sources;
+    if (!sources) return;
+    if (!sources.length) {
+      ul.appendChild(el('li', { className: 'muted' }, "no metrics sources: this server's own metrics only (idem admin --metrics-from URL reads a process's /metrics)"));
+    }
+    for (const s of sources) {
+      ul.appendChild(el('li', { className: s.up ? 'up' : 'down' }, s.up
+        ? 'source ' + s.url + ': up, ' + s.families + ' idem_* metrics'
+        : 'source ' + s.url + ': DOWN: ' + s.error));
+    }
+  }
+
+  // spec is what a chart reads in sample: its metric, else its alt, else null.
+  function spec(sample, c) {
+    if (sample.metrics[c.metric] !== undefined) return c;
+    if (c.alt && sample.metrics[c.alt.metric] !== undefined) return c.alt;
+    return null;
+  }
+
+  // metricValue reads sp (a chart or its alt) in a sample: the metric's value, or
+  // the sum of its outcomes'.
+  function metricValue(sample, sp) {
+    const m = sample.metrics[sp.metric];
     if (!m) return undefined;
-    if (c.outcome) return (m.by_outcome && m.by_outcome[c.outcome]) || 0;
+    if (sp.outcome) return (m.by_outcome && m.by_outcome[sp.outcome]) || 0;
+    if (sp.outcomes) return sp.outcomes.reduce(function (a, o) { return a + ((m.by_outcome && m.by_outcome[o]) || 0); }, 0);
     return m.value;
   }
 
-  // series returns the chart's points [{t, v}] over the samples kept.
-  function series(c) {
+  // series returns the chart's points [{t, v}] over the samples kept, read as sp.
+  function series(c, sp) {
     const out = [];
     const s = state.samples;
     for (let i = 0; i < s.length; i++) {
       const cur = s[i];
-      const v = metricValue(cur, c);
+      const v = metricValue(cur, sp);
       if (v === undefined) continue;
       if (c.kind === 'gauge') { out.push({ t: cur.t, v: v }); continue; }
       if (i === 0) continue;
       const prev = s[i - 1];
-      const pv = metricValue(prev, c);
+      const pv = metricValue(prev, sp);
       const dt = (cur.t - prev.t) / 1000;
       if (pv === undefined || dt <= 0) continue;
       if (c.kind === 'rate') {
         const d = v >= pv ? v - pv : v; // a reset starts the counter again from 0
         out.push({ t: cur.t, v: d / dt });
       } else { // mean of a histogram's observations in the interval
-        const m = cur.metrics[c.metric], pm = prev.metrics[c.metric];
+        const m = cur.metrics[sp.metric], pm = prev.metrics[sp.metric];
         const dn = v - pv, ds = (m.sum || 0) - (pm.sum || 0);
         out.push({ t: cur.t, v: dn > 0 ? ds / dn : 0 });
       }
@@ -298,21 +372,25 @@
     const t1 = last.t, t0 = state.samples[0].t, span = Math.max(1, t1 - t0);
     for (const c of CHARTS) {
       if (!c.card) continue;
-      const pts = series(c);
-      const exported = last.metrics[c.metric] !== undefined;
+      const sp = spec(last, c);
+      const exported = sp !== null;
+      const pts = exported ? series(c, sp) : [];
       c.card.classList.toggle('absent', !exported);
       const value = c.card.querySelector('.chart-value');
       const foot = c.card.querySelector('.chart-foot');
+      const from = exported && last.metrics[sp.metric].from;
+      foot.title = (sp && sp !== c ? 'via ' + sp.metric + ' (' + sp.outcomes.join(', ') + ')' : '') +
+        (from ? (sp !== c ? '; ' : '') + 'from ' + from.join(', ') : '');
       if (!exported) {
         value.textContent = '—';
-        foot.textContent = c.metric + ' not exported';
+        foot.textContent = absentText(c, last.sources);
         c.line.setAttribute('d', ''); c.area.setAttribute('d', '');
         continue;
       }
       const top = Math.max(0, ...pts.map(function (p) { return p.v; }));
       const max = Math.max(1e-9, top);
       value.textContent = pts.length ? fmt(pts[pts.length - 1].v) : '…';
-      foot.textContent = pts.length ? 'max ' + fmt(top) : 'waiting for a second sample';
+      foot.textContent = (pts.length ? 'max ' + fmt(top) : 'waiting for a second sample') + (sp !== c ? ' · via the gateway' : '');
       let d = '';
       for (const p of pts) {
         const x = ((p.t - t0) / span) * 200;
@@ -337,7 +415,8 @@
         const m = await api('GET', 'metrics');
         if (s !== session) return;
         const t = Date.parse(m.time);
-        state.samples.push({ t: isNaN(t) ? Date.now() : t, metrics: m.metrics || {} });
+        state.samples.push({ t: isNaN(t) ? Date.now() : t, metrics: m.metrics || {}, sources: m.sources });
+        showSources(m.sources);
         while (state.samples.length > 2 && state.samples[0].t < t - WINDOW) state.samples.shift();
         state.polls++;
         drawCharts();
@@ -560,7 +639,7 @@
     fill('keys', recs.map(function (r) { return Object.assign({ key: r.id }, r); }), function (r) {
       const st = stuck(r) ? 'stuck' : r.state;
       return [el('td', { className: 'mono' }, r.id), el('td', { className: 'state ' + st }, st.replace('_', ' ')), r.token,
-        timeCell(r.created_at), timeCell(r.expires_at), el('td', null, previewNode(r.result)),
+        timeCell(r.created_at), timeCell(r.expires_at), el('td', null, resultNode(r)),
         el('td', { className: 'actions' }, actionButton('Evict', 'evict', function () { evictKey(r); }, true))];
     }, $('keys-stuck').checked ? 'No stuck keys in this scope.' : 'No keys in this scope.');
   }
@@ -592,6 +671,15 @@
     row('token', r.token); row('fingerprint', r.fingerprint || '(none)');
     row('created', r.created_at ? r.created_at + ' (' + ago(r.created_at) + ')' : '');
     row('expires', r.expires_at ? r.expires_at + ' (' + ago(r.expires_at) + ')' : '');
+    if (r.http) {
+      row('response', resultNode(r));
+      const hs = el('ul', { className: 'http-headers' });
+      for (const f of r.http.headers || []) {
+        hs.appendChild(el('li', null, el('code', null, f.name + ': ' + f.value + (f.truncated ? '…' : ''))));
+      }
+      if (r.http.headers_truncated) hs.appendChild(el('li', { className: 'muted' }, (r.http.header_count - r.http.headers.length) + ' more not shown'));
+      row('headers', hs.childElementCount ? hs : '(none)');
+    }
     row('result', previewNode(r.result));
     box.appendChild(dl);
     Object.assign(box.dataset, { store: r.store, scope: r.scope, id: r.id });
