@@ -46,6 +46,15 @@ var (
 	envRE      = regexp.MustCompile(`\$(IDEM_[A-Z0-9_]+)`)
 )
 
+// TestMain removes the binary idemBinary built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if idemBin != "" {
+		os.RemoveAll(filepath.Dir(idemBin))
+	}
+	os.Exit(code)
+}
+
 // idemBinary builds cmd/idem once for the package's tests.
 func idemBinary(t *testing.T) string {
 	t.Helper()
