@@ -2,8 +2,9 @@
 GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 3s
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: test vet services bench bench-stores fmt tidy
+.PHONY: test vet services bench bench-stores fmt tidy release image image-smoke
 
 test: services vet
 	IDEM_REQUIRE_SERVICES=1 IDEM_SCREENSHOT_DIR=$(CURDIR)/test-output $(GO) test -race -count=1 -timeout 15m $(PKGS)
@@ -28,3 +29,19 @@ fmt:
 
 tidy:
 	$(GO) mod tidy
+
+# Static binaries (CGO_ENABLED=0) for linux and darwin, amd64 and arm64, in dist/ with
+# SHA256SUMS and THIRD_PARTY_NOTICES. VERSION=v0.1.0 stamps the release (idem version);
+# by default it is git describe's. See docs/install.md.
+release:
+	VERSION=$(VERSION) GO=$(GO) ./scripts/release.sh
+
+# The container image (Containerfile: FROM scratch, the static linux binary, CA
+# certificates, /tmp; non-root) with podman's vfs driver, tagged localhost/idem:$(VERSION).
+image:
+	VERSION=$(VERSION) GO=$(GO) ./scripts/image.sh
+
+# Runs the image's entrypoint from its mounted root filesystem (chroot; needs root):
+# idem version, serve --help, and serve answering /healthz and a replayed POST.
+image-smoke:
+	./scripts/image-smoke.sh

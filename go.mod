@@ -1,6 +1,6 @@
 module github.com/idemhq/idem
 
-go 1.26.8
+go 1.26.0
 
 require (
 	cloud.google.com/go/pubsub/v2 v2.8.1
@@ -35,6 +35,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.opentelemetry.io/proto/otlp v1.11.0
+	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/net v0.62.0
 	google.golang.org/api v0.304.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941

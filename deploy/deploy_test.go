@@ -85,6 +85,7 @@ func registered(t *testing.T) *recorder {
 	check("relay metrics", err)
 	_, err = metrics.NewHTTP(r)
 	check("http metrics", err)
+	check("build info", metrics.NewBuild(r, "v0.0.0", "", "go"))
 	_, err = idemmem.New(idemmem.Config{Registerer: r})
 	check("idemmem", err)
 	_, err = pgcdc.New("postgres://relay@127.0.0.1:5432/db", nopSink{}, pgcdc.Config{Registerer: r}) // connects only when run

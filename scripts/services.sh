@@ -5,6 +5,12 @@
 # their own nodes on free ports. Each one that is down is
 # started, after installing it with apt-get if it is missing. Idempotent: safe to run
 # again at any time. Exits non-zero naming the service that could not be brought up.
+#
+# It says what it is about to do before doing it: one line per package it installs
+# and per service it starts or reconfigures (MariaDB's root password reset to empty
+# for TCP logins, the test databases created). Unattended: apt-get runs with -y and
+# no questions; without root it uses sudo, which asks for a password only when run
+# from a terminal (in CI, passwordless sudo or root, else a clear error).
 set -uo pipefail
 
 log() { printf 'services: %s\n' "$*" >&2; }
@@ -17,16 +23,30 @@ wait_up() { # port seconds
   return 1
 }
 
+# as_root runs a command as root: directly, with passwordless sudo, or with sudo
+# asking for a password when there is a terminal to ask on; never a hidden prompt.
+as_root() {
+  if [ "$(id -u)" = 0 ]; then
+    "$@"
+  elif sudo -n true 2>/dev/null; then
+    sudo -n "$@"
+  elif [ -t 0 ] && command -v sudo >/dev/null 2>&1; then
+    log "sudo $1: needs root; sudo asks for your password"
+    sudo "$@"
+  else
+    log "ERROR: $1 needs root: run as root or with passwordless sudo"
+    return 1
+  fi
+}
+
 apt_updated=
 need() { # command package...
   command -v "$1" >/dev/null 2>&1 && return 0
   [ -x "$1" ] && return 0
-  log "installing ${*:2}"
-  if [ -z "$apt_updated" ]; then apt-get update -qq >/dev/null && apt_updated=1; fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${@:2}" >/dev/null
+  log "installing ${*:2} with apt-get (missing: $(basename "$1"))"
+  if [ -z "$apt_updated" ]; then as_root apt-get update -qq >/dev/null && apt_updated=1; fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${@:2}" >/dev/null
 }
-
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 start_postgres() {
   need pg_ctlcluster postgresql postgresql-contrib || return 1
@@ -39,8 +59,10 @@ start_postgres() {
   as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
   wait_up 5432 30 || return 1
   # Trust auth for local TCP is the machine's default; make sure the test database exists.
-  psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" 2>/dev/null | grep -q 1 ||
+  psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" 2>/dev/null | grep -q 1 || {
+    log "postgres: creating the database test"
     psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE test" >/dev/null 2>&1 || true
+  }
 }
 
 start_redis() {
@@ -73,10 +95,12 @@ start_mysql() {
 mysql_ready() {
   mariadb -h 127.0.0.1 -u root -e "CREATE DATABASE IF NOT EXISTS test" 2>/dev/null && return 0
   # A fresh install lets root in through the socket only: allow TCP without a password.
+  log "mysql: root cannot log in over TCP; resetting MariaDB's root@localhost to an empty password (mysql_native_password) and creating the database test"
   as_root mariadb -u root -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD(''); CREATE DATABASE IF NOT EXISTS test" 2>/dev/null &&
     mariadb -h 127.0.0.1 -u root -e "SELECT 1" >/dev/null 2>&1
 }
 
+log "checking PostgreSQL, Redis, NATS, RabbitMQ and MariaDB on 127.0.0.1; each one down is installed with apt-get if missing, then started"
 status=0
 for svc in postgres:5432 redis:6379 nats:4222 rabbitmq:5672 mysql:3306; do
   name=${svc%%:*} port=${svc##*:}

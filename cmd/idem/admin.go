@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
@@ -210,8 +209,7 @@ func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
 		return err
 	}
 	defer stopTracing()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := daemonRegistry() // Go, process and idem_build_info collectors
 	cfg := admin.Config{Token: o.token, ReadToken: o.readToken, Insecure: o.insecure, Logger: log, Registerer: reg,
 		Stores: map[string]idem.Inspector{}}
 	var pings []func(context.Context) error

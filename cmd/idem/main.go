@@ -91,6 +91,7 @@ var commands = []command{
 	{"outbox", "outbox backlog, parked messages and relays (status, parked, retry, discard)", (*Main).runOutbox},
 	{"sagas", "list, show, retry, resolve or purge sagas (list, show, retry, resolve, purge)", (*Main).runSagas},
 	{"admin", "operator API: inspect and act on keys, dead letters, outbox, effects and sagas", (*Main).runAdmin},
+	{"version", "print the version, VCS revision and Go version of this build", (*Main).runVersion},
 }
 
 // Run executes the command named by args[0]. What it writes to Stderr and the
@@ -120,6 +121,9 @@ func (m *Main) run(ctx context.Context, args []string) error {
 			return errUsage
 		}
 		return flag.ErrHelp
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		return m.runVersion(ctx, nil)
 	}
 	for _, c := range commands {
 		if c.name == args[0] {

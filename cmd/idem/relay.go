@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
@@ -238,8 +236,7 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 		return err
 	}
 	defer stopTracing()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := daemonRegistry() // Go, process and idem_build_info collectors
 	cfg := o.relayConfig()
 	cfg.Registerer, cfg.Logger = reg, log
 

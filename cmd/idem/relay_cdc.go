@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
@@ -98,8 +96,7 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 		return err
 	}
 	defer stopTracing()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := daemonRegistry() // Go, process and idem_build_info collectors
 	cfg.Registerer, cfg.Logger = reg, log
 	sink, closeSink, err := ss.open(ctx, o)
 	if err != nil {

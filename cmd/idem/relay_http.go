@@ -165,7 +165,9 @@ func relayHandler(reg *prometheus.Registry, h *health) http.Handler {
 }
 
 // adminHandler serves /metrics from reg and /healthz from check, which returns whether
-// the daemon is healthy and a one-line reason: the admin endpoints of relay and serve.
+// the daemon is healthy and a one-line reason: the admin endpoints of relay, serve and
+// admin. /healthz's first line is that status; a second names the build
+// ("idem v0.1.0 (4d11fda0c3b2)"), for whoever must tell which version answers.
 func adminHandler(reg *prometheus.Registry, check func(context.Context) (bool, string)) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -177,6 +179,7 @@ func adminHandler(reg *prometheus.Registry, check func(context.Context) (bool, s
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		fmt.Fprintln(w, msg)
+		fmt.Fprintln(w, binary.short())
 	})
 	return mux
 }

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/net/netutil"
 
 	"github.com/idemhq/idem"
@@ -163,8 +161,7 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 		return err
 	}
 	defer stopTracing()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := daemonRegistry() // Go, process and idem_build_info collectors
 	// The store's own metrics label claims by scope, which behind the gateway is one
 	// value per caller (an Authorization hash or a tenant): unbounded. The gateway
 	// exports the middleware's metrics, labelled by outcome only.
