@@ -21,6 +21,7 @@ work=$(mktemp -d)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -65,11 +66,12 @@ class H(http.server.SimpleHTTPRequestHandler):
         self.send_response(201); self.send_header("Content-Length", "8"); self.end_headers(); self.wfile.write(b"created\n")
     do_GET = do_POST
     def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()' "$up" &
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()' "$up" >/dev/null 2>&1 </dev/null &
 pids+=($!)
 for _ in $(seq 1 200); do curl -fsS -o /dev/null "http://127.0.0.1:$up/orders" 2>/dev/null && break; sleep 0.1; done
-run serve --upstream "http://127.0.0.1:$up" --store sqlite:/tmp/gw.db \
-  --listen "127.0.0.1:$gw" --admin-listen "127.0.0.1:$adm" 2>"$work/serve.log" &
+# chroot execs idem: $! is the daemon itself, which cleanup stops (not a subshell).
+chroot --userspec="$user" "$root" /idem serve --upstream "http://127.0.0.1:$up" --store sqlite:/tmp/gw.db \
+  --listen "127.0.0.1:$gw" --admin-listen "127.0.0.1:$adm" >/dev/null 2>"$work/serve.log" </dev/null &
 pids+=($!)
 for _ in $(seq 1 200); do
   curl -fsS "http://127.0.0.1:$adm/healthz" >"$work/healthz" 2>/dev/null && break
