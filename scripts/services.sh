@@ -73,8 +73,8 @@ start_redis() {
 
 start_nats() {
   need /usr/sbin/nats-server nats-server || return 1
-  mkdir -p /var/lib/nats-server
-  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+  as_root mkdir -p /var/lib/nats-server
+  as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
     -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server
   wait_up 4222 15
 }
