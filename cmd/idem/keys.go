@@ -364,17 +364,7 @@ func (r keyRecord) resultCell() string {
 
 // bodyCell shows a body preview escaped, with its size: base64 marked as such.
 func bodyCell(b admin.BodyPreview) string {
-	if b.Size == 0 {
-		return "(empty)"
-	}
-	s := escapeText(b.Preview, 0)
-	if b.Encoding == "base64" {
-		s = "base64:" + s
-	}
-	if b.Truncated {
-		s += "…"
-	}
-	return fmt.Sprintf("%s (%d bytes)", s, b.Size)
+	return preview{Size: int(b.Size), Encoding: b.Encoding, Preview: b.Preview, Truncated: b.Truncated}.String()
 }
 
 func (m *Main) keysEvict(ctx context.Context, o keysOptions) error {

@@ -265,14 +265,15 @@ func newPreview(b []byte, full bool) preview {
 	return p
 }
 
-// String is the preview as a table shows it: escaped, with its size.
+// String is the preview as a table shows it: escaped, with its size, and an
+// encoding other than text (hex, base64) named before it.
 func (p preview) String() string {
 	if p.Size == 0 {
 		return "(empty)"
 	}
 	s := escapeText(p.Preview, 0)
-	if p.Encoding == "hex" {
-		s = "hex:" + s
+	if p.Encoding != "text" && p.Encoding != "utf-8" {
+		s = p.Encoding + ":" + s
 	}
 	if p.Truncated {
 		s += "…"
