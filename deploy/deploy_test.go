@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/effect/saga"
 	"github.com/idemhq/idem/idemmem"
@@ -29,6 +30,7 @@ import (
 type recorder struct {
 	reg        *prometheus.Registry
 	names      map[string]bool
+	descs      map[string]string // name -> the descriptor's text (help, labels)
 	histograms map[string]bool
 }
 
@@ -45,6 +47,9 @@ func (r *recorder) Register(c prometheus.Collector) error {
 			return fmt.Errorf("no fqName in %s", d)
 		}
 		r.names[m[1]] = true
+		if r.descs != nil {
+			r.descs[m[1]] = d.String()
+		}
 		if hist || histVec {
 			r.histograms[m[1]] = true
 		}
@@ -67,7 +72,7 @@ func (r *recorder) Unregister(c prometheus.Collector) bool { return r.reg.Unregi
 func registered(t *testing.T) *recorder {
 	t.Helper()
 	ctx := context.Background()
-	r := &recorder{reg: prometheus.NewRegistry(), names: map[string]bool{}, histograms: map[string]bool{}}
+	r := &recorder{reg: prometheus.NewRegistry(), names: map[string]bool{}, descs: map[string]string{}, histograms: map[string]bool{}}
 	check := func(what string, err error) {
 		t.Helper()
 		if err != nil {
@@ -100,6 +105,8 @@ func registered(t *testing.T) *recorder {
 	check("effect sweeper", err)
 	_, err = saga.NewSweeper(ctx, db, saga.SweepConfig{Registerer: r})
 	check("saga sweeper", err)
+	_, err = admin.New(admin.Config{Insecure: true, Registerer: r})
+	check("admin", err)
 	store, err := stream.NewSQLStore(ctx, db, stream.SQLConfig{})
 	check("stream store", err)
 	srv, err := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true, Registerer: r})
