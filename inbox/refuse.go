@@ -43,8 +43,12 @@ func (c Config) keyRetention() time.Duration {
 // dead-lettered without running the handler: a late one is discarded, not
 // retried, and an operator who wants it applied all the same replays it (Replay
 // does not judge keys or deadlines: the operator has).
+//
+// A delivery deduplicated by its sequence (WithSequences) has its key's age left
+// alone: a sequence watermark forgets nothing, so a late one is still recognised
+// (or dead-lettered as too_old), and a consumer reading old history applies it.
 func (c *Consumer[Tx]) refusal(d idem.Delivery, key string, now time.Time) (kind string, err error) {
-	if c.cfg.MaxKeyAge >= 0 {
+	if c.cfg.MaxKeyAge >= 0 && !c.bySequence(d) {
 		if kind, err := c.checkKey(key, now); err != nil {
 			return kind, err
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/idemseq"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/inbox"
 )
@@ -262,4 +264,44 @@ func TestRefusalConfig(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want an InputError on %s with a fix", tc.cfg, err, tc.field)
 		}
 	}
+}
+
+// TestSequencesJudgeDeadlinesNotKeys: with WithSequences a delivery is deduplicated
+// by its position, which is never forgotten, so its key's age is not judged (a stale
+// key is applied); its deadline still is.
+func TestSequencesJudgeDeadlinesNotKeys(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		tracker, err := idemseq.OpenSQL(ctx, b.db, idemseq.Config{Scope: "seq-refuse"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		offsetOf := func(d idem.Delivery) (string, uint64, uint64, bool) {
+			off, err := strconv.ParseUint(d.Headers["offset"], 10, 64)
+			return "orders/0", 0, off, err == nil
+		}
+		fb := newFakeBroker()
+		c, err := inbox.New(ctx, fb, b.txdb, b.store, credit, inbox.Config{Consumer: "seq-refuse", Retention: time.Hour, RequireTimedKeys: true,
+			ReplayPollInterval: -1, Now: func() time.Time { return receiverNow }}, inbox.WithSequences[*sql.Tx](tracker, offsetOf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale := refusalMsg(keyAt(receiverNow.Add(-48*time.Hour)), 0, "")
+		untimed := refusalMsg("order-1", 1, "")
+		late := refusalMsg(keyAt(receiverNow), 2, idem.FormatDeadline(receiverNow.Add(-time.Second)))
+		for i, m := range []idem.Message{stale, untimed, late} {
+			m.Headers["offset"] = fmt.Sprint(i)
+			fb.Publish(ctx, m)
+		}
+		drain(t, c, fb)
+		rows, _, _ := ledger(t, b.db)
+		dls, err := c.DeadLetters(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows != 2 || len(dls) != 1 || dls[0].Message.ID != late.ID || dls[0].Kind != inbox.RefusedDeadline {
+			t.Fatalf("%d ledger rows, dead letters %+v; want the stale and untimed keys applied and the late one refused (deadline)", rows, dls)
+		}
+	})
 }
