@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,13 +12,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemseq"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // receiverNow is the consumer's clock in these tests: fixed, so nothing depends on
@@ -98,15 +103,26 @@ func TestRefusedBeforeApplying(t *testing.T) {
 					t.Fatal(err)
 				}
 				drain(t, c, fb)
-				checkRefusals(t, b, c, fb, reg, calls, consumer, cases)
+				checkRefusals(t, refusalCheck[*sql.Tx]{c: c, db: b.db, fb: fb, reg: reg, calls: calls, consumer: consumer}, cases)
 			}
 		}
 	})
 }
 
-func checkRefusals(t *testing.T, b bundle, c *inbox.Consumer[*sql.Tx], fb *fakeBroker, reg *prometheus.Registry, calls *handlerCalls,
-	consumer string, cases []refusalCase) {
+// refusalCheck is what checkRefusals looks at: the consumer, its ledger's
+// database, broker, metrics and handler calls.
+type refusalCheck[Tx any] struct {
+	c        *inbox.Consumer[Tx]
+	db       interface{ QueryRow(string, ...any) *sql.Row }
+	fb       *fakeBroker
+	reg      *prometheus.Registry
+	calls    *handlerCalls
+	consumer string
+}
+
+func checkRefusals[Tx any](t *testing.T, r refusalCheck[Tx], cases []refusalCase) {
 	t.Helper()
+	c, fb, reg, calls, consumer := r.c, r.fb, r.reg, r.calls, r.consumer
 	dls, err := c.DeadLetters(context.Background(), 100)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +146,7 @@ func checkRefusals(t *testing.T, b bundle, c *inbox.Consumer[*sql.Tx], fb *fakeB
 			t.Errorf("%s: %s: acked %d times, want once", consumer, tc.name, acks)
 		}
 		var rows int
-		if err := b.db.QueryRow("SELECT COUNT(*) FROM ledger WHERE msg_id = $1", id).Scan(&rows); err != nil {
+		if err := r.db.QueryRow("SELECT COUNT(*) FROM ledger WHERE msg_id = $1", id).Scan(&rows); err != nil {
 			t.Fatal(err)
 		}
 		dl, lettered := letters[id]
@@ -163,7 +179,7 @@ func checkRefusals(t *testing.T, b bundle, c *inbox.Consumer[*sql.Tx], fb *fakeB
 		var rows int
 		applied, err := c.Replay(context.Background(), letters[tc.m.ID].ID)
 		if err == nil {
-			err = b.db.QueryRow("SELECT COUNT(*) FROM ledger WHERE msg_id = $1", tc.m.ID).Scan(&rows)
+			err = r.db.QueryRow("SELECT COUNT(*) FROM ledger WHERE msg_id = $1", tc.m.ID).Scan(&rows)
 		}
 		if err != nil || !applied || calls.get(tc.m.ID) != 1 || rows != 1 {
 			t.Errorf("%s: Replay of the %s letter = %v, %v (handler ran %d times); want applied once", consumer, tc.want, applied, err, calls.get(tc.m.ID))
@@ -304,4 +320,46 @@ func TestSequencesJudgeDeadlinesNotKeys(t *testing.T) {
 			t.Fatalf("%d ledger rows, dead letters %+v; want the stale and untimed keys applied and the late one refused (deadline)", rows, dls)
 		}
 	})
+}
+
+// TestRefusedBeforeApplyingPgx: the same refusals on pgx transactions (idempg.TxDB
+// and idempg.Store, which records a batch's keys in one statement), in a batch of 8
+// with a poison message forcing the guarded rerun.
+func TestRefusedBeforeApplyingPgx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testsvc.PostgresPool(t)
+	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempg.New(ctx, pool, idempg.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := &handlerCalls{}
+	handle := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
+		calls.add(m.ID)
+		var p struct{ Amount int64 }
+		if err := json.Unmarshal(m.Payload, &p); err != nil {
+			return inbox.Permanent(err)
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, $2)", m.ID, p.Amount)
+		return err
+	}
+	fb := newFakeBroker()
+	reg := prometheus.NewRegistry()
+	c, err := inbox.New(ctx, fb, idempg.TxDB(pool), store, handle, inbox.Config{Consumer: "refuse-pgx", BatchSize: 8, Retention: time.Hour,
+		RequireTimedKeys: true, Registerer: reg, Backoff: noBackoff, ReplayPollInterval: -1, Now: func() time.Time { return receiverNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := refusalCases(true)
+	fb.Publish(ctx, poison)
+	for _, tc := range cases {
+		fb.Publish(ctx, tc.m)
+	}
+	drainAny(t, c.Run, fb)
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	checkRefusals(t, refusalCheck[pgx.Tx]{c: c, db: db, fb: fb, reg: reg, calls: calls, consumer: "refuse-pgx"}, cases)
 }
