@@ -28,7 +28,7 @@ type DeadLetters interface {
 // DeadLetterFilter selects dead letters; zero fields select all.
 type DeadLetterFilter struct {
 	Consumer       string
-	Kind           string // permanent, max_attempts, no_key, key_reused
+	Kind           string // permanent, max_attempts, no_key, key_reused, or a refusal (stale_key, deadline…)
 	ReasonContains string
 	Since, Until   time.Time // DeadAt in [Since, Until)
 	Cursor         string    // "" for the first page

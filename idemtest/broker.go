@@ -45,6 +45,7 @@ func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
 		{"CancelledReceive", testBrokerCancelled},
 		{"ClosedSource", testBrokerClosed},
 		{"TraceContextSurvives", testBrokerTraceContext},
+		{"DeadlineSurvives", testBrokerDeadline},
 	})
 }
 

@@ -60,7 +60,7 @@ func NewDeadLetterAdmin[Tx any](db idem.TxDB[Tx]) *DeadLetterAdmin[Tx] {
 // 100 open (pending or replay-requested) letters of every consumer.
 type DeadLetterFilter struct {
 	Consumer       string    // only this consumer's letters, if set
-	Kind           string    // permanent, max_attempts, no_key or key_reused, if set
+	Kind           string    // permanent, max_attempts, no_key, key_reused or a refusal (stale_key, deadline…), if set
 	ReasonContains string    // case-insensitive substring of the reason, if set
 	Since, Until   time.Time // dead at or after Since, before Until, where set
 	AfterID        int64     // keyset: only ids above it (the last id of the previous page)

@@ -178,3 +178,50 @@ func BenchmarkProcessPostgresUnbatched(b *testing.B) {
 	b.ReportMetric(float64(b.N)/inboxT.Seconds(), "inbox-msgs/s")
 	b.ReportMetric(plain.Seconds()/inboxT.Seconds(), "ratio")
 }
+
+// BenchmarkProcessPostgresExpired: a flood of messages past their Idem-Deadline (a
+// consumer back from an outage longer than its senders wait) against fresh ones,
+// batches of benchBatch through Consumer.Process on Postgres, interleaved batch by
+// batch. An expired message runs no handler and is written as a dead letter instead
+// of a key record: the ratio says what discarding costs against applying.
+func BenchmarkProcessPostgresExpired(b *testing.B) {
+	ctx := context.Background()
+	pool := testsvc.PostgresPool(b)
+	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	store, err := idempg.New(ctx, pool, idempg.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	handle := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
+		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
+		return err
+	}
+	c, err := inbox.New(ctx, nopSource{}, idempg.TxDB(pool), store, handle, inbox.Config{Consumer: "bench", BatchSize: benchBatch, ReplayPollInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := []byte(`{"Amount":1}`)
+	expired := map[string]string{idem.HeaderDeadline: idem.FormatDeadline(time.Now().Add(-time.Minute))}
+	var fresh, late time.Duration
+	ds := make([]idem.Delivery, benchBatch)
+	run := func(n int, headers map[string]string, into *time.Duration) {
+		for i := range ds {
+			ds[i] = idem.Delivery{Message: idem.Message{ID: fmt.Sprintf("m-%09d", n+i), Topic: "orders", Headers: headers, Payload: payload},
+				Attempt: 1, Settler: nopSettler{}}
+		}
+		start := time.Now()
+		c.Process(ctx, ds)
+		*into += time.Since(start)
+	}
+	b.ResetTimer()
+	for n := 0; n < b.N; n += benchBatch {
+		run(2*n, nil, &fresh)
+		run(2*n+benchBatch, expired, &late)
+	}
+	done := float64((b.N + benchBatch - 1) / benchBatch * benchBatch)
+	b.ReportMetric(done/fresh.Seconds(), "fresh-msgs/s")
+	b.ReportMetric(done/late.Seconds(), "expired-msgs/s")
+	b.ReportMetric(fresh.Seconds()/late.Seconds(), "ratio")
+}

@@ -33,12 +33,37 @@ type Config struct {
 	// message id. Derive it from the payload (an order id) when producers reuse no
 	// ID across retries. An error dead-letters the message: it has no usable key.
 	Key func(idem.Message) (string, error)
-	// Retention is how long a processed key is remembered: a redelivery later than
-	// this is applied again. Default 7 days; keep it above the broker's redelivery
-	// horizon (JetStream max age, Kafka retention).
+	// Retention is how long a processed key is remembered. Default 7 days; keep it
+	// above the broker's redelivery horizon (JetStream max age, Kafka retention) and
+	// the producers' retry horizon. A time-embedded key (UUIDv7, ULID) older than
+	// MaxKeyAge is refused rather than applied again; any other key redelivered later
+	// than Retention is applied again.
 	Retention time.Duration
+	// MaxKeyAge is how old a time-embedded key (UUIDv7, ULID: idemkey.Time) may be
+	// when its message arrives. An older one is refused, not applied: its record may
+	// have been forgotten, so it could be a late retry of a message applied already.
+	// Such a message is acked and dead-lettered with kind "stale_key"; one dated more
+	// than idemkey.MaxSkew ahead of Now, with kind "future_key". Default (0):
+	// Retention. It may not exceed Retention; negative turns the check off. While it
+	// is on, keys are remembered for Retention + idemkey.MaxSkew, so a key dated a
+	// little ahead cannot outlive its record.
+	MaxKeyAge time.Duration
+	// RequireTimedKeys refuses a message whose key carries no time (a broker id, a
+	// UUIDv4, an intent hash, text), which cannot be judged stale: dead-lettered with
+	// kind "untimed_key". Set it when every producer is yours and mints UUIDv7 or
+	// ULID ids (idemkey.NewV7; the outbox mints one for a message without an ID).
+	RequireTimedKeys bool
+	// IgnoreDeadlines applies a message even when its idem.HeaderDeadline has
+	// passed. By default such a message is acked and dead-lettered with kind
+	// "deadline" (its sender has given up on it), and one whose header is not a
+	// time with kind "bad_deadline".
+	IgnoreDeadlines bool
+	// Now is the clock keys and deadlines are judged by. Nil means time.Now.
+	Now func() time.Time
 	// Registerer, if set, receives idem_inbox_messages_total{consumer,outcome},
 	// idem_duplicates_total{backend="inbox",scope}, idem_inbox_dead_letters_total,
+	// idem_inbox_refused_total{consumer,reason} (stale_key, future_key, untimed_key,
+	// deadline, bad_deadline),
 	// idem_inbox_replays_total{consumer,outcome} (requested replays: applied,
 	// already_applied, failed, gave_up) and idem_inbox_batch_duration_seconds.
 	Registerer prometheus.Registerer
@@ -107,6 +132,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.MaxKeyAge == 0 {
+		c.MaxKeyAge = c.Retention
+	}
 	var ie *idem.InputError
 	if err := (idem.Key{Scope: c.Consumer, ID: "x"}).Validate(); errors.As(err, &ie) {
 		return c, &idem.InputError{Field: "Config.Consumer", Reason: ie.Reason, Fix: "name the consumer, e.g. \"ledger\""}
@@ -123,6 +154,12 @@ func (c Config) withDefaults() (Config, error) {
 			Fix: "leave it 0 for the default of 5"}
 	case c.Retention < 0:
 		return c, &idem.InputError{Field: "Config.Retention", Reason: "is negative", Fix: "leave it 0 for the default of 7 days"}
+	case c.MaxKeyAge > c.Retention:
+		return c, &idem.InputError{Field: "Config.MaxKeyAge", Reason: fmt.Sprintf("is %v, longer than Retention (%v): a key older than Retention is forgotten but still accepted, so a late retry of it is applied again", c.MaxKeyAge, c.Retention),
+			Fix: "leave it 0 to use Retention, or raise Retention"}
+	case c.RequireTimedKeys && c.MaxKeyAge < 0:
+		return c, &idem.InputError{Field: "Config.RequireTimedKeys", Reason: "is set while MaxKeyAge is negative (the key check is off)",
+			Fix: "leave MaxKeyAge 0 (or positive) to judge keys, or unset RequireTimedKeys"}
 	}
 	return c, nil
 }

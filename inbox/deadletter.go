@@ -26,7 +26,7 @@ type DeadLetter struct {
 	Message  idem.Message
 	Position string // where it was in the broker
 	Reason   string
-	Kind     string // permanent, max_attempts, no_key, key_reused
+	Kind     string // permanent, max_attempts, no_key, key_reused, or a refusal: stale_key, future_key, untimed_key, deadline, bad_deadline
 	Attempts int
 	FirstAt  time.Time // the first failure this process saw (or DeadAt)
 	DeadAt   time.Time
@@ -194,7 +194,7 @@ func (c *Consumer[Tx]) replay(ctx context.Context, span trace.Span, id int64, re
 		k := idem.Key{Scope: c.cfg.Consumer, ID: key}
 		otelx.SetKey(span, k)
 		sum := sha256.Sum256(dl.Message.Payload)
-		res, err := c.store.ClaimTx(ctx, tx, idem.Claim{Key: k, Fingerprint: sum[:16], Retention: c.cfg.Retention})
+		res, err := c.store.ClaimTx(ctx, tx, idem.Claim{Key: k, Fingerprint: sum[:16], Retention: c.cfg.keyRetention()})
 		if err != nil {
 			return err
 		}

@@ -23,6 +23,18 @@
 // dropped silently, never retried forever. DeadLetters lists them and Replay applies
 // one again, exactly once.
 //
+// # Late messages
+//
+// Before claiming a key, the consumer refuses a message it must not apply late: a
+// time-embedded key (UUIDv7, ULID) older than Config.MaxKeyAge (default Retention),
+// whose record may have been forgotten; a key dated more than idemkey.MaxSkew ahead;
+// an untimed key when Config.RequireTimedKeys is set; and a message whose
+// idem.HeaderDeadline has passed, or is not a time. Such a message is acknowledged,
+// not applied, counted in idem_inbox_refused_total{consumer,reason}, and dead-lettered
+// with the reason as its kind (RefusedStaleKey and the others), so an operator sees it
+// and may replay it: Replay does not judge it again. Keys and deadlines are read on
+// Config.Now, assuming the producers' clocks agree with it within idemkey.MaxSkew.
+//
 // # Operating it
 //
 // DeadLetterAdmin is the operator's side, for tools in other processes (the admin

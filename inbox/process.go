@@ -30,8 +30,11 @@ type item struct {
 	key  string
 	v    verdict
 	err  error  // why it is retried or dead-lettered
-	kind string // dead-letter kind: permanent, max_attempts, no_key, key_reused
+	kind string // dead-letter kind: permanent, max_attempts, no_key, key_reused, or a Refused… reason
 	fail *failure
+	// early: prepare decided the verdict (dead) before any transaction, and a
+	// guarded rerun of the batch keeps it; refused: that was a refusal (refuse.go).
+	early, refused bool
 
 	claim    idem.Claim   // the key's claim: scope, key, payload fingerprint, retention
 	recorded bool         // outcome was answered by the batch's RecordTx
@@ -67,8 +70,9 @@ func (c *Consumer[Tx]) process(ctx context.Context, ds []idem.Delivery) []item {
 	start := time.Now()
 	items := make([]item, len(ds))
 	traces := c.traces(ctx, ds, start)
+	now := c.cfg.Now()
 	for i, d := range ds {
-		items[i] = c.prepare(d)
+		items[i] = c.prepare(d, now)
 		if traces != nil {
 			items[i].tr = &traces[i]
 		}
@@ -80,7 +84,7 @@ func (c *Consumer[Tx]) process(ctx context.Context, ds []idem.Delivery) []item {
 	err := inTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, false) })
 	if errors.Is(err, errSavepoints) { // a handler failed in the fast path: again, guarded
 		for i := range items {
-			if items[i].kind != "no_key" && items[i].kind != "max_attempts" {
+			if !items[i].early {
 				items[i].v, items[i].err, items[i].kind, items[i].recorded = pending, nil, "", false
 			}
 		}
@@ -103,9 +107,10 @@ func (c *Consumer[Tx]) process(ctx context.Context, ds []idem.Delivery) []item {
 }
 
 // prepare finds the delivery's key and decides the hopeless cases before any
-// transaction: no key, or too many failed attempts already.
-func (c *Consumer[Tx]) prepare(d idem.Delivery) item {
-	it := item{d: d}
+// transaction: no key, a key or deadline it must refuse at now (refusal), or too
+// many failed attempts already. Batched and single deliveries all pass here.
+func (c *Consumer[Tx]) prepare(d idem.Delivery, now time.Time) item {
+	it := item{d: d, early: true}
 	key, err := c.cfg.Key(d.Message)
 	if err == nil {
 		err = (idem.Key{Scope: c.cfg.Consumer, ID: key}).Validate()
@@ -115,8 +120,12 @@ func (c *Consumer[Tx]) prepare(d idem.Delivery) item {
 		return it
 	}
 	it.key = key
+	if kind, err := c.refusal(d, key, now); err != nil {
+		it.v, it.err, it.kind, it.refused = dead, err, kind, true
+		return it
+	}
 	sum := sha256.Sum256(d.Payload)
-	it.claim = idem.Claim{Key: idem.Key{Scope: c.cfg.Consumer, ID: key}, Fingerprint: sum[:16], Retention: c.cfg.Retention}
+	it.claim = idem.Claim{Key: idem.Key{Scope: c.cfg.Consumer, ID: key}, Fingerprint: sum[:16], Retention: c.cfg.keyRetention()}
 	n, f := c.attemptsSoFar(key, d.Attempt)
 	if n >= c.cfg.MaxAttempts {
 		last := "unknown (counted by the broker)"
@@ -126,6 +135,7 @@ func (c *Consumer[Tx]) prepare(d idem.Delivery) item {
 		it.v, it.err, it.kind = dead, fmt.Errorf("failed %d attempts (MaxAttempts %d); last error: %s", n, c.cfg.MaxAttempts, last), "max_attempts"
 		it.fail = f
 	}
+	it.early = it.v == dead
 	return it
 }
 
@@ -418,6 +428,9 @@ func (c *Consumer[Tx]) settle(ctx context.Context, items []item) {
 		}
 		if it.v == dead {
 			c.metrics.DeadLettered(it.kind)
+			if it.refused {
+				c.metrics.Refused(it.kind)
+			}
 		}
 	}
 	if len(items) == 1 {

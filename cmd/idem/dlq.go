@@ -52,7 +52,7 @@ func (m *Main) runDLQ(ctx context.Context, args []string) error {
 		{"list", func(fs *flag.FlagSet) func(context.Context) error {
 			o.declare(fs)
 			fs.StringVar(&o.consumer, "consumer", "", "only this consumer's letters (inbox.Config.Consumer)")
-			fs.StringVar(&o.kind, "kind", "", "only this kind: permanent, max_attempts, no_key or key_reused")
+			fs.StringVar(&o.kind, "kind", "", "only this kind: permanent, max_attempts, no_key, key_reused, or a refusal: stale_key, future_key, untimed_key, deadline, bad_deadline")
 			fs.StringVar(&o.reason, "reason", "", "only letters whose reason contains this text (case-insensitive)")
 			fs.StringVar(&o.since, "since", "", "only letters dead at or after this time (RFC 3339, or a duration before now: 24h)")
 			fs.StringVar(&o.until, "until", "", "only letters dead before this time (RFC 3339, or a duration before now)")

@@ -11,6 +11,7 @@ type Inbox struct {
 	dead     *prometheus.CounterVec
 	latency  prometheus.Observer
 	replays  *prometheus.CounterVec
+	refused  *prometheus.CounterVec
 }
 
 // NewInbox registers the inbox collectors on reg for consumer; nil reg, nil *Inbox.
@@ -27,7 +28,7 @@ func NewInbox(reg prometheus.Registerer, consumer string) (*Inbox, error) {
 	dups := duplicates(r)
 	dead := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_inbox_dead_letters_total",
-		Help: "Messages moved to the dead-letter table, by reason kind (permanent, max_attempts, no_key, key_reused).",
+		Help: "Messages moved to the dead-letter table, by reason kind (permanent, max_attempts, no_key, key_reused, or a refusal's reason).",
 	}, []string{"consumer", "kind"}))
 	latency := add(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "idem_inbox_batch_duration_seconds",
@@ -38,11 +39,15 @@ func NewInbox(reg prometheus.Registerer, consumer string) (*Inbox, error) {
 		Name: "idem_inbox_replays_total",
 		Help: "Replays of dead letters requested by operators, by outcome (applied, already_applied, failed, gave_up).",
 	}, []string{"consumer", "outcome"}))
+	refused := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_inbox_refused_total",
+		Help: "Deliveries refused before applying (acked and dead-lettered), by reason (stale_key, future_key, untimed_key, deadline, bad_deadline).",
+	}, []string{"consumer", "reason"}))
 	if r.err != nil {
 		return nil, r.err
 	}
 	return &Inbox{consumer: consumer, messages: messages, dups: dups, dead: dead,
-		latency: latency.WithLabelValues(consumer), replays: replays}, nil
+		latency: latency.WithLabelValues(consumer), replays: replays, refused: refused}, nil
 }
 
 // Settled counts n deliveries settled with outcome.
@@ -79,4 +84,13 @@ func (m *Inbox) Replayed(outcome string) {
 		return
 	}
 	m.replays.WithLabelValues(m.consumer, outcome).Inc()
+}
+
+// Refused counts one delivery the inbox refused before applying it, by reason
+// (stale_key, future_key, untimed_key, deadline, bad_deadline).
+func (m *Inbox) Refused(reason string) {
+	if m == nil {
+		return
+	}
+	m.refused.WithLabelValues(m.consumer, reason).Inc()
 }
