@@ -112,6 +112,24 @@ type Config struct {
 	Lease time.Duration
 	// Retention is how long a response is replayed. Default idem.DefaultRetention (24 h).
 	Retention time.Duration
+	// MaxKeyAge is the oldest a time-embedded key (UUIDv7, ULID: idemkey.Time) may
+	// be: an older one is refused with 410 ProblemKeyExpired before it is claimed,
+	// since its record may already be forgotten and running it could repeat its
+	// effect. A key dated more than idemkey.MaxSkew ahead of Now is refused with 400
+	// ProblemKeyFromFuture. Default Retention; negative turns both checks off. While
+	// they are on, a record is kept for max(Retention, MaxKeyAge+idemkey.MaxSkew),
+	// so no key the check lets through can outlive its record. Keys without a time
+	// (UUIDv4, intent hashes, free text) cannot be judged and pass, unless
+	// RequireTimedKeys.
+	MaxKeyAge time.Duration
+	// RequireTimedKeys refuses a key that carries no time (400 ProblemUntimedKey):
+	// for APIs whose callers all send UUIDv7 or ULID keys (idemhttp.Transport does),
+	// so no retry can slip past MaxKeyAge. Has no effect when MaxKeyAge is negative.
+	RequireTimedKeys bool
+	// Now is the clock that judges key ages and Idem-Deadline (idem.HeaderDeadline).
+	// Nil means time.Now. Set it to the store's clock when that one is not the wall
+	// clock (tests, idem verify).
+	Now func() time.Time
 	// MaxInFlight caps the keyed requests being read or run at once (waiting ones
 	// included): beyond it a keyed request is answered 503 with Retry-After at once,
 	// before its body is read, so memory stays bounded (each one holds up to
@@ -177,6 +195,12 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = idem.DefaultRetention
+	}
+	if cfg.MaxKeyAge == 0 {
+		cfg.MaxKeyAge = cfg.Retention
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
