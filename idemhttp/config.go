@@ -124,7 +124,8 @@ type Config struct {
 	MaxKeyAge time.Duration
 	// RequireTimedKeys refuses a key that carries no time (400 ProblemUntimedKey):
 	// for APIs whose callers all send UUIDv7 or ULID keys (idemhttp.Transport does),
-	// so no retry can slip past MaxKeyAge. Has no effect when MaxKeyAge is negative.
+	// so no retry can slip past MaxKeyAge. It needs the check: with a negative
+	// MaxKeyAge it is a configuration error.
 	RequireTimedKeys bool
 	// Now is the clock that judges key ages and Idem-Deadline (idem.HeaderDeadline).
 	// Nil means time.Now. Set it to the store's clock when that one is not the wall
@@ -213,6 +214,9 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 		return cfg, &idem.InputError{Field: "Config.MaxBodyBytes", Reason: "is negative", Fix: "leave it 0 for 1 MiB"}
 	case cfg.Wait < 0 || cfg.Lease < 0 || cfg.Retention < 0:
 		return cfg, &idem.InputError{Field: "Config", Reason: "has a negative Wait, Lease or Retention", Fix: "leave them 0 for the defaults"}
+	case cfg.RequireTimedKeys && cfg.MaxKeyAge < 0:
+		return cfg, &idem.InputError{Field: "Config.RequireTimedKeys", Reason: "is set while a negative MaxKeyAge turns key ages off",
+			Fix: "leave MaxKeyAge 0 (the Retention) or positive, or drop RequireTimedKeys"}
 	case cfg.Oversize != Reject413 && cfg.Oversize != PassThrough:
 		return cfg, &idem.InputError{Field: "Config.Oversize", Reason: fmt.Sprintf("is %d", cfg.Oversize), Fix: "use Reject413 or PassThrough"}
 	}

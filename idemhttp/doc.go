@@ -40,7 +40,8 @@
 //	key from future  400 ProblemKeyFromFuture: dated over idemkey.MaxSkew ahead
 //	untimed key      400 ProblemUntimedKey, only with Config.RequireTimedKeys
 //	deadline passed  412 ProblemDeadlinePassed: Idem-Deadline (idem.HeaderDeadline)
-//	                 was before the server's clock when the request arrived
+//	                 was before the server's clock when the request arrived (only
+//	                 keyed requests are checked)
 //
 // Keys that carry no time (UUIDv4, intent hashes, free text) cannot be judged by
 // age: they are applied again once their record expires after Retention. Require
