@@ -112,6 +112,25 @@ type Config struct {
 	Lease time.Duration
 	// Retention is how long a response is replayed. Default idem.DefaultRetention (24 h).
 	Retention time.Duration
+	// MaxKeyAge is the oldest a time-embedded key (UUIDv7, ULID: idemkey.Time) may
+	// be: an older one is refused with 410 ProblemKeyExpired before it is claimed,
+	// since its record may already be forgotten and running it could repeat its
+	// effect. A key dated more than idemkey.MaxSkew ahead of Now is refused with 400
+	// ProblemKeyFromFuture. Default Retention; negative turns both checks off. While
+	// they are on, a record is kept for max(Retention, MaxKeyAge+idemkey.MaxSkew),
+	// so no key the check lets through can outlive its record. Keys without a time
+	// (UUIDv4, intent hashes, free text) cannot be judged and pass, unless
+	// RequireTimedKeys.
+	MaxKeyAge time.Duration
+	// RequireTimedKeys refuses a key that carries no time (400 ProblemUntimedKey):
+	// for APIs whose callers all send UUIDv7 or ULID keys (idemhttp.Transport does),
+	// so no retry can slip past MaxKeyAge. It needs the check: with a negative
+	// MaxKeyAge it is a configuration error.
+	RequireTimedKeys bool
+	// Now is the clock that judges key ages and Idem-Deadline (idem.HeaderDeadline).
+	// Nil means time.Now. Set it to the store's clock when that one is not the wall
+	// clock (tests, idem verify).
+	Now func() time.Time
 	// MaxInFlight caps the keyed requests being read or run at once (waiting ones
 	// included): beyond it a keyed request is answered 503 with Retry-After at once,
 	// before its body is read, so memory stays bounded (each one holds up to
@@ -178,6 +197,12 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 	if cfg.Retention == 0 {
 		cfg.Retention = idem.DefaultRetention
 	}
+	if cfg.MaxKeyAge == 0 {
+		cfg.MaxKeyAge = cfg.Retention
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -189,6 +214,9 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 		return cfg, &idem.InputError{Field: "Config.MaxBodyBytes", Reason: "is negative", Fix: "leave it 0 for 1 MiB"}
 	case cfg.Wait < 0 || cfg.Lease < 0 || cfg.Retention < 0:
 		return cfg, &idem.InputError{Field: "Config", Reason: "has a negative Wait, Lease or Retention", Fix: "leave them 0 for the defaults"}
+	case cfg.RequireTimedKeys && cfg.MaxKeyAge < 0:
+		return cfg, &idem.InputError{Field: "Config.RequireTimedKeys", Reason: "is set while a negative MaxKeyAge turns key ages off",
+			Fix: "leave MaxKeyAge 0 (the Retention) or positive, or drop RequireTimedKeys"}
 	case cfg.Oversize != Reject413 && cfg.Oversize != PassThrough:
 		return cfg, &idem.InputError{Field: "Config.Oversize", Reason: fmt.Sprintf("is %d", cfg.Oversize), Fix: "use Reject413 or PassThrough"}
 	}

@@ -34,6 +34,20 @@
 //	overloaded       503 with Retry-After: Config.MaxInFlight keyed requests are in
 //	                 flight (default 256); the body is not read
 //	store failing    503 with Retry-After; the handler does not run
+//	key too old      410 ProblemKeyExpired: a UUIDv7 or ULID key made longer than
+//	                 Config.MaxKeyAge ago (default Retention); refused before the
+//	                 store is asked, since its record may be forgotten
+//	key from future  400 ProblemKeyFromFuture: dated over idemkey.MaxSkew ahead
+//	untimed key      400 ProblemUntimedKey, only with Config.RequireTimedKeys
+//	deadline passed  412 ProblemDeadlinePassed: Idem-Deadline (idem.HeaderDeadline)
+//	                 was before the server's clock when the request arrived (only
+//	                 keyed requests are checked)
+//
+// Keys that carry no time (UUIDv4, intent hashes, free text) cannot be judged by
+// age: they are applied again once their record expires after Retention. Require
+// timed keys (Config.RequireTimedKeys) where every caller sends them. Refusals are
+// counted by reason in idem_http_refused_total{reason} (stale_key, future_key,
+// untimed_key, deadline).
 //
 // The responses the middleware makes itself are RFC 9457 problems
 // (application/problem+json with type, title, status and detail; the types are the
@@ -112,7 +126,8 @@
 // 429, 502, 503 and 504 are retried with exponential backoff and full jitter, no
 // sooner than Retry-After, and never later than MaxElapsed after the first attempt,
 // which must stay inside the server's retention window (24 h by default) or a late
-// retry would run again; 422 and other answers are final. With the middleware on the
+// retry would be refused (410); 422 and other answers are final. Every attempt
+// carries Idem-Deadline, when the caller gives up (see Transport). With the middleware on the
 // other side, a request whose response was lost runs once and the retry receives its
 // stored response. Attempts tells how many tries a response took.
 //

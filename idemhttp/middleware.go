@@ -64,8 +64,12 @@ type mwCore struct {
 	renewer idem.Renewer
 	// inFlight counts the keyed requests past the Config.MaxInFlight check.
 	inFlight atomic.Int64
-	run      func(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome
-	tr       otelx.Tracer
+	// retention is what a claim keeps its record for: Config.Retention, raised to
+	// MaxKeyAge + idemkey.MaxSkew while key ages are checked, so that a key the
+	// check accepts (dated up to MaxSkew ahead) never outlives its record.
+	retention time.Duration
+	run       func(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome
+	tr        otelx.Tracer
 }
 
 func newMiddlewareCore(cfg Config, needStore bool) (*mwCore, error) {
@@ -73,7 +77,11 @@ func newMiddlewareCore(cfg Config, needStore bool) (*mwCore, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &mwCore{cfg: cfg, limit: int(cfg.MaxBodyBytes), tr: otelx.New(cfg.TracerProvider, cfg.Propagator)}
+	c := &mwCore{cfg: cfg, limit: int(cfg.MaxBodyBytes), tr: otelx.New(cfg.TracerProvider, cfg.Propagator),
+		retention: cfg.Retention}
+	if cfg.MaxKeyAge > 0 {
+		c.retention = max(cfg.Retention, cfg.MaxKeyAge+idemkey.MaxSkew)
+	}
 	if cfg.ReplayHeaders != nil {
 		c.allow = []string{} // an allow-list, even empty; nil stores all but the denied
 	}
@@ -137,6 +145,9 @@ func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Invalid Idempotency-Key", err.Error(), 0)
 		return metrics.HTTPRejected
 	}
+	if o, refused := c.refuse(w, r, keys[0]); refused {
+		return o
+	}
 	scope, err := c.cfg.Scope(r)
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, ProblemInvalidScope, "Invalid request scope", err.Error(), 0)
@@ -174,7 +185,7 @@ func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 	}
 	q.fingerprint(r, c.fpHeaders)
 	q.claim = idem.Claim{Key: idem.Key{Scope: scope, ID: keys[0]}, Fingerprint: q.fp[:],
-		Lease: c.cfg.Lease, Retention: c.cfg.Retention}
+		Lease: c.cfg.Lease, Retention: c.retention}
 	o = c.run(next, w, r, q)
 	putMWRequest(q) // not reached when the handler panics: q may still be in use
 	return o

@@ -272,6 +272,7 @@ func TestMiddlewareConfigErrors(t *testing.T) {
 		{"no store", idemhttp.Config{}, "Config.Store"},
 		{"GET", idemhttp.Config{Store: mwMemStore(t), Methods: []string{"POST", "GET"}}, "Config.Methods"},
 		{"negative limit", idemhttp.Config{Store: mwMemStore(t), MaxBodyBytes: -1}, "Config.MaxBodyBytes"},
+		{"timed keys without the age check", idemhttp.Config{Store: mwMemStore(t), MaxKeyAge: -1, RequireTimedKeys: true}, "Config.RequireTimedKeys"},
 	} {
 		if _, err := idemhttp.Middleware(tc.cfg); !errors.Is(err, idem.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an input error naming %s", tc.name, err, tc.want)

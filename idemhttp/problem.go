@@ -42,6 +42,32 @@ const (
 	ProblemResponseTooLarge = "urn:idem:problem:response-too-large"
 	// ProblemCorruptRecord: a stored response could not be decoded (500).
 	ProblemCorruptRecord = "urn:idem:problem:corrupt-record"
+	// ProblemKeyExpired: the key's embedded time (UUIDv7, ULID) is older than
+	// Config.MaxKeyAge, so the request was not run (410 Gone, as Restate answers
+	// after its retention): its record may be forgotten, and running it again could
+	// repeat its effect. It is refused before the store is asked, even if a record
+	// happens to remain: a key past the window has by definition no record to rely
+	// on, and checking first is cheaper and gives every replica the same answer. Do
+	// not retry: find out whether the first attempt took effect, and send a new
+	// request with a new key only if it did not.
+	ProblemKeyExpired = "urn:idem:problem:key-expired"
+	// ProblemKeyFromFuture: the key's embedded time is more than idemkey.MaxSkew
+	// ahead of the server's clock (400): the client's clock is wrong, and such a key
+	// would stay fresh longer than its record. Fix the client's clock (NTP).
+	ProblemKeyFromFuture = "urn:idem:problem:key-from-future"
+	// ProblemUntimedKey: the key carries no time (it is not a UUIDv7 or ULID) and
+	// Config.RequireTimedKeys is set (400): send a UUIDv7 (idemkey.NewV7) or ULID.
+	ProblemUntimedKey = "urn:idem:problem:untimed-key"
+	// ProblemDeadlinePassed: the request's Idem-Deadline (idem.HeaderDeadline) had
+	// passed by the server's clock when it arrived, so it was not run (412
+	// Precondition Failed: the deadline is a condition of the request, and, unlike
+	// 408 or 504, no common client nor Transport retries a 412). The sender had
+	// given up by then; a new attempt needs a new deadline, and a new key if the
+	// caller wants it run as a new request.
+	ProblemDeadlinePassed = "urn:idem:problem:deadline-passed"
+	// ProblemInvalidDeadline: the Idem-Deadline header is repeated or not an RFC 3339
+	// time (400); send it once, as idem.FormatDeadline writes it.
+	ProblemInvalidDeadline = "urn:idem:problem:invalid-deadline"
 )
 
 // ContentTypeProblem is the media type of RFC 9457 problem details.

@@ -66,6 +66,22 @@ const HeaderAttempts = "Idem-Attempts"
 // value is lowered to 23 h; set it lower still when the server keeps keys for less
 // than a day.
 //
+// # The deadline
+//
+// Every attempt carries idem.HeaderDeadline (Idem-Deadline): the time after which
+// the caller no longer waits for the answer, so a server (this package's
+// middleware) must not act on an attempt that arrives later. It is the request
+// context's deadline (an http.Client's Timeout sets one) when that comes first,
+// else the first attempt's start + MaxElapsed + 1 min (the last retry starts by
+// MaxElapsed; the minute lets it reach the server). A header the caller set is
+// kept. The server compares it with its own clock: a client whose clock is
+// behind the server's by more than its remaining budget sees 412
+// (ProblemDeadlinePassed); keep clocks within idemkey.MaxSkew (NTP).
+//
+// Refusals are final: 410 (ProblemKeyExpired), 412 (ProblemDeadlinePassed) and
+// 400 (ProblemKeyFromFuture, ProblemUntimedKey) are returned, never retried: the
+// same key and deadline cannot succeed later.
+//
 // # Bodies
 //
 // Every attempt sends the same bytes. A body with GetBody (which http.NewRequest sets
@@ -223,6 +239,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.req.Header[k] = v
 	}
 	c.req.Header[HeaderKey] = []string{key}
+	if _, set := req.Header[idem.HeaderDeadline]; !set {
+		c.req.Header[idem.HeaderDeadline] = []string{idem.FormatDeadline(cfg.deadline(req.Context(), c.start))}
+	}
 	if err := c.prepareBody(req); err != nil {
 		return nil, err
 	}
@@ -240,6 +259,22 @@ func (t *Transport) CloseIdleConnections() {
 	if ci, ok := base.(interface{ CloseIdleConnections() }); ok {
 		ci.CloseIdleConnections()
 	}
+}
+
+// deadlineGrace is how long after the last retry may start (MaxElapsed) an attempt
+// is still expected to reach the server: the Idem-Deadline of a request whose
+// context has no deadline is its start + MaxElapsed + deadlineGrace.
+const deadlineGrace = time.Minute
+
+// deadline returns the Idem-Deadline of a request that starts at start: when its
+// caller gives up. That is ctx's deadline if it has one (an http.Client's Timeout
+// sets one), else the end of the retry budget (see "The deadline" on Transport).
+func (c transportConfig) deadline(ctx context.Context, start time.Time) time.Time {
+	d := start.Add(c.maxElapsed + deadlineGrace)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(d) {
+		return dl
+	}
+	return d
 }
 
 // key returns the Idempotency-Key of req's logical request; see Transport.

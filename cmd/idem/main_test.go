@@ -97,11 +97,13 @@ func checkHolds(t *testing.T, r *verify.Report, err error, ops int) {
 		t.Fatalf("verify failed: %v\n%+v", err, r)
 	}
 	m := rows(t, r)
-	late := m[verify.BoundaryHTTP].LateDuplicates
-	if late != r.Faults[verify.FaultLateRetry] {
-		t.Errorf("late duplicates at HTTP = %d, want one per late retry (%d)", late, r.Faults[verify.FaultLateRetry])
+	// Late requests (retries past the retention, requests past their deadline) are
+	// refused, each at least once (a copy of one is refused again), never applied.
+	lateFaults := r.Faults[verify.FaultLateRetry] + r.Faults[verify.FaultPastDeadline]
+	if row := m[verify.BoundaryHTTP]; row.LateDuplicates != 0 || row.Refused < lateFaults {
+		t.Errorf("HTTP row %+v: want 0 late applied and at least %d refused (%v)", row, lateFaults, r.Faults)
 	}
-	orders := ops + late
+	orders := ops
 	for _, row := range r.Rows {
 		if !row.OK() {
 			t.Errorf("row %+v failed", row)
@@ -156,8 +158,9 @@ func TestVerifyHoldsOnSQLiteAndNATS(t *testing.T) {
 	t.Parallel()
 	r, err := verifyReport(t, 600, "--fault-rate", "0.3")
 	checkHolds(t, r, err, 600)
-	if r.Faults[verify.FaultClockJump] == 0 || r.Faults[verify.FaultLateRetry] == 0 || r.Faults[verify.FaultBrokerCut] == 0 || r.Faults[chaos.FaultLostAck] == 0 {
-		t.Errorf("SQLite + NATS run without clock jumps, late retries or broker cuts: %v", r.Faults)
+	if r.Faults[verify.FaultClockJump] == 0 || r.Faults[verify.FaultLateRetry] == 0 || r.Faults[verify.FaultPastDeadline] == 0 ||
+		r.Faults[verify.FaultBrokerCut] == 0 || r.Faults[chaos.FaultLostAck] == 0 {
+		t.Errorf("SQLite + NATS run without clock jumps, late retries, requests past their deadline or broker cuts: %v", r.Faults)
 	}
 }
 
@@ -172,6 +175,10 @@ func TestVerifyUnsafeFails(t *testing.T) {
 	m := rows(t, r)
 	if r.OK() || m[verify.BoundaryHTTP].DuplicatedEffects == 0 || m[verify.BoundaryInbox].DuplicatedEffects == 0 || m[verify.BoundaryPayment].DuplicatedEffects == 0 {
 		t.Fatalf("--unsafe rows = %+v, want duplicated effects at HTTP, at the consumer and at the payment API", r.Rows)
+	}
+	// The late requests idem refuses are applied without it.
+	if row := m[verify.BoundaryHTTP]; row.LateDuplicates == 0 || row.Refused != 0 {
+		t.Fatalf("--unsafe HTTP row = %+v (faults %v), want late requests applied, none refused", row, r.Faults)
 	}
 	if m[verify.BoundaryPush].Lost == 0 {
 		t.Fatalf("--unsafe push row = %+v, want events a plain WebSocket push lost", m[verify.BoundaryPush])

@@ -28,7 +28,9 @@ type serveOptions struct {
 	credentialHeaders                  string
 	credentialCookies                  string
 	requireKey, store5xx, trustScope   bool
+	requireTimedKeys                   bool
 	wait, lease, retention, drainLimit time.Duration
+	keyMaxAge                          time.Duration
 	upstreamTimeout, readTimeout       time.Duration
 	writeTimeout, idleTimeout          time.Duration
 	maxBody                            byteSize
@@ -43,6 +45,15 @@ query or body gets 422; a retry while the first runs, 409 with Retry-After (or,
 with --wait, the replay): the gateway renews the key's --lease while the upstream
 works, so a slow upstream is never run twice. A response over --max-body reaches
 its client but is not stored: a retry gets 500 (response-too-large), not a rerun.
+
+Late requests are refused, not run: a UUIDv7 or ULID key made longer ago than
+--key-max-age (default --retention) gets 410 (key-expired), since its record may
+be forgotten; one dated over 1m ahead of this clock, 400 (key-from-future); a
+request whose Idem-Deadline header (RFC 3339, set by idemhttp.Transport) has
+passed, 412 (deadline-passed). Keys without a time (UUIDv4, free text) cannot be
+judged and run again after --retention, unless --require-timed-keys refuses them
+(400). Callers must stop retrying within --retention; /metrics counts refusals in
+idem_http_refused_total{reason}.
 
 Keys are scoped by a SHA-256 hash of the credentials a request carries
 (Authorization, Proxy-Authorization, Cookie and --credential-headers, default
@@ -118,6 +129,8 @@ func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.Var(&o.maxBody, "max-body", "largest request or response body kept for replay, such as 1MiB or 65536")
 	fs.StringVar(&o.oversize, "oversize", "reject", "a body over --max-body: 'reject' (413) or 'pass' (proxied without idempotency)")
 	fs.DurationVar(&o.retention, "retention", idem.DefaultRetention, "how long a response is replayed; retries after it run again")
+	fs.DurationVar(&o.keyMaxAge, "key-max-age", 0, "refuse (410) a UUIDv7 or ULID key made longer ago than this; 0 for --retention, negative to run such late retries again")
+	fs.BoolVar(&o.requireTimedKeys, "require-timed-keys", false, "refuse (400) keys that carry no time (not a UUIDv7 or ULID), so every late retry can be told apart; for callers that all send timed keys")
 	fs.DurationVar(&o.lease, "lease", idem.DefaultLease, "how long a key stays claimed after its gateway was last heard of: renewed every third of it while the upstream works, so it frees only a crashed gateway's keys")
 	fs.BoolVar(&o.store5xx, "store-5xx", true, "replay the upstream's 5xx responses like any other (Stripe's choice); false lets a retry run again")
 	fs.StringVar(&o.methods, "methods", "POST,PATCH", "comma-separated methods that take an Idempotency-Key; others pass through untouched")

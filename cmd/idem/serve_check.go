@@ -66,6 +66,8 @@ func (o *serveOptions) check() (serveSpec, error) {
 		return s, fmt.Errorf("--upstream-timeout must be positive, such as 60s (got %v)", o.upstreamTimeout)
 	case o.readTimeout <= 0 || o.idleTimeout <= 0:
 		return s, fmt.Errorf("--read-timeout and --idle-timeout must be positive, such as 30s and 2m (got %v and %v)", o.readTimeout, o.idleTimeout)
+	case o.requireTimedKeys && o.keyMaxAge < 0:
+		return s, fmt.Errorf("--require-timed-keys needs the key age check that --key-max-age %v turns off: drop one of them", o.keyMaxAge)
 	case o.writeTimeout < 0:
 		return s, fmt.Errorf("--write-timeout must be positive, or 0 for the default (got %v)", o.writeTimeout)
 	case o.writeTimeout == 0:
@@ -84,7 +86,7 @@ func (o *serveOptions) check() (serveSpec, error) {
 // middlewareConfig maps the flags to the middleware's configuration, checked.
 func (o *serveOptions) middlewareConfig() (idemhttp.Config, error) {
 	c := idemhttp.Config{RequireKey: o.requireKey, Wait: o.wait, Lease: o.lease, Retention: o.retention,
-		MaxBodyBytes: int64(o.maxBody), StoreServerErrors: &o.store5xx, MaxInFlight: o.maxInFlight}
+		MaxKeyAge: o.keyMaxAge, RequireTimedKeys: o.requireTimedKeys, MaxBodyBytes: int64(o.maxBody), StoreServerErrors: &o.store5xx, MaxInFlight: o.maxInFlight}
 	switch o.oversize {
 	case "reject":
 		c.Oversize = idemhttp.Reject413

@@ -37,13 +37,15 @@ publishes, duplicate deliveries, lost acks, consumers killed before the effect,
 before the commit and before the ack (and restarted), a consumer paused past its
 ack wait while its message is redelivered, database and broker connections cut
 through a TCP proxy (Postgres, MySQL, NATS, Redis, RabbitMQ), and jumps of the
-clock that drives key expiry (SQLite), ending with a few retries after the
-retention window: those are applied again by design and reported as late
-duplicates.
+clock that drives key expiry (SQLite), requests that reach the service after
+their Idem-Deadline while their client places the order again, and, at the end,
+a few retries after the retention window. The keys are UUIDv7s: idem refuses
+those late requests (410, 412) instead of applying them, and counts them as
+refused; --unsafe applies them (late applied).
 
 The table has one row per boundary (below: what each checks, what each column
 counts, and the faults by the names the table gives them). Exit status 0 only
-if nothing was lost and no effect was doubled. With --unsafe the same flow runs
+if nothing was lost, no effect was doubled and no late request was applied. With --unsafe the same flow runs
 without idem's protection (no idempotency middleware, no inbox dedup): it must
 report duplicated effects and exit 1, which proves the checker can fail.
 

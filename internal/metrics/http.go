@@ -40,11 +40,39 @@ func (o HTTPOutcome) String() string {
 	return "unknown"
 }
 
+// HTTPRefusal is why the middleware refused a request before claiming its key: the
+// reason label of idem_http_refused_total.
+type HTTPRefusal uint8
+
+// The reasons of a refusal.
+const (
+	// RefusedStaleKey: the key's time is older than the maximum key age (410).
+	RefusedStaleKey HTTPRefusal = iota
+	// RefusedFutureKey: the key's time is beyond the clock-skew allowance (400).
+	RefusedFutureKey
+	// RefusedUntimedKey: the key carries no time and timed keys are required (400).
+	RefusedUntimedKey
+	// RefusedDeadline: the request's Idem-Deadline had passed (412).
+	RefusedDeadline
+	httpRefusals
+)
+
+var httpRefusalNames = [httpRefusals]string{"stale_key", "future_key", "untimed_key", "deadline"}
+
+// String returns the reason's label value.
+func (r HTTPRefusal) String() string {
+	if r < httpRefusals {
+		return httpRefusalNames[r]
+	}
+	return "unknown"
+}
+
 // HTTP records the requests of the idempotency middleware. Its methods are safe on a
 // nil receiver, which records nothing and does not read the clock.
 type HTTP struct {
 	requests [httpOutcomes]prometheus.Counter
 	duration [httpOutcomes]prometheus.Observer
+	refused  [httpRefusals]prometheus.Counter
 }
 
 // NewHTTP registers idem_http_requests_total{outcome} and
@@ -64,6 +92,10 @@ func NewHTTP(reg prometheus.Registerer) (*HTTP, error) {
 		Help:    "Time from the request entering the idempotency middleware to its response, by outcome.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	}, []string{"outcome"}))
+	refused := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_http_refused_total",
+		Help: "Requests the idempotency middleware refused without running them, by reason (stale_key, future_key, untimed_key, deadline); each is also counted as outcome rejected.",
+	}, []string{"reason"}))
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -73,6 +105,9 @@ func NewHTTP(reg prometheus.Registerer) (*HTTP, error) {
 	for o := range httpOutcomes {
 		m.requests[o] = requests.WithLabelValues(o.String())
 		m.duration[o] = duration.WithLabelValues(o.String())
+	}
+	for why := range httpRefusals {
+		m.refused[why] = refused.WithLabelValues(why.String())
 	}
 	return m, nil
 }
@@ -92,4 +127,13 @@ func (m *HTTP) Done(o HTTPOutcome, start time.Time) {
 	}
 	m.requests[o].Inc()
 	m.duration[o].Observe(time.Since(start).Seconds())
+}
+
+// Refused records one request refused for reason why (it is also Done as
+// HTTPRejected).
+func (m *HTTP) Refused(why HTTPRefusal) {
+	if m == nil || why >= httpRefusals {
+		return
+	}
+	m.refused[why].Inc()
 }

@@ -25,7 +25,8 @@ type applied struct {
 
 // dupes splits the effects of one cause beyond the first into duplicated effects
 // and late duplicates: those that happened a retention window or more after the
-// first, when the key had been forgotten by design.
+// first, when the key had been forgotten (idem refuses such a retry by its key's
+// age; without idem it is applied).
 func dupes(es []applied, retention time.Duration) (dup, late int, lateAmount int64) {
 	if len(es) < 2 {
 		return 0, 0, 0
@@ -110,7 +111,15 @@ func (r *run) checkOrders(ctx context.Context, intents []intent, rep *Report) (o
 	}
 	row := Row{Boundary: BoundaryHTTP, Attempts: r.received.Total(), EffectsApplied: len(orders.amount)}
 	row.DuplicatesDelivered = r.received.Total() - r.received.Distinct()
-	row.DuplicatesSuppressed = max(0, r.received.Total()-int(r.executions.Load()))
+	row.Refused = r.metric("idem_http_refused_total", "reason", "stale_key") + r.metric("idem_http_refused_total", "reason", "deadline")
+	row.DuplicatesSuppressed = max(0, r.received.Total()-int(r.executions.Load())-row.Refused)
+	// Orders made by requests sent past their deadline: each is a second order of
+	// an order placed again under its own key.
+	r.pastDeadline.Range(func(k, _ any) bool {
+		row.LateDuplicates += len(byKey[k.(string)])
+		delete(byKey, k.(string))
+		return true
+	})
 	for _, in := range intents {
 		if !in.accepted {
 			rep.Unanswered++

@@ -32,8 +32,8 @@ func TestDupes(t *testing.T) {
 	}
 }
 
-// The verdict fails on any lost or doubled effect and on a wrong balance, not on
-// late duplicates, and names the boundary.
+// The verdict fails on any lost, doubled or late applied effect and on a wrong
+// balance, and names the boundary; refused late requests are what idem promises.
 func TestReportVerdict(t *testing.T) {
 	t.Parallel()
 	yes, no := true, false
@@ -45,7 +45,9 @@ func TestReportVerdict(t *testing.T) {
 		says      string
 	}{
 		{"no rows", nil, 0, false, "no boundary checked"},
-		{"exact", []Row{{Boundary: BoundaryInbox, EffectsApplied: 3, LateDuplicates: 1, BalanceOK: &yes}}, 0, true, "OK: nothing lost, nothing doubled"},
+		{"exact", []Row{{Boundary: BoundaryInbox, EffectsApplied: 3, BalanceOK: &yes}}, 0, true, "OK: nothing lost, nothing doubled"},
+		{"refused", []Row{{Boundary: BoundaryHTTP, EffectsApplied: 3, Refused: 2}}, 0, true, "2 late request(s) refused, not applied"},
+		{"late applied", []Row{{Boundary: BoundaryHTTP, EffectsApplied: 4, LateDuplicates: 1}}, 0, false, BoundaryHTTP + " applied 1 late request(s)"},
 		{"lost", []Row{{Boundary: BoundaryRelay, Lost: 2}}, 0, false, BoundaryRelay + " lost 2"},
 		{"doubled", []Row{{Boundary: BoundaryHTTP, DuplicatedEffects: 1}}, 0, false, BoundaryHTTP + " doubled 1"},
 		{"balance", []Row{{Boundary: BoundaryInbox, BalanceOK: &no}}, 0, false, BoundaryInbox + " balance wrong"},

@@ -30,9 +30,13 @@ const (
 	// FaultBrokerCut: every broker connection is cut (through a Proxy).
 	FaultBrokerCut = "broker_connection_cut"
 	// FaultLateRetry: a client retries an order after the server forgot its key
-	// (the clock jumped past the retention window): a documented limit, reported
-	// apart from the guarantee.
+	// (the clock jumped past the retention window). Its key carries its time, so
+	// idem refuses it (410); without idem it is applied again (late applied).
 	FaultLateRetry = "late_retry_past_retention"
+	// FaultPastDeadline: an order's first request reaches the server after its
+	// Idem-Deadline, when its client had given up and placed the order again. idem
+	// refuses it (412); without idem it makes a second order (late applied).
+	FaultPastDeadline = "http_past_deadline"
 	// FaultRestart counts relay and consumer processes started again after a crash.
 	FaultRestart = "process_restart"
 )
@@ -142,16 +146,19 @@ type run struct {
 	log   *slog.Logger
 	store idem.TxStore[*sql.Tx]
 
-	received   chaos.Tally  // requests that reached the server, by key
-	executions atomic.Int64 // order handler runs
-	placed     atomic.Int64
-	published  chaos.Tally // messages handed to the broker, by id
-	stored     storedSet   // messages the broker acknowledged, by id (CDC)
-	delivered  chaos.Tally // deliveries to consumers, by id
-	restarts   atomic.Int64
-	paysvc     *paymentService
-	push       *pusher
-	cutting    sync.Map // *chaos.Proxy → *atomic.Bool, held while the proxy is being cut
+	received chaos.Tally // requests that reached the server, by key
+	// pastDeadline maps the key of each request sent past its deadline to its
+	// order's key (FaultPastDeadline).
+	pastDeadline sync.Map
+	executions   atomic.Int64 // order handler runs
+	placed       atomic.Int64
+	published    chaos.Tally // messages handed to the broker, by id
+	stored       storedSet   // messages the broker acknowledged, by id (CDC)
+	delivered    chaos.Tally // deliveries to consumers, by id
+	restarts     atomic.Int64
+	paysvc       *paymentService
+	push         *pusher
+	cutting      sync.Map // *chaos.Proxy → *atomic.Bool, held while the proxy is being cut
 }
 
 // intent is one order a client means to place once.

@@ -27,7 +27,10 @@ var Columns = []Column{
 	{"effects", "rows, charges or events that took effect"},
 	{"lost", "orders with no effect at this boundary (must be 0)"},
 	{"dup effects", "effects beyond one per order within the key's retention window (must be 0)"},
-	{"late dup", "effects repeated by a retry after the retention window: a documented limit, reported, not failed"},
+	{"refused", "late requests idem refused instead of applying: retries whose key is older than the retention window (410) " +
+		"and requests that arrived past their Idem-Deadline (412)"},
+	{"late applied", "effects of late requests: a retry after the retention window, or a request past its deadline whose " +
+		"order was placed again (must be 0; --unsafe applies them)"},
 	{"balance", "exact when the running total equals the sum of the orders; - where the boundary keeps none"},
 }
 
@@ -49,7 +52,8 @@ var Boundaries = []Term{
 var Faults = []Term{
 	{chaos.FaultDropResponse, "the service ran the request, the client never got the answer and retries"},
 	{chaos.FaultDuplicateRequest, "the client sends the same request twice, at once"},
-	{FaultLateRetry, "a request retried after the key's retention window (late dup)"},
+	{FaultLateRetry, "a request retried after the key's retention window (refused, or late applied)"},
+	{FaultPastDeadline, "a request reaches the service after its deadline, and its client has placed the order again (refused, or late applied)"},
 	{chaos.FaultRelayCrash, "the relay dies after publishing, before marking the message published"},
 	{chaos.FaultPublishError, "a publish fails and is retried"},
 	{chaos.FaultDuplicateDelivery, "the broker delivers a message twice"},

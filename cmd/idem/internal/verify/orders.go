@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -38,8 +39,10 @@ type orderEvent struct {
 func (r *run) startServer() (*http.Server, string, error) {
 	handler := http.Handler(http.HandlerFunc(r.placeOrder))
 	if !r.f.Unsafe {
+		// The middleware judges key ages and deadlines on the flow's clock, the one
+		// that drives the store's expiry (and jumps).
 		mw, err := idemhttp.AtomicMiddleware(r.txdb, r.f.Store, idemhttp.Config{
-			RequireKey: true, Retention: r.f.Retention, Registerer: r.reg, Logger: r.log,
+			RequireKey: true, Retention: r.f.Retention, Registerer: r.reg, Logger: r.log, Now: r.now,
 		})
 		if err != nil {
 			return nil, "", err
@@ -49,7 +52,13 @@ func (r *run) startServer() (*http.Server, string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", handler)
 	counted := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		r.received.Add(req.Header.Get(idemhttp.HeaderKey))
+		// A request sent past its deadline carries a key of its own, but is a copy
+		// of its order's request: it is counted under the order's key.
+		key := req.Header.Get(headerOrder)
+		if key == "" {
+			key = req.Header.Get(idemhttp.HeaderKey)
+		}
+		r.received.Add(key)
 		mux.ServeHTTP(w, req)
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -95,15 +104,41 @@ func (r *run) placeOrder(w http.ResponseWriter, req *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]string{"order_id": id})
 }
 
-// intents derives the orders from the seed: keys, customers and amounts.
+// headerOrder names, on a request sent past its deadline, the key of the order it
+// is a copy of, so the server counts it with that order's attempts.
+const headerOrder = "X-Verify-Order"
+
+// deadlineBudget is how long after it is sent a client's request stays wanted:
+// its Idem-Deadline, on the flow's clock. It is longer than any difference two
+// readings of that clock can show (clock jumps stay within ±10 min), so only a
+// request sent with a passed deadline (FaultPastDeadline) is refused for it.
+const deadlineBudget = 30 * time.Minute
+
+// intents derives the orders from the seed: keys, customers and amounts. The keys
+// are UUIDv7s, so the server can tell a retry that comes after their retention:
+// dated an hour before the run's hour on the flow's clock (clear of clock jumps
+// backwards, which would make them look dated in the future), with the rest of
+// their bits from the seed. The seed fixes which attempt a fault hits (faults are
+// drawn by key) for runs started within the same hour.
 func (r *run) intents() []intent {
 	rng := rand.New(rand.NewPCG(uint64(r.f.Seed), 0x1de))
+	keyTime := r.now().Truncate(time.Hour).Add(-time.Hour)
 	out := make([]intent, r.f.Orders)
 	for i := range out {
-		id, _ := uuid.NewRandomFromReader(rngReader{rng})
-		out[i] = intent{key: id.String(), customer: fmt.Sprintf("c%03d", rng.IntN(500)), amount: 1 + rng.Int64N(1000)}
+		out[i] = intent{key: timedKey(rng, keyTime), customer: fmt.Sprintf("c%03d", rng.IntN(500)), amount: 1 + rng.Int64N(1000)}
 	}
 	return out
+}
+
+// timedKey is a UUIDv7 dated t, its random bits from rng.
+func timedKey(rng *rand.Rand, t time.Time) string {
+	id, _ := uuid.NewRandomFromReader(rngReader{rng})
+	ms := uint64(t.UnixMilli())
+	for i := range 6 {
+		id[i] = byte(ms >> (40 - 8*i))
+	}
+	id[6] = 0x70 | id[6]&0x0f // version 7; the variant is already RFC 9562's
+	return id.String()
 }
 
 func (r *run) client() *http.Client {
@@ -154,13 +189,26 @@ func (r *run) placeAll(ctx context.Context, url string, intents []intent) {
 
 func (r *run) place(ctx context.Context, client *http.Client, url string, in *intent) (id string, ok bool) {
 	body, _ := json.Marshal(orderRequest{Customer: in.customer, Amount: in.amount})
-	for attempt := 0; attempt < 5 && ctx.Err() == nil; attempt++ {
+	newRequest := func(key string, deadline time.Time) (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(idemhttp.HeaderKey, key)
+		// The client's clock is the flow's: its deadline is set here rather than by
+		// the Transport, which reads the wall clock.
+		req.Header.Set(idem.HeaderDeadline, idem.FormatDeadline(deadline))
+		return req, nil
+	}
+	if r.inj.RollScaled("deadline "+in.key, 0, 0.1, pastDeadlineFaults) != "" {
+		r.sendPastDeadline(client, in, newRequest)
+	}
+	for attempt := 0; attempt < 5 && ctx.Err() == nil; attempt++ {
+		req, err := newRequest(in.key, r.now().Add(deadlineBudget))
 		if err != nil {
 			return "", false
 		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(idemhttp.HeaderKey, in.key)
 		resp, err := client.Do(req)
 		if err != nil {
 			continue
@@ -176,12 +224,53 @@ func (r *run) place(ctx context.Context, client *http.Client, url string, in *in
 			}
 			return out.OrderID, true
 		}
+		if resp.StatusCode == http.StatusGone {
+			return "", false // a late retry, refused: its order was placed long ago
+		}
 		if resp.StatusCode < 500 && resp.StatusCode != http.StatusConflict && resp.StatusCode != http.StatusTooManyRequests {
 			r.log.Warn("verify: order refused", "key", in.key, "status", resp.StatusCode)
 			return "", false
 		}
 	}
 	return "", false
+}
+
+// pastDeadlineFaults is the fault place rolls for each order before placing it.
+var pastDeadlineFaults = []chaos.Fault{{Kind: FaultPastDeadline, Weight: 1}}
+
+// sendPastDeadline sends in's order under a key of its own with a deadline that
+// has passed: a first request that reached the server only after its client gave
+// up on it (its deadline ran out) and went on to place the order again, as place
+// then does with the order's key. Applied, it would make a second order; idem
+// refuses it (412). Its answer is not waited for by the client's logic: whatever
+// it is, the client has moved on.
+func (r *run) sendPastDeadline(client *http.Client, in *intent, newRequest func(string, time.Time) (*http.Request, error)) {
+	key := timedKey(rand.New(rand.NewPCG(uint64(r.f.Seed), fnv64(in.key))), r.now().Truncate(time.Hour).Add(-time.Hour))
+	req, err := newRequest(key, r.now().Add(-deadlineBudget))
+	if err != nil {
+		return
+	}
+	req.Header.Set(headerOrder, in.key)
+	r.pastDeadline.Store(key, in.key)
+	resp, err := client.Do(req)
+	if err == nil {
+		discard(resp)
+	}
+}
+
+// fnv64 is the FNV-1a hash of s.
+func fnv64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := range len(s) {
+		h = (h ^ uint64(s[i])) * 1099511628211
+	}
+	return h
+}
+
+// discard reads a little of resp's body and closes it, so its connection is reused.
+func discard(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
 }
 
 // retryLate moves the clock past the retention window and retries a few accepted

@@ -23,9 +23,15 @@ type Row struct {
 	EffectsApplied       int    `json:"effects_applied"`       // effect rows in the database
 	Lost                 int    `json:"lost"`                  // causes with no effect
 	DuplicatedEffects    int    `json:"duplicated_effects"`    // effects beyond one per cause, within the retention window
-	// LateDuplicates are effects repeated after the key's retention window had
-	// passed: the window is a documented limit, so they are reported, not failed.
+	// LateDuplicates are effects of late requests: repeated after the key's
+	// retention window had passed, or made by a request that arrived after its
+	// deadline while its order was placed again. idem refuses both (Refused), so
+	// with idem they must be 0.
 	LateDuplicates int `json:"late_duplicates"`
+	// Refused counts the late requests idem refused instead of applying: retries
+	// whose key was older than the retention (410) and requests past their
+	// deadline (412).
+	Refused int `json:"refused"`
 	// BalanceOK, where the boundary keeps a running total, says whether it equals
 	// the sum of the effects.
 	BalanceOK *bool `json:"balance_ok,omitempty"`
@@ -33,7 +39,7 @@ type Row struct {
 
 // OK reports whether the boundary kept its promise.
 func (r Row) OK() bool {
-	return r.Lost == 0 && r.DuplicatedEffects == 0 && (r.BalanceOK == nil || *r.BalanceOK)
+	return r.Lost == 0 && r.DuplicatedEffects == 0 && r.LateDuplicates == 0 && (r.BalanceOK == nil || *r.BalanceOK)
 }
 
 // Report is the result of one verification run.
@@ -164,15 +170,18 @@ func (r *Report) WriteResults(w io.Writer) error {
 				balance = "WRONG"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", row.Boundary, row.Attempts, row.DuplicatesDelivered,
-			row.DuplicatesSuppressed, row.EffectsApplied, row.Lost, row.DuplicatedEffects, row.LateDuplicates, balance)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", row.Boundary, row.Attempts, row.DuplicatesDelivered,
+			row.DuplicatesSuppressed, row.EffectsApplied, row.Lost, row.DuplicatedEffects, row.Refused, row.LateDuplicates, balance)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	var notes []string
 	if late := r.late(); late > 0 {
-		notes = append(notes, fmt.Sprintf("%d late duplicate(s): retried after the key's retention window, so applied again by design (not a failure; keep retries inside the window)", late))
+		notes = append(notes, fmt.Sprintf("%d late request(s) applied: retried after the key's retention window or arrived after their deadline, and run again", late))
+	}
+	if refused := r.refused(); refused > 0 {
+		notes = append(notes, fmt.Sprintf("%d late request(s) refused, not applied: retries past the key's retention window (410) and requests past their deadline (412)", refused))
 	}
 	if r.Unanswered > 0 {
 		notes = append(notes, fmt.Sprintf("%d order(s) never answered: the client gave up; each may exist at most once", r.Unanswered))
@@ -207,6 +216,14 @@ func (r *Report) late() int {
 	return n
 }
 
+func (r *Report) refused() int {
+	n := 0
+	for _, row := range r.Rows {
+		n += row.Refused
+	}
+	return n
+}
+
 func (r *Report) failures() []string {
 	var out []string
 	if r.Unsettled > 0 {
@@ -218,6 +235,9 @@ func (r *Report) failures() []string {
 		}
 		if row.DuplicatedEffects > 0 {
 			out = append(out, fmt.Sprintf("%s doubled %d", row.Boundary, row.DuplicatedEffects))
+		}
+		if row.LateDuplicates > 0 {
+			out = append(out, fmt.Sprintf("%s applied %d late request(s)", row.Boundary, row.LateDuplicates))
 		}
 		if row.BalanceOK != nil && !*row.BalanceOK {
 			out = append(out, row.Boundary+" balance wrong")
