@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -116,6 +117,10 @@ func (c *mwCore) storedNames(q *mwRequest, h http.Header) {
 		}
 		q.names = append(q.names, name)
 	}
+	// In name order, not the map's: a response is stored the same way each time,
+	// and what shows it (idem keys get, the console: the first headers only) shows
+	// the same headers.
+	slices.Sort(q.names)
 }
 
 // namedIn reports whether name is one of the comma-separated tokens of the
