@@ -74,14 +74,7 @@ func BenchmarkProcessPostgresTraced(b *testing.B) { benchProcessPostgres(b, test
 
 func benchProcessPostgres(b *testing.B, tp trace.TracerProvider) {
 	ctx := context.Background()
-	pool := testsvc.PostgresPool(b)
-	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
-		b.Fatal(err)
-	}
-	store, err := idempg.New(ctx, pool, idempg.Config{TracerProvider: tp})
-	if err != nil {
-		b.Fatal(err)
-	}
+	pool, store := pgxLedger(b, idempg.Config{TracerProvider: tp})
 	handle := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
 		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
 		return err
@@ -132,14 +125,7 @@ func (nopSource) Close() error { return nil }
 // BenchmarkInbox ratios, without the broker's noise.
 func BenchmarkProcessPostgresUnbatched(b *testing.B) {
 	ctx := context.Background()
-	pool := testsvc.PostgresPool(b)
-	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
-		b.Fatal(err)
-	}
-	store, err := idempg.New(ctx, pool, idempg.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	pool, store := pgxLedger(b, idempg.Config{})
 	insert := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
 		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
 		return err
@@ -186,14 +172,7 @@ func BenchmarkProcessPostgresUnbatched(b *testing.B) {
 // of a key record: the ratio says what discarding costs against applying.
 func BenchmarkProcessPostgresExpired(b *testing.B) {
 	ctx := context.Background()
-	pool := testsvc.PostgresPool(b)
-	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
-		b.Fatal(err)
-	}
-	store, err := idempg.New(ctx, pool, idempg.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	pool, store := pgxLedger(b, idempg.Config{})
 	handle := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
 		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
 		return err

@@ -23,14 +23,7 @@ import (
 func TestPgx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testsvc.PostgresPool(t)
-	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	store, err := idempg.New(ctx, pool, idempg.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, store := pgxLedger(t, idempg.Config{})
 	fb := newFakeBroker()
 	failedOnce := false
 	handle := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
@@ -171,4 +164,20 @@ func (r *roundTrips) take() [][]string {
 	out := r.sent
 	r.sent = nil
 	return out
+}
+
+// pgxLedger is a Postgres pool of its own (testsvc.PostgresPool) with a ledger table,
+// and idempg's pgx store on it (cfg as given).
+func pgxLedger(tb testing.TB, cfg idempg.Config) (*pgxpool.Pool, *idempg.Store) {
+	tb.Helper()
+	ctx := context.Background()
+	pool := testsvc.PostgresPool(tb)
+	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
+		tb.Fatal(err)
+	}
+	store, err := idempg.New(ctx, pool, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pool, store
 }

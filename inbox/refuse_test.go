@@ -22,7 +22,6 @@ import (
 	"github.com/idemhq/idem/idemseq"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/inbox"
-	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // receiverNow is the consumer's clock in these tests: fixed, so nothing depends on
@@ -328,14 +327,7 @@ func TestSequencesJudgeDeadlinesNotKeys(t *testing.T) {
 func TestRefusedBeforeApplyingPgx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testsvc.PostgresPool(t)
-	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	store, err := idempg.New(ctx, pool, idempg.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, store := pgxLedger(t, idempg.Config{})
 	calls := &handlerCalls{}
 	handle := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
 		calls.add(m.ID)
