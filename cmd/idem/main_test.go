@@ -103,6 +103,16 @@ func checkHolds(t *testing.T, r *verify.Report, err error, ops int) {
 	if row := m[verify.BoundaryHTTP]; row.LateDuplicates != 0 || row.Refused < lateFaults {
 		t.Errorf("HTTP row %+v: want 0 late applied and at least %d refused (%v)", row, lateFaults, r.Faults)
 	}
+	// Events written past their deadline are refused by the inbox, each at least
+	// once, never applied: dead-lettered as "deadline" (the only dead letters of a
+	// run), and their orders are neither in the ledger, nor charged, nor shown.
+	refusedEvents := r.Faults[verify.FaultMessagePastDeadline]
+	if row := m[verify.BoundaryInbox]; row.LateDuplicates != 0 || row.Refused < refusedEvents {
+		t.Errorf("inbox row %+v: want 0 late applied and at least %d refused (%v)", row, refusedEvents, r.Faults)
+	}
+	if r.DeadLetters != refusedEvents {
+		t.Errorf("%d dead letters, want the %d events past their deadline", r.DeadLetters, refusedEvents)
+	}
 	orders := ops
 	for _, row := range r.Rows {
 		if !row.OK() {
@@ -115,14 +125,14 @@ func checkHolds(t *testing.T, r *verify.Report, err error, ops int) {
 	if n := m[verify.BoundaryOutbox].EffectsApplied; n != orders {
 		t.Errorf("outbox messages = %d, want %d", n, orders)
 	}
-	if n := m[verify.BoundaryInbox].EffectsApplied; n != orders {
-		t.Errorf("ledger entries = %d, want %d", n, orders)
+	if n := m[verify.BoundaryInbox].EffectsApplied; n != orders-refusedEvents {
+		t.Errorf("ledger entries = %d, want %d", n, orders-refusedEvents)
 	}
-	if n := m[verify.BoundaryPayment].EffectsApplied; n != orders {
-		t.Errorf("charges = %d, want %d", n, orders)
+	if n := m[verify.BoundaryPayment].EffectsApplied; n != orders-refusedEvents {
+		t.Errorf("charges = %d, want %d", n, orders-refusedEvents)
 	}
-	if n := m[verify.BoundaryPush].EffectsApplied; n != orders {
-		t.Errorf("events displayed = %d, want %d", n, orders)
+	if n := m[verify.BoundaryPush].EffectsApplied; n != orders-refusedEvents {
+		t.Errorf("events displayed = %d, want %d", n, orders-refusedEvents)
 	}
 	if r.Balance != r.OrderSum {
 		t.Errorf("balance %d, orders sum %d", r.Balance, r.OrderSum)
@@ -159,8 +169,8 @@ func TestVerifyHoldsOnSQLiteAndNATS(t *testing.T) {
 	r, err := verifyReport(t, 600, "--fault-rate", "0.3")
 	checkHolds(t, r, err, 600)
 	if r.Faults[verify.FaultClockJump] == 0 || r.Faults[verify.FaultLateRetry] == 0 || r.Faults[verify.FaultPastDeadline] == 0 ||
-		r.Faults[verify.FaultBrokerCut] == 0 || r.Faults[chaos.FaultLostAck] == 0 {
-		t.Errorf("SQLite + NATS run without clock jumps, late retries, requests past their deadline or broker cuts: %v", r.Faults)
+		r.Faults[verify.FaultMessagePastDeadline] == 0 || r.Faults[verify.FaultBrokerCut] == 0 || r.Faults[chaos.FaultLostAck] == 0 {
+		t.Errorf("SQLite + NATS run without clock jumps, late retries, requests or messages past their deadline or broker cuts: %v", r.Faults)
 	}
 }
 
@@ -179,6 +189,13 @@ func TestVerifyUnsafeFails(t *testing.T) {
 	// The late requests idem refuses are applied without it.
 	if row := m[verify.BoundaryHTTP]; row.LateDuplicates == 0 || row.Refused != 0 {
 		t.Fatalf("--unsafe HTTP row = %+v (faults %v), want late requests applied, none refused", row, r.Faults)
+	}
+	// So are the events past their deadline that idem's inbox refuses.
+	if row := m[verify.BoundaryInbox]; r.Faults[verify.FaultMessagePastDeadline] == 0 || row.LateDuplicates == 0 || row.Refused != 0 {
+		t.Fatalf("--unsafe inbox row = %+v (faults %v), want events past their deadline applied, none refused", row, r.Faults)
+	}
+	if r.DeadLetters != 0 {
+		t.Fatalf("--unsafe: %d dead letters, want none (deadlines are ignored)", r.DeadLetters)
 	}
 	if m[verify.BoundaryPush].Lost == 0 {
 		t.Fatalf("--unsafe push row = %+v, want events a plain WebSocket push lost", m[verify.BoundaryPush])

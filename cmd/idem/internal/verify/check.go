@@ -65,7 +65,7 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the streams: %w", err)
 	}
-	rep.Rows = []Row{httpRow, obRow, relayRow, inRow, r.checkPayments(orders.amount), pushRow}
+	rep.Rows = []Row{httpRow, obRow, relayRow, inRow, r.checkPayments(orders.applicable()), pushRow}
 	return rep, nil
 }
 
@@ -73,6 +73,26 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 type orderSet struct {
 	amount map[string]int64
 	sum    int64
+	// lateEvent holds the orders whose event was written with a passed deadline
+	// (FaultMessagePastDeadline); refused those of them the inbox refused for it,
+	// which have no effect past the broker by design (checkLedger fills it).
+	lateEvent map[string]bool
+	refused   map[string]bool
+}
+
+// applicable is the orders whose event was not refused for its deadline: those
+// each later step must apply once.
+func (o orderSet) applicable() map[string]int64 {
+	if len(o.refused) == 0 {
+		return o.amount
+	}
+	out := make(map[string]int64, len(o.amount))
+	for id, amt := range o.amount {
+		if !o.refused[id] {
+			out[id] = amt
+		}
+	}
+	return out
 }
 
 // query runs q and calls scan for each row; what names the table in errors.
@@ -95,7 +115,7 @@ func (r *run) query(ctx context.Context, what, q string, scan func(scan func(...
 // requests into rep.
 func (r *run) checkOrders(ctx context.Context, intents []intent, rep *Report) (orderSet, Row, error) {
 	byKey := map[string][]applied{}
-	orders := orderSet{amount: map[string]int64{}}
+	orders := orderSet{amount: map[string]int64{}, lateEvent: map[string]bool{}, refused: map[string]bool{}}
 	if err := r.query(ctx, "orders", "SELECT id, request_key, amount, created_at FROM "+tableOrders, func(scan func(...any) error) error {
 		var e applied
 		var key string
@@ -104,11 +124,15 @@ func (r *run) checkOrders(ctx context.Context, intents []intent, rep *Report) (o
 		}
 		byKey[key] = append(byKey[key], e)
 		orders.amount[e.id] = e.amount
+		if r.lateEvent(key) {
+			orders.lateEvent[e.id] = true
+		}
 		orders.sum += e.amount
 		return nil
 	}); err != nil {
 		return orders, Row{}, err
 	}
+	r.lateEvents = len(orders.lateEvent)
 	row := Row{Boundary: BoundaryHTTP, Attempts: r.received.Total(), EffectsApplied: len(orders.amount)}
 	row.DuplicatesDelivered = r.received.Total() - r.received.Distinct()
 	row.Refused = r.metric("idem_http_refused_total", "reason", "stale_key") + r.metric("idem_http_refused_total", "reason", "deadline")
@@ -191,7 +215,10 @@ func (r *run) checkOutbox(ctx context.Context, orders orderSet) (obRow, relayRow
 }
 
 // checkLedger builds the inbox row: one ledger entry per order, and a balance
-// equal to the ledger and to the orders. It records the balance into rep.
+// equal to the ledger and to the orders. An order whose event was written past
+// its deadline must have none: the inbox refuses it and dead-letters it as
+// "deadline" (such orders go into orders.refused, out of the later steps'
+// accounts); one applied is a late applied effect. It records the balance into rep.
 func (r *run) checkLedger(ctx context.Context, orders orderSet, rep *Report) (Row, error) {
 	byOrder := map[string][]applied{}
 	var ledgerSum int64
@@ -206,10 +233,24 @@ func (r *run) checkLedger(ctx context.Context, orders orderSet, rep *Report) (Ro
 	}); err != nil {
 		return Row{}, err
 	}
+	deadlineLetters := map[string]bool{}
+	if err := r.query(ctx, "the dead letters", "SELECT msg_id FROM idem_dead_letters WHERE replayed_at IS NULL AND kind = 'deadline'", func(scan func(...any) error) error {
+		var id string
+		if err := scan(&id); err != nil {
+			return err
+		}
+		deadlineLetters[id] = true
+		return nil
+	}); err != nil {
+		return Row{}, err
+	}
 	row := Row{Boundary: BoundaryInbox, Attempts: r.delivered.Total()}
 	row.DuplicatesDelivered = r.delivered.Total() - r.delivered.Distinct()
 	row.DuplicatesSuppressed = r.metric("idem_inbox_messages_total", "outcome", "duplicate")
-	var lateSum int64
+	row.Refused = r.metric("idem_inbox_refused_total", "reason", "deadline")
+	// want less refusedSum is the balance the ledger must show: each order once,
+	// but for the orders whose event was refused, plus the documented late duplicates.
+	want, refusedSum := orders.sum, int64(0)
 	for id, es := range byOrder {
 		row.EffectsApplied += len(es)
 		if _, ok := orders.amount[id]; !ok {
@@ -219,12 +260,23 @@ func (r *run) checkLedger(ctx context.Context, orders orderSet, rep *Report) (Ro
 		d, l, amt := dupes(es, r.f.Retention)
 		row.DuplicatedEffects += d
 		row.LateDuplicates += l
-		lateSum += amt
-	}
-	for id := range orders.amount {
-		if len(byOrder[id]) == 0 {
-			row.Lost++
+		want += amt
+		if orders.lateEvent[id] {
+			// Applied past its deadline: the first effect too is a late one. Its
+			// amount is in orders.sum already.
+			row.LateDuplicates++
 		}
+	}
+	for id, amt := range orders.amount {
+		if len(byOrder[id]) > 0 {
+			continue
+		}
+		if orders.lateEvent[id] && deadlineLetters[id] {
+			orders.refused[id] = true
+			refusedSum += amt
+			continue
+		}
+		row.Lost++
 	}
 	var total int64
 	if err := r.f.DB.QueryRowContext(ctx, "SELECT total FROM "+tableBalance+" WHERE id = 1").Scan(&total); err != nil {
@@ -232,9 +284,10 @@ func (r *run) checkLedger(ctx context.Context, orders orderSet, rep *Report) (Ro
 	}
 	// The balance must equal the ledger (no torn write) and the sum of the orders,
 	// each once (plus the documented late duplicates).
-	ok := total == ledgerSum && total == orders.sum+lateSum
+	ok := total == ledgerSum && total == want-refusedSum
 	row.BalanceOK = &ok
-	rep.Balance, rep.OrderSum = total, orders.sum
+	// The orders' sum is of those whose event was not refused.
+	rep.Balance, rep.OrderSum = total, orders.sum-refusedSum
 	return row, nil
 }
 

@@ -46,8 +46,10 @@ func TestReportVerdict(t *testing.T) {
 	}{
 		{"no rows", nil, 0, false, "no boundary checked"},
 		{"exact", []Row{{Boundary: BoundaryInbox, EffectsApplied: 3, BalanceOK: &yes}}, 0, true, "OK: nothing lost, nothing doubled"},
-		{"refused", []Row{{Boundary: BoundaryHTTP, EffectsApplied: 3, Refused: 2}}, 0, true, "2 late request(s) refused, not applied"},
+		{"refused", []Row{{Boundary: BoundaryHTTP, EffectsApplied: 3, Refused: 2}}, 0, true, "2 late request(s) or message(s) refused, not applied"},
 		{"late applied", []Row{{Boundary: BoundaryHTTP, EffectsApplied: 4, LateDuplicates: 1}}, 0, false, BoundaryHTTP + " applied 1 late request(s)"},
+		{"late message applied", []Row{{Boundary: BoundaryInbox, EffectsApplied: 4, LateDuplicates: 2}}, 0, false, BoundaryInbox + " applied 2 late message(s)"},
+		{"refused message", []Row{{Boundary: BoundaryInbox, EffectsApplied: 3, Refused: 1, BalanceOK: &yes}}, 0, true, "1 late request(s) or message(s) refused"},
 		{"lost", []Row{{Boundary: BoundaryRelay, Lost: 2}}, 0, false, BoundaryRelay + " lost 2"},
 		{"doubled", []Row{{Boundary: BoundaryHTTP, DuplicatedEffects: 1}}, 0, false, BoundaryHTTP + " doubled 1"},
 		{"balance", []Row{{Boundary: BoundaryInbox, BalanceOK: &no}}, 0, false, BoundaryInbox + " balance wrong"},

@@ -37,6 +37,12 @@ const (
 	// Idem-Deadline, when its client had given up and placed the order again. idem
 	// refuses it (412); without idem it makes a second order (late applied).
 	FaultPastDeadline = "http_past_deadline"
+	// FaultMessagePastDeadline: the order service writes an order's event with an
+	// Idem-Deadline (outbox.WithDeadline) that has passed by the time a consumer
+	// reads it, as if it had waited in the outbox past it. idem's inbox refuses it
+	// (dead-lettered as "deadline"; the order is neither applied nor charged);
+	// without idem it is applied (late applied). Counted per order written.
+	FaultMessagePastDeadline = "message_past_deadline"
 	// FaultRestart counts relay and consumer processes started again after a crash.
 	FaultRestart = "process_restart"
 )
@@ -156,6 +162,7 @@ type run struct {
 	stored       storedSet   // messages the broker acknowledged, by id (CDC)
 	delivered    chaos.Tally // deliveries to consumers, by id
 	restarts     atomic.Int64
+	lateEvents   int // orders written whose event carries a passed deadline (check)
 	paysvc       *paymentService
 	push         *pusher
 	cutting      sync.Map // *chaos.Proxy → *atomic.Bool, held while the proxy is being cut
@@ -322,6 +329,9 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 	rep.Broker = f.Broker.Name()
 	rep.Operations, rep.Faulted = r.inj.Ops(), r.inj.Faulted()
 	rep.Faults = r.inj.Counts()
+	if r.lateEvents > 0 {
+		rep.Faults[FaultMessagePastDeadline] = r.lateEvents
+	}
 	if n := int(r.restarts.Load()); n > 0 {
 		rep.Faults[FaultRestart] = n
 	}

@@ -27,10 +27,11 @@ var Columns = []Column{
 	{"effects", "rows, charges or events that took effect"},
 	{"lost", "orders with no effect at this boundary (must be 0)"},
 	{"dup effects", "effects beyond one per order within the key's retention window (must be 0)"},
-	{"refused", "late requests idem refused instead of applying: retries whose key is older than the retention window (410) " +
-		"and requests that arrived past their Idem-Deadline (412)"},
-	{"late applied", "effects of late requests: a retry after the retention window, or a request past its deadline whose " +
-		"order was placed again (must be 0; --unsafe applies them)"},
+	{"refused", "late requests and messages idem refused instead of applying: retries whose key is older than the retention " +
+		"window (410), requests that arrived past their Idem-Deadline (412), and deliveries of messages past theirs " +
+		"(dead-lettered as \"deadline\"; their orders are not expected in the ledger, payments or push)"},
+	{"late applied", "effects of late requests and messages: a retry after the retention window, a request past its deadline whose " +
+		"order was placed again, or a message applied past its deadline (must be 0; --unsafe applies them)"},
 	{"balance", "exact when the running total equals the sum of the orders; - where the boundary keeps none"},
 }
 
@@ -54,6 +55,7 @@ var Faults = []Term{
 	{chaos.FaultDuplicateRequest, "the client sends the same request twice, at once"},
 	{FaultLateRetry, "a request retried after the key's retention window (refused, or late applied)"},
 	{FaultPastDeadline, "a request reaches the service after its deadline, and its client has placed the order again (refused, or late applied)"},
+	{FaultMessagePastDeadline, "an order's event is read by the consumer after its deadline, as if it waited in the outbox past it (refused, or late applied)"},
 	{chaos.FaultRelayCrash, "the relay dies after publishing, before marking the message published"},
 	{chaos.FaultPublishError, "a publish fails and is retried"},
 	{chaos.FaultDuplicateDelivery, "the broker delivers a message twice"},

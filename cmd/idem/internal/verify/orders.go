@@ -20,6 +20,7 @@ import (
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/outbox"
 )
 
 // The client → HTTP API → order service → outbox boundary: the order service,
@@ -86,7 +87,13 @@ func (r *run) placeOrder(w http.ResponseWriter, req *http.Request) {
 			return err
 		}
 		payload, _ := json.Marshal(orderEvent{OrderID: id, Customer: in.Customer, Amount: in.Amount})
-		_, err := r.ob.EnqueueTx(req.Context(), tx, idem.Message{ID: id, Topic: r.f.Broker.Topic(), Payload: payload})
+		msg := idem.Message{ID: id, Topic: r.f.Broker.Topic(), Payload: payload}
+		if r.lateEvent(req.Header.Get(idemhttp.HeaderKey)) {
+			// Dated deadlineBudget back on the service's clock: passed on the
+			// consumer's however far the flow's clock has jumped (±10 min).
+			msg = outbox.WithDeadline(msg, r.now().Add(-deadlineBudget))
+		}
+		_, err := r.ob.EnqueueTx(req.Context(), tx, msg)
 		return err
 	}
 	var err error
@@ -102,6 +109,18 @@ func (r *run) placeOrder(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	_ = json.NewEncoder(w).Encode(map[string]string{"order_id": id})
+}
+
+// lateEvent reports whether the order placed under key has its event written
+// with a deadline that has passed (FaultMessagePastDeadline): a tenth of the fault
+// rate of orders, drawn from the seed and the key, so that every execution of
+// the order's request (a retry after a rollback, a copy without idem) and the
+// checker agree on it.
+func (r *run) lateEvent(key string) bool {
+	if key == "" || r.f.FaultRate <= 0 {
+		return false
+	}
+	return rand.New(rand.NewPCG(uint64(r.f.Seed)^0xdead1e, fnv64(key))).Float64() < r.f.FaultRate*0.1
 }
 
 // headerOrder names, on a request sent past its deadline, the key of the order it

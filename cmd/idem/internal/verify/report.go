@@ -23,14 +23,15 @@ type Row struct {
 	EffectsApplied       int    `json:"effects_applied"`       // effect rows in the database
 	Lost                 int    `json:"lost"`                  // causes with no effect
 	DuplicatedEffects    int    `json:"duplicated_effects"`    // effects beyond one per cause, within the retention window
-	// LateDuplicates are effects of late requests: repeated after the key's
-	// retention window had passed, or made by a request that arrived after its
-	// deadline while its order was placed again. idem refuses both (Refused), so
-	// with idem they must be 0.
+	// LateDuplicates are effects of late requests and messages: repeated after the
+	// key's retention window had passed, made by a request that arrived after its
+	// deadline while its order was placed again, or by a message applied after its
+	// deadline. idem refuses them all (Refused), so with idem they must be 0.
 	LateDuplicates int `json:"late_duplicates"`
-	// Refused counts the late requests idem refused instead of applying: retries
-	// whose key was older than the retention (410) and requests past their
-	// deadline (412).
+	// Refused counts the late requests and messages idem refused instead of
+	// applying: retries whose key was older than the retention (410), requests
+	// past their deadline (412) and deliveries of messages past their deadline
+	// (dead-lettered as "deadline"). A copy of one is refused again and counted again.
 	Refused int `json:"refused"`
 	// BalanceOK, where the boundary keeps a running total, says whether it equals
 	// the sum of the effects.
@@ -57,7 +58,7 @@ type Report struct {
 	Faults      map[string]int `json:"faults"`     // injected faults by kind
 	Rows        []Row          `json:"rows"`
 	Balance     int64          `json:"balance"`
-	OrderSum    int64          `json:"order_sum"`
+	OrderSum    int64          `json:"order_sum"` // of the orders whose event was not refused for its deadline
 	DeadLetters int            `json:"dead_letters"`
 	// Unsettled counts what was still on its way when the flow did not settle within
 	// Flow.Timeout: orders unpublished, unapplied, unpaid or unshown, each step once.
@@ -178,10 +179,11 @@ func (r *Report) WriteResults(w io.Writer) error {
 	}
 	var notes []string
 	if late := r.late(); late > 0 {
-		notes = append(notes, fmt.Sprintf("%d late request(s) applied: retried after the key's retention window or arrived after their deadline, and run again", late))
+		notes = append(notes, fmt.Sprintf("%d late request(s) or message(s) applied: retried after the key's retention window or arrived after their deadline, and run again", late))
 	}
 	if refused := r.refused(); refused > 0 {
-		notes = append(notes, fmt.Sprintf("%d late request(s) refused, not applied: retries past the key's retention window (410) and requests past their deadline (412)", refused))
+		notes = append(notes, fmt.Sprintf("%d late request(s) or message(s) refused, not applied: retries past the key's retention window (410), requests past their deadline (412), "+
+			"messages past their deadline (dead-lettered as \"deadline\"; their orders are not charged)", refused))
 	}
 	if r.Unanswered > 0 {
 		notes = append(notes, fmt.Sprintf("%d order(s) never answered: the client gave up; each may exist at most once", r.Unanswered))
@@ -237,7 +239,11 @@ func (r *Report) failures() []string {
 			out = append(out, fmt.Sprintf("%s doubled %d", row.Boundary, row.DuplicatedEffects))
 		}
 		if row.LateDuplicates > 0 {
-			out = append(out, fmt.Sprintf("%s applied %d late request(s)", row.Boundary, row.LateDuplicates))
+			what := "request(s)"
+			if row.Boundary == BoundaryInbox {
+				what = "message(s)"
+			}
+			out = append(out, fmt.Sprintf("%s applied %d late %s", row.Boundary, row.LateDuplicates, what))
 		}
 		if row.BalanceOK != nil && !*row.BalanceOK {
 			out = append(out, row.Boundary+" balance wrong")

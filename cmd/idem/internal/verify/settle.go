@@ -29,6 +29,12 @@ func (r *run) settle(ctx context.Context, since time.Time) bool {
 	return false
 }
 
+// refusedForDeadline excludes, in a query over the orders o, those whose event the
+// inbox refused for its deadline (FaultMessagePastDeadline): they are never
+// applied nor paid.
+const refusedForDeadline = " AND NOT EXISTS (SELECT 1 FROM idem_dead_letters d WHERE d.consumer = '" + consumerName +
+	"' AND d.msg_id = o.id AND d.kind = 'deadline' AND d.replayed_at IS NULL)"
+
 // pending counts orders not yet published, applied to the ledger or paid.
 func (r *run) pending(ctx context.Context) (int, error) {
 	var unpublished, unapplied int
@@ -41,12 +47,12 @@ func (r *run) pending(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tableLedger+" l WHERE l.order_id = o.id)").Scan(&unapplied)
+	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tableLedger+" l WHERE l.order_id = o.id)"+refusedForDeadline).Scan(&unapplied)
 	if err != nil {
 		return 0, err
 	}
 	var unpaid int
-	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id)").Scan(&unpaid)
+	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id)"+refusedForDeadline).Scan(&unpaid)
 	if err != nil {
 		return 0, err
 	}
