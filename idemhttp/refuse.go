@@ -42,6 +42,9 @@ func (c *mwCore) refuse(w http.ResponseWriter, r *http.Request, key string) (o m
 	if c.cfg.MaxKeyAge < 0 {
 		return 0, false
 	}
+	if _, timed := idemkey.TimeOf(key); !timed && !c.cfg.RequireTimedKeys {
+		return 0, false // an untimed key cannot be judged: no error built on the hot path
+	}
 	err := idemkey.CheckFresh(key, c.cfg.MaxKeyAge, now)
 	if se, ok := errors.AsType[*idemkey.StaleError](err); ok {
 		c.m.Refused(metrics.RefusedStaleKey)

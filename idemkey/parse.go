@@ -80,6 +80,24 @@ func classify(s string) (Kind, uuid.UUID, ulid.ULID) {
 	return KindOpaque, uuid.UUID{}, ulid.ULID{}
 }
 
+// TimeOf returns the creation time a valid UUIDv7 or ULID key carries, and false
+// for any other key, without building an error: the form for a hot path that has
+// validated the key already and only asks whether it can be judged (Time says why
+// not).
+func TimeOf(key string) (time.Time, bool) {
+	if len(key) != 36 && len(key) != ulid.EncodedSize {
+		return time.Time{}, false
+	}
+	switch kind, u, id := classify(key); kind {
+	case KindUUIDv7:
+		ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5])
+		return time.UnixMilli(ms).UTC(), true
+	case KindULID:
+		return time.UnixMilli(int64(id.Time())).UTC(), true
+	}
+	return time.Time{}, false
+}
+
 // Time returns the creation time a UUIDv7 or ULID key carries, in UTC with millisecond
 // precision. Any other key carries no time, and Time says so with an *idem.InputError
 // for the field "key": a consumer that needs a key's age must ask its producers for
@@ -88,14 +106,10 @@ func Time(key string) (time.Time, error) {
 	if err := Validate(key); err != nil {
 		return time.Time{}, err
 	}
-	kind, u, id := classify(key)
-	switch kind {
-	case KindUUIDv7:
-		ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5])
-		return time.UnixMilli(ms).UTC(), nil
-	case KindULID:
-		return time.UnixMilli(int64(id.Time())).UTC(), nil
+	if t, ok := TimeOf(key); ok {
+		return t, nil
 	}
+	kind, _, _ := classify(key)
 	article := "a "
 	if kind == KindOpaque {
 		article = "an "

@@ -164,3 +164,18 @@ func isInputError(err error, field string) bool {
 	var ie *idem.InputError
 	return errors.As(err, &ie) && ie.Field == field && errors.Is(err, idem.ErrInvalid)
 }
+
+// TimeOf agrees with Time on every kind of key, and builds nothing for an untimed
+// one (it is on the middleware's path for every request).
+func TestTimeOf(t *testing.T) { // not parallel: AllocsPerRun
+	for _, key := range []string{idemkey.NewV7(), idemkey.NewULID(), idemkey.NewV4(), "order-17", idemkey.Intent(idemkey.NewNamespace("t"), "x"), "01ARZ3NDEKTSV4RRFFQ69G5FAV"} {
+		want, err := idemkey.Time(key)
+		got, ok := idemkey.TimeOf(key)
+		if ok != (err == nil) || !got.Equal(want) {
+			t.Errorf("TimeOf(%q) = %v, %v; Time = %v, %v", key, got, ok, want, err)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { idemkey.TimeOf("f47ac10b-58cc-4372-a567-0e02b2c3d479") }); n != 0 {
+		t.Errorf("TimeOf of a UUIDv4 allocates %v times, want 0", n)
+	}
+}
