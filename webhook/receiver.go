@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
 )
@@ -57,10 +59,15 @@ type Config struct {
 	// Lease is the claim's lease, renewed while the handler runs. Default
 	// idem.DefaultLease.
 	Lease time.Duration
+	// MaxInFlight caps the verified deliveries run at once; beyond it 503 with
+	// Retry-After. Default idemhttp.DefaultMaxInFlight; negative for no cap.
+	MaxInFlight int
 	// Now is the clock that judges timestamps. Default time.Now.
 	Now func() time.Time
 	// Logger receives store failures. Default slog.Default().
 	Logger *slog.Logger
+	// Registerer receives idemhttp's request metrics (idem_http_requests_total).
+	Registerer prometheus.Registerer
 }
 
 // horizoner is implemented by verifiers that know their sender's retry horizon.
@@ -114,9 +121,11 @@ func (cfg Config) httpConfig() idemhttp.Config {
 		Retention:         cfg.Retention,
 		// Event ids are the sender's, not time-embedded keys of ours; the
 		// timestamp tolerance and Retention bound their age.
-		MaxKeyAge: -1,
-		Now:       cfg.Now,
-		Logger:    cfg.Logger,
+		MaxKeyAge:   -1,
+		MaxInFlight: cfg.MaxInFlight,
+		Now:         cfg.Now,
+		Logger:      cfg.Logger,
+		Registerer:  cfg.Registerer,
 	}
 }
 
