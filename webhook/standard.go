@@ -136,7 +136,7 @@ type Signature struct {
 
 // ParseStandardSignatures parses a webhook-signature header: space-separated
 // "<version>,<base64>" entries. Entries of unknown versions are kept (and ignored
-// by Verify); a malformed entry, or more than 16, is an error wrapping
+// by Verify); a malformed entry, none in base64, or more than 16, is an error wrapping
 // ErrVerification.
 func ParseStandardSignatures(header string) ([]Signature, error) {
 	fields := strings.Fields(header)
@@ -160,6 +160,9 @@ func ParseStandardSignatures(header string) ([]Signature, error) {
 			continue // a future scheme may encode otherwise
 		}
 		out = append(out, Signature{Version: version, Signature: sig})
+	}
+	if len(out) == 0 {
+		return nil, refuse("webhook-signature has no entry in base64")
 	}
 	return out, nil
 }
