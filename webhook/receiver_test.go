@@ -227,6 +227,10 @@ var receiverEnvs = []struct {
 		s := sqliteStore(t)
 		return atomicEnv(t, must(idem.SQLDB(context.Background(), s.DB()))(t), idem.TxStore[*sql.Tx](s))
 	}},
+	{"atomic/mariadb", func(t *testing.T) receiverEnv {
+		db := testsvc.MySQLDB(t)
+		return atomicEnv(t, idem.SQLDBFor(idem.MySQL, db), idem.TxStore[*sql.Tx](must(idemmysql.New(context.Background(), db, idemmysql.Config{}))(t)))
+	}},
 	{"atomic/postgres", func(t *testing.T) receiverEnv {
 		pool := testsvc.PostgresPool(t)
 		return atomicEnv[pgx.Tx](t, idempg.TxDB(pool), must(idempg.New(context.Background(), pool, idempg.Config{}))(t))
