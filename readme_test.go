@@ -57,6 +57,9 @@ var readmeEnvs = []struct{ has, params string }{
 	{"saga.New(ctx, txdb,", "ctx context.Context, txdb idem.TxDB[*sql.Tx], src idem.Source, store *idemsqlite.Store, payments interface {\n\tCharge(context.Context, string) ([]byte, error)\n\tRefund(context.Context, string) error\n}"},
 	// docs/stream.md
 	{"stream.NewSQLStore(", "ctx context.Context, sqlDB *sql.DB, userOf func(*http.Request) string"},
+	// docs/webhooks.md
+	{"webhook.Receiver(webhook.Config{", "ctx context.Context, store idem.Store, mux *http.ServeMux, fulfil func(context.Context, string, []byte) error"},
+	{"webhook.AtomicReceiver(txdb, store,", "ctx context.Context, store *idemsqlite.Store, mux *http.ServeMux"},
 }
 
 // readmeImports maps the package names a snippet may use to their paths.
@@ -68,8 +71,8 @@ var readmeImports = map[string]string{
 	"idemseq": "github.com/idemhq/idem/idemseq", "inbox": "github.com/idemhq/idem/inbox",
 	"outbox": "github.com/idemhq/idem/outbox", "effect": "github.com/idemhq/idem/effect",
 	"saga": "github.com/idemhq/idem/effect/saga", "idemhttp": "github.com/idemhq/idem/idemhttp",
-	"idemkey": "github.com/idemhq/idem/idemkey",
-	"stream":  "github.com/idemhq/idem/stream", "pgx": "github.com/jackc/pgx/v5",
+	"idemkey": "github.com/idemhq/idem/idemkey", "webhook": "github.com/idemhq/idem/webhook", "os": "os",
+	"stream": "github.com/idemhq/idem/stream", "pgx": "github.com/jackc/pgx/v5",
 	"pgxpool": "github.com/jackc/pgx/v5/pgxpool", "jetstream": "github.com/nats-io/nats.go/jetstream",
 }
 

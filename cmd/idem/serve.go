@@ -35,6 +35,7 @@ type serveOptions struct {
 	writeTimeout, idleTimeout          time.Duration
 	maxBody                            byteSize
 	maxInFlight, maxConns              int
+	webhook                            string
 }
 
 const serveSynopsis = `A reverse proxy to --upstream that makes any HTTP API safe to retry: a POST or
@@ -83,6 +84,17 @@ Stores (--store):
   memory:[?max_bytes=512MiB]          forgotten on restart: for tests and single-use setups; new keys
                                       get 503 once its records take max_bytes (default 512MiB)
 
+Webhooks (--webhook standard|stripe|github): the gateway fronts a webhook endpoint
+instead. Every POST's signature is verified with the secrets in
+$IDEM_WEBHOOK_SECRET (comma-separated while rotating; read from the environment
+only, never printed): a forged, stale or unsigned delivery gets 400 and reaches
+neither the store nor the upstream. The upstream then runs once per event id
+(webhook-id, the Stripe event's "id", X-GitHub-Delivery), sent on as
+Idempotency-Key; the sender's retries get its answer replayed, a copy that
+arrives while it runs gets 409 with Retry-After (a non-2xx: the sender retries),
+and an upstream 5xx or 429 lets the next retry run again. --retention defaults to
+7 days and may not be shorter than the sender's retry horizon (Stripe 72h).
+
 --admin-listen serves /metrics and /healthz (200 while the store answers a claim of
 a reserved key, 503 otherwise) apart from the proxied address, so no upstream path
 is shadowed. Flags also read $IDEM_<FLAG> ('-' as '_': IDEM_UPSTREAM, IDEM_STORE_5XX);
@@ -103,6 +115,9 @@ func (m *Main) runServe(ctx context.Context, args []string) error {
 	spec, err := o.check()
 	if err == nil {
 		err = checkAdminToken(o.adminToken, "--admin-listen", o.admin)
+	}
+	if err == nil {
+		spec.webhook, err = checkWebhook(fs, o, os.LookupEnv)
 	}
 	if err != nil {
 		return usageErr(fs, "%v", err)
@@ -143,6 +158,7 @@ func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest a client may take to send a request, headers and body")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", 0, "longest from a request's headers to the end of its response; must exceed --upstream-timeout + --wait; 0 for --read-timeout + --upstream-timeout + --wait + 5s")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection is kept open")
+	fs.StringVar(&o.webhook, "webhook", "", "front a webhook endpoint: standard (Standard Webhooks, Svix), stripe or github; each POST's signature is verified with the secrets of $IDEM_WEBHOOK_SECRET (comma-separated), then the upstream runs once per event id; --retention defaults to 7 days")
 	return fs, o
 }
 
@@ -183,9 +199,7 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 		return err
 	}
 	defer closeStore()
-	cfg := spec.cfg
-	cfg.Store, cfg.Registerer, cfg.Logger = store, reg, log
-	mw, err := idemhttp.Middleware(cfg)
+	mw, err := spec.middleware(o, store, reg, log)
 	if err != nil {
 		return fmt.Errorf("idem serve: %w", err)
 	}
@@ -213,6 +227,9 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 	}
 	fmt.Fprintf(m.Stderr, "idem serve: listening on %s (admin %s)\n", addr, adminAddr)
 	fmt.Fprintf(m.Stderr, "idem serve: proxying to %s, keys in %s\n", redactURL(spec.upstream.String()), spec.store.desc)
+	if w := spec.webhook; w != nil {
+		fmt.Fprintf(m.Stderr, "idem serve: verifying %s webhooks with %d secret(s) from $%s, one upstream call per event id\n", w.kind, w.secrets, envWebhookSecret)
+	}
 
 	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup

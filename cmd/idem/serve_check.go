@@ -21,6 +21,7 @@ type serveSpec struct {
 	upstream *url.URL
 	store    storeSpec
 	cfg      idemhttp.Config
+	webhook  *webhookSpec // nil without --webhook
 }
 
 var tokenRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // RFC 9110 token
