@@ -140,8 +140,10 @@ func TestRelayDatabaseOutageLogs(t *testing.T) {
 	enqueue("before")
 	streamMessages(t, js, stream, 1)
 
-	proxy.Down()
+	// The logs from here on: taken before the outage, since cutting the connections
+	// makes the listener log its first failure at once.
 	from := len(r.stderr.String())
+	proxy.Down()
 	byMsg := func(logs string) map[string][]string {
 		lines := map[string][]string{}
 		for _, m := range warnLineRE.FindAllStringSubmatch(logs, -1) {
