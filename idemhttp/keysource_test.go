@@ -1,6 +1,8 @@
 package idemhttp_test
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -231,5 +233,45 @@ func TestKeySourceConfigRefused(t *testing.T) {
 		if _, err := idemhttp.Middleware(cfg); err != nil {
 			t.Errorf("%+v: %v, want it accepted", cfg, err)
 		}
+	}
+}
+
+// The atomic middleware takes the key from the body too: a Stripe-style event's
+// effect is written once, in the transaction that records its id, however often it
+// is delivered.
+func TestAtomicMiddlewareKeyFromJSONField(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := mwSQLite(t)
+	db := mwMust(idem.SQLDB(ctx, s.DB()))(t)
+	if err := db.InTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "CREATE TABLE events_applied (id TEXT NOT NULL)")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mw := mwMust(idemhttp.AtomicMiddleware(db, s, idemhttp.Config{KeyJSONField: "id", RequireKey: true}))(t)
+	srv := mwServeHandler(t, mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idemhttp.TxFrom[*sql.Tx](r.Context())
+		body, _ := io.ReadAll(r.Body)
+		if _, err := tx.ExecContext(r.Context(), "INSERT INTO events_applied (id) VALUES (?)", string(body)); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})))
+	ev := `{"id":"evt_9","type":"charge.refunded"}`
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { postBody(t, srv.URL, ev) })
+	}
+	wg.Wait()
+	postBody(t, srv.URL, ev)
+	var n int
+	if err := s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM events_applied WHERE id = ?", ev).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("the event was applied %d times, want once (with the whole body the handler read)", n)
 	}
 }
