@@ -66,7 +66,8 @@ type Config struct {
 	// JSON object, a value of another type, or the field twice (in any letter case:
 	// JSON decoders differ on which one wins) is answered 400. A body without the
 	// field is a missing key (RequireKey). A body over MaxBodyBytes has no key:
-	// Oversize decides.
+	// Oversize decides. Every request of Methods counts toward MaxInFlight while
+	// its body is read, since any may carry a key.
 	//
 	// The trap: the field must name the request, not something requests share. A
 	// field that repeats across distinct requests ("type", "status", an order
