@@ -47,6 +47,7 @@ var readmeEnvs = []struct{ has, params string }{
 	{"idemhttp.Middleware(idemhttp.Config{", "ctx context.Context, store idem.Store, mux *http.ServeMux"},
 	{"idemhttp.AtomicMiddleware(db,", "ctx context.Context, sqlDB *sql.DB, store *idemsqlite.Store"},
 	{"idemhttp.WithKey(", "ctx context.Context, msg idem.Message, shipmentsURL string"},
+	{"KeyJSONField: \"id\"", "ctx context.Context, store idem.Store, mux *http.ServeMux, verified func(http.Handler) http.Handler, handle http.Handler"},
 	// docs/inbox.md
 	{"idemnats.NewSource(ctx, js, idemnats.SourceConfig{Stream: \"ORDERS\", Durable: \"ledger\"", "ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool"},
 	// docs/outbox.md

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,8 +49,38 @@ type Config struct {
 	// Methods the middleware applies to. Default POST and PATCH; GET, HEAD, OPTIONS,
 	// PUT and DELETE are idempotent by HTTP semantics and pass through untouched.
 	Methods []string
-	// RequireKey makes a missing Idempotency-Key a 400 instead of a pass-through.
+	// RequireKey makes a missing Idempotency-Key (or key from KeyHeader or
+	// KeyJSONField) a 400 instead of a pass-through.
 	RequireKey bool
+	// KeyHeader, if set, names the request header that carries the key instead of
+	// Idempotency-Key: "Webhook-Id" for Standard Webhooks senders (Svix, idem's own
+	// WebhookSink), say. Headers that differ between the attempts of one request
+	// (Webhook-Timestamp, Webhook-Signature, Stripe-Signature, Date) or that are no
+	// key (Authorization, Cookie, Content-Type …) are refused. At most one of
+	// KeyHeader and KeyJSONField.
+	KeyHeader string
+	// KeyJSONField, if set, names the top-level field of a JSON object body that
+	// carries the key, a string or a number: "id" for Stripe's events (evt_…), say.
+	// The body is read (within MaxBodyBytes, as for any keyed request) before the
+	// key is known, then handed to the handler unchanged; a body that is not one
+	// JSON object, a value of another type, or the field twice (in any letter case:
+	// JSON decoders differ on which one wins) is answered 400. A body without the
+	// field is a missing key (RequireKey). A body over MaxBodyBytes has no key:
+	// Oversize decides. Every request of Methods counts toward MaxInFlight while
+	// its body is read, since any may carry a key.
+	//
+	// The trap: the field must name the request, not something requests share. A
+	// field that repeats across distinct requests ("type", "status", an order
+	// number the client sends again with changes) makes the second request a
+	// duplicate of the first: answered 422 when its body differs (the fingerprint
+	// always covers the body), or, when the bodies happen to be equal, handed the
+	// first one's response without running. So names that are seldom unique
+	// ("type", "event", "object", "status", "order_id" …, commonKeyFields) are
+	// refused unless AllowCommonKeyField.
+	KeyJSONField string
+	// AllowCommonKeyField accepts a KeyJSONField whose name is seldom unique, for an
+	// API whose "event" (say) does hold a unique id.
+	AllowCommonKeyField bool
 	// Scope returns the key scope of a request, so one caller never receives another
 	// caller's stored response. Default: CredentialScope over CredentialHeaders, a
 	// hash of every credential the request carries. HeaderScope adds a tenant header
@@ -217,10 +248,45 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 	case cfg.RequireTimedKeys && cfg.MaxKeyAge < 0:
 		return cfg, &idem.InputError{Field: "Config.RequireTimedKeys", Reason: "is set while a negative MaxKeyAge turns key ages off",
 			Fix: "leave MaxKeyAge 0 (the Retention) or positive, or drop RequireTimedKeys"}
+	case cfg.KeyHeader != "" && cfg.KeyJSONField != "":
+		return cfg, &idem.InputError{Field: "Config.KeyHeader", Reason: "is set with Config.KeyJSONField",
+			Fix: "take the key from one place: the header or the body's field"}
+	case cfg.KeyHeader != "" && !isToken(cfg.KeyHeader):
+		return cfg, &idem.InputError{Field: "Config.KeyHeader", Reason: fmt.Sprintf("is not an HTTP header name (got %q)", cfg.KeyHeader),
+			Fix: "name the header that carries the key, such as Webhook-Id"}
+	case cfg.KeyHeader != "" && slices.Contains(notKeyHeaders, http.CanonicalHeaderKey(cfg.KeyHeader)):
+		return cfg, &idem.InputError{Field: "Config.KeyHeader", Reason: fmt.Sprintf("is %s, which changes between the attempts of one request or names no request", cfg.KeyHeader),
+			Fix: "name the header that holds the request's own id, the same on every retry, such as Webhook-Id"}
+	case cfg.KeyJSONField != "" && strings.TrimSpace(cfg.KeyJSONField) != cfg.KeyJSONField:
+		return cfg, &idem.InputError{Field: "Config.KeyJSONField", Reason: fmt.Sprintf("starts or ends with a space (got %q)", cfg.KeyJSONField),
+			Fix: "name the top-level field exactly, such as id"}
+	case cfg.KeyJSONField != "" && !cfg.AllowCommonKeyField && commonKeyField(cfg.KeyJSONField):
+		return cfg, &idem.InputError{Field: "Config.KeyJSONField", Reason: fmt.Sprintf("is %q, a field that distinct requests commonly share: a second request with the same value would be refused (422) or, with an equal body, answered with the first one's response without running", cfg.KeyJSONField),
+			Fix: "name the field that holds each request's (event's) unique id, such as id; set AllowCommonKeyField if this one is unique in your API"}
 	case cfg.Oversize != Reject413 && cfg.Oversize != PassThrough:
 		return cfg, &idem.InputError{Field: "Config.Oversize", Reason: fmt.Sprintf("is %d", cfg.Oversize), Fix: "use Reject413 or PassThrough"}
 	}
 	return cfg, nil
+}
+
+// notKeyHeaders are refused as Config.KeyHeader: they change between the attempts
+// of one request (a retry would run again), or belong to something else.
+var notKeyHeaders = []string{"Webhook-Timestamp", "Webhook-Signature", "Stripe-Signature", "Date",
+	"Authorization", "Proxy-Authorization", "Cookie", "Content-Type", "Content-Length", "Host",
+	"Traceparent", "Tracestate", "X-Request-Id", "X-Hub-Signature-256", "Idem-Timestamp", "Idem-Signature"}
+
+// commonKeyFields are names of JSON fields that distinct requests commonly share:
+// refused as Config.KeyJSONField unless AllowCommonKeyField. Matched without
+// regard to letter case, "_" and "-".
+var commonKeyFields = []string{"type", "event", "eventtype", "object", "status", "state", "action", "kind",
+	"name", "topic", "version", "apiversion", "livemode", "created", "createdat", "timestamp", "time", "date",
+	"amount", "currency", "data", "payload", "customer", "customerid", "user", "userid", "account",
+	"accountid", "order", "orderid", "ordernumber", "email", "source", "resource", "method", "path"}
+
+// commonKeyField reports whether name is one of commonKeyFields.
+func commonKeyField(name string) bool {
+	n := strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(name))
+	return slices.Contains(commonKeyFields, n)
 }
 
 // DefaultCredentialHeaders is Config.CredentialHeaders when nil: the API-key header

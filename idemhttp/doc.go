@@ -4,8 +4,9 @@
 //
 // It holds the server middleware of the IETF Idempotency-Key draft (Middleware,
 // AtomicMiddleware), the retrying client (Transport), and the webhook sink: an idem.Sink that delivers outbox
-// messages to an HTTP endpoint (WebhookSink), with VerifyWebhook for the receiving
-// side. Every delivery carries the message ID as its Idempotency-Key, so a receiver
+// messages to an HTTP endpoint (WebhookSink) signed as Standard Webhooks 1.0, with
+// VerifyWebhook for the receiving side. Every delivery carries the message ID as
+// its webhook-id and Idempotency-Key, so a receiver
 // that records the keys it processed (with an idem.Store, in the transaction of its
 // effect) turns the sink's at-least-once delivery into an exactly-once effect.
 //
@@ -134,50 +135,75 @@
 // # The webhook request
 //
 // Each message is one POST to WebhookConfig.URL, with the payload as the body and
-// these headers:
+// the headers of Standard Webhooks 1.0 (https://www.standardwebhooks.com), so any
+// of that specification's libraries verifies it, beside idem's own:
 //
-//	Idempotency-Key: <Message.ID>         the same on every retry of the message
+//	webhook-id:        <Message.ID>       the same on every retry of the message
+//	webhook-timestamp: <Unix seconds when the request was signed>
+//	webhook-signature: v1,<base64 HMAC-SHA256>
+//	Idempotency-Key: <Message.ID>         the same as webhook-id
 //	Content-Type:    <Message.Headers["Content-Type"]>, else application/octet-stream
 //	Idem-Topic:      <Message.Topic>
 //	Idem-Header-<Name>: <value>           one per entry of Message.Headers
 //	Traceparent, Tracestate               the W3C trace context, when the headers hold one
-//	Idem-Timestamp:  <Unix seconds when the request was signed>
-//	Idem-Signature:  v2=<lowercase hex HMAC-SHA256>
+//	Idem-Timestamp:  <the same Unix seconds as webhook-timestamp>
+//	Idem-Signature:  v2=<lowercase hex HMAC-SHA256>   (until the next minor version)
 //
 // HTTP header names are case-insensitive, and servers may change their case (Go
-// canonicalizes "Idem-Header-trace_id" to "Idem-Header-Trace_id"), so match the
-// names of Idem-Header-* case-insensitively. A 2xx response is success; anything
-// else is a failure and the message is sent again later, with the same
-// Idempotency-Key and a fresh timestamp and signature.
+// canonicalizes "webhook-id" to "Webhook-Id" and "Idem-Header-trace_id" to
+// "Idem-Header-Trace_id"), so match names case-insensitively. A 2xx response is
+// success; anything else is a failure and the message is sent again later, with the
+// same webhook-id and a fresh timestamp and signatures.
 //
 // # The signature
 //
-// The v2 signature is the HMAC-SHA256, keyed with the shared secret, of
+// The v1 signature of Standard Webhooks is the base64 (standard, padded)
+// HMAC-SHA256 of
+//
+//	id + "." + timestamp + "." + body
+//
+// where id is the webhook-id, timestamp the webhook-timestamp as sent (decimal
+// digits) and body the raw request body. Its key is the secret itself, or, for a
+// secret "whsec_<base64>", the base64-decoded part, as the specification has it
+// (WebhookConfig.Secret). webhook-signature may hold several space-separated
+// entries ("v1,… v1,…" during a secret rotation, "v1a,…" Ed25519 ones from other
+// senders); one matching v1 entry suffices.
+//
+// The standard signature covers the id, the timestamp and the body: not
+// Idem-Topic, Content-Type, Idempotency-Key nor Idem-Header-*. Do not base trust on
+// them: route by what the body says, or, while senders still send it, verify the v2
+// Idem-Signature, which covers the topic and Content-Type. VerifyWebhook refuses a
+// request whose Idempotency-Key differs from its webhook-id, so a receiver
+// deduplicating by either deduplicates by the signed one.
+//
+// The v2 Idem-Signature, idem's own scheme before the standard, is the HMAC-SHA256
+// (lowercase hex), keyed as above, of
 //
 //	timestamp + "\n" + id + "\n" + topic + "\n" + contentType + "\n" + body
 //
-// where timestamp is the Idem-Timestamp value as sent (decimal digits), id the
-// Idempotency-Key, topic the Idem-Topic, contentType the Content-Type as sent, and
-// body the raw request body. The separators cannot occur in the fields before the
-// body (IDs, topics and header values hold no control characters), so no bytes can
-// be moved from one field to another under the same signature. Each of these
-// headers must appear once: a request with two Idempotency-Key (or Idem-Topic,
-// Idem-Timestamp, Content-Type) headers is refused, since the signature covers one
-// and the receiver might read the other. Idem-Header-* are not signed: do not base
-// trust on them. Idem-Signature may hold several comma-separated v2= values (for
-// secret rotation); one matching value suffices.
+// with the Idem-Timestamp, Idempotency-Key, Idem-Topic and Content-Type as sent.
+// The separators cannot occur in the fields before the body (IDs, topics and
+// header values hold no control characters), so no bytes can be moved from one
+// field to another under the same signature. It may hold several comma-separated
+// v2= values. The sink sends it beside the standard signature for one minor
+// version, as docs/stability.md promises for a new signature scheme, and then
+// drops it: receivers move to the standard headers meanwhile.
 //
-// v2 replaced v1 (the same fields without Content-Type), a breaking change for
-// receivers: a v1 signature cannot tell a request whose Content-Type was changed
-// (a JSON body replayed as a form, say), so VerifyWebhook no longer accepts one,
-// and WebhookSink signs v2 only. Upgrade the receivers' verification together with
-// the senders; a receiver that verifies by hand adds contentType as above.
+// Each signed header must appear once: a request with two webhook-id (or
+// webhook-timestamp, Idempotency-Key, and for v2 Idem-Topic, Idem-Timestamp,
+// Content-Type) headers is refused, since the signature covers one and the
+// receiver might read the other. A v1= Idem-Signature (idem before v2, without
+// Content-Type) is no longer accepted.
 //
-// Receivers verify with VerifyWebhook (or the steps above in another language):
-// recompute the HMAC over the raw body, compare in constant time, and refuse a
-// timestamp outside a tolerance (5 minutes by default), which bounds how long a
-// captured request can be replayed. A replay within the tolerance carries an
-// Idempotency-Key the receiver has already processed.
+// Receivers verify with VerifyWebhook (one secret) or VerifyWebhookSecrets (the
+// old and the new secret while one is rotated), or with any Standard Webhooks
+// library given the whsec_ form of the secret (StandardWebhookSecret): it verifies
+// the standard signature when webhook-signature is present, else the v2 one;
+// compares in constant time; and refuses a timestamp outside a tolerance (5
+// minutes by default), which bounds how long a captured request can be replayed. A
+// replay within the tolerance carries a webhook-id the receiver has already
+// processed: deduplicate by it (Config.KeyHeader "webhook-id"), behind the
+// verification, so a forged request never reaches the store.
 //
 // # Tracing
 //

@@ -70,6 +70,10 @@ type mwCore struct {
 	retention time.Duration
 	run       func(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest) metrics.HTTPOutcome
 	tr        otelx.Tracer
+	// keyHeader is the canonical header that carries the key (Idempotency-Key or
+	// Config.KeyHeader), and keyName what errors call the key: it, or the JSON
+	// field of Config.KeyJSONField.
+	keyHeader, keyName string
 }
 
 func newMiddlewareCore(cfg Config, needStore bool) (*mwCore, error) {
@@ -78,7 +82,14 @@ func newMiddlewareCore(cfg Config, needStore bool) (*mwCore, error) {
 		return nil, err
 	}
 	c := &mwCore{cfg: cfg, limit: int(cfg.MaxBodyBytes), tr: otelx.New(cfg.TracerProvider, cfg.Propagator),
-		retention: cfg.Retention}
+		retention: cfg.Retention, keyHeader: HeaderKey, keyName: HeaderKey}
+	switch {
+	case cfg.KeyHeader != "":
+		c.keyHeader = http.CanonicalHeaderKey(cfg.KeyHeader)
+		c.keyName = c.keyHeader
+	case cfg.KeyJSONField != "":
+		c.keyName = fmt.Sprintf("the body's JSON field %q", cfg.KeyJSONField)
+	}
 	if cfg.MaxKeyAge > 0 {
 		c.retention = max(cfg.Retention, cfg.MaxKeyAge+idemkey.MaxSkew)
 	}
@@ -124,7 +135,10 @@ func (c *mwCore) applies(method string) bool {
 // serve runs the checks that need no store (key, scope, body), fingerprints the
 // request and hands it to run.
 func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request) (o metrics.HTTPOutcome) {
-	keys := r.Header[HeaderKey]
+	if c.cfg.KeyJSONField != "" {
+		return c.serveJSONKey(next, w, r)
+	}
+	keys := r.Header[c.keyHeader]
 	if len(keys) == 0 && !c.cfg.RequireKey {
 		next.ServeHTTP(w, r)
 		return metrics.HTTPPassthrough
@@ -133,35 +147,24 @@ func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 	defer func() { endSpan(span, o) }()
 	switch {
 	case len(keys) == 0:
-		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Missing Idempotency-Key",
-			"idem: Idempotency-Key is missing: this endpoint requires one; send one unique key per operation (e.g. a UUID) and the same key on every retry", 0)
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Missing "+c.keyHeader,
+			"idem: "+c.keyHeader+" is missing: this endpoint requires one; send one unique key per operation (e.g. a UUID) and the same key on every retry", 0)
 		return metrics.HTTPRejected
 	case len(keys) > 1:
-		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Invalid Idempotency-Key",
-			fmt.Sprintf("idem: Idempotency-Key is sent %d times: send it exactly once", len(keys)), 0)
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Invalid "+c.keyHeader,
+			fmt.Sprintf("idem: %s is sent %d times: send it exactly once", c.keyHeader, len(keys)), 0)
 		return metrics.HTTPRejected
 	}
-	if err := idemkey.ValidateHeader(keys[0]); err != nil {
-		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Invalid Idempotency-Key", err.Error(), 0)
+	if !c.validKey(w, keys[0]) {
 		return metrics.HTTPRejected
 	}
-	if o, refused := c.refuse(w, r, keys[0]); refused {
+	scope, o, ok := c.keyScope(w, r, span, keys[0])
+	if !ok {
 		return o
 	}
-	scope, err := c.cfg.Scope(r)
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, ProblemInvalidScope, "Invalid request scope", err.Error(), 0)
-		return metrics.HTTPRejected
-	}
-	otelx.SetKey(span, idem.Key{Scope: scope, ID: keys[0]})
-
 	if c.cfg.MaxInFlight > 0 {
 		// Before the body is read: a request over the cap costs no memory.
-		if c.inFlight.Add(1) > int64(c.cfg.MaxInFlight) {
-			c.inFlight.Add(-1)
-			writeProblem(w, http.StatusServiceUnavailable, ProblemOverloaded, "Too many requests in flight",
-				fmt.Sprintf("idem: %d requests with an Idempotency-Key are already in flight, the most this server runs at once, so this one was not run: retry with the same Idempotency-Key after Retry-After seconds", c.cfg.MaxInFlight),
-				overloadRetryAfter)
+		if !c.enter(w) {
 			return metrics.HTTPRejected
 		}
 		defer c.inFlight.Add(-1)
@@ -179,14 +182,128 @@ func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		return metrics.HTTPPassthrough
 	case oversize:
 		putMWRequest(q)
-		writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
-			fmt.Sprintf("idem: the request body is larger than %d bytes, the most this endpoint stores for an idempotent request: send a smaller body", c.limit), 0)
+		return c.tooLarge(w)
+	}
+	return c.claimAndRun(next, w, r, q, scope, keys[0])
+}
+
+// serveJSONKey is serve for Config.KeyJSONField: the body is read first, since it
+// holds the key.
+func (c *mwCore) serveJSONKey(next http.Handler, w http.ResponseWriter, r *http.Request) (o metrics.HTTPOutcome) {
+	if c.cfg.MaxInFlight > 0 {
+		// Every request may carry a key: each one counts while its body is read.
+		if !c.enter(w) {
+			return metrics.HTTPRejected
+		}
+		defer c.inFlight.Add(-1)
+	}
+	q := getMWRequest()
+	oversize, err := q.readBody(r, c.limit)
+	switch {
+	case err != nil:
+		putMWRequest(q)
+		return c.badBody(w, err)
+	case oversize && c.cfg.Oversize == PassThrough:
+		r.Body = q.prefixedBody(r.Body)
+		next.ServeHTTP(w, r)
+		putMWRequest(q)
+		return metrics.HTTPPassthrough
+	case oversize:
+		putMWRequest(q)
+		return c.tooLarge(w)
+	}
+	key, found, err := jsonKey(q.body, c.cfg.KeyJSONField)
+	if err == nil && !found && !c.cfg.RequireKey {
+		r.Body = q.prefixedBody(r.Body) // all of it: the rest is at its end
+		next.ServeHTTP(w, r)
+		putMWRequest(q)
+		return metrics.HTTPPassthrough
+	}
+	r, span := c.startSpan(r)
+	defer func() { endSpan(span, o) }()
+	switch {
+	case err != nil:
+		putMWRequest(q)
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Invalid idempotency key",
+			fmt.Sprintf("idem: this endpoint takes the idempotency key from %s, and %v", c.keyName, err), 0)
+		return metrics.HTTPRejected
+	case !found:
+		putMWRequest(q)
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, "Missing idempotency key",
+			fmt.Sprintf("idem: the body has no top-level field %q, this endpoint's idempotency key: send a JSON object with one unique %q per operation, the same on every retry", c.cfg.KeyJSONField, c.cfg.KeyJSONField), 0)
 		return metrics.HTTPRejected
 	}
+	if !c.validKey(w, key) {
+		putMWRequest(q)
+		return metrics.HTTPRejected
+	}
+	scope, o, ok := c.keyScope(w, r, span, key)
+	if !ok {
+		putMWRequest(q)
+		return o
+	}
+	return c.claimAndRun(next, w, r, q, scope, key)
+}
+
+// validKey answers 400 for a key idemkey.ValidateHeader refuses, naming where it
+// came from.
+func (c *mwCore) validKey(w http.ResponseWriter, key string) bool {
+	err := idemkey.ValidateHeader(key)
+	if err == nil {
+		return true
+	}
+	if ie, ok := errors.AsType[*idem.InputError](err); ok && c.keyName != HeaderKey {
+		e := *ie
+		e.Field = c.keyName
+		err = &e
+	}
+	title := "Invalid " + c.keyHeader
+	if c.cfg.KeyJSONField != "" {
+		title = "Invalid idempotency key"
+	}
+	writeProblem(w, http.StatusBadRequest, ProblemInvalidKey, title, err.Error(), 0)
+	return false
+}
+
+// keyScope runs the checks of a key that need no store (its age, the deadline) and
+// returns the request's scope; false when it answered the request.
+func (c *mwCore) keyScope(w http.ResponseWriter, r *http.Request, span trace.Span, key string) (string, metrics.HTTPOutcome, bool) {
+	if o, refused := c.refuse(w, r, key); refused {
+		return "", o, false
+	}
+	scope, err := c.cfg.Scope(r)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidScope, "Invalid request scope", err.Error(), 0)
+		return "", metrics.HTTPRejected, false
+	}
+	otelx.SetKey(span, idem.Key{Scope: scope, ID: key})
+	return scope, 0, true
+}
+
+// enter counts a request in flight, or answers 503 beyond Config.MaxInFlight.
+func (c *mwCore) enter(w http.ResponseWriter) bool {
+	if c.inFlight.Add(1) > int64(c.cfg.MaxInFlight) {
+		c.inFlight.Add(-1)
+		writeProblem(w, http.StatusServiceUnavailable, ProblemOverloaded, "Too many requests in flight",
+			fmt.Sprintf("idem: %d requests with an idempotency key are already in flight, the most this server runs at once, so this one was not run: retry with the same key after Retry-After seconds", c.cfg.MaxInFlight),
+			overloadRetryAfter)
+		return false
+	}
+	return true
+}
+
+func (c *mwCore) tooLarge(w http.ResponseWriter) metrics.HTTPOutcome {
+	writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
+		fmt.Sprintf("idem: the request body is larger than %d bytes, the most this endpoint stores for an idempotent request: send a smaller body", c.limit), 0)
+	return metrics.HTTPRejected
+}
+
+// claimAndRun fingerprints the request whose body q holds and hands it to run.
+func (c *mwCore) claimAndRun(next http.Handler, w http.ResponseWriter, r *http.Request, q *mwRequest, scope, key string) metrics.HTTPOutcome {
 	q.fingerprint(r, c.fpHeaders)
-	q.claim = idem.Claim{Key: idem.Key{Scope: scope, ID: keys[0]}, Fingerprint: q.fp[:],
+	q.claim = idem.Claim{Key: idem.Key{Scope: scope, ID: key}, Fingerprint: q.fp[:],
 		Lease: c.cfg.Lease, Retention: c.retention}
-	o = c.run(next, w, r, q)
+	o := c.run(next, w, r, q)
 	putMWRequest(q) // not reached when the handler panics: q may still be in use
 	return o
 }

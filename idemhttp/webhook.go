@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -30,7 +31,22 @@ const (
 	HeaderPrefix         = "Idem-Header-"
 	HeaderTimestamp      = "Idem-Timestamp"
 	HeaderSignature      = "Idem-Signature"
+
+	// The headers of Standard Webhooks 1.0 (https://www.standardwebhooks.com),
+	// which the sink sends beside idem's own: the message ID, the Unix seconds of
+	// signing, and "v1,<base64 HMAC-SHA256 of {id}.{timestamp}.{body}>".
+	HeaderWebhookID        = "Webhook-Id"
+	HeaderWebhookTimestamp = "Webhook-Timestamp"
+	HeaderWebhookSignature = "Webhook-Signature"
 )
+
+// WebhookSecretPrefix starts a Standard Webhooks secret: "whsec_" and the base64 of
+// the HMAC key.
+const WebhookSecretPrefix = "whsec_"
+
+// MinStandardSecret is the shortest HMAC key a whsec_ secret may decode to, in
+// bytes: the Standard Webhooks floor (its own example secrets have 24).
+const MinStandardSecret = 24
 
 // DefaultWebhookTimeout bounds one webhook request when WebhookConfig.Timeout is 0.
 const DefaultWebhookTimeout = 10 * time.Second
@@ -47,9 +63,13 @@ type WebhookConfig struct {
 	// URL receives one POST per message. It must be http:// or https:// (use https
 	// beyond a trusted network: the signature authenticates, it does not encrypt).
 	URL string
-	// Secret keys the HMAC-SHA256 signature of every request; the receiver verifies
-	// it with the same secret (VerifyWebhook). It must be at least MinWebhookSecret
-	// (32) bytes, random: `openssl rand -hex 32` prints a suitable one.
+	// Secret keys the HMAC-SHA256 signatures of every request; the receiver verifies
+	// them with the same secret (VerifyWebhook, or any Standard Webhooks library).
+	// Either a Standard Webhooks secret, "whsec_" and the base64 of a random key of
+	// at least MinStandardSecret (24) bytes (`echo whsec_$(openssl rand -base64 32)`),
+	// whose decoded key signs; or a raw secret of at least MinWebhookSecret (32)
+	// bytes (`openssl rand -hex 32`), which is the key itself: a Standard Webhooks
+	// library of the receiver then takes StandardWebhookSecret(Secret).
 	Secret []byte
 	// Client sends the requests. Nil means a client that does not follow
 	// redirects: a 301 or 302 would turn the POST into a GET without the body, so a
@@ -67,15 +87,12 @@ func (cfg WebhookConfig) withDefaults() (WebhookConfig, error) {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		return cfg, &idem.InputError{Field: "WebhookConfig.URL", Reason: fmt.Sprintf("is not an http:// or https:// URL with a host (got %q)", redact.URL(cfg.URL)),
 			Fix: "use a URL such as https://example.com/hooks/orders"}
-	case len(cfg.Secret) == 0:
-		return cfg, &idem.InputError{Field: "WebhookConfig.Secret", Reason: "is empty",
-			Fix: "set a random secret of at least 32 bytes, shared with the receiver: anyone who can reach the URL could forge unsigned webhooks"}
-	case len(cfg.Secret) < MinWebhookSecret:
-		return cfg, &idem.InputError{Field: "WebhookConfig.Secret", Reason: fmt.Sprintf("has %d bytes; it needs at least %d", len(cfg.Secret), MinWebhookSecret),
-			Fix: "use at least 32 random bytes shared with the receiver, such as the output of `openssl rand -hex 32`: a short secret can be guessed from one signed request"}
 	case cfg.Timeout < 0:
 		return cfg, &idem.InputError{Field: "WebhookConfig.Timeout", Reason: fmt.Sprintf("is negative (got %v)", cfg.Timeout),
 			Fix: "use 0 for 10s, or how long the receiver may take to answer"}
+	}
+	if _, err := webhookKey("WebhookConfig.Secret", cfg.Secret); err != nil {
+		return cfg, err
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultWebhookTimeout
@@ -87,13 +104,13 @@ func (cfg WebhookConfig) withDefaults() (WebhookConfig, error) {
 }
 
 // WebhookSink is an idem.Sink that POSTs each message to a URL, signed, with its ID
-// as the Idempotency-Key (see the package documentation for the request). It is
-// safe for concurrent use.
+// as the Idempotency-Key and the webhook-id (see the package documentation for the
+// request). It is safe for concurrent use.
 type WebhookSink struct {
-	cfg    WebhookConfig
-	url    string // redacted, for errors
-	secret []byte
-	now    func() time.Time
+	cfg WebhookConfig
+	url string // redacted, for errors
+	key []byte // the HMAC key: Secret, or the decoded part of a whsec_ Secret
+	now func() time.Time
 }
 
 // NewWebhookSink returns a sink posting to cfg.URL.
@@ -102,7 +119,8 @@ func NewWebhookSink(cfg WebhookConfig) (*WebhookSink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &WebhookSink{cfg: cfg, url: redact.URL(cfg.URL), secret: bytes.Clone(cfg.Secret), now: time.Now}, nil
+	key, _ := webhookKey("WebhookConfig.Secret", cfg.Secret) // withDefaults checked it
+	return &WebhookSink{cfg: cfg, url: redact.URL(cfg.URL), key: bytes.Clone(key), now: time.Now}, nil
 }
 
 // Features: no dedup in the transport (the receiver dedups by Idempotency-Key), and
@@ -157,7 +175,10 @@ func (s *WebhookSink) post(ctx context.Context, m idem.Message) error {
 	req.Header.Set(HeaderIdempotencyKey, m.ID)
 	req.Header.Set(HeaderTopic, m.Topic)
 	req.Header.Set(HeaderTimestamp, ts)
-	req.Header.Set(HeaderSignature, "v2="+sign(s.secret, ts, m.ID, m.Topic, req.Header.Get("Content-Type"), m.Payload))
+	req.Header.Set(HeaderSignature, "v2="+sign(s.key, ts, m.ID, m.Topic, req.Header.Get("Content-Type"), m.Payload))
+	req.Header.Set(HeaderWebhookID, m.ID)
+	req.Header.Set(HeaderWebhookTimestamp, ts)
+	req.Header.Set(HeaderWebhookSignature, "v1,"+base64.StdEncoding.EncodeToString(signStandard(s.key, m.ID, ts, m.Payload)))
 	resp, err := s.cfg.Client.Do(req)
 	if err != nil {
 		// A *url.Error names the URL: net/http hides its password, not a secret

@@ -65,7 +65,7 @@ Sinks (--sink):
                                        or are their URLs; credentials from the AWS chain
                                        (AWS_* variables, profile, role). sqs://host:port for
                                        a local SQS-compatible endpoint over HTTP
-  https://host/path                    webhook, signed with $IDEM_WEBHOOK_SECRET (32+ bytes)
+  https://host/path                    webhook (Standard Webhooks), signed with $IDEM_WEBHOOK_SECRET
 
 HTTP (--listen, loopback only by default): /metrics for Prometheus and /healthz,
 503 when neither a database ping nor a publication succeeded within 3 poll
@@ -109,7 +109,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.StringVar(&o.natsSubjects, "nats-subjects", "", "comma-separated subjects of --nats-stream, such as 'orders.>' (default: the stream's name)")
 	fs.StringVar(&o.amqpExchange, "amqp-exchange", "", "RabbitMQ exchange to publish to, with the topic as routing key (default: the default exchange)")
 	fs.BoolVar(&o.amqpMandatory, "amqp-mandatory", true, "fail (and retry, then park) messages no RabbitMQ queue is bound to, instead of losing them")
-	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "HMAC secret of webhook signatures, 32+ random bytes (openssl rand -hex 32); prefer the environment  [$IDEM_WEBHOOK_SECRET]")
+	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "HMAC secret of webhook signatures (Standard Webhooks): whsec_<base64 of 24+ random bytes>, or 32+ random bytes (openssl rand -hex 32); prefer the environment  [$IDEM_WEBHOOK_SECRET]")
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "time limit of one webhook request")
 	fs.StringVar(&o.adminToken, "admin-token", "", "serve the admin API (the outbox) at /api/ of --listen with this bearer token, 16+ random bytes; prefer the environment  [$IDEM_ADMIN_TOKEN]")
 	fs.BoolVar(&o.schema, "schema", false, "print the outbox table and the insert contract for services in other languages, and exit")

@@ -29,6 +29,8 @@ type serveOptions struct {
 	credentialCookies                  string
 	requireKey, store5xx, trustScope   bool
 	requireTimedKeys                   bool
+	keyHeader, keyJSONField            string
+	allowCommonKeyField                bool
 	wait, lease, retention, drainLimit time.Duration
 	keyMaxAge                          time.Duration
 	upstreamTimeout, readTimeout       time.Duration
@@ -140,6 +142,9 @@ func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.credentialCookies, "credential-cookies", "", "comma-separated cookie names that identify a caller (such as sid); when set, only they of the Cookie header are hashed into the scope, so other cookies may change between retries")
 	fs.StringVar(&o.credentialHeaders, "credential-headers", "X-Api-Key", "comma-separated request headers that carry credentials, hashed into the scope beside Authorization, Proxy-Authorization and Cookie")
 	fs.BoolVar(&o.requireKey, "require-key", false, "answer 400 to POST and PATCH requests without an Idempotency-Key instead of passing them through")
+	fs.StringVar(&o.keyHeader, "key-header", "", "take the key from this request header instead of Idempotency-Key, such as webhook-id for Standard Webhooks senders")
+	fs.StringVar(&o.keyJSONField, "key-json-field", "", "take the key from this top-level field of the JSON request body instead of Idempotency-Key, such as id for Stripe events; the field must be unique per request")
+	fs.BoolVar(&o.allowCommonKeyField, "allow-common-key-field", false, "accept a --key-json-field that distinct requests commonly share (type, status, order_id …): only if it is unique in your API")
 	fs.DurationVar(&o.wait, "wait", 0, "how long a retry waits for its key's first request to finish, then replays; 0 answers 409 at once")
 	fs.Var(&o.maxBody, "max-body", "largest request or response body kept for replay, such as 1MiB or 65536")
 	fs.StringVar(&o.oversize, "oversize", "reject", "a body over --max-body: 'reject' (413) or 'pass' (proxied without idempotency)")
@@ -201,7 +206,7 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 	defer closeStore()
 	mw, err := spec.middleware(o, store, reg, log)
 	if err != nil {
-		return fmt.Errorf("idem serve: %w", err)
+		return fmt.Errorf("idem serve: %w", keySourceFlags(err))
 	}
 
 	srvErr := make(chan error, 2)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
 )
 
@@ -87,7 +88,11 @@ func (o *serveOptions) check() (serveSpec, error) {
 // middlewareConfig maps the flags to the middleware's configuration, checked.
 func (o *serveOptions) middlewareConfig() (idemhttp.Config, error) {
 	c := idemhttp.Config{RequireKey: o.requireKey, Wait: o.wait, Lease: o.lease, Retention: o.retention,
-		MaxKeyAge: o.keyMaxAge, RequireTimedKeys: o.requireTimedKeys, MaxBodyBytes: int64(o.maxBody), StoreServerErrors: &o.store5xx, MaxInFlight: o.maxInFlight}
+		MaxKeyAge: o.keyMaxAge, RequireTimedKeys: o.requireTimedKeys, MaxBodyBytes: int64(o.maxBody), StoreServerErrors: &o.store5xx, MaxInFlight: o.maxInFlight,
+		KeyHeader: o.keyHeader, KeyJSONField: o.keyJSONField, AllowCommonKeyField: o.allowCommonKeyField}
+	if o.keyHeader != "" && o.keyJSONField != "" {
+		return c, errors.New("--key-header and --key-json-field are both set: take the key from one place")
+	}
 	switch o.oversize {
 	case "reject":
 		c.Oversize = idemhttp.Reject413
@@ -181,4 +186,21 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(n * mult)
 	return nil
+}
+
+// keySourceFlags names the flags in an error of the middleware about where keys
+// come from (Config.KeyHeader, Config.KeyJSONField), as the user set them.
+func keySourceFlags(err error) error {
+	ie, ok := errors.AsType[*idem.InputError](err)
+	if !ok {
+		return err
+	}
+	flag, ok := map[string]string{"Config.KeyHeader": "--key-header", "Config.KeyJSONField": "--key-json-field"}[ie.Field]
+	if !ok {
+		return err
+	}
+	e := *ie
+	e.Field = flag
+	e.Fix = strings.ReplaceAll(e.Fix, "AllowCommonKeyField", "--allow-common-key-field")
+	return &e
 }
