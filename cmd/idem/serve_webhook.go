@@ -33,16 +33,19 @@ type webhookSpec struct {
 // webhookIgnored are the flags of the Idempotency-Key gateway that --webhook
 // decides itself: given together, they are refused rather than silently ignored.
 var webhookIgnored = map[string]string{
-	"methods":            "deliveries are POSTed",
-	"require-key":        "every delivery is keyed by its event id",
-	"store-5xx":          "an upstream 5xx or 429 always lets the sender's retry run again",
-	"scope-header":       "keys are scoped by the endpoint, not the caller",
-	"trust-scope-header": "keys are scoped by the endpoint, not the caller",
-	"credential-headers": "keys are scoped by the endpoint, not the caller",
-	"credential-cookies": "keys are scoped by the endpoint, not the caller",
-	"key-max-age":        "the delivery's signed timestamp and --retention bound its age",
-	"require-timed-keys": "event ids are the sender's",
-	"oversize":           "a delivery over --max-body is refused (413)",
+	"methods":                "deliveries are POSTed",
+	"require-key":            "every delivery is keyed by its event id",
+	"store-5xx":              "an upstream 5xx or 429 always lets the sender's retry run again",
+	"scope-header":           "keys are scoped by the endpoint, not the caller",
+	"trust-scope-header":     "keys are scoped by the endpoint, not the caller",
+	"credential-headers":     "keys are scoped by the endpoint, not the caller",
+	"credential-cookies":     "keys are scoped by the endpoint, not the caller",
+	"key-max-age":            "the delivery's signed timestamp and --retention bound its age",
+	"require-timed-keys":     "event ids are the sender's",
+	"oversize":               "a delivery over --max-body is refused (413)",
+	"key-header":             "the key is the event id the signature covers",
+	"key-json-field":         "the key is the event id the signature covers",
+	"allow-common-key-field": "the key is the event id the signature covers",
 }
 
 // checkWebhook builds the verifier of --webhook from the secrets lookup finds, and
