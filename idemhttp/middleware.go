@@ -169,22 +169,33 @@ func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		}
 		defer c.inFlight.Add(-1)
 	}
-	q := getMWRequest()
+	q, o, read := c.readBody(next, w, r)
+	if !read {
+		return o
+	}
+	return c.claimAndRun(next, w, r, q, scope, keys[0])
+}
+
+// readBody reads r's body, up to the limit, into a pooled request. read is false
+// when the request has been answered instead, with o its outcome: a body that
+// failed to read, or one over the limit, refused or passed through whole.
+func (c *mwCore) readBody(next http.Handler, w http.ResponseWriter, r *http.Request) (q *mwRequest, o metrics.HTTPOutcome, read bool) {
+	q = getMWRequest()
 	oversize, err := q.readBody(r, c.limit)
 	switch {
 	case err != nil:
 		putMWRequest(q)
-		return c.badBody(w, err)
+		return nil, c.badBody(w, err), false
 	case oversize && c.cfg.Oversize == PassThrough:
 		r.Body = q.prefixedBody(r.Body)
 		next.ServeHTTP(w, r)
 		putMWRequest(q)
-		return metrics.HTTPPassthrough
+		return nil, metrics.HTTPPassthrough, false
 	case oversize:
 		putMWRequest(q)
-		return c.tooLarge(w)
+		return nil, c.tooLarge(w), false
 	}
-	return c.claimAndRun(next, w, r, q, scope, keys[0])
+	return q, 0, true
 }
 
 // serveJSONKey is serve for Config.KeyJSONField: the body is read first, since it
@@ -197,20 +208,9 @@ func (c *mwCore) serveJSONKey(next http.Handler, w http.ResponseWriter, r *http.
 		}
 		defer c.inFlight.Add(-1)
 	}
-	q := getMWRequest()
-	oversize, err := q.readBody(r, c.limit)
-	switch {
-	case err != nil:
-		putMWRequest(q)
-		return c.badBody(w, err)
-	case oversize && c.cfg.Oversize == PassThrough:
-		r.Body = q.prefixedBody(r.Body)
-		next.ServeHTTP(w, r)
-		putMWRequest(q)
-		return metrics.HTTPPassthrough
-	case oversize:
-		putMWRequest(q)
-		return c.tooLarge(w)
+	q, o, read := c.readBody(next, w, r)
+	if !read {
+		return o
 	}
 	key, found, err := jsonKey(q.body, c.cfg.KeyJSONField)
 	if err == nil && !found && !c.cfg.RequireKey {
