@@ -38,7 +38,7 @@ var readmeEnvs = []struct{ has, params string }{
 	// README.md, the ten-minute path.
 	{`client.Post("http://127.0.0.1:8000/orders"`, "ctx context.Context"},
 	{"idemhttp.AtomicMiddleware(txdb, store,", "ctx context.Context, sqlDB *sql.DB, store *idemsqlite.Store, mux *http.ServeMux, js jetstream.JetStream"},
-	{`Durable: "billing"`, "ctx context.Context, sqlDB *sql.DB, txdb idem.TxDB[*sql.Tx], store *idemsqlite.Store, js jetstream.JetStream, payments interface{ Charge(context.Context, string) ([]byte, error) }"},
+	{`Durable: "billing"`, "ctx context.Context, sqlDB *sql.DB, txdb idemsql.TxDB[*sql.Tx], store *idemsqlite.Store, js jetstream.JetStream, payments interface{ Charge(context.Context, string) ([]byte, error) }"},
 	// docs/stores.md
 	{"idemsqlite.Open(ctx, ", "ctx context.Context, invoiceID string, chargeCard func(context.Context, string) ([]byte, error)"},
 	{`"ledger-consumer"`, "ctx context.Context, pool *pgxpool.Pool, store *idempg.Store, msg struct{ ID, Account string; Amount int64 }"},
@@ -55,7 +55,7 @@ var readmeEnvs = []struct{ has, params string }{
 	// docs/effects.md
 	{"effect.Config{Lease: 30 * time.Second}", "ctx context.Context, sqlDB *sql.DB, orderID string, amount int64, payments interface{ Charge(context.Context, string, int64) ([]byte, error) }"},
 	{"fence.Do(callCtx,", "ctx context.Context, pool *pgxpool.Pool, src idem.Source, store *idempg.Store, payments interface{ Charge(context.Context, string) ([]byte, error) }"},
-	{"saga.New(ctx, txdb,", "ctx context.Context, txdb idem.TxDB[*sql.Tx], src idem.Source, store *idemsqlite.Store, payments interface {\n\tCharge(context.Context, string) ([]byte, error)\n\tRefund(context.Context, string) error\n}"},
+	{"saga.New(ctx, txdb,", "ctx context.Context, txdb idemsql.TxDB[*sql.Tx], src idem.Source, store *idemsqlite.Store, payments interface {\n\tCharge(context.Context, string) ([]byte, error)\n\tRefund(context.Context, string) error\n}"},
 	// docs/stream.md
 	{"stream.NewSQLStore(", "ctx context.Context, sqlDB *sql.DB, userOf func(*http.Request) string"},
 	// docs/webhooks.md
@@ -67,7 +67,7 @@ var readmeEnvs = []struct{ has, params string }{
 var readmeImports = map[string]string{
 	"context": "context", "errors": "errors", "sql": "database/sql", "json": "encoding/json", "http": "net/http", "time": "time",
 	"fmt": "fmt", "io": "io", "log": "log", "strings": "strings",
-	"idem": "github.com/idemhq/idem", "idemsqlite": "github.com/idemhq/idem/idemsqlite",
+	"idem": "github.com/idemhq/idem", "idemsqlite": "github.com/idemhq/idem/idemsqlite", "idemsql": "github.com/idemhq/idem/idemsql",
 	"idempg": "github.com/idemhq/idem/idempg", "idemnats": "github.com/idemhq/idem/idemnats",
 	"idemseq": "github.com/idemhq/idem/idemseq", "inbox": "github.com/idemhq/idem/inbox",
 	"outbox": "github.com/idemhq/idem/outbox", "effect": "github.com/idemhq/idem/effect",

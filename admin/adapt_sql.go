@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/effect/saga"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/migrate"
 	"github.com/idemhq/idem/outbox"
@@ -17,7 +17,7 @@ import (
 // areas of components whose tables are missing or behind (run `idem migrate up`)
 // are left as they were, and their names (areas of GET /api/) are returned in
 // skipped, with why. err is a failure to read db's migrations.
-func ForSQL[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg *Config) (skipped map[string]error, err error) {
+func ForSQL[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg *Config) (skipped map[string]error, err error) {
 	if err := db.Validate(); err != nil {
 		return nil, err
 	}

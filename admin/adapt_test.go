@@ -27,6 +27,7 @@ import (
 	"github.com/idemhq/idem/effect/saga"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/sqltest"
@@ -38,7 +39,7 @@ import (
 // backend is one SQL database with the idempotency store on it, as an inbox
 // consumer needs them.
 type backend struct {
-	db    idem.TxDB[*sql.Tx]
+	db    idemsql.TxDB[*sql.Tx]
 	store interface {
 		idem.TxStore[*sql.Tx]
 		idem.Store
@@ -83,9 +84,9 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	}
 }
 
-func txdbOf(t *testing.T, db *sql.DB) idem.TxDB[*sql.Tx] {
+func txdbOf(t *testing.T, db *sql.DB) idemsql.TxDB[*sql.Tx] {
 	t.Helper()
-	d, err := idem.SQLDB(context.Background(), db)
+	d, err := idemsql.SQLDB(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
 	}

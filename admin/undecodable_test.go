@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/migrate"
@@ -40,7 +41,7 @@ func writeUndecodable(t *testing.T, b backend) undecodable {
 	u.badParked = sqltest.Parked(t, b.db, "m-bad", `not json`, 3)
 	sqltest.Saga(t, b.db, "s-good", "failed", `{}`, 1)
 	sqltest.Saga(t, b.db, "s-bad", "failed", `{"charge":42}`, 1)
-	if b.db.Dialect == idem.SQLite {
+	if b.db.Dialect() == idemsql.SQLite {
 		u.typedLetter = sqltest.DeadLetter(t, b.db, "dl-typed", `{}`, "yesterday")
 		u.typedParked = sqltest.Parked(t, b.db, "m-typed", `{}`, "many")
 		sqltest.Saga(t, b.db, "s-typed", "failed", `{}`, "twice")
@@ -120,10 +121,10 @@ func TestUndecodableRows(t *testing.T) {
 		for _, s := range sagas.Sagas {
 			seen[s.ID] = s.DecodeError
 		}
-		if len(seen) != 2+boolInt(b.db.Dialect == idem.SQLite) || seen["s-good"] != "" || seen["s-bad"] != "" {
+		if len(seen) != 2+boolInt(b.db.Dialect() == idemsql.SQLite) || seen["s-good"] != "" || seen["s-bad"] != "" {
 			t.Fatalf("sagas %+v", sagas) // the list does not read results
 		}
-		if b.db.Dialect == idem.SQLite && !strings.HasPrefix(seen["s-typed"], "attempts: ") {
+		if b.db.Dialect() == idemsql.SQLite && !strings.HasPrefix(seen["s-typed"], "attempts: ") {
 			t.Errorf("saga with text in attempts: decode_error %q", seen["s-typed"])
 		}
 		var d struct {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/cursor"
 	"github.com/idemhq/idem/internal/rowscan"
 	"github.com/idemhq/idem/migrate"
@@ -20,7 +21,7 @@ import (
 // --effects` deletes. It needs only the database, not the Fence or the calls, so
 // any process can run it.
 type Admin[Tx any] struct {
-	db   idem.TxDB[Tx]
+	db   idemsql.TxDB[Tx]
 	key  string // the key column, quoted for MySQL
 	cols string
 	now  func() time.Time
@@ -29,7 +30,7 @@ type Admin[Tx any] struct {
 // NewAdmin returns an Admin on db. It changes no schema: it fails with a
 // *migrate.BehindError if idem_effects lacks a migration (run `idem migrate up`, or
 // start a Fence, which applies them).
-func NewAdmin[Tx any](ctx context.Context, db idem.TxDB[Tx]) (*Admin[Tx], error) {
+func NewAdmin[Tx any](ctx context.Context, db idemsql.TxDB[Tx]) (*Admin[Tx], error) {
 	if err := db.Validate(); err != nil {
 		return nil, err
 	}
@@ -37,7 +38,7 @@ func NewAdmin[Tx any](ctx context.Context, db idem.TxDB[Tx]) (*Admin[Tx], error)
 		return nil, err
 	}
 	key := "key"
-	if db.Dialect == idem.MySQL {
+	if db.Dialect() == idemsql.MySQL {
 		key = "`key`"
 	}
 	return &Admin[Tx]{db: db, key: key, cols: strings.ReplaceAll(effectColumns, "{{key}}", key), now: time.Now}, nil
@@ -187,7 +188,7 @@ var effectNames = []string{"key", "step", "state", "token", "attempts", "reason"
 // scanEffect reads effectColumns, and the result after them if withResult. A value
 // that does not fit its field is named in the Effect's DecodeError when row can be
 // read again (the *sql.Rows of a Query); otherwise it is the error.
-func scanEffect(row idem.Row, withResult bool) (Effect, error) {
+func scanEffect(row idemsql.Row, withResult bool) (Effect, error) {
 	var e Effect
 	var until, created, updated int64
 	dest := []any{&e.Key, &e.Step, &e.State, &e.Token, &e.Attempts, &e.Reason, &until, &created, &updated}

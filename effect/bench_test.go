@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -46,7 +46,7 @@ func BenchmarkFence(b *testing.B) {
 	}
 }
 
-func benchDB(b *testing.B, name string) idem.TxDB[*sql.Tx] {
+func benchDB(b *testing.B, name string) idemsql.TxDB[*sql.Tx] {
 	if name == "sqlite" {
 		return sqltest.SQLite(b)
 	}
@@ -100,7 +100,7 @@ func BenchmarkFenceConcurrent(b *testing.B) {
 				sdb = testsvc.PostgresDB(b)
 			}
 			sdb.SetMaxIdleConns(2 * clients)
-			txdb, err := idem.SQLDB(context.Background(), sdb)
+			txdb, err := idemsql.SQLDB(context.Background(), sdb)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -116,7 +116,7 @@ func BenchmarkFenceConcurrent(b *testing.B) {
 
 // runFence times clients concurrent callers, each running a new effect through a
 // fence on db, and reports effects/s and the batch statements per effect.
-func runFence[Tx any](b *testing.B, clients int, db idem.TxDB[Tx], call effect.Call, report func(*testing.B)) {
+func runFence[Tx any](b *testing.B, clients int, db idemsql.TxDB[Tx], call effect.Call, report func(*testing.B)) {
 	f, err := effect.New(context.Background(), db, effect.Config{})
 	if err != nil {
 		b.Fatal(err)

@@ -88,6 +88,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
@@ -139,7 +140,7 @@ type Config struct {
 // Fence runs external effects at most once per key and step in effect. It is
 // safe for concurrent use; several processes may share its table.
 type Fence[Tx any] struct {
-	db      idem.TxDB[Tx]
+	db      idemsql.TxDB[Tx]
 	q       queries
 	cfg     Config
 	metrics *prometheus.CounterVec
@@ -179,7 +180,7 @@ func Permanent(err error) error { return idem.Permanent(err) }
 func IsPermanent(err error) bool { return idem.IsPermanent(err) }
 
 // New returns a Fence on db, creating its table idem_effects if needed.
-func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx], error) {
+func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config) (*Fence[Tx], error) {
 	if err := db.Validate(); err != nil {
 		return nil, err
 	}
@@ -198,7 +199,7 @@ func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Fence[Tx],
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Effect); err != nil {
 		return nil, err
 	}
-	f := &Fence[Tx]{db: db, q: newQueries(db.Dialect), cfg: cfg, tr: otelx.New(cfg.TracerProvider, nil)}
+	f := &Fence[Tx]{db: db, q: newQueries(db.Dialect()), cfg: cfg, tr: otelx.New(cfg.TracerProvider, nil)}
 	f.groups = f.newGroups()
 	if cfg.Registerer != nil {
 		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{

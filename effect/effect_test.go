@@ -23,6 +23,7 @@ import (
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 )
 
@@ -116,7 +117,7 @@ func (p *payments) charge(order string) effect.Call {
 
 type env struct {
 	name  string
-	db    idem.TxDB[*sql.Tx]
+	db    idemsql.TxDB[*sql.Tx]
 	clock *chaos.Clock
 }
 
@@ -132,8 +133,8 @@ func (e env) fence(t *testing.T, cfg effect.Config) *effect.Fence[*sql.Tx] {
 
 // forEachDB runs fn on SQLite, Postgres and MySQL, each in a database of its own.
 func forEachDB(t *testing.T, fn func(t *testing.T, e env)) {
-	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
-		fn(t, env{db.Dialect.String(), db, &chaos.Clock{}})
+	sqltest.ForEachDialect(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
+		fn(t, env{db.Dialect().String(), db, &chaos.Clock{}})
 	})
 }
 

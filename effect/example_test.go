@@ -8,8 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 )
 
@@ -28,7 +28,7 @@ func ExampleFence_Do() {
 	store, _ := idemsqlite.Open(context.Background(), filepath.Join(dir, "app.db"), idemsqlite.Config{})
 	defer store.Close()
 	ctx := context.Background()
-	db, _ := idem.SQLDB(ctx, store.DB())
+	db, _ := idemsql.SQLDB(ctx, store.DB())
 	fence, err := effect.New(ctx, db, effect.Config{})
 	if err != nil {
 		panic(err)

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/group"
 )
 
@@ -50,7 +50,7 @@ type finishCall struct {
 }
 
 func (f *Fence[Tx]) newGroups() *groups {
-	if f.db.Dialect != idem.Postgres || f.db.Read == nil {
+	if f.db.Dialect() != idemsql.Postgres || f.db.Read == nil {
 		return nil
 	}
 	g := &groups{}
@@ -100,7 +100,7 @@ func (f *Fence[Tx]) insertBatch(batch []*group.Item[insertCall]) {
 		leases, nows = append(leases, it.Val.lease), append(nows, it.Val.now)
 	}
 	inserted := map[[2]string]bool{}
-	err := runBatch(f, batch, groupInsertSQL, func(r idem.Rows) error {
+	err := runBatch(f, batch, groupInsertSQL, func(r idemsql.Rows) error {
 		var k [2]string
 		if err := r.Scan(&k[0], &k[1]); err != nil {
 			return err
@@ -146,7 +146,7 @@ func (f *Fence[Tx]) finishBatch(batch []*group.Item[finishCall]) {
 		token     int64
 	}
 	updated := map[row]bool{}
-	err := runBatch(f, batch, groupFinishSQL, func(r idem.Rows) error {
+	err := runBatch(f, batch, groupFinishSQL, func(r idemsql.Rows) error {
 		var w row
 		if err := r.Scan(&w.key, &w.step, &w.token); err != nil {
 			return err
@@ -170,11 +170,11 @@ func (f *Fence[Tx]) finishBatch(batch []*group.Item[finishCall]) {
 
 // runBatch runs one batch statement outside any transaction (autocommit), bounded
 // by its callers' deadlines, and calls scan for each row it returns.
-func runBatch[Tx, T any](f *Fence[Tx], batch []*group.Item[T], query string, scan func(idem.Rows) error, args ...any) error {
+func runBatch[Tx, T any](f *Fence[Tx], batch []*group.Item[T], query string, scan func(idemsql.Rows) error, args ...any) error {
 	f.groups.batches.Add(1)
 	ctx, cancel := group.Context(batch)
 	defer cancel()
-	return f.db.Read(ctx, func(q idem.Querier) error {
+	return f.db.Read(ctx, func(q idemsql.Querier) error {
 		rows, err := q.Query(ctx, query, args...)
 		if err != nil {
 			return err

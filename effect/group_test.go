@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 )
 
@@ -82,7 +82,7 @@ func TestGroupFinishFences(t *testing.T) {
 	}
 	q := func(query string, args ...any) {
 		t.Helper()
-		if err := db.Read(ctx, func(qr idem.Querier) error { _, err := qr.Exec(ctx, query, args...); return err }); err != nil {
+		if err := db.Read(ctx, func(qr idemsql.Querier) error { _, err := qr.Exec(ctx, query, args...); return err }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestGroupFinishFences(t *testing.T) {
 	}
 	for k, want := range map[string]string{"a": "complete", "b": "pending", "c": "complete"} {
 		var state string
-		if err := db.Read(ctx, func(qr idem.Querier) error {
+		if err := db.Read(ctx, func(qr idemsql.Querier) error {
 			return qr.QueryRow(ctx, `SELECT state FROM idem_effects WHERE key = $1`, k).Scan(&state)
 		}); err != nil || state != want {
 			t.Errorf("%s: state %q (%v), want %q", k, state, err, want)

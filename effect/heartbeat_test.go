@@ -14,6 +14,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -26,7 +27,7 @@ const hbLease = 300 * time.Millisecond
 // The lease clock is a chaos.Clock the test moves past each lease; the heartbeat
 // must renew against it before anyone else tries: no timing is asserted.
 func TestLiveHolderKeepsItsLease(t *testing.T) {
-	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDB(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
 		ctx := context.Background()
 		clock := &chaos.Clock{}
 		f, err := effect.New(ctx, db, effect.Config{Lease: hbLease, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
@@ -87,7 +88,7 @@ func TestLiveHolderKeepsItsLease(t *testing.T) {
 // A holder whose effect was taken over while it was cut off stops renewing, says
 // so in the log, and its result is refused (idem.ErrLeaseLost).
 func TestFencedHolderStopsRenewing(t *testing.T) {
-	sqltest.ForEachDB(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDB(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
 		ctx := context.Background()
 		var mu sync.Mutex
 		var logs bytes.Buffer

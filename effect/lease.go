@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltext"
 	"github.com/idemhq/idem/internal/wait"
 )
@@ -45,7 +46,7 @@ func (f *Fence[Tx]) acquire(ctx context.Context, span trace.Span, key, step stri
 			return c, nil
 		}
 	}
-	err := f.inTx(ctx, func(q idem.Querier) error {
+	err := f.inTx(ctx, func(q idemsql.Querier) error {
 		c = claim{}
 		return f.acquireTx(ctx, q, key, step, expiredOnly, now, lease, &c)
 	})
@@ -65,8 +66,8 @@ func (f *Fence[Tx]) acquire(ctx context.Context, span trace.Span, key, step stri
 
 // inTx runs fn in a transaction, again if the database rolled it back to break a
 // deadlock (MySQL does, between workers racing for one new effect).
-func (f *Fence[Tx]) inTx(ctx context.Context, fn func(q idem.Querier) error) error {
-	return idem.RetrySerializationFailures(ctx, func() error {
+func (f *Fence[Tx]) inTx(ctx context.Context, fn func(q idemsql.Querier) error) error {
+	return idemsql.RetrySerializationFailures(ctx, func() error {
 		return f.db.InTx(ctx, func(tx Tx) error { return fn(f.db.Querier(tx)) })
 	})
 }
@@ -74,8 +75,8 @@ func (f *Fence[Tx]) inTx(ctx context.Context, fn func(q idem.Querier) error) err
 // exec runs one statement in a transaction of its own (autocommit where the TxDB
 // can: one round trip) and returns the rows it affected.
 func (f *Fence[Tx]) exec(ctx context.Context, query string, args ...any) (n int64, err error) {
-	err = idem.RetrySerializationFailures(ctx, func() error {
-		return f.db.Auto(ctx, func(q idem.Querier) (err error) {
+	err = idemsql.RetrySerializationFailures(ctx, func() error {
+		return f.db.Auto(ctx, func(q idemsql.Querier) (err error) {
 			n, err = q.Exec(ctx, query, args...)
 			return err
 		})
@@ -92,8 +93,8 @@ type raceError struct{}
 func (*raceError) Error() string    { return "effect: inserted concurrently" }
 func (*raceError) SQLState() string { return "40001" }
 
-func (f *Fence[Tx]) acquireTx(ctx context.Context, q idem.Querier, key, step string, expiredOnly bool, now, lease int64, c *claim) error {
-	if f.db.Dialect == idem.MySQL {
+func (f *Fence[Tx]) acquireTx(ctx context.Context, q idemsql.Querier, key, step string, expiredOnly bool, now, lease int64, c *claim) error {
+	if f.db.Dialect() == idemsql.MySQL {
 		// Lock the row first and insert only when there is none. Inserting first
 		// (INSERT IGNORE) would take a shared lock on an existing row and upgrade it
 		// below: waiting workers and the holder's COMPLETE would deadlock on it.
@@ -137,7 +138,7 @@ func gone(expiredOnly bool) error {
 
 // decide answers from the effect's row: its stored result, its failure, another
 // worker's live lease, or a takeover with the next token.
-func (f *Fence[Tx]) decide(ctx context.Context, q idem.Querier, key, step string, now, lease int64,
+func (f *Fence[Tx]) decide(ctx context.Context, q idemsql.Querier, key, step string, now, lease int64,
 	state, reason string, token, until int64, result []byte, c *claim) error {
 	switch {
 	case state == StateComplete:
@@ -155,7 +156,7 @@ func (f *Fence[Tx]) decide(ctx context.Context, q idem.Querier, key, step string
 	return nil
 }
 
-func (f *Fence[Tx]) acquireLockFirst(ctx context.Context, q idem.Querier, key, step string, expiredOnly bool, now, lease int64, c *claim) error {
+func (f *Fence[Tx]) acquireLockFirst(ctx context.Context, q idemsql.Querier, key, step string, expiredOnly bool, now, lease int64, c *claim) error {
 	var state, reason string
 	var token, until int64
 	var result []byte

@@ -3,7 +3,7 @@ package effect
 import (
 	"strings"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // queries are the fence's statements in one dialect. They name the column key as
@@ -17,13 +17,13 @@ type queries struct {
 // order (Get adds the result).
 const effectColumns = `{{key}}, step, state, token, attempts, reason, lease_until, created_at, updated_at`
 
-func newQueries(d idem.Dialect) queries {
+func newQueries(d idemsql.Dialect) queries {
 	key, insert, lock := "key", "INSERT INTO", ""
 	conflict := " ON CONFLICT (key, step) DO NOTHING"
 	switch d {
-	case idem.Postgres:
+	case idemsql.Postgres:
 		lock = " FOR UPDATE"
-	case idem.MySQL:
+	case idemsql.MySQL:
 		// IGNORE skips only the duplicate here: the key and the step fit their
 		// columns (validate bounds them).
 		key, insert, lock, conflict = "`key`", "INSERT IGNORE INTO", " FOR UPDATE", ""

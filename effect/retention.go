@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/retention"
 	"github.com/idemhq/idem/migrate"
 )
@@ -59,7 +60,7 @@ var _ idem.Sweeper = (*Sweeper[*struct{}])(nil)
 
 // NewSweeper returns a Sweeper of db's idem_effects. Like NewAdmin it changes no
 // schema: it fails with a *migrate.BehindError if idem_effects lacks a migration.
-func NewSweeper[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SweepConfig) (*Sweeper[Tx], error) {
+func NewSweeper[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg SweepConfig) (*Sweeper[Tx], error) {
 	s, err := retention.New(limits, cfg.Retention, cfg.Batch, cfg.Now, cfg.Registerer, "effect")
 	if err != nil {
 		return nil, err
@@ -93,11 +94,11 @@ func (a *Admin[Tx]) purge(ctx context.Context, cutoff time.Time, batch int) (int
 	if err != nil {
 		return 0, err
 	}
-	stmt := sweepSQL(a.db.Dialect, a.key, sagas)
+	stmt := sweepSQL(a.db.Dialect(), a.key, sagas)
 	return retention.Batches(ctx, batch, func() (int, error) {
 		var n int64
-		err := idem.RetrySerializationFailures(ctx, func() error {
-			return a.db.Auto(ctx, func(q idem.Querier) (err error) {
+		err := idemsql.RetrySerializationFailures(ctx, func() error {
+			return a.db.Auto(ctx, func(q idemsql.Querier) (err error) {
 				n, err = q.Exec(ctx, stmt, cutoff.UnixNano(), batch)
 				return err
 			})
@@ -123,19 +124,19 @@ func (a *Admin[Tx]) sagasTable(ctx context.Context) (bool, error) {
 // nanosecond time), in the dialect's form of a bounded DELETE, served by the index
 // of migration 003_sweep_index. With sagas, it keeps the effects of a saga that
 // is running, compensating or failed (an operator's to retry or resolve).
-func sweepSQL(d idem.Dialect, key string, sagas bool) string {
+func sweepSQL(d idemsql.Dialect, key string, sagas bool) string {
 	where := "state = 'complete' AND updated_at < $1"
 	if sagas {
 		where += " AND NOT EXISTS (SELECT 1 FROM idem_sagas s WHERE s.id = idem_effects." + key +
 			" AND s.state IN ('running', 'compensating', 'failed'))"
 	}
 	switch d {
-	case idem.Postgres:
+	case idemsql.Postgres:
 		// SKIP LOCKED leaves rows alone that a Do holds locked right now, and lets
 		// sweepers in several processes share the work.
 		return "DELETE FROM idem_effects WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_effects WHERE " + where +
 			" LIMIT $2 FOR UPDATE SKIP LOCKED))"
-	case idem.MySQL:
+	case idemsql.MySQL:
 		return "DELETE FROM idem_effects WHERE " + where + " LIMIT $2"
 	}
 	return "DELETE FROM idem_effects WHERE rowid IN (SELECT rowid FROM idem_effects WHERE " + where + " LIMIT $2)"

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 )
 
@@ -80,8 +80,8 @@ func BenchmarkEffectsRetention(b *testing.B) {
 
 // vacuum runs a plain VACUUM of idem_effects (it cannot run in a transaction):
 // what autovacuum does once enough rows are dead.
-func vacuum(b *testing.B, db idem.TxDB[*sql.Tx]) {
-	err := db.Auto(context.Background(), func(q idem.Querier) error {
+func vacuum(b *testing.B, db idemsql.TxDB[*sql.Tx]) {
+	err := db.Auto(context.Background(), func(q idemsql.Querier) error {
 		_, err := q.Exec(context.Background(), "VACUUM idem_effects")
 		return err
 	})
@@ -92,7 +92,7 @@ func vacuum(b *testing.B, db idem.TxDB[*sql.Tx]) {
 
 // dead returns the dead rows of idem_effects that the last VACUUM could not
 // remove: a transaction older than they are (any on the server) keeps them.
-func dead(b *testing.B, db idem.TxDB[*sql.Tx]) (n int64) {
+func dead(b *testing.B, db idemsql.TxDB[*sql.Tx]) (n int64) {
 	err := db.InTx(context.Background(), func(tx *sql.Tx) error {
 		return db.Querier(tx).QueryRow(context.Background(),
 			`SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'idem_effects'::regclass`).Scan(&n)

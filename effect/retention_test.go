@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -161,11 +162,11 @@ func TestSweepRacingDo(t *testing.T) {
 		}
 		racing := e
 		swept := &sweepingQuerier{}
-		racing.db.Querier = func(tx *sql.Tx) idem.Querier { swept.q = e.db.Querier(tx); return swept }
+		racing.db.Querier = func(tx *sql.Tx) idemsql.Querier { swept.q = e.db.Querier(tx); return swept }
 		if _, err := racing.fence(t, effect.Config{}).Do(ctx, "k", "charge", ok); err != nil {
 			t.Fatalf("Do of an effect swept between its insert and its read: %v", err)
 		}
-		if e.db.Dialect != idem.MySQL && !swept.fired {
+		if e.db.Dialect() != idemsql.MySQL && !swept.fired {
 			t.Fatal("the row was not deleted between the insert and the read: the test tests nothing")
 		}
 	})
@@ -174,15 +175,15 @@ func TestSweepRacingDo(t *testing.T) {
 // sweepingQuerier deletes the effect an INSERT found (0 rows affected), once, as
 // a sweep committing at that moment would.
 type sweepingQuerier struct {
-	q     idem.Querier
+	q     idemsql.Querier
 	fired bool
 }
 
-func (s *sweepingQuerier) QueryRow(ctx context.Context, q string, args ...any) idem.Row {
+func (s *sweepingQuerier) QueryRow(ctx context.Context, q string, args ...any) idemsql.Row {
 	return s.q.QueryRow(ctx, q, args...)
 }
 
-func (s *sweepingQuerier) Query(ctx context.Context, q string, args ...any) (idem.Rows, error) {
+func (s *sweepingQuerier) Query(ctx context.Context, q string, args ...any) (idemsql.Rows, error) {
 	return s.q.Query(ctx, q, args...)
 }
 

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 )
 
@@ -20,7 +20,7 @@ func TestAdminListsUndecodableEffects(t *testing.T) {
 		e.fence(t, effect.Config{}) // its table
 		sqltest.Effect(t, e.db, "hand-1", "charge", 1)
 		bad := map[string]string{}
-		if e.db.Dialect == idem.SQLite {
+		if e.db.Dialect() == idemsql.SQLite {
 			sqltest.Effect(t, e.db, "hand-2", "charge", "seven")
 			bad["hand-2"] = "token: "
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
 )
 
@@ -39,10 +40,10 @@ import (
 // transaction, by Middleware on the same table.
 //
 // Config.Store is ignored: store is used. With database/sql, build db with
-// idem.SQLDB on the store's own database (idemsqlite.Store.DB(), or the *sql.DB of
+// idemsql.SQLDB on the store's own database (idemsqlite.Store.DB(), or the *sql.DB of
 // idempg.NewSQL); with pgx, idempg.TxDB and idempg.New on one pool. Each request in
 // flight holds one connection for its transaction.
-func AtomicMiddleware[Tx any](db idem.TxDB[Tx], store idem.TxStore[Tx], cfg Config) (func(http.Handler) http.Handler, error) {
+func AtomicMiddleware[Tx any](db idemsql.TxDB[Tx], store idem.TxStore[Tx], cfg Config) (func(http.Handler) http.Handler, error) {
 	if err := db.Validate(); err != nil {
 		return nil, err
 	}
@@ -72,7 +73,7 @@ type txContextKey[Tx any] struct{}
 
 type atomicRunner[Tx any] struct {
 	c     *mwCore
-	db    idem.TxDB[Tx]
+	db    idemsql.TxDB[Tx]
 	store idem.TxStore[Tx]
 }
 

@@ -18,13 +18,14 @@ import (
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // mwAtomicEnv is one database for the atomic middleware: its transactions, the
 // store of keys in the same database, and a business table mw_orders(id).
 type mwAtomicEnv[Tx any] struct {
-	db    idem.TxDB[Tx]
+	db    idemsql.TxDB[Tx]
 	store idem.TxStore[Tx]
 }
 
@@ -34,14 +35,14 @@ func TestAtomicMiddleware(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		s := mwSQLite(t)
-		mwAtomicSuite(t, mwAtomicEnv[*sql.Tx]{mwMust(idem.SQLDB(ctx, s.DB()))(t), s})
+		mwAtomicSuite(t, mwAtomicEnv[*sql.Tx]{mwMust(idemsql.SQLDB(ctx, s.DB()))(t), s})
 	})
 	t.Run("postgres/database-sql", func(t *testing.T) {
 		t.Parallel()
 		cs, _ := testsvc.PostgresSchema(t)
 		db := mwMust(sql.Open("pgx", cs))(t)
 		t.Cleanup(func() { db.Close() })
-		mwAtomicSuite(t, mwAtomicEnv[*sql.Tx]{mwMust(idem.SQLDB(ctx, db))(t), mwMust(idempg.NewSQL(ctx, db, idempg.Config{}))(t)})
+		mwAtomicSuite(t, mwAtomicEnv[*sql.Tx]{mwMust(idemsql.SQLDB(ctx, db))(t), mwMust(idempg.NewSQL(ctx, db, idempg.Config{}))(t)})
 	})
 	t.Run("postgres/pgx", func(t *testing.T) {
 		t.Parallel()
@@ -184,11 +185,11 @@ func mwAtomicSuite[Tx any](t *testing.T, env mwAtomicEnv[Tx]) {
 func TestAtomicMiddlewareConfigErrors(t *testing.T) {
 	t.Parallel()
 	s := mwSQLite(t)
-	db := mwMust(idem.SQLDB(context.Background(), s.DB()))(t)
+	db := mwMust(idemsql.SQLDB(context.Background(), s.DB()))(t)
 	if _, err := idemhttp.AtomicMiddleware[*sql.Tx](db, nil, idemhttp.Config{}); !errors.Is(err, idem.ErrInvalid) {
 		t.Errorf("nil store: %v", err)
 	}
-	if _, err := idemhttp.AtomicMiddleware(idem.TxDB[*sql.Tx]{}, s, idemhttp.Config{}); !errors.Is(err, idem.ErrInvalid) {
+	if _, err := idemhttp.AtomicMiddleware(idemsql.TxDB[*sql.Tx]{}, s, idemhttp.Config{}); !errors.Is(err, idem.ErrInvalid) {
 		t.Errorf("empty TxDB: %v", err)
 	}
 	if _, ok := idemhttp.TxFrom[*sql.Tx](context.Background()); ok {

@@ -16,6 +16,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // keyEcho is a handler that counts its runs per key and answers with the body it
@@ -243,7 +244,7 @@ func TestAtomicMiddlewareKeyFromJSONField(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := mwSQLite(t)
-	db := mwMust(idem.SQLDB(ctx, s.DB()))(t)
+	db := mwMust(idemsql.SQLDB(ctx, s.DB()))(t)
 	if err := db.InTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, "CREATE TABLE events_applied (id TEXT NOT NULL)")
 		return err

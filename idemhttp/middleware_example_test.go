@@ -12,9 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 )
 
@@ -80,7 +80,7 @@ func ExampleAtomicMiddleware() {
 	if _, err := store.DB().ExecContext(ctx, "CREATE TABLE payments (memo TEXT NOT NULL)"); err != nil {
 		log.Fatal(err)
 	}
-	db, err := idem.SQLDB(ctx, store.DB()) // the store's database: one transaction for both
+	db, err := idemsql.SQLDB(ctx, store.DB()) // the store's database: one transaction for both
 	if err != nil {
 		log.Fatal(err)
 	}

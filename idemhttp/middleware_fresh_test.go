@@ -14,6 +14,7 @@ import (
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/idemtest"
 )
@@ -57,7 +58,7 @@ var freshTargets = []freshTarget{
 	{"atomic/sqlite", func(t *testing.T, clock *fakeClock, cfg idemhttp.Config, h http.Handler) string {
 		s := mwMust(idemsqlite.Open(context.Background(), filepath.Join(t.TempDir(), "idem.db"), idemsqlite.Config{Now: clock.Now}))(t)
 		t.Cleanup(func() { s.Close() })
-		db := mwMust(idem.SQLDB(context.Background(), s.DB()))(t)
+		db := mwMust(idemsql.SQLDB(context.Background(), s.DB()))(t)
 		mw := mwMust(idemhttp.AtomicMiddleware(db, s, cfg))(t)
 		return mwServeHandler(t, mw(h)).URL
 	}},

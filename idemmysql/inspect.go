@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/cursor"
 )
 
@@ -97,7 +98,7 @@ func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record,
 		return idem.Record{}, err
 	}
 	var rec idem.Record
-	err := idem.RetrySerializationFailures(ctx, func() error {
+	err := idemsql.RetrySerializationFailures(ctx, func() error {
 		return s.inTx(ctx, func(tx *sql.Tx) error {
 			var err error
 			rec, err = scanRecord(k, tx.QueryRowContext(ctx,

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
@@ -81,7 +82,7 @@ func (cfg Config) withDefaults() (Config, error) {
 			Fix: fmt.Sprintf("use a positive row count, or zero for the default %d", DefaultSweepBatch)}
 	}
 	// The name rules are the migrations' (package migrate), which create the table.
-	if err := migrate.CheckName(idem.MySQL, migrate.Records(cfg.Table), "idemmysql.Config.Table"); err != nil {
+	if err := migrate.CheckName(idemsql.MySQL, migrate.Records(cfg.Table), "idemmysql.Config.Table"); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
@@ -154,7 +155,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 		if err := checkStrict(ctx, db); err != nil {
 			return nil, err
 		}
-		if err := migrate.Ensure(ctx, idem.SQLDBFor(idem.MySQL, db), cfg.SkipMigrate, migrate.Records(cfg.Table)); err != nil {
+		if err := migrate.Ensure(ctx, idemsql.SQLDBFor(Driver(), db), cfg.SkipMigrate, migrate.Records(cfg.Table)); err != nil {
 			return nil, err
 		}
 	}
@@ -271,7 +272,7 @@ func (s *Store) callClaim(ctx context.Context, c idem.Claim, query string) (res 
 		fp = []byte{}
 	}
 	var token int64
-	err = idem.RetrySerializationFailures(ctx, func() error {
+	err = idemsql.RetrySerializationFailures(ctx, func() error {
 		return s.db.QueryRowContext(ctx, query, c.Key.Scope, c.Key.ID, fp, micros(c.Lease), micros(c.Retention)).Scan(&token)
 	})
 	switch {
@@ -402,7 +403,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 // a deadlock. idem's errors from fn (ErrLeaseLost, ErrCompleted) pass unchanged;
 // driver errors become *idem.BackendError.
 func (s *Store) ownTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
-	return finalErr(ctx, op, idem.RetrySerializationFailures(ctx, func() error { return s.inTx(ctx, fn) }))
+	return finalErr(ctx, op, idemsql.RetrySerializationFailures(ctx, func() error { return s.inTx(ctx, fn) }))
 }
 
 func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {

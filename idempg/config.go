@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/migrate"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -53,7 +54,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.SweepBatch = DefaultSweepBatch
 	}
 	// The name rules are the migrations' (package migrate), which create the table.
-	if err := migrate.CheckName(idem.Postgres, migrate.Records(cfg.Table), "idempg.Config.Table"); err != nil {
+	if err := migrate.CheckName(idemsql.Postgres, migrate.Records(cfg.Table), "idempg.Config.Table"); err != nil {
 		return cfg, err
 	}
 	if cfg.SweepBatch < 0 {

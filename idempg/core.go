@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
@@ -34,7 +35,7 @@ type core[Tx any] struct {
 	sweepBatch int
 }
 
-func newCore[Tx, MTx any](ctx context.Context, cfg Config, db conn, txConn func(Tx) conn, mdb idem.TxDB[MTx]) (core[Tx], error) {
+func newCore[Tx, MTx any](ctx context.Context, cfg Config, db conn, txConn func(Tx) conn, mdb idemsql.TxDB[MTx]) (core[Tx], error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return core[Tx]{}, err

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // SQLStore is an idem.Store on a database/sql handle, with the transactional twins of
@@ -29,7 +30,7 @@ func NewSQL(ctx context.Context, db *sql.DB, cfg Config) (*SQLStore, error) {
 	if db == nil {
 		return nil, &idem.InputError{Field: "db", Reason: "is nil", Fix: `pass a handle from sql.Open("pgx", url)`}
 	}
-	c, err := newCore(ctx, cfg, sqlConn{db}, sqlTxConn, idem.SQLDBFor(idem.Postgres, db))
+	c, err := newCore(ctx, cfg, sqlConn{db}, sqlTxConn, idemsql.SQLDBFor(Driver(), db))
 	if err != nil {
 		return nil, err
 	}

@@ -3,33 +3,32 @@ package idempg
 import (
 	"context"
 
+	"github.com/idemhq/idem/idemsql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idemhq/idem"
 )
 
-// TxDB returns the idem.TxDB of a pgx pool: how idem's transactional components
+// TxDB returns the idemsql.TxDB of a pgx pool: how idem's transactional components
 // (inbox, outbox, idemseq) begin, commit and query pgx transactions.
-func TxDB(pool *pgxpool.Pool) idem.TxDB[pgx.Tx] {
-	return idem.TxDB[pgx.Tx]{
-		Dialect:  idem.Postgres,
+func TxDB(pool *pgxpool.Pool) idemsql.TxDB[pgx.Tx] {
+	return idemsql.TxDB[pgx.Tx]{
+		Driver:   Driver(),
 		Begin:    func(ctx context.Context) (pgx.Tx, error) { return pool.Begin(ctx) },
 		Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 		Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
 		Querier:  Querier,
-		Read:     func(_ context.Context, fn func(idem.Querier) error) error { return fn(pgxQuerier{pool}) },
+		Read:     func(_ context.Context, fn func(idemsql.Querier) error) error { return fn(pgxQuerier{pool}) },
 		// BEGIN rides with the first statement: see pipeTx.
 		BeginPipelined: func(ctx context.Context) (pgx.Tx, error) { return beginPipelined(ctx, pool) },
 	}
 }
 
-// Querier adapts a pgx transaction to idem.Querier.
-func Querier(tx pgx.Tx) idem.Querier { return pgxQuerier{tx} }
+// Querier adapts a pgx transaction to idemsql.Querier.
+func Querier(tx pgx.Tx) idemsql.Querier { return pgxQuerier{tx} }
 
 // pgxRunner is what a Querier needs of pgx: a transaction, or the pool for
-// statements outside any transaction (idem.TxDB.Read).
+// statements outside any transaction (idemsql.TxDB.Read).
 type pgxRunner interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -38,11 +37,11 @@ type pgxRunner interface {
 
 type pgxQuerier struct{ tx pgxRunner }
 
-func (q pgxQuerier) QueryRow(ctx context.Context, query string, args ...any) idem.Row {
+func (q pgxQuerier) QueryRow(ctx context.Context, query string, args ...any) idemsql.Row {
 	return q.tx.QueryRow(ctx, query, args...)
 }
 
-func (q pgxQuerier) Query(ctx context.Context, query string, args ...any) (idem.Rows, error) {
+func (q pgxQuerier) Query(ctx context.Context, query string, args ...any) (idemsql.Rows, error) {
 	return q.tx.Query(ctx, query, args...)
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempubsub"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 )
@@ -53,7 +54,7 @@ func TestBadInputDeadLetters(t *testing.T) {
 	if _, err := db.Exec("CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL, trace TEXT NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
-	txdb, err := idem.SQLDB(ctx, db)
+	txdb, err := idemsql.SQLDB(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -69,8 +69,12 @@ func MySQLTable(ctx context.Context, db *sql.DB, name string, block uint64) (Blo
 // block size. The steps are idempotent; they run again if InnoDB rolls one back to
 // break a deadlock between processes creating the same row.
 func mysqlHiLoOpen(ctx context.Context, db *sql.DB, name string, block uint64) (stored int64, err error) {
-	err = idem.RetrySerializationFailures(ctx, func() error {
-		if err := migrate.Up(ctx, idem.SQLDBFor(idem.MySQL, db), migrate.HiLo); err != nil {
+	err = idemsql.RetrySerializationFailures(ctx, func() error {
+		drv, err := idemsql.DriverFor(idemsql.MySQL)
+		if err != nil {
+			return err
+		}
+		if err := migrate.Up(ctx, idemsql.SQLDBFor(drv, db), migrate.HiLo); err != nil {
 			return err
 		}
 		if _, err := db.ExecContext(ctx, mysqlHiLoInsert, name, int64(block)); err != nil {

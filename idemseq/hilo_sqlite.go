@@ -6,7 +6,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/migrate"
 )
@@ -70,9 +70,13 @@ func SQLiteTable(ctx context.Context, db *sql.DB, name string, block uint64) (Bl
 // busy timeout does not apply (while the first one switches the file to WAL), so the
 // steps, all idempotent, are tried again for up to openBusyFor.
 func sqliteHiLoOpen(ctx context.Context, db *sql.DB, name string, block uint64) (stored int64, err error) {
+	drv, err := idemsql.DriverFor(idemsql.SQLite)
+	if err != nil {
+		return 0, err
+	}
 	deadline := time.Now().Add(openBusyFor)
 	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
-		err = migrate.Up(ctx, idem.SQLDBFor(idem.SQLite, db), migrate.HiLo)
+		err = migrate.Up(ctx, idemsql.SQLDBFor(drv, db), migrate.HiLo)
 		if err == nil {
 			_, err = db.ExecContext(ctx, sqliteHiLoInsert, name, int64(block))
 		}

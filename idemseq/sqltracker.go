@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -14,7 +15,7 @@ import (
 // (Config.Scope, producer). CheckTx joins the caller's transaction, so the number is
 // recorded exactly when the effect commits.
 type SQLTracker[Tx any] struct {
-	db  idem.TxDB[Tx]
+	db  idemsql.TxDB[Tx]
 	cfg Config
 }
 
@@ -24,7 +25,7 @@ var _ Tracker = (*SQLTracker[*sql.Tx])(nil)
 // or PostgreSQL (pgx's stdlib driver), creating its table if missing. The dialect is
 // detected from the database itself.
 func OpenSQL(ctx context.Context, db *sql.DB, cfg Config) (*SQLTracker[*sql.Tx], error) {
-	tdb, err := idem.SQLDB(ctx, db)
+	tdb, err := idemsql.SQLDB(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +34,7 @@ func OpenSQL(ctx context.Context, db *sql.DB, cfg Config) (*SQLTracker[*sql.Tx],
 
 // NewSQLTracker returns a tracker on db, creating or upgrading its table (package
 // migrate) unless cfg.SkipMigrate is set.
-func NewSQLTracker[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*SQLTracker[Tx], error) {
+func NewSQLTracker[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config) (*SQLTracker[Tx], error) {
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return nil, err
@@ -92,24 +93,24 @@ func (t *SQLTracker[Tx]) Check(ctx context.Context, producer string, epoch, seq 
 	if err := CheckArgs(producer, epoch, seq); err != nil {
 		return 0, err
 	}
-	err = t.inTx(ctx, "check", func(q idem.Querier) (err error) {
+	err = t.inTx(ctx, "check", func(q idemsql.Querier) (err error) {
 		v, err = t.check(ctx, q, producer, epoch, seq)
 		return err
 	})
 	return v, err
 }
 
-func (t *SQLTracker[Tx]) check(ctx context.Context, q idem.Querier, producer string, epoch, seq uint64) (Verdict, error) {
+func (t *SQLTracker[Tx]) check(ctx context.Context, q idemsql.Querier, producer string, epoch, seq uint64) (Verdict, error) {
 	w, _ := NewWindow(t.cfg.Window) // validated in NewSQLTracker
 	var (
 		e, n   int64
 		bitmap []byte
 		err    error
 	)
-	switch t.db.Dialect {
-	case idem.SQLite:
+	switch t.db.Dialect() {
+	case idemsql.SQLite:
 		err = q.QueryRow(ctx, lockUpsert, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
-	case idem.MySQL:
+	case idemsql.MySQL:
 		if _, err = q.Exec(ctx, mysqlLockUpsert, t.cfg.Scope, producer); err == nil {
 			err = q.QueryRow(ctx, selectForUpdate, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
 		}
@@ -146,9 +147,9 @@ func (t *SQLTracker[Tx]) Register(ctx context.Context, producer string) (r Regis
 	if err := CheckArgs(producer, 0, 0); err != nil {
 		return Registration{}, err
 	}
-	err = t.inTx(ctx, "register", func(q idem.Querier) error {
+	err = t.inTx(ctx, "register", func(q idemsql.Querier) error {
 		var e, n int64
-		if t.db.Dialect == idem.MySQL {
+		if t.db.Dialect() == idemsql.MySQL {
 			// The upsert holds the row's lock until the end of the transaction, so
 			// the read sees this upsert's epoch.
 			if _, err := q.Exec(ctx, mysqlRegister, t.cfg.Scope, producer); err != nil {
@@ -168,8 +169,8 @@ func (t *SQLTracker[Tx]) Register(ctx context.Context, producer string) (r Regis
 
 // inTx runs fn in a transaction of its own, again if the database rolled it back to
 // break a deadlock (MySQL does, between first checks of a new producer).
-func (t *SQLTracker[Tx]) inTx(ctx context.Context, op string, fn func(idem.Querier) error) error {
-	err := idem.RetrySerializationFailures(ctx, func() error {
+func (t *SQLTracker[Tx]) inTx(ctx context.Context, op string, fn func(idemsql.Querier) error) error {
+	err := idemsql.RetrySerializationFailures(ctx, func() error {
 		return t.db.InTx(ctx, func(tx Tx) error { return fn(t.db.Querier(tx)) })
 	})
 	if err != nil {
@@ -186,5 +187,5 @@ func (t *SQLTracker[Tx]) backendErr(ctx context.Context, op string, err error) e
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}
-	return &idem.BackendError{Backend: t.db.Dialect.String(), Op: "seq." + op, Err: err}
+	return &idem.BackendError{Backend: t.db.Dialect().String(), Op: "seq." + op, Err: err}
 }

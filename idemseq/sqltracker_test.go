@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemseq"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -105,7 +106,7 @@ func testCheckTx(t *testing.T, db *sql.DB) {
 		if err != nil || v != idemseq.Accepted {
 			return v, err
 		}
-		query, args := idem.Rebind("INSERT INTO effects VALUES ('p', $1)", []any{int64(seq)})
+		query, args := idemsql.Rebind("INSERT INTO effects VALUES ('p', $1)", []any{int64(seq)})
 		if !strings.Contains(fmt.Sprintf("%T", db.Driver()), "mysql") {
 			query, args = "INSERT INTO effects VALUES ('p', $1)", []any{int64(seq)}
 		}

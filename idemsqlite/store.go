@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
@@ -128,7 +129,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 }
 
 func newStore(ctx context.Context, db *sql.DB, cfg Config, ownDB bool) (*Store, error) {
-	if err := migrate.Ensure(ctx, idem.SQLDBFor(idem.SQLite, db), cfg.SkipMigrate, migrate.Records(migrate.DefaultRecordsTable)); err != nil {
+	if err := migrate.Ensure(ctx, idemsql.SQLDBFor(Driver(), db), cfg.SkipMigrate, migrate.Records(migrate.DefaultRecordsTable)); err != nil {
 		return nil, err
 	}
 	m, err := metrics.NewStore(cfg.Registerer, backend)

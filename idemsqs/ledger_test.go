@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 )
@@ -23,7 +24,7 @@ import (
 type ledger struct {
 	db       *sql.DB
 	consumer *inbox.Consumer[*sql.Tx]
-	txdb     idem.TxDB[*sql.Tx]
+	txdb     idemsql.TxDB[*sql.Tx]
 	src      *countingSource
 }
 
@@ -39,7 +40,7 @@ func newLedger(t *testing.T, src idem.Source) *ledger {
 	if _, err := l.db.Exec("CREATE TABLE ledger (msg_id TEXT NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
-	if l.txdb, err = idem.SQLDB(ctx, l.db); err != nil {
+	if l.txdb, err = idemsql.SQLDB(ctx, l.db); err != nil {
 		t.Fatal(err)
 	}
 	apply := func(ctx context.Context, tx *sql.Tx, m idem.Message) error {

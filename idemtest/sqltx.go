@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // SQLTxEnv is the TxEnv of a database/sql backend: transactions on db, and a business
@@ -26,7 +27,7 @@ func SQLTxEnv(t *testing.T, db *sql.DB, s idem.TxStore[*sql.Tx]) TxEnv[*sql.Tx] 
 	}
 	q := func(query string, args ...any) (string, []any) { return query, args }
 	if strings.Contains(fmt.Sprintf("%T", db.Driver()), "mysql") {
-		q = func(query string, args ...any) (string, []any) { return idem.Rebind(query, args) }
+		q = func(query string, args ...any) (string, []any) { return idemsql.Rebind(query, args) }
 	}
 	return TxEnv[*sql.Tx]{
 		Store:    s,

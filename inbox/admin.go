@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // The states of a dead letter (DeadLetter.State).
@@ -47,12 +48,12 @@ var ErrDeadLetterClosed = errors.New("inbox: the dead letter was already replaye
 // the database alone. It never runs a handler: a requested replay is performed by
 // the letter's consumer (Consumer.Run polls for requests), exactly once.
 type DeadLetterAdmin[Tx any] struct {
-	db idem.TxDB[Tx]
+	db idemsql.TxDB[Tx]
 }
 
 // NewDeadLetterAdmin returns the admin of db's dead letters. The schema must be up
 // to date (a Consumer's New, or `idem migrate up`, applies it).
-func NewDeadLetterAdmin[Tx any](db idem.TxDB[Tx]) *DeadLetterAdmin[Tx] {
+func NewDeadLetterAdmin[Tx any](db idemsql.TxDB[Tx]) *DeadLetterAdmin[Tx] {
 	return &DeadLetterAdmin[Tx]{db: db}
 }
 
@@ -121,12 +122,12 @@ func (a *DeadLetterAdmin[Tx]) List(ctx context.Context, f DeadLetterFilter) ([]D
 	args = append(args, limit)
 	query := selectDeadLetter + "WHERE " + strings.Join(where, " AND ") + " ORDER BY d.id LIMIT $" + strconv.Itoa(len(args))
 	var out []DeadLetter
-	err := read(ctx, a.db, func(q idem.Querier) (err error) {
+	err := read(ctx, a.db, func(q idemsql.Querier) (err error) {
 		out, err = queryDeadLetters(ctx, q, query, args...)
 		return err
 	})
 	if err != nil {
-		return nil, &idem.BackendError{Backend: a.db.Dialect.String(), Op: "inbox.list_dead_letters", Err: err}
+		return nil, &idem.BackendError{Backend: a.db.Dialect().String(), Op: "inbox.list_dead_letters", Err: err}
 	}
 	return out, nil
 }
@@ -159,7 +160,7 @@ func likeEscape(s string) string {
 // cannot be decoded), or ErrNoDeadLetter.
 func (a *DeadLetterAdmin[Tx]) Get(ctx context.Context, id int64) (DeadLetter, error) {
 	var dl DeadLetter
-	err := read(ctx, a.db, func(q idem.Querier) (err error) {
+	err := read(ctx, a.db, func(q idemsql.Querier) (err error) {
 		dl, err = getDeadLetter(ctx, q, selectDeadLetter+"WHERE d.id = $1", id)
 		return err
 	})
@@ -167,7 +168,7 @@ func (a *DeadLetterAdmin[Tx]) Get(ctx context.Context, id int64) (DeadLetter, er
 		return dl, ErrNoDeadLetter
 	}
 	if err != nil {
-		return dl, &idem.BackendError{Backend: a.db.Dialect.String(), Op: "inbox.get_dead_letter", Err: err}
+		return dl, &idem.BackendError{Backend: a.db.Dialect().String(), Op: "inbox.get_dead_letter", Err: err}
 	}
 	return dl, nil
 }
@@ -208,7 +209,7 @@ func (a *DeadLetterAdmin[Tx]) RequestReplay(ctx context.Context, ids []int64, re
 			return err
 		})
 		if err != nil {
-			return out[:i], &idem.BackendError{Backend: a.db.Dialect.String(), Op: "inbox.request_replay", Err: err}
+			return out[:i], &idem.BackendError{Backend: a.db.Dialect().String(), Op: "inbox.request_replay", Err: err}
 		}
 	}
 	return out, nil
@@ -245,7 +246,7 @@ func (a *DeadLetterAdmin[Tx]) Discard(ctx context.Context, id int64, reason stri
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrNoDeadLetter) && !errors.Is(err, ErrDeadLetterClosed) {
-		return &idem.BackendError{Backend: a.db.Dialect.String(), Op: "inbox.discard_dead_letter", Err: err}
+		return &idem.BackendError{Backend: a.db.Dialect().String(), Op: "inbox.discard_dead_letter", Err: err}
 	}
 	return err
 }
@@ -253,9 +254,9 @@ func (a *DeadLetterAdmin[Tx]) Discard(ctx context.Context, id int64, reason stri
 // lockLetter locks dead letter id's row (on PostgreSQL and MySQL; a SQLite
 // transaction holds the write lock already) and returns its consumer and whether
 // it is closed (replayed or discarded).
-func (a *DeadLetterAdmin[Tx]) lockLetter(ctx context.Context, q idem.Querier, id int64) (consumer string, closed bool, err error) {
+func (a *DeadLetterAdmin[Tx]) lockLetter(ctx context.Context, q idemsql.Querier, id int64) (consumer string, closed bool, err error) {
 	var replayed *int64
-	err = q.QueryRow(ctx, "SELECT consumer, replayed_at FROM idem_dead_letters WHERE id = $1"+forUpdate(a.db.Dialect), id).
+	err = q.QueryRow(ctx, "SELECT consumer, replayed_at FROM idem_dead_letters WHERE id = $1"+forUpdate(a.db.Dialect()), id).
 		Scan(&consumer, &replayed)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, ErrNoDeadLetter
@@ -265,25 +266,27 @@ func (a *DeadLetterAdmin[Tx]) lockLetter(ctx context.Context, q idem.Querier, id
 
 // upsert returns the conflict clause of an insert into idem_dead_letters_ops that
 // sets cols to the inserted values; more assignments may follow it.
-func (a *DeadLetterAdmin[Tx]) upsert(cols ...string) string { return upsertOps(a.db.Dialect, cols...) }
+func (a *DeadLetterAdmin[Tx]) upsert(cols ...string) string {
+	return upsertOps(a.db.Dialect(), cols...)
+}
 
-func upsertOps(d idem.Dialect, cols ...string) string {
+func upsertOps(d idemsql.Dialect, cols ...string) string {
 	set := make([]string, len(cols))
 	for i, c := range cols {
-		if d == idem.MySQL {
+		if d == idemsql.MySQL {
 			set[i] = c + " = VALUES(" + c + ")"
 		} else {
 			set[i] = c + " = excluded." + c
 		}
 	}
-	if d == idem.MySQL {
+	if d == idemsql.MySQL {
 		return " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
 	}
 	return " ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ")
 }
 
-func forUpdate(d idem.Dialect) string {
-	if d == idem.SQLite {
+func forUpdate(d idemsql.Dialect) string {
+	if d == idemsql.SQLite {
 		return ""
 	}
 	return " FOR UPDATE"
@@ -294,7 +297,7 @@ func reasonTooLong(field, reason string) error {
 		Fix: "keep it to a sentence; link to a ticket for more"}
 }
 
-func queryDeadLetters(ctx context.Context, q idem.Querier, query string, args ...any) ([]DeadLetter, error) {
+func queryDeadLetters(ctx context.Context, q idemsql.Querier, query string, args ...any) ([]DeadLetter, error) {
 	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -313,7 +316,7 @@ func queryDeadLetters(ctx context.Context, q idem.Querier, query string, args ..
 
 // getDeadLetter returns the one dead letter query selects, or sql.ErrNoRows. It
 // reads through Query, not QueryRow: scanDeadLetter may read a row twice.
-func getDeadLetter(ctx context.Context, q idem.Querier, query string, args ...any) (DeadLetter, error) {
+func getDeadLetter(ctx context.Context, q idemsql.Querier, query string, args ...any) (DeadLetter, error) {
 	dls, err := queryDeadLetters(ctx, q, query, args...)
 	if err != nil {
 		return DeadLetter{}, err
@@ -326,7 +329,7 @@ func getDeadLetter(ctx context.Context, q idem.Querier, query string, args ...an
 
 // read runs fn outside a transaction where db can (on SQLite a transaction would
 // take the write lock), and in one otherwise.
-func read[Tx any](ctx context.Context, db idem.TxDB[Tx], fn func(q idem.Querier) error) error {
+func read[Tx any](ctx context.Context, db idemsql.TxDB[Tx], fn func(q idemsql.Querier) error) error {
 	if db.Read != nil {
 		return db.Read(ctx, fn)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -49,7 +50,7 @@ func benchProcess(b *testing.B, tp trace.TracerProvider) {
 	if _, err := s.DB().ExecContext(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
 		b.Fatal(err)
 	}
-	txdb, err := idem.SQLDB(ctx, s.DB())
+	txdb, err := idemsql.SQLDB(ctx, s.DB())
 	if err != nil {
 		b.Fatal(err)
 	}

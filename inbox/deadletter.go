@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/rowscan"
 	"github.com/idemhq/idem/internal/sqltext"
@@ -64,7 +65,7 @@ const (
 	maxDeadReason = 8 << 10
 )
 
-func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idem.Querier, it *item) error {
+func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idemsql.Querier, it *item) error {
 	headers, err := json.Marshal(it.d.Headers)
 	if err != nil {
 		return err
@@ -79,7 +80,7 @@ func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idem.Querier, it 
 		payload = []byte{}
 	}
 	conflict := ` ON CONFLICT (consumer, msg_id) WHERE replayed_at IS NULL AND msg_id <> '' DO NOTHING`
-	if c.db.Dialect == idem.MySQL {
+	if c.db.Dialect() == idemsql.MySQL {
 		// Not IGNORE, which would also turn a value too long for its column into a
 		// warning: the duplicate alone is skipped.
 		conflict = ` ON DUPLICATE KEY UPDATE id = id`
@@ -106,7 +107,7 @@ func (c *Consumer[Tx]) DeadLetters(ctx context.Context, limit int) ([]DeadLetter
 		return err
 	})
 	if err != nil {
-		return nil, &idem.BackendError{Backend: c.db.Dialect.String(), Op: "inbox.dead_letters", Err: err}
+		return nil, &idem.BackendError{Backend: c.db.Dialect().String(), Op: "inbox.dead_letters", Err: err}
 	}
 	return out, nil
 }
@@ -119,7 +120,7 @@ var deadLetterColumns = []string{"id", "consumer", "msg_id", "topic", "position"
 // scanDeadLetter scans a row of selectDeadLetter. What of the row cannot be
 // decoded is the letter's DecodeError, not an error: one bad row must not hide
 // the others from the operator.
-func scanDeadLetter(r idem.Row) (DeadLetter, error) {
+func scanDeadLetter(r idemsql.Row) (DeadLetter, error) {
 	var (
 		dl                             DeadLetter
 		headers                        string
@@ -230,7 +231,7 @@ func (c *Consumer[Tx]) replay(ctx context.Context, span trace.Span, id int64, re
 			note = "applied"
 		}
 		_, err = q.Exec(ctx, `INSERT INTO idem_dead_letters_ops (id, consumer, replay_note) VALUES ($1, $2, $3)`+
-			upsertOps(c.db.Dialect, "replay_note")+", replay_requested_at = NULL", id, c.cfg.Consumer, note)
+			upsertOps(c.db.Dialect(), "replay_note")+", replay_requested_at = NULL", id, c.cfg.Consumer, note)
 		return err
 	})
 	return applied, err

@@ -60,13 +60,13 @@
 // # Databases
 //
 // The consumer is generic in the transaction type: idempg.TxDB and idempg.Store for
-// pgx, idem.SQLDB with idempg.SQLStore or idemsqlite.Store for database/sql. The key
+// pgx, idemsql.SQLDB with idempg.SQLStore or idemsqlite.Store for database/sql. The key
 // store must keep its records in the same database as the effects; that is what
 // makes the key and the effect commit together.
 //
 // On idempg.TxDB a message processed alone costs the round trips of a plain
 // BEGIN, INSERT, COMMIT: its key is recorded as applied in one statement, sent in
-// one pipeline with the BEGIN (idem.TxDB.BeginPipelined), then the handler's
+// one pipeline with the BEGIN (idemsql.TxDB.BeginPipelined), then the handler's
 // statements run, then COMMIT.
 //
 // # Tracing

@@ -15,6 +15,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -173,7 +174,7 @@ func TestDuplicateLinksToApplierMySQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	txdb, err := idem.SQLDB(ctx, db)
+	txdb, err := idemsql.SQLDB(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 )
@@ -30,7 +31,7 @@ func Example() {
 	defer store.Close()
 	db := store.DB()
 	db.Exec("CREATE TABLE ledger (order_id TEXT, amount INTEGER)")
-	txdb, _ := idem.SQLDB(ctx, db)
+	txdb, _ := idemsql.SQLDB(ctx, db)
 
 	broker := newFakeBroker()
 	order := idem.Message{ID: "order-1", Topic: "orders", Payload: []byte(`{"amount": 30}`)}

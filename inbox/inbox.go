@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/sqltext"
@@ -27,7 +28,7 @@ type Handler[Tx any] func(ctx context.Context, tx Tx, m idem.Message) error
 // transaction. Create it with New and start it with Run.
 type Consumer[Tx any] struct {
 	src      idem.Source
-	db       idem.TxDB[Tx]
+	db       idemsql.TxDB[Tx]
 	store    idem.TxStore[Tx]
 	recorder idem.TxRecorder[Tx]       // store's one-statement batch path, if it has one
 	results  idem.TxResultRecorder[Tx] // the same, able to record who applied a key (tracing)
@@ -56,7 +57,7 @@ type failure struct {
 // keys in store, which must keep its records in db's database (idempg.Store for
 // pgx, idempg.SQLStore or idemsqlite.Store for database/sql). It creates the
 // dead-letter table idem_dead_letters if missing.
-func New[Tx any](ctx context.Context, src idem.Source, db idem.TxDB[Tx], store idem.TxStore[Tx], handle Handler[Tx], cfg Config,
+func New[Tx any](ctx context.Context, src idem.Source, db idemsql.TxDB[Tx], store idem.TxStore[Tx], handle Handler[Tx], cfg Config,
 	opts ...Option[Tx]) (*Consumer[Tx], error) {
 	batch := cfg.BatchSize // as asked, before defaults
 	cfg, err := cfg.withDefaults()

@@ -18,6 +18,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/inbox"
@@ -27,7 +28,7 @@ import (
 // bundle is one database with a ledger table, its TxDB and key store.
 type bundle struct {
 	db    *sql.DB
-	txdb  idem.TxDB[*sql.Tx]
+	txdb  idemsql.TxDB[*sql.Tx]
 	store idem.TxStore[*sql.Tx]
 }
 
@@ -62,7 +63,7 @@ func finishBundle(t *testing.T, db *sql.DB, s idem.TxStore[*sql.Tx]) bundle {
 	if _, err := db.ExecContext(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
-	txdb, err := idem.SQLDB(ctx, db)
+	txdb, err := idemsql.SQLDB(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemseq"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -26,7 +27,7 @@ const (
 // idem_sequences per source (epoch = commit LSN, next = index + 1), written in the
 // effect's transaction, so the state stays the same size however many messages flow.
 type LSNTracker[Tx any] struct {
-	db    idem.TxDB[Tx]
+	db    idemsql.TxDB[Tx]
 	scope string
 }
 
@@ -40,7 +41,7 @@ type LSNConfig struct {
 }
 
 // NewLSNTracker returns a tracker on db, creating idem_sequences if missing.
-func NewLSNTracker[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg LSNConfig) (*LSNTracker[Tx], error) {
+func NewLSNTracker[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg LSNConfig) (*LSNTracker[Tx], error) {
 	if cfg.Scope == "" {
 		cfg.Scope = "lsn"
 	}
@@ -82,15 +83,15 @@ func (t *LSNTracker[Tx]) CheckTx(ctx context.Context, tx Tx, source string, lsn,
 	}
 	v, err := t.check(ctx, t.db.Querier(tx), source, int64(lsn), int64(index))
 	if err != nil {
-		return 0, &idem.BackendError{Backend: t.db.Dialect.String(), Op: "lsn.check", Err: err}
+		return 0, &idem.BackendError{Backend: t.db.Dialect().String(), Op: "lsn.check", Err: err}
 	}
 	return v, nil
 }
 
 // check stores the watermark {lsn, index} as epoch = lsn, next = index + 1; a fresh
 // row is {0, 0}, below every position.
-func (t *LSNTracker[Tx]) check(ctx context.Context, q idem.Querier, source string, lsn, index int64) (idemseq.Verdict, error) {
-	if t.db.Dialect != idem.MySQL {
+func (t *LSNTracker[Tx]) check(ctx context.Context, q idemsql.Querier, source string, lsn, index int64) (idemseq.Verdict, error) {
+	if t.db.Dialect() != idemsql.MySQL {
 		var one int
 		err := q.QueryRow(ctx, lsnUpsert, t.scope, source, lsn, index+1).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too

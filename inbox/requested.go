@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltext"
 )
 
@@ -32,7 +33,7 @@ func (c *Consumer[Tx]) ReplayRequested(ctx context.Context) (int, error) {
 		attempts int
 	}
 	var reqs []req
-	err := read(ctx, c.db, func(q idem.Querier) error {
+	err := read(ctx, c.db, func(q idemsql.Querier) error {
 		reqs = nil
 		rows, err := q.Query(ctx, `SELECT o.id, o.replay_attempts FROM idem_dead_letters_ops o
 			JOIN idem_dead_letters d ON d.id = o.id
@@ -52,7 +53,7 @@ func (c *Consumer[Tx]) ReplayRequested(ctx context.Context) (int, error) {
 		return rows.Err()
 	})
 	if err != nil {
-		return 0, &idem.BackendError{Backend: c.db.Dialect.String(), Op: "inbox.replay_requested", Err: err}
+		return 0, &idem.BackendError{Backend: c.db.Dialect().String(), Op: "inbox.replay_requested", Err: err}
 	}
 	done := 0
 	for _, r := range reqs {
@@ -89,7 +90,7 @@ func (c *Consumer[Tx]) replayRequest(ctx context.Context, id int64, attempts int
 		return false, nil
 	}
 	if ferr := c.replayFailed(ctx, id, attempts+1, rerr); ferr != nil {
-		return false, &idem.BackendError{Backend: c.db.Dialect.String(), Op: "inbox.replay_requested", Err: ferr}
+		return false, &idem.BackendError{Backend: c.db.Dialect().String(), Op: "inbox.replay_requested", Err: ferr}
 	}
 	return false, nil
 }

@@ -9,17 +9,18 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/wait"
 )
 
 // The bookkeeping table. Its component column holds Set.Name: for the records table
 // that is the table's name, as PostgreSQL stores recorded it before this package.
-var createTable = map[idem.Dialect]string{
-	idem.Postgres: `CREATE TABLE IF NOT EXISTS idem_migrations (component text NOT NULL, version int NOT NULL, name text NOT NULL, ` +
+var createTable = map[idemsql.Dialect]string{
+	idemsql.Postgres: `CREATE TABLE IF NOT EXISTS idem_migrations (component text NOT NULL, version int NOT NULL, name text NOT NULL, ` +
 		`applied_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (component, version))`,
-	idem.SQLite: `CREATE TABLE IF NOT EXISTS idem_migrations (component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL, ` +
+	idemsql.SQLite: `CREATE TABLE IF NOT EXISTS idem_migrations (component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL, ` +
 		`applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), PRIMARY KEY (component, version))`,
-	idem.MySQL: "CREATE TABLE IF NOT EXISTS idem_migrations (component VARCHAR(255) NOT NULL, version INT NOT NULL, name VARCHAR(255) NOT NULL, " +
+	idemsql.MySQL: "CREATE TABLE IF NOT EXISTS idem_migrations (component VARCHAR(255) NOT NULL, version INT NOT NULL, name VARCHAR(255) NOT NULL, " +
 		"applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), PRIMARY KEY (component, version)) ENGINE=InnoDB",
 }
 
@@ -28,10 +29,10 @@ var createTable = map[idem.Dialect]string{
 // On SQLite a write as the transaction's first statement takes the write lock, and
 // waits for it under busy_timeout; a later write would instead fail at once when
 // another writer committed since the transaction's first read.
-var lockSQL = map[idem.Dialect]string{
-	idem.Postgres: `SELECT pg_advisory_xact_lock(hashtextextended('idempg.migrate:' || COALESCE(current_schema(), ''), 0))`,
-	idem.SQLite:   `DELETE FROM idem_migrations WHERE 0`,
-	idem.MySQL:    `SELECT GET_LOCK(CONCAT('idem.migrate:', COALESCE(DATABASE(), '')), 60)`,
+var lockSQL = map[idemsql.Dialect]string{
+	idemsql.Postgres: `SELECT pg_advisory_xact_lock(hashtextextended('idempg.migrate:' || COALESCE(current_schema(), ''), 0))`,
+	idemsql.SQLite:   `DELETE FROM idem_migrations WHERE 0`,
+	idemsql.MySQL:    `SELECT GET_LOCK(CONCAT('idem.migrate:', COALESCE(DATABASE(), '')), 60)`,
 }
 
 // mysqlUnlockSQL releases the named lock, which belongs to the connection, not to
@@ -45,7 +46,7 @@ const (
 )
 
 // Up applies every pending migration of sets in one transaction, under the lock.
-func Up[Tx any](ctx context.Context, db idem.TxDB[Tx], sets ...Set) error {
+func Up[Tx any](ctx context.Context, db idemsql.TxDB[Tx], sets ...Set) error {
 	plans, err := plan(db, sets)
 	if err != nil {
 		return err
@@ -53,8 +54,8 @@ func Up[Tx any](ctx context.Context, db idem.TxDB[Tx], sets ...Set) error {
 	if upToDate(ctx, db, plans) {
 		return nil // the common case, a restart: no lock, no write
 	}
-	return retryBusy(ctx, db.Dialect, func() error {
-		return locked(ctx, db, func(q idem.Querier, applied map[string]int) error {
+	return retryBusy(ctx, db.Dialect(), func() error {
+		return locked(ctx, db, func(q idemsql.Querier, applied map[string]int) error {
 			for _, p := range plans {
 				for _, st := range p.Steps {
 					if st.Version <= applied[p.Name] {
@@ -62,7 +63,7 @@ func Up[Tx any](ctx context.Context, db idem.TxDB[Tx], sets ...Set) error {
 					}
 					// No arguments: both drivers of PostgreSQL send the text with the
 					// simple protocol, which runs several statements; so does SQLite.
-					if err := execScript(ctx, db.Dialect, q, st.Up); err != nil {
+					if err := execScript(ctx, db.Dialect(), q, st.Up); err != nil {
 						return fmt.Errorf("migrate %s %s: %w", p.Set, st.Name, err)
 					}
 					if _, err := q.Exec(ctx, recordSQL, p.Name, st.Version, st.Name); err != nil {
@@ -78,13 +79,13 @@ func Up[Tx any](ctx context.Context, db idem.TxDB[Tx], sets ...Set) error {
 // upToDate reports whether every plan is applied already, read without a lock
 // where db can read outside a transaction. A failed read says no: Up then takes
 // the lock and looks again.
-func upToDate[Tx any](ctx context.Context, db idem.TxDB[Tx], plans []State) bool {
+func upToDate[Tx any](ctx context.Context, db idemsql.TxDB[Tx], plans []State) bool {
 	if db.Read == nil {
 		return false
 	}
 	var applied map[string]int
-	if err := db.Read(ctx, func(q idem.Querier) (err error) {
-		applied, err = readApplied(ctx, db.Dialect, q)
+	if err := db.Read(ctx, func(q idemsql.Querier) (err error) {
+		applied, err = readApplied(ctx, db.Dialect(), q)
 		return err
 	}); err != nil {
 		return false
@@ -99,19 +100,19 @@ func upToDate[Tx any](ctx context.Context, db idem.TxDB[Tx], plans []State) bool
 
 // Down rolls back the newest applied migration of set and returns it; ok is false
 // when nothing of set is applied.
-func Down[Tx any](ctx context.Context, db idem.TxDB[Tx], set Set) (rolled Step, ok bool, err error) {
+func Down[Tx any](ctx context.Context, db idemsql.TxDB[Tx], set Set) (rolled Step, ok bool, err error) {
 	plans, err := plan(db, []Set{set})
 	if err != nil {
 		return Step{}, false, err
 	}
-	err = retryBusy(ctx, db.Dialect, func() error {
-		return locked(ctx, db, func(q idem.Querier, applied map[string]int) error {
+	err = retryBusy(ctx, db.Dialect(), func() error {
+		return locked(ctx, db, func(q idemsql.Querier, applied map[string]int) error {
 			v := applied[set.Name]
 			for _, st := range plans[0].Steps {
 				if st.Version != v {
 					continue
 				}
-				if err := execScript(ctx, db.Dialect, q, st.Down); err != nil {
+				if err := execScript(ctx, db.Dialect(), q, st.Down); err != nil {
 					return fmt.Errorf("migrate down %s %s: %w", set, st.Name, err)
 				}
 				if _, err := q.Exec(ctx, forgetSQL, set.Name, v); err != nil {
@@ -130,18 +131,18 @@ func Down[Tx any](ctx context.Context, db idem.TxDB[Tx], set Set) (rolled Step, 
 }
 
 // Status reads how far each set is applied, without changing anything.
-func Status[Tx any](ctx context.Context, db idem.TxDB[Tx], sets ...Set) ([]State, error) {
+func Status[Tx any](ctx context.Context, db idemsql.TxDB[Tx], sets ...Set) ([]State, error) {
 	plans, err := plan(db, sets)
 	if err != nil {
 		return nil, err
 	}
 	var applied map[string]int
 	err = db.InTx(ctx, func(tx Tx) (err error) {
-		applied, err = readApplied(ctx, db.Dialect, db.Querier(tx))
+		applied, err = readApplied(ctx, db.Dialect(), db.Querier(tx))
 		return err
 	})
 	if err != nil {
-		return nil, &idem.BackendError{Backend: db.Dialect.String(), Op: "migrate.status", Err: err}
+		return nil, &idem.BackendError{Backend: db.Dialect().String(), Op: "migrate.status", Err: err}
 	}
 	for i := range plans {
 		plans[i].Applied = applied[plans[i].Name]
@@ -151,26 +152,26 @@ func Status[Tx any](ctx context.Context, db idem.TxDB[Tx], sets ...Set) ([]State
 
 // Require returns a *BehindError if a set lacks a migration this build has, and runs
 // no DDL: what a constructor with SkipMigrate calls.
-func Require[Tx any](ctx context.Context, db idem.TxDB[Tx], sets ...Set) error {
+func Require[Tx any](ctx context.Context, db idemsql.TxDB[Tx], sets ...Set) error {
 	states, err := Status(ctx, db, sets...)
 	if err != nil {
 		return err
 	}
 	for _, s := range states {
 		if p := s.Pending(); len(p) > 0 {
-			return &BehindError{Dialect: db.Dialect, Set: s.Set, Applied: s.Applied, Needed: s.Newest, Missing: p[0].Name}
+			return &BehindError{Dialect: db.Dialect(), Set: s.Set, Applied: s.Applied, Needed: s.Newest, Missing: p[0].Name}
 		}
 	}
 	return nil
 }
 
-func plan[Tx any](db idem.TxDB[Tx], sets []Set) ([]State, error) {
+func plan[Tx any](db idemsql.TxDB[Tx], sets []Set) ([]State, error) {
 	if err := db.Validate(); err != nil {
 		return nil, err
 	}
 	out := make([]State, 0, len(sets))
 	for _, s := range sets {
-		steps, err := Steps(db.Dialect, s)
+		steps, err := Steps(db.Dialect(), s)
 		if err != nil {
 			return nil, err
 		}
@@ -181,9 +182,9 @@ func plan[Tx any](db idem.TxDB[Tx], sets []Set) ([]State, error) {
 
 // locked runs fn in a transaction that holds the migration lock, with the versions
 // applied so far.
-func locked[Tx any](ctx context.Context, db idem.TxDB[Tx], fn func(q idem.Querier, applied map[string]int) error) error {
-	d := db.Dialect
-	if d == idem.SQLite {
+func locked[Tx any](ctx context.Context, db idemsql.TxDB[Tx], fn func(q idemsql.Querier, applied map[string]int) error) error {
+	d := db.Dialect()
+	if d == idemsql.SQLite {
 		// Created before the locking transaction, whose first statement must write.
 		if err := db.InTx(ctx, func(tx Tx) error {
 			_, err := db.Querier(tx).Exec(ctx, createTable[d])
@@ -197,10 +198,10 @@ func locked[Tx any](ctx context.Context, db idem.TxDB[Tx], fn func(q idem.Querie
 		if err := lock(ctx, d, q); err != nil {
 			return err
 		}
-		if d == idem.MySQL {
+		if d == idemsql.MySQL {
 			defer q.Exec(context.WithoutCancel(ctx), mysqlUnlockSQL) //nolint:errcheck // the session's end releases it too
 		}
-		if d != idem.SQLite {
+		if d != idemsql.SQLite {
 			if _, err := q.Exec(ctx, createTable[d]); err != nil {
 				return err
 			}
@@ -221,8 +222,8 @@ func locked[Tx any](ctx context.Context, db idem.TxDB[Tx], fn func(q idem.Querie
 }
 
 // lock takes the migration lock of d in the transaction of q.
-func lock(ctx context.Context, d idem.Dialect, q idem.Querier) error {
-	if d != idem.MySQL {
+func lock(ctx context.Context, d idemsql.Dialect, q idemsql.Querier) error {
+	if d != idemsql.MySQL {
 		_, err := q.Exec(ctx, lockSQL[d])
 		return err
 	}
@@ -241,8 +242,8 @@ func lock(ctx context.Context, d idem.Dialect, q idem.Querier) error {
 // as the mysql client splits it (Statements). MySQL also commits DDL on its own: a
 // migration interrupted there is applied again, which its IF NOT EXISTS and OR
 // REPLACE statements allow.
-func execScript(ctx context.Context, d idem.Dialect, q idem.Querier, script string) error {
-	if d != idem.MySQL {
+func execScript(ctx context.Context, d idemsql.Dialect, q idemsql.Querier, script string) error {
+	if d != idemsql.MySQL {
 		_, err := q.Exec(ctx, script)
 		return err
 	}
@@ -288,7 +289,7 @@ func Statements(script string) []string {
 // readApplied returns the newest version of each name; none if idem_migrations does
 // not exist. An idemsqlite file from before this package has the table in its first
 // shape (version, name, applied_ns), all of it the records table's.
-func readApplied(ctx context.Context, d idem.Dialect, q idem.Querier) (map[string]int, error) {
+func readApplied(ctx context.Context, d idemsql.Dialect, q idemsql.Querier) (map[string]int, error) {
 	exists, firstShape, err := tableShape(ctx, d, q)
 	if err != nil || !exists {
 		return map[string]int{}, err
@@ -315,12 +316,12 @@ func readApplied(ctx context.Context, d idem.Dialect, q idem.Querier) (map[strin
 	return applied, rows.Err()
 }
 
-func tableShape(ctx context.Context, d idem.Dialect, q idem.Querier) (exists, firstShape bool, err error) {
+func tableShape(ctx context.Context, d idemsql.Dialect, q idemsql.Querier) (exists, firstShape bool, err error) {
 	switch d {
-	case idem.Postgres:
+	case idemsql.Postgres:
 		err = q.QueryRow(ctx, `SELECT to_regclass('idem_migrations') IS NOT NULL`).Scan(&exists)
 		return exists, false, err
-	case idem.MySQL:
+	case idemsql.MySQL:
 		err = q.QueryRow(ctx, `SELECT COUNT(*) > 0 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'idem_migrations'`).Scan(&exists)
 		return exists, false, err
 	}
@@ -332,8 +333,8 @@ func tableShape(ctx context.Context, d idem.Dialect, q idem.Querier) (exists, fi
 
 // upgradeSQLiteTable rewrites idemsqlite's first idem_migrations into the shape
 // every dialect shares, keeping its rows as the records table's.
-func upgradeSQLiteTable(ctx context.Context, d idem.Dialect, q idem.Querier) error {
-	if d != idem.SQLite {
+func upgradeSQLiteTable(ctx context.Context, d idemsql.Dialect, q idemsql.Querier) error {
+	if d != idemsql.SQLite {
 		return nil
 	}
 	_, first, err := tableShape(ctx, d, q)
@@ -359,11 +360,11 @@ func upgradeSQLiteTable(ctx context.Context, d idem.Dialect, q idem.Querier) err
 // holds the file in a way busy_timeout does not wait out (switching it to WAL).
 const busyFor = 10 * time.Second
 
-func retryBusy(ctx context.Context, d idem.Dialect, fn func() error) error {
+func retryBusy(ctx context.Context, d idemsql.Dialect, fn func() error) error {
 	deadline := time.Now().Add(busyFor)
 	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
 		err := fn()
-		if err == nil || d != idem.SQLite || !busy(err) || time.Now().After(deadline) || !wait.Sleep(ctx, pause) {
+		if err == nil || d != idemsql.SQLite || !busy(err) || time.Now().After(deadline) || !wait.Sleep(ctx, pause) {
 			return err
 		}
 	}
@@ -376,7 +377,7 @@ func busy(err error) bool {
 
 // Ensure is what a constructor calls: Up, or with skip (its Config.SkipMigrate)
 // Require, which runs no DDL.
-func Ensure[Tx any](ctx context.Context, db idem.TxDB[Tx], skip bool, sets ...Set) error {
+func Ensure[Tx any](ctx context.Context, db idemsql.TxDB[Tx], skip bool, sets ...Set) error {
 	if skip {
 		return Require(ctx, db, sets...)
 	}

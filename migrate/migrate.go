@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 //go:embed sql
@@ -55,7 +56,7 @@ var order = []string{"records", "outbox", "inbox", "effect", "saga", "stream", "
 
 // All returns every set d has, under its default name: what `idem migrate up`
 // applies.
-func All(d idem.Dialect) []Set {
+func All(d idemsql.Dialect) []Set {
 	var out []Set
 	for _, c := range order {
 		if _, err := fs.Stat(files, path.Join("sql", d.String(), c)); err != nil {
@@ -89,7 +90,7 @@ var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 const MaxNameLen = 63 - len("_expires_at_idx")
 
 // Steps returns the migrations of s in d, in version order, with its name filled in.
-func Steps(d idem.Dialect, s Set) ([]Step, error) {
+func Steps(d idemsql.Dialect, s Set) ([]Step, error) {
 	dir := path.Join("sql", d.String(), s.Component)
 	entries, err := fs.ReadDir(files, dir)
 	if err != nil {
@@ -141,7 +142,7 @@ func Steps(d idem.Dialect, s Set) ([]Step, error) {
 
 // checkName refuses a name the set cannot take: another name than its default where
 // the migrations do not take one, or a name that is not a safe identifier.
-func checkName(d idem.Dialect, s Set, templated bool) error {
+func checkName(d idemsql.Dialect, s Set, templated bool) error {
 	def := ""
 	for _, a := range All(d) {
 		if a.Component == s.Component {
@@ -162,7 +163,7 @@ func checkName(d idem.Dialect, s Set, templated bool) error {
 // CheckName reports whether s can be migrated in d (its name a safe identifier, or
 // its fixed one), as an *idem.InputError on field: for a Config whose field names
 // the table.
-func CheckName(d idem.Dialect, s Set, field string) error {
+func CheckName(d idemsql.Dialect, s Set, field string) error {
 	_, err := Steps(d, s)
 	var ie *idem.InputError
 	if errors.As(err, &ie) {
@@ -171,7 +172,7 @@ func CheckName(d idem.Dialect, s Set, field string) error {
 	return err
 }
 
-func components(d idem.Dialect) []string {
+func components(d idemsql.Dialect) []string {
 	var out []string
 	for _, s := range All(d) {
 		out = append(out, s.Component)
@@ -203,7 +204,7 @@ var ErrBehind = errors.New("idem schema is behind")
 
 // BehindError is Require's answer when a set lacks a migration this build needs.
 type BehindError struct {
-	Dialect idem.Dialect
+	Dialect idemsql.Dialect
 	Set     Set
 	Applied int    // the newest version recorded
 	Needed  int    // the newest version this build has
@@ -224,7 +225,7 @@ func (e *BehindError) Is(target error) bool { return target == ErrBehind }
 // is safe to apply more than once (every statement is IF NOT EXISTS, OR REPLACE or
 // ON CONFLICT DO NOTHING); run it in one transaction. With down, it is the SQL that
 // removes the sets and their rows instead, newest migration first.
-func Script(d idem.Dialect, down bool, sets ...Set) (string, error) {
+func Script(d idemsql.Dialect, down bool, sets ...Set) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- idem schema for %s, from `idem migrate print`.\n", d)
 	if !down {
@@ -249,7 +250,7 @@ func Script(d idem.Dialect, down bool, sets ...Set) (string, error) {
 				continue
 			}
 			insert, conflict := "INSERT INTO", " ON CONFLICT DO NOTHING"
-			if d == idem.MySQL {
+			if d == idemsql.MySQL {
 				insert, conflict = "INSERT IGNORE INTO", ""
 			}
 			fmt.Fprintf(&b, "%s\n%s idem_migrations (component, version, name) VALUES ('%s', %d, '%s')%s;\n",

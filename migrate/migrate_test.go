@@ -14,27 +14,28 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/migrate"
 )
 
 // opener opens handles on one fresh database: several handles are several processes
 // as far as locking goes.
-type opener func(t *testing.T) idem.TxDB[*sql.Tx]
+type opener func(t *testing.T) idemsql.TxDB[*sql.Tx]
 
-func forEachDB(t *testing.T, fn func(t *testing.T, d idem.Dialect, open opener)) {
+func forEachDB(t *testing.T, fn func(t *testing.T, d idemsql.Dialect, open opener)) {
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "m.db")
 		// No _txlock=immediate: the migrator must take the write lock by itself.
-		fn(t, idem.SQLite, func(t *testing.T) idem.TxDB[*sql.Tx] {
+		fn(t, idemsql.SQLite, func(t *testing.T) idemsql.TxDB[*sql.Tx] {
 			return handle(t, "sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
 		})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		cs, _ := testsvc.PostgresSchema(t)
-		fn(t, idem.Postgres, func(t *testing.T) idem.TxDB[*sql.Tx] { return handle(t, "pgx", cs) })
+		fn(t, idemsql.Postgres, func(t *testing.T) idemsql.TxDB[*sql.Tx] { return handle(t, "pgx", cs) })
 	})
 	t.Run("mysql", func(t *testing.T) {
 		t.Parallel()
@@ -42,35 +43,35 @@ func forEachDB(t *testing.T, fn func(t *testing.T, d idem.Dialect, open opener))
 		if err != nil {
 			t.Fatal(err)
 		}
-		fn(t, idem.MySQL, func(t *testing.T) idem.TxDB[*sql.Tx] { return handle(t, "mysql", dsn) })
+		fn(t, idemsql.MySQL, func(t *testing.T) idemsql.TxDB[*sql.Tx] { return handle(t, "mysql", dsn) })
 	})
 }
 
 // tables are the tables Up creates in each dialect.
-var tables = map[idem.Dialect][]string{
-	idem.Postgres: {"idem_records", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
+var tables = map[idemsql.Dialect][]string{
+	idemsql.Postgres: {"idem_records", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
 		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences"},
-	idem.SQLite: {"idem_records", "idem_meta", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
+	idemsql.SQLite: {"idem_records", "idem_meta", "idem_outbox", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
 		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences", "idem_hilo"},
-	idem.MySQL: {"idem_records", "idem_records_tokens", "idem_outbox", "idem_outbox_parts", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
+	idemsql.MySQL: {"idem_records", "idem_records_tokens", "idem_outbox", "idem_outbox_parts", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
 		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences", "idem_hilo"},
 }
 
-func handle(t *testing.T, driver, dsn string) idem.TxDB[*sql.Tx] {
+func handle(t *testing.T, driver, dsn string) idemsql.TxDB[*sql.Tx] {
 	t.Helper()
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	tdb, err := idem.SQLDB(context.Background(), db)
+	tdb, err := idemsql.SQLDB(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tdb
 }
 
-func exec(t *testing.T, db idem.TxDB[*sql.Tx], stmt string) error {
+func exec(t *testing.T, db idemsql.TxDB[*sql.Tx], stmt string) error {
 	t.Helper()
 	return db.InTx(context.Background(), func(tx *sql.Tx) error {
 		_, err := db.Querier(tx).Exec(context.Background(), stmt)
@@ -80,9 +81,9 @@ func exec(t *testing.T, db idem.TxDB[*sql.Tx], stmt string) error {
 
 // execScript applies a printed script as psql, sqlite3 or mysql would: MySQL's
 // driver takes one statement at a time.
-func execScript(t *testing.T, d idem.Dialect, db idem.TxDB[*sql.Tx], script string) error {
+func execScript(t *testing.T, d idemsql.Dialect, db idemsql.TxDB[*sql.Tx], script string) error {
 	t.Helper()
-	if d != idem.MySQL {
+	if d != idemsql.MySQL {
 		return exec(t, db, script)
 	}
 	for _, stmt := range migrate.Statements(script) {
@@ -93,7 +94,7 @@ func execScript(t *testing.T, d idem.Dialect, db idem.TxDB[*sql.Tx], script stri
 	return nil
 }
 
-func tableExists(t *testing.T, db idem.TxDB[*sql.Tx], table string) bool {
+func tableExists(t *testing.T, db idemsql.TxDB[*sql.Tx], table string) bool {
 	t.Helper()
 	return exec(t, db, "SELECT 1 FROM "+table+" LIMIT 1") == nil
 }
@@ -102,7 +103,7 @@ func tableExists(t *testing.T, db idem.TxDB[*sql.Tx], table string) bool {
 // Up changes nothing.
 func TestUpCreatesEverySetOnce(t *testing.T) {
 	t.Parallel()
-	forEachDB(t, func(t *testing.T, d idem.Dialect, open opener) {
+	forEachDB(t, func(t *testing.T, d idemsql.Dialect, open opener) {
 		ctx := context.Background()
 		db := open(t)
 		all := migrate.All(d)
@@ -151,9 +152,9 @@ func TestUpCreatesEverySetOnce(t *testing.T) {
 // migration is applied exactly once.
 func TestConcurrentUp(t *testing.T) {
 	t.Parallel()
-	forEachDB(t, func(t *testing.T, d idem.Dialect, open opener) {
+	forEachDB(t, func(t *testing.T, d idemsql.Dialect, open opener) {
 		const n = 8
-		dbs := make([]idem.TxDB[*sql.Tx], n)
+		dbs := make([]idemsql.TxDB[*sql.Tx], n)
 		for i := range dbs {
 			dbs[i] = open(t)
 		}
@@ -182,12 +183,12 @@ func TestConcurrentUp(t *testing.T) {
 // Down rolls back one step at a time, newest first, and Up brings it back.
 func TestDownOneStep(t *testing.T) {
 	t.Parallel()
-	forEachDB(t, func(t *testing.T, d idem.Dialect, open opener) {
+	forEachDB(t, func(t *testing.T, d idemsql.Dialect, open opener) {
 		ctx := context.Background()
 		db := open(t)
 		set := migrate.Records(migrate.DefaultRecordsTable)
 		sets := []migrate.Set{set}
-		if d != idem.MySQL {
+		if d != idemsql.MySQL {
 			sets = append(sets, migrate.Outbox)
 		}
 		if err := migrate.Up(ctx, db, sets...); err != nil {
@@ -210,7 +211,7 @@ func TestDownOneStep(t *testing.T) {
 		if tableExists(t, db, "idem_records") {
 			t.Error("idem_records still there after rolling back every step")
 		}
-		if d != idem.MySQL && !tableExists(t, db, "idem_outbox") {
+		if d != idemsql.MySQL && !tableExists(t, db, "idem_outbox") {
 			t.Error("rolling back records dropped the outbox")
 		}
 		if _, ok, err := migrate.Down(ctx, db, set); ok || err != nil {
@@ -226,7 +227,7 @@ func TestDownOneStep(t *testing.T) {
 // be applied twice, and its down script removes everything again.
 func TestScriptIsWhatRequireChecks(t *testing.T) {
 	t.Parallel()
-	forEachDB(t, func(t *testing.T, d idem.Dialect, open opener) {
+	forEachDB(t, func(t *testing.T, d idemsql.Dialect, open opener) {
 		ctx := context.Background()
 		db := open(t)
 		all := migrate.All(d)
@@ -285,15 +286,15 @@ func TestCustomNames(t *testing.T) {
 		t.Fatalf("rolling back the custom table moved the default one: %+v %v", states, err)
 	}
 	for _, tc := range []struct {
-		d   idem.Dialect
+		d   idemsql.Dialect
 		set migrate.Set
 	}{
-		{idem.Postgres, migrate.Records(`x"; DROP TABLE y; --`)},
-		{idem.Postgres, migrate.Records("Upper")},
-		{idem.Postgres, migrate.Records("")},
-		{idem.SQLite, migrate.Records("orders_keys")},
-		{idem.Postgres, migrate.Set{Component: "outbox", Name: "my_outbox"}},
-		{idem.Postgres, migrate.Set{Component: "nope", Name: "idem_nope"}},
+		{idemsql.Postgres, migrate.Records(`x"; DROP TABLE y; --`)},
+		{idemsql.Postgres, migrate.Records("Upper")},
+		{idemsql.Postgres, migrate.Records("")},
+		{idemsql.SQLite, migrate.Records("orders_keys")},
+		{idemsql.Postgres, migrate.Set{Component: "outbox", Name: "my_outbox"}},
+		{idemsql.Postgres, migrate.Set{Component: "nope", Name: "idem_nope"}},
 	} {
 		_, err := migrate.Script(tc.d, false, tc.set)
 		var ie *idem.InputError
@@ -309,7 +310,7 @@ func TestSQLiteFirstShapeUpgrades(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := handle(t, "sqlite", "file:"+filepath.Join(t.TempDir(), "old.db")+"?_pragma=busy_timeout(10000)")
-	steps, err := migrate.Steps(idem.SQLite, migrate.Records(migrate.DefaultRecordsTable))
+	steps, err := migrate.Steps(idemsql.SQLite, migrate.Records(migrate.DefaultRecordsTable))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +327,7 @@ func TestSQLiteFirstShapeUpgrades(t *testing.T) {
 	if err := migrate.Require(ctx, db, migrate.Records(migrate.DefaultRecordsTable)); err != nil {
 		t.Fatalf("Require on the first shape: %v", err)
 	}
-	if err := migrate.Up(ctx, db, migrate.All(idem.SQLite)...); err != nil {
+	if err := migrate.Up(ctx, db, migrate.All(idemsql.SQLite)...); err != nil {
 		t.Fatal(err)
 	}
 	var n int

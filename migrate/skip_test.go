@@ -13,6 +13,7 @@ import (
 	"github.com/idemhq/idem/effect/saga"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemseq"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -41,7 +42,7 @@ func TestSkipMigrateChecksEveryComponent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	db := idem.SQLDBFor(idem.SQLite, raw)
+	db := idemsqlite.TxDB(raw)
 	pgcs, _ := testsvc.PostgresSchema(t)
 	pgdb := handle(t, "pgx", pgcs)
 	pgraw, err := sql.Open("pgx", pgcs)
@@ -105,7 +106,7 @@ func TestSkipMigrateChecksEveryComponent(t *testing.T) {
 	if err := ctors[len(ctors)-1].open(); !errors.Is(err, migrate.ErrBehind) {
 		t.Errorf("inbox with SkipMigrate before Up = %v, want ErrBehind", err)
 	}
-	if err := migrate.Up(ctx, db, migrate.All(idem.SQLite)...); err != nil {
+	if err := migrate.Up(ctx, db, migrate.All(idemsql.SQLite)...); err != nil {
 		t.Fatal(err)
 	}
 	if err := migrate.Up(ctx, pgdb, migrate.Records("app_keys")); err != nil {

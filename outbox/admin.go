@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/rowscan"
 )
 
@@ -25,12 +26,12 @@ const (
 // needs the database alone, so tools in other processes (the admin API, `idem
 // outbox`) can use it; the schema must be up to date (New, or `idem migrate up`).
 type Admin[Tx any] struct {
-	db  idem.TxDB[Tx]
+	db  idemsql.TxDB[Tx]
 	now func() time.Time
 }
 
 // NewAdmin returns the admin of db's outbox.
-func NewAdmin[Tx any](db idem.TxDB[Tx]) *Admin[Tx] {
+func NewAdmin[Tx any](db idemsql.TxDB[Tx]) *Admin[Tx] {
 	return &Admin[Tx]{db: db, now: time.Now}
 }
 
@@ -78,7 +79,7 @@ type RelayInstance struct {
 func (a *Admin[Tx]) Status(ctx context.Context) (Status, error) {
 	var st Status
 	now := a.now()
-	err := read(ctx, a.db, func(q idem.Querier) error {
+	err := read(ctx, a.db, func(q idemsql.Querier) error {
 		st = Status{}
 		rows, err := q.Query(ctx, `SELECT topic, part, COUNT(CASE WHEN parked_at IS NULL THEN 1 END),
 			COUNT(CASE WHEN parked_at IS NOT NULL THEN 1 END), MIN(CASE WHEN parked_at IS NULL THEN created_at END)
@@ -131,7 +132,7 @@ func (a *Admin[Tx]) Status(ctx context.Context) (Status, error) {
 		return err
 	})
 	if err != nil {
-		return Status{}, &idem.BackendError{Backend: a.db.Dialect.String(), Op: "outbox.status", Err: err}
+		return Status{}, &idem.BackendError{Backend: a.db.Dialect().String(), Op: "outbox.status", Err: err}
 	}
 	for _, p := range st.Partitions {
 		st.Unpublished += p.Unpublished
@@ -152,7 +153,7 @@ const staleAtSQL = `last_round_at + CASE WHEN 3 * poll_interval_ms > 30000 THEN 
 // maxRelays bounds the relay instances Status lists.
 const maxRelays = 1000
 
-func relayInstances(ctx context.Context, q idem.Querier, now time.Time) ([]RelayInstance, error) {
+func relayInstances(ctx context.Context, q idemsql.Querier, now time.Time) ([]RelayInstance, error) {
 	rows, err := q.Query(ctx, `SELECT instance, host, pid, started_at, last_round_at, poll_interval_ms, published_total, last_error
 		FROM idem_outbox_relays WHERE `+staleAtSQL+` >= $1 ORDER BY instance LIMIT $2`, now.Add(-relayForgetAfter).UnixMilli(), maxRelays)
 	if err != nil {
@@ -209,12 +210,12 @@ func (a *Admin[Tx]) Discard(ctx context.Context, id int64, reason string) error 
 			Fix: "keep it to a sentence; link to a ticket for more"}
 	}
 	conflict := " ON CONFLICT (id) DO NOTHING"
-	if a.db.Dialect == idem.MySQL {
+	if a.db.Dialect() == idemsql.MySQL {
 		conflict = " ON DUPLICATE KEY UPDATE id = id"
 	}
 	err := a.db.InTx(ctx, func(tx Tx) error {
 		q := a.db.Querier(tx)
-		if err := lockParked(ctx, a.db.Dialect, q, id); err != nil {
+		if err := lockParked(ctx, a.db.Dialect(), q, id); err != nil {
 			return err
 		}
 		n, err := q.Exec(ctx, "INSERT INTO idem_outbox_discarded (id, discarded_at, reason) VALUES ($1, $2, $3)"+conflict,
@@ -225,7 +226,7 @@ func (a *Admin[Tx]) Discard(ctx context.Context, id int64, reason string) error 
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrNotParked) {
-		return &idem.BackendError{Backend: a.db.Dialect.String(), Op: "outbox.discard", Err: err}
+		return &idem.BackendError{Backend: a.db.Dialect().String(), Op: "outbox.discard", Err: err}
 	}
 	return err
 }
@@ -233,9 +234,9 @@ func (a *Admin[Tx]) Discard(ctx context.Context, id int64, reason string) error 
 // lockParked locks the row of parked message id (on PostgreSQL and MySQL; a SQLite
 // transaction holds the write lock already), or returns ErrNotParked. Retry and
 // Discard both take it first, so one of two racing calls sees the other's commit.
-func lockParked(ctx context.Context, d idem.Dialect, q idem.Querier, id int64) error {
+func lockParked(ctx context.Context, d idemsql.Dialect, q idemsql.Querier, id int64) error {
 	lock := " FOR UPDATE"
-	if d == idem.SQLite {
+	if d == idemsql.SQLite {
 		lock = ""
 	}
 	var got int64
@@ -247,10 +248,10 @@ func lockParked(ctx context.Context, d idem.Dialect, q idem.Querier, id int64) e
 }
 
 // retry is Outbox.Retry and Admin.Retry.
-func retry[Tx any](ctx context.Context, db idem.TxDB[Tx], now func() time.Time, id int64) error {
+func retry[Tx any](ctx context.Context, db idemsql.TxDB[Tx], now func() time.Time, id int64) error {
 	err := db.InTx(ctx, func(tx Tx) error {
 		q := db.Querier(tx)
-		if err := lockParked(ctx, db.Dialect, q, id); err != nil {
+		if err := lockParked(ctx, db.Dialect(), q, id); err != nil {
 			return err
 		}
 		var discarded int64
@@ -271,7 +272,7 @@ func retry[Tx any](ctx context.Context, db idem.TxDB[Tx], now func() time.Time, 
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrNotParked) {
-		return &idem.BackendError{Backend: db.Dialect.String(), Op: "outbox.retry", Err: err}
+		return &idem.BackendError{Backend: db.Dialect().String(), Op: "outbox.retry", Err: err}
 	}
 	return err
 }
@@ -283,9 +284,9 @@ var parkedColumns = []string{"id", "msg_id", "topic", "ordering_key", "headers",
 // listParked returns the parked messages that more (conditions on o, then ORDER BY
 // and LIMIT) selects, with their discard. A row that cannot be decoded is listed
 // with its DecodeError: one bad row must not hide the others from the operator.
-func listParked[Tx any](ctx context.Context, db idem.TxDB[Tx], more string, args ...any) ([]Parked, error) {
+func listParked[Tx any](ctx context.Context, db idemsql.TxDB[Tx], more string, args ...any) ([]Parked, error) {
 	var out []Parked
-	err := read(ctx, db, func(q idem.Querier) error {
+	err := read(ctx, db, func(q idemsql.Querier) error {
 		out = nil
 		rows, err := q.Query(ctx, `SELECT o.id, o.msg_id, o.topic, o.ordering_key, o.headers, o.payload,
 			o.attempts, o.last_error, o.parked_at, x.discarded_at, COALESCE(x.reason, '')
@@ -315,14 +316,14 @@ func listParked[Tx any](ctx context.Context, db idem.TxDB[Tx], more string, args
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, &idem.BackendError{Backend: db.Dialect.String(), Op: "outbox.parked", Err: err}
+		return nil, &idem.BackendError{Backend: db.Dialect().String(), Op: "outbox.parked", Err: err}
 	}
 	return out, nil
 }
 
 // read runs fn outside a transaction where db can (on SQLite a transaction would
 // take the write lock), and in one otherwise.
-func read[Tx any](ctx context.Context, db idem.TxDB[Tx], fn func(q idem.Querier) error) error {
+func read[Tx any](ctx context.Context, db idemsql.TxDB[Tx], fn func(q idemsql.Querier) error) error {
 	if db.Read != nil {
 		return db.Read(ctx, fn)
 	}

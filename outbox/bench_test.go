@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
 )
@@ -62,7 +64,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 	b.Run("relay=mysql", func(b *testing.B) {
 		_, _, subject, sink := natsSink(b)
 		db := testsvc.MySQLDB(b)
-		mob, err := outbox.New(ctx, idem.SQLDBFor(idem.MySQL, db), outbox.Config{})
+		mob, err := outbox.New(ctx, idemmysql.TxDB(db), outbox.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -113,7 +115,7 @@ func BenchmarkRelayLatency(b *testing.B) {
 				var p50, p99 time.Duration
 				switch mode {
 				case "mysql": // no NOTIFY: the relay polls adaptively (10 ms after a publish, up to 1 s)
-					p50, p99 = relayLatency(b, idem.SQLDBFor(idem.MySQL, testsvc.MySQLDB(b)), nil)
+					p50, p99 = relayLatency(b, idemmysql.TxDB(testsvc.MySQLDB(b)), nil)
 				default:
 					pool := testsvc.PostgresPool(b)
 					var n outbox.Notifier
@@ -158,7 +160,7 @@ func (s *timingSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	return nil
 }
 
-func relayLatency[Tx any](b *testing.B, db idem.TxDB[Tx], notifier outbox.Notifier) (p50, p99 time.Duration) {
+func relayLatency[Tx any](b *testing.B, db idemsql.TxDB[Tx], notifier outbox.Notifier) (p50, p99 time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ob, err := outbox.New(ctx, db, outbox.Config{})

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // Cleanup deletes published messages older than Retention, in batches of
@@ -17,18 +17,18 @@ func (r *Relay[Tx]) Cleanup(ctx context.Context) (int, error) {
 			r.o.now().Add(-relayForgetAfter).UnixMilli())
 		return err
 	}); err != nil {
-		return 0, wrapErr(r.o.db.Dialect.String(), err)
+		return 0, wrapErr(r.o.db.Dialect().String(), err)
 	}
 	cutoff := r.o.now().Add(-r.cfg.Retention).UnixMilli()
 	total := 0
 	for {
 		var n int64
 		err := r.o.db.InTx(ctx, func(tx Tx) (err error) {
-			n, err = r.o.db.Querier(tx).Exec(ctx, cleanupSQL[r.o.db.Dialect], cutoff, r.cfg.CleanupBatch)
+			n, err = r.o.db.Querier(tx).Exec(ctx, cleanupSQL[r.o.db.Dialect()], cutoff, r.cfg.CleanupBatch)
 			return err
 		})
 		if err != nil {
-			return total, wrapErr(r.o.db.Dialect.String(), err)
+			return total, wrapErr(r.o.db.Dialect().String(), err)
 		}
 		total += int(n)
 		if n < int64(r.cfg.CleanupBatch) {
@@ -39,12 +39,12 @@ func (r *Relay[Tx]) Cleanup(ctx context.Context) (int, error) {
 
 // cleanupSQL deletes up to $2 rows published before $1. MySQL can neither limit an
 // IN subquery nor read the table it deletes from in one, but limits DELETE itself.
-var cleanupSQL = map[idem.Dialect]string{
-	idem.Postgres: `DELETE FROM idem_outbox WHERE id IN (
+var cleanupSQL = map[idemsql.Dialect]string{
+	idemsql.Postgres: `DELETE FROM idem_outbox WHERE id IN (
 		SELECT id FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)`,
-	idem.SQLite: `DELETE FROM idem_outbox WHERE id IN (
+	idemsql.SQLite: `DELETE FROM idem_outbox WHERE id IN (
 		SELECT id FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)`,
-	idem.MySQL: `DELETE FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at LIMIT $2`,
+	idemsql.MySQL: `DELETE FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at LIMIT $2`,
 }
 
 // backlog feeds the gauges: unpublished count, age of the oldest, parked count.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/rowscan"
 )
 
@@ -56,7 +57,7 @@ type rawRow struct {
 // scanRow reads the current row of rs and decodes it. A value of another type than
 // its column's does not fail the read (rowscan reads the others): the row fails to
 // decode. The error is the driver's, when the row cannot be read at all.
-func scanRow(rs idem.Rows) (row, error) {
+func scanRow(rs idemsql.Rows) (row, error) {
 	var r rawRow
 	bad, err := rowscan.Scan(rs, claimColumns, &r.id, &r.attempts, &r.created, &r.part, &r.msgID, &r.msgIDLen,
 		&r.topic, &r.topicLen, &r.key, &r.keyLen, &r.headers, &r.headersLen, &r.payload, &r.payloadLen)

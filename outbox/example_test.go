@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/outbox"
@@ -46,7 +47,7 @@ func Example() {
 	db := store.DB()
 	db.Exec("CREATE TABLE orders (id TEXT PRIMARY KEY, total INTEGER)")
 	db.Exec("CREATE TABLE ledger (order_id TEXT, total INTEGER)")
-	txdb, _ := idem.SQLDB(ctx, db)
+	txdb, _ := idemsql.SQLDB(ctx, db)
 	ob, _ := outbox.New(ctx, txdb, outbox.Config{})
 
 	place := func(id string, total int, commit bool) {

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltext"
 )
 
@@ -71,7 +71,7 @@ func (r *Relay[Tx]) beat(ctx context.Context, published int, roundErr error) {
 	upsert := ` ON CONFLICT (instance) DO UPDATE SET host = excluded.host, pid = excluded.pid,
 		last_round_at = excluded.last_round_at, poll_interval_ms = excluded.poll_interval_ms,
 		published_total = excluded.published_total, last_error = excluded.last_error`
-	if r.o.db.Dialect == idem.MySQL {
+	if r.o.db.Dialect() == idemsql.MySQL {
 		upsert = ` ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), last_round_at = VALUES(last_round_at),
 		poll_interval_ms = VALUES(poll_interval_ms), published_total = VALUES(published_total), last_error = VALUES(last_error)`
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
 )
@@ -28,7 +29,7 @@ const Partitions = 64
 // Outbox writes messages into the table idem_outbox inside the caller's transactions.
 // Create it once with New; it is safe for concurrent use.
 type Outbox[Tx any] struct {
-	db   idem.TxDB[Tx]
+	db   idemsql.TxDB[Tx]
 	now  func() time.Time
 	wake chan struct{} // pokes an in-process relay (SQLite)
 	tr   otelx.Tracer
@@ -74,7 +75,7 @@ type Config struct {
 const DefaultNotifyEvery = 20 * time.Millisecond
 
 // New returns the outbox of db, creating or upgrading its table (package migrate).
-func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config) (*Outbox[Tx], error) {
+func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config) (*Outbox[Tx], error) {
 	if err := db.Validate(); err != nil {
 		return nil, err
 	}
@@ -129,7 +130,7 @@ func (o *Outbox[Tx]) EnqueueTx(ctx context.Context, tx Tx, msgs ...idem.Message)
 	}
 	if len(rows) > 0 {
 		if err := o.insert(ctx, o.db.Querier(tx), rows, o.now().UnixMilli()); err != nil {
-			return nil, &idem.BackendError{Backend: o.db.Dialect.String(), Op: "outbox.enqueue", Err: err}
+			return nil, &idem.BackendError{Backend: o.db.Dialect().String(), Op: "outbox.enqueue", Err: err}
 		}
 	}
 	select { // an in-process relay looks again soon; it retries briefly if tx is not yet committed
@@ -151,8 +152,8 @@ type newRow struct {
 // of arrays, which also sends the relays' NOTIFY when it is this transaction's turn
 // (shouldNotify), so one message or a thousand cost one round trip; elsewhere multi-row INSERTs of up to maxRowsPerInsert rows. Rows get
 // their ids in the order given, so one ordering key's messages leave in that order.
-func (o *Outbox[Tx]) insert(ctx context.Context, q idem.Querier, rows []newRow, now int64) error {
-	if o.db.Dialect == idem.Postgres {
+func (o *Outbox[Tx]) insert(ctx context.Context, q idemsql.Querier, rows []newRow, now int64) error {
+	if o.db.Dialect() == idemsql.Postgres {
 		cols := struct {
 			ids, topics, keys, headers []string
 			parts                      []int32
@@ -223,7 +224,7 @@ func partition(m idem.Message) int {
 // Schema returns the SQL that creates the outbox table and its indexes in d, with
 // the idem_migrations rows New checks for: what services in other languages can
 // read (idem relay --schema). It is the outbox part of `idem migrate print`.
-func Schema(d idem.Dialect) (string, error) {
+func Schema(d idemsql.Dialect) (string, error) {
 	return migrate.Script(d, false, migrate.Outbox)
 }
 

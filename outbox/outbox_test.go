@@ -17,6 +17,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -57,7 +58,7 @@ func (s *memSink) ids() []string {
 type env struct {
 	name string
 	db   *sql.DB
-	tx   idem.TxDB[*sql.Tx]
+	tx   idemsql.TxDB[*sql.Tx]
 	ob   *outbox.Outbox[*sql.Tx]
 }
 
@@ -80,7 +81,7 @@ func openPostgres(t testing.TB) *sql.DB {
 func newEnv(t testing.TB, name string, db *sql.DB) env {
 	t.Helper()
 	ctx := context.Background()
-	tdb, err := idem.SQLDB(ctx, db)
+	tdb, err := idemsql.SQLDB(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}

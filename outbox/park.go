@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // MaxParkReasonBytes bounds the reason ParkTx records; a longer one is cut.
@@ -38,7 +39,7 @@ type Unpublishable struct {
 // parked already: the reason is then replaced). A message without a row, or whose
 // row was deleted or published, gets a new row, parked at once; the relay that
 // parks it must then skip inserts that arrive parked.
-func ParkTx(ctx context.Context, d idem.Dialect, q idem.Querier, u Unpublishable, now time.Time) error {
+func ParkTx(ctx context.Context, d idemsql.Dialect, q idemsql.Querier, u Unpublishable, now time.Time) error {
 	at := now.UnixMilli()
 	reason := text(u.Reason)
 	if len(reason) > MaxParkReasonBytes {
@@ -61,7 +62,7 @@ func ParkTx(ctx context.Context, d idem.Dialect, q idem.Querier, u Unpublishable
 		}
 	}
 	conflict := " ON CONFLICT (id) DO NOTHING"
-	if d == idem.MySQL {
+	if d == idemsql.MySQL {
 		conflict = " ON DUPLICATE KEY UPDATE id = id"
 	}
 	_, err := q.Exec(ctx, "INSERT INTO idem_outbox_cdc_parked (id) VALUES ($1)"+conflict, id)
@@ -71,7 +72,7 @@ func ParkTx(ctx context.Context, d idem.Dialect, q idem.Querier, u Unpublishable
 // insertParked writes u as a new row, parked at, and returns its id. Text columns
 // cannot hold NUL bytes or invalid UTF-8 (on PostgreSQL), which a message decoded
 // from elsewhere may have: they are replaced, as nothing would publish them anyway.
-func insertParked(ctx context.Context, d idem.Dialect, q idem.Querier, u Unpublishable, reason string, at int64) (int64, error) {
+func insertParked(ctx context.Context, d idemsql.Dialect, q idemsql.Querier, u Unpublishable, reason string, at int64) (int64, error) {
 	m := u.Message
 	headers := u.RawHeaders
 	if headers == "" {
@@ -88,7 +89,7 @@ func insertParked(ctx context.Context, d idem.Dialect, q idem.Querier, u Unpubli
 	const insert = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at,
 		attempts, last_error, parked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7, 1, $8, $7)`
 	var id int64
-	if d == idem.MySQL { // no RETURNING
+	if d == idemsql.MySQL { // no RETURNING
 		if _, err := q.Exec(ctx, insert, args...); err != nil {
 			return 0, err
 		}
@@ -103,7 +104,7 @@ func text(s string) string {
 }
 
 // parkedByCDC reports whether parked message id was parked by ParkTx.
-func parkedByCDC(ctx context.Context, q idem.Querier, id int64) (bool, error) {
+func parkedByCDC(ctx context.Context, q idemsql.Querier, id int64) (bool, error) {
 	var n int64
 	err := q.QueryRow(ctx, "SELECT COUNT(*) FROM idem_outbox_cdc_parked WHERE id = $1", id).Scan(&n)
 	return n > 0, err
@@ -111,7 +112,7 @@ func parkedByCDC(ctx context.Context, q idem.Querier, id int64) (bool, error) {
 
 // reinsert puts parked message id back in line as a new row, a copy of it that the
 // log-based relay reads as any insert, and deletes the parked row.
-func reinsert(ctx context.Context, q idem.Querier, id, at int64) error {
+func reinsert(ctx context.Context, q idemsql.Querier, id, at int64) error {
 	if _, err := q.Exec(ctx, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
 		SELECT msg_id, topic, ordering_key, part, headers, payload, $1, $1 FROM idem_outbox WHERE id = $2`, at, id); err != nil {
 		return err

@@ -24,7 +24,7 @@ func TestParkTxAndRetryAsNewRow(t *testing.T) {
 		park := func(u outbox.Unpublishable) {
 			t.Helper()
 			if err := e.tx.InTx(ctx, func(tx *sql.Tx) error {
-				return outbox.ParkTx(ctx, e.tx.Dialect, e.tx.Querier(tx), u, time.Now())
+				return outbox.ParkTx(ctx, e.tx.Dialect(), e.tx.Querier(tx), u, time.Now())
 			}); err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/wait"
@@ -295,19 +296,19 @@ func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
 
 // round publishes one round's batches.
 func (r *Relay[Tx]) round(ctx context.Context) (int, error) {
-	switch r.o.db.Dialect {
-	case idem.SQLite:
+	switch r.o.db.Dialect() {
+	case idemsql.SQLite:
 		return r.roundSQLite(ctx)
-	case idem.MySQL:
+	case idemsql.MySQL:
 		// As on PostgreSQL, with the partitions' rows in idem_outbox_parts locked
 		// FOR UPDATE SKIP LOCKED, in a READ COMMITTED transaction: under REPEATABLE
 		// READ the claim's locking read would also lock the gaps after the rows it
 		// reads, and producers inserting there would wait for the publish.
 		return r.roundLocked(ctx, r.o.db.InTxReadCommitted, r.lockPartitionsMySQL, r.claimEach, nil)
 	}
-	return r.roundLocked(ctx, r.o.db.InTx, r.lockPartitions, func(ctx context.Context, q idem.Querier, parts []int32) ([]row, error) {
+	return r.roundLocked(ctx, r.o.db.InTx, r.lockPartitions, func(ctx context.Context, q idemsql.Querier, parts []int32) ([]row, error) {
 		return r.claim(ctx, q, claimPostgres, parts, int64(0))
-	}, func(ctx context.Context, q idem.Querier, parts []int32, after int64) ([]row, error) {
+	}, func(ctx context.Context, q idemsql.Querier, parts []int32, after int64) ([]row, error) {
 		return r.claim(ctx, q, claimPostgres, parts, after)
 	})
 }
@@ -315,7 +316,7 @@ func (r *Relay[Tx]) round(ctx context.Context) (int, error) {
 // claimEach reads the batch partition by partition (MySQL): each read walks the
 // pending index in id order and stops at the limit, where one read of all the held
 // partitions would sort every pending row of them.
-func (r *Relay[Tx]) claimEach(ctx context.Context, q idem.Querier, parts []int32) ([]row, error) {
+func (r *Relay[Tx]) claimEach(ctx context.Context, q idemsql.Querier, parts []int32) ([]row, error) {
 	var rows []row
 	for _, p := range parts {
 		if len(rows) >= r.cfg.BatchSize {
@@ -342,8 +343,8 @@ func (r *Relay[Tx]) claimEach(ctx context.Context, q idem.Querier, parts []int32
 // with up to RoundBatches-1 more batches of the same partitions, pipelined: see
 // pipeline.
 func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, func(Tx) error) error,
-	lock func(context.Context, idem.Querier) ([]int32, error), claim func(context.Context, idem.Querier, []int32) ([]row, error),
-	claimAfter func(context.Context, idem.Querier, []int32, int64) ([]row, error)) (int, error) {
+	lock func(context.Context, idemsql.Querier) ([]int32, error), claim func(context.Context, idemsql.Querier, []int32) ([]row, error),
+	claimAfter func(context.Context, idemsql.Querier, []int32, int64) ([]row, error)) (int, error) {
 	var n int
 	err := inTx(ctx, func(tx Tx) error {
 		q := r.o.db.Querier(tx)
@@ -362,7 +363,7 @@ func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, 
 		n, err = r.pipeline(ctx, q, rows, func(after int64) ([]row, error) { return claimAfter(ctx, q, parts, after) })
 		return err
 	})
-	return n, wrapErr(r.o.db.Dialect.String(), err)
+	return n, wrapErr(r.o.db.Dialect().String(), err)
 }
 
 // pipeline publishes rows and up to RoundBatches-1 further batches, each read by
@@ -375,7 +376,7 @@ func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, 
 // is left unmarked for the next round. Nothing commits before the round ends. The
 // rows of a batch that could not be decoded are recorded as failed before it is
 // sent (failBad), so the reads after it see them backing off.
-func (r *Relay[Tx]) pipeline(ctx context.Context, q idem.Querier, rows []row, next func(after int64) ([]row, error)) (int, error) {
+func (r *Relay[Tx]) pipeline(ctx context.Context, q idemsql.Querier, rows []row, next func(after int64) ([]row, error)) (int, error) {
 	done := make(chan error, 1)
 	var acked []row // published, not yet marked
 	n := 0

@@ -12,22 +12,23 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/sqltext"
 )
 
 // lockPartitions locks up to partitionsPerRound partitions with due rows (PostgreSQL).
-func (r *Relay[Tx]) lockPartitions(ctx context.Context, q idem.Querier) ([]int32, error) {
+func (r *Relay[Tx]) lockPartitions(ctx context.Context, q idemsql.Querier) ([]int32, error) {
 	return queryInts(ctx, q, lockPartitionsSQL, r.o.now().UnixMilli(), partitionsPerRound)
 }
 
-func (r *Relay[Tx]) claim(ctx context.Context, q idem.Querier, query string, extra ...any) ([]row, error) {
+func (r *Relay[Tx]) claim(ctx context.Context, q idemsql.Querier, query string, extra ...any) ([]row, error) {
 	return r.claimLimit(ctx, q, query, r.cfg.BatchSize, extra...)
 }
 
 // claimLimit is claim with a limit of its own. Each row is decoded on its own
 // (scanRow): one that cannot be is returned with its error, for publish to record.
-func (r *Relay[Tx]) claimLimit(ctx context.Context, q idem.Querier, query string, limit int, extra ...any) ([]row, error) {
+func (r *Relay[Tx]) claimLimit(ctx context.Context, q idemsql.Querier, query string, limit int, extra ...any) ([]row, error) {
 	args := append([]any{r.o.now().UnixMilli(), limit}, extra...)
 	rs, err := q.Query(ctx, query, args...)
 	if err != nil {
@@ -51,7 +52,7 @@ func (r *Relay[Tx]) claimLimit(ctx context.Context, q idem.Querier, query string
 // messages that go through are marked published; the first failure of an ordering
 // key records an attempt (with backoff, parked at MaxAttempts) and holds back the
 // rest of that key in the batch, untouched, so nothing overtakes it.
-func (r *Relay[Tx]) publish(ctx context.Context, q idem.Querier, rows []row) (int, error) {
+func (r *Relay[Tx]) publish(ctx context.Context, q idemsql.Querier, rows []row) (int, error) {
 	rows, err := r.failBad(ctx, q, rows)
 	if err != nil || len(rows) == 0 {
 		return 0, err
@@ -63,7 +64,7 @@ func (r *Relay[Tx]) publish(ctx context.Context, q idem.Querier, rows []row) (in
 // message the broker refused (its decode error as the reason, parked at
 // MaxAttempts), and returns the other rows, less those that follow a bad one of
 // their ordering key: they wait, untouched, as behind any failed message.
-func (r *Relay[Tx]) failBad(ctx context.Context, q idem.Querier, rows []row) ([]row, error) {
+func (r *Relay[Tx]) failBad(ctx context.Context, q idemsql.Querier, rows []row) ([]row, error) {
 	if !slices.ContainsFunc(rows, func(w row) bool { return w.bad != nil }) {
 		return rows, nil
 	}
@@ -96,7 +97,7 @@ func messages(rows []row) []idem.Message {
 
 // settle records the outcome of sending rows as one batch: perr is the batch's
 // error. See publish.
-func (r *Relay[Tx]) settle(ctx context.Context, q idem.Querier, rows []row, perr error) (int, error) {
+func (r *Relay[Tx]) settle(ctx context.Context, q idemsql.Querier, rows []row, perr error) (int, error) {
 	if perr == nil {
 		return len(rows), r.markPublished(ctx, q, rows)
 	}
@@ -167,13 +168,13 @@ func (r *Relay[Tx]) send(ctx context.Context, msgs []idem.Message) error {
 	return err
 }
 
-func (r *Relay[Tx]) markPublished(ctx context.Context, q idem.Querier, rows []row) error {
+func (r *Relay[Tx]) markPublished(ctx context.Context, q idemsql.Querier, rows []row) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	now := r.o.now().UnixMilli()
 	var err error
-	if r.o.db.Dialect == idem.Postgres {
+	if r.o.db.Dialect() == idemsql.Postgres {
 		// One array parameter: one statement text to prepare and cache whatever the
 		// batch's size, where an IN list of $n would be a new statement per size.
 		ids := make([]int64, len(rows))
@@ -201,7 +202,7 @@ func (r *Relay[Tx]) markPublished(ctx context.Context, q idem.Querier, rows []ro
 // MaxAttempts. A parked message is always logged; the retries of a series of
 // failures with no publication between them are collapsed (package warn), so that
 // a broker outage does not log every message of the backlog at every attempt.
-func (r *Relay[Tx]) markFailed(ctx context.Context, q idem.Querier, w row, perr error) error {
+func (r *Relay[Tx]) markFailed(ctx context.Context, q idemsql.Querier, w row, perr error) error {
 	now := r.o.now().UnixMilli()
 	attempts := w.attempts + 1
 	var parked *int64
@@ -232,7 +233,7 @@ func lastError(err error) string {
 // skipping those other relays hold. It starts at a random partition, so that relays
 // spread over a backlog, and wraps around. When rows with a part out of range wait,
 // strayPart comes last, unlocked: no lock covers them.
-func (r *Relay[Tx]) lockPartitionsMySQL(ctx context.Context, q idem.Querier) ([]int32, error) {
+func (r *Relay[Tx]) lockPartitionsMySQL(ctx context.Context, q idemsql.Querier) ([]int32, error) {
 	due, err := queryInts(ctx, q, duePartsMySQL)
 	if err != nil || len(due) == 0 {
 		return nil, err
@@ -265,7 +266,7 @@ func (r *Relay[Tx]) lockPartitionsMySQL(ctx context.Context, q idem.Querier) ([]
 	return append(held, strays...), nil
 }
 
-func queryInts(ctx context.Context, q idem.Querier, query string, args ...any) ([]int32, error) {
+func queryInts(ctx context.Context, q idemsql.Querier, query string, args ...any) ([]int32, error) {
 	rs, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err

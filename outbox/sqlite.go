@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // roundSQLite reads a batch, publishes it without holding SQLite's write lock (so
@@ -26,7 +26,7 @@ func (r *Relay[Tx]) roundSQLite(ctx context.Context) (int, error) {
 }
 
 // shortTx runs each statement in a transaction of its own.
-type shortTx[Tx any] struct{ db idem.TxDB[Tx] }
+type shortTx[Tx any] struct{ db idemsql.TxDB[Tx] }
 
 func (s shortTx[Tx]) Exec(ctx context.Context, query string, args ...any) (n int64, err error) {
 	err = s.db.InTx(ctx, func(tx Tx) error {
@@ -36,11 +36,11 @@ func (s shortTx[Tx]) Exec(ctx context.Context, query string, args ...any) (n int
 	return n, err
 }
 
-func (s shortTx[Tx]) Query(ctx context.Context, query string, args ...any) (idem.Rows, error) {
+func (s shortTx[Tx]) Query(ctx context.Context, query string, args ...any) (idemsql.Rows, error) {
 	return nil, errors.New("outbox: internal error: Query outside a transaction")
 }
 
-func (s shortTx[Tx]) QueryRow(ctx context.Context, query string, args ...any) idem.Row {
+func (s shortTx[Tx]) QueryRow(ctx context.Context, query string, args ...any) idemsql.Row {
 	return errRow{errors.New("outbox: internal error: QueryRow outside a transaction")}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // Stall returns how long messages have been waiting while no relay published any:
@@ -20,11 +21,11 @@ import (
 func (r *Relay[Tx]) Stall(ctx context.Context) (time.Duration, error) {
 	var waiting int64
 	var last *int64
-	err := read(ctx, r.o.db, func(q idem.Querier) error {
+	err := read(ctx, r.o.db, func(q idemsql.Querier) error {
 		return q.QueryRow(ctx, stallSQL).Scan(&waiting, &last)
 	})
 	if err != nil {
-		return 0, &idem.BackendError{Backend: r.o.db.Dialect.String(), Op: "outbox.stall", Err: err}
+		return 0, &idem.BackendError{Backend: r.o.db.Dialect().String(), Op: "outbox.stall", Err: err}
 	}
 	now := r.o.now()
 	if waiting == 0 {

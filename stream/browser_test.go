@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/cdp"
 	"github.com/idemhq/idem/stream"
@@ -43,7 +43,7 @@ func TestBrowserSeesEveryEventOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sq.Close() })
-	db, err := idem.SQLDB(ctx, sq.DB())
+	db, err := idemsql.SQLDB(ctx, sq.DB())
 	if err != nil {
 		t.Fatal(err)
 	}

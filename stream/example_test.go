@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/stream"
 )
@@ -118,7 +118,7 @@ func openStore(ctx context.Context, dir string) (*stream.SQLStore[*sql.Tx], func
 	if err != nil {
 		panic(err)
 	}
-	db, err := idem.SQLDB(ctx, sq.DB())
+	db, err := idemsql.SQLDB(ctx, sq.DB())
 	if err != nil {
 		panic(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/stream"
 )
@@ -19,7 +20,7 @@ import (
 // within one shared transaction) answered with the first event.
 func TestAppendsShareTransactions(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
 		ctx := context.Background()
 		s := sqlStore(t, db)
 		const workers, each = 24, 40

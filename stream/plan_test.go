@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -28,7 +28,7 @@ func TestAppendByKeyUsesIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer lite.Close()
-		db, err := idem.SQLDB(ctx, lite.DB())
+		db, err := idemsql.SQLDB(ctx, lite.DB())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestAppendByKeyUsesIndex(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		raw := testsvc.PostgresDB(t)
-		db, err := idem.SQLDB(ctx, raw)
+		db, err := idemsql.SQLDB(ctx, raw)
 		if err != nil {
 			t.Fatal(err)
 		}

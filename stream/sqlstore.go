@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/group"
 	"github.com/idemhq/idem/migrate"
 )
@@ -40,9 +41,9 @@ type SQLConfig struct {
 // longer client id), and InnoDB may roll a transaction back to break a deadlock
 // between appends and a concurrent Trim: Append, Ack and Trim then run their own
 // transaction again, while AppendTx returns the error, which
-// idem.IsSerializationFailure reports, for the caller to retry its transaction.
+// idemsql.IsSerializationFailure reports, for the caller to retry its transaction.
 type SQLStore[Tx any] struct {
-	db      idem.TxDB[Tx]
+	db      idemsql.TxDB[Tx]
 	now     func() time.Time
 	clients ClientBounds
 	appends group.Batcher[appendCall]
@@ -51,7 +52,7 @@ type SQLStore[Tx any] struct {
 
 // NewSQLStore returns a store on db, creating or upgrading its tables (package
 // migrate).
-func NewSQLStore[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SQLConfig) (*SQLStore[Tx], error) {
+func NewSQLStore[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg SQLConfig) (*SQLStore[Tx], error) {
 	if err := db.Validate(); err != nil {
 		return nil, err
 	}
@@ -67,7 +68,7 @@ func NewSQLStore[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SQLConfig) (
 	}
 	s := &SQLStore[Tx]{db: db, now: cfg.Now, clients: bounds}
 	runners := appendRunners
-	if db.Dialect == idem.SQLite {
+	if db.Dialect() == idemsql.SQLite {
 		runners = 1 // one writer at a time: more runners would wait on its lock
 	}
 	s.appends = group.Batcher[appendCall]{Runners: runners, Max: maxAppendBatch, Run: s.appendBatch}
@@ -155,7 +156,7 @@ func (s *SQLStore[Tx]) inTx(ctx context.Context, fn func(tx Tx) error) error {
 
 // retry runs fn in a transaction of run's, as inTx does.
 func (s *SQLStore[Tx]) retry(ctx context.Context, run func(context.Context, func(Tx) error) error, fn func(tx Tx) error) error {
-	return idem.RetrySerializationFailures(ctx, func() error { return run(ctx, fn) })
+	return idemsql.RetrySerializationFailures(ctx, func() error { return run(ctx, fn) })
 }
 
 // AppendTx appends e in the caller's transaction. The channel's head row is
@@ -168,7 +169,7 @@ func (s *SQLStore[Tx]) AppendTx(ctx context.Context, tx Tx, channel string, e Ev
 	q := s.db.Querier(tx)
 	if e.Key != "" {
 		byKey := selectByKey
-		if s.db.Dialect == idem.MySQL {
+		if s.db.Dialect() == idemsql.MySQL {
 			byKey = selectByKeyMySQL
 		}
 		got, err := s.scan(q.QueryRow(ctx, byKey, channel, e.Key))
@@ -200,7 +201,7 @@ func (s *SQLStore[Tx]) AppendTx(ctx context.Context, tx Tx, channel string, e Ev
 
 // keyRace is the error of an append that lost a race with a concurrent transaction
 // appending the same key (both looked the key up before either committed). It
-// reports itself as a serialization failure (idem.IsSerializationFailure), since
+// reports itself as a serialization failure (idemsql.IsSerializationFailure), since
 // running the transaction again finds the key: Append and Store's other writers do,
 // and a caller of AppendTx retrying its transaction on serialization failures does.
 type keyRace struct{ err error }
@@ -240,9 +241,9 @@ const (
 )
 
 // nextSeq advances channel's head and returns it, holding the head row's lock.
-func (s *SQLStore[Tx]) nextSeq(ctx context.Context, q idem.Querier, channel string) (int64, error) {
+func (s *SQLStore[Tx]) nextSeq(ctx context.Context, q idemsql.Querier, channel string) (int64, error) {
 	var head int64
-	if s.db.Dialect != idem.MySQL {
+	if s.db.Dialect() != idemsql.MySQL {
 		err := q.QueryRow(ctx, nextHead, channel).Scan(&head)
 		return head, err
 	}
@@ -253,7 +254,7 @@ func (s *SQLStore[Tx]) nextSeq(ctx context.Context, q idem.Querier, channel stri
 	return head, err
 }
 
-func (s *SQLStore[Tx]) scan(row idem.Row) (Event, error) {
+func (s *SQLStore[Tx]) scan(row idemsql.Row) (Event, error) {
 	var e Event
 	var seq, at int64
 	var data []byte
@@ -318,7 +319,7 @@ func (s *SQLStore[Tx]) Ack(ctx context.Context, channel, client string, seq uint
 		return &idem.InputError{Field: "seq", Reason: fmt.Sprintf("is %d", seq), Fix: fmt.Sprintf("ack a seq up to %d", uint64(MaxSeq))}
 	}
 	stmt := ackSQL
-	if s.db.Dialect == idem.MySQL {
+	if s.db.Dialect() == idemsql.MySQL {
 		// The columns are VARBINARY(255): refuse what strict mode would refuse
 		// less clearly, and what another mode would truncate into another key.
 		if len(client) > mysqlMaxKey {

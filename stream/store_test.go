@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/stream"
 	"github.com/idemhq/idem/stream/streamtest"
@@ -19,7 +20,7 @@ import (
 // The Store contract, on SQLite, Postgres and MySQL (idemredis runs it on Redis).
 func TestStoreSuite(t *testing.T) {
 	t.Parallel()
-	for name, open := range map[string]func(testing.TB) idem.TxDB[*sql.Tx]{
+	for name, open := range map[string]func(testing.TB) idemsql.TxDB[*sql.Tx]{
 		"sqlite": sqltest.SQLite, "postgres": sqltest.Postgres, "mysql": sqltest.MySQL} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -39,7 +40,7 @@ func TestStoreSuite(t *testing.T) {
 // cut it (MySQL).
 func TestSQLStoreKeys(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
 		ctx := context.Background()
 		s := sqlStore(t, db)
 		long := strings.Repeat("k", 1000)
@@ -54,10 +55,10 @@ func TestSQLStoreKeys(t *testing.T) {
 		}
 		err := s.Ack(ctx, "c", strings.Repeat("p", 300), 1)
 		var ie *idem.InputError
-		if db.Dialect == idem.MySQL && (!errors.As(err, &ie) || ie.Field != "client") {
+		if db.Dialect() == idemsql.MySQL && (!errors.As(err, &ie) || ie.Field != "client") {
 			t.Fatalf("Ack with a 300-byte client id = %v, want an InputError on client", err)
 		}
-		if db.Dialect != idem.MySQL && err != nil {
+		if db.Dialect() != idemsql.MySQL && err != nil {
 			t.Fatalf("Ack with a 300-byte client id = %v", err)
 		}
 	})
@@ -68,7 +69,7 @@ func TestSQLStoreKeys(t *testing.T) {
 // and each channel's seqs have no gap.
 func TestSQLStoreAppendsDuringTrim(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
 		ctx := context.Background()
 		s := sqlStore(t, db)
 		const channels, each = 4, 40

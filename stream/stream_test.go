@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
@@ -28,10 +29,10 @@ type fixture struct {
 	srv   *stream.Server
 	http  *httptest.Server
 	store *stream.SQLStore[*sql.Tx]
-	db    idem.TxDB[*sql.Tx]
+	db    idemsql.TxDB[*sql.Tx]
 }
 
-func newFixture(t *testing.T, db idem.TxDB[*sql.Tx], cfg stream.ServerConfig) *fixture {
+func newFixture(t *testing.T, db idemsql.TxDB[*sql.Tx], cfg stream.ServerConfig) *fixture {
 	t.Helper()
 	store, err := stream.NewSQLStore(context.Background(), db, stream.SQLConfig{})
 	if err != nil {
@@ -43,7 +44,7 @@ func newFixture(t *testing.T, db idem.TxDB[*sql.Tx], cfg stream.ServerConfig) *f
 }
 
 // sqlStore is a SQLStore with the default config on db, whose migrations it runs.
-func sqlStore(t testing.TB, db idem.TxDB[*sql.Tx]) *stream.SQLStore[*sql.Tx] {
+func sqlStore(t testing.TB, db idemsql.TxDB[*sql.Tx]) *stream.SQLStore[*sql.Tx] {
 	t.Helper()
 	s, err := stream.NewSQLStore(context.Background(), db, stream.SQLConfig{})
 	if err != nil {
@@ -84,7 +85,7 @@ func appendN(t *testing.T, srv *stream.Server, channel string, n int) {
 // events; an event without data is a hint; a keyed append is idempotent.
 func TestReplayRESTHintsAndKeys(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
 		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		appendN(t, f.srv, "c", 10)
@@ -270,7 +271,7 @@ func TestBadInputAndAuthorization(t *testing.T) {
 // the trim is told to reload (REST 410).
 func TestTrim(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
 		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		appendN(t, f.srv, "c", 10)
@@ -301,7 +302,7 @@ func TestTrim(t *testing.T) {
 // the client, once, even when the relay republishes.
 func TestOutboxRelayFeedsTheStream(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
 		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true})
 		ctx := context.Background()
 		ob, err := outbox.New(ctx, db, outbox.Config{})
@@ -366,7 +367,7 @@ func (f *fixture) metric(name, reason string) float64 {
 // processed can be trimmed.
 func TestAcksReachTheStore(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
 		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true, Heartbeat: 100 * time.Millisecond})
 		appendN(t, f.srv, "c", 10)
 		rec := &streamtest.Recorder{}
@@ -393,7 +394,7 @@ func TestAcksReachTheStore(t *testing.T) {
 // known from the moment it connects).
 func TestTrimWaitsForTheSlowReader(t *testing.T) {
 	t.Parallel()
-	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
 		f := newFixture(t, db, stream.ServerConfig{AllowAnonymous: true, Heartbeat: 100 * time.Millisecond})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

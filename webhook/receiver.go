@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // DefaultRetention is Config.Retention when zero: seven days, beyond every
@@ -151,7 +152,7 @@ func Receiver(cfg Config) (func(http.Handler) http.Handler, error) {
 // writes (the handler gets it from idemhttp.TxFrom), committed only if the
 // handler answers below 500 (and not 429). A concurrent duplicate waits for that
 // transaction and then replays its answer. cfg.Store is ignored.
-func AtomicReceiver[Tx any](db idem.TxDB[Tx], store idem.TxStore[Tx], cfg Config) (func(http.Handler) http.Handler, error) {
+func AtomicReceiver[Tx any](db idemsql.TxDB[Tx], store idem.TxStore[Tx], cfg Config) (func(http.Handler) http.Handler, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err

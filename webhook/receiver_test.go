@@ -27,6 +27,7 @@ import (
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemredis"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/webhook"
@@ -170,7 +171,7 @@ func plainEnv(t testing.TB, store idem.Store) receiverEnv {
 	return receiverEnv{mw: mw}
 }
 
-func atomicEnv[Tx any](t testing.TB, db idem.TxDB[Tx], store idem.TxStore[Tx]) receiverEnv {
+func atomicEnv[Tx any](t testing.TB, db idemsql.TxDB[Tx], store idem.TxStore[Tx]) receiverEnv {
 	ctx := context.Background()
 	table := "wh_effects_" + strings.ToLower(strings.ReplaceAll(testsvc.UniqueName("t"), "-", "_"))
 	if err := db.InTx(ctx, func(tx Tx) error {
@@ -226,11 +227,11 @@ var receiverEnvs = []struct {
 	}},
 	{"atomic/sqlite", func(t *testing.T) receiverEnv {
 		s := sqliteStore(t)
-		return atomicEnv(t, must(idem.SQLDB(context.Background(), s.DB()))(t), idem.TxStore[*sql.Tx](s))
+		return atomicEnv(t, must(idemsql.SQLDB(context.Background(), s.DB()))(t), idem.TxStore[*sql.Tx](s))
 	}},
 	{"atomic/mariadb", func(t *testing.T) receiverEnv {
 		db := testsvc.MySQLDB(t)
-		return atomicEnv(t, idem.SQLDBFor(idem.MySQL, db), idem.TxStore[*sql.Tx](must(idemmysql.New(context.Background(), db, idemmysql.Config{}))(t)))
+		return atomicEnv(t, idemmysql.TxDB(db), idem.TxStore[*sql.Tx](must(idemmysql.New(context.Background(), db, idemmysql.Config{}))(t)))
 	}},
 	{"atomic/postgres", func(t *testing.T) receiverEnv {
 		pool := testsvc.PostgresPool(t)

@@ -25,6 +25,7 @@ import (
 	"github.com/idemhq/idem/admin/console"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/cdp"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
@@ -322,7 +323,7 @@ func openUI(ctx context.Context, t *testing.T, url string, logs *syncBuffer) *ui
 // openSQLConsole serves the admin API over db (every area's tables must be there)
 // with cfg, and the console, opens it in headless Chromium and signs in with the
 // full-access token. logs receives the API's log (its audit records).
-func openSQLConsole(ctx context.Context, t *testing.T, db idem.TxDB[*sql.Tx], cfg admin.Config) (u *ui, logs *syncBuffer) {
+func openSQLConsole(ctx context.Context, t *testing.T, db idemsql.TxDB[*sql.Tx], cfg admin.Config) (u *ui, logs *syncBuffer) {
 	t.Helper()
 	logs = &syncBuffer{}
 	cfg.Token, cfg.Console, cfg.Logger = fullToken, console.Handler(), slog.New(slog.NewJSONHandler(logs, nil))

@@ -49,7 +49,7 @@ func TestBrowserRealBackends(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	db := idem.SQLDBFor(idem.SQLite, store.DB())
+	db := idemsqlite.TxDB(store.DB())
 	// The consumer and the relay run until the test ends, stopped before the store closes.
 	runCtx, stopRunning := context.WithCancel(context.Background())
 	var running sync.WaitGroup

@@ -18,7 +18,9 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/admin/console"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
 )
@@ -298,7 +300,7 @@ func openAdminDB(ctx context.Context, db dbSpec, cfg *admin.Config) (ping func(c
 			return nil, nil, nil, err
 		}
 		ping, close = mdb.PingContext, func() { mdb.Close() }
-		skipped, err = admin.ForSQL(ctx, idem.SQLDBFor(idem.MySQL, mdb), cfg)
+		skipped, err = admin.ForSQL(ctx, idemmysql.TxDB(mdb), cfg)
 		return adminDBOpened(db, ping, close, skipped, err)
 	case "sqlite":
 		sdb, err := openSQLite(db.path)
@@ -306,7 +308,7 @@ func openAdminDB(ctx context.Context, db dbSpec, cfg *admin.Config) (ping func(c
 			return nil, nil, nil, fmt.Errorf("--db %s: %w", db.desc, err)
 		}
 		ping, close = sdb.PingContext, func() { sdb.Close() }
-		txdb, err := idem.SQLDB(ctx, sdb)
+		txdb, err := idemsql.SQLDB(ctx, sdb)
 		if err == nil {
 			skipped, err = admin.ForSQL(ctx, txdb, cfg)
 		}
@@ -402,4 +404,6 @@ func relayAdminAPI(token string, ob admin.Outbox, reg prometheus.Registerer, log
 }
 
 // outboxArea is the admin area of relay's outbox.
-func outboxArea[Tx any](db idem.TxDB[Tx]) admin.Outbox { return admin.OutboxFrom(outbox.NewAdmin(db)) }
+func outboxArea[Tx any](db idemsql.TxDB[Tx]) admin.Outbox {
+	return admin.OutboxFrom(outbox.NewAdmin(db))
+}

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -75,7 +75,7 @@ func (m *Main) runMigrate(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeDB()
-	sets, err := migrateSets(db.Dialect, o)
+	sets, err := migrateSets(db.Dialect(), o)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func (m *Main) runMigrate(ctx context.Context, args []string) error {
 	}
 }
 
-func (m *Main) migrateUp(ctx context.Context, db idem.TxDB[*sql.Tx], sets []migrate.Set) error {
+func (m *Main) migrateUp(ctx context.Context, db idemsql.TxDB[*sql.Tx], sets []migrate.Set) error {
 	before, err := migrate.Status(ctx, db, sets...)
 	if err != nil {
 		return err
@@ -112,7 +112,7 @@ func (m *Main) migrateUp(ctx context.Context, db idem.TxDB[*sql.Tx], sets []migr
 
 // migrateDown rolls back one step: the newest migration of the last set (in the
 // order Up applies them) that has any.
-func (m *Main) migrateDown(ctx context.Context, db idem.TxDB[*sql.Tx], sets []migrate.Set) error {
+func (m *Main) migrateDown(ctx context.Context, db idemsql.TxDB[*sql.Tx], sets []migrate.Set) error {
 	states, err := migrate.Status(ctx, db, sets...)
 	if err != nil {
 		return err
@@ -132,7 +132,7 @@ func (m *Main) migrateDown(ctx context.Context, db idem.TxDB[*sql.Tx], sets []mi
 	return nil
 }
 
-func (m *Main) migrateStatus(ctx context.Context, db idem.TxDB[*sql.Tx], sets []migrate.Set) error {
+func (m *Main) migrateStatus(ctx context.Context, db idemsql.TxDB[*sql.Tx], sets []migrate.Set) error {
 	states, err := migrate.Status(ctx, db, sets...)
 	if err != nil {
 		return err
@@ -173,18 +173,18 @@ func (m *Main) migratePrint(o migrateOptions) error {
 	return nil
 }
 
-func printDialect(o migrateOptions) (idem.Dialect, error) {
+func printDialect(o migrateOptions) (idemsql.Dialect, error) {
 	name := o.dialect
 	if name == "" {
 		name = dialectOf(o.db)
 	}
 	switch name {
 	case "postgres", "postgresql":
-		return idem.Postgres, nil
+		return idemsql.Postgres, nil
 	case "sqlite":
-		return idem.SQLite, nil
+		return idemsql.SQLite, nil
 	case "mysql", "mariadb":
-		return idem.MySQL, nil
+		return idemsql.MySQL, nil
 	case "":
 		return 0, errors.New("idem migrate print: --dialect is required (postgres, sqlite or mysql), or a --db to take it from")
 	}
@@ -192,7 +192,7 @@ func printDialect(o migrateOptions) (idem.Dialect, error) {
 }
 
 // migrateSets returns the sets of d that o selects, the records set under o.table.
-func migrateSets(d idem.Dialect, o migrateOptions) ([]migrate.Set, error) {
+func migrateSets(d idemsql.Dialect, o migrateOptions) ([]migrate.Set, error) {
 	all := migrate.All(d)
 	want := map[string]bool{}
 	for _, c := range strings.Split(o.component, ",") {
@@ -227,9 +227,9 @@ func migrateSets(d idem.Dialect, o migrateOptions) ([]migrate.Set, error) {
 
 // openMigrateDB opens the database of --db. Unlike the relay's, a SQLite file need
 // not exist yet: up creates it.
-func openMigrateDB(ctx context.Context, raw string) (idem.TxDB[*sql.Tx], func(), error) {
+func openMigrateDB(ctx context.Context, raw string) (idemsql.TxDB[*sql.Tx], func(), error) {
 	if err := checkURL("--db", raw); err != nil {
-		return idem.TxDB[*sql.Tx]{}, nil, err
+		return idemsql.TxDB[*sql.Tx]{}, nil, err
 	}
 	var db *sql.DB
 	var err error
@@ -237,7 +237,7 @@ func openMigrateDB(ctx context.Context, raw string) (idem.TxDB[*sql.Tx], func(),
 	case strings.HasPrefix(raw, "mysql://"):
 		dsn, derr := idemmysql.DSN(raw)
 		if derr != nil {
-			return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db: %w", derr)
+			return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db: %w", derr)
 		}
 		db, err = sql.Open("mysql", dsn)
 	case dialectOf(raw) == "postgres":
@@ -245,19 +245,19 @@ func openMigrateDB(ctx context.Context, raw string) (idem.TxDB[*sql.Tx], func(),
 	case dialectOf(raw) == "sqlite":
 		path := strings.TrimPrefix(raw, "sqlite:")
 		if path == "" {
-			return idem.TxDB[*sql.Tx]{}, nil, errors.New("--db sqlite: needs a path, such as sqlite:./app.db")
+			return idemsql.TxDB[*sql.Tx]{}, nil, errors.New("--db sqlite: needs a path, such as sqlite:./app.db")
 		}
 		db, err = openSQLite(path)
 	default:
-		return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redactURL(raw))
+		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redactURL(raw))
 	}
 	if err != nil {
-		return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)
+		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)
 	}
-	tdb, err := idem.SQLDB(ctx, db)
+	tdb, err := idemsql.SQLDB(ctx, db)
 	if err != nil {
 		db.Close()
-		return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)
+		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)
 	}
 	return tdb, func() { db.Close() }, nil
 }

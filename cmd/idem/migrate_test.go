@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/migrate"
 	"github.com/idemhq/idem/outbox"
@@ -49,7 +49,7 @@ func TestMigratePrintIsWhatSkipMigrateChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sdb.Close()
-	db, err := idem.SQLDB(ctx, sdb)
+	db, err := idemsql.SQLDB(ctx, sdb)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/outbox"
 )
 
@@ -80,7 +81,7 @@ func openRelayDB(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.Rela
 }
 
 // withRelay sets rd.run to the relay of ob to sink, or closes rd.
-func withRelay[Tx any](rd *relayDB, ob *outbox.Outbox[Tx], db idem.TxDB[Tx], sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
+func withRelay[Tx any](rd *relayDB, ob *outbox.Outbox[Tx], db idemsql.TxDB[Tx], sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
 	r, err := ob.Relay(sink, cfg)
 	if err != nil {
 		rd.close()

@@ -82,7 +82,7 @@ func openMySQLRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.R
 		return nil, err
 	}
 	rd := &relayDB{close: func() { mdb.Close() }}
-	txdb := idem.SQLDBFor(idem.MySQL, mdb)
+	txdb := idemmysql.TxDB(mdb)
 	ob, err := outbox.New(ctx, txdb, outbox.Config{})
 	if err != nil {
 		rd.close()

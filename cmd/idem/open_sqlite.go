@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/outbox"
 )
@@ -40,7 +41,7 @@ func openSQLiteRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.
 		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
 	}
 	rd := &relayDB{close: func() { sdb.Close() }}
-	txdb, err := idem.SQLDB(ctx, sdb)
+	txdb, err := idemsql.SQLDB(ctx, sdb)
 	var ob *outbox.Outbox[*sql.Tx]
 	if err == nil {
 		ob, err = outbox.New(ctx, txdb, outbox.Config{})

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -384,13 +385,13 @@ func (f *sqlFlags) declare(fs *flag.FlagSet) {
 // openOpsDB opens --db for an operator command, and checks that the schema of sets
 // is there (`idem migrate up` applies it). Unlike migrate's, a SQLite file must
 // exist: an operator who mistyped its path gets an error, not a new empty file.
-func (m *Main) openOpsDB(ctx context.Context, cmd, raw string, sets ...migrate.Set) (idem.TxDB[*sql.Tx], func(), error) {
+func (m *Main) openOpsDB(ctx context.Context, cmd, raw string, sets ...migrate.Set) (idemsql.TxDB[*sql.Tx], func(), error) {
 	if raw == "" {
-		return idem.TxDB[*sql.Tx]{}, nil, m.usagef(cmd, "--db is required: postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db or sqlite:PATH")
+		return idemsql.TxDB[*sql.Tx]{}, nil, m.usagef(cmd, "--db is required: postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db or sqlite:PATH")
 	}
 	if path, ok := strings.CutPrefix(raw, "sqlite:"); ok && path != "" {
 		if _, err := os.Stat(path); err != nil {
-			return idem.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %s: name the file your service uses", redactURL(raw), fileProblem(err))
+			return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %s: name the file your service uses", redactURL(raw), fileProblem(err))
 		}
 	}
 	db, closeDB, err := openMigrateDB(ctx, raw)

@@ -13,6 +13,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -90,7 +91,7 @@ func wantLines(t *testing.T, out string, want ...string) {
 type opsDB struct {
 	name  string
 	url   string
-	db    idem.TxDB[*sql.Tx]
+	db    idemsql.TxDB[*sql.Tx]
 	store idem.TxStore[*sql.Tx] // the records store of the same database
 }
 
@@ -140,7 +141,7 @@ func newOpsDB(t *testing.T, name string) opsDB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	txdb, err := idem.SQLDB(ctx, db)
+	txdb, err := idemsql.SQLDB(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/outbox"
 )
 
 // schemaText is the outbox's DDL for d.
-func schemaText(d idem.Dialect) string {
+func schemaText(d idemsql.Dialect) string {
 	s, err := outbox.Schema(d)
 	if err != nil {
 		panic(err) // the embedded migrations are broken: a build error, caught by the tests
@@ -51,11 +51,11 @@ SELECT pg_notify('idem_outbox', '');`
 // schemaDialects are the dialects --schema prints, in order, by their --db name.
 var schemaDialects = []struct {
 	name, title string
-	d           idem.Dialect
+	d           idemsql.Dialect
 }{
-	{"postgres", "PostgreSQL", idem.Postgres},
-	{"mysql", "MySQL/MariaDB", idem.MySQL},
-	{"sqlite", "SQLite", idem.SQLite},
+	{"postgres", "PostgreSQL", idemsql.Postgres},
+	{"mysql", "MySQL/MariaDB", idemsql.MySQL},
+	{"sqlite", "SQLite", idemsql.SQLite},
 }
 
 // printSchema writes the table and the insert contract for dialect ("postgres",

@@ -11,8 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
 )
@@ -75,10 +76,10 @@ func TestRelaySchemaMatchesOutboxMySQL(t *testing.T) {
 		return testsvc.OpenMySQL(t, testsvc.MySQLDatabase(t)+"?multiStatements=true")
 	}
 	byOutbox, byPrinted := open(), open()
-	if _, err := outbox.New(ctx, idem.SQLDBFor(idem.MySQL, byOutbox), outbox.Config{}); err != nil {
+	if _, err := outbox.New(ctx, idemmysql.TxDB(byOutbox), outbox.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := byPrinted.ExecContext(ctx, schemaText(idem.MySQL)); err != nil {
+	if _, err := byPrinted.ExecContext(ctx, schemaText(idemsql.MySQL)); err != nil {
 		t.Fatalf("printed schema does not run: %v", err)
 	}
 	if a, b := describe(byOutbox), describe(byPrinted); a != b {
@@ -130,14 +131,14 @@ func TestRelaySchemaMatchesOutboxSQLite(t *testing.T) {
 		return db
 	}
 	byOutbox, byPrinted := open("outbox.db"), open("printed.db")
-	txdb, err := idem.SQLDB(ctx, byOutbox)
+	txdb, err := idemsql.SQLDB(ctx, byOutbox)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := outbox.New(ctx, txdb, outbox.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := byPrinted.ExecContext(ctx, schemaText(idem.SQLite)); err != nil {
+	if _, err := byPrinted.ExecContext(ctx, schemaText(idemsql.SQLite)); err != nil {
 		t.Fatalf("printed schema does not run: %v", err)
 	}
 	if a, b := describe(byOutbox), describe(byPrinted); a != b {
@@ -180,7 +181,7 @@ func TestRelaySchemaMatchesOutboxPostgres(t *testing.T) {
 	if _, err := outbox.New(ctx, idempg.TxDB(byOutbox), outbox.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := byPrinted.Exec(ctx, schemaText(idem.Postgres)); err != nil {
+	if _, err := byPrinted.Exec(ctx, schemaText(idemsql.Postgres)); err != nil {
 		t.Fatalf("printed schema does not run: %v", err)
 	}
 	if a, b := describe(byOutbox, s1), describe(byPrinted, s2); a != b {

@@ -21,8 +21,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
 )
@@ -134,7 +136,7 @@ func sqliteOutbox(t *testing.T, topic string) (string, *sql.DB, func(ids ...stri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	txdb, err := idem.SQLDB(ctx, db)
+	txdb, err := idemsql.SQLDB(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +264,7 @@ func TestRelayMySQLToNATS(t *testing.T) {
 	ctx := context.Background()
 	dbURL := testsvc.MySQLDatabase(t)
 	db := testsvc.OpenMySQL(t, dbURL)
-	txdb := idem.SQLDBFor(idem.MySQL, db)
+	txdb := idemmysql.TxDB(db)
 	ob, err := outbox.New(ctx, txdb, outbox.Config{})
 	if err != nil {
 		t.Fatalf("outbox.New: %v", err)

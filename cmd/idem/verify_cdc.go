@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/verify"
 	"github.com/idemhq/idem/idempg/pgcdc"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/pgcluster"
 	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
@@ -44,7 +44,7 @@ func setupVerifyCDC(ctx context.Context, flow *verify.Flow, raw string) (done fu
 	if err := flow.DB.QueryRowContext(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
 		return nil, err
 	}
-	txdb, err := idem.SQLDB(ctx, flow.DB)
+	txdb, err := idemsql.SQLDB(ctx, flow.DB)
 	if err != nil {
 		return nil, err
 	}

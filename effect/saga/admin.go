@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/cursor"
 	"github.com/idemhq/idem/internal/rowscan"
 	"github.com/idemhq/idem/migrate"
@@ -40,7 +41,7 @@ const MaxNoteLen = 1024
 // so the admin API and `idem sagas` run it in any process; the orchestrators
 // that run the sagas need not be stopped.
 type Admin[Tx any] struct {
-	db      idem.TxDB[Tx]
+	db      idemsql.TxDB[Tx]
 	effects *effect.Admin[Tx]
 	key     string // idem_effects' key column, quoted for MySQL
 	lock    string // what locks a row read in a transaction
@@ -50,7 +51,7 @@ type Admin[Tx any] struct {
 // NewAdmin returns an Admin on db. It changes no schema: it fails with a
 // *migrate.BehindError if idem_sagas or idem_effects lacks a migration (run `idem
 // migrate up`, or start an Orchestrator, which applies them).
-func NewAdmin[Tx any](ctx context.Context, db idem.TxDB[Tx]) (*Admin[Tx], error) {
+func NewAdmin[Tx any](ctx context.Context, db idemsql.TxDB[Tx]) (*Admin[Tx], error) {
 	if err := db.Validate(); err != nil {
 		return nil, err
 	}
@@ -62,10 +63,10 @@ func NewAdmin[Tx any](ctx context.Context, db idem.TxDB[Tx]) (*Admin[Tx], error)
 		return nil, err
 	}
 	a := &Admin[Tx]{db: db, effects: effects, key: "key", now: time.Now}
-	switch db.Dialect {
-	case idem.MySQL:
+	switch db.Dialect() {
+	case idemsql.MySQL:
 		a.key, a.lock = "`key`", " FOR UPDATE"
-	case idem.Postgres:
+	case idemsql.Postgres:
 		a.lock = " FOR UPDATE"
 	}
 	return a, nil
@@ -225,7 +226,7 @@ var resolutionColumns = []string{"resolution.note", "resolution.resolved_at", "r
 
 // readResolution sets d.Resolution from idem_saga_resolutions, and adds what of
 // it cannot be decoded to d.DecodeError.
-func readResolution(ctx context.Context, q idem.Querier, d *Detail) error {
+func readResolution(ctx context.Context, q idemsql.Querier, d *Detail) error {
 	// Query, not QueryRow: rowscan.Scan may read the row twice.
 	rows, err := q.Query(ctx, `SELECT note, resolved_at, previous_state FROM idem_saga_resolutions WHERE id = $1`, d.ID)
 	if err != nil {
@@ -263,7 +264,7 @@ func (a *Admin[Tx]) RetryStep(ctx context.Context, id, reason string) error {
 	if err := checkNote(id, "reason", reason); err != nil {
 		return err
 	}
-	return a.change(ctx, id, "retry", func(q idem.Querier, inst Instance, token int64, now int64) error {
+	return a.change(ctx, id, "retry", func(q idemsql.Querier, inst Instance, token int64, now int64) error {
 		next := inst.State
 		switch {
 		case inst.State == Completed || inst.State == Compensated || inst.State == Resolved:
@@ -297,7 +298,7 @@ func (a *Admin[Tx]) Resolve(ctx context.Context, id, note string) error {
 	if err := checkNote(id, "note", note); err != nil {
 		return err
 	}
-	return a.change(ctx, id, "resolve", func(q idem.Querier, inst Instance, token int64, now int64) error {
+	return a.change(ctx, id, "resolve", func(q idemsql.Querier, inst Instance, token int64, now int64) error {
 		switch inst.State {
 		case Completed, Compensated, Resolved:
 			return &StateError{ID: id, State: inst.State, Op: "resolve", Fix: "it has ended already; only a running, compensating or failed saga can be resolved"}
@@ -312,8 +313,8 @@ func (a *Admin[Tx]) Resolve(ctx context.Context, id, note string) error {
 
 // change runs fn on saga id's row, locked (PostgreSQL, MySQL) or in SQLite's
 // single-writer transaction.
-func (a *Admin[Tx]) change(ctx context.Context, id, op string, fn func(q idem.Querier, inst Instance, token, now int64) error) error {
-	err := idem.RetrySerializationFailures(ctx, func() error {
+func (a *Admin[Tx]) change(ctx context.Context, id, op string, fn func(q idemsql.Querier, inst Instance, token, now int64) error) error {
+	err := idemsql.RetrySerializationFailures(ctx, func() error {
 		return a.db.InTx(ctx, func(tx Tx) error {
 			q := a.db.Querier(tx)
 			row, err := readSagaRow(ctx, q, id, a.lock)
@@ -341,7 +342,7 @@ var errChanged = errors.New("changed while being updated (an orchestrator advanc
 
 // update sets set (whose placeholders are $1…$n, args) on saga id, clearing its
 // lease and taking the next token, if it is still in state under token.
-func (a *Admin[Tx]) update(ctx context.Context, q idem.Querier, id, state string, token int64, set string, args ...any) error {
+func (a *Admin[Tx]) update(ctx context.Context, q idemsql.Querier, id, state string, token int64, set string, args ...any) error {
 	n := len(args)
 	args = append(args, a.now().UnixNano(), id, state, token)
 	stmt := fmt.Sprintf(`UPDATE idem_sagas SET %s, lease_until = 0, token = token + 1, updated_at = $%d

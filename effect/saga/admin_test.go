@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -51,7 +52,7 @@ func adminSaga(c *calls) Definition {
 }
 
 type adminEnv struct {
-	db    idem.TxDB[*sql.Tx]
+	db    idemsql.TxDB[*sql.Tx]
 	o     *Orchestrator[*sql.Tx]
 	admin *Admin[*sql.Tx]
 	calls *calls
@@ -59,7 +60,7 @@ type adminEnv struct {
 
 // newAdminEnv makes an orchestrator on the real clock whose transient failures
 // back off for an hour (a saga waiting that long is stuck), and an Admin.
-func newAdminEnv(t *testing.T, db idem.TxDB[*sql.Tx]) adminEnv {
+func newAdminEnv(t *testing.T, db idemsql.TxDB[*sql.Tx]) adminEnv {
 	t.Helper()
 	c := &calls{n: map[string]int{}, fail: map[string]error{}}
 	o, err := New(context.Background(), db, Config{PollInterval: 10 * time.Millisecond,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/rowscan"
 )
@@ -180,13 +181,13 @@ func (o *Orchestrator[Tx]) lease(ctx context.Context, id string) (inst Instance,
 	return inst, token, ok, nil
 }
 
-func (o *Orchestrator[Tx]) read(ctx context.Context, q idem.Querier, id string) (Instance, int64, error) {
+func (o *Orchestrator[Tx]) read(ctx context.Context, q idemsql.Querier, id string) (Instance, int64, error) {
 	return readSaga(ctx, q, id, "")
 }
 
 // readSaga reads saga id and its token; lock (" FOR UPDATE" or "") ends the query.
 // A saga whose row cannot be decoded is an error: no orchestrator can advance it.
-func readSaga(ctx context.Context, q idem.Querier, id, lock string) (Instance, int64, error) {
+func readSaga(ctx context.Context, q idemsql.Querier, id, lock string) (Instance, int64, error) {
 	row, err := readSagaRow(ctx, q, id, lock)
 	if err == nil && row.DecodeError != "" {
 		err = fmt.Errorf("saga %s: its row cannot be decoded: %s", id, row.DecodeError)
@@ -207,7 +208,7 @@ var sagaColumns = []string{"saga", "state", "step", "data", "results", "attempts
 // readSagaRow is readSaga for the operator, who must see a saga whose row cannot
 // be decoded: what cannot is its DecodeError. It returns sql.ErrNoRows (which
 // pgx.ErrNoRows matches too) for an unknown id.
-func readSagaRow(ctx context.Context, q idem.Querier, id, lock string) (sagaRow, error) {
+func readSagaRow(ctx context.Context, q idemsql.Querier, id, lock string) (sagaRow, error) {
 	var row sagaRow
 	var results string
 	var created, updated int64
@@ -254,7 +255,7 @@ func (o *Orchestrator[Tx]) save(ctx context.Context, inst *Instance, token int64
 		lease = 0
 	}
 	var n int64
-	err = o.db.Auto(ctx, func(q idem.Querier) (err error) { // one statement: autocommit where it can
+	err = o.db.Auto(ctx, func(q idemsql.Querier) (err error) { // one statement: autocommit where it can
 		n, err = q.Exec(ctx, `UPDATE idem_sagas SET state = $1, step = $2, results = $3, attempts = $4,
 			reason = $5, next_at = $6, lease_until = $7, updated_at = $8 WHERE id = $9 AND token = $10`,
 			inst.State, inst.Step, string(results), inst.Attempts, inst.Reason, next, lease, now.UnixNano(), inst.ID, token)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -85,7 +85,7 @@ func BenchmarkSagaExecute(b *testing.B) {
 func benchOrchestrator(b *testing.B) *Orchestrator[*sql.Tx] {
 	sdb := testsvc.PostgresDB(b)
 	sdb.SetMaxIdleConns(32)
-	db, err := idem.SQLDB(context.Background(), sdb)
+	db, err := idemsql.SQLDB(context.Background(), sdb)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,9 +7,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/effect/saga"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 )
 
@@ -25,7 +25,7 @@ func Example() {
 		panic(err)
 	}
 	defer sq.Close()
-	db, _ := idem.SQLDB(ctx, sq.DB())
+	db, _ := idemsql.SQLDB(ctx, sq.DB())
 
 	checkout := saga.Definition{Name: "checkout", Steps: []saga.Step{{
 		Name: "reserve",

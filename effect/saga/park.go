@@ -7,7 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltext"
 )
 
@@ -58,7 +58,7 @@ func (o *Orchestrator[Tx]) unrunnable(inst *Instance) string {
 
 // park sets inst aside in q, the transaction that leased it with token: its
 // reason says why and what to do, its lease ends, and no poll finds it due.
-func (o *Orchestrator[Tx]) park(ctx context.Context, q idem.Querier, inst *Instance, token int64, why string) error {
+func (o *Orchestrator[Tx]) park(ctx context.Context, q idemsql.Querier, inst *Instance, token int64, why string) error {
 	now := o.cfg.Now()
 	addReason(inst, fmt.Sprintf("parked at %s: %s: correct the row, then retry the saga; or resolve it",
 		now.UTC().Format(time.RFC3339), why))

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 )
 
@@ -32,7 +32,7 @@ func TestAdminReadsBadResolutions(t *testing.T) {
 		if d, err := a.Get(ctx, "resolved-none"); err != nil || d.State != Resolved || d.Resolution != nil {
 			t.Errorf("Get(resolved-none) = %+v, %v; want it resolved, without its missing resolution", d, err)
 		}
-		if e.db.Dialect != idem.SQLite {
+		if e.db.Dialect() != idemsql.SQLite {
 			return
 		}
 		sqltest.Saga(t, e.db, "resolved-typed", Resolved, `{}`, 0)

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/retention"
 )
 
@@ -65,7 +66,7 @@ var _ idem.Sweeper = (*Sweeper[*struct{}])(nil)
 
 // NewSweeper returns a Sweeper of db's sagas. It changes no schema: it fails with
 // a *migrate.BehindError if idem_sagas or idem_effects lacks a migration.
-func NewSweeper[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg SweepConfig) (*Sweeper[Tx], error) {
+func NewSweeper[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg SweepConfig) (*Sweeper[Tx], error) {
 	s, err := retention.New(limits, cfg.Retention, cfg.Batch, cfg.Now, cfg.Registerer, "saga")
 	if err != nil {
 		return nil, err
@@ -96,7 +97,7 @@ func (a *Admin[Tx]) Purge(ctx context.Context, olderThan time.Duration) (int, er
 // transaction, until a transaction deletes fewer.
 func (a *Admin[Tx]) purge(ctx context.Context, cutoff time.Time, batch int) (int, error) {
 	return retention.Batches(ctx, batch, func() (n int, err error) {
-		err = idem.RetrySerializationFailures(ctx, func() error {
+		err = idemsql.RetrySerializationFailures(ctx, func() error {
 			return a.db.InTx(ctx, func(tx Tx) (err error) {
 				n, err = a.purgeBatch(ctx, a.db.Querier(tx), cutoff.UnixNano(), batch)
 				return err
@@ -111,9 +112,9 @@ func (a *Admin[Tx]) purge(ctx context.Context, cutoff time.Time, batch int) (int
 
 // purgeBatch deletes up to batch finished sagas last changed before cutoff, with
 // their effects and resolutions, and returns how many sagas it deleted.
-func (a *Admin[Tx]) purgeBatch(ctx context.Context, q idem.Querier, cutoff int64, batch int) (int, error) {
+func (a *Admin[Tx]) purgeBatch(ctx context.Context, q idemsql.Querier, cutoff int64, batch int) (int, error) {
 	lock := a.lock
-	if a.db.Dialect == idem.Postgres {
+	if a.db.Dialect() == idemsql.Postgres {
 		lock += " SKIP LOCKED" // concurrent sweepers share the work
 	}
 	rows, err := q.Query(ctx, `SELECT id FROM idem_sagas WHERE state IN ('`+strings.Join(finished, "', '")+`')

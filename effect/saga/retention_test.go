@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // retentionSagas makes one saga in each state through the orchestrator and the
@@ -49,9 +50,9 @@ func retentionSagas(t *testing.T, e adminEnv) {
 }
 
 // count returns how many rows of table have id (column col) id.
-func count(t *testing.T, db idem.TxDB[*sql.Tx], table, col, id string) int {
+func count(t *testing.T, db idemsql.TxDB[*sql.Tx], table, col, id string) int {
 	t.Helper()
-	if db.Dialect == idem.MySQL && col == "key" {
+	if db.Dialect() == idemsql.MySQL && col == "key" {
 		col = "`key`"
 	}
 	var n int

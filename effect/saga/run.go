@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/isolate"
 	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/internal/warn"
@@ -159,7 +160,7 @@ func (o *Orchestrator[Tx]) List(ctx context.Context, state string, limit int) ([
 }
 
 // selectIDs runs query, which selects one text column, and returns its values.
-func selectIDs(ctx context.Context, q idem.Querier, query string, args ...any) ([]string, error) {
+func selectIDs(ctx context.Context, q idemsql.Querier, query string, args ...any) ([]string, error) {
 	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err

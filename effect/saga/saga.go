@@ -82,6 +82,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
@@ -174,7 +175,7 @@ type Config struct {
 // Orchestrator starts and advances sagas. Several orchestrators (processes) may
 // share one database: a saga is advanced by one at a time, under a lease.
 type Orchestrator[Tx any] struct {
-	db      idem.TxDB[Tx]
+	db      idemsql.TxDB[Tx]
 	fence   *effect.Fence[Tx]
 	defs    map[string]*Definition
 	names   []any   // the names of defs, sorted: the arguments of q's statements
@@ -216,7 +217,7 @@ type Instance struct {
 }
 
 // New returns an orchestrator for defs on db, creating its tables if needed.
-func New[Tx any](ctx context.Context, db idem.TxDB[Tx], cfg Config, defs ...Definition) (*Orchestrator[Tx], error) {
+func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config, defs ...Definition) (*Orchestrator[Tx], error) {
 	switch {
 	case cfg.Lease < 0:
 		return nil, &idem.InputError{Field: "Config.Lease", Reason: "is negative", Fix: "use a positive duration, or 0 for 30s"}
@@ -330,7 +331,7 @@ func (o *Orchestrator[Tx]) StartTx(ctx context.Context, tx Tx, name, id string, 
 func (o *Orchestrator[Tx]) Execute(ctx context.Context, name, id string, data []byte) (Instance, error) {
 	now := o.cfg.Now()
 	var created bool
-	err := o.db.Auto(ctx, func(q idem.Querier) (err error) {
+	err := o.db.Auto(ctx, func(q idemsql.Querier) (err error) {
 		created, err = o.insert(ctx, q, name, id, data, now.Add(o.cfg.Lease).UnixNano(), 1)
 		return err
 	})
@@ -353,7 +354,7 @@ func (o *Orchestrator[Tx]) Execute(ctx context.Context, name, id string, data []
 }
 
 // insert creates saga id, leased until lease with token (0 and 0: not leased).
-func (o *Orchestrator[Tx]) insert(ctx context.Context, q idem.Querier, name, id string, data []byte, lease, token int64) (bool, error) {
+func (o *Orchestrator[Tx]) insert(ctx context.Context, q idemsql.Querier, name, id string, data []byte, lease, token int64) (bool, error) {
 	if _, ok := o.defs[name]; !ok {
 		return false, &idem.InputError{Field: "name", Reason: fmt.Sprintf("no saga %q is defined", name), Fix: "pass its Definition to saga.New"}
 	}
@@ -365,7 +366,7 @@ func (o *Orchestrator[Tx]) insert(ctx context.Context, q idem.Querier, name, id 
 	}
 	now := o.cfg.Now().UnixNano()
 	insert, conflict := "INSERT INTO", " ON CONFLICT (id) DO NOTHING"
-	if o.db.Dialect == idem.MySQL {
+	if o.db.Dialect() == idemsql.MySQL {
 		insert, conflict = "INSERT IGNORE INTO", "" // the id fits its column: Validate bounds it
 	}
 	n, err := q.Exec(ctx, insert+` idem_sagas (id, saga, state, step, data, results, attempts, reason,

@@ -20,6 +20,7 @@ import (
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 )
 
@@ -116,12 +117,12 @@ func orderSaga(s *services) Definition {
 }
 
 type env struct {
-	db    idem.TxDB[*sql.Tx]
+	db    idemsql.TxDB[*sql.Tx]
 	clock *chaos.Clock
 }
 
 func forEachDB(t *testing.T, fn func(t *testing.T, e env)) {
-	sqltest.ForEachDialect(t, func(t *testing.T, db idem.TxDB[*sql.Tx]) {
+	sqltest.ForEachDialect(t, func(t *testing.T, db idemsql.TxDB[*sql.Tx]) {
 		fn(t, env{db, &chaos.Clock{}})
 	})
 }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -100,7 +100,7 @@ func (w watched) ended(t *testing.T, ids ...string) bool {
 	return true
 }
 
-func execSQL(t *testing.T, db idem.TxDB[*sql.Tx], query string, args ...any) {
+func execSQL(t *testing.T, db idemsql.TxDB[*sql.Tx], query string, args ...any) {
 	t.Helper()
 	ctx := context.Background()
 	if err := db.InTx(ctx, func(tx *sql.Tx) error {
@@ -141,7 +141,7 @@ func TestUndecodableSagasParked(t *testing.T) {
 		}
 		sqltest.Saga(t, e.db, "bad-json", Running, `not json`, 0)
 		sqltest.Saga(t, e.db, "bad-base64", Compensating, `{"charge":42}`, 0)
-		if e.db.Dialect == idem.SQLite {
+		if e.db.Dialect() == idemsql.SQLite {
 			sqltest.Saga(t, e.db, "bad-typed", Running, `{}`, "twice")
 			bad["bad-typed"] = "attempts: "
 		}

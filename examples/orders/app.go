@@ -22,6 +22,7 @@ import (
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/outbox"
@@ -66,7 +67,7 @@ func (c Config) withDefaults() Config {
 type App struct {
 	cfg      Config
 	db       *sql.DB
-	txdb     idem.TxDB[*sql.Tx]
+	txdb     idemsql.TxDB[*sql.Tx]
 	store    idem.TxStore[*sql.Tx] // the HTTP keys and the inbox's message keys
 	outbox   *outbox.Outbox[*sql.Tx]
 	fence    *effect.Fence[*sql.Tx]
@@ -140,7 +141,7 @@ func (a *App) openDB(ctx context.Context) error {
 		a.closers = append(a.closers, func() { store.Close() })
 		a.db, a.store, a.dbName = store.DB(), store, "sqlite "+path
 	}
-	txdb, err := idem.SQLDB(ctx, a.db)
+	txdb, err := idemsql.SQLDB(ctx, a.db)
 	if err != nil {
 		return err
 	}

@@ -26,8 +26,8 @@ type emitted struct {
 	Payload []byte            `json:"payload"`
 }
 
-// Execer runs a statement in the caller's transaction: idem.Querier, from
-// idem.TxDB.Querier(tx) (idempg for pgx.Tx, idem.SQLDB for *sql.Tx).
+// Execer runs a statement in the caller's transaction: idemsql.Querier, from
+// idemsql.TxDB.Querier(tx) (idempg for pgx.Tx, idemsql.SQLDB for *sql.Tx).
 type Execer interface {
 	Exec(ctx context.Context, query string, args ...any) (int64, error)
 }

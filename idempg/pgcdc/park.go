@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/outbox"
 )
 
@@ -60,7 +60,7 @@ func (s *stream) park(ctx context.Context, pos position, u outbox.Unpublishable,
 		if _, err := tx.Exec(pctx, "SELECT set_config('search_path', $1, true)", pgx.Identifier{s.schema}.Sanitize()); err != nil {
 			return err
 		}
-		return outbox.ParkTx(pctx, idem.Postgres, idempg.Querier(tx), u, time.Now())
+		return outbox.ParkTx(pctx, idemsql.Postgres, idempg.Querier(tx), u, time.Now())
 	})
 	if err != nil {
 		return backendErr("park", fmt.Errorf("%s: %w", where, err))

@@ -11,6 +11,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -43,10 +44,10 @@ func BenchMySQL(b *testing.B, newEnv func(b *testing.B) BenchEnv) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchDB(b, newEnv, idem.SQLDBFor(idem.MySQL, db), store)
+	benchDB(b, newEnv, idemmysql.TxDB(db), store)
 }
 
-func benchDB[Tx any](b *testing.B, newEnv func(b *testing.B) BenchEnv, db idem.TxDB[Tx], store idem.TxStore[Tx]) {
+func benchDB[Tx any](b *testing.B, newEnv func(b *testing.B) BenchEnv, db idemsql.TxDB[Tx], store idem.TxStore[Tx]) {
 	ctx := context.Background()
 	if err := db.InTx(ctx, func(tx Tx) error {
 		_, err := db.Querier(tx).Exec(ctx, "CREATE TABLE ledger (msg_id VARCHAR(255) NOT NULL, amount BIGINT NOT NULL)")
@@ -79,7 +80,7 @@ func benchDB[Tx any](b *testing.B, newEnv func(b *testing.B) BenchEnv, db idem.T
 
 // plainConsumer is the at-least-once baseline: each batch's inserts in one
 // transaction, then the acks; a redelivery would insert again.
-func plainConsumer[Tx any](ctx context.Context, db idem.TxDB[Tx], insert func(context.Context, Tx, idem.Message) error, src idem.Source, batch int) error {
+func plainConsumer[Tx any](ctx context.Context, db idemsql.TxDB[Tx], insert func(context.Context, Tx, idem.Message) error, src idem.Source, batch int) error {
 	for {
 		ds, err := src.Receive(ctx, batch)
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemseq"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/inbox"
@@ -69,7 +70,7 @@ func Proof(t *testing.T, newEnv func(t *testing.T) idemtest.BrokerEnv, opts Opti
 	}
 }
 
-func openDB(t *testing.T, name string) (*sql.DB, idem.TxDB[*sql.Tx], idem.TxStore[*sql.Tx]) {
+func openDB(t *testing.T, name string) (*sql.DB, idemsql.TxDB[*sql.Tx], idem.TxStore[*sql.Tx]) {
 	t.Helper()
 	ctx := context.Background()
 	var (
@@ -110,7 +111,7 @@ func openDB(t *testing.T, name string) (*sql.DB, idem.TxDB[*sql.Tx], idem.TxStor
 			t.Fatal(err)
 		}
 	}
-	txdb, err := idem.SQLDB(ctx, db)
+	txdb, err := idemsql.SQLDB(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func apply(ctx context.Context, tx *sql.Tx, m idem.Message) error {
 	return err
 }
 
-func prove(t *testing.T, env idemtest.BrokerEnv, db *sql.DB, txdb idem.TxDB[*sql.Tx], store idem.TxStore[*sql.Tx], opts Options) {
+func prove(t *testing.T, env idemtest.BrokerEnv, db *sql.DB, txdb idemsql.TxDB[*sql.Tx], store idem.TxStore[*sql.Tx], opts Options) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	n := opts.Messages
@@ -197,7 +198,7 @@ func prove(t *testing.T, env idemtest.BrokerEnv, db *sql.DB, txdb idem.TxDB[*sql
 // it has received three batches' worth of deliveries and is then cancelled
 // mid-stream (by its progress, not by a timer: on a fast machine a timer fires
 // after the proof is over).
-func runFor(ctx context.Context, t *testing.T, env idemtest.BrokerEnv, db *sql.DB, txdb idem.TxDB[*sql.Tx],
+func runFor(ctx context.Context, t *testing.T, env idemtest.BrokerEnv, db *sql.DB, txdb idemsql.TxDB[*sql.Tx],
 	store idem.TxStore[*sql.Tx], lossy *ackLoser, opts Options, n int, kill bool) {
 	src := env.NewSource(t)
 	defer src.Close()

@@ -24,6 +24,7 @@ import (
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/otelx"
@@ -114,7 +115,7 @@ func wantChild(t *testing.T, child, parent tracetest.SpanStub) {
 type shop struct {
 	tr       tracing
 	db       *sql.DB
-	txdb     idem.TxDB[*sql.Tx]
+	txdb     idemsql.TxDB[*sql.Tx]
 	store    *idemsqlite.Store
 	ob       *outbox.Outbox[*sql.Tx]
 	fence    *effect.Fence[*sql.Tx] // on its own database: SQLite has one writer, and the inbox's transaction holds it
@@ -139,7 +140,7 @@ func newShop(t *testing.T, tr tracing) *shop {
 	if _, err := s.db.ExecContext(ctx, "CREATE TABLE orders (id TEXT PRIMARY KEY); CREATE TABLE charges (order_id TEXT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
-	if s.txdb, err = idem.SQLDB(ctx, s.db); err != nil {
+	if s.txdb, err = idemsql.SQLDB(ctx, s.db); err != nil {
 		t.Fatal(err)
 	}
 	if s.ob, err = outbox.New(ctx, s.txdb, outbox.Config{TracerProvider: tr.tp, Propagator: tr.prop}); err != nil {
@@ -151,7 +152,7 @@ func newShop(t *testing.T, tr tracing) *shop {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { effects.Close() })
-	effectsDB, err := idem.SQLDB(ctx, effects)
+	effectsDB, err := idemsql.SQLDB(ctx, effects)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/otelx"
@@ -211,7 +212,7 @@ func TestInboxPassesContextUntraced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	txdb, err := idem.SQLDB(ctx, store.DB())
+	txdb, err := idemsql.SQLDB(ctx, store.DB())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // MaxProblemLen bounds the text of one problem: a driver's conversion error quotes
@@ -26,7 +26,7 @@ const MaxProblemLen = 256
 // the row cannot be read again, as with a driver that ends the result set at a
 // failed Scan (pgx: PostgreSQL and MySQL type their columns, so their values fit),
 // or with an *sql.Row, which reads once: pass the *sql.Rows of a Query.
-func Scan(r idem.Row, cols []string, dest ...any) (bad string, err error) {
+func Scan(r idemsql.Row, cols []string, dest ...any) (bad string, err error) {
 	first := r.Scan(dest...)
 	if first == nil {
 		return "", nil

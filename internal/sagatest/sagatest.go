@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect/saga"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
 )
 
@@ -17,7 +17,7 @@ import (
 // once, whose results are not JSON), and runs over db one round of an orchestrator
 // of "order" (two steps that do nothing), which parks them. It makes the schema of
 // sagas and effects if needed.
-func Park(t testing.TB, db idem.TxDB[*sql.Tx], ids ...string) {
+func Park(t testing.TB, db idemsql.TxDB[*sql.Tx], ids ...string) {
 	t.Helper()
 	ctx := context.Background()
 	noop := func(context.Context, saga.Input) ([]byte, error) { return nil, nil }
@@ -37,11 +37,11 @@ func Park(t testing.TB, db idem.TxDB[*sql.Tx], ids ...string) {
 // ParkWithSteps parks saga id (Park) and writes its step effects by hand: do:reserve
 // pending, and on SQLite do:charge with text in its token, which cannot be decoded.
 // It reports whether it wrote do:charge.
-func ParkWithSteps(t testing.TB, db idem.TxDB[*sql.Tx], id string) (undecodable bool) {
+func ParkWithSteps(t testing.TB, db idemsql.TxDB[*sql.Tx], id string) (undecodable bool) {
 	t.Helper()
 	Park(t, db, id)
 	sqltest.Effect(t, db, id, "do:reserve", 1)
-	if db.Dialect != idem.SQLite {
+	if db.Dialect() != idemsql.SQLite {
 		return false
 	}
 	sqltest.Effect(t, db, id, "do:charge", "seven")

@@ -8,13 +8,13 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // MySQLDollarDB opens a handle on a fresh MySQL/MariaDB database whose driver also
-// takes $1 placeholders (rewritten to ? by idem.Rebind), so that a test's own SQL,
+// takes $1 placeholders (rewritten to ? by idemsql.Rebind), so that a test's own SQL,
 // written for PostgreSQL and SQLite, runs there unchanged. The code under test gets
 // no help from it: its statements reach the driver with ? already.
 func MySQLDollarDB(t testing.TB) *sql.DB {
@@ -54,7 +54,7 @@ func rebind(query string, args []driver.NamedValue) (string, []driver.NamedValue
 	for i, a := range args {
 		vals[i] = a.Value
 	}
-	query, vals = idem.Rebind(query, vals)
+	query, vals = idemsql.Rebind(query, vals)
 	out := make([]driver.NamedValue, len(vals))
 	for i, v := range vals {
 		out[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
@@ -67,7 +67,7 @@ func rebind(query string, args []driver.NamedValue) (string, []driver.NamedValue
 // (database/sql prepares every statement with arguments: the MySQL driver answers
 // ExecContext and QueryContext with driver.ErrSkip unless it interpolates.)
 func (c dollarConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	query, _ = idem.Rebind(query, make([]any, 1000))
+	query, _ = idemsql.Rebind(query, make([]any, 1000))
 	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, query)
 }
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 // Rows written by hand, as another team's service (or a person at a SQL prompt)
@@ -19,7 +19,7 @@ import (
 // DeadLetter inserts a pending dead letter of consumer "billing" for message msgID,
 // whose headers column holds headers and whose dead_at column holds deadAt, and
 // returns its id.
-func DeadLetter(t testing.TB, db idem.TxDB[*sql.Tx], msgID, headers string, deadAt any) int64 {
+func DeadLetter(t testing.TB, db idemsql.TxDB[*sql.Tx], msgID, headers string, deadAt any) int64 {
 	t.Helper()
 	exec(t, db, `INSERT INTO idem_dead_letters (consumer, msg_id, topic, position, headers, payload, kind, reason,
 		attempts, first_at, dead_at) VALUES ('billing', $1, 'billing.v1', '', $2, $3, 'permanent', 'written by hand', 1, $4, $5)`,
@@ -29,7 +29,7 @@ func DeadLetter(t testing.TB, db idem.TxDB[*sql.Tx], msgID, headers string, dead
 
 // Parked inserts a message parked by the relay on topic "orders", whose headers
 // column holds headers and whose attempts column holds attempts, and returns its id.
-func Parked(t testing.TB, db idem.TxDB[*sql.Tx], msgID, headers string, attempts any) int64 {
+func Parked(t testing.TB, db idemsql.TxDB[*sql.Tx], msgID, headers string, attempts any) int64 {
 	t.Helper()
 	now := time.Now().UnixMilli()
 	exec(t, db, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at,
@@ -40,7 +40,7 @@ func Parked(t testing.TB, db idem.TxDB[*sql.Tx], msgID, headers string, attempts
 
 // Saga inserts saga id (a saga named "order", at step 1, due at once) in state,
 // whose results column holds results and whose attempts column holds attempts.
-func Saga(t testing.TB, db idem.TxDB[*sql.Tx], id, state, results string, attempts any) {
+func Saga(t testing.TB, db idemsql.TxDB[*sql.Tx], id, state, results string, attempts any) {
 	t.Helper()
 	now := time.Now().UnixNano()
 	exec(t, db, `INSERT INTO idem_sagas (id, saga, state, step, data, results, attempts, reason, next_at, lease_until,
@@ -50,10 +50,10 @@ func Saga(t testing.TB, db idem.TxDB[*sql.Tx], id, state, results string, attemp
 
 // Effect inserts the PENDING effect of key and step past its lease, at attempt 1,
 // whose token column holds token.
-func Effect(t testing.TB, db idem.TxDB[*sql.Tx], key, step string, token any) {
+func Effect(t testing.TB, db idemsql.TxDB[*sql.Tx], key, step string, token any) {
 	t.Helper()
 	keyCol := "key"
-	if db.Dialect == idem.MySQL {
+	if db.Dialect() == idemsql.MySQL {
 		keyCol = "`key`"
 	}
 	exec(t, db, `INSERT INTO idem_effects (`+keyCol+`, step, state, token, lease_until, attempts, reason, created_at, updated_at)
@@ -62,13 +62,13 @@ func Effect(t testing.TB, db idem.TxDB[*sql.Tx], key, step string, token any) {
 
 // Resolution inserts the resolution of saga id (resolved from previous), whose
 // resolved_at column holds at.
-func Resolution(t testing.TB, db idem.TxDB[*sql.Tx], id, previous string, at any) {
+func Resolution(t testing.TB, db idemsql.TxDB[*sql.Tx], id, previous string, at any) {
 	t.Helper()
 	exec(t, db, `INSERT INTO idem_saga_resolutions (id, previous_state, note, resolved_at) VALUES ($1, $2, 'written by hand', $3)`,
 		id, previous, at)
 }
 
-func exec(t testing.TB, db idem.TxDB[*sql.Tx], query string, args ...any) {
+func exec(t testing.TB, db idemsql.TxDB[*sql.Tx], query string, args ...any) {
 	t.Helper()
 	ctx := context.Background()
 	err := db.InTx(ctx, func(tx *sql.Tx) error {
@@ -80,7 +80,7 @@ func exec(t testing.TB, db idem.TxDB[*sql.Tx], query string, args ...any) {
 	}
 }
 
-func id(t testing.TB, db idem.TxDB[*sql.Tx], query string, args ...any) (n int64) {
+func id(t testing.TB, db idemsql.TxDB[*sql.Tx], query string, args ...any) (n int64) {
 	t.Helper()
 	ctx := context.Background()
 	err := db.InTx(ctx, func(tx *sql.Tx) error { return db.Querier(tx).QueryRow(ctx, query, args...).Scan(&n) })

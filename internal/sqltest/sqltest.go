@@ -4,6 +4,11 @@
 package sqltest
 
 import (
+	// Every driver, so SQLDB finds the one of each database these helpers open.
+	_ "github.com/idemhq/idem/idemmysql"
+	_ "github.com/idemhq/idem/idempg"
+	_ "github.com/idemhq/idem/idemsqlite"
+
 	"context"
 	"database/sql"
 	"path/filepath"
@@ -11,7 +16,8 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -19,7 +25,7 @@ import (
 // ForEachDB runs fn as parallel subtests "sqlite" and "postgres", each on a
 // database of its own. Postgres skips (or, with IDEM_REQUIRE_SERVICES=1, fails)
 // when the server is down.
-func ForEachDB(t *testing.T, fn func(t *testing.T, db idem.TxDB[*sql.Tx])) {
+func ForEachDB(t *testing.T, fn func(t *testing.T, db idemsql.TxDB[*sql.Tx])) {
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
 		fn(t, SQLite(t))
@@ -32,7 +38,7 @@ func ForEachDB(t *testing.T, fn func(t *testing.T, db idem.TxDB[*sql.Tx])) {
 
 // ForEachDialect runs fn as ForEachDB does, and as a third parallel subtest "mysql"
 // on a MySQL/MariaDB database of its own: for the components that speak MySQL.
-func ForEachDialect(t *testing.T, fn func(t *testing.T, db idem.TxDB[*sql.Tx])) {
+func ForEachDialect(t *testing.T, fn func(t *testing.T, db idemsql.TxDB[*sql.Tx])) {
 	ForEachDB(t, fn)
 	t.Run("mysql", func(t *testing.T) {
 		t.Parallel()
@@ -41,7 +47,7 @@ func ForEachDialect(t *testing.T, fn func(t *testing.T, db idem.TxDB[*sql.Tx])) 
 }
 
 // SQLite opens a new SQLite database, closed when t ends.
-func SQLite(t testing.TB) idem.TxDB[*sql.Tx] {
+func SQLite(t testing.TB) idemsql.TxDB[*sql.Tx] {
 	t.Helper()
 	s, err := idemsqlite.Open(context.Background(), filepath.Join(t.TempDir(), "test.db"), idemsqlite.Config{})
 	if err != nil {
@@ -52,20 +58,20 @@ func SQLite(t testing.TB) idem.TxDB[*sql.Tx] {
 }
 
 // MySQL opens a fresh MySQL/MariaDB database, dropped when t ends.
-func MySQL(t testing.TB) idem.TxDB[*sql.Tx] {
+func MySQL(t testing.TB) idemsql.TxDB[*sql.Tx] {
 	t.Helper()
-	return idem.SQLDBFor(idem.MySQL, testsvc.MySQLDB(t))
+	return idemmysql.TxDB(testsvc.MySQLDB(t))
 }
 
 // Postgres opens a fresh schema of the test database, dropped when t ends.
-func Postgres(t testing.TB) idem.TxDB[*sql.Tx] {
+func Postgres(t testing.TB) idemsql.TxDB[*sql.Tx] {
 	t.Helper()
 	return txdb(t, testsvc.PostgresDB(t))
 }
 
-func txdb(t testing.TB, db *sql.DB) idem.TxDB[*sql.Tx] {
+func txdb(t testing.TB, db *sql.DB) idemsql.TxDB[*sql.Tx] {
 	t.Helper()
-	d, err := idem.SQLDB(context.Background(), db)
+	d, err := idemsql.SQLDB(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/outbox"
@@ -67,7 +68,7 @@ func TestCheckLedgerMessagePastDeadline(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			txdb, err := idem.SQLDB(ctx, db)
+			txdb, err := idemsql.SQLDB(ctx, db)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/outbox"
 )
@@ -145,7 +146,7 @@ const (
 // run is the state of one Run.
 type run struct {
 	f     *Flow
-	txdb  idem.TxDB[*sql.Tx]
+	txdb  idemsql.TxDB[*sql.Tx]
 	ob    *outbox.Outbox[*sql.Tx]
 	inj   *chaos.Injector
 	reg   *prometheus.Registry
@@ -247,7 +248,7 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 	case !f.Unsafe && f.Store == nil:
 		return nil, errors.New("verify: Flow.Store is nil; set it, or set Unsafe for the negative control")
 	}
-	txdb, err := idem.SQLDB(ctx, f.DB)
+	txdb, err := idemsql.SQLDB(ctx, f.DB)
 	if err != nil {
 		return nil, err
 	}
@@ -344,7 +345,7 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 func (r *run) createTables(ctx context.Context) error {
 	// MySQL cannot key or index a TEXT column; VARCHAR(255) holds every id here.
 	text := "TEXT"
-	if r.txdb.Dialect == idem.MySQL {
+	if r.txdb.Dialect() == idemsql.MySQL {
 		text = "VARCHAR(255)"
 	}
 	for _, stmt := range []string{

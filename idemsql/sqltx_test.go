@@ -1,4 +1,4 @@
-package idem_test
+package idemsql_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 )
 
 func TestRebind(t *testing.T) {
@@ -25,7 +25,7 @@ func TestRebind(t *testing.T) {
 		{"SELECT $3", "SELECT $3", []any{1}, []any{}}, // no such argument: left for the server to refuse
 		{"SELECT 'it''s $1', $1", "SELECT 'it''s $1', ?", []any{"x"}, []any{"x"}},
 	} {
-		got, args := idem.Rebind(tc.in, tc.args)
+		got, args := idemsql.Rebind(tc.in, tc.args)
 		if got != tc.want || !slices.Equal(args, tc.wantArgs) && len(args)+len(tc.wantArgs) > 0 {
 			t.Errorf("Rebind(%q, %v) = %q, %v; want %q, %v", tc.in, tc.args, got, args, tc.want, tc.wantArgs)
 		}
@@ -43,7 +43,7 @@ func TestRetrySerializationFailures(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	runs := 0
-	err := idem.RetrySerializationFailures(ctx, func() error {
+	err := idemsql.RetrySerializationFailures(ctx, func() error {
 		if runs++; runs < 3 {
 			return stateErr("40001")
 		}
@@ -54,20 +54,20 @@ func TestRetrySerializationFailures(t *testing.T) {
 	}
 	runs = 0
 	other := errors.New("constraint violated")
-	if err := idem.RetrySerializationFailures(ctx, func() error { runs++; return other }); err != other || runs != 1 {
+	if err := idemsql.RetrySerializationFailures(ctx, func() error { runs++; return other }); err != other || runs != 1 {
 		t.Fatalf("another error: %v after %d runs, want it back after one", err, runs)
 	}
 	runs = 0
-	if err := idem.RetrySerializationFailures(ctx, func() error { runs++; return fmt.Errorf("x: %w", stateErr("40P01")) }); err == nil || runs != 12 {
+	if err := idemsql.RetrySerializationFailures(ctx, func() error { runs++; return fmt.Errorf("x: %w", stateErr("40P01")) }); err == nil || runs != 12 {
 		t.Fatalf("deadlocked every time: %v after %d runs, want the error after 12", err, runs)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	runs = 0
-	if err := idem.RetrySerializationFailures(cctx, func() error { runs++; return stateErr("40001") }); err == nil || runs != 1 {
+	if err := idemsql.RetrySerializationFailures(cctx, func() error { runs++; return stateErr("40001") }); err == nil || runs != 1 {
 		t.Fatalf("cancelled: %v after %d runs, want one run", err, runs)
 	}
-	if !idem.IsSerializationFailure(errors.New("Error 1213 (40001): Deadlock found when trying to get lock")) || idem.IsSerializationFailure(nil) {
+	if !idemsql.IsSerializationFailure(errors.New("Error 1213 (40001): Deadlock found when trying to get lock")) || idemsql.IsSerializationFailure(nil) {
 		t.Fatal("IsSerializationFailure misreads MySQL's deadlock message or nil")
 	}
 }

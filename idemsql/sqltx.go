@@ -1,10 +1,12 @@
-package idem
+package idemsql
 
 import (
 	"context"
 	"database/sql"
 	"strconv"
 	"strings"
+
+	"github.com/idemhq/idem"
 )
 
 // Dialect is the SQL a transactional component speaks.
@@ -58,7 +60,8 @@ type Querier interface {
 // transaction type is Tx, so one implementation serves pgx.Tx and *sql.Tx. Build it
 // with SQLDB for database/sql, or idempg.TxDB for a pgx pool.
 type TxDB[Tx any] struct {
-	Dialect  Dialect
+	// Driver holds the statements idem runs on its own tables in this database.
+	Driver   Driver
 	Begin    func(ctx context.Context) (Tx, error)
 	Commit   func(ctx context.Context, tx Tx) error
 	Rollback func(ctx context.Context, tx Tx) error
@@ -84,6 +87,14 @@ type TxDB[Tx any] struct {
 	BeginPipelined func(ctx context.Context) (Tx, error)
 }
 
+// Dialect is the dialect of d's Driver, or 0 where it has none.
+func (d TxDB[Tx]) Dialect() Dialect {
+	if d.Driver == nil {
+		return 0
+	}
+	return d.Driver.Dialect()
+}
+
 // Auto runs fn's statements each in its own transaction (Read) where d can, and
 // all in one transaction otherwise: for a write that is a single statement, one
 // round trip instead of BEGIN, the statement and COMMIT.
@@ -94,13 +105,13 @@ func (d TxDB[Tx]) Auto(ctx context.Context, fn func(Querier) error) error {
 	return d.Read(ctx, fn)
 }
 
-// Validate reports a TxDB with a missing field as an *InputError.
+// Validate reports a TxDB with a missing field as an *idem.InputError.
 func (d TxDB[Tx]) Validate() error {
 	switch {
-	case d.Dialect != Postgres && d.Dialect != SQLite && d.Dialect != MySQL:
-		return &InputError{Field: "TxDB.Dialect", Reason: "is not set", Fix: "use idem.SQLDB or idempg.TxDB, which set it"}
+	case d.Driver == nil:
+		return &idem.InputError{Field: "TxDB.Driver", Reason: "is not set", Fix: "build the TxDB with idemsql.SQLDB or a driver's constructor (idempg.TxDB, idemsqlite.TxDB, idemmysql.TxDB), which set it"}
 	case d.Begin == nil || d.Commit == nil || d.Rollback == nil || d.Querier == nil:
-		return &InputError{Field: "TxDB", Reason: "has a nil function", Fix: "build it with idem.SQLDB or idempg.TxDB"}
+		return &idem.InputError{Field: "TxDB", Reason: "has a nil function", Fix: "build it with idemsql.SQLDB or a driver's constructor"}
 	}
 	return nil
 }
@@ -142,10 +153,11 @@ func (d TxDB[Tx]) inTx(ctx context.Context, begin func(context.Context) (Tx, err
 
 // SQLDB returns the TxDB of a database/sql handle to PostgreSQL (pgx's stdlib driver),
 // SQLite (modernc.org/sqlite) or MySQL/MariaDB (go-sql-driver/mysql). The dialect is
-// asked of the database itself.
+// asked of the database itself, and its Driver is the one registered for it (import
+// idempg, idemsqlite or idemmysql).
 func SQLDB(ctx context.Context, db *sql.DB) (TxDB[*sql.Tx], error) {
 	if db == nil {
-		return TxDB[*sql.Tx]{}, &InputError{Field: "db", Reason: "is nil", Fix: "pass an open *sql.DB"}
+		return TxDB[*sql.Tx]{}, &idem.InputError{Field: "db", Reason: "is nil", Fix: "pass an open *sql.DB"}
 	}
 	d := Postgres
 	var v string
@@ -154,16 +166,21 @@ func SQLDB(ctx context.Context, db *sql.DB) (TxDB[*sql.Tx], error) {
 	} else if err := db.QueryRowContext(ctx, "SELECT @@version_comment").Scan(&v); err == nil {
 		d = MySQL
 	} else if err := db.PingContext(ctx); err != nil {
-		return TxDB[*sql.Tx]{}, &BackendError{Backend: "sql", Op: "open", Err: err}
+		return TxDB[*sql.Tx]{}, &idem.BackendError{Backend: "sql", Op: "open", Err: err}
 	}
-	return SQLDBFor(d, db), nil
+	drv, err := DriverFor(d)
+	if err != nil {
+		return TxDB[*sql.Tx]{}, err
+	}
+	return SQLDBFor(drv, db), nil
 }
 
-// SQLDBFor returns the TxDB of a database/sql handle whose dialect the caller knows,
-// without asking the database.
-func SQLDBFor(d Dialect, db *sql.DB) TxDB[*sql.Tx] {
+// SQLDBFor returns the TxDB of a database/sql handle to the database of drv,
+// without asking the database. The driver packages' constructors call it.
+func SQLDBFor(drv Driver, db *sql.DB) TxDB[*sql.Tx] {
+	d := drv.Dialect()
 	t := TxDB[*sql.Tx]{
-		Dialect:  d,
+		Driver:   drv,
 		Begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
 		Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
 		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },

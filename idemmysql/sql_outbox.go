@@ -1,0 +1,7 @@
+package idemmysql
+
+import "github.com/idemhq/idem/idemsql"
+
+func (driver) Outbox() *idemsql.OutboxSQL { return &outboxStmts }
+
+var outboxStmts = idemsql.OutboxSQL{}

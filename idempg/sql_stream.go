@@ -1,0 +1,7 @@
+package idempg
+
+import "github.com/idemhq/idem/idemsql"
+
+func (driver) Stream() *idemsql.StreamSQL { return &streamStmts }
+
+var streamStmts = idemsql.StreamSQL{}

@@ -1,0 +1,7 @@
+package idemsqlite
+
+import "github.com/idemhq/idem/idemsql"
+
+func (driver) Inbox() *idemsql.InboxSQL { return &inboxStmts }
+
+var inboxStmts = idemsql.InboxSQL{}

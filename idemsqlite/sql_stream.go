@@ -1,0 +1,7 @@
+package idemsqlite
+
+import "github.com/idemhq/idem/idemsql"
+
+func (driver) Stream() *idemsql.StreamSQL { return &streamStmts }
+
+var streamStmts = idemsql.StreamSQL{}
