@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"bytes"
 	"fmt"
 	"time"
 )
@@ -124,7 +123,7 @@ type Record struct {
 	Fingerprint []byte
 	// Token is the fencing token of the holder that created (or took over) the record.
 	// It is zero in the Record of a claim Result: only the holder, who received it as
-	// Result.Token, may know it (see Existing).
+	// Result.Token, may know it (see storekit.Existing).
 	Token uint64
 	// Result is what Complete stored. Nil while in progress.
 	Result []byte
@@ -143,30 +142,4 @@ type Result struct {
 	Token uint64
 	// Record is the existing record when Outcome is Replayed, InProgress or Mismatch.
 	Record Record
-}
-
-// Existing answers a claim c that found the live record rec: Replayed if rec is
-// completed, InProgress if not, Mismatch if its fingerprint differs from c's (nil and
-// empty are equal). It is the one place that decides what a duplicate may see, and
-// every backend uses it: the stored result only on Replayed (non-nil, possibly
-// empty), and never the holder's fencing token, since whoever holds a token may
-// Complete or Release the key.
-func Existing(c Claim, rec Record) Result {
-	rec.Key = c.Key
-	rec.Token = 0
-	out := InProgress
-	if rec.State == StateCompleted {
-		out = Replayed
-		if rec.Result == nil {
-			rec.Result = []byte{}
-		}
-	} else {
-		rec.Result = nil
-	}
-	if !bytes.Equal(rec.Fingerprint, c.Fingerprint) {
-		// Another intent must not learn the first one's result.
-		out = Mismatch
-		rec.Result = nil
-	}
-	return Result{Outcome: out, Record: rec}
 }

@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"errors"
-	"fmt"
 )
 
 // ErrNotFound is returned by Inspector.Inspect and Evict for a key that has no record.
@@ -48,33 +47,6 @@ type KeyPage struct {
 // *InputError.
 const MaxListLimit = 1000
 
-// CheckList checks List's input (scope, limit) and then whether ctx has already
-// ended: the prologue of every backend's List. The cursor is the backend's to check.
-func CheckList(ctx context.Context, scope string, limit int) error {
-	if err := validatePart("scope", scope); err != nil {
-		return err
-	}
-	if limit <= 0 || limit > MaxListLimit {
-		return &InputError{Field: "limit", Reason: fmt.Sprintf("is %d, outside 1..%d", limit, MaxListLimit),
-			Fix: fmt.Sprintf("ask for 1 to %d records per page and follow KeyPage.Next for more", MaxListLimit)}
-	}
-	return ctx.Err()
-}
-
-// CheckEvict checks Evict's key and then whether ctx has already ended.
-func CheckEvict(ctx context.Context, k Key) error {
-	if err := k.Validate(); err != nil {
-		return err
-	}
-	return ctx.Err()
-}
-
-// ErrForceNeeded is the *InputError of Evict without force on an in-progress record.
-func ErrForceNeeded(k Key) error {
-	return &InputError{Field: "force", Reason: fmt.Sprintf("is false and %v is in progress: its holder may still be running the effect", k),
-		Fix: "wait for the holder to complete or release it, or evict with force to fence the holder out (its Complete then gets ErrLeaseLost and a retry may run the effect again)"}
-}
-
 // ScopeLister is implemented by stores that can list the scopes they hold records
 // in: the operator's way in when scopes are not known in advance (behind `idem
 // serve` they are hashes of credentials). It is optional: find it by type assertion
@@ -100,14 +72,4 @@ type ScopePage struct {
 	Scopes []string
 	// Next is the cursor of the following page, "" when there is none.
 	Next string
-}
-
-// CheckScopes checks Scopes' limit and then whether ctx has already ended: the
-// prologue of every backend's Scopes. The cursor is the backend's to check.
-func CheckScopes(ctx context.Context, limit int) error {
-	if limit <= 0 || limit > MaxListLimit {
-		return &InputError{Field: "limit", Reason: fmt.Sprintf("is %d, outside 1..%d", limit, MaxListLimit),
-			Fix: fmt.Sprintf("ask for 1 to %d scopes per page and follow ScopePage.Next for more", MaxListLimit)}
-	}
-	return ctx.Err()
 }

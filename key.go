@@ -75,3 +75,8 @@ func fixFor(field string) string {
 	}
 	return "the idempotency key of the request or message"
 }
+
+// ValidateKeyPart reports why s cannot be one part (the scope or the ID) of a
+// Key, as an *InputError naming field, or nil. Backends check a scope given on
+// its own (a listing's filter) with it.
+func ValidateKeyPart(field, s string) error { return validatePart(field, s) }

@@ -1,12 +1,7 @@
 package idem
 
 import (
-	"bytes"
-	"cmp"
 	"context"
-	"fmt"
-	"log/slog"
-	"slices"
 	"time"
 )
 
@@ -52,20 +47,6 @@ type Renewer interface {
 	Renew(ctx context.Context, k Key, token uint64, lease time.Duration) error
 }
 
-// CheckRenew checks Renew's input (key, token, lease) and then whether ctx has
-// already ended: the prologue of every backend's Renew. It returns the lease with
-// the default applied.
-func CheckRenew(ctx context.Context, k Key, token uint64, lease time.Duration) (time.Duration, error) {
-	if lease < 0 {
-		return 0, &InputError{Field: "lease", Reason: fmt.Sprintf("is negative (%s)", lease),
-			Fix: "use a positive duration, or zero for the default " + DefaultLease.String()}
-	}
-	if lease == 0 {
-		lease = DefaultLease
-	}
-	return lease, CheckFinish(ctx, k, token)
-}
-
 // TxRecorder is implemented by SQL stores that can record many keys as completed in
 // one statement inside the caller's transaction, before the effects run: the inbox's
 // fast path, one round trip per batch instead of two per message. Outcomes are as for
@@ -103,62 +84,4 @@ type Sweeper interface {
 	// Sweep deletes records whose lease or retention has passed and returns how many
 	// it deleted.
 	Sweep(ctx context.Context) (int, error)
-}
-
-// RunSweeper calls s.Sweep every interval until ctx ends, logging failures (a failed
-// sweep only delays cleanup). It returns ctx's error.
-func RunSweeper(ctx context.Context, s Sweeper, interval time.Duration, logger *slog.Logger) error {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				logger.WarnContext(ctx, "idem: sweep failed", "err", err)
-			} else if n > 0 {
-				logger.DebugContext(ctx, "idem: swept expired records", "count", n)
-			}
-		}
-	}
-}
-
-// KeyOrder returns the indexes of claims in (scope, id) order, ties in the order
-// given. A store that claims a batch in this order locks keys in one order, so two
-// batches sharing keys cannot deadlock.
-func KeyOrder(claims []Claim) []int {
-	order := make([]int, len(claims))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		ka, kb := claims[a].Key, claims[b].Key
-		return cmp.Or(cmp.Compare(ka.Scope, kb.Scope), cmp.Compare(ka.ID, kb.ID))
-	})
-	return order
-}
-
-// FillRepeats sets the outcome of each claim that repeats an earlier key of its
-// batch (out[i] still zero), from the outcome of that key's first occurrence
-// first[key]: Replayed after an Acquired with the same fingerprint, Mismatch after
-// one with another, and the first's outcome otherwise. For TxRecorder
-// implementations.
-func FillRepeats(claims []Claim, out []Outcome, first map[Key]int) {
-	for i, c := range claims {
-		if out[i] != 0 {
-			continue
-		}
-		switch f := first[c.Key]; {
-		case out[f] == Acquired && bytes.Equal(c.Fingerprint, claims[f].Fingerprint):
-			out[i] = Replayed
-		case out[f] == Acquired:
-			out[i] = Mismatch
-		default:
-			out[i] = out[f]
-		}
-	}
 }

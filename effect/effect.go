@@ -64,7 +64,7 @@
 // # Retention
 //
 // A complete effect is remembered for a retention, not for ever: a Sweeper,
-// run with idem.RunSweeper, deletes complete effects whose last change is older
+// run with storekit.RunSweeper, deletes complete effects whose last change is older
 // than SweepConfig.Retention (7 days by default), and Admin.Purge does the same at
 // once for an operator. A Do of a deleted effect calls again, with the same
 // derived key: keep the retention above the longest time a caller retries one

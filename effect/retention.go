@@ -50,7 +50,7 @@ var limits = retention.Limits{Default: DefaultRetention, Min: MinRetention, Defa
 	Batch: MaxSweepBatch, Rows: "effects", Fix: "keep complete effects longer than any retry of their Do, such as 168h (7 days)"}
 
 // Sweeper deletes complete effects older than its retention: run it with
-// idem.RunSweeper in one or more processes (concurrent sweeps skip each other's
+// storekit.RunSweeper in one or more processes (concurrent sweeps skip each other's
 // rows). It never deletes a pending effect (in progress, or waiting for Recover), a
 // failed one (an operator's to look at: Admin lists them), nor any effect of a saga
 // that has not finished; the saga Sweeper deletes those with their saga.

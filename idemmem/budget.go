@@ -42,7 +42,7 @@ type FullError struct {
 func (e *FullError) Error() string {
 	return fmt.Sprintf("idemmem: memory budget full: records take about %d bytes of Config.MaxBytes = %d; "+
 		"raise Config.MaxBytes (idem serve: memory:?max_bytes=), shorten Claim.Retention, or sweep more often "+
-		"(idem.RunSweeper) so expired records free their room", e.Used, e.MaxBytes)
+		"(storekit.RunSweeper) so expired records free their room", e.Used, e.MaxBytes)
 }
 
 // Is makes errors.Is(err, ErrFull) true.

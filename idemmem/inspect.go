@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/cursor"
+	"github.com/idemhq/idem/storekit"
 )
 
 // keyBytes is what the budget counts for a key's text kept for List: its bytes, two
@@ -67,7 +68,7 @@ func (s *Store) record(sh *shard, h hkey, k idem.Key) (idem.Record, bool) {
 
 // Inspect implements idem.Inspector.
 func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
-	if err := idem.CheckEvict(ctx, k); err != nil {
+	if err := storekit.CheckEvict(ctx, k); err != nil {
 		return idem.Record{}, err
 	}
 	sh, h, _ := s.lockKey(k)
@@ -83,7 +84,7 @@ func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
 // shard's counter, above every token the shard issued, so an evicted holder stays
 // fenced.
 func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record, error) {
-	if err := idem.CheckEvict(ctx, k); err != nil {
+	if err := storekit.CheckEvict(ctx, k); err != nil {
 		return idem.Record{}, err
 	}
 	sh, h, _ := s.lockKey(k)
@@ -93,7 +94,7 @@ func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record,
 	case !ok:
 		return idem.Record{}, idem.ErrNotFound
 	case rec.State == idem.StateInProgress && !force:
-		return idem.Record{}, idem.ErrForceNeeded(k)
+		return idem.Record{}, storekit.ErrForceNeeded(k)
 	}
 	if r, ok := sh.live[h]; ok {
 		s.dropLive(sh, h, r)
@@ -114,7 +115,7 @@ var errNoKeys = errors.New("idemmem: the store remembers keys by hash only; set 
 // then sorts the page. The cursor is the base64url of the page's last id; ids are in
 // ascending byte order.
 func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
-	if err := idem.CheckList(ctx, scope, limit); err != nil {
+	if err := storekit.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
 	after, err := cursor.DecodeID(after)
@@ -152,7 +153,7 @@ var _ idem.ScopeLister = (*Store)(nil)
 // are in ascending byte order, each once. The cursor is the base64url of the page's
 // last scope.
 func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
-	if err := idem.CheckScopes(ctx, limit); err != nil {
+	if err := storekit.CheckScopes(ctx, limit); err != nil {
 		return idem.ScopePage{}, err
 	}
 	after, err := cursor.DecodeScope(after)

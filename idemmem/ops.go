@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/storekit"
 )
 
 func (s *Store) hash(k idem.Key) hkey {
@@ -43,7 +44,7 @@ func (sh *shard) nextToken(now int64) uint64 {
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 	_, span := s.tr.Claim(ctx, c.Key, false)
 	start := s.m.Start()
-	if err := idem.CheckClaim(ctx, c); err != nil {
+	if err := storekit.CheckClaim(ctx, c); err != nil {
 		otelx.EndClaim(span, idem.Result{}, err)
 		return idem.Result{}, err
 	}
@@ -101,7 +102,7 @@ func (s *Store) duplicate(c idem.Claim, r liveRecord) idem.Result {
 		rec.State = idem.StateCompleted
 		rec.Result = bytes.Clone(r.result)
 	}
-	return idem.Existing(c, rec)
+	return storekit.Existing(c, rec)
 }
 
 // ClaimBatch implements idem.BatchClaimer: every claim is validated first, then
@@ -109,7 +110,7 @@ func (s *Store) duplicate(c idem.Claim, r liveRecord) idem.Result {
 func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (out []idem.Result, err error) {
 	ctx, span := s.tr.Batch(ctx, claims)
 	defer func() { otelx.EndBatch(span, out, err) }()
-	if err := idem.CheckBatch(ctx, claims); err != nil {
+	if err := storekit.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
 	now := s.now().UnixNano()
@@ -153,7 +154,7 @@ func (s *Store) retained(sh *shard, h hkey, now int64) (doneRecord, bool) {
 func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
 	_, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	sh, h, now := s.lockKey(k)
@@ -194,7 +195,7 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
 	_, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	sh, h, now := s.lockKey(k)
@@ -225,7 +226,7 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err erro
 
 // Renew implements idem.Renewer.
 func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
-	lease, err = idem.CheckRenew(ctx, k, token, lease)
+	lease, err = storekit.CheckRenew(ctx, k, token, lease)
 	if err != nil {
 		return err
 	}

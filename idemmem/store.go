@@ -26,7 +26,7 @@
 // nothing is evicted: a completed record is remembered for its whole retention, and
 // a claim already admitted completes with its result even past the budget, since
 // refusing it after the effect ran would let a retry run the effect again. Expired
-// records free their room when swept (idem.RunSweeper) or taken over.
+// records free their room when swept (storekit.RunSweeper) or taken over.
 //
 // # Inspection
 //

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/group"
+	"github.com/idemhq/idem/storekit"
 )
 
 // Group claims: concurrent Claims share round trips.
@@ -172,7 +173,7 @@ func (s *Store) claimGroup(batch []*pendingClaim) (rest []*pendingClaim) {
 			if r.state == stateCompleted {
 				rec.State = idem.StateCompleted
 			}
-			p.Val.res = idem.Existing(p.Val.c, rec)
+			p.Val.res = storekit.Existing(p.Val.c, rec)
 		}
 	}
 	return rest

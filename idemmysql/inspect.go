@@ -9,6 +9,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/cursor"
+	"github.com/idemhq/idem/storekit"
 )
 
 var (
@@ -40,7 +41,7 @@ func scanRecord(k idem.Key, r interface{ Scan(...any) error }, pre ...any) (idem
 // a lease that ended at the epoch (see the release statement), until the sweeper
 // deletes it; Inspect shows it so.
 func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
-	if err := idem.CheckEvict(ctx, k); err != nil {
+	if err := storekit.CheckEvict(ctx, k); err != nil {
 		return idem.Record{}, err
 	}
 	rec, err := scanRecord(k, s.db.QueryRowContext(ctx,
@@ -58,7 +59,7 @@ func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
 // ids in ascending byte order (the columns are VARBINARY); the cursor is the
 // base64url of the page's last id.
 func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
-	if err := idem.CheckList(ctx, scope, limit); err != nil {
+	if err := storekit.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
 	after, err := cursor.DecodeID(after)
@@ -94,7 +95,7 @@ func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.
 // Tokens come from the sequence or the AUTO_INCREMENT table, never from the row, so
 // the key's next claim gets a token above the evicted holder's.
 func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record, error) {
-	if err := idem.CheckEvict(ctx, k); err != nil {
+	if err := storekit.CheckEvict(ctx, k); err != nil {
 		return idem.Record{}, err
 	}
 	var rec idem.Record
@@ -109,7 +110,7 @@ func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record,
 			case err != nil:
 				return err
 			case rec.State == idem.StateInProgress && !force:
-				return idem.ErrForceNeeded(k)
+				return storekit.ErrForceNeeded(k)
 			}
 			_, err = tx.ExecContext(ctx, `DELETE FROM `+quote(s.table)+` WHERE scope = ? AND id = ?`, k.Scope, k.ID)
 			return err
@@ -139,7 +140,7 @@ func (s *Store) scopesSQL() string {
 // (see scopesSQL), in ascending byte order; the cursor is the base64url of the
 // page's last scope.
 func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
-	if err := idem.CheckScopes(ctx, limit); err != nil {
+	if err := storekit.CheckScopes(ctx, limit); err != nil {
 		return idem.ScopePage{}, err
 	}
 	after, err := cursor.DecodeScope(after)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/storekit"
 )
 
 // nowUS is the server's UTC clock in microseconds since the epoch. MySQL evaluates it
@@ -201,7 +202,7 @@ func (s *Store) existing(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Re
 		rec.State = idem.StateCompleted
 	}
 	rec.CreatedAt, rec.ExpiresAt = time.UnixMicro(created), time.UnixMicro(x)
-	return idem.Existing(c, rec), rowLive, nil
+	return storekit.Existing(c, rec), rowLive, nil
 }
 
 func (s *Store) complete(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) error {

@@ -18,6 +18,7 @@ import (
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
+	"github.com/idemhq/idem/storekit"
 )
 
 const backend = "mysql"
@@ -309,7 +310,7 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (res idem
 func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	return s.ownTx(ctx, "complete", func(tx *sql.Tx) error { return s.complete(ctx, tx, k, token, result) })
@@ -319,7 +320,7 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) (err error) {
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, true)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	if tx == nil {
@@ -332,7 +333,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token ui
 func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	return s.ownTx(ctx, "release", func(tx *sql.Tx) error { return s.release(ctx, tx, k, token) })
@@ -342,7 +343,7 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err erro
 func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) (err error) {
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, true)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	if tx == nil {
@@ -354,7 +355,7 @@ func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uin
 // Renew implements idem.Renewer. It works on committed claims: a claim still inside
 // an open ClaimTx transaction is invisible to it and waits for it.
 func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
-	lease, err = idem.CheckRenew(ctx, k, token, lease)
+	lease, err = storekit.CheckRenew(ctx, k, token, lease)
 	if err != nil {
 		return err
 	}
@@ -480,11 +481,11 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.R
 	ctx, span := s.tr.Batch(ctx, claims)
 	var out []idem.Result
 	defer func() { otelx.EndBatch(span, out, err) }()
-	if err := idem.CheckBatch(ctx, claims); err != nil {
+	if err := storekit.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
 	start := s.m.Start()
-	order := idem.KeyOrder(claims)
+	order := storekit.KeyOrder(claims)
 	out = make([]idem.Result, len(claims))
 	err = s.ownTx(ctx, "claim", func(tx *sql.Tx) error {
 		for _, i := range order {
@@ -526,23 +527,23 @@ func (s *Store) recordBatch(ctx context.Context, tx *sql.Tx, claims []idem.Claim
 	if tx == nil {
 		return nil, errNilTx
 	}
-	if err := idem.CheckRecordBatch(ctx, claims, results); err != nil {
+	if err := storekit.CheckRecordBatch(ctx, claims, results); err != nil {
 		return nil, err
 	}
 	out := make([]idem.Outcome, len(claims))
 	first := map[idem.Key]int{}
-	for _, i := range idem.KeyOrder(claims) {
+	for _, i := range storekit.KeyOrder(claims) {
 		if _, dup := first[claims[i].Key]; dup {
 			continue
 		}
 		first[claims[i].Key] = i
-		o, err := s.record(ctx, tx, claims[i], idem.ResultAt(results, i))
+		o, err := s.record(ctx, tx, claims[i], storekit.ResultAt(results, i))
 		if err != nil {
 			return nil, backendErr(ctx, "record", err)
 		}
 		out[i] = o
 	}
-	idem.FillRepeats(claims, out, first)
+	storekit.FillRepeats(claims, out, first)
 	for i, c := range claims {
 		s.m.Claim(c.Key.Scope, out[i], nil, start)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
+	"github.com/idemhq/idem/storekit"
 )
 
 const backend = "postgres"
@@ -215,7 +216,7 @@ func scanExisting(r row, c idem.Claim) (idem.Result, claimStatus, error) {
 	if state == stateCompleted {
 		rec.State = idem.StateCompleted
 	}
-	return idem.Existing(c, rec), claimAnswered, nil
+	return storekit.Existing(c, rec), claimAnswered, nil
 }
 
 func (s *core[Tx]) complete(ctx context.Context, cn conn, k idem.Key, token uint64, result []byte) error {
@@ -257,7 +258,7 @@ func (s *core[Tx]) release(ctx context.Context, cn conn, k idem.Key, token uint6
 // an open ClaimTx transaction is invisible to it (ErrLeaseLost), and needs no renewal,
 // since concurrent claimants wait for that transaction anyway.
 func (s *core[Tx]) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
-	lease, err = idem.CheckRenew(ctx, k, token, lease)
+	lease, err = storekit.CheckRenew(ctx, k, token, lease)
 	if err != nil {
 		return err
 	}
@@ -285,7 +286,7 @@ func (s *core[Tx]) Renew(ctx context.Context, k idem.Key, token uint64, lease ti
 func tokenArg(token uint64) int64 { return int64(token) }
 
 func checkFinish(ctx context.Context, cn conn, k idem.Key, token uint64) error {
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	if cn == nil {

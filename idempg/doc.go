@@ -80,7 +80,7 @@
 // Expired rows are treated as absent but stay until swept. Run a sweeper in one or
 // more processes (concurrent sweeps skip each other's rows):
 //
-//	go idem.RunSweeper(ctx, store, time.Minute, logger)
+//	go storekit.RunSweeper(ctx, store, time.Minute, logger)
 //
 // Each Sweep deletes Config.SweepBatch rows per statement until none are left.
 //

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/cursor"
+	"github.com/idemhq/idem/storekit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -110,7 +111,7 @@ func scanRecord(k idem.Key, r row, pre ...any) (idem.Record, error) {
 // Inspect implements idem.Inspector. It reads committed records: a claim inside an
 // open ClaimTx transaction is not there yet.
 func (s *core[Tx]) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
-	if err := idem.CheckEvict(ctx, k); err != nil {
+	if err := storekit.CheckEvict(ctx, k); err != nil {
 		return idem.Record{}, err
 	}
 	rec, err := scanRecord(k, s.db.queryRow(ctx, s.q.inspector.inspect, k.Scope, k.ID))
@@ -127,7 +128,7 @@ func (s *core[Tx]) Inspect(ctx context.Context, k idem.Key) (idem.Record, error)
 // listSQL), ids in ascending order of the id column's collation; the cursor is the
 // base64url of the page's last id.
 func (s *core[Tx]) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
-	if err := idem.CheckList(ctx, scope, limit); err != nil {
+	if err := storekit.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
 	after, err := cursor.DecodeID(after)
@@ -159,7 +160,7 @@ func (s *core[Tx]) List(ctx context.Context, scope, after string, limit int) (id
 // Evict implements idem.Inspector (see evictSQL). Tokens come from the table's
 // sequence, so the key's next claim gets a token above the evicted holder's.
 func (s *core[Tx]) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record, error) {
-	if err := idem.CheckEvict(ctx, k); err != nil {
+	if err := storekit.CheckEvict(ctx, k); err != nil {
 		return idem.Record{}, err
 	}
 	for range maxAttempts {
@@ -179,7 +180,7 @@ func (s *core[Tx]) Evict(ctx context.Context, k idem.Key, force bool) (idem.Reco
 		case err != nil:
 			return idem.Record{}, backendErr(ctx, "evict", err)
 		case state == stateInProgress && !force:
-			return idem.Record{}, idem.ErrForceNeeded(k)
+			return idem.Record{}, storekit.ErrForceNeeded(k)
 		}
 	}
 	return idem.Record{}, backendErr(ctx, "evict", errChurn)
@@ -205,7 +206,7 @@ SELECT scope FROM walk WHERE scope IS NOT NULL LIMIT $2::int`
 // (see scopesSQL), scopes in ascending order of the scope column's collation; the
 // cursor is the base64url of the page's last scope.
 func (s *core[Tx]) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
-	if err := idem.CheckScopes(ctx, limit); err != nil {
+	if err := storekit.CheckScopes(ctx, limit); err != nil {
 		return idem.ScopePage{}, err
 	}
 	after, err := cursor.DecodeScope(after)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/storekit"
 )
 
 // recordInsertSQL records fresh keys as completed in one statement, in key order so
@@ -70,10 +71,10 @@ func (s *core[Tx]) recordBatch(ctx context.Context, tx Tx, claims []idem.Claim, 
 	if cn == nil {
 		return nil, errNilTx
 	}
-	if err := idem.CheckRecordBatch(ctx, claims, results); err != nil {
+	if err := storekit.CheckRecordBatch(ctx, claims, results); err != nil {
 		return nil, err
 	}
-	order := idem.KeyOrder(claims)
+	order := storekit.KeyOrder(claims)
 	out := make([]idem.Outcome, len(claims))
 	var scopes, ids []string
 	var fps, res [][]byte
@@ -92,12 +93,12 @@ func (s *core[Tx]) recordBatch(ctx context.Context, tx Tx, claims []idem.Claim, 
 		}
 		fps, rets = append(fps, fp), append(rets, micros(c.Retention))
 		if results != nil {
-			res = append(res, idem.ResultAt(results, i))
+			res = append(res, storekit.ResultAt(results, i))
 		}
 	}
 	inserted := map[idem.Key]bool{}
 	if len(ids) == 1 {
-		_, acquired, err := scanInsert(cn.queryRow(ctx, s.q.recordOne, scopes[0], ids[0], fps[0], rets[0], idem.ResultAt(res, 0)))
+		_, acquired, err := scanInsert(cn.queryRow(ctx, s.q.recordOne, scopes[0], ids[0], fps[0], rets[0], storekit.ResultAt(res, 0)))
 		if err != nil {
 			return nil, backendErr(ctx, "record", err)
 		}
@@ -110,13 +111,13 @@ func (s *core[Tx]) recordBatch(ctx context.Context, tx Tx, claims []idem.Claim, 
 			out[i] = idem.Acquired
 			continue
 		}
-		o, err := s.recordTaken(ctx, cn, claims[i], idem.ResultAt(results, i))
+		o, err := s.recordTaken(ctx, cn, claims[i], storekit.ResultAt(results, i))
 		if err != nil {
 			return nil, err
 		}
 		out[i] = o
 	}
-	idem.FillRepeats(claims, out, first) // a repeat within the batch: its first occurrence decides
+	storekit.FillRepeats(claims, out, first) // a repeat within the batch: its first occurrence decides
 	for i, c := range claims {
 		s.m.Claim(c.Key.Scope, out[i], nil, start)
 	}

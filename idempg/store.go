@@ -5,6 +5,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/storekit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -63,7 +64,7 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.R
 	var out []idem.Result
 	defer func() { otelx.EndBatch(span, out, err) }()
 	start := s.m.Start()
-	if err := idem.CheckBatch(ctx, claims); err != nil {
+	if err := storekit.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
 	out = make([]idem.Result, len(claims))
@@ -93,7 +94,7 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.R
 // sendBatch runs the claims as one pipeline and fills out; answered[i] is false where
 // claimSQL did not answer (no visible row, or an expired row to take over).
 func (s *Store) sendBatch(ctx context.Context, claims []idem.Claim, out []idem.Result) ([]bool, error) {
-	order := idem.KeyOrder(claims)
+	order := storekit.KeyOrder(claims)
 	// Each claim is its insert and its read; in the batch's implicit transaction the
 	// read sees the insert before it, so one round trip answers every claim.
 	b := &pgx.Batch{}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/storekit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -19,7 +20,7 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.R
 	var out []idem.Result
 	defer func() { otelx.EndBatch(span, out, err) }()
 	start := s.m.Start()
-	if err := idem.CheckBatch(ctx, claims); err != nil {
+	if err := storekit.CheckBatch(ctx, claims); err != nil {
 		return nil, err
 	}
 	out = make([]idem.Result, len(claims))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/cursor"
+	"github.com/idemhq/idem/storekit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -40,7 +41,7 @@ var evictScript = redis.NewScript(evictLua)
 // Inspect implements idem.Inspector in one GET. Redis deletes a record when its
 // lease or retention ends, so an expired record is not found.
 func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
-	if err := idem.CheckEvict(ctx, k); err != nil {
+	if err := storekit.CheckEvict(ctx, k); err != nil {
 		return idem.Record{}, err
 	}
 	v, err := s.client.Get(ctx, s.Key(k)).Result()
@@ -70,7 +71,7 @@ func inspected(k idem.Key, v, op string) (idem.Record, error) {
 
 // Evict implements idem.Inspector in one script (see evictLua).
 func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record, error) {
-	if err := idem.CheckEvict(ctx, k); err != nil {
+	if err := storekit.CheckEvict(ctx, k); err != nil {
 		return idem.Record{}, err
 	}
 	f := "0"
@@ -92,7 +93,7 @@ func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record,
 	case err != nil:
 		return idem.Record{}, err
 	case code == 1:
-		return idem.Record{}, idem.ErrForceNeeded(k)
+		return idem.Record{}, storekit.ErrForceNeeded(k)
 	}
 	return rec, nil
 }
@@ -115,7 +116,7 @@ const maxCursorLen = 64 << 10
 // is the base64url of the SCAN cursor and those ids. Redis Cluster and Ring clients
 // are refused: their keys are spread over nodes that one SCAN cursor does not cover.
 func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
-	if err := idem.CheckList(ctx, scope, limit); err != nil {
+	if err := storekit.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
 	if _, ok := s.client.(*redis.Ring); ok {
@@ -260,7 +261,7 @@ const minScopeScan = 64
 // still show while their tombstones live. Scopes that a SCAN reply holds beyond the
 // page ride in the cursor, as List's ids do. Cluster and Ring clients are refused.
 func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
-	if err := idem.CheckScopes(ctx, limit); err != nil {
+	if err := storekit.CheckScopes(ctx, limit); err != nil {
 		return idem.ScopePage{}, err
 	}
 	if _, ok := s.client.(*redis.Ring); ok {

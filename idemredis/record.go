@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/storekit"
 )
 
 // A record is one Redis string (see the package doc for why not a hash):
@@ -127,7 +128,7 @@ func millis(d time.Duration) int64 {
 }
 
 // decodeClaim turns the claim script's reply into a Result for c. What a duplicate
-// may see (never the holder's token; the result only on Replayed) is idem.Existing's
+// may see (never the holder's token; the result only on Replayed) is storekit.Existing's
 // decision, as in every backend.
 func decodeClaim(c idem.Claim, reply any) (idem.Result, error) {
 	switch v := reply.(type) {
@@ -138,7 +139,7 @@ func decodeClaim(c idem.Claim, reply any) (idem.Result, error) {
 		if err != nil {
 			return idem.Result{}, err
 		}
-		return idem.Existing(c, rec), nil
+		return storekit.Existing(c, rec), nil
 	}
 	return idem.Result{}, fmt.Errorf("unexpected claim script reply %T", reply)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/storekit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -78,7 +79,7 @@ func (s *Store) Key(k idem.Key) string { return redisKey(s.prefix, k) }
 func (s *Store) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 	ctx, span := s.tr.Claim(ctx, c.Key, false)
 	start := s.m.Start()
-	if err := idem.CheckClaim(ctx, c); err != nil {
+	if err := storekit.CheckClaim(ctx, c); err != nil {
 		otelx.EndClaim(span, idem.Result{}, err)
 		return idem.Result{}, err
 	}
@@ -104,7 +105,7 @@ func claimArgs(c idem.Claim) []any {
 func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	if result == nil {
@@ -125,7 +126,7 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	n, err := s.release.Run(ctx, s.client, []string{s.Key(k)}, tokenArg(token)).Int()
@@ -138,7 +139,7 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err erro
 // Renew implements idem.Renewer in one round trip: the record's expiry and its TTL
 // become lease from now (rounded up to whole milliseconds), on Redis's clock.
 func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
-	lease, err = idem.CheckRenew(ctx, k, token, lease)
+	lease, err = storekit.CheckRenew(ctx, k, token, lease)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/storekit"
 )
 
 // Claim implements idem.Store. The claim is applied by the group-commit writer and
@@ -63,7 +64,7 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (out []idem
 func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	_, err = s.send(ctx, &op{kind: opComplete, key: k, token: token, result: result})
@@ -74,7 +75,7 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	_, err = s.send(ctx, &op{kind: opRelease, key: k, token: token})
@@ -83,7 +84,7 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err erro
 
 // Renew implements idem.Renewer through the group-commit writer, like Release.
 func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
-	lease, err = idem.CheckRenew(ctx, k, token, lease)
+	lease, err = storekit.CheckRenew(ctx, k, token, lease)
 	if err != nil {
 		return err
 	}
@@ -95,7 +96,7 @@ func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.
 
 // Sweep implements idem.Sweeper. It deletes expired records in transactions of at
 // most Config.SweepBatch rows, each queued to the writer like any other call, until
-// a batch comes back short. Run it periodically with idem.RunSweeper.
+// a batch comes back short. Run it periodically with storekit.RunSweeper.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	defer func() { s.m.Swept(total) }()

@@ -5,7 +5,7 @@
 //	store, err := idemsqlite.Open(ctx, "idem.db", idemsqlite.Config{})
 //	...
 //	defer store.Close()
-//	go idem.RunSweeper(ctx, store, time.Minute, nil) // delete expired records
+//	go storekit.RunSweeper(ctx, store, time.Minute, nil) // delete expired records
 //
 // # Durability
 //

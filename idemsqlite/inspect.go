@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/cursor"
+	"github.com/idemhq/idem/storekit"
 )
 
 var _ idem.Inspector = (*Store)(nil)
@@ -42,7 +43,7 @@ func scanRecord(k idem.Key, r interface{ Scan(...any) error }, pre ...any) (idem
 
 // Inspect implements idem.Inspector.
 func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
-	if err := idem.CheckEvict(ctx, k); err != nil {
+	if err := storekit.CheckEvict(ctx, k); err != nil {
 		return idem.Record{}, err
 	}
 	rec, err := scanRecord(k, s.db.QueryRowContext(ctx, inspectSQL, k.Scope, k.ID))
@@ -58,7 +59,7 @@ func (s *Store) Inspect(ctx context.Context, k idem.Key) (idem.Record, error) {
 // List implements idem.Inspector: one range of the primary key per page, ids in
 // ascending byte order; the cursor is the base64url of the page's last id.
 func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
-	if err := idem.CheckList(ctx, scope, limit); err != nil {
+	if err := storekit.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
 	after, err := cursor.DecodeID(after)
@@ -90,7 +91,7 @@ func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.
 // Evict implements idem.Inspector. Tokens come from idem_meta's floor, which never
 // falls, so the key's next claim gets a token above the evicted holder's.
 func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record, error) {
-	if err := idem.CheckEvict(ctx, k); err != nil {
+	if err := storekit.CheckEvict(ctx, k); err != nil {
 		return idem.Record{}, err
 	}
 	for range 3 {
@@ -111,7 +112,7 @@ func (s *Store) Evict(ctx context.Context, k idem.Key, force bool) (idem.Record,
 		case err != nil:
 			return idem.Record{}, backendErr(ctx, "evict", err)
 		case state == stateInProgress && !force:
-			return idem.Record{}, idem.ErrForceNeeded(k)
+			return idem.Record{}, storekit.ErrForceNeeded(k)
 		}
 	}
 	return idem.Record{}, backendErr(ctx, "evict", errors.New("the record kept changing under the eviction; try again"))
@@ -138,7 +139,7 @@ SELECT scope FROM s WHERE scope IS NOT NULL`
 // (see scopesSQL), scopes in ascending byte order; the cursor is the base64url of
 // the page's last scope.
 func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
-	if err := idem.CheckScopes(ctx, limit); err != nil {
+	if err := storekit.CheckScopes(ctx, limit); err != nil {
 		return idem.ScopePage{}, err
 	}
 	after, err := cursor.DecodeScope(after)

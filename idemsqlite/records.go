@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/storekit"
 )
 
 // The statements below run inside a write transaction, so a read followed by a write
@@ -118,7 +119,7 @@ func (s *Store) claimRecord(ctx context.Context, q runner, c idem.Claim, now int
 }
 
 func duplicate(c idem.Claim, state int64, fp []byte, token int64, result []byte, created, expires int64) idem.Result {
-	return idem.Existing(c, idem.Record{
+	return storekit.Existing(c, idem.Record{
 		State:       idem.State(state),
 		Fingerprint: fp,
 		Token:       uint64(token),

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/storekit"
 )
 
 // ClaimTx implements idem.TxStore: the claim joins tx, a transaction on Store.DB()
@@ -52,7 +53,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Res
 func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) (err error) {
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, true)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	if err := s.checkTx(ctx, tx); err != nil {
@@ -65,7 +66,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token ui
 func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) (err error) {
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, true)
 	defer func() { otelx.End(span, err) }()
-	if err := idem.CheckFinish(ctx, k, token); err != nil {
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
 		return err
 	}
 	if err := s.checkTx(ctx, tx); err != nil {

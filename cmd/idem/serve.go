@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/storekit"
 )
 
 // serveOptions are the flags of idem serve.
@@ -239,7 +240,7 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	if sw, ok := store.(idem.Sweeper); ok {
-		wg.Go(func() { _ = idem.RunSweeper(sweepCtx, sw, time.Minute, log) })
+		wg.Go(func() { _ = storekit.RunSweeper(sweepCtx, sw, time.Minute, log) })
 	}
 
 	select {

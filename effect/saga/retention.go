@@ -57,7 +57,7 @@ var limits = retention.Limits{Default: DefaultRetention, Min: MinRetention, Defa
 // Sweeper deletes finished sagas (Completed, Compensated, Resolved) older than its
 // retention, each with its step effects (idem_effects rows of key = its id, steps
 // do:… and undo:…) and its resolution note, in one transaction: run it with
-// idem.RunSweeper in one or more processes. It never deletes a Running or
+// storekit.RunSweeper in one or more processes. It never deletes a Running or
 // Compensating saga, nor a Failed one (an operator's to retry or resolve), whatever
 // its age. effect.Sweeper keeps the effects of those sagas too.
 type Sweeper[Tx any] struct{ s *retention.Sweeper }

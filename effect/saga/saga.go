@@ -58,7 +58,7 @@
 //
 // # Retention
 //
-// A Sweeper, run with idem.RunSweeper, deletes finished sagas (Completed,
+// A Sweeper, run with storekit.RunSweeper, deletes finished sagas (Completed,
 // Compensated, Resolved) whose last change is older than SweepConfig.Retention
 // (30 days by default), each in one transaction with its step effects and its
 // resolution note; Admin.Purge does the same at once for an operator. A Start or
