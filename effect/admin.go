@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -21,10 +20,9 @@ import (
 // --effects` deletes. It needs only the database, not the Fence or the calls, so
 // any process can run it.
 type Admin[Tx any] struct {
-	db   idemsql.TxDB[Tx]
-	key  string // the key column, quoted for MySQL
-	cols string
-	now  func() time.Time
+	db  idemsql.TxDB[Tx]
+	q   *idemsql.EffectSQL // the driver's statements
+	now func() time.Time
 }
 
 // NewAdmin returns an Admin on db. It changes no schema: it fails with a
@@ -37,11 +35,7 @@ func NewAdmin[Tx any](ctx context.Context, db idemsql.TxDB[Tx]) (*Admin[Tx], err
 	if err := migrate.Require(ctx, db, migrate.Effect); err != nil {
 		return nil, err
 	}
-	key := "key"
-	if db.Dialect() == idemsql.MySQL {
-		key = "`key`"
-	}
-	return &Admin[Tx]{db: db, key: key, cols: strings.ReplaceAll(effectColumns, "{{key}}", key), now: time.Now}, nil
+	return &Admin[Tx]{db: db, q: db.Driver.Effect(), now: time.Now}, nil
 }
 
 // EffectFilter selects the effects Admin.List returns. The zero value (with a
@@ -97,33 +91,7 @@ func (a *Admin[Tx]) List(ctx context.Context, f EffectFilter) (EffectPage, error
 	if err != nil {
 		return EffectPage{}, err
 	}
-	var where []string
-	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
-	if f.State != "" {
-		// The literal second term matches the partial index's predicate, which lets
-		// SQLite (and PostgreSQL's generic plans) use it.
-		where = append(where, "state = "+arg(f.State)+" AND state <> 'complete'")
-	}
-	if f.PastLease {
-		where = append(where, "lease_until <= "+arg(a.now().UnixNano()))
-	}
-	if f.Key != "" {
-		where = append(where, a.key+" = "+arg(f.Key))
-	}
-	if after != nil {
-		// Not a row comparison: this form starts an index range on every dialect.
-		k, s := arg(after[0]), arg(after[1])
-		where = append(where, fmt.Sprintf("%s >= %s AND (%s > %s OR step > %s)", a.key, k, a.key, k, s))
-	}
-	q := "SELECT " + a.cols + " FROM idem_effects"
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " ORDER BY " + a.key + ", step LIMIT " + arg(f.Limit+1)
+	q, args := a.listQuery(f, after)
 	var page EffectPage
 	err = a.db.InTx(ctx, func(tx Tx) error {
 		page = EffectPage{}
@@ -152,6 +120,25 @@ func (a *Admin[Tx]) List(ctx context.Context, f EffectFilter) (EffectPage, error
 	return page, nil
 }
 
+// listQuery is the statement of f's page after the row after (nil: the first
+// page), and its arguments in EffectSQL.List's order.
+func (a *Admin[Tx]) listQuery(f EffectFilter, after []string) (string, []any) {
+	var args []any
+	if f.State != "" {
+		args = append(args, f.State)
+	}
+	if f.PastLease {
+		args = append(args, a.now().UnixNano())
+	}
+	if f.Key != "" {
+		args = append(args, f.Key)
+	}
+	if after != nil {
+		args = append(args, after[0], after[1])
+	}
+	return a.q.List(f.State != "", f.PastLease, f.Key != "", after != nil), append(args, f.Limit+1)
+}
+
 // Get returns the effect of key and step with its result, or an error wrapping
 // idem.ErrNotFound. An effect whose row cannot be decoded is returned with its
 // DecodeError.
@@ -162,7 +149,7 @@ func (a *Admin[Tx]) Get(ctx context.Context, key, step string) (Effect, error) {
 	var e Effect
 	err := a.db.InTx(ctx, func(tx Tx) error {
 		// Query, not QueryRow: rowscan.Scan may read the row twice.
-		rows, err := a.db.Querier(tx).Query(ctx, "SELECT "+a.cols+", result FROM idem_effects WHERE "+a.key+" = $1 AND step = $2", key, step)
+		rows, err := a.db.Querier(tx).Query(ctx, a.q.Get, key, step)
 		if err != nil {
 			return err
 		}
@@ -182,10 +169,11 @@ func (a *Admin[Tx]) Get(ctx context.Context, key, step string) (Effect, error) {
 	return e, nil
 }
 
-// effectNames names effectColumns and the result, for decode errors.
+// effectNames names the columns scanEffect reads, for decode errors.
 var effectNames = []string{"key", "step", "state", "token", "attempts", "reason", "lease_until", "created_at", "updated_at", "result"}
 
-// scanEffect reads effectColumns, and the result after them if withResult. A value
+// scanEffect reads the columns of EffectSQL.List, and the result after them if
+// withResult (EffectSQL.Get). A value
 // that does not fit its field is named in the Effect's DecodeError when row can be
 // read again (the *sql.Rows of a Query); otherwise it is the error.
 func scanEffect(row idemsql.Row, withResult bool) (Effect, error) {

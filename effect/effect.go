@@ -141,11 +141,11 @@ type Config struct {
 // safe for concurrent use; several processes may share its table.
 type Fence[Tx any] struct {
 	db      idemsql.TxDB[Tx]
-	q       queries
+	q       *idemsql.EffectSQL // the driver's statements
 	cfg     Config
 	metrics *prometheus.CounterVec
 	tr      otelx.Tracer
-	groups  *groups // PostgreSQL's shared writes (group.go); nil elsewhere
+	groups  *groups // shared writes where the driver has them (group.go); nil elsewhere
 }
 
 // FailedError is an effect whose call failed permanently (Permanent): Do returns
@@ -199,7 +199,7 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config) (*Fence[T
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Effect); err != nil {
 		return nil, err
 	}
-	f := &Fence[Tx]{db: db, q: newQueries(db.Dialect()), cfg: cfg, tr: otelx.New(cfg.TracerProvider, nil)}
+	f := &Fence[Tx]{db: db, q: db.Driver.Effect(), cfg: cfg, tr: otelx.New(cfg.TracerProvider, nil)}
 	f.groups = f.newGroups()
 	if cfg.Registerer != nil {
 		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{

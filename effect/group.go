@@ -10,7 +10,8 @@ import (
 	"github.com/idemhq/idem/internal/group"
 )
 
-// Group writes, on PostgreSQL: concurrent Do calls share their PENDING inserts, and
+// Group writes, where the driver has statements over arrays (EffectSQL.GroupInsert:
+// PostgreSQL's unnest): concurrent Do calls share their PENDING inserts, and
 // their COMPLETE and FAILED updates, through internal/group. A call that finds a
 // runner free writes alone, one autocommit statement as on every database; calls that
 // find both runners busy wait in a queue that the next free runner writes in one
@@ -28,8 +29,8 @@ const groupRunners = 2
 // maxGroup bounds the rows of one batch.
 const maxGroup = 64
 
-// groups are a Fence's batchers; nil where the database has no arrays (SQLite,
-// MySQL), which write alone.
+// groups are a Fence's batchers; nil where the driver has no GroupInsert (SQLite,
+// MySQL): there each call writes alone.
 type groups struct {
 	inserts  group.Batcher[insertCall]
 	finishes group.Batcher[finishCall]
@@ -50,7 +51,7 @@ type finishCall struct {
 }
 
 func (f *Fence[Tx]) newGroups() *groups {
-	if f.db.Dialect() != idemsql.Postgres || f.db.Read == nil {
+	if f.q.GroupInsert == "" || f.db.Read == nil {
 		return nil
 	}
 	g := &groups{}
@@ -63,7 +64,7 @@ func (f *Fence[Tx]) newGroups() *groups {
 // reports whether it did (false: the effect exists).
 func (f *Fence[Tx]) insertNew(ctx context.Context, key, step string, lease, now int64) (bool, error) {
 	if f.groups == nil {
-		n, err := f.exec(ctx, f.q.insert, key, step, lease, now)
+		n, err := f.exec(ctx, f.q.Insert, key, step, lease, now)
 		return n == 1, err
 	}
 	it, err := f.groups.inserts.Do(ctx, insertCall{key: key, step: step, lease: lease, now: now})
@@ -75,7 +76,7 @@ func (f *Fence[Tx]) insertNew(ctx context.Context, key, step string, lease, now 
 func (f *Fence[Tx]) update(ctx context.Context, key, step string, token int64, state string, result []byte, reason string) (bool, error) {
 	now := f.cfg.Now().UnixNano()
 	if f.groups == nil {
-		n, err := f.exec(ctx, f.q.finish, state, result, reason, now, key, step, token)
+		n, err := f.exec(ctx, f.q.Finish, state, result, reason, now, key, step, token)
 		return n == 1, err
 	}
 	it, err := f.groups.finishes.Do(ctx, finishCall{key: key, step: step, token: token, state: state, result: result, reason: reason, now: now})
@@ -85,7 +86,7 @@ func (f *Fence[Tx]) update(ctx context.Context, key, step string, token int64, s
 func (f *Fence[Tx]) insertBatch(batch []*group.Item[insertCall]) {
 	if len(batch) == 1 {
 		it := batch[0]
-		n, err := f.exec(it.Ctx, f.q.insert, it.Val.key, it.Val.step, it.Val.lease, it.Val.now)
+		n, err := f.exec(it.Ctx, f.q.Insert, it.Val.key, it.Val.step, it.Val.lease, it.Val.now)
 		it.Val.acquired = n == 1
 		it.Finish(err)
 		return
@@ -100,7 +101,7 @@ func (f *Fence[Tx]) insertBatch(batch []*group.Item[insertCall]) {
 		leases, nows = append(leases, it.Val.lease), append(nows, it.Val.now)
 	}
 	inserted := map[[2]string]bool{}
-	err := runBatch(f, batch, groupInsertSQL, func(r idemsql.Rows) error {
+	err := runBatch(f, batch, f.q.GroupInsert, func(r idemsql.Rows) error {
 		var k [2]string
 		if err := r.Scan(&k[0], &k[1]); err != nil {
 			return err
@@ -125,7 +126,7 @@ func (f *Fence[Tx]) insertBatch(batch []*group.Item[insertCall]) {
 func (f *Fence[Tx]) finishBatch(batch []*group.Item[finishCall]) {
 	if len(batch) == 1 {
 		it, v := batch[0], batch[0].Val
-		n, err := f.exec(it.Ctx, f.q.finish, v.state, v.result, v.reason, v.now, v.key, v.step, v.token)
+		n, err := f.exec(it.Ctx, f.q.Finish, v.state, v.result, v.reason, v.now, v.key, v.step, v.token)
 		it.Val.done = n == 1
 		it.Finish(err)
 		return
@@ -146,7 +147,7 @@ func (f *Fence[Tx]) finishBatch(batch []*group.Item[finishCall]) {
 		token     int64
 	}
 	updated := map[row]bool{}
-	err := runBatch(f, batch, groupFinishSQL, func(r idemsql.Rows) error {
+	err := runBatch(f, batch, f.q.GroupFinish, func(r idemsql.Rows) error {
 		var w row
 		if err := r.Scan(&w.key, &w.step, &w.token); err != nil {
 			return err
@@ -188,19 +189,3 @@ func runBatch[Tx, T any](f *Fence[Tx], batch []*group.Item[T], query string, sca
 		return rows.Err()
 	})
 }
-
-// groupInsertSQL is the fence's insert over arrays, in (key, step) order.
-const groupInsertSQL = `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, created_at, updated_at)
-SELECT k.key, k.step, 'pending', 1, k.lease, 1, k.now, k.now
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS k(key, step, lease, now)
-ORDER BY k.key, k.step
-ON CONFLICT (key, step) DO NOTHING
-RETURNING key, step`
-
-// groupFinishSQL is the fence's finish over arrays: each row is updated only if it
-// is still PENDING under the call's token.
-const groupFinishSQL = `UPDATE idem_effects AS e SET state = u.state, result = u.result, reason = u.reason, updated_at = u.now
-FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::bigint[])
-	AS x(key, step, token, state, result, reason, now) ORDER BY x.key, x.step) AS u
-WHERE e.key = u.key AND e.step = u.step AND e.token = u.token AND e.state = 'pending'
-RETURNING e.key, e.step, e.token`

@@ -94,14 +94,14 @@ func (*raceError) Error() string    { return "effect: inserted concurrently" }
 func (*raceError) SQLState() string { return "40001" }
 
 func (f *Fence[Tx]) acquireTx(ctx context.Context, q idemsql.Querier, key, step string, expiredOnly bool, now, lease int64, c *claim) error {
-	if f.db.Dialect() == idemsql.MySQL {
-		// Lock the row first and insert only when there is none. Inserting first
-		// (INSERT IGNORE) would take a shared lock on an existing row and upgrade it
-		// below: waiting workers and the holder's COMPLETE would deadlock on it.
+	if f.q.LockFirst {
+		// Lock the row first and insert only when there is none (MySQL: inserting
+		// first would take a shared lock on an existing row and upgrade it below, and
+		// waiting workers and the holder's COMPLETE would deadlock on it).
 		return f.acquireLockFirst(ctx, q, key, step, expiredOnly, now, lease, c)
 	}
 	if !expiredOnly {
-		n, err := q.Exec(ctx, f.q.insert, key, step, lease, now)
+		n, err := q.Exec(ctx, f.q.Insert, key, step, lease, now)
 		if err != nil {
 			return err
 		}
@@ -113,7 +113,7 @@ func (f *Fence[Tx]) acquireTx(ctx context.Context, q idemsql.Querier, key, step 
 	var state, reason string
 	var token, until int64
 	var result []byte
-	err := q.QueryRow(ctx, f.q.lock, key, step).Scan(&state, &token, &until, &result, &reason)
+	err := q.QueryRow(ctx, f.q.Lock, key, step).Scan(&state, &token, &until, &result, &reason)
 	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 		return gone(expiredOnly)
 	}
@@ -149,7 +149,7 @@ func (f *Fence[Tx]) decide(ctx context.Context, q idemsql.Querier, key, step str
 	case until > now:
 		return ErrInProgress
 	}
-	if _, err := q.Exec(ctx, f.q.takeover, token+1, lease, now, key, step); err != nil {
+	if _, err := q.Exec(ctx, f.q.Takeover, token+1, lease, now, key, step); err != nil {
 		return err
 	}
 	c.token, c.takeover = token+1, true
@@ -160,9 +160,9 @@ func (f *Fence[Tx]) acquireLockFirst(ctx context.Context, q idemsql.Querier, key
 	var state, reason string
 	var token, until int64
 	var result []byte
-	err := q.QueryRow(ctx, f.q.lock, key, step).Scan(&state, &token, &until, &result, &reason)
+	err := q.QueryRow(ctx, f.q.Lock, key, step).Scan(&state, &token, &until, &result, &reason)
 	if errors.Is(err, sql.ErrNoRows) && !expiredOnly {
-		n, err := q.Exec(ctx, f.q.insert, key, step, lease, now)
+		n, err := q.Exec(ctx, f.q.Insert, key, step, lease, now)
 		switch {
 		case err != nil:
 			return err
@@ -266,7 +266,7 @@ func (f *Fence[Tx]) heartbeat(ctx context.Context, key, step string, token int64
 // renew extends the lease of token, if it still holds the PENDING effect.
 func (f *Fence[Tx]) renew(ctx context.Context, key, step string, token int64) (held bool, err error) {
 	now := f.cfg.Now().UnixNano()
-	n, err := f.exec(ctx, f.q.renew, now+f.cfg.Lease.Nanoseconds(), now, key, step, token)
+	n, err := f.exec(ctx, f.q.Renew, now+f.cfg.Lease.Nanoseconds(), now, key, step, token)
 	return n == 1, err
 }
 
@@ -288,5 +288,5 @@ func (f *Fence[Tx]) finish(ctx context.Context, span trace.Span, key, step strin
 // for it. The effect stays PENDING: the call may have happened.
 func (f *Fence[Tx]) release(ctx context.Context, key, step string, token int64) {
 	ctx = context.WithoutCancel(ctx) // a call that failed because ctx ended must still release
-	_, _ = f.exec(ctx, f.q.release, f.cfg.Now().UnixNano(), key, step, token)
+	_, _ = f.exec(ctx, f.q.Release, f.cfg.Now().UnixNano(), key, step, token)
 }

@@ -63,7 +63,7 @@ func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Ca
 // the longest past first.
 func (f *Fence[Tx]) due(ctx context.Context, step string, limit int) (keys []string, err error) {
 	err = f.db.InTx(ctx, func(tx Tx) error {
-		rows, err := f.db.Querier(tx).Query(ctx, f.q.due, step, f.cfg.Now().UnixNano(), limit)
+		rows, err := f.db.Querier(tx).Query(ctx, f.q.Due, step, f.cfg.Now().UnixNano(), limit)
 		if err != nil {
 			return err
 		}
@@ -84,7 +84,7 @@ func (f *Fence[Tx]) due(ctx context.Context, step string, limit int) (keys []str
 // now: a failed call's release ends it at the epoch, ahead of every effect due.
 func (f *Fence[Tx]) pushBack(ctx context.Context, key, step string) {
 	ctx = context.WithoutCancel(ctx) // as release: a failure must still move it
-	_, _ = f.exec(ctx, f.q.pushBack, f.cfg.Now().UnixNano(), key, step)
+	_, _ = f.exec(ctx, f.q.PushBack, f.cfg.Now().UnixNano(), key, step)
 }
 
 // recoverOne takes key's effect over, if its lease still has expired, and runs
@@ -127,7 +127,7 @@ type Effect struct {
 func (f *Fence[Tx]) Get(ctx context.Context, key, step string) (e Effect, ok bool, err error) {
 	err = f.db.InTx(ctx, func(tx Tx) error {
 		var err error
-		e, err = scanEffect(f.db.Querier(tx).QueryRow(ctx, f.q.get, key, step), true)
+		e, err = scanEffect(f.db.Querier(tx).QueryRow(ctx, f.q.Get, key, step), true)
 		ok = err == nil
 		return err
 	})

@@ -47,7 +47,8 @@ type SweepConfig struct {
 
 // limits are the effects table's retention defaults and bounds.
 var limits = retention.Limits{Default: DefaultRetention, Min: MinRetention, DefaultBatch: DefaultSweepBatch,
-	Batch: MaxSweepBatch, Rows: "effects", Fix: "keep complete effects longer than any retry of their Do, such as 168h (7 days)"}
+	Batch: MaxSweepBatch, Rows: "effects", Backend: "effect",
+	Fix: "keep complete effects longer than any retry of their Do, such as 168h (7 days)"}
 
 // Sweeper deletes complete effects older than its retention: run it with
 // storekit.RunSweeper in one or more processes (concurrent sweeps skip each other's
@@ -61,15 +62,16 @@ var _ idem.Sweeper = (*Sweeper[*struct{}])(nil)
 // NewSweeper returns a Sweeper of db's idem_effects. Like NewAdmin it changes no
 // schema: it fails with a *migrate.BehindError if idem_effects lacks a migration.
 func NewSweeper[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg SweepConfig) (*Sweeper[Tx], error) {
-	s, err := retention.New(limits, cfg.Retention, cfg.Batch, cfg.Now, cfg.Registerer, "effect")
+	s, err := limits.Sweeper(retention.Config(cfg), func() (retention.PurgeFunc, error) {
+		a, err := NewAdmin(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		return a.purge, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	a, err := NewAdmin(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	s.Purge = a.purge
 	return &Sweeper[Tx]{s}, nil
 }
 
@@ -81,32 +83,27 @@ func (s *Sweeper[Tx]) Sweep(ctx context.Context) (int, error) { return s.s.Sweep
 // (at least MinRetention), as a Sweeper with that retention does, and returns how
 // many it deleted: what an operator runs to shrink the table at once.
 func (a *Admin[Tx]) Purge(ctx context.Context, olderThan time.Duration) (int, error) {
-	if err := limits.Check("olderThan", olderThan); err != nil {
-		return 0, err
-	}
-	return a.purge(ctx, a.now().Add(-olderThan), DefaultSweepBatch)
+	return limits.PurgeOlder(ctx, a.now(), olderThan, a.purge)
 }
 
-// purge deletes complete effects last changed before cutoff, batch per statement,
-// until a statement deletes fewer.
+// purge deletes complete effects last changed before cutoff, batch per statement
+// (EffectSQL.Sweep, in a transaction of its own), until a statement deletes fewer.
 func (a *Admin[Tx]) purge(ctx context.Context, cutoff time.Time, batch int) (int, error) {
 	sagas, err := a.sagasTable(ctx)
 	if err != nil {
 		return 0, err
 	}
-	stmt := sweepSQL(a.db.Dialect(), a.key, sagas)
-	return retention.Batches(ctx, batch, func() (int, error) {
+	stmt := a.q.Sweep
+	if sagas {
+		stmt = a.q.SweepKeepingSagas
+	}
+	return limits.Batches(ctx, batch, func() (int, error) {
 		var n int64
-		err := idemsql.RetrySerializationFailures(ctx, func() error {
-			return a.db.Auto(ctx, func(q idemsql.Querier) (err error) {
-				n, err = q.Exec(ctx, stmt, cutoff.UnixNano(), batch)
-				return err
-			})
+		err := a.db.Auto(ctx, func(q idemsql.Querier) (err error) {
+			n, err = q.Exec(ctx, stmt, cutoff.UnixNano(), batch)
+			return err
 		})
-		if err != nil {
-			return 0, &idem.BackendError{Backend: "effect", Op: "sweep", Err: err}
-		}
-		return int(n), nil
+		return int(n), err
 	})
 }
 
@@ -118,26 +115,4 @@ func (a *Admin[Tx]) sagasTable(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	return len(states) == 1 && states[0].Applied > 0, nil
-}
-
-// sweepSQL deletes up to $2 complete effects last changed before $1 (a
-// nanosecond time), in the dialect's form of a bounded DELETE, served by the index
-// of migration 003_sweep_index. With sagas, it keeps the effects of a saga that
-// is running, compensating or failed (an operator's to retry or resolve).
-func sweepSQL(d idemsql.Dialect, key string, sagas bool) string {
-	where := "state = 'complete' AND updated_at < $1"
-	if sagas {
-		where += " AND NOT EXISTS (SELECT 1 FROM idem_sagas s WHERE s.id = idem_effects." + key +
-			" AND s.state IN ('running', 'compensating', 'failed'))"
-	}
-	switch d {
-	case idemsql.Postgres:
-		// SKIP LOCKED leaves rows alone that a Do holds locked right now, and lets
-		// sweepers in several processes share the work.
-		return "DELETE FROM idem_effects WHERE ctid = ANY (ARRAY(SELECT ctid FROM idem_effects WHERE " + where +
-			" LIMIT $2 FOR UPDATE SKIP LOCKED))"
-	case idemsql.MySQL:
-		return "DELETE FROM idem_effects WHERE " + where + " LIMIT $2"
-	}
-	return "DELETE FROM idem_effects WHERE rowid IN (SELECT rowid FROM idem_effects WHERE " + where + " LIMIT $2)"
 }

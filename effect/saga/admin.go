@@ -43,8 +43,7 @@ const MaxNoteLen = 1024
 type Admin[Tx any] struct {
 	db      idemsql.TxDB[Tx]
 	effects *effect.Admin[Tx]
-	key     string // idem_effects' key column, quoted for MySQL
-	lock    string // what locks a row read in a transaction
+	stmts   *idemsql.SagaSQL // the driver's statements
 	now     func() time.Time
 }
 
@@ -62,14 +61,7 @@ func NewAdmin[Tx any](ctx context.Context, db idemsql.TxDB[Tx]) (*Admin[Tx], err
 	if err != nil {
 		return nil, err
 	}
-	a := &Admin[Tx]{db: db, effects: effects, key: "key", now: time.Now}
-	switch db.Dialect() {
-	case idemsql.MySQL:
-		a.key, a.lock = "`key`", " FOR UPDATE"
-	case idemsql.Postgres:
-		a.lock = " FOR UPDATE"
-	}
-	return a, nil
+	return &Admin[Tx]{db: db, effects: effects, stmts: db.Driver.Saga(), now: time.Now}, nil
 }
 
 // Page is one page of Admin.List.
@@ -99,27 +91,19 @@ func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Pag
 	if err != nil {
 		return Page{}, err
 	}
-	var where []string
 	var args []any
 	switch state {
 	case "":
 	case Parked:
 		args = append(args, parkedAt)
-		where = append(where, parkedWhere(len(args)))
 	default:
 		args = append(args, state)
-		where = append(where, fmt.Sprintf("state = $%d", len(args)))
 	}
 	if after != nil {
 		args = append(args, after[0])
-		where = append(where, fmt.Sprintf("id > $%d", len(args)))
-	}
-	q := `SELECT id, saga, state, step, attempts, reason, created_at, updated_at, next_at FROM idem_sagas`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	args = append(args, limit+1)
-	q += fmt.Sprintf(" ORDER BY id LIMIT $%d", len(args))
+	q := a.stmts.List(state != "" && state != Parked, state == Parked, after != nil)
 	var page Page
 	err = a.db.InTx(ctx, func(tx Tx) error {
 		page = Page{}
@@ -194,7 +178,7 @@ func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 	err := a.db.InTx(ctx, func(tx Tx) error {
 		d = Detail{}
 		q := a.db.Querier(tx)
-		row, err := readSagaRow(ctx, q, id, "")
+		row, err := readSagaRow(ctx, q, a.stmts.Read, id)
 		if err != nil {
 			return err
 		}
@@ -205,7 +189,7 @@ func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 		if row.State != Resolved {
 			return nil
 		}
-		return readResolution(ctx, q, &d)
+		return readResolution(ctx, q, a.stmts.ReadResolution, &d)
 	})
 	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 		return Detail{}, fmt.Errorf("saga %s: %w", id, ErrNotFound)
@@ -224,11 +208,11 @@ func (a *Admin[Tx]) Get(ctx context.Context, id string) (Detail, error) {
 // resolutionColumns names the columns readResolution reads, for decode errors.
 var resolutionColumns = []string{"resolution.note", "resolution.resolved_at", "resolution.previous_state"}
 
-// readResolution sets d.Resolution from idem_saga_resolutions, and adds what of
-// it cannot be decoded to d.DecodeError.
-func readResolution(ctx context.Context, q idemsql.Querier, d *Detail) error {
+// readResolution sets d.Resolution from idem_saga_resolutions (stmt is
+// SagaSQL.ReadResolution), and adds what of it cannot be decoded to d.DecodeError.
+func readResolution(ctx context.Context, q idemsql.Querier, stmt string, d *Detail) error {
 	// Query, not QueryRow: rowscan.Scan may read the row twice.
-	rows, err := q.Query(ctx, `SELECT note, resolved_at, previous_state FROM idem_saga_resolutions WHERE id = $1`, d.ID)
+	rows, err := q.Query(ctx, stmt, d.ID)
 	if err != nil {
 		return err
 	}
@@ -276,13 +260,12 @@ func (a *Admin[Tx]) RetryStep(ctx context.Context, id, reason string) error {
 			next = Compensating
 			// Only the compensation that failed: a Failed saga has exactly one
 			// failed undo effect, as its first one ends it.
-			if _, err := q.Exec(ctx, `UPDATE idem_effects SET state = 'pending', token = token + 1, lease_until = 0, reason = '',
-				updated_at = $1 WHERE `+a.key+` = $2 AND state = 'failed' AND step LIKE 'undo:%'`, now, id); err != nil {
+			if _, err := q.Exec(ctx, a.stmts.RetryUndo, now, id); err != nil {
 				return err
 			}
 		}
 		addReason(&inst, fmt.Sprintf("retried by hand at %s: %s", time.Unix(0, now).UTC().Format(time.RFC3339), reason))
-		return a.update(ctx, q, id, inst.State, token, `state = $1, attempts = 0, next_at = $2, reason = $3`, next, now, inst.Reason)
+		return a.update(ctx, q, a.stmts.Retry, id, inst.State, token, next, now, inst.Reason)
 	})
 }
 
@@ -303,11 +286,10 @@ func (a *Admin[Tx]) Resolve(ctx context.Context, id, note string) error {
 		case Completed, Compensated, Resolved:
 			return &StateError{ID: id, State: inst.State, Op: "resolve", Fix: "it has ended already; only a running, compensating or failed saga can be resolved"}
 		}
-		if _, err := q.Exec(ctx, `INSERT INTO idem_saga_resolutions (id, previous_state, note, resolved_at) VALUES ($1, $2, $3, $4)`,
-			id, inst.State, note, now); err != nil {
+		if _, err := q.Exec(ctx, a.stmts.InsertResolution, id, inst.State, note, now); err != nil {
 			return err
 		}
-		return a.update(ctx, q, id, inst.State, token, `state = $1`, Resolved)
+		return a.update(ctx, q, a.stmts.Resolve, id, inst.State, token, Resolved)
 	})
 }
 
@@ -317,7 +299,7 @@ func (a *Admin[Tx]) change(ctx context.Context, id, op string, fn func(q idemsql
 	err := idemsql.RetrySerializationFailures(ctx, func() error {
 		return a.db.InTx(ctx, func(tx Tx) error {
 			q := a.db.Querier(tx)
-			row, err := readSagaRow(ctx, q, id, a.lock)
+			row, err := readSagaRow(ctx, q, a.stmts.ReadForUpdate, id)
 			if err != nil {
 				return err
 			}
@@ -340,13 +322,10 @@ func (a *Admin[Tx]) change(ctx context.Context, id, op string, fn func(q idemsql
 
 var errChanged = errors.New("changed while being updated (an orchestrator advanced it): look at it again and retry")
 
-// update sets set (whose placeholders are $1…$n, args) on saga id, clearing its
-// lease and taking the next token, if it is still in state under token.
-func (a *Admin[Tx]) update(ctx context.Context, q idemsql.Querier, id, state string, token int64, set string, args ...any) error {
-	n := len(args)
+// update runs stmt (SagaSQL.Retry or Resolve) with args on saga id, which clears
+// its lease and takes the next token, if it is still in state under token.
+func (a *Admin[Tx]) update(ctx context.Context, q idemsql.Querier, stmt, id, state string, token int64, args ...any) error {
 	args = append(args, a.now().UnixNano(), id, state, token)
-	stmt := fmt.Sprintf(`UPDATE idem_sagas SET %s, lease_until = 0, token = token + 1, updated_at = $%d
-		WHERE id = $%d AND state = $%d AND token = $%d`, set, n+1, n+2, n+3, n+4)
 	m, err := q.Exec(ctx, stmt, args...)
 	if err != nil {
 		return err

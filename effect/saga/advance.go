@@ -161,7 +161,7 @@ func (o *Orchestrator[Tx]) lease(ctx context.Context, id string) (inst Instance,
 		if err != nil || n == 0 {
 			return err
 		}
-		row, err := readSagaRow(ctx, q, id, "")
+		row, err := readSagaRow(ctx, q, o.stmts.Read, id)
 		if err != nil {
 			return err
 		}
@@ -182,13 +182,13 @@ func (o *Orchestrator[Tx]) lease(ctx context.Context, id string) (inst Instance,
 }
 
 func (o *Orchestrator[Tx]) read(ctx context.Context, q idemsql.Querier, id string) (Instance, int64, error) {
-	return readSaga(ctx, q, id, "")
+	return readSaga(ctx, q, o.stmts.Read, id)
 }
 
-// readSaga reads saga id and its token; lock (" FOR UPDATE" or "") ends the query.
+// readSaga reads saga id and its token with stmt, SagaSQL.Read or ReadForUpdate.
 // A saga whose row cannot be decoded is an error: no orchestrator can advance it.
-func readSaga(ctx context.Context, q idemsql.Querier, id, lock string) (Instance, int64, error) {
-	row, err := readSagaRow(ctx, q, id, lock)
+func readSaga(ctx context.Context, q idemsql.Querier, stmt, id string) (Instance, int64, error) {
+	row, err := readSagaRow(ctx, q, stmt, id)
 	if err == nil && row.DecodeError != "" {
 		err = fmt.Errorf("saga %s: its row cannot be decoded: %s", id, row.DecodeError)
 	}
@@ -208,13 +208,12 @@ var sagaColumns = []string{"saga", "state", "step", "data", "results", "attempts
 // readSagaRow is readSaga for the operator, who must see a saga whose row cannot
 // be decoded: what cannot is its DecodeError. It returns sql.ErrNoRows (which
 // pgx.ErrNoRows matches too) for an unknown id.
-func readSagaRow(ctx context.Context, q idemsql.Querier, id, lock string) (sagaRow, error) {
+func readSagaRow(ctx context.Context, q idemsql.Querier, stmt, id string) (sagaRow, error) {
 	var row sagaRow
 	var results string
 	var created, updated int64
 	// Query, not QueryRow: rowscan.Scan may read the row twice.
-	rows, err := q.Query(ctx, `SELECT saga, state, step, data, results, attempts, reason, token, next_at, lease_until,
-		created_at, updated_at FROM idem_sagas WHERE id = $1`+lock, id)
+	rows, err := q.Query(ctx, stmt, id)
 	if err != nil {
 		return row, err
 	}
@@ -256,9 +255,7 @@ func (o *Orchestrator[Tx]) save(ctx context.Context, inst *Instance, token int64
 	}
 	var n int64
 	err = o.db.Auto(ctx, func(q idemsql.Querier) (err error) { // one statement: autocommit where it can
-		n, err = q.Exec(ctx, `UPDATE idem_sagas SET state = $1, step = $2, results = $3, attempts = $4,
-			reason = $5, next_at = $6, lease_until = $7, updated_at = $8 WHERE id = $9 AND token = $10`,
-			inst.State, inst.Step, string(results), inst.Attempts, inst.Reason, next, lease, now.UnixNano(), inst.ID, token)
+		n, err = q.Exec(ctx, o.stmts.Save, inst.State, inst.Step, string(results), inst.Attempts, inst.Reason, next, lease, now.UnixNano(), inst.ID, token)
 		return err
 	})
 	if err != nil {

@@ -21,13 +21,6 @@ import (
 // sets next_at to its own time, which un-parks it.
 const parkedAt int64 = math.MaxInt64
 
-// parkedWhere selects the parked sagas, with parkedAt as placeholder $n.
-// PostgreSQL and SQLite read them from the partial index of due sagas, MySQL from
-// (state, next_at).
-func parkedWhere(n int) string {
-	return fmt.Sprintf(`state IN ('running', 'compensating') AND next_at = $%d`, n)
-}
-
 // Bounds of Reason: each failure appended to it is cut to maxReasonPart bytes,
 // and the whole to maxReasonLen (the middle goes; MySQL's TEXT holds 65,535).
 const (
@@ -63,8 +56,7 @@ func (o *Orchestrator[Tx]) park(ctx context.Context, q idemsql.Querier, inst *In
 	addReason(inst, fmt.Sprintf("parked at %s: %s: correct the row, then retry the saga; or resolve it",
 		now.UTC().Format(time.RFC3339), why))
 	inst.Parked = true
-	_, err := q.Exec(ctx, `UPDATE idem_sagas SET next_at = $1, lease_until = 0, reason = $2, updated_at = $3
-		WHERE id = $4 AND token = $5`, parkedAt, inst.Reason, now.UnixNano(), inst.ID, token)
+	_, err := q.Exec(ctx, o.stmts.Park, parkedAt, inst.Reason, now.UnixNano(), inst.ID, token)
 	return err
 }
 

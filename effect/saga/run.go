@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"strings"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
@@ -75,37 +75,19 @@ type queries struct {
 	poll, lease string
 }
 
-// newQueries returns the statements for definitions names; their placeholders
-// come after the statement's own (one for poll, three for lease).
-func newQueries(names []string) queries {
-	in := func(from int) string {
-		if len(names) == 0 {
-			return "1 = 0"
-		}
-		p := make([]string, len(names))
-		for i := range names {
-			p[i] = fmt.Sprintf("$%d", from+i)
-		}
-		return "saga IN (" + strings.Join(p, ", ") + ")"
-	}
-	return queries{
-		poll: `SELECT id FROM idem_sagas WHERE state IN ('running', 'compensating')
-			AND next_at <= $1 AND lease_until <= $1 AND ` + in(2) + fmt.Sprintf(` ORDER BY next_at LIMIT %d`, pollBatch),
-		lease: `UPDATE idem_sagas SET lease_until = $1, token = token + 1
-			WHERE id = $2 AND state IN ('running', 'compensating') AND lease_until <= $3 AND next_at <= $3 AND ` + in(4),
-	}
+// newQueries returns s's statements for n definitions' names, built once; their
+// placeholders come after the statement's own (one for poll, three for lease).
+func newQueries(s *idemsql.SagaSQL, n int) queries {
+	return queries{poll: s.Poll(n, pollBatch), lease: s.Lease(n)}
 }
 
 // definedNames returns the names of defs, sorted, as statement arguments.
-func definedNames(defs map[string]*Definition) (names []string, args []any) {
-	for name := range defs {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+func definedNames(defs map[string]*Definition) (args []any) {
+	names := slices.Sorted(maps.Keys(defs))
 	for _, n := range names {
 		args = append(args, n)
 	}
-	return names, args
+	return args
 }
 
 // Get returns saga id, or ok false if there is none. A saga whose row cannot be
@@ -132,20 +114,20 @@ func (o *Orchestrator[Tx]) List(ctx context.Context, state string, limit int) ([
 	if limit <= 0 {
 		limit = 100
 	}
-	where, args := `$1 = '' OR state = $1`, []any{state, limit}
+	stmt, args := o.stmts.IDs, []any{state, limit}
 	if state == Parked {
-		where, args = parkedWhere(1), []any{parkedAt, limit}
+		stmt, args = o.stmts.ParkedIDs, []any{parkedAt, limit}
 	}
 	var out []Instance
 	err := o.db.InTx(ctx, func(tx Tx) error {
 		out = nil
 		q := o.db.Querier(tx)
-		ids, err := selectIDs(ctx, q, `SELECT id FROM idem_sagas WHERE `+where+` ORDER BY created_at, id LIMIT $2`, args...)
+		ids, err := selectIDs(ctx, q, stmt, args...)
 		if err != nil {
 			return err
 		}
 		for _, id := range ids {
-			row, err := readSagaRow(ctx, q, id, "")
+			row, err := readSagaRow(ctx, q, o.stmts.Read, id)
 			if err != nil {
 				return err
 			}

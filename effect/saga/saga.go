@@ -178,8 +178,9 @@ type Orchestrator[Tx any] struct {
 	db      idemsql.TxDB[Tx]
 	fence   *effect.Fence[Tx]
 	defs    map[string]*Definition
-	names   []any   // the names of defs, sorted: the arguments of q's statements
-	q       queries // the statements that name them
+	names   []any            // the names of defs, sorted: the arguments of q's statements
+	q       queries          // the statements that name them
+	stmts   *idemsql.SagaSQL // the driver's statements
 	cfg     Config
 	metrics *prometheus.CounterVec
 	tr      otelx.Tracer
@@ -250,9 +251,7 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config, defs ...D
 		}
 		o.defs[d.Name] = d
 	}
-	var names []string
-	names, o.names = definedNames(o.defs)
-	o.q = newQueries(names)
+	o.names = definedNames(o.defs)
 	// idem_sagas here; effect.New below ensures idem_effects.
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Saga); err != nil {
 		return nil, err
@@ -263,6 +262,8 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config, defs ...D
 		return nil, err
 	}
 	o.fence = fence
+	o.stmts = db.Driver.Saga() // effect.New checked that db has a Driver
+	o.q = newQueries(o.stmts, len(o.names))
 	if cfg.Registerer != nil {
 		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_sagas_total",
@@ -365,13 +366,7 @@ func (o *Orchestrator[Tx]) insert(ctx context.Context, q idemsql.Querier, name, 
 		data = []byte{}
 	}
 	now := o.cfg.Now().UnixNano()
-	insert, conflict := "INSERT INTO", " ON CONFLICT (id) DO NOTHING"
-	if o.db.Dialect() == idemsql.MySQL {
-		insert, conflict = "INSERT IGNORE INTO", "" // the id fits its column: Validate bounds it
-	}
-	n, err := q.Exec(ctx, insert+` idem_sagas (id, saga, state, step, data, results, attempts, reason,
-		next_at, lease_until, token, created_at, updated_at) VALUES ($1, $2, 'running', 0, $3, '{}', 0, '', $4, $5, $6, $4, $4)`+conflict,
-		id, name, data, now, lease, token)
+	n, err := q.Exec(ctx, o.stmts.Insert, id, name, data, now, lease, token)
 	if err != nil {
 		return false, &idem.BackendError{Backend: "saga", Op: "start", Err: err}
 	}

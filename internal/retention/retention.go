@@ -1,6 +1,7 @@
 // Package retention is what the sweepers of idem's tables with a retention
 // (effect.Sweeper, saga.Sweeper) share: their settings' defaults and checks, the
-// sweep itself, and the loop of bounded batches a sweep or a purge runs.
+// sweep itself, an operator's purge, and the loop of bounded batches either runs.
+// A table's package keeps only its statements: how one batch is deleted.
 package retention
 
 import (
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
 )
 
@@ -20,6 +22,58 @@ type Limits struct {
 	DefaultBatch, Batch int           // the batch when none is set; the largest accepted
 	Rows                string        // what a batch holds: "effects", "sagas"
 	Fix                 string        // how to choose a retention, for the error below Min
+	Backend             string        // the backend of errors and metrics: "effect", "saga"
+}
+
+// Config is a table's SweepConfig (effect.SweepConfig, saga.SweepConfig convert
+// to it): the retention, the batch, the clock and where the metrics go.
+type Config struct {
+	Retention  time.Duration
+	Batch      int
+	Now        func() time.Time
+	Registerer prometheus.Registerer
+}
+
+// PurgeFunc deletes a table's finished rows last changed before cutoff, batch at
+// a time, and returns how many it deleted.
+type PurgeFunc func(ctx context.Context, cutoff time.Time, batch int) (int, error)
+
+// Sweeper is New with cfg, whose Purge is what admin returns (the table's
+// operator view): a table's NewSweeper.
+func (l Limits) Sweeper(cfg Config, admin func() (PurgeFunc, error)) (*Sweeper, error) {
+	s, err := New(l, cfg.Retention, cfg.Batch, cfg.Now, cfg.Registerer, l.Backend)
+	if err != nil {
+		return nil, err
+	}
+	if s.Purge, err = admin(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// PurgeOlder deletes at once, DefaultBatch at a time, the rows purge deletes that
+// are older than olderThan at now, which must be at least Min: an Admin's Purge.
+func (l Limits) PurgeOlder(ctx context.Context, now time.Time, olderThan time.Duration, purge PurgeFunc) (int, error) {
+	if err := l.Check("olderThan", olderThan); err != nil {
+		return 0, err
+	}
+	return purge(ctx, now.Add(-olderThan), l.DefaultBatch)
+}
+
+// Batches runs batch after batch of del (one transaction each, run again on a
+// serialization failure) as the package function Batches does, and reports a
+// failure as an *idem.BackendError of l's backend, op "sweep".
+func (l Limits) Batches(ctx context.Context, batch int, del func() (int, error)) (int, error) {
+	return Batches(ctx, batch, func() (n int, err error) {
+		err = idemsql.RetrySerializationFailures(ctx, func() (err error) {
+			n, err = del()
+			return err
+		})
+		if err != nil {
+			return 0, &idem.BackendError{Backend: l.Backend, Op: "sweep", Err: err}
+		}
+		return n, nil
+	})
 }
 
 // Sweeper deletes a table's finished rows whose last change is older than
@@ -28,7 +82,7 @@ type Sweeper struct {
 	Retention time.Duration
 	Batch     int
 	Now       func() time.Time
-	Purge     func(ctx context.Context, cutoff time.Time, batch int) (int, error)
+	Purge     PurgeFunc
 	Metrics   *metrics.Sweep
 }
 

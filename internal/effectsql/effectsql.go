@@ -1,0 +1,140 @@
+// Package effectsql builds the statements of idemsql's effect and saga families
+// whose text depends on the call (a filter, an IN list), for the drivers of this
+// module: their SQL differs only in how the key column is named, which each
+// driver passes (MySQL reserves the word and quotes it in backquotes).
+package effectsql
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Placeholders returns "$from, $from+1, …" for n arguments.
+func Placeholders(from, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "$%d", from+i)
+	}
+	return b.String()
+}
+
+// args numbers a statement's placeholders in the order its conditions are added.
+type args struct{ n int }
+
+func (a *args) next() string { a.n++; return fmt.Sprintf("$%d", a.n) }
+
+// EffectList returns idemsql.EffectSQL.List for key, the key column as the
+// database names it. Each page is an index range scan: by primary key, or for a
+// state by the index of open effects.
+func EffectList(key string) func(state, pastLease, byKey, after bool) string {
+	return func(state, pastLease, byKey, after bool) string {
+		var a args
+		var where []string
+		if state {
+			// The literal second term matches the partial index's predicate, which
+			// lets SQLite (and PostgreSQL's generic plans) use it.
+			where = append(where, "state = "+a.next()+" AND state <> 'complete'")
+		}
+		if pastLease {
+			where = append(where, "lease_until <= "+a.next())
+		}
+		if byKey {
+			where = append(where, key+" = "+a.next())
+		}
+		if after {
+			// Not a row comparison: this form starts an index range on every dialect.
+			k, s := a.next(), a.next()
+			where = append(where, fmt.Sprintf("%s >= %s AND (%s > %s OR step > %s)", key, k, key, k, s))
+		}
+		q := "SELECT " + key + ", step, state, token, attempts, reason, lease_until, created_at, updated_at FROM idem_effects"
+		if len(where) > 0 {
+			q += " WHERE " + strings.Join(where, " AND ")
+		}
+		return q + " ORDER BY " + key + ", step LIMIT " + a.next()
+	}
+}
+
+// sagaNames is the condition on the names an orchestrator has, from placeholder
+// $from: none matches no saga.
+func sagaNames(from, n int) string {
+	if n == 0 {
+		return "1 = 0"
+	}
+	return "saga IN (" + Placeholders(from, n) + ")"
+}
+
+// SagaPoll is idemsql.SagaSQL.Poll.
+func SagaPoll(names, limit int) string {
+	return `SELECT id FROM idem_sagas WHERE state IN ('running', 'compensating')
+			AND next_at <= $1 AND lease_until <= $1 AND ` + sagaNames(2, names) + fmt.Sprintf(` ORDER BY next_at LIMIT %d`, limit)
+}
+
+// SagaLease is idemsql.SagaSQL.Lease.
+func SagaLease(names int) string {
+	return `UPDATE idem_sagas SET lease_until = $1, token = token + 1
+			WHERE id = $2 AND state IN ('running', 'compensating') AND lease_until <= $3 AND next_at <= $3 AND ` + sagaNames(4, names)
+}
+
+// SagaParked selects the parked sagas, with the parked mark as placeholder p.
+// PostgreSQL and SQLite read them from the partial index of due sagas, MySQL from
+// (state, next_at).
+func SagaParked(p string) string {
+	return `state IN ('running', 'compensating') AND next_at = ` + p
+}
+
+// SagaList is idemsql.SagaSQL.List. Each page is an index range scan: the
+// primary key, or (state, id); the parked ones are read from the index of due
+// sagas.
+func SagaList(state, parked, after bool) string {
+	var a args
+	var where []string
+	switch {
+	case parked:
+		where = append(where, SagaParked(a.next()))
+	case state:
+		where = append(where, "state = "+a.next())
+	}
+	if after {
+		where = append(where, "id > "+a.next())
+	}
+	q := `SELECT id, saga, state, step, attempts, reason, created_at, updated_at, next_at FROM idem_sagas`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	return q + " ORDER BY id LIMIT " + a.next()
+}
+
+// SagaSweepEffects returns idemsql.SagaSQL.SweepEffects for key, the key column
+// as the database names it.
+func SagaSweepEffects(key string) func(n int) string {
+	return func(n int) string {
+		return `DELETE FROM idem_effects WHERE ` + key + ` IN (` + Placeholders(1, n) + `) AND (step LIKE 'do:%' OR step LIKE 'undo:%')`
+	}
+}
+
+// SagaSweepResolutions is idemsql.SagaSQL.SweepResolutions.
+func SagaSweepResolutions(n int) string {
+	return `DELETE FROM idem_saga_resolutions WHERE id IN (` + Placeholders(1, n) + `)`
+}
+
+// SagaSweepSagas is idemsql.SagaSQL.SweepSagas.
+func SagaSweepSagas(n int) string {
+	return `DELETE FROM idem_sagas WHERE id IN (` + Placeholders(1, n) + `)`
+}
+
+// EffectSweepWhere is the condition of the effects the sweep deletes: complete,
+// last changed before $1 (served by the index of migration 003_sweep_index). With
+// sagas, it keeps the effects of a saga that is running, compensating or failed
+// (an operator's to retry or resolve), key being the key column as the database
+// names it.
+func EffectSweepWhere(key string, sagas bool) string {
+	where := "state = 'complete' AND updated_at < $1"
+	if sagas {
+		where += " AND NOT EXISTS (SELECT 1 FROM idem_sagas s WHERE s.id = idem_effects." + key +
+			" AND s.state IN ('running', 'compensating', 'failed'))"
+	}
+	return where
+}
