@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/group"
+	"github.com/idemhq/idem/internal/rowscan"
 )
 
 // Group writes, where the driver has statements over arrays (EffectSQL.GroupInsert:
@@ -175,17 +176,5 @@ func runBatch[Tx, T any](f *Fence[Tx], batch []*group.Item[T], query string, sca
 	f.groups.batches.Add(1)
 	ctx, cancel := group.Context(batch)
 	defer cancel()
-	return f.db.Read(ctx, func(q idemsql.Querier) error {
-		rows, err := q.Query(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := scan(rows); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	})
+	return f.db.Read(ctx, func(q idemsql.Querier) error { return rowscan.Each(ctx, q, query, args, scan) })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/isolate"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/internal/rowscan"
 )
 
 // Recover is the sweeper: it takes over up to limit PENDING effects of step whose
@@ -62,20 +63,9 @@ func (f *Fence[Tx]) Recover(ctx context.Context, step string, limit int, call Ca
 // due returns the keys of up to limit PENDING effects of step past their lease,
 // the longest past first.
 func (f *Fence[Tx]) due(ctx context.Context, step string, limit int) (keys []string, err error) {
-	err = f.db.InTx(ctx, func(tx Tx) error {
-		rows, err := f.db.Querier(tx).Query(ctx, f.q.Due, step, f.cfg.Now().UnixNano(), limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var k string
-			if err := rows.Scan(&k); err != nil {
-				return err
-			}
-			keys = append(keys, k)
-		}
-		return rows.Err()
+	err = f.db.InTx(ctx, func(tx Tx) (err error) {
+		keys, err = rowscan.Strings(ctx, f.db.Querier(tx), f.q.Due, step, f.cfg.Now().UnixNano(), limit)
+		return err
 	})
 	return keys, err
 }

@@ -7,34 +7,19 @@ import (
 
 func (driver) Effect() *idemsql.EffectSQL { return &effectStmts }
 
-// effectSweep deletes up to $2 effects that match where, in SQLite's form of a
-// bounded DELETE (by rowid). Its writer transaction holds the whole database: no
-// row needs a lock.
-func effectSweep(where string) string {
-	return `DELETE FROM idem_effects WHERE rowid IN (SELECT rowid FROM idem_effects WHERE ` + where + ` LIMIT $2)`
-}
-
-// effectStmts lock no row: SQLite's writer transaction holds the whole database.
-// It has no arrays, so GroupInsert and GroupFinish are empty.
-var effectStmts = idemsql.EffectSQL{
-	Insert: `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, created_at, updated_at)
-		VALUES ($1, $2, 'pending', 1, $3, 1, $4, $4) ON CONFLICT (key, step) DO NOTHING`,
-	Lock: `SELECT state, token, lease_until, result, reason FROM idem_effects WHERE key = $1 AND step = $2`,
-	Takeover: `UPDATE idem_effects SET token = $1, lease_until = $2, attempts = attempts + 1, updated_at = $3
-		WHERE key = $4 AND step = $5`,
-	Renew: `UPDATE idem_effects SET lease_until = $1, updated_at = $2
-		WHERE key = $3 AND step = $4 AND token = $5 AND state = 'pending'`,
-	Finish: `UPDATE idem_effects SET state = $1, result = $2, reason = $3, updated_at = $4
-		WHERE key = $5 AND step = $6 AND token = $7 AND state = 'pending'`,
-	Release: `UPDATE idem_effects SET lease_until = 0, updated_at = $1
-		WHERE key = $2 AND step = $3 AND token = $4 AND state = 'pending'`,
-	PushBack: `UPDATE idem_effects SET lease_until = $1
-		WHERE key = $2 AND step = $3 AND state = 'pending' AND lease_until <= $1`,
-	Due: `SELECT key FROM idem_effects WHERE step = $1 AND state = 'pending' AND lease_until <= $2
-		ORDER BY lease_until LIMIT $3`,
-	Get: `SELECT key, step, state, token, attempts, reason, lease_until, created_at, updated_at, result
-		FROM idem_effects WHERE key = $1 AND step = $2`,
-	List:              effectsql.EffectList("key"),
-	Sweep:             effectSweep(effectsql.EffectSweepWhere("key", false)),
-	SweepKeepingSagas: effectSweep(effectsql.EffectSweepWhere("key", true)),
-}
+// effectStmts are the statements the drivers share (effectsql.Effect) and
+// SQLite's own. They lock no row: SQLite's writer transaction holds the whole
+// database. It has no arrays: GroupInsert and GroupFinish are empty, and each
+// caller writes alone.
+var effectStmts = func() idemsql.EffectSQL {
+	s := effectsql.Effect("key")
+	s.Insert = `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, created_at, updated_at)
+		VALUES ($1, $2, 'pending', 1, $3, 1, $4, $4) ON CONFLICT (key, step) DO NOTHING`
+	s.Lock = `SELECT state, token, lease_until, result, reason FROM idem_effects WHERE key = $1 AND step = $2`
+	// A DELETE bounded by rowid.
+	sweep := func(where string) string {
+		return `DELETE FROM idem_effects WHERE rowid IN (SELECT rowid FROM idem_effects WHERE ` + where + ` LIMIT $2)`
+	}
+	s.Sweep, s.SweepKeepingSagas = sweep(effectsql.EffectSweepWhere("key", false)), sweep(effectsql.EffectSweepWhere("key", true))
+	return s
+}()

@@ -9,6 +9,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/retention"
+	"github.com/idemhq/idem/internal/rowscan"
 )
 
 const (
@@ -101,7 +102,7 @@ func (a *Admin[Tx]) purge(ctx context.Context, cutoff time.Time, batch int) (int
 // (SagaSQL.SweepIDs), with their effects and resolutions, and returns how many
 // sagas it deleted.
 func (a *Admin[Tx]) purgeBatch(ctx context.Context, q idemsql.Querier, cutoff int64, batch int) (int, error) {
-	ids, err := selectIDs(ctx, q, a.stmts.SweepIDs, cutoff, batch)
+	ids, err := rowscan.Strings(ctx, q, a.stmts.SweepIDs, cutoff, batch)
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}

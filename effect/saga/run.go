@@ -11,6 +11,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/isolate"
+	"github.com/idemhq/idem/internal/rowscan"
 	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/internal/warn"
 )
@@ -52,7 +53,7 @@ func (o *Orchestrator[Tx]) Run(ctx context.Context) error {
 func (o *Orchestrator[Tx]) RunOnce(ctx context.Context) (int, error) {
 	var ids []string
 	err := o.db.InTx(ctx, func(tx Tx) (err error) {
-		ids, err = selectIDs(ctx, o.db.Querier(tx), o.q.poll, append([]any{o.cfg.Now().UnixNano()}, o.names...)...)
+		ids, err = rowscan.Strings(ctx, o.db.Querier(tx), o.q.poll, append([]any{o.cfg.Now().UnixNano()}, o.names...)...)
 		return err
 	})
 	if err != nil {
@@ -122,7 +123,7 @@ func (o *Orchestrator[Tx]) List(ctx context.Context, state string, limit int) ([
 	err := o.db.InTx(ctx, func(tx Tx) error {
 		out = nil
 		q := o.db.Querier(tx)
-		ids, err := selectIDs(ctx, q, stmt, args...)
+		ids, err := rowscan.Strings(ctx, q, stmt, args...)
 		if err != nil {
 			return err
 		}
@@ -139,22 +140,4 @@ func (o *Orchestrator[Tx]) List(ctx context.Context, state string, limit int) ([
 		return nil, &idem.BackendError{Backend: "saga", Op: "list", Err: err}
 	}
 	return out, nil
-}
-
-// selectIDs runs query, which selects one text column, and returns its values.
-func selectIDs(ctx context.Context, q idemsql.Querier, query string, args ...any) ([]string, error) {
-	rows, err := q.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/rowscan"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -18,14 +19,24 @@ type stmtCheck struct {
 	family string
 }
 
-// newStmtCheck opens a database from db, with the schema of sets applied.
-func newStmtCheck(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx], family string, sets ...migrate.Set) *stmtCheck {
+// runFamily opens a database from db, with the schema of sets applied, and runs
+// checks, in order, on the statements get returns of its Driver: the family
+// named family ("EffectSQL").
+func runFamily[F any](t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx], family string,
+	get func(idemsql.Driver) *F, sets []migrate.Set, checks ...func(c *stmtCheck, s *F)) {
 	t.Helper()
 	d := db(t)
 	if err := migrate.Up(context.Background(), d, sets...); err != nil {
 		t.Fatalf("migrate.Up: %v", err)
 	}
-	return &stmtCheck{t: t, db: d, family: family}
+	s := get(d.Driver)
+	if s == nil {
+		t.Fatalf("the Driver's %s is nil", family)
+	}
+	c := &stmtCheck{t: t, db: d, family: family}
+	for _, check := range checks {
+		check(c, s)
+	}
 }
 
 // fatalf fails the test on field's statement.
@@ -61,37 +72,24 @@ func (c *stmtCheck) affects(field string, want int64, why, stmt string, args ...
 func (c *stmtCheck) rows(field, stmt string, args []any, scan func(r idemsql.Rows) error) {
 	c.t.Helper()
 	err := c.db.InTx(context.Background(), func(tx *sql.Tx) error {
-		return queryRows(c.db.Querier(tx), stmt, args, scan)
+		return rowscan.Each(context.Background(), c.db.Querier(tx), stmt, args, scan)
 	})
 	if err != nil {
 		c.fatalf(field, "%v\n%s", err, stmt)
 	}
 }
 
-func queryRows(q idemsql.Querier, stmt string, args []any, scan func(r idemsql.Rows) error) error {
-	rows, err := q.Query(context.Background(), stmt, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
 // strings runs field's query of one text column and returns its values.
 func (c *stmtCheck) strings(field, stmt string, args ...any) []string {
 	c.t.Helper()
 	var out []string
-	c.rows(field, stmt, args, func(r idemsql.Rows) error {
-		var s string
-		err := r.Scan(&s)
-		out = append(out, s)
+	err := c.db.InTx(context.Background(), func(tx *sql.Tx) (err error) {
+		out, err = rowscan.Strings(context.Background(), c.db.Querier(tx), stmt, args...)
 		return err
 	})
+	if err != nil {
+		c.fatalf(field, "%v\n%s", err, stmt)
+	}
 	return out
 }
 

@@ -16,16 +16,8 @@ import (
 // package effect runs it (arguments in its order, columns in its order), on
 // idem_effects made by package migrate.
 func Effect(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
-	c := newStmtCheck(t, db, "EffectSQL", migrate.Effect, migrate.Saga)
-	s := c.db.Driver.Effect()
-	if s == nil {
-		t.Fatal("Driver.Effect() is nil")
-	}
-	checkEffectFence(c, s)
-	checkEffectRecover(c, s)
-	checkEffectGroup(c, s)
-	checkEffectList(c, s)
-	checkEffectSweep(c, s)
+	runFamily(t, db, "EffectSQL", idemsql.Driver.Effect, []migrate.Set{migrate.Effect, migrate.Saga},
+		checkEffectFence, checkEffectRecover, checkEffectGroup, checkEffectList, checkEffectSweep)
 }
 
 // effectRow is an effect as EffectSQL.Get reads it.

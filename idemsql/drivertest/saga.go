@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/rowscan"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -14,14 +15,8 @@ import (
 // package effect/saga runs it (arguments in its order, columns in its order), on
 // idem_sagas, idem_saga_resolutions and idem_effects made by package migrate.
 func Saga(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
-	c := newStmtCheck(t, db, "SagaSQL", migrate.Effect, migrate.Saga)
-	s := c.db.Driver.Saga()
-	if s == nil {
-		t.Fatal("Driver.Saga() is nil")
-	}
-	checkSagaRun(c, s)
-	checkSagaAdmin(c, s)
-	checkSagaSweep(c, s)
+	runFamily(t, db, "SagaSQL", idemsql.Driver.Saga, []migrate.Set{migrate.Effect, migrate.Saga},
+		checkSagaRun, checkSagaAdmin, checkSagaSweep)
 }
 
 // parkedMark is a parked saga's next_at.
@@ -81,7 +76,7 @@ func checkSagaRun(c *stmtCheck, s *idemsql.SagaSQL) {
 
 	var locked sagaRow
 	err := c.db.InTx(context.Background(), func(tx *sql.Tx) error {
-		return queryRows(c.db.Querier(tx), s.ReadForUpdate, []any{"s1"}, func(rows idemsql.Rows) error {
+		return rowscan.Each(context.Background(), c.db.Querier(tx), s.ReadForUpdate, []any{"s1"}, func(rows idemsql.Rows) error {
 			return rows.Scan(&locked.saga, &locked.state, &locked.step, &locked.data, &locked.results, &locked.attempts,
 				&locked.reason, &locked.token, &locked.next, &locked.lease, &locked.created, &locked.updated)
 		})
@@ -186,7 +181,7 @@ func checkSagaSweep(c *stmtCheck, s *idemsql.SagaSQL) {
 	var ids []string
 	err := c.db.InTx(context.Background(), func(tx *sql.Tx) error {
 		ids = nil
-		return queryRows(c.db.Querier(tx), s.SweepIDs, []any{int64(6000), 10}, func(r idemsql.Rows) error {
+		return rowscan.Each(context.Background(), c.db.Querier(tx), s.SweepIDs, []any{int64(6000), 10}, func(r idemsql.Rows) error {
 			var id string
 			err := r.Scan(&id)
 			ids = append(ids, id)

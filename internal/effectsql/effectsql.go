@@ -1,12 +1,18 @@
-// Package effectsql builds the statements of idemsql's effect and saga families
-// whose text depends on the call (a filter, an IN list), for the drivers of this
-// module: their SQL differs only in how the key column is named, which each
-// driver passes (MySQL reserves the word and quotes it in backquotes).
+// Package effectsql holds the statements of idemsql's effect and saga families
+// whose text the drivers of this module (idempg, idemsqlite, idemmysql) share:
+// Effect and Saga return them, and each driver's sql_effect.go and sql_saga.go
+// add the statements of its own (a lock clause, INSERT IGNORE, a bounded DELETE,
+// Postgres's statements over arrays). The shared text differs only in how the
+// key column of idem_effects is named, which each driver passes (MySQL reserves
+// the word and quotes it in backquotes). Functions build the statements whose
+// text depends on the call (a filter, an IN list).
 package effectsql
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/idemhq/idem/idemsql"
 )
 
 // Placeholders returns "$from, $from+1, …" for n arguments.
@@ -138,3 +144,71 @@ func EffectSweepWhere(key string, sagas bool) string {
 	}
 	return where
 }
+
+// Effect returns the statements of idemsql.EffectSQL whose text the drivers of
+// this module share, with key the key column as the database names it. The driver
+// sets the others: Insert, Lock, LockFirst, GroupInsert, GroupFinish, Sweep and
+// SweepKeepingSagas.
+func Effect(key string) idemsql.EffectSQL {
+	r := strings.NewReplacer("{{key}}", key)
+	return idemsql.EffectSQL{
+		Takeover: r.Replace(`UPDATE idem_effects SET token = $1, lease_until = $2, attempts = attempts + 1, updated_at = $3
+			WHERE {{key}} = $4 AND step = $5`),
+		Renew: r.Replace(`UPDATE idem_effects SET lease_until = $1, updated_at = $2
+			WHERE {{key}} = $3 AND step = $4 AND token = $5 AND state = 'pending'`),
+		Finish: r.Replace(`UPDATE idem_effects SET state = $1, result = $2, reason = $3, updated_at = $4
+			WHERE {{key}} = $5 AND step = $6 AND token = $7 AND state = 'pending'`),
+		Release: r.Replace(`UPDATE idem_effects SET lease_until = 0, updated_at = $1
+			WHERE {{key}} = $2 AND step = $3 AND token = $4 AND state = 'pending'`),
+		PushBack: r.Replace(`UPDATE idem_effects SET lease_until = $1
+			WHERE {{key}} = $2 AND step = $3 AND state = 'pending' AND lease_until <= $1`),
+		Due: r.Replace(`SELECT {{key}} FROM idem_effects WHERE step = $1 AND state = 'pending' AND lease_until <= $2
+			ORDER BY lease_until LIMIT $3`),
+		Get: r.Replace(`SELECT {{key}}, step, state, token, attempts, reason, lease_until, created_at, updated_at, result
+			FROM idem_effects WHERE {{key}} = $1 AND step = $2`),
+		List: EffectList(key),
+	}
+}
+
+// Saga returns the statements of idemsql.SagaSQL whose text the drivers of this
+// module share, with key the key column of idem_effects as the database names it.
+// The driver sets the others: Insert, ReadForUpdate (SagaRead with its lock
+// clause) and SweepIDs (SagaSweepIDs with its lock clause).
+func Saga(key string) idemsql.SagaSQL {
+	return idemsql.SagaSQL{
+		Poll:  SagaPoll,
+		Lease: SagaLease,
+		Read:  SagaRead,
+		Save: `UPDATE idem_sagas SET state = $1, step = $2, results = $3, attempts = $4,
+			reason = $5, next_at = $6, lease_until = $7, updated_at = $8 WHERE id = $9 AND token = $10`,
+		Park: `UPDATE idem_sagas SET next_at = $1, lease_until = 0, reason = $2, updated_at = $3
+			WHERE id = $4 AND token = $5`,
+		IDs:              `SELECT id FROM idem_sagas WHERE $1 = '' OR state = $1 ORDER BY created_at, id LIMIT $2`,
+		ParkedIDs:        `SELECT id FROM idem_sagas WHERE ` + SagaParked("$1") + ` ORDER BY created_at, id LIMIT $2`,
+		List:             SagaList,
+		ReadResolution:   `SELECT note, resolved_at, previous_state FROM idem_saga_resolutions WHERE id = $1`,
+		InsertResolution: `INSERT INTO idem_saga_resolutions (id, previous_state, note, resolved_at) VALUES ($1, $2, $3, $4)`,
+		Retry: `UPDATE idem_sagas SET state = $1, attempts = 0, next_at = $2, reason = $3, lease_until = 0, token = token + 1,
+			updated_at = $4 WHERE id = $5 AND state = $6 AND token = $7`,
+		Resolve: `UPDATE idem_sagas SET state = $1, lease_until = 0, token = token + 1, updated_at = $2
+			WHERE id = $3 AND state = $4 AND token = $5`,
+		RetryUndo: `UPDATE idem_effects SET state = 'pending', token = token + 1, lease_until = 0, reason = '',
+			updated_at = $1 WHERE ` + key + ` = $2 AND state = 'failed' AND step LIKE 'undo:%'`,
+		SweepEffects:     SagaSweepEffects(key),
+		SweepResolutions: SagaSweepResolutions,
+		SweepSagas:       SagaSweepSagas,
+	}
+}
+
+// SagaRead is idemsql.SagaSQL.Read, and ReadForUpdate without its lock clause.
+const SagaRead = `SELECT saga, state, step, data, results, attempts, reason, token, next_at, lease_until,
+		created_at, updated_at FROM idem_sagas WHERE id = $1`
+
+// SagaInsert is idemsql.SagaSQL.Insert without its verb ("INSERT INTO", "INSERT
+// IGNORE INTO") and its conflict clause.
+const SagaInsert = ` idem_sagas (id, saga, state, step, data, results, attempts, reason, next_at, lease_until, token,
+		created_at, updated_at) VALUES ($1, $2, 'running', 0, $3, '{}', 0, '', $4, $5, $6, $4, $4)`
+
+// SagaSweepIDs is idemsql.SagaSQL.SweepIDs without its lock clause.
+const SagaSweepIDs = `SELECT id FROM idem_sagas WHERE state IN ('completed', 'compensated', 'resolved')
+		AND updated_at < $1 LIMIT $2`
