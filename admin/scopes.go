@@ -24,11 +24,7 @@ func serveScopes(h *handler, r *http.Request, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	cursor, err := q.cursor()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := q.limit()
+	cursor, limit, err := q.page()
 	if err != nil {
 		return nil, err
 	}
