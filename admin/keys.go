@@ -41,6 +41,16 @@ func (h *handler) store(name string) (string, idem.Inspector, error) {
 	return name, s, nil
 }
 
+// storeQuery reads the query of a request on one store, and the store it names.
+func (h *handler) storeQuery(r *http.Request) (query, string, idem.Inspector, error) {
+	q, err := parseQuery(r)
+	if err != nil {
+		return query{}, "", nil, err
+	}
+	name, s, err := h.store(q.get("store"))
+	return q, name, s, err
+}
+
 func serveStores(h *handler, r *http.Request, c *call) (any, error) {
 	names := make([]string, 0, len(h.cfg.Stores))
 	for n := range h.cfg.Stores {
@@ -53,11 +63,7 @@ func serveStores(h *handler, r *http.Request, c *call) (any, error) {
 }
 
 func serveKeys(h *handler, r *http.Request, c *call) (any, error) {
-	q, err := parseQuery(r)
-	if err != nil {
-		return nil, err
-	}
-	name, s, err := h.store(q.get("store"))
+	q, name, s, err := h.storeQuery(r)
 	if err != nil {
 		return nil, err
 	}

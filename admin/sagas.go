@@ -144,38 +144,30 @@ type noteRequest struct {
 }
 
 func serveRetrySaga(h *handler, r *http.Request, c *call) (any, error) {
-	id, err := pathName(r)
-	if err != nil {
-		return nil, err
-	}
-	c.target = []any{slog.String("id", id)}
 	var req reasonRequest
-	if err := decode(r, &req); err != nil {
-		return nil, err
-	}
-	if err := reason(c, "reason", req.Reason); err != nil {
-		return nil, err
-	}
-	if err := h.cfg.Sagas.RetryStep(r.Context(), id, req.Reason); err != nil {
-		return nil, sagaError(id, err)
-	}
-	return done(id), nil
+	return changeSaga(r, c, &req, "reason", &req.Reason, h.cfg.Sagas.RetryStep)
 }
 
 func serveResolveSaga(h *handler, r *http.Request, c *call) (any, error) {
+	var req noteRequest
+	return changeSaga(r, c, &req, "note", &req.Note, h.cfg.Sagas.Resolve)
+}
+
+// changeSaga reads the {id} of a saga and the body req, whose field (text) is
+// the required reason or note, and runs change with them.
+func changeSaga(r *http.Request, c *call, req any, field string, text *string, change func(ctx context.Context, id, text string) error) (any, error) {
 	id, err := pathName(r)
 	if err != nil {
 		return nil, err
 	}
 	c.target = []any{slog.String("id", id)}
-	var req noteRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(r, req); err != nil {
 		return nil, err
 	}
-	if err := reason(c, "note", req.Note); err != nil {
+	if err := reason(c, field, *text); err != nil {
 		return nil, err
 	}
-	if err := h.cfg.Sagas.Resolve(r.Context(), id, req.Note); err != nil {
+	if err := change(r.Context(), id, *text); err != nil {
 		return nil, sagaError(id, err)
 	}
 	return done(id), nil

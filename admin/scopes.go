@@ -16,11 +16,7 @@ type ScopePage struct {
 }
 
 func serveScopes(h *handler, r *http.Request, c *call) (any, error) {
-	q, err := parseQuery(r)
-	if err != nil {
-		return nil, err
-	}
-	name, s, err := h.store(q.get("store"))
+	q, name, s, err := h.storeQuery(r)
 	if err != nil {
 		return nil, err
 	}

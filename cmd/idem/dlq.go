@@ -29,7 +29,8 @@ URL is the database of the consumers: postgres://user:pass@host:5432/db,
 mysql://user:pass@host:3306/db or sqlite:PATH. list shows open letters (pending,
 replay requested) unless --all; page with --after and the last id shown. T is
 an RFC 3339 time or a duration before now (24h). Payloads are shown as a preview
-(64 bytes, escaped); show --full shows the whole payload.
+(64 bytes: text if printable, else hex), as the admin API shows them; show
+--full shows the whole payload, escaped.
 
 replay does not run the handler here: it requests a replay, which the letter's
 consumer (a running inbox.Consumer) performs at its next poll, exactly once;
@@ -259,11 +260,8 @@ func (m *Main) dlqReplay(ctx context.Context, o dlqOptions) error {
 
 func (m *Main) dlqDiscard(ctx context.Context, o dlqOptions) error {
 	const cmd = "dlq discard"
-	id, err := m.oneID(cmd, o.ids)
+	id, err := m.idAndReason(cmd, o.ids, o.reason)
 	if err != nil {
-		return err
-	}
-	if err := m.checkNote(cmd, "reason", o.reason); err != nil {
 		return err
 	}
 	a, closeDB, err := m.openDeadLetters(ctx, cmd, o)

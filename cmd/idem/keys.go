@@ -49,7 +49,8 @@ lists them by SCAN: unordered, a scope may come again on a later page.)
 evict deletes a record so the key runs again on its next request. A completed
 record goes freely; an in-progress one needs --force, which fences its holder out
 (its result is then not stored, and a retry may run the effect a second time).
-The result of get is a preview (64 bytes, escaped); --full shows all of it.`
+The result is a preview (64 bytes: text if printable, else hex), as the admin
+API shows it; get --full shows all of it, escaped.`
 
 type keysOptions struct {
 	store, scope, id, cursor, reason string

@@ -298,6 +298,16 @@ func (m *Main) checkLimit(cmd string, limit, max int, next string) error {
 	return nil
 }
 
+// idAndReason checks the --id (once) and the required --reason of an action on
+// one item.
+func (m *Main) idAndReason(cmd string, ids idList, reason string) (int64, error) {
+	id, err := m.oneID(cmd, ids)
+	if err != nil {
+		return 0, err
+	}
+	return id, m.checkNote(cmd, "reason", reason)
+}
+
 // sqlFlags are the --db and --json flags of dlq, outbox and sagas.
 type sqlFlags struct {
 	db   string

@@ -202,11 +202,8 @@ func (m *Main) outboxRetry(ctx context.Context, o outboxOptions) error {
 
 func (m *Main) outboxDiscard(ctx context.Context, o outboxOptions) error {
 	const cmd = "outbox discard"
-	id, err := m.oneID(cmd, o.ids)
+	id, err := m.idAndReason(cmd, o.ids, o.reason)
 	if err != nil {
-		return err
-	}
-	if err := m.checkNote(cmd, "reason", o.reason); err != nil {
 		return err
 	}
 	a, closeDB, err := m.openOutboxAdmin(ctx, cmd, o)

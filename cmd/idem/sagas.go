@@ -39,7 +39,7 @@ cause first. resolve marks a running, compensating or failed saga resolved by
 hand: no orchestrator advances it again. Both fence out an orchestrator that is
 advancing the saga, and exit 4 for a saga that has ended (completed,
 compensated, resolved). The saga's data and step results are shown as previews
-(64 bytes, escaped) unless show --full.
+(64 bytes: text if printable, else hex) unless show --full.
 
 purge deletes the finished sagas (completed, compensated, resolved) last changed
 longer than D ago (at least 1h), each with its step effects and resolution note;
