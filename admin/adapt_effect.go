@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/effect/saga"
 )
@@ -85,14 +85,9 @@ func (e effectsArea[Tx]) list(ctx context.Context, state, cursor string, limit i
 	}
 	out := EffectPage{Effects: make([]Effect, 0, len(page.Effects)), Next: page.Next}
 	for _, ef := range page.Effects {
-		out.Effects = append(out.Effects, effectOf(ef))
+		out.Effects = append(out.Effects, view.EffectOf(ef))
 	}
 	return out, nil
-}
-
-func effectOf(e effect.Effect) Effect {
-	return Effect{Key: e.Key, Step: e.Step, State: e.State, Attempts: e.Attempts, Error: e.Reason,
-		LeaseUntil: orZero(e.LeaseUntil), CreatedAt: e.Created, UpdatedAt: e.Updated, DecodeError: e.DecodeError}
 }
 
 // SagasFrom returns the Sagas area of a's database. A retry or resolve that the
@@ -112,7 +107,7 @@ func (s sagasArea[Tx]) List(ctx context.Context, f SagaFilter) (SagaPage, error)
 	}
 	out := SagaPage{Sagas: make([]Saga, 0, len(page.Sagas)), Next: page.Next}
 	for _, inst := range page.Sagas {
-		out.Sagas = append(out.Sagas, sagaOf(inst))
+		out.Sagas = append(out.Sagas, view.SagaOf(inst))
 	}
 	return out, nil
 }
@@ -122,15 +117,7 @@ func (s sagasArea[Tx]) Get(ctx context.Context, id string) (SagaDetail, error) {
 	if err != nil {
 		return SagaDetail{}, err
 	}
-	out := SagaDetail{Saga: sagaOf(d.Instance), NextAt: orZero(d.NextAt), LeaseUntil: orZero(d.LeaseUntil),
-		Steps: make([]SagaStep, 0, len(d.Effects))}
-	for _, e := range d.Effects {
-		out.Steps = append(out.Steps, SagaStep{Name: e.Step, State: e.State, Attempts: e.Attempts, Error: e.Reason, DecodeError: e.DecodeError})
-	}
-	if r := d.Resolution; r != nil {
-		out.Resolution = &SagaResolution{Note: r.Note, At: r.At, PreviousState: r.PreviousState}
-	}
-	return out, nil
+	return view.SagaDetailOf(d), nil
 }
 
 func (s sagasArea[Tx]) RetryStep(ctx context.Context, id, reason string) error {
@@ -160,17 +147,3 @@ type conflictError struct{ err error }
 func (c conflictError) Error() string        { return c.err.Error() }
 func (c conflictError) Unwrap() error        { return c.err }
 func (c conflictError) Is(target error) bool { return target == ErrConflict }
-
-func sagaOf(inst saga.Instance) Saga {
-	return Saga{ID: inst.ID, Name: inst.Saga, State: inst.State, Step: inst.Step, Attempts: inst.Attempts,
-		Reason: inst.Reason, CreatedAt: inst.Created, UpdatedAt: inst.Updated, DecodeError: inst.DecodeError, Parked: inst.Parked}
-}
-
-// orZero maps the backends' "none" (Unix time 0, as their columns store it) to the
-// zero time, which the JSON leaves out.
-func orZero(t time.Time) time.Time {
-	if t.UnixNano() == 0 {
-		return time.Time{}
-	}
-	return t
-}

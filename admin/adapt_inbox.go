@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 	"github.com/idemhq/idem/inbox"
 )
 
@@ -36,7 +37,7 @@ func (d deadLetters[Tx]) List(ctx context.Context, f DeadLetterFilter) (DeadLett
 	}
 	page := DeadLetterPage{DeadLetters: make([]DeadLetter, 0, len(list))}
 	for _, dl := range list {
-		page.DeadLetters = append(page.DeadLetters, deadLetterOf(dl))
+		page.DeadLetters = append(page.DeadLetters, view.DeadLetterOf(dl))
 	}
 	if len(list) == limit { // maybe more: the next page may be empty
 		page.Next = encodeIDCursor(list[len(list)-1].ID)
@@ -51,7 +52,7 @@ func (d deadLetters[Tx]) Get(ctx context.Context, id int64) (DeadLetter, error) 
 	} else if err != nil {
 		return DeadLetter{}, err
 	}
-	return deadLetterOf(dl), nil
+	return view.DeadLetterOf(dl), nil
 }
 
 func (d deadLetters[Tx]) Replay(ctx context.Context, ids []int64, reason string) ([]ReplayResult, error) {
@@ -85,15 +86,6 @@ func (d deadLetters[Tx]) Discard(ctx context.Context, id int64, reason string) e
 	return err
 }
 
-func deadLetterOf(dl inbox.DeadLetter) DeadLetter {
-	return DeadLetter{ID: dl.ID, Consumer: dl.Consumer, MessageID: dl.Message.ID, Topic: dl.Message.Topic,
-		Position: dl.Position, Kind: dl.Kind, Reason: dl.Reason, Attempts: dl.Attempts, FirstAt: dl.FirstAt, DeadAt: dl.DeadAt,
-		Payload: dl.Message.Payload, State: dl.State, ReplayRequestedAt: dl.ReplayRequestedAt, ReplayReason: dl.ReplayReason,
-		ReplayAttempts: dl.ReplayAttempts, LastReplayError: dl.LastReplayError, ReplayNote: dl.ReplayNote,
-		ReplayedAt: dl.ReplayedAt, DiscardedAt: dl.DiscardedAt, DiscardReason: dl.DiscardReason, Headers: dl.Message.Headers,
-		DecodeError: dl.DecodeError}
-}
-
 // encodeIDCursor and decodeIDCursor are the cursors of the areas that page by
 // row id (dead letters, parked messages): the decimal last id of the page.
 func encodeIDCursor(id int64) string { return strconv.FormatInt(id, 10) }
@@ -104,7 +96,7 @@ func decodeIDCursor(c string) (int64, error) {
 	}
 	id, err := strconv.ParseInt(c, 10, 64)
 	if err != nil || id < 1 || strconv.FormatInt(id, 10) != c {
-		return 0, &idem.InputError{Field: "cursor", Reason: fmt.Sprintf("is %q, not a cursor this API returned", clean(c, 32)),
+		return 0, &idem.InputError{Field: "cursor", Reason: fmt.Sprintf("is %q, not a cursor this API returned", view.Clean(c, 32)),
 			Fix: "pass the next of the previous page, or nothing for the first page"}
 	}
 	return id, nil

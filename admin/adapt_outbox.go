@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 	"github.com/idemhq/idem/outbox"
 )
 
@@ -51,9 +52,7 @@ func (o outboxArea[Tx]) Parked(ctx context.Context, cursor string, limit int) (P
 	}
 	page := ParkedPage{Messages: make([]ParkedMessage, 0, len(list))}
 	for _, p := range list {
-		page.Messages = append(page.Messages, ParkedMessage{ID: p.ID, MessageID: p.Message.ID, Topic: p.Message.Topic,
-			OrderingKey: p.Message.OrderingKey, Attempts: p.Attempts, LastError: p.LastError, ParkedAt: p.ParkedAt,
-			Payload: p.Message.Payload, DiscardedAt: p.DiscardedAt, DiscardReason: p.DiscardReason, DecodeError: p.DecodeError})
+		page.Messages = append(page.Messages, view.ParkedOf(p))
 	}
 	if len(list) == limit {
 		page.Next = encodeIDCursor(list[len(list)-1].ID)

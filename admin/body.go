@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/idemhq/idem/admin/view"
 )
 
 // maxBodyDepth bounds how deep a request body nests: every body is a flat object.
@@ -28,7 +30,7 @@ func decode(r *http.Request, dst any) error {
 		if errors.As(err, &mbe) {
 			return err
 		}
-		return invalid("body", "could not be read (%s): send it again", clean(err.Error(), 80))
+		return invalid("body", "could not be read (%s): send it again", view.Clean(err.Error(), 80))
 	}
 	if err := checkBody(body, fieldNames(dst)); err != nil {
 		return err
@@ -36,7 +38,7 @@ func decode(r *http.Request, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return invalid("body", "is not the expected JSON object (%s)", clean(err.Error(), 160))
+		return invalid("body", "is not the expected JSON object (%s)", view.Clean(err.Error(), 160))
 	}
 	return nil
 }
@@ -74,7 +76,7 @@ func checkObject(dec *json.Decoder, fields []string, depth int) error {
 			return notJSON(err)
 		}
 		name, _ := tok.(string)
-		field := "body field " + strconv.Quote(clean(name, 64))
+		field := "body field " + strconv.Quote(view.Clean(name, 64))
 		switch {
 		case seen[name]:
 			return invalid(field, "is given twice: give each field once")
@@ -125,7 +127,7 @@ func checkValue(dec *json.Decoder, depth int) error {
 }
 
 func notJSON(err error) error {
-	return invalid("body", "is not valid JSON (%s)", clean(err.Error(), 160))
+	return invalid("body", "is not valid JSON (%s)", view.Clean(err.Error(), 160))
 }
 
 // fieldNames returns the JSON names of the fields of the struct dst points to.

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"maps"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 )
 
 // DeadLetters is the inbox's dead-letter area. Get and Discard return an error
@@ -35,68 +33,14 @@ type DeadLetterFilter struct {
 	Limit          int       // 1 to MaxLimit
 }
 
-// DeadLetter is one message the inbox gave up on.
-type DeadLetter struct {
-	ID        int64     `json:"id"`
-	Consumer  string    `json:"consumer"`
-	MessageID string    `json:"message_id"`
-	Topic     string    `json:"topic"`
-	Position  string    `json:"position"` // where it was in the broker
-	Kind      string    `json:"kind"`
-	Reason    string    `json:"reason"`
-	Attempts  int       `json:"attempts"`
-	FirstAt   time.Time `json:"first_at,omitzero"`
-	DeadAt    time.Time `json:"dead_at,omitzero"`
-
-	// The operator's part, where the backend keeps it (inbox.DeadLetterAdmin):
-	// State is pending, replay_requested, replayed or discarded.
-	State             string    `json:"state,omitempty"`
-	ReplayRequestedAt time.Time `json:"replay_requested_at,omitzero"`
-	ReplayReason      string    `json:"replay_reason,omitempty"`
-	ReplayAttempts    int       `json:"replay_attempts,omitempty"` // failed tries of the requested replay
-	LastReplayError   string    `json:"last_replay_error,omitempty"`
-	ReplayNote        string    `json:"replay_note,omitempty"` // "applied" or "already applied"
-	ReplayedAt        time.Time `json:"replayed_at,omitzero"`
-	DiscardedAt       time.Time `json:"discarded_at,omitzero"`
-	DiscardReason     string    `json:"discard_reason,omitempty"`
-
-	// Headers are the message's broker headers, shown by GET /api/deadletters/{id}
-	// (not in lists), each value cut to MaxHeaderValue bytes, at most MaxHeaders.
-	Headers map[string]string `json:"headers,omitempty"`
-	// Payload is shown as a Preview, never whole unless asked for.
-	Payload []byte `json:"-"`
-
-	// DecodeError says what of the stored row could not be decoded (headers that
-	// are not a JSON object of strings, written by another service): the letter is
-	// shown with what could be read. It can be discarded, not replayed.
-	DecodeError string `json:"decode_error,omitempty"`
-}
+// DeadLetter is one message the inbox gave up on, as the operator view declares it.
+type DeadLetter = view.DeadLetter
 
 // Bounds on the headers a dead letter's view shows.
 const (
-	MaxHeaders     = 64
-	MaxHeaderValue = 256
+	MaxHeaders     = view.MaxHeaders
+	MaxHeaderValue = view.MaxHeaderValue
 )
-
-// boundHeaders keeps at most MaxHeaders headers (by name order), values cut to
-// MaxHeaderValue bytes on a rune boundary.
-func boundHeaders(h map[string]string) map[string]string {
-	if len(h) == 0 {
-		return nil
-	}
-	out := make(map[string]string, min(len(h), MaxHeaders))
-	for _, k := range slices.Sorted(maps.Keys(h)) {
-		if len(out) == MaxHeaders {
-			break
-		}
-		v := h[k]
-		if len(v) > MaxHeaderValue {
-			v = strings.ToValidUTF8(v[:MaxHeaderValue], "") + "…"
-		}
-		out[k] = v
-	}
-	return out
-}
 
 // DeadLetterPage is a page of DeadLetters.List.
 type DeadLetterPage struct {
@@ -119,11 +63,6 @@ type ReplayResult struct {
 	ID      int64  `json:"id"`
 	Outcome string `json:"outcome"` // one of the Outcome… constants
 	Detail  string `json:"detail,omitempty"`
-}
-
-type deadLetterView struct {
-	DeadLetter
-	Payload Preview `json:"payload"`
 }
 
 // MaxReplayIDs bounds the ids of one replay.
@@ -152,10 +91,7 @@ func serveDeadLetters(h *handler, r *http.Request, c *call) (any, error) {
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
 		return nil, invalid("until", "is not after since: swap them or widen the range")
 	}
-	if f.Cursor, err = q.cursor(); err != nil {
-		return nil, err
-	}
-	if f.Limit, err = q.limit(); err != nil {
+	if f.Cursor, f.Limit, err = q.page(); err != nil {
 		return nil, err
 	}
 	page, err := h.cfg.DeadLetters.List(r.Context(), f)
@@ -163,12 +99,12 @@ func serveDeadLetters(h *handler, r *http.Request, c *call) (any, error) {
 		return nil, err
 	}
 	out := struct {
-		DeadLetters []deadLetterView `json:"deadletters"`
-		Next        string           `json:"next"`
-	}{make([]deadLetterView, 0, len(page.DeadLetters)), page.Next}
+		DeadLetters []view.DeadLetterView `json:"deadletters"`
+		Next        string                `json:"next"`
+	}{make([]view.DeadLetterView, 0, len(page.DeadLetters)), page.Next}
 	for _, d := range page.DeadLetters {
 		d.Headers = nil // GET /api/deadletters/{id} shows them
-		out.DeadLetters = append(out.DeadLetters, deadLetterView{d, preview(d.Payload, false)})
+		out.DeadLetters = append(out.DeadLetters, d.View(false))
 	}
 	return out, nil
 }
@@ -188,8 +124,8 @@ func serveDeadLetter(h *handler, r *http.Request, c *call) (any, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	d.Headers = boundHeaders(d.Headers)
-	return deadLetterView{d, preview(d.Payload, full)}, nil
+	d.Headers = view.BoundHeaders(d.Headers)
+	return d.View(full), nil
 }
 
 // fullFlag reads ?full=1, which only the full-access token may send.

@@ -36,6 +36,10 @@
 // finished rows older than older_than (at least MinPurgeAge), never one in
 // progress or waiting for an operator, and answers how many it deleted; one cut
 // short by Config.Timeout answers complete false, and sending it again goes on.
+// The records the areas return (DeadLetter, ParkedMessage, Saga, Effect,
+// KeyRecord) and the Preview of their stored bytes are the operator view of
+// package admin/view, which idem's CLI (idem keys, dlq, outbox, sagas) prints too:
+// one declaration and one rendering for the API, the console and the CLI.
 // `idem admin` serves this API and the console (package admin/console) as a
 // daemon; `idem serve` and `idem relay` mount the API with --admin-token.
 //

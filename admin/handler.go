@@ -12,8 +12,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode"
 
+	"github.com/idemhq/idem/admin/view"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -181,7 +181,7 @@ func (h *handler) authenticate(r *http.Request, c *call) error {
 		}
 		if !isLoopbackHost(host) {
 			return refuse(http.StatusForbidden, ProblemForbidden, refusedNotLoopback,
-				"without a token the admin API answers loopback hosts only: configure a token to serve "+strconv.Quote(clean(r.Host, 64)))
+				"without a token the admin API answers loopback hosts only: configure a token to serve "+strconv.Quote(view.Clean(r.Host, 64)))
 		}
 		c.access = accessNone
 		return nil
@@ -218,7 +218,7 @@ func boolInt(b bool) int {
 func (h *handler) audit(r *http.Request, rt route, c *call, status int, p *problem) {
 	who := []any{slog.String("access", cmp.Or(c.access, "unauthenticated")), slog.String("remote", r.RemoteAddr)}
 	if c.access != "" {
-		who = append(who, slog.String("actor", clean(r.Header.Get("X-Idem-Actor"), maxActorLen)))
+		who = append(who, slog.String("actor", view.Clean(r.Header.Get("X-Idem-Actor"), maxActorLen)))
 	}
 	outcome, level := "ok", slog.LevelInfo
 	if p != nil {
@@ -241,23 +241,4 @@ func (h *handler) audit(r *http.Request, rt route, c *call, status int, p *probl
 		args = append(args, slog.String("refused", p.refusal), slog.Int64("skipped", skipped))
 	}
 	h.cfg.Logger.Log(r.Context(), level, "admin: audit", args...)
-}
-
-// clean makes s safe and short for a log: at most max bytes, valid UTF-8, without
-// control characters.
-func clean(s string, max int) string {
-	s = truncate(s, max)
-	return strings.Map(func(r rune) rune {
-		if r == unicode.ReplacementChar || unicode.IsControl(r) {
-			return '?'
-		}
-		return r
-	}, strings.ToValidUTF8(s, "?"))
-}
-
-func truncate(s string, max int) string {
-	if len(s) > max {
-		return s[:max]
-	}
-	return s
 }

@@ -1,57 +1,20 @@
 package admin
 
 import (
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 )
 
-// KeyRecord is a store's record as the API shows it: never the whole stored
-// result unless the full-access token asks for it (?full=1).
-type KeyRecord struct {
-	Store string `json:"store"`
-	Scope string `json:"scope"`
-	ID    string `json:"id"`
-	// State is "in_progress" or "completed".
-	State string `json:"state"`
-	// Expired: the lease (in progress) or retention (completed) has passed, but no
-	// sweep has removed the record yet.
-	Expired     bool   `json:"expired"`
-	Fingerprint string `json:"fingerprint"` // hex
-	// Token is the holder's fencing token, in decimal (a JSON number would lose
-	// precision above 2^53).
-	Token     string    `json:"token"`
-	CreatedAt time.Time `json:"created_at,omitzero"`
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
-	// Result is a preview of the stored bytes, whatever their format.
-	Result Preview `json:"result"`
-	// HTTP is the stored result read as the response idemhttp (and idem serve)
-	// stored for replay; absent for any other result (an inbox's, an effect's).
-	HTTP *StoredHTTP `json:"http,omitempty"`
-}
-
-func keyRecord(store string, rec idem.Record, now time.Time, full bool) KeyRecord {
-	var stored *StoredHTTP
-	if v, ok := DecodeStoredHTTP(rec.Result); ok {
-		stored = &v
-	}
-	return KeyRecord{
-		Store: store, Scope: rec.Key.Scope, ID: rec.Key.ID,
-		State:       rec.State.String(),
-		Expired:     !rec.ExpiresAt.IsZero() && !rec.ExpiresAt.After(now),
-		Fingerprint: hex.EncodeToString(rec.Fingerprint),
-		Token:       strconv.FormatUint(rec.Token, 10),
-		CreatedAt:   rec.CreatedAt, ExpiresAt: rec.ExpiresAt,
-		Result: preview(rec.Result, full), HTTP: stored,
-	}
-}
+// KeyRecord is a store's record as the API shows it (view.KeyRecordOf): never the
+// whole stored result unless the full-access token asks for it (?full=1).
+type KeyRecord = view.KeyRecord
 
 // KeyPage is a page of GET /api/keys.
 type KeyPage struct {
@@ -73,9 +36,19 @@ func (h *handler) store(name string) (string, idem.Inspector, error) {
 	}
 	s, ok := h.cfg.Stores[name]
 	if !ok {
-		return "", nil, notFound("no store named %q: GET /api/stores lists them", clean(name, 255))
+		return "", nil, notFound("no store named %q: GET /api/stores lists them", view.Clean(name, 255))
 	}
 	return name, s, nil
+}
+
+// storeQuery reads the query of a request on one store, and the store it names.
+func (h *handler) storeQuery(r *http.Request) (query, string, idem.Inspector, error) {
+	q, err := parseQuery(r)
+	if err != nil {
+		return query{}, "", nil, err
+	}
+	name, s, err := h.store(q.get("store"))
+	return q, name, s, err
 }
 
 func serveStores(h *handler, r *http.Request, c *call) (any, error) {
@@ -90,11 +63,7 @@ func serveStores(h *handler, r *http.Request, c *call) (any, error) {
 }
 
 func serveKeys(h *handler, r *http.Request, c *call) (any, error) {
-	q, err := parseQuery(r)
-	if err != nil {
-		return nil, err
-	}
-	name, s, err := h.store(q.get("store"))
+	q, name, s, err := h.storeQuery(r)
 	if err != nil {
 		return nil, err
 	}
@@ -102,11 +71,7 @@ func serveKeys(h *handler, r *http.Request, c *call) (any, error) {
 	if err := keyPart("scope", scope); err != nil {
 		return nil, err
 	}
-	cursor, err := q.cursor()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := q.limit()
+	cursor, limit, err := q.page()
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +82,7 @@ func serveKeys(h *handler, r *http.Request, c *call) (any, error) {
 	now := time.Now()
 	out := KeyPage{Store: name, Scope: scope, Records: make([]KeyRecord, 0, len(page.Records)), Next: page.Next}
 	for _, rec := range page.Records {
-		out.Records = append(out.Records, keyRecord(name, rec, now, false))
+		out.Records = append(out.Records, view.KeyRecordOf(name, rec, now, false))
 	}
 	return out, nil
 }
@@ -164,7 +129,7 @@ func serveKey(h *handler, r *http.Request, c *call) (any, error) {
 		return nil, err
 	}
 	rec.Key = k
-	return keyRecord(name, rec, time.Now(), full), nil
+	return view.KeyRecordOf(name, rec, time.Now(), full), nil
 }
 
 type evictRequest struct {
@@ -180,8 +145,8 @@ func serveEvict(h *handler, r *http.Request, c *call) (any, error) {
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
-	c.target = []any{slog.String("store", clean(req.Store, 255)), slog.String("scope", clean(req.Scope, 255)),
-		slog.String("id", clean(req.ID, 255)), slog.Bool("force", req.Force)}
+	c.target = []any{slog.String("store", view.Clean(req.Store, 255)), slog.String("scope", view.Clean(req.Scope, 255)),
+		slog.String("id", view.Clean(req.ID, 255)), slog.Bool("force", req.Force)}
 	if err := reason(c, "reason", req.Reason); err != nil {
 		return nil, err
 	}
@@ -201,5 +166,5 @@ func serveEvict(h *handler, r *http.Request, c *call) (any, error) {
 		return nil, err
 	}
 	rec.Key = k
-	return keyRecord(name, rec, time.Now(), false), nil
+	return view.KeyRecordOf(name, rec, time.Now(), false), nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -76,7 +77,7 @@ func (m *MetricsSources) check() error {
 		u, err := url.Parse(raw)
 		switch {
 		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			return &idem.InputError{Field: field, Reason: fmt.Sprintf("has %q, not an http:// or https:// URL", clean(raw, 255)),
+			return &idem.InputError{Field: field, Reason: fmt.Sprintf("has %q, not an http:// or https:// URL", view.Clean(raw, 255)),
 				Fix: "use the process's /metrics address, e.g. http://127.0.0.1:9464/metrics (idem relay's --listen)"}
 		case u.User != nil:
 			return &idem.InputError{Field: field, Reason: "has a URL with credentials (user:password@)",
@@ -141,7 +142,7 @@ func (s *scraper) read(ctx context.Context, now time.Time) []scraped {
 			mfs, err := s.scrape(ctx, u)
 			out[i] = scraped{src: MetricSource{URL: u, Up: err == nil, Families: len(mfs)}, mfs: mfs}
 			if err != nil {
-				out[i].src.Error = clean(err.Error(), 240)
+				out[i].src.Error = view.Clean(err.Error(), 240)
 			}
 		})
 	}

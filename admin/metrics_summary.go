@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhq/idem/admin/view"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -155,7 +156,7 @@ func summarize(mf *dto.MetricFamily) MetricSummary {
 			if s.ByOutcome == nil {
 				s.ByOutcome = map[string]float64{}
 			}
-			o := clean(l.GetValue(), 64)
+			o := view.Clean(l.GetValue(), 64)
 			if _, ok := s.ByOutcome[o]; !ok && len(s.ByOutcome) >= MaxMetricOutcomes-1 {
 				o = "other"
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 )
 
 // Outbox is the outbox and relay area. Retry and Discard return an error matching
@@ -58,35 +59,14 @@ type RelayStatus struct {
 	Stale bool `json:"stale"`
 }
 
-// ParkedMessage is a message the relay gave up on.
-type ParkedMessage struct {
-	ID          int64     `json:"id"`
-	MessageID   string    `json:"message_id"`
-	Topic       string    `json:"topic"`
-	OrderingKey string    `json:"ordering_key,omitempty"`
-	Attempts    int       `json:"attempts"`
-	LastError   string    `json:"last_error"`
-	ParkedAt    time.Time `json:"parked_at,omitzero"`
-	// DiscardedAt and DiscardReason are set once an operator discarded it: it is
-	// then never published, and kept for audit.
-	DiscardedAt   time.Time `json:"discarded_at,omitzero"`
-	DiscardReason string    `json:"discard_reason,omitempty"`
-	Payload       []byte    `json:"-"`
-	// DecodeError says what of the stored row could not be decoded (headers that
-	// are not a JSON object of strings, written by another service): the message is
-	// shown with what could be read.
-	DecodeError string `json:"decode_error,omitempty"`
-}
+// ParkedMessage is a message the relay gave up on, as the operator view declares
+// it. The API lists it without its headers.
+type ParkedMessage = view.ParkedMessage
 
 // ParkedPage is a page of Outbox.Parked.
 type ParkedPage struct {
 	Messages []ParkedMessage
 	Next     string // "" after the last page
-}
-
-type parkedView struct {
-	ParkedMessage
-	Payload Preview `json:"payload"`
 }
 
 func serveOutbox(h *handler, r *http.Request, c *call) (any, error) {
@@ -108,11 +88,7 @@ func serveParked(h *handler, r *http.Request, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	cursor, err := q.cursor()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := q.limit()
+	cursor, limit, err := q.page()
 	if err != nil {
 		return nil, err
 	}
@@ -125,11 +101,12 @@ func serveParked(h *handler, r *http.Request, c *call) (any, error) {
 		return nil, err
 	}
 	out := struct {
-		Messages []parkedView `json:"messages"`
-		Next     string       `json:"next"`
-	}{make([]parkedView, 0, len(page.Messages)), page.Next}
+		Messages []view.ParkedView `json:"messages"`
+		Next     string            `json:"next"`
+	}{make([]view.ParkedView, 0, len(page.Messages)), page.Next}
 	for _, m := range page.Messages {
-		out.Messages = append(out.Messages, parkedView{m, preview(m.Payload, full)})
+		m.Headers = nil
+		out.Messages = append(out.Messages, m.View(full))
 	}
 	return out, nil
 }

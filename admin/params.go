@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 )
 
 // Bounds of what a request may carry.
@@ -26,7 +26,7 @@ const (
 	MaxReasonLen = 1024
 	// PreviewBytes is how much of a stored result or payload a response shows
 	// unless the full-access token asks for ?full=1.
-	PreviewBytes = 64
+	PreviewBytes = view.PreviewBytes
 )
 
 // query reads the query parameters once, refusing a repeated one: two values of a
@@ -38,11 +38,11 @@ type query struct {
 func parseQuery(r *http.Request) (query, error) {
 	v, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return query{}, invalid("query", "is not a valid URL query (%s): percent-encode the values", clean(err.Error(), 128))
+		return query{}, invalid("query", "is not a valid URL query (%s): percent-encode the values", view.Clean(err.Error(), 128))
 	}
 	for k, vs := range v {
 		if len(vs) > 1 {
-			return query{}, invalid(clean(k, 64), "is given %d times: give it once", len(vs))
+			return query{}, invalid(view.Clean(k, 64), "is given %d times: give it once", len(vs))
 		}
 	}
 	return query{v: v}, nil
@@ -71,8 +71,13 @@ func checkText(field, s string, max int, required bool) error {
 	return nil
 }
 
-func (q query) cursor() (string, error) {
-	return q.text("cursor", MaxCursorLen)
+// page returns the cursor and limit of a listing.
+func (q query) page() (cursor string, limit int, err error) {
+	if cursor, err = q.text("cursor", MaxCursorLen); err != nil {
+		return "", 0, err
+	}
+	limit, err = q.limit()
+	return cursor, limit, err
 }
 
 func (q query) limit() (int, error) {
@@ -82,7 +87,7 @@ func (q query) limit() (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > MaxLimit {
-		return 0, invalid("limit", "is %q: use an integer from 1 to %d", clean(s, 32), MaxLimit)
+		return 0, invalid("limit", "is %q: use an integer from 1 to %d", view.Clean(s, 32), MaxLimit)
 	}
 	return n, nil
 }
@@ -94,7 +99,7 @@ func (q query) flag(name string) (bool, error) {
 	case "1", "true":
 		return true, nil
 	default:
-		return false, invalid(name, "is %q: use 1 or 0", clean(s, 32))
+		return false, invalid(name, "is %q: use 1 or 0", view.Clean(s, 32))
 	}
 }
 
@@ -105,7 +110,7 @@ func (q query) time(name string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, invalid(name, "is %q: use an RFC 3339 time like 2006-01-02T15:04:05Z", clean(s, 64))
+		return time.Time{}, invalid(name, "is %q: use an RFC 3339 time like 2006-01-02T15:04:05Z", view.Clean(s, 64))
 	}
 	return t, nil
 }
@@ -121,7 +126,7 @@ func (q query) oneOf(name string, allowed ...string) (string, error) {
 			return s, nil
 		}
 	}
-	return "", invalid(name, "is %q: use one of %s", clean(s, 64), strings.Join(allowed, ", "))
+	return "", invalid(name, "is %q: use one of %s", view.Clean(s, 64), strings.Join(allowed, ", "))
 }
 
 // keyPart checks a key's scope or id as idem.Key.Validate does, naming field as
@@ -143,7 +148,7 @@ func pathID(r *http.Request) (int64, error) {
 	s := r.PathValue("id")
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id < 1 {
-		return 0, invalid("id", "is %q: use a positive integer", clean(s, 32))
+		return 0, invalid("id", "is %q: use a positive integer", view.Clean(s, 32))
 	}
 	return id, nil
 }
@@ -157,52 +162,10 @@ func pathName(r *http.Request) (string, error) {
 // reason checks the required reason (or note) of a mutation and records it for
 // the audit.
 func reason(c *call, field, s string) error {
-	c.reason = clean(s, MaxReasonLen)
+	c.reason = view.Clean(s, MaxReasonLen)
 	return checkText(field, s, MaxReasonLen, true)
 }
 
-// Preview shows stored bytes safely: their size and at most PreviewBytes of them,
-// as text when they are printable UTF-8, else as hex.
-type Preview struct {
-	Size int `json:"size"`
-	// Encoding is "text" or "hex": how Preview is written.
-	Encoding  string `json:"encoding"`
-	Preview   string `json:"preview"`
-	Truncated bool   `json:"truncated"`
-	// Full is the whole of the bytes (base64), only with ?full=1.
-	Full []byte `json:"full,omitempty"`
-}
-
-func preview(b []byte, full bool) Preview {
-	p := Preview{Size: len(b), Encoding: "text"}
-	head := b
-	if len(head) > PreviewBytes {
-		head, p.Truncated = head[:PreviewBytes], true
-		// Do not let the cut through a multi-byte rune make text look binary.
-		for i := 0; i < utf8.UTFMax-1 && len(head) > 0 && !utf8.Valid(head); i++ {
-			head = head[:len(head)-1]
-		}
-	}
-	if printable(head) {
-		p.Preview = string(head)
-	} else {
-		head = b[:min(len(b), PreviewBytes)]
-		p.Encoding, p.Preview = "hex", hex.EncodeToString(head)
-	}
-	if full {
-		p.Full = b
-	}
-	return p
-}
-
-func printable(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, r := range string(b) {
-		if !unicode.IsPrint(r) && r != '\n' && r != '\t' && r != '\r' {
-			return false
-		}
-	}
-	return true
-}
+// Preview shows stored bytes safely (view.NewPreview): their size and at most
+// PreviewBytes of them, as text when they are printable UTF-8, else as hex.
+type Preview = view.Preview

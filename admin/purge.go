@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/idemhq/idem/admin/view"
 )
 
 // Purger is the optional capability of an Effects or Sagas area to delete its
@@ -55,7 +57,7 @@ func servePurge(r *http.Request, c *call, area any, what string) (any, error) {
 	age, err := time.ParseDuration(req.OlderThan)
 	switch {
 	case err != nil:
-		return nil, invalid("older_than", "is %q, not a duration: send one such as \"720h\"", clean(req.OlderThan, 64))
+		return nil, invalid("older_than", "is %q, not a duration: send one such as \"720h\"", view.Clean(req.OlderThan, 64))
 	case age < MinPurgeAge:
 		return nil, invalid("older_than", "is %v: send at least %v, so rows a caller may still retry are kept", age, MinPurgeAge)
 	}

@@ -3,6 +3,8 @@ package admin
 import (
 	"net/http"
 	"strings"
+
+	"github.com/idemhq/idem/admin/view"
 )
 
 // Areas, as listed by GET /api/ and named in ProblemNotConfigured.
@@ -54,7 +56,7 @@ func (rt route) openAPIPath() string { return strings.TrimSuffix(rt.path, "{$}")
 
 var noRoute = route{area: areaAPI, summary: "route", serve: func(h *handler, r *http.Request, c *call) (any, error) {
 	return nil, newProblem(http.StatusNotFound, ProblemNoRoute,
-		"no route "+clean(r.Method, 16)+" "+clean(r.URL.Path, 256)+"; GET /api/openapi.json lists the routes")
+		"no route "+view.Clean(r.Method, 16)+" "+view.Clean(r.URL.Path, 256)+"; GET /api/openapi.json lists the routes")
 }}
 
 var (

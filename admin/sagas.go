@@ -5,9 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 )
 
 // Effects lists effects that need a look: pending past their lease (their holder
@@ -15,6 +15,9 @@ import (
 type Effects interface {
 	List(ctx context.Context, f EffectFilter) (EffectPage, error)
 }
+
+// Effect is one effect of the fence, as the operator view declares it.
+type Effect = view.Effect
 
 // Effect states EffectFilter selects.
 const (
@@ -28,21 +31,6 @@ type EffectFilter struct {
 	State  string
 	Cursor string
 	Limit  int
-}
-
-// Effect is one effect of the fence.
-type Effect struct {
-	Key        string    `json:"key"`
-	Step       string    `json:"step,omitempty"` // the effect's step within its key (a saga's "do:<step>")
-	State      string    `json:"state"`
-	Attempts   int       `json:"attempts"`
-	Error      string    `json:"error,omitempty"`
-	LeaseUntil time.Time `json:"lease_until,omitzero"`
-	CreatedAt  time.Time `json:"created_at,omitzero"`
-	UpdatedAt  time.Time `json:"updated_at,omitzero"`
-	// DecodeError says what of the stored row could not be decoded (on SQLite, text
-	// where a number belongs): the effect is shown with what could be read.
-	DecodeError string `json:"decode_error,omitempty"`
 }
 
 // EffectPage is a page of Effects.List.
@@ -77,56 +65,13 @@ type SagaFilter struct {
 	Limit  int
 }
 
-// Saga is one saga instance.
-type Saga struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	State     string    `json:"state"`
-	Step      int       `json:"step"`
-	Attempts  int       `json:"attempts"`
-	Reason    string    `json:"reason,omitempty"`
-	CreatedAt time.Time `json:"created_at,omitzero"`
-	UpdatedAt time.Time `json:"updated_at,omitzero"`
-	// DecodeError says what of the stored row could not be decoded (results that
-	// are not a JSON object, written by another service): the saga is shown with
-	// what could be read. It can be resolved, or retried once its row is corrected.
-	DecodeError string `json:"decode_error,omitempty"`
-	// Parked marks a running or compensating saga an orchestrator set aside, as
-	// it cannot run it (its row cannot be decoded, or its step is unknown):
-	// Reason says why. No orchestrator advances it until it is retried (once its
-	// row is corrected) or resolved.
-	Parked bool `json:"parked,omitempty"`
-}
-
-// SagaStep is one step of a saga, as SagaDetail shows it.
-type SagaStep struct {
-	Name     string `json:"name"`
-	State    string `json:"state"`
-	Attempts int    `json:"attempts"`
-	Error    string `json:"error,omitempty"`
-	// DecodeError says what of the step's effect row could not be decoded.
-	DecodeError string `json:"decode_error,omitempty"`
-}
-
-// SagaDetail is a saga with its steps.
-type SagaDetail struct {
-	Saga
-	Steps []SagaStep `json:"steps"`
-	// NextAt is when an orchestrator may next advance it (after a backoff), left
-	// out for a parked saga; LeaseUntil, if in the future, is how long an
-	// orchestrator holds it.
-	NextAt     time.Time `json:"next_at,omitzero"`
-	LeaseUntil time.Time `json:"lease_until,omitzero"`
-	// Resolution is set once the saga was resolved by hand (state resolved).
-	Resolution *SagaResolution `json:"resolution,omitempty"`
-}
-
-// SagaResolution records how a saga was resolved by hand.
-type SagaResolution struct {
-	Note          string    `json:"note"`
-	At            time.Time `json:"at"`
-	PreviousState string    `json:"previous_state"` // its state when it was resolved
-}
+// The sagas, as the operator view declares them.
+type (
+	Saga           = view.Saga
+	SagaStep       = view.SagaStep
+	SagaDetail     = view.SagaDetail
+	SagaResolution = view.SagaResolution
+)
 
 // SagaPage is a page of Sagas.List.
 type SagaPage struct {
@@ -143,10 +88,7 @@ func serveEffects(h *handler, r *http.Request, c *call) (any, error) {
 	if f.State, err = q.oneOf("state", EffectPendingPastLease, EffectFailed); err != nil {
 		return nil, err
 	}
-	if f.Cursor, err = q.cursor(); err != nil {
-		return nil, err
-	}
-	if f.Limit, err = q.limit(); err != nil {
+	if f.Cursor, f.Limit, err = q.page(); err != nil {
 		return nil, err
 	}
 	page, err := h.cfg.Effects.List(r.Context(), f)
@@ -165,10 +107,7 @@ func serveSagas(h *handler, r *http.Request, c *call) (any, error) {
 	if f.State, err = q.oneOf("state", sagaStates...); err != nil {
 		return nil, err
 	}
-	if f.Cursor, err = q.cursor(); err != nil {
-		return nil, err
-	}
-	if f.Limit, err = q.limit(); err != nil {
+	if f.Cursor, f.Limit, err = q.page(); err != nil {
 		return nil, err
 	}
 	page, err := h.cfg.Sagas.List(r.Context(), f)
@@ -205,38 +144,30 @@ type noteRequest struct {
 }
 
 func serveRetrySaga(h *handler, r *http.Request, c *call) (any, error) {
-	id, err := pathName(r)
-	if err != nil {
-		return nil, err
-	}
-	c.target = []any{slog.String("id", id)}
 	var req reasonRequest
-	if err := decode(r, &req); err != nil {
-		return nil, err
-	}
-	if err := reason(c, "reason", req.Reason); err != nil {
-		return nil, err
-	}
-	if err := h.cfg.Sagas.RetryStep(r.Context(), id, req.Reason); err != nil {
-		return nil, sagaError(id, err)
-	}
-	return done(id), nil
+	return changeSaga(r, c, &req, "reason", &req.Reason, h.cfg.Sagas.RetryStep)
 }
 
 func serveResolveSaga(h *handler, r *http.Request, c *call) (any, error) {
+	var req noteRequest
+	return changeSaga(r, c, &req, "note", &req.Note, h.cfg.Sagas.Resolve)
+}
+
+// changeSaga reads the {id} of a saga and the body req, whose field (text) is
+// the required reason or note, and runs change with them.
+func changeSaga(r *http.Request, c *call, req any, field string, text *string, change func(ctx context.Context, id, text string) error) (any, error) {
 	id, err := pathName(r)
 	if err != nil {
 		return nil, err
 	}
 	c.target = []any{slog.String("id", id)}
-	var req noteRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(r, req); err != nil {
 		return nil, err
 	}
-	if err := reason(c, "note", req.Note); err != nil {
+	if err := reason(c, field, *text); err != nil {
 		return nil, err
 	}
-	if err := h.cfg.Sagas.Resolve(r.Context(), id, req.Note); err != nil {
+	if err := change(r.Context(), id, *text); err != nil {
 		return nil, sagaError(id, err)
 	}
 	return done(id), nil

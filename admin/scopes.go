@@ -16,19 +16,11 @@ type ScopePage struct {
 }
 
 func serveScopes(h *handler, r *http.Request, c *call) (any, error) {
-	q, err := parseQuery(r)
+	q, name, s, err := h.storeQuery(r)
 	if err != nil {
 		return nil, err
 	}
-	name, s, err := h.store(q.get("store"))
-	if err != nil {
-		return nil, err
-	}
-	cursor, err := q.cursor()
-	if err != nil {
-		return nil, err
-	}
-	limit, err := q.limit()
+	cursor, limit, err := q.page()
 	if err != nil {
 		return nil, err
 	}

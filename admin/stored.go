@@ -1,91 +1,17 @@
 package admin
 
-import (
-	"encoding/base64"
-	"unicode/utf8"
-
-	"github.com/idemhq/idem/idemhttp"
-)
+import "github.com/idemhq/idem/admin/view"
 
 // MaxPreviewHeaders bounds the header fields a StoredHTTP lists.
-const MaxPreviewHeaders = 32
+const MaxPreviewHeaders = view.MaxPreviewHeaders
 
-// StoredHTTP is a key's stored result read as the response idemhttp's Middleware
-// (and idem serve) stored for replay: its status, its headers and a preview of its
-// body. Every string is bounded (PreviewBytes a value, MaxPreviewHeaders fields) and
-// cleaned: invalid UTF-8 and control characters show as '?'.
-type StoredHTTP struct {
-	Status int `json:"status"`
-	// NotStored: the response was sent once but was too large to store for replay;
-	// Body.Size is its size, and a retry with the key is answered 409.
-	NotStored bool `json:"not_stored,omitempty"`
-	// ContentType is the stored Content-Type header ("" if none).
-	ContentType string        `json:"content_type"`
-	Headers     []HeaderField `json:"headers"`
-	// HeaderCount is the number of stored fields; HeadersTruncated is set when it is
-	// more than MaxPreviewHeaders and only the first are listed.
-	HeaderCount      int         `json:"header_count"`
-	HeadersTruncated bool        `json:"headers_truncated"`
-	Body             BodyPreview `json:"body"`
-}
+// The view of a stored HTTP response, as the operator view declares it.
+type (
+	StoredHTTP  = view.StoredHTTP
+	HeaderField = view.HeaderField
+	BodyPreview = view.BodyPreview
+)
 
-// HeaderField is one stored header value; Truncated is set when the value was cut
-// at PreviewBytes.
-type HeaderField struct {
-	Name      string `json:"name"`
-	Value     string `json:"value"`
-	Truncated bool   `json:"truncated,omitempty"`
-}
-
-// BodyPreview is at most PreviewBytes of a stored body.
-type BodyPreview struct {
-	Size int64 `json:"size"`
-	// Encoding is "utf-8" (printable text, written as is) or "base64" (anything
-	// else, such as NUL bytes or invalid UTF-8).
-	Encoding  string `json:"encoding"`
-	Preview   string `json:"preview"`
-	Truncated bool   `json:"truncated"`
-}
-
-// DecodeStoredHTTP returns the view of result when it is a response stored by
-// idemhttp (idemhttp.DecodeStored), and false for any other bytes (an inbox's or an
-// effect's result), which keep their plain Preview. GET /api/keys, the console and
-// idem keys show stored responses through it.
-func DecodeStoredHTTP(result []byte) (StoredHTTP, bool) {
-	r, err := idemhttp.DecodeStored(result)
-	if err != nil {
-		return StoredHTTP{}, false
-	}
-	v := StoredHTTP{Status: r.Status, NotStored: r.NotStored, HeaderCount: len(r.Header),
-		HeadersTruncated: len(r.Header) > MaxPreviewHeaders, Headers: []HeaderField{}}
-	for i, f := range r.Header {
-		if f.Name == "Content-Type" && v.ContentType == "" {
-			v.ContentType = clean(f.Value, PreviewBytes)
-		}
-		if i < MaxPreviewHeaders {
-			v.Headers = append(v.Headers, HeaderField{Name: clean(f.Name, PreviewBytes), Value: clean(f.Value, PreviewBytes),
-				Truncated: len(f.Name) > PreviewBytes || len(f.Value) > PreviewBytes})
-		}
-	}
-	v.Body = bodyPreview(r.Body, int64(r.Size))
-	return v, true
-}
-
-// bodyPreview shows at most PreviewBytes of body, of size bytes in all.
-func bodyPreview(body []byte, size int64) BodyPreview {
-	p := BodyPreview{Size: size, Encoding: "utf-8", Truncated: int64(len(body)) > PreviewBytes || int64(len(body)) < size}
-	head := body[:min(len(body), PreviewBytes)]
-	text := head
-	if len(body) > PreviewBytes {
-		// Do not let the cut through a multi-byte rune make text look binary.
-		for i := 0; i < utf8.UTFMax-1 && len(text) > 0 && !utf8.Valid(text); i++ {
-			text = text[:len(text)-1]
-		}
-	}
-	if printable(text) {
-		p.Preview = string(text)
-	} else {
-		p.Encoding, p.Preview = "base64", base64.StdEncoding.EncodeToString(head)
-	}
-	return p
-}
+// DecodeStoredHTTP is view.DecodeStoredHTTP: the view of result when it is a
+// response stored by idemhttp, and false for any other bytes.
+func DecodeStoredHTTP(result []byte) (StoredHTTP, bool) { return view.DecodeStoredHTTP(result) }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhq/idem/admin/view"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/migrate"
 )
@@ -28,7 +29,8 @@ URL is the database of the consumers: postgres://user:pass@host:5432/db,
 mysql://user:pass@host:3306/db or sqlite:PATH. list shows open letters (pending,
 replay requested) unless --all; page with --after and the last id shown. T is
 an RFC 3339 time or a duration before now (24h). Payloads are shown as a preview
-(64 bytes, escaped); show --full shows the whole payload.
+(64 bytes: text if printable, else hex), as the admin API shows them; show
+--full shows the whole payload, escaped.
 
 replay does not run the handler here: it requests a replay, which the letter's
 consumer (a running inbox.Consumer) performs at its next poll, exactly once;
@@ -39,83 +41,40 @@ its reason for audit.`
 
 type dlqOptions struct {
 	sqlFlags
+	afterPage
 	consumer, kind, reason, since, until string
-	after                                int64
-	limit                                int
 	all, full                            bool
 	ids                                  idList
 }
 
 func (m *Main) runDLQ(ctx context.Context, args []string) error {
 	var o dlqOptions
-	return m.runOps(ctx, opsCommand{name: "dlq", synopsis: dlqSynopsis, actions: []opsAction{
-		{"list", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
+	run := func(f func(context.Context, dlqOptions) error) func(context.Context) error {
+		return func(ctx context.Context) error { return f(ctx, o) }
+	}
+	return m.runOps(ctx, opsCommand{name: "dlq", synopsis: dlqSynopsis, common: o.declare, actions: []opsAction{
+		{"list", func(fs *flag.FlagSet) {
 			fs.StringVar(&o.consumer, "consumer", "", "only this consumer's letters (inbox.Config.Consumer)")
 			fs.StringVar(&o.kind, "kind", "", "only this kind: permanent, max_attempts, no_key, key_reused, or a refusal: stale_key, future_key, untimed_key, deadline, bad_deadline")
 			fs.StringVar(&o.reason, "reason", "", "only letters whose reason contains this text (case-insensitive)")
 			fs.StringVar(&o.since, "since", "", "only letters dead at or after this time (RFC 3339, or a duration before now: 24h)")
 			fs.StringVar(&o.until, "until", "", "only letters dead before this time (RFC 3339, or a duration before now)")
-			fs.Int64Var(&o.after, "after", 0, "only ids above this one: the last id of the previous page")
-			fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many letters (1 to %d)", inbox.MaxListLimit))
+			o.declarePage(fs, "letters", inbox.MaxListLimit)
 			fs.BoolVar(&o.all, "all", false, "also replayed and discarded letters")
-			return func(ctx context.Context) error { return m.dlqList(ctx, o) }
-		}},
-		{"show", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
+		}, run(m.dlqList)},
+		{"show", func(fs *flag.FlagSet) {
 			fs.Var(&o.ids, "id", "the dead letter's id")
 			fs.BoolVar(&o.full, "full", false, "show the whole payload (escaped; base64 in --json), not a preview")
-			return func(ctx context.Context) error { return m.dlqShow(ctx, o) }
-		}},
-		{"replay", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
+		}, run(m.dlqShow)},
+		{"replay", func(fs *flag.FlagSet) {
 			fs.Var(&o.ids, "id", "the dead letters to replay: repeat the flag or separate ids with commas")
 			fs.StringVar(&o.reason, "reason", "", "why, recorded with the request")
-			return func(ctx context.Context) error { return m.dlqReplay(ctx, o) }
-		}},
-		{"discard", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
+		}, run(m.dlqReplay)},
+		{"discard", func(fs *flag.FlagSet) {
 			fs.Var(&o.ids, "id", "the dead letter to discard")
 			fs.StringVar(&o.reason, "reason", "", "why it is dropped (required): kept with the letter for audit")
-			return func(ctx context.Context) error { return m.dlqDiscard(ctx, o) }
-		}},
+		}, run(m.dlqDiscard)},
 	}}, args)
-}
-
-// deadLetter is a dead letter as `idem dlq` prints it in JSON.
-type deadLetter struct {
-	ID                int64             `json:"id"`
-	Consumer          string            `json:"consumer"`
-	MessageID         string            `json:"message_id"`
-	Topic             string            `json:"topic"`
-	Position          string            `json:"position"`
-	Kind              string            `json:"kind"`
-	Reason            string            `json:"reason"`
-	Attempts          int               `json:"attempts"`
-	FirstAt           time.Time         `json:"first_at,omitzero"`
-	DeadAt            time.Time         `json:"dead_at,omitzero"`
-	State             string            `json:"state"`
-	ReplayRequestedAt time.Time         `json:"replay_requested_at,omitzero"`
-	ReplayReason      string            `json:"replay_reason,omitempty"`
-	ReplayAttempts    int               `json:"replay_attempts,omitempty"`
-	LastReplayError   string            `json:"last_replay_error,omitempty"`
-	ReplayNote        string            `json:"replay_note,omitempty"`
-	ReplayedAt        time.Time         `json:"replayed_at,omitzero"`
-	DiscardedAt       time.Time         `json:"discarded_at,omitzero"`
-	DiscardReason     string            `json:"discard_reason,omitempty"`
-	Headers           map[string]string `json:"headers,omitempty"`
-	Payload           preview           `json:"payload"`
-	// DecodeError says what of the stored row could not be decoded.
-	DecodeError string `json:"decode_error,omitempty"`
-}
-
-func newDeadLetter(dl inbox.DeadLetter, full bool) deadLetter {
-	return deadLetter{ID: dl.ID, Consumer: dl.Consumer, MessageID: dl.Message.ID, Topic: dl.Message.Topic, Position: dl.Position,
-		Kind: dl.Kind, Reason: dl.Reason, Attempts: dl.Attempts, FirstAt: dl.FirstAt, DeadAt: dl.DeadAt, State: dl.State,
-		ReplayRequestedAt: dl.ReplayRequestedAt, ReplayReason: dl.ReplayReason, ReplayAttempts: dl.ReplayAttempts,
-		LastReplayError: dl.LastReplayError, ReplayNote: dl.ReplayNote, ReplayedAt: dl.ReplayedAt,
-		DiscardedAt: dl.DiscardedAt, DiscardReason: dl.DiscardReason, Headers: dl.Message.Headers,
-		Payload: newPreview(dl.Message.Payload, full), DecodeError: dl.DecodeError}
 }
 
 func (m *Main) openDeadLetters(ctx context.Context, cmd string, o dlqOptions) (*inbox.DeadLetterAdmin[*sql.Tx], func(), error) {
@@ -138,8 +97,8 @@ func (m *Main) dlqList(ctx context.Context, o dlqOptions) error {
 	if f.Until, err = parseTime("until", o.until, now); err != nil {
 		return m.usagef(cmd, "%v", err)
 	}
-	if o.limit < 1 || o.limit > inbox.MaxListLimit {
-		return m.usagef(cmd, "--limit %d: use 1 to %d, and --after for the next page", o.limit, inbox.MaxListLimit)
+	if err := m.checkLimit(cmd, o.limit, inbox.MaxListLimit, "--after"); err != nil {
+		return err
 	}
 	a, closeDB, err := m.openDeadLetters(ctx, cmd, o)
 	if err != nil {
@@ -151,12 +110,12 @@ func (m *Main) dlqList(ctx context.Context, o dlqOptions) error {
 		return badInput(err)
 	}
 	out := struct {
-		DeadLetters []deadLetter `json:"dead_letters"`
+		DeadLetters []view.DeadLetterView `json:"dead_letters"`
 		// NextAfter is the --after of the next page, 0 after the last.
 		NextAfter int64 `json:"next_after"`
-	}{DeadLetters: make([]deadLetter, 0, len(dls))}
+	}{DeadLetters: make([]view.DeadLetterView, 0, len(dls))}
 	for _, dl := range dls {
-		out.DeadLetters = append(out.DeadLetters, newDeadLetter(dl, false))
+		out.DeadLetters = append(out.DeadLetters, view.DeadLetterOf(dl).View(false))
 	}
 	if len(dls) == o.limit {
 		out.NextAfter = dls[len(dls)-1].ID
@@ -168,8 +127,8 @@ func (m *Main) dlqList(ctx context.Context, o dlqOptions) error {
 	var bad undecodable
 	fmt.Fprintln(tw, "ID\tCONSUMER\tKIND\tSTATE\tATTEMPTS\tDEAD AT\tTOPIC\tMESSAGE ID\tREASON")
 	for _, d := range out.DeadLetters {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", bad.mark(fmt.Sprint(d.ID), d.DecodeError), cell(d.Consumer, 40),
-			cell(d.Kind, 20), cell(d.State, 20), d.Attempts, when(d.DeadAt), cell(d.Topic, 40), cell(d.MessageID, 40), cell(d.Reason, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", bad.mark(fmt.Sprint(d.ID), d.DecodeError), view.Cell(d.Consumer, 40),
+			view.Cell(d.Kind, 20), view.Cell(d.State, 20), d.Attempts, view.When(d.DeadAt), view.Cell(d.Topic, 40), view.Cell(d.MessageID, 40), view.Cell(d.Reason, 60))
 	}
 	return m.endTable(tw, fmt.Sprintf("%d dead letters", len(out.DeadLetters)), moreAfter(out.NextAfter), bad.notes...)
 }
@@ -190,36 +149,36 @@ func (m *Main) dlqShow(ctx context.Context, o dlqOptions) error {
 	} else if err != nil {
 		return err
 	}
-	d := newDeadLetter(dl, o.full)
+	d := view.DeadLetterOf(dl).View(o.full)
 	if o.json {
 		return writeJSON(m.Stdout, d)
 	}
 	tw := newTable(m.Stdout)
 	rows := [][2]string{
-		{"id", fmt.Sprint(d.ID)}, {"consumer", cell(d.Consumer, 0)}, {"state", cell(d.State, 0)},
-		{"kind", cell(d.Kind, 0)}, {"reason", cell(d.Reason, 0)}, {"attempts", fmt.Sprint(d.Attempts)},
-		{"first failed", when(d.FirstAt)}, {"dead at", when(d.DeadAt)},
-		{"message id", cell(d.MessageID, 0)}, {"topic", cell(d.Topic, 0)}, {"position", cell(d.Position, 0)},
+		{"id", fmt.Sprint(d.ID)}, {"consumer", view.Cell(d.Consumer, 0)}, {"state", view.Cell(d.State, 0)},
+		{"kind", view.Cell(d.Kind, 0)}, {"reason", view.Cell(d.Reason, 0)}, {"attempts", fmt.Sprint(d.Attempts)},
+		{"first failed", view.When(d.FirstAt)}, {"dead at", view.When(d.DeadAt)},
+		{"message id", view.Cell(d.MessageID, 0)}, {"topic", view.Cell(d.Topic, 0)}, {"position", view.Cell(d.Position, 0)},
 	}
 	if d.DecodeError != "" {
-		rows = append(rows, [2]string{"DECODE ERROR", cell(d.DecodeError, 0) + " (it cannot be replayed: correct the row, or discard it)"})
+		rows = append(rows, [2]string{"DECODE ERROR", view.Cell(d.DecodeError, 0) + " (it cannot be replayed: correct the row, or discard it)"})
 	}
 	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
-		rows = append(rows, [2]string{"header " + cell(k, 80), cell(d.Headers[k], 200)})
+		rows = append(rows, [2]string{"header " + view.Cell(k, 80), view.Cell(d.Headers[k], 200)})
 	}
-	rows = append(rows, [2]string{"payload", d.Payload.String()})
+	rows = append(rows, [2]string{"payload", d.Payload.Text()})
 	if !d.ReplayRequestedAt.IsZero() {
-		rows = append(rows, [2]string{"replay requested", when(d.ReplayRequestedAt) + " " + cell(d.ReplayReason, 0)},
+		rows = append(rows, [2]string{"replay requested", view.When(d.ReplayRequestedAt) + " " + view.Cell(d.ReplayReason, 0)},
 			[2]string{"replay attempts", fmt.Sprint(d.ReplayAttempts)})
 	}
 	if d.LastReplayError != "" {
-		rows = append(rows, [2]string{"last replay error", cell(d.LastReplayError, 0)})
+		rows = append(rows, [2]string{"last replay error", view.Cell(d.LastReplayError, 0)})
 	}
 	if !d.ReplayedAt.IsZero() && d.DiscardedAt.IsZero() {
-		rows = append(rows, [2]string{"replayed", when(d.ReplayedAt) + " " + cell(d.ReplayNote, 0)})
+		rows = append(rows, [2]string{"replayed", view.When(d.ReplayedAt) + " " + view.Cell(d.ReplayNote, 0)})
 	}
 	if !d.DiscardedAt.IsZero() {
-		rows = append(rows, [2]string{"discarded", when(d.DiscardedAt) + " " + cell(d.DiscardReason, 0)})
+		rows = append(rows, [2]string{"discarded", view.When(d.DiscardedAt) + " " + view.Cell(d.DiscardReason, 0)})
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
@@ -228,7 +187,7 @@ func (m *Main) dlqShow(ctx context.Context, o dlqOptions) error {
 		return err
 	}
 	if o.full {
-		fmt.Fprintf(m.Stdout, "full payload:\n%s\n", fullText(dl.Message.Payload))
+		fmt.Fprintf(m.Stdout, "full payload:\n%s\n", view.FullText(dl.Message.Payload))
 	}
 	return nil
 }
@@ -283,7 +242,7 @@ func (m *Main) dlqReplay(ctx context.Context, o dlqOptions) error {
 		tw := newTable(m.Stdout)
 		fmt.Fprintln(tw, "ID\tOUTCOME\tCONSUMER")
 		for _, r := range out.Replays {
-			fmt.Fprintf(tw, "%d\t%s\t%s\n", r.ID, r.Outcome, cell(r.Consumer, 60))
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", r.ID, r.Outcome, view.Cell(r.Consumer, 60))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -301,11 +260,8 @@ func (m *Main) dlqReplay(ctx context.Context, o dlqOptions) error {
 
 func (m *Main) dlqDiscard(ctx context.Context, o dlqOptions) error {
 	const cmd = "dlq discard"
-	id, err := m.oneID(cmd, o.ids)
+	id, err := m.idAndReason(cmd, o.ids, o.reason)
 	if err != nil {
-		return err
-	}
-	if err := m.checkNote(cmd, "reason", o.reason); err != nil {
 		return err
 	}
 	a, closeDB, err := m.openDeadLetters(ctx, cmd, o)
@@ -322,12 +278,5 @@ func (m *Main) dlqDiscard(ctx context.Context, o dlqOptions) error {
 	case err != nil:
 		return badInput(err)
 	}
-	if o.json {
-		return writeJSON(m.Stdout, struct {
-			Discarded int64  `json:"discarded"`
-			Reason    string `json:"reason"`
-		}{id, o.reason})
-	}
-	fmt.Fprintf(m.Stdout, "discarded dead letter %d: it is never replayed, and is kept for audit; reason: %s\n", id, cell(o.reason, 0))
-	return nil
+	return m.printDiscarded(o.json, "dead letter", "replayed", id, o.reason)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/admin/view"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsqlite"
@@ -50,7 +49,8 @@ lists them by SCAN: unordered, a scope may come again on a later page.)
 evict deletes a record so the key runs again on its next request. A completed
 record goes freely; an in-progress one needs --force, which fences its holder out
 (its result is then not stored, and a retry may run the effect a second time).
-The result of get is a preview (64 bytes, escaped); --full shows all of it.`
+The result is a preview (64 bytes: text if printable, else hex), as the admin
+API shows it; get --full shows all of it, escaped.`
 
 type keysOptions struct {
 	store, scope, id, cursor, reason string
@@ -60,48 +60,44 @@ type keysOptions struct {
 
 func (m *Main) runKeys(ctx context.Context, args []string) error {
 	var o keysOptions
-	common := func(fs *flag.FlagSet, withID bool) {
+	store := func(fs *flag.FlagSet) {
 		fs.StringVar(&o.store, "store", "", "the store: sqlite:PATH, postgres://…, mysql://… or redis://… (as given to serve)")
+		fs.BoolVar(&o.json, "json", false, "print one JSON document instead of a table")
+	}
+	key := func(fs *flag.FlagSet, withID bool) {
+		store(fs)
 		fs.StringVar(&o.scope, "scope", "", `the keys' scope ("anonymous", "cred:<hash>", "tenant:<value>/…"; see above)`)
 		if withID {
 			fs.StringVar(&o.id, "id", "", "the key's id (behind serve: the Idempotency-Key)")
 		}
-		fs.BoolVar(&o.json, "json", false, "print one JSON document instead of a table")
 	}
+	page := func(fs *flag.FlagSet, what string) {
+		fs.StringVar(&o.cursor, "cursor", "", "the page after this cursor (the last page printed it)")
+		fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many %s (1 to %d)", what, idem.MaxListLimit))
+	}
+	run := func(f func(context.Context, keysOptions) error) func(context.Context) error {
+		return func(ctx context.Context) error { return f(ctx, o) }
+	}
+	var so keysScopeOptions
 	return m.runOps(ctx, opsCommand{name: "keys", synopsis: keysSynopsis, actions: []opsAction{
-		{"scopes", func(fs *flag.FlagSet) func(context.Context) error {
-			fs.StringVar(&o.store, "store", "", "the store: sqlite:PATH, postgres://…, mysql://… or redis://… (as given to serve)")
-			fs.BoolVar(&o.json, "json", false, "print one JSON document instead of a table")
-			fs.StringVar(&o.cursor, "cursor", "", "the page after this cursor (the last page printed it)")
-			fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many scopes (1 to %d)", idem.MaxListLimit))
-			return func(ctx context.Context) error { return m.keysScopes(ctx, o) }
-		}},
-		{"list", func(fs *flag.FlagSet) func(context.Context) error {
-			common(fs, false)
-			fs.StringVar(&o.cursor, "cursor", "", "the page after this cursor (the last page printed it)")
-			fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many records (1 to %d)", idem.MaxListLimit))
-			return func(ctx context.Context) error { return m.keysList(ctx, o) }
-		}},
-		{"get", func(fs *flag.FlagSet) func(context.Context) error {
-			common(fs, true)
+		{"scopes", func(fs *flag.FlagSet) { store(fs); page(fs, "scopes") }, run(m.keysScopes)},
+		{"list", func(fs *flag.FlagSet) { key(fs, false); page(fs, "records") }, run(m.keysList)},
+		{"get", func(fs *flag.FlagSet) {
+			key(fs, true)
 			fs.BoolVar(&o.full, "full", false, "show the whole stored result (escaped; base64 in --json), not a preview")
-			return func(ctx context.Context) error { return m.keysGet(ctx, o) }
-		}},
-		{"evict", func(fs *flag.FlagSet) func(context.Context) error {
-			common(fs, true)
+		}, run(m.keysGet)},
+		{"evict", func(fs *flag.FlagSet) {
+			key(fs, true)
 			fs.BoolVar(&o.force, "force", false, "also evict an in-progress record, fencing its holder out")
 			fs.StringVar(&o.reason, "reason", "", "why (required): printed with what was done, for your change log")
-			return func(ctx context.Context) error { return m.keysEvict(ctx, o) }
-		}},
-		{"scope", func(fs *flag.FlagSet) func(context.Context) error {
-			var so keysScopeOptions
+		}, run(m.keysEvict)},
+		{"scope", func(fs *flag.FlagSet) {
 			fs.StringVar(&so.headersFile, "headers-file", "", "the caller's request headers, one 'Name: value' a line; - for stdin")
 			fs.StringVar(&so.scopeHeader, "scope-header", "", "serve's --scope-header")
 			fs.BoolVar(&so.trustScope, "trust-scope-header", false, "serve's --trust-scope-header")
 			fs.StringVar(&so.credentialHeaders, "credential-headers", "X-Api-Key", "serve's --credential-headers")
 			fs.StringVar(&so.credentialCookies, "credential-cookies", "", "serve's --credential-cookies")
-			return func(ctx context.Context) error { return m.keysScope(ctx, so) }
-		}},
+		}, func(ctx context.Context) error { return m.keysScope(ctx, so) }},
 	}}, args)
 }
 
@@ -197,45 +193,9 @@ func checkKeyPart(m *Main, cmd, name, v string) error {
 	return nil
 }
 
-// keyRecord is a record as `idem keys` prints it in JSON: the fields of the admin
-// API's.
-type keyRecord struct {
-	Scope string `json:"scope"`
-	ID    string `json:"id"`
-	// State is "in_progress" or "completed".
-	State       string    `json:"state"`
-	Expired     bool      `json:"expired"`
-	Fingerprint string    `json:"fingerprint"`
-	Token       string    `json:"token"` // decimal: a JSON number loses precision above 2^53
-	CreatedAt   time.Time `json:"created_at,omitzero"`
-	ExpiresAt   time.Time `json:"expires_at,omitzero"`
-	Result      preview   `json:"result"`
-	// HTTP is the result read as the response idemhttp (and serve) stored, as the
-	// admin API shows it; absent for a result of another format.
-	HTTP *admin.StoredHTTP `json:"http,omitempty"`
-}
-
-func newKeyRecord(rec idem.Record, now time.Time, full bool) keyRecord {
-	var stored *admin.StoredHTTP
-	if v, ok := admin.DecodeStoredHTTP(rec.Result); ok {
-		stored = &v
-	}
-	return keyRecord{HTTP: stored, Scope: rec.Key.Scope, ID: rec.Key.ID, State: rec.State.String(),
-		Expired:     !rec.ExpiresAt.IsZero() && !rec.ExpiresAt.After(now),
-		Fingerprint: hex.EncodeToString(rec.Fingerprint), Token: strconv.FormatUint(rec.Token, 10),
-		CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt, Result: newPreview(rec.Result, full)}
-}
-
-func (r keyRecord) stateCell() string {
-	if r.Expired {
-		return r.State + " (expired)"
-	}
-	return r.State
-}
-
 func (m *Main) keysList(ctx context.Context, o keysOptions) error {
-	if o.limit < 1 || o.limit > idem.MaxListLimit {
-		return m.usagef("keys list", "--limit %d: use 1 to %d, and --cursor for the next page", o.limit, idem.MaxListLimit)
+	if err := m.checkLimit("keys list", o.limit, idem.MaxListLimit, "--cursor"); err != nil {
+		return err
 	}
 	in, desc, closeStore, err := m.openStoreInspector(ctx, "keys list", o, o.scope != "")
 	if err != nil {
@@ -253,13 +213,13 @@ func (m *Main) keysList(ctx context.Context, o keysOptions) error {
 	}
 	now := time.Now()
 	out := struct {
-		Store   string      `json:"store"`
-		Scope   string      `json:"scope"`
-		Records []keyRecord `json:"records"`
-		Next    string      `json:"next"`
-	}{desc, o.scope, make([]keyRecord, 0, len(page.Records)), page.Next}
+		Store   string           `json:"store"`
+		Scope   string           `json:"scope"`
+		Records []view.KeyRecord `json:"records"`
+		Next    string           `json:"next"`
+	}{desc, o.scope, make([]view.KeyRecord, 0, len(page.Records)), page.Next}
 	for _, rec := range page.Records {
-		out.Records = append(out.Records, newKeyRecord(rec, now, false))
+		out.Records = append(out.Records, view.KeyRecordOf(desc, rec, now, false))
 	}
 	if o.json {
 		return writeJSON(m.Stdout, out)
@@ -272,13 +232,13 @@ func (m *Main) keysList(ctx context.Context, o keysOptions) error {
 	}
 	for _, r := range out.Records {
 		if o.scope == "" {
-			fmt.Fprintf(tw, "%s\t", cell(r.Scope, 48))
+			fmt.Fprintf(tw, "%s\t", view.Cell(r.Scope, 48))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.ID, 80), r.stateCell(), when(r.CreatedAt), when(r.ExpiresAt), r.Token, r.resultCell())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", view.Cell(r.ID, 80), r.StateText(), view.When(r.CreatedAt), view.When(r.ExpiresAt), r.Token, r.ResultText())
 	}
 	summary := fmt.Sprintf("%d records of every scope in %s", len(out.Records), desc)
 	if o.scope != "" {
-		summary = fmt.Sprintf("%d records of scope %s in %s", len(out.Records), cell(o.scope, 80), desc)
+		summary = fmt.Sprintf("%d records of scope %s in %s", len(out.Records), view.Cell(o.scope, 80), desc)
 	}
 	return m.endTable(tw, summary, moreCursor(page.Next))
 }
@@ -300,23 +260,23 @@ func (m *Main) keysGet(ctx context.Context, o keysOptions) error {
 		return badInput(err)
 	}
 	rec.Key = k
-	r := newKeyRecord(rec, time.Now(), o.full)
+	r := view.KeyRecordOf(desc, rec, time.Now(), o.full)
 	if o.json {
 		return writeJSON(m.Stdout, r)
 	}
 	m.printKey(r)
 	if o.full {
-		fmt.Fprintf(m.Stdout, "full result:\n%s\n", fullText(rec.Result))
+		fmt.Fprintf(m.Stdout, "full result:\n%s\n", view.FullText(rec.Result))
 	}
 	return nil
 }
 
-func (m *Main) printKey(r keyRecord) {
+func (m *Main) printKey(r view.KeyRecord) {
 	tw := newTable(m.Stdout)
 	for _, row := range [][2]string{
-		{"scope", cell(r.Scope, 0)}, {"id", cell(r.ID, 0)}, {"state", r.stateCell()},
-		{"created", when(r.CreatedAt)}, {"expires", when(r.ExpiresAt)}, {"token", r.Token},
-		{"fingerprint", cell(r.Fingerprint, 0)}, {"result", r.Result.String()},
+		{"scope", view.Cell(r.Scope, 0)}, {"id", view.Cell(r.ID, 0)}, {"state", r.StateText()},
+		{"created", view.When(r.CreatedAt)}, {"expires", view.When(r.ExpiresAt)}, {"token", r.Token},
+		{"fingerprint", view.Cell(r.Fingerprint, 0)}, {"result", r.Result.Text()},
 	} {
 		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
 	}
@@ -327,11 +287,11 @@ func (m *Main) printKey(r keyRecord) {
 		}
 		fmt.Fprintf(tw, "http status\t%s\n", status)
 		for _, f := range h.Headers {
-			v := escapeText(f.Value, 0)
+			v := view.Escape(f.Value, 0)
 			if f.Truncated {
 				v += "…"
 			}
-			fmt.Fprintf(tw, "http header\t%s: %s\n", escapeText(f.Name, 0), v)
+			fmt.Fprintf(tw, "http header\t%s: %s\n", view.Escape(f.Name, 0), v)
 		}
 		if h.HeadersTruncated {
 			fmt.Fprintf(tw, "http header\t… %d more (--json lists %d of %d)\n", h.HeaderCount-len(h.Headers), len(h.Headers), h.HeaderCount)
@@ -339,32 +299,10 @@ func (m *Main) printKey(r keyRecord) {
 		if h.NotStored {
 			fmt.Fprintf(tw, "http body\t(not stored: %d bytes)\n", h.Body.Size)
 		} else {
-			fmt.Fprintf(tw, "http body\t%s\n", bodyCell(h.Body))
+			fmt.Fprintf(tw, "http body\t%s\n", h.Body.Text())
 		}
 	}
 	tw.Flush()
-}
-
-// resultCell is a record's result in a table: a stored HTTP response as its
-// status, content type and body preview, anything else as its preview.
-func (r keyRecord) resultCell() string {
-	h := r.HTTP
-	if h == nil {
-		return r.Result.String()
-	}
-	s := "HTTP " + strconv.Itoa(h.Status)
-	if h.ContentType != "" {
-		s += " " + escapeText(h.ContentType, 40)
-	}
-	if h.NotStored {
-		return s + fmt.Sprintf(" (not stored: %d bytes)", h.Body.Size)
-	}
-	return s + " " + bodyCell(h.Body)
-}
-
-// bodyCell shows a body preview escaped, with its size: base64 marked as such.
-func bodyCell(b admin.BodyPreview) string {
-	return preview{Size: int(b.Size), Encoding: b.Encoding, Preview: b.Preview, Truncated: b.Truncated}.String()
 }
 
 func (m *Main) keysEvict(ctx context.Context, o keysOptions) error {
@@ -393,16 +331,16 @@ func (m *Main) keysEvict(ctx context.Context, o keysOptions) error {
 		return badInput(err)
 	}
 	rec.Key = k
-	r := newKeyRecord(rec, time.Now(), false)
+	r := view.KeyRecordOf(desc, rec, time.Now(), false)
 	if o.json {
 		return writeJSON(m.Stdout, struct {
-			Evicted keyRecord `json:"evicted"`
-			Forced  bool      `json:"forced"`
-			Reason  string    `json:"reason"`
+			Evicted view.KeyRecord `json:"evicted"`
+			Forced  bool           `json:"forced"`
+			Reason  string         `json:"reason"`
 		}{r, o.force, o.reason})
 	}
 	fmt.Fprintf(m.Stdout, "evicted key scope=%s id=%s from %s (it was %s); reason: %s\n",
-		cell(k.Scope, 0), cell(k.ID, 0), desc, r.State, cell(o.reason, 0))
+		view.Cell(k.Scope, 0), view.Cell(k.ID, 0), desc, r.State, view.Cell(o.reason, 0))
 	if rec.State == idem.StateInProgress {
 		fmt.Fprintln(m.Stdout, "its holder is fenced out: its Complete gets ErrLeaseLost, and the next request with this key runs again")
 	} else {

@@ -5,14 +5,15 @@ import (
 	"fmt"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 )
 
 // keysScopes prints a page of the scopes --store holds records in: the way in when
 // no caller's scope is known (behind serve, scopes are hashes of credentials).
 func (m *Main) keysScopes(ctx context.Context, o keysOptions) error {
 	const cmd = "keys scopes"
-	if o.limit < 1 || o.limit > idem.MaxListLimit {
-		return m.usagef(cmd, "--limit %d: use 1 to %d, and --cursor for the next page", o.limit, idem.MaxListLimit)
+	if err := m.checkLimit(cmd, o.limit, idem.MaxListLimit, "--cursor"); err != nil {
+		return err
 	}
 	in, desc, closeStore, err := m.openStoreInspector(ctx, cmd, o, false)
 	if err != nil {
@@ -41,7 +42,7 @@ func (m *Main) keysScopes(ctx context.Context, o keysOptions) error {
 	tw := newTable(m.Stdout)
 	fmt.Fprintln(tw, "SCOPE")
 	for _, sc := range out.Scopes {
-		fmt.Fprintln(tw, cell(sc, 0))
+		fmt.Fprintln(tw, view.Cell(sc, 0))
 	}
 	return m.endTable(tw, fmt.Sprintf("%d scopes in %s; 'idem keys list --scope S' lists one's keys", len(out.Scopes), desc), moreCursor(page.Next))
 }

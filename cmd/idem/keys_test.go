@@ -265,7 +265,7 @@ func TestKeysGetListEvict(t *testing.T) {
 				decode(t, mustRun(t, keys("list", "--json", "--cursor", next)...), &page)
 			}
 			if len(got) != 2 || got["k-done"].State != "completed" || got["k-busy"].State != "in_progress" ||
-				got["k-done"].Fingerprint != "0102" || got["k-done"].Result.Size != 13 || got["k-done"].Result.Encoding != "text" ||
+				got["k-done"].Fingerprint != "0102" || got["k-done"].Result.Size != 13 || got["k-done"].Result.Encoding != "hex" ||
 				got["k-done"].Result.Full != nil || got["k-busy"].Token == "" || got["k-done"].Expired || page.Scope != "tenant:acme" {
 				t.Fatalf("keys list --json: %+v", page)
 			}
@@ -293,7 +293,7 @@ func TestKeysGetListEvict(t *testing.T) {
 				out += last
 			}
 			noRawControls(t, out)
-			if !strings.Contains(out, `\x1b[2J\x1b[31mok\x0d\x0a (13 bytes)`) || !strings.Contains(out, "in_progress") {
+			if !strings.Contains(out, `hex:1b5b324a1b5b33316d6f6b0d0a (13 bytes)`) || !strings.Contains(out, "in_progress") {
 				t.Fatalf("keys list table:\n%s", out)
 			}
 

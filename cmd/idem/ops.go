@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -15,17 +14,18 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/migrate"
 )
 
 // The operator commands (keys, dlq, outbox, sagas) share this file: their action
-// dispatch, their exit codes, their output (a table, or one JSON document with
-// --json) and the escaping of stored bytes before they reach a terminal.
+// dispatch, their exit codes and their output (a table, or one JSON document with
+// --json). What they show of a record and how stored bytes reach a terminal
+// (previews, escaping, times) is the operator view, package admin/view, which the
+// admin API and the console show too.
 
 // Exit codes of the operator commands, besides 0 (ok), 1 (failure) and 2 (usage).
 const (
@@ -74,13 +74,17 @@ func exitCode(err error) int {
 // opsCommand is one operator command: its actions, each with a flag set.
 type opsCommand struct {
 	name, synopsis string
-	actions        []opsAction
+	// common, if set, declares the flags every action takes (sqlFlags.declare).
+	common  func(fs *flag.FlagSet)
+	actions []opsAction
 }
 
 type opsAction struct {
 	name string
-	// flags declares the action's flags on fs and returns what runs it.
-	flags func(fs *flag.FlagSet) func(ctx context.Context) error
+	// flags, if set, declares the action's own flags on fs.
+	flags func(fs *flag.FlagSet)
+	// run runs the action once its flags are parsed.
+	run func(ctx context.Context) error
 }
 
 // run parses `idem <name> <action> [flags]` and runs the action.
@@ -113,11 +117,15 @@ func (m *Main) runOps(ctx context.Context, c opsCommand, args []string) error {
 		fmt.Fprintf(m.help(), "Usage: idem %s [flags]\n\n%s\n\n%s\n\nFlags:\n", name, c.synopsis, opsExitCodes)
 		m.printFlags(fs)
 	}
-	do := c.actions[i].flags(fs)
+	for _, declare := range []func(*flag.FlagSet){c.common, c.actions[i].flags} {
+		if declare != nil {
+			declare(fs)
+		}
+	}
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	return do(ctx)
+	return c.actions[i].run(ctx)
 }
 
 // usagef reports a bad command line on m.Stderr and returns errUsage (exit 2).
@@ -164,7 +172,7 @@ func (u *undecodable) mark(id, decodeErr string) string {
 	if decodeErr == "" {
 		return id
 	}
-	u.notes = append(u.notes, "! "+id+": its row cannot be decoded: "+cell(decodeErr, 0))
+	u.notes = append(u.notes, "! "+id+": its row cannot be decoded: "+view.Cell(decodeErr, 0))
 	return id + " !"
 }
 
@@ -173,7 +181,7 @@ func moreCursor(next string) string {
 	if next == "" {
 		return ""
 	}
-	return "--cursor " + cell(next, 0)
+	return "--cursor " + view.Cell(next, 0)
 }
 
 // moreAfter is endTable's more for a page continued after id (0: none).
@@ -182,120 +190,6 @@ func moreAfter(id int64) string {
 		return ""
 	}
 	return fmt.Sprint("--after ", id)
-}
-
-// cell makes text from the database safe for a table cell: control characters
-// (tabs and newlines too, which would break the columns, and escape sequences,
-// which a terminal would obey) escaped as \x.., invalid UTF-8 escaped, at most max
-// runes kept, and "-" for the empty string.
-func cell(s string, max int) string {
-	if s == "" {
-		return "-"
-	}
-	return escapeText(s, max)
-}
-
-// escapeText escapes s as cell does, keeping at most max runes (max <= 0: all),
-// with "…" where it was cut.
-func escapeText(s string, max int) string {
-	var b strings.Builder
-	n := 0
-	for i := 0; i < len(s); {
-		if max > 0 && n >= max {
-			b.WriteString("…")
-			break
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size <= 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\\':
-			b.WriteString(`\\`)
-		case unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r == '\u200e' || r == '\u200f' ||
-			(r >= '\u202a' && r <= '\u202e') || (r >= '\u2066' && r <= '\u2069'):
-			// Controls, and the line separators and bidi overrides that would make the
-			// text read otherwise than it is.
-			if r < 0x100 {
-				fmt.Fprintf(&b, `\x%02x`, r)
-			} else {
-				fmt.Fprintf(&b, `\u%04x`, r)
-			}
-		default:
-			b.WriteRune(r)
-		}
-		i += size
-		n++
-	}
-	return b.String()
-}
-
-// previewBytes is how much of stored bytes (a result, a payload) a preview shows.
-const previewBytes = 64
-
-// preview shows stored bytes safely, as the admin API does: their size and at most
-// previewBytes of them, as text when they are valid UTF-8 (escaped when printed to
-// a table), else as hex; Full (base64 in JSON) only when asked for.
-type preview struct {
-	Size      int    `json:"size"`
-	Encoding  string `json:"encoding"` // "text" or "hex"
-	Preview   string `json:"preview"`
-	Truncated bool   `json:"truncated"`
-	Full      []byte `json:"full,omitempty"`
-}
-
-func newPreview(b []byte, full bool) preview {
-	p := preview{Size: len(b), Encoding: "text"}
-	head := b
-	if len(head) > previewBytes {
-		head, p.Truncated = head[:previewBytes], true
-		for i := 0; i < utf8.UTFMax-1 && len(head) > 0 && !utf8.Valid(head); i++ {
-			head = head[:len(head)-1]
-		}
-	}
-	if utf8.Valid(head) {
-		p.Preview = string(head)
-	} else {
-		p.Encoding, p.Preview = "hex", hex.EncodeToString(b[:min(len(b), previewBytes)])
-	}
-	if full {
-		p.Full = b
-		if p.Full == nil {
-			p.Full = []byte{}
-		}
-	}
-	return p
-}
-
-// String is the preview as a table shows it: escaped, with its size, and an
-// encoding other than text (hex, base64) named before it.
-func (p preview) String() string {
-	if p.Size == 0 {
-		return "(empty)"
-	}
-	s := escapeText(p.Preview, 0)
-	if p.Encoding != "text" && p.Encoding != "utf-8" {
-		s = p.Encoding + ":" + s
-	}
-	if p.Truncated {
-		s += "…"
-	}
-	return fmt.Sprintf("%s (%d bytes)", s, p.Size)
-}
-
-// fullText is the whole of b for a terminal: escaped text when it is UTF-8, else hex.
-func fullText(b []byte) string {
-	if utf8.Valid(b) {
-		return escapeText(string(b), 0)
-	}
-	return "hex:" + hex.EncodeToString(b)
-}
-
-// when formats a time for a table: UTC, to the second, "-" when zero.
-func when(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format(time.RFC3339)
 }
 
 // age formats a duration for a table, to the second (to the millisecond below one).
@@ -307,6 +201,19 @@ func age(d time.Duration) string {
 		return d.Round(time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
+}
+
+// printDiscarded prints what a discard did to the item id (what: "dead letter"),
+// which is then never done (never: "replayed").
+func (m *Main) printDiscarded(asJSON bool, what, never string, id int64, reason string) error {
+	if asJSON {
+		return writeJSON(m.Stdout, struct {
+			Discarded int64  `json:"discarded"`
+			Reason    string `json:"reason"`
+		}{id, reason})
+	}
+	_, err := fmt.Fprintf(m.Stdout, "discarded %s %d: it is never %s, and is kept for audit; reason: %s\n", what, id, never, view.Cell(reason, 0))
+	return err
 }
 
 // maxNote bounds --reason and --note, as the packages do.
@@ -335,7 +242,7 @@ func parseTime(name, s string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(s); err == nil && d > 0 {
 		return now.Add(-d), nil
 	}
-	return time.Time{}, fmt.Errorf("--%s %q: use an RFC 3339 time (2026-01-02T15:04:05Z) or a duration before now (90m, 24h)", name, cell(s, 64))
+	return time.Time{}, fmt.Errorf("--%s %q: use an RFC 3339 time (2026-01-02T15:04:05Z) or a duration before now (90m, 24h)", name, view.Cell(s, 64))
 }
 
 // idList is a repeatable --id flag of positive integers, comma-separated allowed.
@@ -353,7 +260,7 @@ func (l *idList) Set(v string) error {
 	for _, part := range strings.Split(v, ",") {
 		id, err := strconv.ParseInt(strings.TrimSpace(part), 10, 64)
 		if err != nil || id <= 0 {
-			return fmt.Errorf("%q is not an id: use the positive integer a list shows", cell(part, 32))
+			return fmt.Errorf("%q is not an id: use the positive integer a list shows", view.Cell(part, 32))
 		}
 		if len(*l) >= 1000 {
 			return errors.New("more than 1000 ids: act in batches")
@@ -369,6 +276,36 @@ func (m *Main) oneID(cmd string, ids idList) (int64, error) {
 		return 0, m.usagef(cmd, "--id is required, once: name one id (a list shows them)")
 	}
 	return ids[0], nil
+}
+
+// afterPage is the --after and --limit of a listing paged by row id (dlq, outbox).
+type afterPage struct {
+	after int64
+	limit int
+}
+
+func (p *afterPage) declarePage(fs *flag.FlagSet, what string, max int) {
+	fs.Int64Var(&p.after, "after", 0, "only ids above this one: the last id of the previous page")
+	fs.IntVar(&p.limit, "limit", 100, fmt.Sprintf("at most this many %s (1 to %d)", what, max))
+}
+
+// checkLimit checks a listing's --limit; next is the flag that asks for the next
+// page.
+func (m *Main) checkLimit(cmd string, limit, max int, next string) error {
+	if limit < 1 || limit > max {
+		return m.usagef(cmd, "--limit %d: use 1 to %d, and %s for the next page", limit, max, next)
+	}
+	return nil
+}
+
+// idAndReason checks the --id (once) and the required --reason of an action on
+// one item.
+func (m *Main) idAndReason(cmd string, ids idList, reason string) (int64, error) {
+	id, err := m.oneID(cmd, ids)
+	if err != nil {
+		return 0, err
+	}
+	return id, m.checkNote(cmd, "reason", reason)
 }
 
 // sqlFlags are the --db and --json flags of dlq, outbox and sagas.

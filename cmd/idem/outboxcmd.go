@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemhq/idem/admin/view"
 	"github.com/idemhq/idem/migrate"
 	"github.com/idemhq/idem/outbox"
 )
@@ -32,36 +33,25 @@ discarded already).`
 
 type outboxOptions struct {
 	sqlFlags
-	after  int64
-	limit  int
+	afterPage
 	ids    idList
 	reason string
 }
 
 func (m *Main) runOutbox(ctx context.Context, args []string) error {
 	var o outboxOptions
-	return m.runOps(ctx, opsCommand{name: "outbox", synopsis: outboxSynopsis, actions: []opsAction{
-		{"status", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
-			return func(ctx context.Context) error { return m.outboxStatus(ctx, o) }
-		}},
-		{"parked", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
-			fs.Int64Var(&o.after, "after", 0, "only ids above this one: the last id of the previous page")
-			fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many messages (1 to %d)", outbox.MaxListLimit))
-			return func(ctx context.Context) error { return m.outboxParked(ctx, o) }
-		}},
-		{"retry", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
-			fs.Var(&o.ids, "id", "the parked message's id")
-			return func(ctx context.Context) error { return m.outboxRetry(ctx, o) }
-		}},
-		{"discard", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
-			fs.Var(&o.ids, "id", "the parked message's id")
+	run := func(f func(context.Context, outboxOptions) error) func(context.Context) error {
+		return func(ctx context.Context) error { return f(ctx, o) }
+	}
+	id := func(fs *flag.FlagSet) { fs.Var(&o.ids, "id", "the parked message's id") }
+	return m.runOps(ctx, opsCommand{name: "outbox", synopsis: outboxSynopsis, common: o.declare, actions: []opsAction{
+		{"status", nil, run(m.outboxStatus)},
+		{"parked", func(fs *flag.FlagSet) { o.declarePage(fs, "messages", outbox.MaxListLimit) }, run(m.outboxParked)},
+		{"retry", id, run(m.outboxRetry)},
+		{"discard", func(fs *flag.FlagSet) {
+			id(fs)
 			fs.StringVar(&o.reason, "reason", "", "why it is never published (required): kept for audit")
-			return func(ctx context.Context) error { return m.outboxDiscard(ctx, o) }
-		}},
+		}, run(m.outboxDiscard)},
 	}}, args)
 }
 
@@ -126,7 +116,7 @@ func (m *Main) outboxStatus(ctx context.Context, o outboxOptions) error {
 	tw := newTable(m.Stdout)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tUNPUBLISHED\tOLDEST\tPARKED\tDISCARDED")
 	for _, p := range st.Partitions {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\n", cell(p.Topic, 60), p.Partition, p.Unpublished, age(p.OldestAge), p.Parked, p.Discarded)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\n", view.Cell(p.Topic, 60), p.Partition, p.Unpublished, age(p.OldestAge), p.Parked, p.Discarded)
 	}
 	fmt.Fprintf(tw, "total\t\t%d\t%s\t%d\t%d\n", st.Unpublished, age(st.OldestAge), st.Parked, st.Discarded)
 	if err := tw.Flush(); err != nil {
@@ -144,31 +134,15 @@ func (m *Main) outboxStatus(ctx context.Context, o outboxOptions) error {
 		if r.Stale {
 			status = "STALE"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", cell(r.Instance, 60), cell(r.Host, 40), r.PID, when(r.StartedAt),
-			when(r.LastRoundAt), r.PollInterval, r.PublishedTotal, status, cell(r.LastError, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", view.Cell(r.Instance, 60), view.Cell(r.Host, 40), r.PID, view.When(r.StartedAt),
+			view.When(r.LastRoundAt), r.PollInterval, r.PublishedTotal, status, view.Cell(r.LastError, 80))
 	}
 	return tw.Flush()
 }
 
-type parkedJSON struct {
-	ID            int64             `json:"id"`
-	MessageID     string            `json:"message_id"`
-	Topic         string            `json:"topic"`
-	OrderingKey   string            `json:"ordering_key"`
-	Headers       map[string]string `json:"headers,omitempty"`
-	Payload       preview           `json:"payload"`
-	Attempts      int               `json:"attempts"`
-	LastError     string            `json:"last_error"`
-	ParkedAt      time.Time         `json:"parked_at"`
-	DiscardedAt   time.Time         `json:"discarded_at,omitzero"`
-	DiscardReason string            `json:"discard_reason,omitempty"`
-	// DecodeError says what of the stored row could not be decoded.
-	DecodeError string `json:"decode_error,omitempty"`
-}
-
 func (m *Main) outboxParked(ctx context.Context, o outboxOptions) error {
-	if o.limit < 1 || o.limit > outbox.MaxListLimit {
-		return m.usagef("outbox parked", "--limit %d: use 1 to %d, and --after for the next page", o.limit, outbox.MaxListLimit)
+	if err := m.checkLimit("outbox parked", o.limit, outbox.MaxListLimit, "--after"); err != nil {
+		return err
 	}
 	a, closeDB, err := m.openOutboxAdmin(ctx, "outbox parked", o)
 	if err != nil {
@@ -180,12 +154,11 @@ func (m *Main) outboxParked(ctx context.Context, o outboxOptions) error {
 		return badInput(err)
 	}
 	out := struct {
-		Parked    []parkedJSON `json:"parked"`
-		NextAfter int64        `json:"next_after"` // the --after of the next page, 0 after the last
-	}{Parked: make([]parkedJSON, 0, len(ps))}
+		Parked    []view.ParkedView `json:"parked"`
+		NextAfter int64             `json:"next_after"` // the --after of the next page, 0 after the last
+	}{Parked: make([]view.ParkedView, 0, len(ps))}
 	for _, p := range ps {
-		out.Parked = append(out.Parked, parkedJSON{p.ID, p.Message.ID, p.Message.Topic, p.Message.OrderingKey, p.Message.Headers,
-			newPreview(p.Message.Payload, false), p.Attempts, p.LastError, p.ParkedAt, p.DiscardedAt, p.DiscardReason, p.DecodeError})
+		out.Parked = append(out.Parked, view.ParkedOf(p).View(false))
 	}
 	if len(ps) == o.limit {
 		out.NextAfter = ps[len(ps)-1].ID
@@ -197,12 +170,8 @@ func (m *Main) outboxParked(ctx context.Context, o outboxOptions) error {
 	var bad undecodable
 	fmt.Fprintln(tw, "ID\tTOPIC\tMESSAGE ID\tATTEMPTS\tPARKED AT\tSTATE\tLAST ERROR\tPAYLOAD")
 	for _, p := range out.Parked {
-		state := "parked"
-		if !p.DiscardedAt.IsZero() {
-			state = "discarded: " + cell(p.DiscardReason, 40)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", bad.mark(fmt.Sprint(p.ID), p.DecodeError), cell(p.Topic, 40),
-			cell(p.MessageID, 40), p.Attempts, when(p.ParkedAt), state, cell(p.LastError, 60), p.Payload)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", bad.mark(fmt.Sprint(p.ID), p.DecodeError), view.Cell(p.Topic, 40),
+			view.Cell(p.MessageID, 40), p.Attempts, view.When(p.ParkedAt), p.StateText(), view.Cell(p.LastError, 60), p.Payload.Text())
 	}
 	return m.endTable(tw, fmt.Sprintf("%d parked messages", len(out.Parked)), moreAfter(out.NextAfter), bad.notes...)
 }
@@ -233,11 +202,8 @@ func (m *Main) outboxRetry(ctx context.Context, o outboxOptions) error {
 
 func (m *Main) outboxDiscard(ctx context.Context, o outboxOptions) error {
 	const cmd = "outbox discard"
-	id, err := m.oneID(cmd, o.ids)
+	id, err := m.idAndReason(cmd, o.ids, o.reason)
 	if err != nil {
-		return err
-	}
-	if err := m.checkNote(cmd, "reason", o.reason); err != nil {
 		return err
 	}
 	a, closeDB, err := m.openOutboxAdmin(ctx, cmd, o)
@@ -250,12 +216,5 @@ func (m *Main) outboxDiscard(ctx context.Context, o outboxOptions) error {
 	} else if err != nil {
 		return badInput(err)
 	}
-	if o.json {
-		return writeJSON(m.Stdout, struct {
-			Discarded int64  `json:"discarded"`
-			Reason    string `json:"reason"`
-		}{id, o.reason})
-	}
-	fmt.Fprintf(m.Stdout, "discarded outbox message %d: it is never published, and is kept for audit; reason: %s\n", id, cell(o.reason, 0))
-	return nil
+	return m.printDiscarded(o.json, "outbox message", "published", id, o.reason)
 }

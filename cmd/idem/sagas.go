@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/admin/view"
 	"github.com/idemhq/idem/effect/saga"
 	"github.com/idemhq/idem/migrate"
 )
@@ -38,7 +39,7 @@ cause first. resolve marks a running, compensating or failed saga resolved by
 hand: no orchestrator advances it again. Both fence out an orchestrator that is
 advancing the saga, and exit 4 for a saga that has ended (completed,
 compensated, resolved). The saga's data and step results are shown as previews
-(64 bytes, escaped) unless show --full.
+(64 bytes: text if printable, else hex) unless show --full.
 
 purge deletes the finished sagas (completed, compensated, resolved) last changed
 longer than D ago (at least 1h), each with its step effects and resolution note;
@@ -57,32 +58,24 @@ type sagasOptions struct {
 func (m *Main) runSagas(ctx context.Context, args []string) error {
 	var o sagasOptions
 	id := func(fs *flag.FlagSet) { fs.StringVar(&o.id, "id", "", "the saga's id") }
-	return m.runOps(ctx, opsCommand{name: "sagas", synopsis: sagasSynopsis, actions: []opsAction{
-		{"list", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
+	return m.runOps(ctx, opsCommand{name: "sagas", synopsis: sagasSynopsis, common: o.declare, actions: []opsAction{
+		{"list", func(fs *flag.FlagSet) {
 			fs.StringVar(&o.state, "state", "", "only sagas in this state (running, compensating, completed, compensated, failed, resolved), or parked")
 			fs.StringVar(&o.cursor, "cursor", "", "the page after this cursor (the last page printed it)")
 			fs.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many sagas (1 to %d)", idem.MaxListLimit))
-			return func(ctx context.Context) error { return m.sagasList(ctx, o) }
-		}},
-		{"show", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
+		}, func(ctx context.Context) error { return m.sagasList(ctx, o) }},
+		{"show", func(fs *flag.FlagSet) {
 			id(fs)
 			fs.BoolVar(&o.full, "full", false, "show the whole data and results (base64 in --json), not previews")
-			return func(ctx context.Context) error { return m.sagasShow(ctx, o) }
-		}},
-		{"retry", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
+		}, func(ctx context.Context) error { return m.sagasShow(ctx, o) }},
+		{"retry", func(fs *flag.FlagSet) {
 			id(fs)
 			fs.StringVar(&o.text, "reason", "", "why (required): appended to the saga's reason")
-			return func(ctx context.Context) error { return m.sagasChange(ctx, o, "retry", "reason") }
-		}},
-		{"resolve", func(fs *flag.FlagSet) func(context.Context) error {
-			o.declare(fs)
+		}, func(ctx context.Context) error { return m.sagasChange(ctx, o, "retry", "reason") }},
+		{"resolve", func(fs *flag.FlagSet) {
 			id(fs)
 			fs.StringVar(&o.text, "note", "", "what was done by hand (required): recorded with the resolution")
-			return func(ctx context.Context) error { return m.sagasChange(ctx, o, "resolve", "note") }
-		}},
+		}, func(ctx context.Context) error { return m.sagasChange(ctx, o, "resolve", "note") }},
 		m.sagasPurgeAction(&o),
 	}}, args)
 }
@@ -100,36 +93,9 @@ func (m *Main) openSagaAdmin(ctx context.Context, cmd string, o sagasOptions) (*
 	return a, closeDB, nil
 }
 
-type sagaJSON struct {
-	ID       string    `json:"id"`
-	Saga     string    `json:"saga"`
-	State    string    `json:"state"`
-	Step     int       `json:"step"`
-	Attempts int       `json:"attempts"`
-	Reason   string    `json:"reason"`
-	Created  time.Time `json:"created_at"`
-	Updated  time.Time `json:"updated_at"`
-	// DecodeError says what of the stored row could not be decoded.
-	DecodeError string `json:"decode_error,omitempty"`
-	// Parked: the orchestrators set it aside, as they cannot run it.
-	Parked bool `json:"parked,omitempty"`
-}
-
-func newSagaJSON(in saga.Instance) sagaJSON {
-	return sagaJSON{in.ID, in.Saga, in.State, in.Step, in.Attempts, in.Reason, in.Created, in.Updated, in.DecodeError, in.Parked}
-}
-
-// state is a saga's state for a table, marked when it is parked.
-func (s sagaJSON) state() string {
-	if s.Parked {
-		return cell(s.State, 20) + " (parked)"
-	}
-	return cell(s.State, 20)
-}
-
 func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
-	if o.limit < 1 || o.limit > idem.MaxListLimit {
-		return m.usagef("sagas list", "--limit %d: use 1 to %d, and --cursor for the next page", o.limit, idem.MaxListLimit)
+	if err := m.checkLimit("sagas list", o.limit, idem.MaxListLimit, "--cursor"); err != nil {
+		return err
 	}
 	a, closeDB, err := m.openSagaAdmin(ctx, "sagas list", o)
 	if err != nil {
@@ -141,11 +107,11 @@ func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
 		return badInput(err)
 	}
 	out := struct {
-		Sagas []sagaJSON `json:"sagas"`
-		Next  string     `json:"next"`
-	}{make([]sagaJSON, 0, len(page.Sagas)), page.Next}
+		Sagas []view.Saga `json:"sagas"`
+		Next  string      `json:"next"`
+	}{make([]view.Saga, 0, len(page.Sagas)), page.Next}
 	for _, in := range page.Sagas {
-		out.Sagas = append(out.Sagas, newSagaJSON(in))
+		out.Sagas = append(out.Sagas, view.SagaOf(in))
 	}
 	if o.json {
 		return writeJSON(m.Stdout, out)
@@ -154,20 +120,10 @@ func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
 	var bad undecodable
 	fmt.Fprintln(tw, "ID\tSAGA\tSTATE\tSTEP\tATTEMPTS\tUPDATED\tREASON")
 	for _, s := range out.Sagas {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", bad.mark(cell(s.ID, 60), s.DecodeError), cell(s.Saga, 40), s.state(),
-			s.Step, s.Attempts, when(s.Updated), cell(s.Reason, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", bad.mark(view.Cell(s.ID, 60), s.DecodeError), view.Cell(s.Name, 40), s.StateText(),
+			s.Step, s.Attempts, view.When(s.UpdatedAt), view.Cell(s.Reason, 60))
 	}
 	return m.endTable(tw, fmt.Sprintf("%d sagas", len(out.Sagas)), moreCursor(page.Next), bad.notes...)
-}
-
-type effectJSON struct {
-	Step        string    `json:"step"`
-	State       string    `json:"state"`
-	Attempts    int       `json:"attempts"`
-	Reason      string    `json:"reason"`
-	Result      preview   `json:"result"`
-	Updated     time.Time `json:"updated_at"`
-	DecodeError string    `json:"decode_error,omitempty"`
 }
 
 func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
@@ -181,20 +137,20 @@ func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
 	defer closeDB()
 	d, err := a.Get(ctx, o.id)
 	if errors.Is(err, saga.ErrNotFound) {
-		return notFoundf("no saga with id %q", cell(o.id, 0))
+		return notFoundf("no saga with id %q", view.Cell(o.id, 0))
 	} else if err != nil {
 		return badInput(err)
 	}
 	out := struct {
-		sagaJSON
-		Data       preview            `json:"data"`
-		Results    map[string]preview `json:"results"`
-		NextAt     time.Time          `json:"next_at,omitzero"`
-		LeaseUntil time.Time          `json:"lease_until,omitzero"`
-		Effects    []effectJSON       `json:"effects"`
-		Resolution *saga.Resolution   `json:"resolution,omitempty"`
-	}{sagaJSON: newSagaJSON(d.Instance), Data: newPreview(d.Data, o.full), Results: map[string]preview{},
-		Effects: []effectJSON{}, Resolution: d.Resolution}
+		view.Saga
+		Data       view.Preview            `json:"data"`
+		Results    map[string]view.Preview `json:"results"`
+		NextAt     time.Time               `json:"next_at,omitzero"`
+		LeaseUntil time.Time               `json:"lease_until,omitzero"`
+		Effects    []view.EffectView       `json:"effects"`
+		Resolution *saga.Resolution        `json:"resolution,omitempty"`
+	}{Saga: view.SagaOf(d.Instance), Data: view.NewPreview(d.Data, o.full), Results: map[string]view.Preview{},
+		Effects: []view.EffectView{}, Resolution: d.Resolution}
 	if d.NextAt.UnixNano() > 0 {
 		out.NextAt = d.NextAt
 	}
@@ -202,30 +158,30 @@ func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
 		out.LeaseUntil = d.LeaseUntil
 	}
 	for step, r := range d.Results {
-		out.Results[step] = newPreview(r, o.full)
+		out.Results[step] = view.NewPreview(r, o.full)
 	}
 	for _, e := range d.Effects {
-		out.Effects = append(out.Effects, effectJSON{e.Step, e.State, e.Attempts, e.Reason, newPreview(e.Result, o.full), e.Updated, e.DecodeError})
+		out.Effects = append(out.Effects, view.EffectViewOf(e, o.full))
 	}
 	if o.json {
 		return writeJSON(m.Stdout, out)
 	}
 	tw := newTable(m.Stdout)
-	rows := [][2]string{{"id", cell(d.ID, 0)}, {"saga", cell(d.Saga, 0)}, {"state", out.state()}, {"step", fmt.Sprint(d.Step)},
-		{"attempts", fmt.Sprint(d.Attempts)}, {"reason", cell(d.Reason, 0)}, {"created", when(d.Created)},
-		{"updated", when(d.Updated)}, {"next run", when(out.NextAt)}, {"leased until", when(out.LeaseUntil)},
-		{"data", out.Data.String()}}
+	rows := [][2]string{{"id", view.Cell(d.ID, 0)}, {"saga", view.Cell(d.Saga, 0)}, {"state", out.StateText()}, {"step", fmt.Sprint(d.Step)},
+		{"attempts", fmt.Sprint(d.Attempts)}, {"reason", view.Cell(d.Reason, 0)}, {"created", view.When(d.Created)},
+		{"updated", view.When(d.Updated)}, {"next run", view.When(out.NextAt)}, {"leased until", view.When(out.LeaseUntil)},
+		{"data", out.Data.Text()}}
 	if d.DecodeError != "" {
-		rows = append(rows, [2]string{"DECODE ERROR", cell(d.DecodeError, 0) + " (no orchestrator runs it: correct the row, or resolve it)"})
+		rows = append(rows, [2]string{"DECODE ERROR", view.Cell(d.DecodeError, 0) + " (no orchestrator runs it: correct the row, or resolve it)"})
 	}
 	if d.Parked {
 		rows = append(rows, [2]string{"PARKED", "no orchestrator runs it until its row is corrected and it is retried, or it is resolved: the reason says why"})
 	}
 	for _, step := range slices.Sorted(maps.Keys(out.Results)) {
-		rows = append(rows, [2]string{"result " + cell(step, 60), out.Results[step].String()})
+		rows = append(rows, [2]string{"result " + view.Cell(step, 60), out.Results[step].Text()})
 	}
 	if r := d.Resolution; r != nil {
-		rows = append(rows, [2]string{"resolved", fmt.Sprintf("%s (was %s): %s", when(r.At), cell(r.PreviousState, 0), cell(r.Note, 0))})
+		rows = append(rows, [2]string{"resolved", fmt.Sprintf("%s (was %s): %s", view.When(r.At), view.Cell(r.PreviousState, 0), view.Cell(r.Note, 0))})
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
@@ -238,7 +194,7 @@ func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
 	var bad undecodable
 	fmt.Fprintln(tw, "STEP\tSTATE\tATTEMPTS\tUPDATED\tREASON")
 	for _, e := range out.Effects {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", bad.mark(cell(e.Step, 60), e.DecodeError), cell(e.State, 20), e.Attempts, when(e.Updated), cell(e.Reason, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", bad.mark(view.Cell(e.Step, 60), e.DecodeError), view.Cell(e.State, 20), e.Attempts, view.When(e.UpdatedAt), view.Cell(e.Error, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -247,9 +203,9 @@ func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
 		fmt.Fprintln(m.Stdout, n)
 	}
 	if o.full {
-		fmt.Fprintf(m.Stdout, "full data:\n%s\n", fullText(d.Data))
+		fmt.Fprintf(m.Stdout, "full data:\n%s\n", view.FullText(d.Data))
 		for _, step := range slices.Sorted(maps.Keys(d.Results)) {
-			fmt.Fprintf(m.Stdout, "full result of %s:\n%s\n", cell(step, 60), fullText(d.Results[step]))
+			fmt.Fprintf(m.Stdout, "full result of %s:\n%s\n", view.Cell(step, 60), view.FullText(d.Results[step]))
 		}
 	}
 	return nil
@@ -271,7 +227,7 @@ func (m *Main) sagasChange(ctx context.Context, o sagasOptions, op, flagName str
 	defer closeDB()
 	before, err := a.Get(ctx, o.id)
 	if errors.Is(err, saga.ErrNotFound) {
-		return notFoundf("no saga with id %q: nothing done", cell(o.id, 0))
+		return notFoundf("no saga with id %q: nothing done", view.Cell(o.id, 0))
 	} else if err != nil {
 		return badInput(err)
 	}
@@ -283,7 +239,7 @@ func (m *Main) sagasChange(ctx context.Context, o sagasOptions, op, flagName str
 	var se *saga.StateError
 	switch {
 	case errors.Is(err, saga.ErrNotFound):
-		return notFoundf("no saga with id %q: nothing done", cell(o.id, 0))
+		return notFoundf("no saga with id %q: nothing done", view.Cell(o.id, 0))
 	case errors.As(err, &se):
 		return &codeError{exitConflict, fmt.Errorf("%w; nothing done", se)}
 	case err != nil:
@@ -306,7 +262,7 @@ func (m *Main) sagasChange(ctx context.Context, o sagasOptions, op, flagName str
 	if op == "resolve" {
 		what = "resolved by hand: no orchestrator advances it again"
 	}
-	fmt.Fprintf(m.Stdout, "saga %s (%s) %s; it was %s, it is %s; %s: %s\n", cell(o.id, 0), cell(before.Saga, 0), what,
-		cell(before.State, 0), cell(after.State, 0), flagName, cell(o.text, 0))
+	fmt.Fprintf(m.Stdout, "saga %s (%s) %s; it was %s, it is %s; %s: %s\n", view.Cell(o.id, 0), view.Cell(before.Saga, 0), what,
+		view.Cell(before.State, 0), view.Cell(after.State, 0), flagName, view.Cell(o.text, 0))
 	return nil
 }

@@ -16,12 +16,10 @@ import (
 // --older-than go, each with its step effects; with --effects, the complete
 // effects older than it too.
 func (m *Main) sagasPurgeAction(o *sagasOptions) opsAction {
-	return opsAction{"purge", func(fs *flag.FlagSet) func(context.Context) error {
-		o.declare(fs)
+	return opsAction{"purge", func(fs *flag.FlagSet) {
 		fs.DurationVar(&o.olderThan, "older-than", 0, fmt.Sprintf("delete finished sagas last changed longer ago than this, at least %v (such as 720h)", admin.MinPurgeAge))
 		fs.BoolVar(&o.effects, "effects", false, "also delete the complete effects last changed longer ago")
-		return func(ctx context.Context) error { return m.sagasPurge(ctx, *o) }
-	}}
+	}, func(ctx context.Context) error { return m.sagasPurge(ctx, *o) }}
 }
 
 func (m *Main) sagasPurge(ctx context.Context, o sagasOptions) error {

@@ -771,44 +771,41 @@
     });
   }
 
-  async function discardDeadLetter(d) {
-    const a = await ask('Discard dead letter ' + d.id, 'Drop it for good: the message will not be processed.');
+  // itemAction asks for the reason of an action on one item (what, as the log names
+  // it), POSTs it to path as the body's field (reason, or note), and logs done.
+  async function itemAction(what, text, path, done, field, opts) {
+    const a = await ask(what.charAt(0).toUpperCase() + what.slice(1), text, opts);
     if (!a) return;
-    await act('discard dead letter ' + d.id, function () {
-      return api('POST', 'deadletters/' + encodeURIComponent(d.id) + '/discard', { reason: a.reason }).then(function () { return 'discarded'; });
+    const body = {};
+    body[field || 'reason'] = a.reason;
+    await act(what, function () {
+      return api('POST', path, body).then(function () { return done; });
     });
   }
 
-  async function retryParked(m) {
-    const a = await ask('Retry parked message ' + m.id, 'Hand it back to the relay to publish.');
-    if (!a) return;
-    await act('retry parked message ' + m.id, function () {
-      return api('POST', 'outbox/parked/' + encodeURIComponent(m.id) + '/retry', { reason: a.reason }).then(function () { return 'retried'; });
-    });
+  function discardDeadLetter(d) {
+    return itemAction('discard dead letter ' + d.id, 'Drop it for good: the message will not be processed.',
+      'deadletters/' + encodeURIComponent(d.id) + '/discard', 'discarded');
   }
 
-  async function discardParked(m) {
-    const a = await ask('Discard parked message ' + m.id, 'It will never be published.');
-    if (!a) return;
-    await act('discard parked message ' + m.id, function () {
-      return api('POST', 'outbox/parked/' + encodeURIComponent(m.id) + '/discard', { reason: a.reason }).then(function () { return 'discarded'; });
-    });
+  function retryParked(m) {
+    return itemAction('retry parked message ' + m.id, 'Hand it back to the relay to publish.',
+      'outbox/parked/' + encodeURIComponent(m.id) + '/retry', 'retried');
   }
 
-  async function retrySaga(s) {
-    const a = await ask('Retry saga ' + s.id, 'Run its failed step (or compensation) again.');
-    if (!a) return;
-    await act('retry saga ' + s.id, function () {
-      return api('POST', 'sagas/' + encodeURIComponent(s.id) + '/retry', { reason: a.reason }).then(function () { return 'retried'; });
-    });
+  function discardParked(m) {
+    return itemAction('discard parked message ' + m.id, 'It will never be published.',
+      'outbox/parked/' + encodeURIComponent(m.id) + '/discard', 'discarded');
   }
 
-  async function resolveSaga(s) {
-    const a = await ask('Resolve saga ' + s.id, 'Mark it settled by hand.', { label: 'What was done' });
-    if (!a) return;
-    await act('resolve saga ' + s.id, function () {
-      return api('POST', 'sagas/' + encodeURIComponent(s.id) + '/resolve', { note: a.reason }).then(function () { return 'resolved'; });
-    });
+  function retrySaga(s) {
+    return itemAction('retry saga ' + s.id, 'Run its failed step (or compensation) again.',
+      'sagas/' + encodeURIComponent(s.id) + '/retry', 'retried');
+  }
+
+  function resolveSaga(s) {
+    return itemAction('resolve saga ' + s.id, 'Mark it settled by hand.',
+      'sagas/' + encodeURIComponent(s.id) + '/resolve', 'resolved', 'note', { label: 'What was done' });
   }
 
   async function evictKey(r) {
