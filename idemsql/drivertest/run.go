@@ -1,0 +1,20 @@
+// Package drivertest is the suite an idemsql.Driver must pass: one exported test
+// per statement family, each running the family's statements against a real
+// database and failing with a message that names the statement's field. A new
+// driver runs Run (or the families one by one) from a test of its package, with
+// a function that opens a fresh, empty database of its kind for each call; the
+// suite applies the migrations it needs.
+package drivertest
+
+import (
+	"database/sql"
+	"testing"
+
+	"github.com/idemhq/idem/idemsql"
+)
+
+// Run checks every statement family of db's Driver.
+func Run(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
+	t.Run("Inbox", func(t *testing.T) { Inbox(t, db) })
+	t.Run("Stream", func(t *testing.T) { Stream(t, db) })
+}
