@@ -3,11 +3,11 @@ package inbox
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltext"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // replayBatch bounds the requested replays one poll performs.
@@ -111,16 +111,9 @@ func (c *Consumer[Tx]) replayFailed(ctx context.Context, id int64, attempts int,
 
 // pollReplays calls ReplayRequested every Config.ReplayPollInterval until ctx ends.
 func (c *Consumer[Tx]) pollReplays(ctx context.Context) {
-	t := time.NewTicker(c.cfg.ReplayPollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.Every(ctx, c.cfg.ReplayPollInterval, func() {
 		if _, err := c.ReplayRequested(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Logger.WarnContext(ctx, "inbox: polling for requested replays failed", "consumer", c.cfg.Consumer, "err", err)
 		}
-	}
+	})
 }
