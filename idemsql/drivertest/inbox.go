@@ -21,6 +21,7 @@ func Inbox(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 		r := newInboxRunner(t, db)
 		ids := r.insertLetters()
 		r.readLetters(ids)
+		r.locks(ids)
 		r.replays(ids)
 		r.closing(ids)
 		r.list(ids)
@@ -244,6 +245,15 @@ func (r inboxRunner) requested(limit int, want ...int64) {
 	if !slices.Equal(got, want) {
 		r.errorf("RequestedReplays", "listed %v (limit %d), want %v: requested, open letters of the consumer in id order", got, limit, want)
 	}
+}
+
+// locks checks that LockDeadLetter holds the letter's row.
+func (r inboxRunner) locks(ids []int64) {
+	r.holds("LockDeadLetter", func(q idemsql.Querier) error {
+		var consumer string
+		var replayed *int64
+		return q.QueryRow(r.ctx, r.s.LockDeadLetter, ids[l1]).Scan(&consumer, &replayed)
+	})
 }
 
 // closing checks the operator's lock and discard.

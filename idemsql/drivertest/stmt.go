@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/migrate"
@@ -131,4 +132,41 @@ func (r stmtRunner) ids(field, stmt string, args ...any) []int64 {
 		return nil
 	})
 	return out
+}
+
+// lockWait is how long holds gives a second transaction to get past a lock the
+// first one holds. A slow machine can only make the check pass when it should
+// not, never fail when it should pass.
+const lockWait = 300 * time.Millisecond
+
+// holds checks that lock, run in a transaction, holds what it locks until that
+// transaction ends: lock run in a second transaction meanwhile must wait for it,
+// and succeed once the first commits.
+func (r stmtRunner) holds(field string, lock func(q idemsql.Querier) error) {
+	r.t.Helper()
+	tx, err := r.db.Begin(r.ctx)
+	if err != nil {
+		r.fatal(field, "begin: %v", err)
+	}
+	if err := lock(r.db.Querier(tx)); err != nil {
+		_ = r.db.Rollback(r.ctx, tx)
+		r.fatal(field, "%v", err)
+	}
+	second := make(chan error, 1)
+	go func() {
+		second <- r.db.InTx(r.ctx, func(tx *sql.Tx) error { return lock(r.db.Querier(tx)) })
+	}()
+	select {
+	case err := <-second:
+		_ = r.db.Rollback(r.ctx, tx)
+		r.errorf(field, "ran in a second transaction while the first held the row (error: %v): it must lock the row until its transaction ends", err)
+		return
+	case <-time.After(lockWait):
+	}
+	if err := r.db.Commit(r.ctx, tx); err != nil {
+		r.fatal(field, "commit: %v", err)
+	}
+	if err := <-second; err != nil {
+		r.errorf(field, "failed in a second transaction once the first ended: %v", err)
+	}
 }

@@ -52,21 +52,28 @@ func (r streamRunner) readEvents(field, stmt string, args ...any) []event {
 	return out
 }
 
-// nextHead advances channel's head as stream.SQLStore does.
+// nextHead advances channel's head in a transaction of its own.
 func (r streamRunner) nextHead(channel string) (head int64) {
 	r.t.Helper()
 	r.need("NextHead", r.s.NextHead)
-	if r.s.NextHeadRead == "" {
-		r.inTx("NextHead", func(q idemsql.Querier) error { return q.QueryRow(r.ctx, r.s.NextHead, channel).Scan(&head) })
-		return head
-	}
-	r.inTx("NextHeadRead", func(q idemsql.Querier) error {
-		if _, err := q.Exec(r.ctx, r.s.NextHead, channel); err != nil {
-			return err
-		}
-		return q.QueryRow(r.ctx, r.s.NextHeadRead).Scan(&head)
+	r.inTx("NextHead", func(q idemsql.Querier) (err error) {
+		head, err = r.advanceIn(q, channel)
+		return err
 	})
 	return head
+}
+
+// advanceIn advances channel's head with q as stream.SQLStore does.
+func (r streamRunner) advanceIn(q idemsql.Querier, channel string) (head int64, err error) {
+	if r.s.NextHeadRead == "" {
+		err = q.QueryRow(r.ctx, r.s.NextHead, channel).Scan(&head)
+		return head, err
+	}
+	if _, err := q.Exec(r.ctx, r.s.NextHead, channel); err != nil {
+		return 0, err
+	}
+	err = q.QueryRow(r.ctx, r.s.NextHeadRead).Scan(&head)
+	return head, err
 }
 
 func (r streamRunner) heads() {
@@ -84,6 +91,10 @@ func (r streamRunner) heads() {
 	}
 	if r.row("Head", r.s.Head, []any{"none"}, &head) {
 		r.errorf("Head", "read a row for a channel never appended to")
+	}
+	r.holds("NextHead", func(q idemsql.Querier) error { _, err := r.advanceIn(q, "locked"); return err })
+	if got := r.nextHead("locked"); got != 3 {
+		r.errorf("NextHead", "moved the head of a channel advanced twice to %d, want 3", got)
 	}
 }
 
