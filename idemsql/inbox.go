@@ -1,10 +1,5 @@
 package idemsql
 
-import (
-	"strconv"
-	"strings"
-)
-
 // InboxSQL is the inbox family of a Driver: the statements package inbox runs
 // beyond its key records (which are the store's), on the tables of the migration
 // set "inbox" (idem_dead_letters, a consumer's dead letters, and
@@ -41,8 +36,7 @@ type InboxSQL struct {
 	// ListDeadLetters returns the operator's listing of the letters that match the
 	// conditions c holds, in id order. Args: those of the conditions c sets, in
 	// the order of DeadLetterConds' fields, then the id the page starts after
-	// (d.id > it), then the limit. DeadLetterConds.Clause writes the part after
-	// the SELECT in SQL every driver of idem accepts.
+	// (d.id > it), then the limit.
 	ListDeadLetters func(c DeadLetterConds) string
 
 	// LockDeadLetter reads consumer and replayed_at of dead letter $1 (id), and
@@ -117,31 +111,4 @@ type DeadLetterConds struct {
 	Until  bool // d.dead_at < the argument
 	// IncludeDone lists closed letters too; it takes no argument.
 	IncludeDone bool
-}
-
-// Clause returns the WHERE, ORDER BY and LIMIT clauses of the listing c asks for,
-// in SQL that PostgreSQL, SQLite and MySQL accept, for a SELECT of dead letters
-// whose letter table is aliased d: the drivers append it to theirs.
-func (c DeadLetterConds) Clause() string {
-	var where []string
-	n := 0
-	add := func(set bool, cond string) {
-		if set {
-			n++
-			where = append(where, cond+strconv.Itoa(n))
-		}
-	}
-	add(c.Consumer, "d.consumer = $")
-	add(c.Kind, "d.kind = $")
-	add(c.Reason, "LOWER(d.reason) LIKE $")
-	if c.Reason {
-		where[len(where)-1] += " ESCAPE '!'"
-	}
-	add(c.Since, "d.dead_at >= $")
-	add(c.Until, "d.dead_at < $")
-	add(true, "d.id > $")
-	if !c.IncludeDone {
-		where = append(where, "d.replayed_at IS NULL")
-	}
-	return "WHERE " + strings.Join(where, " AND ") + " ORDER BY d.id LIMIT $" + strconv.Itoa(n+1)
 }
