@@ -1,7 +1,12 @@
 package idempg
 
-import "github.com/idemhq/idem/idemsql"
+import (
+	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/streamsql"
+)
 
 func (driver) Stream() *idemsql.StreamSQL { return &streamStmts }
 
-var streamStmts = idemsql.StreamSQL{}
+// streamStmts are the statements of a database that speaks ON CONFLICT and
+// RETURNING (streamsql.OnConflict).
+var streamStmts = streamsql.OnConflict()

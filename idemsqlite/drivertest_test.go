@@ -12,7 +12,5 @@ import (
 // TestDriver runs the suite every idemsql.Driver must pass on this one, a fresh
 // database per family.
 func TestDriver(t *testing.T) {
-	db := func(t *testing.T) idemsql.TxDB[*sql.Tx] { return sqltest.SQLite(t) }
-	t.Run("Effect", func(t *testing.T) { drivertest.Effect(t, db) })
-	t.Run("Saga", func(t *testing.T) { drivertest.Saga(t, db) })
+	drivertest.Run(t, func(t *testing.T) idemsql.TxDB[*sql.Tx] { return sqltest.SQLite(t) })
 }

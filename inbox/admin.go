@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -48,13 +47,26 @@ var ErrDeadLetterClosed = errors.New("inbox: the dead letter was already replaye
 // the database alone. It never runs a handler: a requested replay is performed by
 // the letter's consumer (Consumer.Run polls for requests), exactly once.
 type DeadLetterAdmin[Tx any] struct {
-	db idemsql.TxDB[Tx]
+	db  idemsql.TxDB[Tx]
+	sql *idemsql.InboxSQL // nil where db has no Driver: every method then returns db.Validate's error
 }
 
 // NewDeadLetterAdmin returns the admin of db's dead letters. The schema must be up
 // to date (a Consumer's New, or `idem migrate up`, applies it).
 func NewDeadLetterAdmin[Tx any](db idemsql.TxDB[Tx]) *DeadLetterAdmin[Tx] {
-	return &DeadLetterAdmin[Tx]{db: db}
+	a := &DeadLetterAdmin[Tx]{db: db}
+	if db.Driver != nil {
+		a.sql = db.Driver.Inbox()
+	}
+	return a
+}
+
+// ready returns the error of a TxDB without a Driver, which has no statements.
+func (a *DeadLetterAdmin[Tx]) ready() error {
+	if a.sql == nil {
+		return a.db.Validate()
+	}
+	return nil
 }
 
 // DeadLetterFilter selects dead letters for List. The zero value lists the first
@@ -75,52 +87,18 @@ type ReplayRequest struct {
 	Outcome string // ReplayRequested, ReplayNotFound or ReplayAlreadyDone
 }
 
-// selectDeadLetter reads a dead letter with its operator state; scanDeadLetter
-// scans it.
-const selectDeadLetter = `SELECT d.id, d.consumer, d.msg_id, d.topic, d.position, d.headers, d.payload, d.kind,
-	d.reason, d.attempts, d.first_at, d.dead_at, d.replayed_at, o.replay_requested_at, COALESCE(o.replay_reason, ''),
-	COALESCE(o.replay_attempts, 0), COALESCE(o.last_replay_error, ''), COALESCE(o.replay_note, ''),
-	o.discarded_at, COALESCE(o.discard_reason, '')
-	FROM idem_dead_letters d LEFT JOIN idem_dead_letters_ops o ON o.id = d.id `
-
 // List returns the dead letters filter selects, in id order: pass the last id as
 // AfterID for the next page. A letter whose row cannot be decoded is listed with
 // its DecodeError.
 func (a *DeadLetterAdmin[Tx]) List(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
+	if err := a.ready(); err != nil {
+		return nil, err
+	}
 	if err := f.validate(); err != nil {
 		return nil, err
 	}
-	var where []string
-	var args []any
-	add := func(cond string, arg any) {
-		args = append(args, arg)
-		where = append(where, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(args))))
-	}
-	if f.Consumer != "" {
-		add("d.consumer = $?", f.Consumer)
-	}
-	if f.Kind != "" {
-		add("d.kind = $?", f.Kind)
-	}
-	if f.ReasonContains != "" {
-		add("LOWER(d.reason) LIKE $? ESCAPE '!'", "%"+likeEscape(strings.ToLower(f.ReasonContains))+"%")
-	}
-	if !f.Since.IsZero() {
-		add("d.dead_at >= $?", f.Since.UnixMilli())
-	}
-	if !f.Until.IsZero() {
-		add("d.dead_at < $?", f.Until.UnixMilli())
-	}
-	add("d.id > $?", f.AfterID)
-	if !f.IncludeDone {
-		where = append(where, "d.replayed_at IS NULL")
-	}
-	limit := f.Limit
-	if limit == 0 {
-		limit = 100
-	}
-	args = append(args, limit)
-	query := selectDeadLetter + "WHERE " + strings.Join(where, " AND ") + " ORDER BY d.id LIMIT $" + strconv.Itoa(len(args))
+	conds, args := f.conds()
+	query := a.sql.ListDeadLetters(conds)
 	var out []DeadLetter
 	err := read(ctx, a.db, func(q idemsql.Querier) (err error) {
 		out, err = queryDeadLetters(ctx, q, query, args...)
@@ -130,6 +108,36 @@ func (a *DeadLetterAdmin[Tx]) List(ctx context.Context, f DeadLetterFilter) ([]D
 		return nil, &idem.BackendError{Backend: a.db.Dialect().String(), Op: "inbox.list_dead_letters", Err: err}
 	}
 	return out, nil
+}
+
+// conds returns the conditions of f and their arguments, in the order of
+// idemsql.InboxSQL.ListDeadLetters.
+func (f DeadLetterFilter) conds() (c idemsql.DeadLetterConds, args []any) {
+	add := func(cond *bool, arg any) {
+		*cond = true
+		args = append(args, arg)
+	}
+	if f.Consumer != "" {
+		add(&c.Consumer, f.Consumer)
+	}
+	if f.Kind != "" {
+		add(&c.Kind, f.Kind)
+	}
+	if f.ReasonContains != "" {
+		add(&c.Reason, "%"+likeEscape(strings.ToLower(f.ReasonContains))+"%")
+	}
+	if !f.Since.IsZero() {
+		add(&c.Since, f.Since.UnixMilli())
+	}
+	if !f.Until.IsZero() {
+		add(&c.Until, f.Until.UnixMilli())
+	}
+	c.IncludeDone = f.IncludeDone
+	limit := f.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	return c, append(args, f.AfterID, limit)
 }
 
 func (f DeadLetterFilter) validate() error {
@@ -150,8 +158,8 @@ func (f DeadLetterFilter) validate() error {
 	return nil
 }
 
-// likeEscape escapes LIKE's metacharacters with '!', the ESCAPE character List
-// declares (a backslash would be a string escape on MySQL).
+// likeEscape escapes LIKE's metacharacters with '!', the ESCAPE character of
+// ListDeadLetters (a backslash would be a string escape on MySQL).
 func likeEscape(s string) string {
 	return strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(s)
 }
@@ -160,8 +168,11 @@ func likeEscape(s string) string {
 // cannot be decoded), or ErrNoDeadLetter.
 func (a *DeadLetterAdmin[Tx]) Get(ctx context.Context, id int64) (DeadLetter, error) {
 	var dl DeadLetter
+	if err := a.ready(); err != nil {
+		return dl, err
+	}
 	err := read(ctx, a.db, func(q idemsql.Querier) (err error) {
-		dl, err = getDeadLetter(ctx, q, selectDeadLetter+"WHERE d.id = $1", id)
+		dl, err = getDeadLetter(ctx, q, a.sql.DeadLetter, id)
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -186,6 +197,9 @@ func (a *DeadLetterAdmin[Tx]) RequestReplay(ctx context.Context, ids []int64, re
 	case len(reason) > MaxReasonBytes:
 		return nil, reasonTooLong("reason", reason)
 	}
+	if err := a.ready(); err != nil {
+		return nil, err
+	}
 	out := make([]ReplayRequest, len(ids))
 	for i, id := range ids {
 		out[i].ID = id
@@ -203,9 +217,7 @@ func (a *DeadLetterAdmin[Tx]) RequestReplay(ctx context.Context, ids []int64, re
 				return nil
 			}
 			out[i].Outcome = ReplayRequested
-			_, err = q.Exec(ctx, `INSERT INTO idem_dead_letters_ops (id, consumer, replay_requested_at, replay_reason)
-				VALUES ($1, $2, $3, $4)`+a.upsert("replay_requested_at", "replay_reason")+`, replay_attempts = 0, last_replay_error = ''`,
-				id, consumer, time.Now().UnixMilli(), reason)
+			_, err = q.Exec(ctx, a.sql.RequestReplay, id, consumer, time.Now().UnixMilli(), reason)
 			return err
 		})
 		if err != nil {
@@ -226,6 +238,9 @@ func (a *DeadLetterAdmin[Tx]) Discard(ctx context.Context, id int64, reason stri
 	case len(reason) > MaxReasonBytes:
 		return reasonTooLong("reason", reason)
 	}
+	if err := a.ready(); err != nil {
+		return err
+	}
 	err := a.db.InTx(ctx, func(tx Tx) error {
 		q := a.db.Querier(tx)
 		consumer, closed, err := a.lockLetter(ctx, q, id)
@@ -237,12 +252,10 @@ func (a *DeadLetterAdmin[Tx]) Discard(ctx context.Context, id int64, reason stri
 		}
 		now := time.Now().UnixMilli()
 		// Closed as a replay closes it: out of the pending letters and their unique index.
-		if _, err := q.Exec(ctx, "UPDATE idem_dead_letters SET replayed_at = $1 WHERE id = $2", now, id); err != nil {
+		if _, err := q.Exec(ctx, a.sql.CloseDeadLetter, now, id); err != nil {
 			return err
 		}
-		_, err = q.Exec(ctx, `INSERT INTO idem_dead_letters_ops (id, consumer, discarded_at, discard_reason)
-			VALUES ($1, $2, $3, $4)`+a.upsert("discarded_at", "discard_reason")+`, replay_requested_at = NULL`,
-			id, consumer, now, reason)
+		_, err = q.Exec(ctx, a.sql.DiscardDeadLetter, id, consumer, now, reason)
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrNoDeadLetter) && !errors.Is(err, ErrDeadLetterClosed) {
@@ -251,45 +264,15 @@ func (a *DeadLetterAdmin[Tx]) Discard(ctx context.Context, id int64, reason stri
 	return err
 }
 
-// lockLetter locks dead letter id's row (on PostgreSQL and MySQL; a SQLite
-// transaction holds the write lock already) and returns its consumer and whether
+// lockLetter locks dead letter id's row (InboxSQL.LockDeadLetter) and returns its consumer and whether
 // it is closed (replayed or discarded).
 func (a *DeadLetterAdmin[Tx]) lockLetter(ctx context.Context, q idemsql.Querier, id int64) (consumer string, closed bool, err error) {
 	var replayed *int64
-	err = q.QueryRow(ctx, "SELECT consumer, replayed_at FROM idem_dead_letters WHERE id = $1"+forUpdate(a.db.Dialect()), id).
-		Scan(&consumer, &replayed)
+	err = q.QueryRow(ctx, a.sql.LockDeadLetter, id).Scan(&consumer, &replayed)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, ErrNoDeadLetter
 	}
 	return consumer, replayed != nil, err
-}
-
-// upsert returns the conflict clause of an insert into idem_dead_letters_ops that
-// sets cols to the inserted values; more assignments may follow it.
-func (a *DeadLetterAdmin[Tx]) upsert(cols ...string) string {
-	return upsertOps(a.db.Dialect(), cols...)
-}
-
-func upsertOps(d idemsql.Dialect, cols ...string) string {
-	set := make([]string, len(cols))
-	for i, c := range cols {
-		if d == idemsql.MySQL {
-			set[i] = c + " = VALUES(" + c + ")"
-		} else {
-			set[i] = c + " = excluded." + c
-		}
-	}
-	if d == idemsql.MySQL {
-		return " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
-	}
-	return " ON CONFLICT (id) DO UPDATE SET " + strings.Join(set, ", ")
-}
-
-func forUpdate(d idemsql.Dialect) string {
-	if d == idemsql.SQLite {
-		return ""
-	}
-	return " FOR UPDATE"
 }
 
 func reasonTooLong(field, reason string) error {

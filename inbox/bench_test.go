@@ -76,15 +76,17 @@ func BenchmarkProcessPostgresTraced(b *testing.B) { benchProcessPostgres(b, test
 func benchProcessPostgres(b *testing.B, tp trace.TracerProvider) {
 	ctx := context.Background()
 	pool, store := pgxLedger(b, idempg.Config{TracerProvider: tp})
-	handle := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
-		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
-		return err
-	}
-	c, err := inbox.New(ctx, nopSource{}, idempg.TxDB(pool), store, handle, inbox.Config{Consumer: "bench", BatchSize: benchBatch, TracerProvider: tp})
+	c, err := inbox.New(ctx, nopSource{}, idempg.TxDB(pool), store, pgxCredit, inbox.Config{Consumer: "bench", BatchSize: benchBatch, TracerProvider: tp})
 	if err != nil {
 		b.Fatal(err)
 	}
 	processBatches(b, c.Process)
+}
+
+// pgxCredit is the Postgres benchmarks' handler: one ledger row per message.
+func pgxCredit(ctx context.Context, tx pgx.Tx, m idem.Message) error {
+	_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
+	return err
 }
 
 // benchBatch is the inbox benchmarks' batch size.
@@ -127,10 +129,7 @@ func (nopSource) Close() error { return nil }
 func BenchmarkProcessPostgresUnbatched(b *testing.B) {
 	ctx := context.Background()
 	pool, store := pgxLedger(b, idempg.Config{})
-	insert := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
-		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
-		return err
-	}
+	insert := pgxCredit
 	db := idempg.TxDB(pool)
 	c, err := inbox.New(ctx, nopSource{}, db, store, insert, inbox.Config{Consumer: "bench", BatchSize: 1})
 	if err != nil {
@@ -174,11 +173,7 @@ func BenchmarkProcessPostgresUnbatched(b *testing.B) {
 func BenchmarkProcessPostgresExpired(b *testing.B) {
 	ctx := context.Background()
 	pool, store := pgxLedger(b, idempg.Config{})
-	handle := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
-		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
-		return err
-	}
-	c, err := inbox.New(ctx, nopSource{}, idempg.TxDB(pool), store, handle, inbox.Config{Consumer: "bench", BatchSize: benchBatch, ReplayPollInterval: -1})
+	c, err := inbox.New(ctx, nopSource{}, idempg.TxDB(pool), store, pgxCredit, inbox.Config{Consumer: "bench", BatchSize: benchBatch, ReplayPollInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -108,35 +109,21 @@ const (
 // withDefaults returns c with zero fields set to their defaults, validated: the one
 // place defaults are applied.
 func (c Config) withDefaults() (Config, error) {
-	if c.BatchSize == 0 {
-		c.BatchSize = 1
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
+	c.BatchSize = cmp.Or(c.BatchSize, 1)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.MaxKeyAge = cmp.Or(c.MaxKeyAge, c.Retention)
+	c.ReplayPollInterval = cmp.Or(c.ReplayPollInterval, DefaultReplayPollInterval)
+	c.MaxReplayAttempts = cmp.Or(c.MaxReplayAttempts, DefaultMaxReplayAttempts)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}
 	if c.Key == nil {
 		c.Key = MessageID
 	}
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
-	}
-	if c.ReplayPollInterval == 0 {
-		c.ReplayPollInterval = DefaultReplayPollInterval
-	}
-	if c.MaxReplayAttempts == 0 {
-		c.MaxReplayAttempts = DefaultMaxReplayAttempts
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 	if c.Now == nil {
 		c.Now = time.Now
-	}
-	if c.MaxKeyAge == 0 {
-		c.MaxKeyAge = c.Retention
 	}
 	var ie *idem.InputError
 	if err := (idem.Key{Scope: c.Consumer, ID: "x"}).Validate(); errors.As(err, &ie) {

@@ -79,15 +79,7 @@ func (c *Consumer[Tx]) insertDeadLetter(ctx context.Context, q idemsql.Querier, 
 	if payload == nil {
 		payload = []byte{}
 	}
-	conflict := ` ON CONFLICT (consumer, msg_id) WHERE replayed_at IS NULL AND msg_id <> '' DO NOTHING`
-	if c.db.Dialect() == idemsql.MySQL {
-		// Not IGNORE, which would also turn a value too long for its column into a
-		// warning: the duplicate alone is skipped.
-		conflict = ` ON DUPLICATE KEY UPDATE id = id`
-	}
-	_, err = q.Exec(ctx, `INSERT INTO idem_dead_letters
-		(consumer, msg_id, topic, position, headers, payload, kind, reason, attempts, first_at, dead_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`+conflict,
+	_, err = q.Exec(ctx, c.sql.InsertDeadLetter,
 		c.cfg.Consumer, sqltext.Ident(it.d.ID, maxDeadIdent), sqltext.Ident(it.d.Topic, maxDeadIdent),
 		sqltext.Ident(it.d.Position, maxDeadIdent), string(headers), payload, it.kind,
 		sqltext.Fit(it.err.Error(), maxDeadReason), attempts, first.UnixMilli(), now.UnixMilli())
@@ -102,8 +94,7 @@ func (c *Consumer[Tx]) DeadLetters(ctx context.Context, limit int) ([]DeadLetter
 	}
 	var out []DeadLetter
 	err := c.db.InTx(ctx, func(tx Tx) (err error) {
-		out, err = queryDeadLetters(ctx, c.db.Querier(tx), selectDeadLetter+
-			"WHERE d.consumer = $1 AND d.replayed_at IS NULL ORDER BY d.id LIMIT $2", c.cfg.Consumer, limit)
+		out, err = queryDeadLetters(ctx, c.db.Querier(tx), c.sql.OpenDeadLetters, c.cfg.Consumer, limit)
 		return err
 	})
 	if err != nil {
@@ -112,12 +103,13 @@ func (c *Consumer[Tx]) DeadLetters(ctx context.Context, limit int) ([]DeadLetter
 	return out, nil
 }
 
-// deadLetterColumns names the columns of selectDeadLetter, for decode errors.
+// deadLetterColumns names the columns of a read of dead letters (see
+// idemsql.InboxSQL), for decode errors.
 var deadLetterColumns = []string{"id", "consumer", "msg_id", "topic", "position", "headers", "payload", "kind",
 	"reason", "attempts", "first_at", "dead_at", "replayed_at", "replay_requested_at", "replay_reason",
 	"replay_attempts", "last_replay_error", "replay_note", "discarded_at", "discard_reason"}
 
-// scanDeadLetter scans a row of selectDeadLetter. What of the row cannot be
+// scanDeadLetter scans a row of a read of dead letters. What of the row cannot be
 // decoded is the letter's DecodeError, not an error: one bad row must not hide
 // the others from the operator.
 func scanDeadLetter(r idemsql.Row) (DeadLetter, error) {
@@ -172,9 +164,9 @@ func (c *Consumer[Tx]) Replay(ctx context.Context, id int64) (applied bool, err 
 func (c *Consumer[Tx]) replay(ctx context.Context, span trace.Span, id int64, requested bool) (applied bool, err error) {
 	err = c.db.InTx(ctx, func(tx Tx) error {
 		q := c.db.Querier(tx)
-		query := selectDeadLetter + "WHERE d.id = $1 AND d.consumer = $2 AND d.replayed_at IS NULL"
+		query := c.sql.OpenDeadLetter
 		if requested {
-			query += " AND o.replay_requested_at IS NOT NULL"
+			query = c.sql.RequestedDeadLetter
 		}
 		dl, err := getDeadLetter(ctx, q, query, id, c.cfg.Consumer)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -219,7 +211,7 @@ func (c *Consumer[Tx]) replay(ctx context.Context, span trace.Span, id int64, re
 		// Closed only if still open: an operator's discard, or another replay, that
 		// committed meanwhile wins, and this transaction (the handler's writes with
 		// it) rolls back.
-		n, err := q.Exec(ctx, "UPDATE idem_dead_letters SET replayed_at = $1 WHERE id = $2 AND replayed_at IS NULL", time.Now().UnixMilli(), id)
+		n, err := q.Exec(ctx, c.sql.CloseOpenDeadLetter, time.Now().UnixMilli(), id)
 		if err != nil {
 			return err
 		}
@@ -230,8 +222,7 @@ func (c *Consumer[Tx]) replay(ctx context.Context, span trace.Span, id int64, re
 		if applied {
 			note = "applied"
 		}
-		_, err = q.Exec(ctx, `INSERT INTO idem_dead_letters_ops (id, consumer, replay_note) VALUES ($1, $2, $3)`+
-			upsertOps(c.db.Dialect(), "replay_note")+", replay_requested_at = NULL", id, c.cfg.Consumer, note)
+		_, err = q.Exec(ctx, c.sql.NoteReplay, id, c.cfg.Consumer, note)
 		return err
 	})
 	return applied, err

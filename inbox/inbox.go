@@ -29,6 +29,7 @@ type Handler[Tx any] func(ctx context.Context, tx Tx, m idem.Message) error
 type Consumer[Tx any] struct {
 	src      idem.Source
 	db       idemsql.TxDB[Tx]
+	sql      *idemsql.InboxSQL // db's statements for dead letters and replays
 	store    idem.TxStore[Tx]
 	recorder idem.TxRecorder[Tx]       // store's one-statement batch path, if it has one
 	results  idem.TxResultRecorder[Tx] // the same, able to record who applied a key (tracing)
@@ -79,7 +80,7 @@ func New[Tx any](ctx context.Context, src idem.Source, db idemsql.TxDB[Tx], stor
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer[Tx]{src: src, db: db, store: store, handle: handle, cfg: cfg, metrics: m, failures: map[string]*failure{},
+	c := &Consumer[Tx]{src: src, db: db, sql: db.Driver.Inbox(), store: store, handle: handle, cfg: cfg, metrics: m, failures: map[string]*failure{},
 		tr: otelx.New(cfg.TracerProvider, cfg.Propagator), sys: otelx.System(src)}
 	c.recorder, _ = store.(idem.TxRecorder[Tx])
 	c.results, _ = store.(idem.TxResultRecorder[Tx])

@@ -28,6 +28,7 @@ const (
 // effect's transaction, so the state stays the same size however many messages flow.
 type LSNTracker[Tx any] struct {
 	db    idemsql.TxDB[Tx]
+	sql   *idemsql.InboxSQL
 	scope string
 }
 
@@ -54,22 +55,8 @@ func NewLSNTracker[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg LSNConf
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Sequences); err != nil {
 		return nil, err
 	}
-	return &LSNTracker[Tx]{db: db, scope: cfg.Scope}, nil
+	return &LSNTracker[Tx]{db: db, sql: db.Driver.Inbox(), scope: cfg.Scope}, nil
 }
-
-const (
-	// lsnUpsert moves the watermark if the position is above it, in one statement
-	// that locks the source's row: a row returned means Accepted.
-	lsnUpsert = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, $3, $4, NULL)
-		ON CONFLICT (scope, producer) DO UPDATE SET epoch = excluded.epoch, next = excluded.next
-		WHERE idem_sequences.epoch < excluded.epoch OR (idem_sequences.epoch = excluded.epoch AND idem_sequences.next < excluded.next)
-		RETURNING 1`
-	// MySQL has no RETURNING: lock the row, then compare and update.
-	lsnMySQLUpsert = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, 0, 0, NULL)
-		ON DUPLICATE KEY UPDATE epoch = epoch`
-	lsnMySQLSelect = `SELECT epoch, next FROM idem_sequences WHERE scope = $1 AND producer = $2 FOR UPDATE`
-	lsnUpdate      = `UPDATE idem_sequences SET epoch = $3, next = $4 WHERE scope = $1 AND producer = $2`
-)
 
 // CheckTx records position {lsn, index} of source in tx: Accepted when it is above
 // the source's watermark (which moves to it), Duplicate at or below it. Checks of
@@ -88,28 +75,35 @@ func (t *LSNTracker[Tx]) CheckTx(ctx context.Context, tx Tx, source string, lsn,
 	return v, nil
 }
 
-// check stores the watermark {lsn, index} as epoch = lsn, next = index + 1; a fresh
-// row is {0, 0}, below every position.
+// check stores the watermark {lsn, index} as epoch = lsn, next = index + 1, in one
+// statement where the driver has it (InboxSQL.LSNAdvance), which locks the
+// source's row: a row returned means Accepted.
 func (t *LSNTracker[Tx]) check(ctx context.Context, q idemsql.Querier, source string, lsn, index int64) (idemseq.Verdict, error) {
-	if t.db.Dialect() != idemsql.MySQL {
-		var one int
-		err := q.QueryRow(ctx, lsnUpsert, t.scope, source, lsn, index+1).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
-			return idemseq.Duplicate, nil
-		}
-		return idemseq.Accepted, err
+	if t.sql.LSNAdvance == "" {
+		return t.checkLocked(ctx, q, source, lsn, index)
 	}
+	var one int
+	err := q.QueryRow(ctx, t.sql.LSNAdvance, t.scope, source, lsn, index+1).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
+		return idemseq.Duplicate, nil
+	}
+	return idemseq.Accepted, err
+}
+
+// checkLocked is check in three statements: lock the source's row (a fresh row is
+// {0, 0}, below every position), then compare and update.
+func (t *LSNTracker[Tx]) checkLocked(ctx context.Context, q idemsql.Querier, source string, lsn, index int64) (idemseq.Verdict, error) {
 	var e, n int64
-	if _, err := q.Exec(ctx, lsnMySQLUpsert, t.scope, source); err != nil {
+	if _, err := q.Exec(ctx, t.sql.LSNEnsure, t.scope, source); err != nil {
 		return 0, err
 	}
-	if err := q.QueryRow(ctx, lsnMySQLSelect, t.scope, source).Scan(&e, &n); err != nil {
+	if err := q.QueryRow(ctx, t.sql.LSNLock, t.scope, source).Scan(&e, &n); err != nil {
 		return 0, err
 	}
 	if e > lsn || (e == lsn && n > index) {
 		return idemseq.Duplicate, nil
 	}
-	_, err := q.Exec(ctx, lsnUpdate, t.scope, source, lsn, index+1)
+	_, err := q.Exec(ctx, t.sql.LSNSet, t.scope, source, lsn, index+1)
 	return idemseq.Accepted, err
 }
 
@@ -118,7 +112,7 @@ func (t *LSNTracker[Tx]) check(ctx context.Context, q idemsql.Querier, source st
 func (t *LSNTracker[Tx]) Watermark(ctx context.Context, source string) (lsn, index uint64, ok bool, err error) {
 	var e, n int64
 	err = t.db.InTx(ctx, func(tx Tx) error {
-		return t.db.Querier(tx).QueryRow(ctx, "SELECT epoch, next FROM idem_sequences WHERE scope = $1 AND producer = $2", t.scope, source).Scan(&e, &n)
+		return t.db.Querier(tx).QueryRow(ctx, t.sql.LSNWatermark, t.scope, source).Scan(&e, &n)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, 0, false, nil

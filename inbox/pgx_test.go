@@ -82,11 +82,7 @@ func TestPgxUnbatchedRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
-		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)
-		return err
-	}
-	c, err := inbox.New(ctx, newFakeBroker(), idempg.TxDB(pool), store, handle, inbox.Config{Consumer: "rt", BatchSize: 1})
+	c, err := inbox.New(ctx, newFakeBroker(), idempg.TxDB(pool), store, pgxCredit, inbox.Config{Consumer: "rt", BatchSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

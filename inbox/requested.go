@@ -3,11 +3,11 @@ package inbox
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltext"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // replayBatch bounds the requested replays one poll performs.
@@ -35,10 +35,7 @@ func (c *Consumer[Tx]) ReplayRequested(ctx context.Context) (int, error) {
 	var reqs []req
 	err := read(ctx, c.db, func(q idemsql.Querier) error {
 		reqs = nil
-		rows, err := q.Query(ctx, `SELECT o.id, o.replay_attempts FROM idem_dead_letters_ops o
-			JOIN idem_dead_letters d ON d.id = o.id
-			WHERE o.consumer = $1 AND o.replay_requested_at IS NOT NULL AND d.replayed_at IS NULL
-			ORDER BY o.id LIMIT $2`, c.cfg.Consumer, replayBatch)
+		rows, err := q.Query(ctx, c.sql.RequestedReplays, c.cfg.Consumer, replayBatch)
 		if err != nil {
 			return err
 		}
@@ -99,33 +96,24 @@ func (c *Consumer[Tx]) replayRequest(ctx context.Context, id int64, attempts int
 // replay, and gives up (clears the request) after the last one.
 func (c *Consumer[Tx]) replayFailed(ctx context.Context, id int64, attempts int, rerr error) error {
 	giveUp := IsPermanent(rerr) || attempts >= c.cfg.MaxReplayAttempts
-	msg, outcome := rerr.Error(), "failed"
-	set := ""
+	msg, outcome, stmt := rerr.Error(), "failed", c.sql.ReplayFailed
 	if giveUp {
-		msg, outcome, set = "gave up: "+msg, "gave_up", ", replay_requested_at = NULL"
+		msg, outcome, stmt = "gave up: "+msg, "gave_up", c.sql.ReplayGaveUp
 	}
 	c.cfg.Logger.WarnContext(ctx, "inbox: requested replay failed", "consumer", c.cfg.Consumer, "dead_letter", id,
 		"attempt", attempts, "gave_up", giveUp, "err", rerr)
 	c.metrics.Replayed(outcome)
 	return c.db.InTx(ctx, func(tx Tx) error {
-		_, err := c.db.Querier(tx).Exec(ctx, `UPDATE idem_dead_letters_ops SET replay_attempts = replay_attempts + 1,
-			last_replay_error = $1`+set+` WHERE id = $2 AND replay_requested_at IS NOT NULL`, sqltext.Fit(msg, maxReplayError), id)
+		_, err := c.db.Querier(tx).Exec(ctx, stmt, sqltext.Fit(msg, maxReplayError), id)
 		return err
 	})
 }
 
 // pollReplays calls ReplayRequested every Config.ReplayPollInterval until ctx ends.
 func (c *Consumer[Tx]) pollReplays(ctx context.Context) {
-	t := time.NewTicker(c.cfg.ReplayPollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.Every(ctx, c.cfg.ReplayPollInterval, func() {
 		if _, err := c.ReplayRequested(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Logger.WarnContext(ctx, "inbox: polling for requested replays failed", "consumer", c.cfg.Consumer, "err", err)
 		}
-	}
+	})
 }

@@ -35,9 +35,9 @@ func TestAppendByKeyUsesIndex(t *testing.T) {
 		if _, err := NewSQLStore(ctx, db, SQLConfig{}); err != nil {
 			t.Fatal(err)
 		}
-		plan := queryPlan(t, lite.DB(), "EXPLAIN QUERY PLAN "+selectByKey, "c", "k")
+		plan := queryPlan(t, lite.DB(), "EXPLAIN QUERY PLAN "+db.Driver.Stream().EventByKey, "c", "k")
 		if !strings.Contains(plan, "idem_stream_events_key") {
-			t.Fatalf("plan of selectByKey does not use idem_stream_events_key:\n%s", plan)
+			t.Fatalf("plan of StreamSQL.EventByKey does not use idem_stream_events_key:\n%s", plan)
 		}
 	})
 	t.Run("postgres", func(t *testing.T) {
@@ -62,14 +62,14 @@ func TestAppendByKeyUsesIndex(t *testing.T) {
 		}
 		defer conn.Close()
 		for _, q := range []string{"ANALYZE idem_stream_events", "SET plan_cache_mode = force_generic_plan",
-			"PREPARE by_key(text, text) AS " + strings.NewReplacer("$1", "$1::text", "$2", "$2::text").Replace(selectByKey)} {
+			"PREPARE by_key(text, text) AS " + strings.NewReplacer("$1", "$1::text", "$2", "$2::text").Replace(db.Driver.Stream().EventByKey)} {
 			if _, err := conn.ExecContext(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}
 		}
 		plan := queryPlan(t, conn, "EXPLAIN EXECUTE by_key('c', 'k-7')")
 		if !strings.Contains(plan, "idem_stream_events_key") {
-			t.Fatalf("generic plan of selectByKey does not use idem_stream_events_key:\n%s", plan)
+			t.Fatalf("generic plan of StreamSQL.EventByKey does not use idem_stream_events_key:\n%s", plan)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
@@ -141,6 +142,14 @@ type Server struct {
 	active   sync.WaitGroup // connections, so Close returns after their last ack flush
 }
 
+// positiveOr returns v, or def where v is not positive.
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
 // NewServer returns a server on store.
 func NewServer(store Store, cfg ServerConfig) (*Server, error) {
 	if store == nil {
@@ -156,30 +165,14 @@ func NewServer(store Store, cfg ServerConfig) (*Server, error) {
 				Fix: `list hosts such as "app.example.com" or "*.example.com"`}
 		}
 	}
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = DefaultHeartbeat
-	}
-	if cfg.HandshakeTimeout <= 0 {
-		cfg.HandshakeTimeout = DefaultHandshakeTimeout
-	}
-	if cfg.MaxConnections == 0 {
-		cfg.MaxConnections = DefaultMaxConnections
-	}
-	if cfg.MaxPending == 0 {
-		cfg.MaxPending = DefaultMaxPending
-	}
-	if cfg.MaxPerPrincipal == 0 {
-		cfg.MaxPerPrincipal = DefaultMaxPerPrincipal
-	}
-	if cfg.SendBuffer <= 0 {
-		cfg.SendBuffer = DefaultSendBuffer
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = defaultWriteTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Heartbeat = positiveOr(cfg.Heartbeat, DefaultHeartbeat)
+	cfg.HandshakeTimeout = positiveOr(cfg.HandshakeTimeout, DefaultHandshakeTimeout)
+	cfg.SendBuffer = positiveOr(cfg.SendBuffer, DefaultSendBuffer)
+	cfg.WriteTimeout = positiveOr(cfg.WriteTimeout, defaultWriteTimeout)
+	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, DefaultMaxConnections)
+	cfg.MaxPending = cmp.Or(cfg.MaxPending, DefaultMaxPending)
+	cfg.MaxPerPrincipal = cmp.Or(cfg.MaxPerPrincipal, DefaultMaxPerPrincipal)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err

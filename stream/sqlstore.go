@@ -44,6 +44,7 @@ type SQLConfig struct {
 // idemsql.IsSerializationFailure reports, for the caller to retry its transaction.
 type SQLStore[Tx any] struct {
 	db      idemsql.TxDB[Tx]
+	sql     *idemsql.StreamSQL
 	now     func() time.Time
 	clients ClientBounds
 	appends group.Batcher[appendCall]
@@ -66,17 +67,17 @@ func NewSQLStore[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg SQLConfig
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Stream); err != nil {
 		return nil, err
 	}
-	s := &SQLStore[Tx]{db: db, now: cfg.Now, clients: bounds}
+	s := &SQLStore[Tx]{db: db, sql: db.Driver.Stream(), now: cfg.Now, clients: bounds}
 	runners := appendRunners
-	if db.Dialect() == idemsql.SQLite {
+	if s.sql.OneWriter {
 		runners = 1 // one writer at a time: more runners would wait on its lock
 	}
 	s.appends = group.Batcher[appendCall]{Runners: runners, Max: maxAppendBatch, Run: s.appendBatch}
 	return s, nil
 }
 
-// appendRunners is how many append transactions run at once on PostgreSQL and
-// MySQL; further Appends queue and share the next transaction.
+// appendRunners is how many append transactions run at once where the database
+// takes more than one writer; further Appends queue and share the next transaction.
 const appendRunners = 4
 
 // maxAppendBatch bounds the events of one shared append transaction.
@@ -168,11 +169,7 @@ func (s *SQLStore[Tx]) AppendTx(ctx context.Context, tx Tx, channel string, e Ev
 	}
 	q := s.db.Querier(tx)
 	if e.Key != "" {
-		byKey := selectByKey
-		if s.db.Dialect() == idemsql.MySQL {
-			byKey = selectByKeyMySQL
-		}
-		got, err := s.scan(q.QueryRow(ctx, byKey, channel, e.Key))
+		got, err := s.scan(q.QueryRow(ctx, s.sql.EventByKey, channel, e.Key))
 		if err == nil {
 			return got, nil
 		}
@@ -189,8 +186,7 @@ func (s *SQLStore[Tx]) AppendTx(ctx context.Context, tx Tx, channel string, e Ev
 	if len(e.Data) > 0 {
 		data = []byte(e.Data)
 	}
-	if _, err := q.Exec(ctx, `INSERT INTO idem_stream_events (channel, seq, type, entity, data, ikey, at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		channel, head, e.Type, e.ID, data, e.Key, e.At.UnixNano()); err != nil {
+	if _, err := q.Exec(ctx, s.sql.InsertEvent, channel, head, e.Type, e.ID, data, e.Key, e.At.UnixNano()); err != nil {
 		if e.Key != "" && isUniqueViolation(err) {
 			err = keyRace{err}
 		}
@@ -222,35 +218,17 @@ func isUniqueViolation(err error) bool {
 	return strings.Contains(err.Error(), "Error 1062 (23000)")
 }
 
-const (
-	// ikey <> '' is the partial unique index's own condition: without it in the
-	// query, SQLite (and a generic Postgres plan) cannot prove the index covers the
-	// row and reads the whole channel instead, an append growing with its channel.
-	selectByKey = `SELECT seq, type, entity, data, at FROM idem_stream_events WHERE channel = $1 AND ikey = $2 AND ikey <> ''`
-	// The unique key holds a hash of ikey (see migrate/sql/mysql/stream).
-	selectByKeyMySQL = `SELECT seq, type, entity, data, at FROM idem_stream_events
-		WHERE channel = $1 AND ikey_hash = UNHEX(SHA2($2, 256)) AND ikey = $2`
-	nextHead = `INSERT INTO idem_stream_heads (channel, head) VALUES ($1, 1)
-		ON CONFLICT (channel) DO UPDATE SET head = idem_stream_heads.head + 1 RETURNING head`
-	// MySQL has neither ON CONFLICT nor RETURNING: LAST_INSERT_ID(expr) keeps the new
-	// head for this connection, where the SELECT after it, in the same transaction,
-	// reads it back. The row stays locked until the transaction ends either way.
-	nextHeadMySQL = `INSERT INTO idem_stream_heads (channel, head) VALUES ($1, LAST_INSERT_ID(1))
-		ON DUPLICATE KEY UPDATE head = LAST_INSERT_ID(head + 1)`
-	lastInsertID = `SELECT LAST_INSERT_ID()`
-)
-
 // nextSeq advances channel's head and returns it, holding the head row's lock.
 func (s *SQLStore[Tx]) nextSeq(ctx context.Context, q idemsql.Querier, channel string) (int64, error) {
 	var head int64
-	if s.db.Dialect() != idemsql.MySQL {
-		err := q.QueryRow(ctx, nextHead, channel).Scan(&head)
+	if s.sql.NextHeadRead == "" {
+		err := q.QueryRow(ctx, s.sql.NextHead, channel).Scan(&head)
 		return head, err
 	}
-	if _, err := q.Exec(ctx, nextHeadMySQL, channel); err != nil {
+	if _, err := q.Exec(ctx, s.sql.NextHead, channel); err != nil {
 		return 0, err
 	}
-	err := q.QueryRow(ctx, lastInsertID).Scan(&head)
+	err := q.QueryRow(ctx, s.sql.NextHeadRead).Scan(&head)
 	return head, err
 }
 
@@ -276,8 +254,7 @@ func (s *SQLStore[Tx]) Read(ctx context.Context, channel string, since uint64, l
 	}
 	var out []Event
 	err := s.db.InTx(ctx, func(tx Tx) error {
-		rows, err := s.db.Querier(tx).Query(ctx, `SELECT seq, type, entity, data, at FROM idem_stream_events
-			WHERE channel = $1 AND seq > $2 ORDER BY seq LIMIT $3`, channel, int64(since), limit)
+		rows, err := s.db.Querier(tx).Query(ctx, s.sql.ReadEvents, channel, int64(since), limit)
 		if err != nil {
 			return err
 		}
@@ -301,7 +278,7 @@ func (s *SQLStore[Tx]) Read(ctx context.Context, channel string, since uint64, l
 func (s *SQLStore[Tx]) Head(ctx context.Context, channel string) (uint64, error) {
 	var head int64
 	err := s.db.InTx(ctx, func(tx Tx) error {
-		return s.db.Querier(tx).QueryRow(ctx, `SELECT head FROM idem_stream_heads WHERE channel = $1`, channel).Scan(&head)
+		return s.db.Querier(tx).QueryRow(ctx, s.sql.Head, channel).Scan(&head)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
@@ -318,34 +295,29 @@ func (s *SQLStore[Tx]) Ack(ctx context.Context, channel, client string, seq uint
 	if seq > MaxSeq {
 		return &idem.InputError{Field: "seq", Reason: fmt.Sprintf("is %d", seq), Fix: fmt.Sprintf("ack a seq up to %d", uint64(MaxSeq))}
 	}
-	stmt := ackSQL
-	if s.db.Dialect() == idemsql.MySQL {
-		// The columns are VARBINARY(255): refuse what strict mode would refuse
-		// less clearly, and what another mode would truncate into another key.
-		if len(client) > mysqlMaxKey {
-			return &idem.InputError{Field: "client", Reason: fmt.Sprintf("is %d bytes", len(client)),
-				Fix: fmt.Sprintf("keep it under %d bytes (a UUID is 36)", mysqlMaxKey)}
-		}
-		if len(channel) > MaxChannel {
-			return validateChannel(channel)
-		}
-		stmt = ackSQLMySQL
+	if err := s.checkKeys(channel, client); err != nil {
+		return err
 	}
 	return wrap("ack", s.inTx(ctx, func(tx Tx) error {
-		_, err := s.db.Querier(tx).Exec(ctx, stmt, channel, client, int64(seq), s.now().UnixNano())
+		_, err := s.db.Querier(tx).Exec(ctx, s.sql.Ack, channel, client, int64(seq), s.now().UnixNano())
 		return err
 	}))
 }
 
-const (
-	ackSQL = `INSERT INTO idem_stream_clients (channel, client, seq, seen) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (channel, client) DO UPDATE SET seen = excluded.seen,
-		seq = CASE WHEN excluded.seq > idem_stream_clients.seq THEN excluded.seq ELSE idem_stream_clients.seq END`
-	ackSQLMySQL = `INSERT INTO idem_stream_clients (channel, client, seq, seen) VALUES ($1, $2, $3, $4)
-		ON DUPLICATE KEY UPDATE seen = VALUES(seen), seq = GREATEST(seq, VALUES(seq))`
-	// mysqlMaxKey is the length of the VARBINARY key columns on MySQL.
-	mysqlMaxKey = 255
-)
+// checkKeys refuses a channel or client id longer than the database keeps as a
+// key (StreamSQL.MaxKey), rather than let it refuse or truncate it.
+func (s *SQLStore[Tx]) checkKeys(channel, client string) error {
+	switch {
+	case s.sql.MaxKey == 0:
+		return nil
+	case len(client) > s.sql.MaxKey:
+		return &idem.InputError{Field: "client", Reason: fmt.Sprintf("is %d bytes", len(client)),
+			Fix: fmt.Sprintf("keep it under %d bytes (a UUID is 36)", s.sql.MaxKey)}
+	case len(channel) > MaxChannel:
+		return validateChannel(channel)
+	}
+	return nil
+}
 
 // Trim implements Store: it forgets clients not seen for ClientExpiry and all
 // but the MaxClients most recently seen of each channel, then deletes events
@@ -358,20 +330,17 @@ func (s *SQLStore[Tx]) Trim(ctx context.Context, retention time.Duration) (int, 
 	// READ would lock the gaps the deletes scan and hold appends back meanwhile.
 	err := s.retry(ctx, s.db.InTxReadCommitted, func(tx Tx) error {
 		q := s.db.Querier(tx)
-		if _, err := q.Exec(ctx, `DELETE FROM idem_stream_clients WHERE seen < $1`, now.Add(-s.clients.Expiry).UnixNano()); err != nil {
+		if _, err := q.Exec(ctx, s.sql.ForgetIdleClients, now.Add(-s.clients.Expiry).UnixNano()); err != nil {
 			return err
 		}
-		if _, err := q.Exec(ctx, `DELETE FROM idem_stream_clients WHERE (channel, client) IN (SELECT channel, client FROM
-			(SELECT channel, client, ROW_NUMBER() OVER (PARTITION BY channel ORDER BY seen DESC, client) AS n
-			FROM idem_stream_clients) ranked WHERE n > $1)`, s.clients.Max); err != nil {
+		if _, err := q.Exec(ctx, s.sql.ForgetExtraClients, s.clients.Max); err != nil {
 			return err
 		}
-		a, err := q.Exec(ctx, `DELETE FROM idem_stream_events WHERE at < $1`, now.Add(-retention).UnixNano())
+		a, err := q.Exec(ctx, s.sql.TrimOld, now.Add(-retention).UnixNano())
 		if err != nil {
 			return err
 		}
-		b, err := q.Exec(ctx, `DELETE FROM idem_stream_events WHERE seq <= (SELECT MIN(c.seq) FROM idem_stream_clients c
-			WHERE c.channel = idem_stream_events.channel)`)
+		b, err := q.Exec(ctx, s.sql.TrimAcked)
 		n = a + b
 		return err
 	})

@@ -1,8 +1,9 @@
 // Package drivertest is the suite an idemsql.Driver must pass: one exported test
-// per statement family, each of which runs the family's statements on a real
-// database and fails with a message that names the statement's field. A driver
-// package runs it from a test, with a function that opens a fresh, empty database
-// of its kind for each (sub)test:
+// per statement family, each running the family's statements against a real
+// database and failing with a message that names the statement's field. A new
+// driver runs Run from a test of its package, with a function that opens a
+// fresh, empty database of its kind for each call; the suite applies the
+// migrations it needs:
 //
 //	func TestDriver(t *testing.T) { drivertest.Run(t, openTestDB) }
 package drivertest
@@ -14,8 +15,10 @@ import (
 	"github.com/idemhq/idem/idemsql"
 )
 
-// Run runs every family's test on databases from db.
+// Run checks every statement family of db's Driver, one subtest per family.
 func Run(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
+	t.Run("Inbox", func(t *testing.T) { Inbox(t, db) })
+	t.Run("Stream", func(t *testing.T) { Stream(t, db) })
 	t.Run("Effect", func(t *testing.T) { Effect(t, db) })
 	t.Run("Saga", func(t *testing.T) { Saga(t, db) })
 }
