@@ -41,8 +41,11 @@ type Driver interface {
 	Saga() *SagaSQL
 	// Stream is the statements of package stream's SQL event store.
 	Stream() *StreamSQL
-	// Seq is the statements of package idemseq: sequence trackers and Hi/Lo.
+	// Seq is the statements of package idemseq's SQL sequence tracker.
 	Seq() *SeqSQL
+	// Migrate is how package migrate keeps idem_migrations and locks out other
+	// migrators.
+	Migrate() *MigrateSQL
 }
 
 var (
