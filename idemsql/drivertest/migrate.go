@@ -16,9 +16,7 @@ func Migrate(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 	ctx := context.Background()
 	d := db(t)
 	m := d.Driver.Migrate()
-	tx := func(fn func(q idemsql.Querier) error) error {
-		return d.InTx(ctx, func(tx *sql.Tx) error { return fn(d.Querier(tx)) })
-	}
+	tx := inTx(ctx, d)
 	exec := func(t *testing.T, field, stmt string, args ...any) {
 		t.Helper()
 		if err := tx(func(q idemsql.Querier) error { _, err := q.Exec(ctx, stmt, args...); return err }); err != nil {

@@ -5,6 +5,7 @@
 package drivertest
 
 import (
+	"context"
 	"database/sql"
 	"testing"
 
@@ -16,4 +17,11 @@ import (
 func Run(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 	t.Run("Seq", func(t *testing.T) { Seq(t, db) })
 	t.Run("Migrate", func(t *testing.T) { Migrate(t, db) })
+}
+
+// inTx returns a function that runs fn in a transaction of d of its own.
+func inTx(ctx context.Context, d idemsql.TxDB[*sql.Tx]) func(fn func(q idemsql.Querier) error) error {
+	return func(fn func(q idemsql.Querier) error) error {
+		return d.InTx(ctx, func(tx *sql.Tx) error { return fn(d.Querier(tx)) })
+	}
 }

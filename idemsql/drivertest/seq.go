@@ -23,9 +23,7 @@ func Seq(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 		t.Fatal(err)
 	}
 	s := d.Driver.Seq()
-	tx := func(fn func(q idemsql.Querier) error) error {
-		return d.InTx(ctx, func(tx *sql.Tx) error { return fn(d.Querier(tx)) })
-	}
+	tx := inTx(ctx, d)
 
 	t.Run("Register", func(t *testing.T) {
 		for want := int64(1); want <= 2; want++ {
