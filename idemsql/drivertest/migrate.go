@@ -79,19 +79,17 @@ func Migrate(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 				return err
 			}
 		}
-		lockHolds(t, d, "MigrateSQL.Lock (then Unlock, if set)", func(ctx context.Context, q idemsql.Querier) error {
-			if !m.LockReportsGot {
-				_, err := q.Exec(ctx, m.Lock)
-				return err
+		lockHolds(t, d, "MigrateSQL.Lock (then Unlock, if set)", func(ctx context.Context, q idemsql.Querier) (err error) {
+			got := sql.NullInt64{Int64: 1}
+			if m.LockReportsGot {
+				err = q.QueryRow(ctx, m.Lock).Scan(&got)
+			} else {
+				_, err = q.Exec(ctx, m.Lock)
 			}
-			var got sql.NullInt64
-			if err := q.QueryRow(ctx, m.Lock).Scan(&got); err != nil {
-				return err
+			if err == nil && got.Int64 != 1 {
+				err = fmt.Errorf("LockReportsGot, and it returned %v, not 1", got)
 			}
-			if got.Int64 != 1 {
-				return fmt.Errorf("LockReportsGot, and it returned %v, not 1", got)
-			}
-			return nil
+			return err
 		}, unlock)
 	})
 

@@ -55,7 +55,7 @@ func Seq(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 				t.Fatalf("SeqSQL.Insert, call %d = %d rows, %v; want %d (a second insert of the row does nothing)", i+1, n, err, want)
 			}
 		}
-		seqWant(t, ctx, tx, s, "p", 3, 5, []byte{1, 2}, "SeqSQL.Lock after Insert")
+		seqWant(t, ctx, tx, s, "p", 3, 5, []byte{1, 2}, "SeqSQL.Insert, read by Lock,")
 		err := tx(func(q idemsql.Querier) error {
 			_, err := q.Exec(ctx, s.Update, "scope", "p", 4, 9, []byte{7})
 			return err
@@ -63,7 +63,7 @@ func Seq(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 		if err != nil {
 			t.Fatalf("SeqSQL.Update: %v", err)
 		}
-		seqWant(t, ctx, tx, s, "p", 4, 9, []byte{7}, "SeqSQL.Lock after Update")
+		seqWant(t, ctx, tx, s, "p", 4, 9, []byte{7}, "SeqSQL.Update, read by Lock,")
 	})
 
 	t.Run("LockOfNewProducer", func(t *testing.T) {
