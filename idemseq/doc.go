@@ -38,6 +38,7 @@
 // # Hi/Lo
 //
 // HiLo allocates ids without a round trip per id: it reserves a block from a Postgres
-// sequence (PostgresSequence) or a row of a SQLite or MySQL/MariaDB table
-// (SQLiteTable, MySQLTable) and hands the block out in memory.
+// sequence (idempg.HiLoSequence) or a row of a SQLite or MySQL/MariaDB table
+// (idemsqlite.HiLoTable, idemmysql.HiLoTable, both on TableSource) and hands the
+// block out in memory.
 package idemseq

@@ -27,8 +27,10 @@ var ErrOutOfIDs = errors.New("idemseq: out of ids: the next block would pass 1<<
 // again, even after a crash. A HiLo turns one NextBlock round trip into BlockSize()
 // ids, so the source is the only part that has to be shared between processes.
 //
-// PostgresSequence, SQLiteTable and MySQLTable are the durable sources; anything that can hand
-// out disjoint ranges (a Redis INCRBY, an etcd counter) fits the same two methods.
+// The durable sources are the drivers': idempg.HiLoSequence, idemsqlite.HiLoTable
+// and idemmysql.HiLoTable. Anything that can hand out disjoint ranges (a Redis
+// INCRBY, an etcd counter) fits the same two methods; CheckSourceArgs and
+// SourceError give it the checks and errors of theirs.
 type BlockSource interface {
 	// NextBlock reserves a block and returns its first id. A block that NextBlock
 	// returned is never returned again, even if the caller never uses it.
@@ -74,7 +76,7 @@ func NewHiLo(src BlockSource) *HiLo {
 	h := &HiLo{src: src}
 	if src == nil {
 		h.bad = &idem.InputError{Field: "src", Reason: "is nil",
-			Fix: "pass a BlockSource such as idemseq.PostgresSequence or idemseq.SQLiteTable"}
+			Fix: "pass a BlockSource such as idempg.HiLoSequence or idemsqlite.HiLoTable"}
 		return h
 	}
 	h.size = src.BlockSize()
@@ -193,8 +195,12 @@ func hiloCheckName(name string) error {
 	return nil
 }
 
-// hiloCheckOpen validates the arguments every SQL source takes, before any round trip.
-func hiloCheckOpen(db *sql.DB, name string, block uint64, open string) error {
+// CheckSourceArgs validates the arguments of a BlockSource on a SQL database, before
+// any round trip: db is not nil (open says how to get one, for the error's fix),
+// name is a plain identifier (letters, digits, underscore, at most 63 bytes, so
+// one name works on every database) and block is in 1..MaxBlockSize. Each is
+// reported as an *idem.InputError on field db, name or block.
+func CheckSourceArgs(db *sql.DB, name string, block uint64, open string) error {
 	if db == nil {
 		return &idem.InputError{Field: "db", Reason: "is nil", Fix: "pass a handle from " + open}
 	}
@@ -204,37 +210,13 @@ func hiloCheckOpen(db *sql.DB, name string, block uint64, open string) error {
 	return hiloCheckBlock("block", block)
 }
 
-// hiloBackendErr wraps a driver failure. If ctx ended, its error stays matchable with
-// errors.Is even when the driver reported the cancellation in its own words.
-func hiloBackendErr(ctx context.Context, backend, op string, err error) error {
+// SourceError wraps a database failure of a BlockSource as an *idem.BackendError
+// (retryable) naming backend and op ("hilo.open", "hilo.next"). If ctx ended, its
+// error stays matchable with errors.Is even when the driver reported the
+// cancellation in its own words.
+func SourceError(ctx context.Context, backend, op string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}
 	return &idem.BackendError{Backend: backend, Op: op, Err: err}
-}
-
-// hiloTableMismatch is the error of a table source opened with another block size
-// than its row stores.
-func hiloTableMismatch(name string, block uint64, stored int64) error {
-	return &idem.InputError{Field: "block",
-		Reason: fmt.Sprintf("is %d, but row %q of idem_hilo stores block %d", block, name, stored),
-		Fix: fmt.Sprintf("use block %d in every process, or change it with UPDATE idem_hilo SET block = %d WHERE name = '%s'",
-			stored, block, name)}
-}
-
-// hiloNoRow explains an UPDATE of a table source that matched nothing: the row is
-// at the end of the id space, or it was deleted (and must not silently start over
-// at 1).
-func hiloNoRow(ctx context.Context, db *sql.DB, backend, name string) error {
-	var next int64
-	err := db.QueryRowContext(ctx, `SELECT next FROM idem_hilo WHERE name = ?`, name).Scan(&next)
-	switch {
-	case err == nil:
-		return fmt.Errorf("%w (row %q of idem_hilo is at %d)", ErrOutOfIDs, name, next)
-	case errors.Is(err, sql.ErrNoRows):
-		// Not a BackendError: retrying cannot bring the row back.
-		return fmt.Errorf("idemseq: row %q of idem_hilo is gone; restore it with next past every id handed out, or use a new name", name)
-	default:
-		return hiloBackendErr(ctx, backend, "hilo.next", err)
-	}
 }

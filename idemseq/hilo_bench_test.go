@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemseq"
+	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -42,7 +44,7 @@ func BenchmarkHiLoPostgres(b *testing.B) {
 	for _, bb := range hiloBenchCases {
 		b.Run(bb.name, func(b *testing.B) {
 			cs, _ := testsvc.PostgresSchema(b)
-			hiloBenchDB(b, "pgx", cs, bb.block, idemseq.PostgresSequence)
+			hiloBenchDB(b, "pgx", cs, bb.block, idempg.HiLoSequence)
 		})
 	}
 }
@@ -54,7 +56,7 @@ func BenchmarkHiLoSQLite(b *testing.B) {
 		b.Run(bb.name, func(b *testing.B) {
 			dsn := "file:" + filepath.Join(b.TempDir(), "ids.db") +
 				"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_txlock=immediate"
-			hiloBenchDB(b, "sqlite", dsn, bb.block, idemseq.SQLiteTable)
+			hiloBenchDB(b, "sqlite", dsn, bb.block, idemsqlite.HiLoTable)
 		})
 	}
 }
@@ -68,7 +70,7 @@ func BenchmarkHiLoMySQL(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			hiloBenchDB(b, "mysql", dsn, bb.block, idemseq.MySQLTable)
+			hiloBenchDB(b, "mysql", dsn, bb.block, idemmysql.HiLoTable)
 		})
 	}
 }

@@ -9,13 +9,14 @@ import (
 	"path/filepath"
 
 	"github.com/idemhq/idem/idemseq"
+	"github.com/idemhq/idem/idemsqlite"
 )
 
 // Ids come from blocks of 100 reserved in a SQLite table: one write per 100 ids. A
 // process that stops abandons the rest of its block, so the next one starts at 101:
-// a gap, never a repeat. On Postgres, idemseq.PostgresSequence takes the place of
-// SQLiteTable (with a pgx pool, open db with stdlib.OpenDBFromPool(pool)); on
-// MySQL/MariaDB, idemseq.MySQLTable does.
+// a gap, never a repeat. On Postgres, idempg.HiLoSequence takes the place of
+// idemsqlite.HiLoTable (with a pgx pool, open db with stdlib.OpenDBFromPool(pool)); on
+// MySQL/MariaDB, idemmysql.HiLoTable does.
 func ExampleHiLo() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "idemseq-example")
@@ -29,7 +30,7 @@ func ExampleHiLo() {
 	}
 	defer db.Close()
 
-	src, err := idemseq.SQLiteTable(ctx, db, "order_ids", 100)
+	src, err := idemsqlite.HiLoTable(ctx, db, "order_ids", 100)
 	if err != nil {
 		log.Fatal(err)
 	}

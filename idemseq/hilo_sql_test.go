@@ -13,7 +13,9 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemseq"
+	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -35,7 +37,7 @@ var hiloBackends = []hiloBackend{
 			cs, _ := testsvc.PostgresSchema(t)
 			return func() *sql.DB { return hiloOpen(t, "pgx", cs) }
 		},
-		source: idemseq.PostgresSequence,
+		source: idempg.HiLoSequence,
 		moveTo: func(ctx context.Context, db *sql.DB, name string, block uint64, first int64) error {
 			_, err := db.ExecContext(ctx, "SELECT setval($1, $2)", name, first-int64(block))
 			return err
@@ -48,7 +50,7 @@ var hiloBackends = []hiloBackend{
 				"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_txlock=immediate"
 			return func() *sql.DB { return hiloOpen(t, "sqlite", dsn) }
 		},
-		source: idemseq.SQLiteTable,
+		source: idemsqlite.HiLoTable,
 		moveTo: func(ctx context.Context, db *sql.DB, name string, _ uint64, first int64) error {
 			_, err := db.ExecContext(ctx, "UPDATE idem_hilo SET next = ?1 WHERE name = ?2", first, name)
 			return err
@@ -63,7 +65,7 @@ var hiloBackends = []hiloBackend{
 			}
 			return func() *sql.DB { return hiloOpen(t, "mysql", dsn) }
 		},
-		source: idemseq.MySQLTable,
+		source: idemmysql.HiLoTable,
 		moveTo: func(ctx context.Context, db *sql.DB, name string, _ uint64, first int64) error {
 			_, err := db.ExecContext(ctx, "UPDATE idem_hilo SET next = ? WHERE name = ?", first, name)
 			return err
@@ -242,7 +244,7 @@ func TestHiLoPostgresRollback(t *testing.T) {
 	t.Parallel()
 	ctx := hiloCtx(t)
 	db := hiloBackends[0].database(t)()
-	src, err := idemseq.PostgresSequence(ctx, db, "Order_IDs", 100) // the name folds to order_ids
+	src, err := idempg.HiLoSequence(ctx, db, "Order_IDs", 100) // the name folds to order_ids
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,10 +276,10 @@ func TestHiLoPostgresNotASequence(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "CREATE TABLE order_ids (id bigint)"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := idemseq.PostgresSequence(ctx, db, "order_ids", 100)
+	_, err := idempg.HiLoSequence(ctx, db, "order_ids", 100)
 	var ie *idem.InputError
 	if !errors.As(err, &ie) || ie.Field != "name" {
-		t.Fatalf("PostgresSequence on a table = %v, want an InputError on name", err)
+		t.Fatalf("HiLoSequence on a table = %v, want an InputError on name", err)
 	}
 }
 
@@ -289,8 +291,8 @@ func TestHiLoBackendErrors(t *testing.T) {
 		backend, driver, dsn string
 		source               func(context.Context, *sql.DB, string, uint64) (idemseq.BlockSource, error)
 	}{
-		{"postgres", "pgx", "postgres://postgres@" + testsvc.ClosedAddr(t) + "/test?sslmode=disable&connect_timeout=5", idemseq.PostgresSequence},
-		{"mysql", "mysql", "root@tcp(" + testsvc.ClosedAddr(t) + ")/test?timeout=5s", idemseq.MySQLTable},
+		{"postgres", "pgx", "postgres://postgres@" + testsvc.ClosedAddr(t) + "/test?sslmode=disable&connect_timeout=5", idempg.HiLoSequence},
+		{"mysql", "mysql", "root@tcp(" + testsvc.ClosedAddr(t) + ")/test?timeout=5s", idemmysql.HiLoTable},
 	} {
 		_, err := tc.source(ctx, hiloOpen(t, tc.driver, tc.dsn), "ids", 10)
 		var be *idem.BackendError
@@ -333,11 +335,11 @@ func TestHiLoMySQLNames(t *testing.T) {
 	t.Parallel()
 	ctx := hiloCtx(t)
 	db := hiloBackends[2].database(t)()
-	upper, err := idemseq.MySQLTable(ctx, db, "Order_IDs", 100)
+	upper, err := idemmysql.HiLoTable(ctx, db, "Order_IDs", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lower, err := idemseq.MySQLTable(ctx, db, "order_ids", 10) // its own row, its own size
+	lower, err := idemmysql.HiLoTable(ctx, db, "order_ids", 10) // its own row, its own size
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,10 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemseq"
+	"github.com/idemhq/idem/idemsqlite"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
 )
@@ -306,13 +309,13 @@ func TestHiLoInvalidInput(t *testing.T) {
 	for _, tt := range tests {
 		for backend, open := range map[string]func() (idemseq.BlockSource, error){
 			"postgres": func() (idemseq.BlockSource, error) {
-				return idemseq.PostgresSequence(ctx, hiloMaybeNil(pg, tt.nilDB), tt.seq, tt.block)
+				return idempg.HiLoSequence(ctx, hiloMaybeNil(pg, tt.nilDB), tt.seq, tt.block)
 			},
 			"sqlite": func() (idemseq.BlockSource, error) {
-				return idemseq.SQLiteTable(ctx, hiloMaybeNil(lite, tt.nilDB), tt.seq, tt.block)
+				return idemsqlite.HiLoTable(ctx, hiloMaybeNil(lite, tt.nilDB), tt.seq, tt.block)
 			},
 			"mysql": func() (idemseq.BlockSource, error) {
-				return idemseq.MySQLTable(ctx, hiloMaybeNil(my, tt.nilDB), tt.seq, tt.block)
+				return idemmysql.HiLoTable(ctx, hiloMaybeNil(my, tt.nilDB), tt.seq, tt.block)
 			},
 		} {
 			_, err := open()

@@ -16,6 +16,7 @@ import (
 // recorded exactly when the effect commits.
 type SQLTracker[Tx any] struct {
 	db  idemsql.TxDB[Tx]
+	sql *idemsql.SeqSQL // db's statements
 	cfg Config
 }
 
@@ -45,33 +46,9 @@ func NewSQLTracker[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config)
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Sequences); err != nil {
 		return nil, err
 	}
-	t := &SQLTracker[Tx]{db: db, cfg: cfg}
+	t := &SQLTracker[Tx]{db: db, sql: db.Driver.Seq(), cfg: cfg}
 	return t, nil
 }
-
-const (
-	selectForUpdate = `SELECT epoch, next, bits FROM idem_sequences WHERE scope = $1 AND producer = $2 FOR UPDATE`
-	insertNew       = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (scope, producer) DO NOTHING`
-	lockUpsert = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, 0, 0, NULL)
-		ON CONFLICT (scope, producer) DO UPDATE SET epoch = idem_sequences.epoch
-		RETURNING epoch, next, bits`
-	updateState = `UPDATE idem_sequences SET epoch = $3, next = $4, bits = $5 WHERE scope = $1 AND producer = $2`
-	registerSQL = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, 1, 0, NULL)
-		ON CONFLICT (scope, producer) DO UPDATE SET epoch = idem_sequences.epoch + 1
-		RETURNING epoch, next`
-
-	// MySQL has neither ON CONFLICT nor UPDATE ... RETURNING. IGNORE skips only the
-	// duplicate: CheckArgs bounds the producer by its column.
-	// As lockUpsert: insert a blank window or take the existing row's exclusive lock,
-	// then read it under that lock. Reading first (a locking read of a missing row
-	// takes a gap lock) deadlocks first checks of a new producer with each other.
-	mysqlLockUpsert = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, 0, 0, NULL)
-		ON DUPLICATE KEY UPDATE epoch = epoch`
-	mysqlRegister = `INSERT INTO idem_sequences (scope, producer, epoch, next, bits) VALUES ($1, $2, 1, 0, NULL)
-		ON DUPLICATE KEY UPDATE epoch = epoch + 1`
-	mysqlRegistered = `SELECT epoch, next FROM idem_sequences WHERE scope = $1 AND producer = $2`
-)
 
 // CheckTx records seq from producer at epoch inside tx. The verdict holds only if tx
 // commits: on rollback the number is unrecorded, exactly like the effect. Concurrent
@@ -102,30 +79,16 @@ func (t *SQLTracker[Tx]) Check(ctx context.Context, producer string, epoch, seq 
 
 func (t *SQLTracker[Tx]) check(ctx context.Context, q idemsql.Querier, producer string, epoch, seq uint64) (Verdict, error) {
 	w, _ := NewWindow(t.cfg.Window) // validated in NewSQLTracker
-	var (
-		e, n   int64
-		bitmap []byte
-		err    error
-	)
-	switch t.db.Dialect() {
-	case idemsql.SQLite:
-		err = q.QueryRow(ctx, lockUpsert, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
-	case idemsql.MySQL:
-		if _, err = q.Exec(ctx, mysqlLockUpsert, t.cfg.Scope, producer); err == nil {
-			err = q.QueryRow(ctx, selectForUpdate, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
+	e, n, bitmap, err := t.lock(ctx, q, producer)
+	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
+		v, _ := w.Check(epoch, seq)
+		inserted, ierr := q.Exec(ctx, t.sql.Insert, t.cfg.Scope, producer, int64(w.epoch), int64(w.next), w.Bitmap())
+		if ierr != nil || inserted == 1 {
+			return v, ierr
 		}
-	default:
-		err = q.QueryRow(ctx, selectForUpdate, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
-		if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
-			v, _ := w.Check(epoch, seq)
-			inserted, ierr := q.Exec(ctx, insertNew, t.cfg.Scope, producer, int64(w.epoch), int64(w.next), w.Bitmap())
-			if ierr != nil || inserted == 1 {
-				return v, ierr
-			}
-			// A concurrent first check inserted the row: lock it and decide on it.
-			w, _ = NewWindow(t.cfg.Window)
-			err = q.QueryRow(ctx, selectForUpdate, t.cfg.Scope, producer).Scan(&e, &n, &bitmap)
-		}
+		// A concurrent first check inserted the row: lock it and decide on it.
+		w, _ = NewWindow(t.cfg.Window)
+		e, n, bitmap, err = t.lock(ctx, q, producer)
 	}
 	if err != nil {
 		return 0, err
@@ -135,11 +98,23 @@ func (t *SQLTracker[Tx]) check(ctx context.Context, q idemsql.Querier, producer 
 	}
 	v, changed := w.Check(epoch, seq)
 	if changed {
-		if _, err := q.Exec(ctx, updateState, t.cfg.Scope, producer, int64(w.epoch), int64(w.next), w.Bitmap()); err != nil {
+		if _, err := q.Exec(ctx, t.sql.Update, t.cfg.Scope, producer, int64(w.epoch), int64(w.next), w.Bitmap()); err != nil {
 			return 0, err
 		}
 	}
 	return v, nil
+}
+
+// lock reads the producer's window and locks its row for the rest of the
+// transaction: sql.ErrNoRows if there is none yet (only without Ensure).
+func (t *SQLTracker[Tx]) lock(ctx context.Context, q idemsql.Querier, producer string) (epoch, next int64, bitmap []byte, err error) {
+	if t.sql.Ensure != "" {
+		if _, err := q.Exec(ctx, t.sql.Ensure, t.cfg.Scope, producer); err != nil {
+			return 0, 0, nil, err
+		}
+	}
+	err = q.QueryRow(ctx, t.sql.Lock, t.cfg.Scope, producer).Scan(&epoch, &next, &bitmap)
+	return epoch, next, bitmap, err
 }
 
 // Register implements Tracker: one statement raises the producer's epoch.
@@ -148,23 +123,27 @@ func (t *SQLTracker[Tx]) Register(ctx context.Context, producer string) (r Regis
 		return Registration{}, err
 	}
 	err = t.inTx(ctx, "register", func(q idemsql.Querier) error {
-		var e, n int64
-		if t.db.Dialect() == idemsql.MySQL {
-			// The upsert holds the row's lock until the end of the transaction, so
-			// the read sees this upsert's epoch.
-			if _, err := q.Exec(ctx, mysqlRegister, t.cfg.Scope, producer); err != nil {
-				return err
-			}
-			if err := q.QueryRow(ctx, mysqlRegistered, t.cfg.Scope, producer).Scan(&e, &n); err != nil {
-				return err
-			}
-		} else if err := q.QueryRow(ctx, registerSQL, t.cfg.Scope, producer).Scan(&e, &n); err != nil {
+		e, n, err := t.register(ctx, q, producer)
+		if err != nil {
 			return err
 		}
 		r = Registration{Producer: producer, Epoch: uint64(e), Next: uint64(n)}
 		return nil
 	})
 	return r, err
+}
+
+// register raises the producer's epoch and reads the row's epoch and next.
+func (t *SQLTracker[Tx]) register(ctx context.Context, q idemsql.Querier, producer string) (epoch, next int64, err error) {
+	read := t.sql.Register
+	if t.sql.Registered != "" {
+		if _, err := q.Exec(ctx, t.sql.Register, t.cfg.Scope, producer); err != nil {
+			return 0, 0, err
+		}
+		read = t.sql.Registered
+	}
+	err = q.QueryRow(ctx, read, t.cfg.Scope, producer).Scan(&epoch, &next)
+	return epoch, next, err
 }
 
 // inTx runs fn in a transaction of its own, again if the database rolled it back to

@@ -10,7 +10,7 @@ import (
 // Driver is everything idem says to one database about its own tables: the text
 // of every statement its components run (the records of the SQL stores, the
 // outbox, the inbox's dead letters and replays, effects, sagas, the stream's
-// event log, sequence trackers and Hi/Lo blocks), grouped by family, and the
+// event log, sequence trackers, migrations), grouped by family, and the
 // behaviour a statement family needs beyond its text (a READ COMMITTED
 // transaction, a lock clause). The components hold no SQL text and never ask
 // which database they run on: they ask the Driver of their TxDB.
@@ -41,8 +41,11 @@ type Driver interface {
 	Saga() *SagaSQL
 	// Stream is the statements of package stream's SQL event store.
 	Stream() *StreamSQL
-	// Seq is the statements of package idemseq: sequence trackers and Hi/Lo.
+	// Seq is the statements of package idemseq's SQL sequence tracker.
 	Seq() *SeqSQL
+	// Migrate is how package migrate keeps idem_migrations and locks out other
+	// migrators.
+	Migrate() *MigrateSQL
 }
 
 var (

@@ -3,7 +3,6 @@ package migrate
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,38 +10,6 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/wait"
-)
-
-// The bookkeeping table. Its component column holds Set.Name: for the records table
-// that is the table's name, as PostgreSQL stores recorded it before this package.
-var createTable = map[idemsql.Dialect]string{
-	idemsql.Postgres: `CREATE TABLE IF NOT EXISTS idem_migrations (component text NOT NULL, version int NOT NULL, name text NOT NULL, ` +
-		`applied_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (component, version))`,
-	idemsql.SQLite: `CREATE TABLE IF NOT EXISTS idem_migrations (component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL, ` +
-		`applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), PRIMARY KEY (component, version))`,
-	idemsql.MySQL: "CREATE TABLE IF NOT EXISTS idem_migrations (component VARCHAR(255) NOT NULL, version INT NOT NULL, name VARCHAR(255) NOT NULL, " +
-		"applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), PRIMARY KEY (component, version)) ENGINE=InnoDB",
-}
-
-// lockSQL serialises migrators. On PostgreSQL it is an advisory lock per schema
-// (the key predates this package, so a process of the previous release waits too).
-// On SQLite a write as the transaction's first statement takes the write lock, and
-// waits for it under busy_timeout; a later write would instead fail at once when
-// another writer committed since the transaction's first read.
-var lockSQL = map[idemsql.Dialect]string{
-	idemsql.Postgres: `SELECT pg_advisory_xact_lock(hashtextextended('idempg.migrate:' || COALESCE(current_schema(), ''), 0))`,
-	idemsql.SQLite:   `DELETE FROM idem_migrations WHERE 0`,
-	idemsql.MySQL:    `SELECT GET_LOCK(CONCAT('idem.migrate:', COALESCE(DATABASE(), '')), 60)`,
-}
-
-// mysqlUnlockSQL releases the named lock, which belongs to the connection, not to
-// the transaction: it must be released before the connection goes back to the pool.
-const mysqlUnlockSQL = `SELECT RELEASE_LOCK(CONCAT('idem.migrate:', COALESCE(DATABASE(), '')))`
-
-const (
-	appliedSQL = `SELECT component, MAX(version) FROM idem_migrations GROUP BY component`
-	recordSQL  = `INSERT INTO idem_migrations (component, version, name) VALUES ($1, $2, $3)`
-	forgetSQL  = `DELETE FROM idem_migrations WHERE component = $1 AND version = $2`
 )
 
 // Up applies every pending migration of sets in one transaction, under the lock.
@@ -54,7 +21,8 @@ func Up[Tx any](ctx context.Context, db idemsql.TxDB[Tx], sets ...Set) error {
 	if upToDate(ctx, db, plans) {
 		return nil // the common case, a restart: no lock, no write
 	}
-	return retryBusy(ctx, db.Dialect(), func() error {
+	m := db.Driver.Migrate()
+	return retryBusy(ctx, m, func() error {
 		return locked(ctx, db, func(q idemsql.Querier, applied map[string]int) error {
 			for _, p := range plans {
 				for _, st := range p.Steps {
@@ -63,10 +31,10 @@ func Up[Tx any](ctx context.Context, db idemsql.TxDB[Tx], sets ...Set) error {
 					}
 					// No arguments: both drivers of PostgreSQL send the text with the
 					// simple protocol, which runs several statements; so does SQLite.
-					if err := execScript(ctx, db.Dialect(), q, st.Up); err != nil {
+					if err := execScript(ctx, m, q, st.Up); err != nil {
 						return fmt.Errorf("migrate %s %s: %w", p.Set, st.Name, err)
 					}
-					if _, err := q.Exec(ctx, recordSQL, p.Name, st.Version, st.Name); err != nil {
+					if _, err := q.Exec(ctx, m.Record, p.Name, st.Version, st.Name); err != nil {
 						return err
 					}
 				}
@@ -85,7 +53,7 @@ func upToDate[Tx any](ctx context.Context, db idemsql.TxDB[Tx], plans []State) b
 	}
 	var applied map[string]int
 	if err := db.Read(ctx, func(q idemsql.Querier) (err error) {
-		applied, err = readApplied(ctx, db.Dialect(), q)
+		applied, err = readApplied(ctx, db.Driver.Migrate(), q)
 		return err
 	}); err != nil {
 		return false
@@ -105,17 +73,18 @@ func Down[Tx any](ctx context.Context, db idemsql.TxDB[Tx], set Set) (rolled Ste
 	if err != nil {
 		return Step{}, false, err
 	}
-	err = retryBusy(ctx, db.Dialect(), func() error {
+	m := db.Driver.Migrate()
+	err = retryBusy(ctx, m, func() error {
 		return locked(ctx, db, func(q idemsql.Querier, applied map[string]int) error {
 			v := applied[set.Name]
 			for _, st := range plans[0].Steps {
 				if st.Version != v {
 					continue
 				}
-				if err := execScript(ctx, db.Dialect(), q, st.Down); err != nil {
+				if err := execScript(ctx, m, q, st.Down); err != nil {
 					return fmt.Errorf("migrate down %s %s: %w", set, st.Name, err)
 				}
-				if _, err := q.Exec(ctx, forgetSQL, set.Name, v); err != nil {
+				if _, err := q.Exec(ctx, m.Forget, set.Name, v); err != nil {
 					return err
 				}
 				rolled, ok = st, true
@@ -138,7 +107,7 @@ func Status[Tx any](ctx context.Context, db idemsql.TxDB[Tx], sets ...Set) ([]St
 	}
 	var applied map[string]int
 	err = db.InTx(ctx, func(tx Tx) (err error) {
-		applied, err = readApplied(ctx, db.Dialect(), db.Querier(tx))
+		applied, err = readApplied(ctx, db.Driver.Migrate(), db.Querier(tx))
 		return err
 	})
 	if err != nil {
@@ -183,67 +152,63 @@ func plan[Tx any](db idemsql.TxDB[Tx], sets []Set) ([]State, error) {
 // locked runs fn in a transaction that holds the migration lock, with the versions
 // applied so far.
 func locked[Tx any](ctx context.Context, db idemsql.TxDB[Tx], fn func(q idemsql.Querier, applied map[string]int) error) error {
-	d := db.Dialect()
-	if d == idemsql.SQLite {
-		// Created before the locking transaction, whose first statement must write.
+	m := db.Driver.Migrate()
+	if m.CreateBeforeLock {
 		if err := db.InTx(ctx, func(tx Tx) error {
-			_, err := db.Querier(tx).Exec(ctx, createTable[d])
+			_, err := db.Querier(tx).Exec(ctx, m.CreateTable)
 			return err
 		}); err != nil {
-			return &idem.BackendError{Backend: d.String(), Op: "migrate", Err: err}
+			return &idem.BackendError{Backend: db.Dialect().String(), Op: "migrate", Err: err}
 		}
 	}
 	err := db.InTx(ctx, func(tx Tx) error {
 		q := db.Querier(tx)
-		if err := lock(ctx, d, q); err != nil {
+		if err := lock(ctx, m, q); err != nil {
 			return err
 		}
-		if d == idemsql.MySQL {
-			defer q.Exec(context.WithoutCancel(ctx), mysqlUnlockSQL) //nolint:errcheck // the session's end releases it too
+		if m.Unlock != "" {
+			defer q.Exec(context.WithoutCancel(ctx), m.Unlock) //nolint:errcheck // the session's end releases it too
 		}
-		if d != idemsql.SQLite {
-			if _, err := q.Exec(ctx, createTable[d]); err != nil {
+		if !m.CreateBeforeLock {
+			if _, err := q.Exec(ctx, m.CreateTable); err != nil {
 				return err
 			}
 		}
-		if err := upgradeSQLiteTable(ctx, d, q); err != nil {
+		if err := upgradeFirstShape(ctx, m, q); err != nil {
 			return err
 		}
-		applied, err := readApplied(ctx, d, q)
+		applied, err := readApplied(ctx, m, q)
 		if err != nil {
 			return err
 		}
 		return fn(q, applied)
 	})
 	if err != nil {
-		return &idem.BackendError{Backend: d.String(), Op: "migrate", Err: err}
+		return &idem.BackendError{Backend: db.Dialect().String(), Op: "migrate", Err: err}
 	}
 	return nil
 }
 
-// lock takes the migration lock of d in the transaction of q.
-func lock(ctx context.Context, d idemsql.Dialect, q idemsql.Querier) error {
-	if d != idemsql.MySQL {
-		_, err := q.Exec(ctx, lockSQL[d])
+// lock takes the migration lock in the transaction of q.
+func lock(ctx context.Context, m *idemsql.MigrateSQL, q idemsql.Querier) error {
+	if !m.LockReportsGot {
+		_, err := q.Exec(ctx, m.Lock)
 		return err
 	}
 	var got sql.NullInt64
-	if err := q.QueryRow(ctx, lockSQL[d]).Scan(&got); err != nil {
+	if err := q.QueryRow(ctx, m.Lock).Scan(&got); err != nil {
 		return err
 	}
 	if got.Int64 != 1 {
-		return errors.New("another process held the migration lock (GET_LOCK idem.migrate) for 60 s")
+		return fmt.Errorf("another process held the migration lock for as long as %s waits", m.Lock)
 	}
 	return nil
 }
 
-// execScript runs a migration file. MySQL's driver runs one statement per call
-// unless the DSN sets multiStatements, so there the file is split into statements
-// as the mysql client splits it (Statements). MySQL also commits DDL on its own: a
-// migration interrupted there is applied again, which its IF NOT EXISTS and OR
-// REPLACE statements allow.
-func execScript(ctx context.Context, d idemsql.Dialect, q idemsql.Querier, script string) error {
-	if d != idemsql.MySQL {
+// execScript runs a migration file: whole, or statement by statement where the
+// driver runs one statement per call (SplitStatements).
+func execScript(ctx context.Context, m *idemsql.MigrateSQL, q idemsql.Querier, script string) error {
+	if !m.SplitStatements {
 		_, err := q.Exec(ctx, script)
 		return err
 	}
@@ -287,19 +252,19 @@ func Statements(script string) []string {
 }
 
 // readApplied returns the newest version of each name; none if idem_migrations does
-// not exist. An idemsqlite file from before this package has the table in its first
-// shape (version, name, applied_ns), all of it the records table's.
-func readApplied(ctx context.Context, d idemsql.Dialect, q idemsql.Querier) (map[string]int, error) {
-	exists, firstShape, err := tableShape(ctx, d, q)
+// not exist. A table in its first shape (idemsqlite's first release) holds the
+// records table's versions alone.
+func readApplied(ctx context.Context, m *idemsql.MigrateSQL, q idemsql.Querier) (map[string]int, error) {
+	exists, firstShape, err := shape(ctx, m, q)
 	if err != nil || !exists {
 		return map[string]int{}, err
 	}
 	if firstShape {
 		var v int
-		err := q.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM idem_migrations`).Scan(&v)
+		err := q.QueryRow(ctx, m.FirstShapeApplied).Scan(&v)
 		return map[string]int{DefaultRecordsTable: v}, err
 	}
-	rows, err := q.Query(ctx, appliedSQL)
+	rows, err := q.Query(ctx, m.Applied)
 	if err != nil {
 		return nil, err
 	}
@@ -316,39 +281,22 @@ func readApplied(ctx context.Context, d idemsql.Dialect, q idemsql.Querier) (map
 	return applied, rows.Err()
 }
 
-func tableShape(ctx context.Context, d idemsql.Dialect, q idemsql.Querier) (exists, firstShape bool, err error) {
-	switch d {
-	case idemsql.Postgres:
-		err = q.QueryRow(ctx, `SELECT to_regclass('idem_migrations') IS NOT NULL`).Scan(&exists)
-		return exists, false, err
-	case idemsql.MySQL:
-		err = q.QueryRow(ctx, `SELECT COUNT(*) > 0 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'idem_migrations'`).Scan(&exists)
-		return exists, false, err
-	}
-	var cols, component int
-	err = q.QueryRow(ctx, `SELECT COUNT(*), COUNT(*) FILTER (WHERE name = 'component') FROM pragma_table_info('idem_migrations')`).
-		Scan(&cols, &component)
-	return cols > 0, cols > 0 && component == 0, err
+func shape(ctx context.Context, m *idemsql.MigrateSQL, q idemsql.Querier) (exists, firstShape bool, err error) {
+	err = q.QueryRow(ctx, m.Shape).Scan(&exists, &firstShape)
+	return exists, firstShape, err
 }
 
-// upgradeSQLiteTable rewrites idemsqlite's first idem_migrations into the shape
-// every dialect shares, keeping its rows as the records table's.
-func upgradeSQLiteTable(ctx context.Context, d idemsql.Dialect, q idemsql.Querier) error {
-	if d != idemsql.SQLite {
+// upgradeFirstShape rewrites a first-shape idem_migrations into the shape every
+// database shares, keeping its rows as the records table's.
+func upgradeFirstShape(ctx context.Context, m *idemsql.MigrateSQL, q idemsql.Querier) error {
+	if len(m.Upgrade) == 0 {
 		return nil
 	}
-	_, first, err := tableShape(ctx, d, q)
+	_, first, err := shape(ctx, m, q)
 	if err != nil || !first {
 		return err
 	}
-	for _, stmt := range []string{
-		`ALTER TABLE idem_migrations RENAME TO idem_migrations_first`,
-		createTable[d],
-		`INSERT INTO idem_migrations (component, version, name, applied_at)
-			SELECT 'idem_records', version, replace(replace(name, '0001_init.sql', '001_records'), '.sql', ''),
-				strftime('%Y-%m-%dT%H:%M:%fZ', applied_ns / 1e9, 'unixepoch') FROM idem_migrations_first`,
-		`DROP TABLE idem_migrations_first`,
-	} {
+	for _, stmt := range m.Upgrade {
 		if _, err := q.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("upgrade idem_migrations: %w", err)
 		}
@@ -356,23 +304,29 @@ func upgradeSQLiteTable(ctx context.Context, d idemsql.Dialect, q idemsql.Querie
 	return nil
 }
 
-// busyFor bounds how long a SQLite migration is tried again while another process
-// holds the file in a way busy_timeout does not wait out (switching it to WAL).
+// busyFor bounds how long a migration is tried again while another process holds
+// the database in a way the driver does not wait out (SQLite switching to WAL).
 const busyFor = 10 * time.Second
 
-func retryBusy(ctx context.Context, d idemsql.Dialect, fn func() error) error {
+func retryBusy(ctx context.Context, m *idemsql.MigrateSQL, fn func() error) error {
 	deadline := time.Now().Add(busyFor)
 	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
 		err := fn()
-		if err == nil || d != idemsql.SQLite || !busy(err) || time.Now().After(deadline) || !wait.Sleep(ctx, pause) {
+		if err == nil || !busy(m, err) || time.Now().After(deadline) || !wait.Sleep(ctx, pause) {
 			return err
 		}
 	}
 }
 
-func busy(err error) bool {
+// busy reports whether err is one of the driver's BusyErrors.
+func busy(m *idemsql.MigrateSQL, err error) bool {
 	s := err.Error()
-	return strings.Contains(s, "SQLITE_BUSY") || strings.Contains(s, "database is locked")
+	for _, b := range m.BusyErrors {
+		if strings.Contains(s, b) {
+			return true
+		}
+	}
+	return false
 }
 
 // Ensure is what a constructor calls: Up, or with skip (its Config.SkipMigrate)

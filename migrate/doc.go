@@ -11,7 +11,7 @@
 //	saga       idem_sagas (package effect/saga)
 //	stream     idem_stream_heads, idem_stream_events, idem_stream_clients (package stream)
 //	sequences  idem_sequences (idemseq's SQL tracker)
-//	hilo       idem_hilo (idemseq.SQLiteTable, idemseq.MySQLTable; on PostgreSQL a Hi/Lo source is a sequence of its own)
+//	hilo       idem_hilo (idemsqlite.HiLoTable, idemmysql.HiLoTable; on PostgreSQL a Hi/Lo source is a sequence of its own)
 //
 // A migration is a pair of files, NNN_name.up.sql and NNN_name.down.sql, never
 // edited once released: a change is a new number. What has been applied is recorded
@@ -23,8 +23,8 @@
 // inbox.New, effect.New, saga.New, stream.NewSQLStore, idemseq.NewSQLTracker)
 // calls Up for the components it needs (Ensure). With its Config.SkipMigrate set it
 // calls Require instead, and fails with a *BehindError naming the first missing
-// migration if the schema is behind; it never runs DDL. (idemseq.SQLiteTable and
-// MySQLTable, which take no Config, always call Up for idem_hilo.)
+// migration if the schema is behind; it never runs DDL. (idemsqlite.HiLoTable and
+// idemmysql.HiLoTable, which take no Config, always call Up for idem_hilo.)
 // That is for teams whose migrations go through their own tool (goose,
 // golang-migrate, atlas, flyway): `idem migrate print` writes the SQL, including the
 // idem_migrations rows that Require checks.

@@ -224,12 +224,18 @@ func (e *BehindError) Is(target error) bool { return target == ErrBehind }
 // its idem_migrations row, for teams that apply migrations with their own tool. It
 // is safe to apply more than once (every statement is IF NOT EXISTS, OR REPLACE or
 // ON CONFLICT DO NOTHING); run it in one transaction. With down, it is the SQL that
-// removes the sets and their rows instead, newest migration first.
+// removes the sets and their rows instead, newest migration first. The driver of d
+// must be registered (import its package).
 func Script(d idemsql.Dialect, down bool, sets ...Set) (string, error) {
+	drv, err := idemsql.DriverFor(d)
+	if err != nil {
+		return "", err
+	}
+	m := drv.Migrate()
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- idem schema for %s, from `idem migrate print`.\n", d)
 	if !down {
-		b.WriteString(createTable[d] + ";\n")
+		b.WriteString(m.CreateTable + ";\n")
 	}
 	if down {
 		sets = slices.Clone(sets)
@@ -246,16 +252,19 @@ func Script(d idemsql.Dialect, down bool, sets ...Set) (string, error) {
 		for _, st := range steps {
 			fmt.Fprintf(&b, "\n-- %s %s\n", s, st.Name)
 			if down {
-				fmt.Fprintf(&b, "%s\nDELETE FROM idem_migrations WHERE component = '%s' AND version = %d;\n", strings.TrimSpace(st.Down), s.Name, st.Version)
+				fmt.Fprintf(&b, "%s\n%s;\n", strings.TrimSpace(st.Down), literal(m.Forget, s.Name, st.Version))
 				continue
 			}
-			insert, conflict := "INSERT INTO", " ON CONFLICT DO NOTHING"
-			if d == idemsql.MySQL {
-				insert, conflict = "INSERT IGNORE INTO", ""
-			}
-			fmt.Fprintf(&b, "%s\n%s idem_migrations (component, version, name) VALUES ('%s', %d, '%s')%s;\n",
-				strings.TrimSpace(st.Up), insert, s.Name, st.Version, st.Name, conflict)
+			fmt.Fprintf(&b, "%s\n%s;\n", strings.TrimSpace(st.Up),
+				m.InsertIgnore("idem_migrations", "component, version, name", fmt.Sprintf("'%s', %d, '%s'", s.Name, st.Version, st.Name)))
 		}
 	}
 	return b.String(), nil
+}
+
+// literal fills in the component ($1) and version ($2) of a statement of the
+// migrate family, for a printed script. Both need no escaping: Steps checked the
+// name, and the version is a number.
+func literal(stmt, component string, version int) string {
+	return strings.NewReplacer("$1", "'"+component+"'", "$2", strconv.Itoa(version)).Replace(stmt)
 }

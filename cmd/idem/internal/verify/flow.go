@@ -344,10 +344,7 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 
 func (r *run) createTables(ctx context.Context) error {
 	// MySQL cannot key or index a TEXT column; VARCHAR(255) holds every id here.
-	text := "TEXT"
-	if r.txdb.Dialect() == idemsql.MySQL {
-		text = "VARCHAR(255)"
-	}
+	text := r.txdb.Driver.Migrate().KeyText
 	for _, stmt := range []string{
 		"CREATE TABLE " + tableOrders + " (id " + text + " PRIMARY KEY, request_key " + text + " NOT NULL, customer " + text + " NOT NULL, amount BIGINT NOT NULL, created_at BIGINT NOT NULL)",
 		// No unique constraint on order_id: a doubled effect must be visible, not refused.

@@ -19,7 +19,6 @@ import (
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
-	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/wait"
 )
 
@@ -206,12 +205,8 @@ func (r *run) pay(ctx context.Context, fence *effect.Fence[*sql.Tx], order strin
 // so that workers spread. It reads the queue the ledger fills (tableUnpaid), not
 // every order: a scan of the whole run per poll cost the harness half of its CPU.
 func (r *run) unpaid(ctx context.Context) ([]string, error) {
-	random := "random()"
-	if r.txdb.Dialect() == idemsql.MySQL {
-		random = "RAND()"
-	}
 	rows, err := r.f.DB.QueryContext(ctx, "SELECT u.order_id FROM "+tableUnpaid+" u WHERE NOT EXISTS (SELECT 1 FROM "+tablePaid+
-		" p WHERE p.order_id = u.order_id) ORDER BY "+random+" LIMIT 64")
+		" p WHERE p.order_id = u.order_id) ORDER BY "+r.txdb.Driver.Migrate().Random+" LIMIT 64")
 	if err != nil {
 		return nil, err
 	}
@@ -246,10 +241,7 @@ func (r *run) markPaid(ctx context.Context, order string) error {
 
 // insertIgnore inserts $1 as the order_id of table unless it is there.
 func (r *run) insertIgnore(table string) string {
-	if r.txdb.Dialect() == idemsql.MySQL {
-		return "INSERT IGNORE INTO " + table + " (order_id) VALUES ($1)"
-	}
-	return "INSERT INTO " + table + " (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING"
+	return r.txdb.Driver.Migrate().InsertIgnore(table, "order_id", "$1")
 }
 
 // checkPayments builds the payment row: one charge per order.
