@@ -34,7 +34,7 @@ func mysqlDesc(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return fmt.Sprintf("mysql (%s%s)", u.Host, u.Path)
 	}
-	return redactURL(raw)
+	return redact.URL(raw)
 }
 
 // openMySQLStore is serve's --store mysql://…: an idemmysql.Store on its own pool.

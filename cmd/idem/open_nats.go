@@ -82,7 +82,7 @@ func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logge
 	if err := b.proxyTo("nats", addr); err != nil {
 		return err
 	}
-	connect := verifyNATSConnect("nats://"+user+b.proxy.Addr(), redactURL(raw), logger)
+	connect := verifyNATSConnect("nats://"+user+b.proxy.Addr(), redact.URL(raw), logger)
 	stream := "IDEM_VERIFY_" + strings.ToUpper(run)
 	b.topic = "idem.verify." + run + ".orders"
 	nc, js, err := connect()
@@ -91,7 +91,7 @@ func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logge
 	}
 	b.cleanup = append(b.cleanup, nc.Close)
 	if err := b.natsStream(ctx, js, stream); err != nil {
-		return fmt.Errorf("--broker %s: %w", redactURL(raw), redact.Error(err))
+		return fmt.Errorf("--broker %s: %w", redact.URL(raw), redact.Error(err))
 	}
 	b.natsOpeners(connect, stream)
 	return nil

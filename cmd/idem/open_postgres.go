@@ -77,16 +77,16 @@ func openPostgresRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbo
 func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
 	u, err := url.Parse(raw)
 	if err != nil { // checkURL refused it already
-		return nil, fmt.Errorf("--db %q: not a URL: use postgres://user@host:5432/db", redactURL(raw))
+		return nil, fmt.Errorf("--db %q: not a URL: use postgres://user@host:5432/db", redact.URL(raw))
 	}
 	admin, err := sql.Open("pgx", raw)
 	if err != nil {
-		return nil, fmt.Errorf("--db %s: %w", redactURL(raw), redact.Error(err))
+		return nil, fmt.Errorf("--db %s: %w", redact.URL(raw), redact.Error(err))
 	}
 	schema := "idem_verify_" + randomHex(6)
 	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
 		admin.Close()
-		return nil, fmt.Errorf("--db %s: create the run's schema: %w", redactURL(raw), redact.Error(err))
+		return nil, fmt.Errorf("--db %s: create the run's schema: %w", redact.URL(raw), redact.Error(err))
 	}
 	drop := func() {
 		if !keep {
@@ -121,7 +121,7 @@ func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*verifyDB, 
 		}
 		proxy.Close()
 		drop()
-		return nil, fmt.Errorf("--db %s: %w", redactURL(raw), redact.Error(err))
+		return nil, fmt.Errorf("--db %s: %w", redact.URL(raw), redact.Error(err))
 	}
 	name := "postgres (schema " + schema + ")"
 	return &verifyDB{name: name, db: db, store: s, proxy: proxy,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
 )
@@ -114,7 +115,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.StringVar(&o.adminToken, "admin-token", "", "serve the admin API (the outbox) at /api/ of --listen with this bearer token, 16+ random bytes; prefer the environment  [$IDEM_ADMIN_TOKEN]")
 	fs.BoolVar(&o.schema, "schema", false, "print the outbox table and the insert contract for services in other languages, and exit")
 	o.cdc.flags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	// The environment is read after parsing so that --help never prints a secret.
@@ -134,7 +135,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 		err = checkAdminToken(o.adminToken, "--listen", o.listen)
 	}
 	if err != nil {
-		return usageErr(fs, "%s", redact.String(err.Error()))
+		return cli.UsageErr(fs, "%s", redact.String(err.Error()))
 	}
 	return m.relay(ctx, o, db, sink)
 }
@@ -191,8 +192,8 @@ func dialectOf(raw string) string {
 }
 
 func parseDB(raw string) (dbSpec, error) {
-	d := dbSpec{dialect: dialectOf(raw), raw: raw, desc: redactURL(raw)}
-	if err := checkURL("--db", raw); err != nil {
+	d := dbSpec{dialect: dialectOf(raw), raw: raw, desc: redact.URL(raw)}
+	if err := cli.CheckURL("--db", raw); err != nil {
 		return d, err
 	}
 	switch d.dialect {
@@ -203,7 +204,7 @@ func parseDB(raw string) (dbSpec, error) {
 		}
 		if _, err := os.Stat(d.path); err != nil {
 			// Not the error's text: it quotes the path, which is the flag's value.
-			return d, fmt.Errorf("--db %s: %s: pass the SQLite file the service writes its outbox to", d.desc, fileProblem(err))
+			return d, fmt.Errorf("--db %s: %s: pass the SQLite file the service writes its outbox to", d.desc, cli.FileProblem(err))
 		}
 	case "postgres":
 		cfg, err := pgxpool.ParseConfig(raw)
@@ -216,7 +217,7 @@ func parseDB(raw string) (dbSpec, error) {
 	case "mysql":
 		return parseMySQLDB(d)
 	default:
-		return d, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redactURL(raw))
+		return d, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redact.URL(raw))
 	}
 	return d, nil
 }
@@ -230,13 +231,11 @@ func (o *relayOptions) relayConfig() outbox.RelayConfig {
 }
 
 func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpec) error {
-	log := m.daemonLog()
-	stopTracing, err := m.startTracing(ctx, "relay", log)
+	log, reg, stopTracing, err := cli.StartDaemon(ctx, m.Stderr, "relay")
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	reg := daemonRegistry() // Go, process and idem_build_info collectors
 	cfg := o.relayConfig()
 	cfg.Registerer, cfg.Logger = reg, log
 

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idempg/pgcdc"
 	"github.com/idemhq/idem/internal/redact"
@@ -70,12 +71,12 @@ func (nopSink) Publish(context.Context, ...idem.Message) error {
 func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOptions) error {
 	db, cfg, err := o.cdcConfig()
 	if err != nil {
-		return usageErr(fs, "%s", redact.String(err.Error()))
+		return cli.UsageErr(fs, "%s", redact.String(err.Error()))
 	}
 	if o.cdc.dropSlot {
 		r, err := pgcdc.New(o.db, nopSink{}, cfg)
 		if err != nil {
-			return usageErr(fs, "%s", err)
+			return cli.UsageErr(fs, "%s", err)
 		}
 		if err := r.DropSlot(ctx); err != nil {
 			return errors.New(redact.String(err.Error()))
@@ -88,15 +89,13 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 		err = errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
 	}
 	if err != nil {
-		return usageErr(fs, "%s", redact.String(err.Error()))
+		return cli.UsageErr(fs, "%s", redact.String(err.Error()))
 	}
-	log := m.daemonLog()
-	stopTracing, err := m.startTracing(ctx, "relay", log)
+	log, reg, stopTracing, err := cli.StartDaemon(ctx, m.Stderr, "relay")
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	reg := daemonRegistry() // Go, process and idem_build_info collectors
 	cfg.Registerer, cfg.Logger = reg, log
 	sink, closeSink, err := ss.open(ctx, o)
 	if err != nil {
@@ -106,7 +105,7 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 	h := newHealth(3*o.poll, log)
 	r, err := pgcdc.New(o.db, trackedSink{Sink: sink, h: h}, cfg)
 	if err != nil {
-		return usageErr(fs, "%s", err)
+		return cli.UsageErr(fs, "%s", err)
 	}
 	// Fail fast on what no retry fixes (wal_level, privileges, publication, who may
 	// write WAL messages).

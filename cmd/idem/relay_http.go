@@ -16,11 +16,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/wait"
 	"github.com/idemhq/idem/internal/warn"
@@ -169,19 +169,7 @@ func relayHandler(reg *prometheus.Registry, h *health) http.Handler {
 // admin. /healthz's first line is that status; a second names the build
 // ("idem v0.1.0 (4d11fda0c3b2)"), for whoever must tell which version answers.
 func adminHandler(reg *prometheus.Registry, check func(context.Context) (bool, string)) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		ok, msg := check(r.Context())
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		fmt.Fprintln(w, msg)
-		fmt.Fprintln(w, binary.short())
-	})
-	return mux
+	return cli.Probes(reg, check)
 }
 
 // reasonOf names what failed in words that are idem's, not the downstream's: a

@@ -4,14 +4,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemhttp/gateway"
 	"github.com/idemhq/idem/webhook"
 )
 
@@ -106,15 +105,29 @@ func (s *webhookSpec) config(o *serveOptions) webhook.Config {
 	return cfg
 }
 
-// middleware is the gateway's middleware over store: the webhook receiver with
-// --webhook, the Idempotency-Key middleware otherwise.
-func (s serveSpec) middleware(o *serveOptions, store idem.Store, reg prometheus.Registerer, log *slog.Logger) (func(http.Handler) http.Handler, error) {
+// gateway builds the gateway over store: the webhook receiver with --webhook, the
+// Idempotency-Key middleware otherwise; its admin listener serves /metrics,
+// /healthz and, with --admin-token, the admin API of the store's keys.
+func (s serveSpec) gateway(o *serveOptions, store idem.Store, reg *prometheus.Registry, log *slog.Logger) (*gateway.Gateway, error) {
+	cfg := gateway.Config{Upstream: s.upstream, Store: store, Idempotency: s.cfg,
+		UpstreamTimeout: o.upstreamTimeout, ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: o.idleTimeout,
+		MaxConns: o.maxConns, ShutdownTimeout: o.drainLimit, Registerer: reg, Logger: log, Reason: reasonOf}
 	if s.webhook != nil {
-		cfg := s.webhook.config(o)
-		cfg.Store, cfg.Registerer, cfg.Logger = store, reg, log
-		return webhook.Receiver(cfg)
+		w := s.webhook.config(o)
+		cfg.Webhook = &w
 	}
-	cfg := s.cfg
-	cfg.Store, cfg.Registerer, cfg.Logger = store, reg, log
-	return idemhttp.Middleware(cfg)
+	if o.admin != "" {
+		cfg.Admin = adminHandler(reg, gateway.StoreHealth(store, log, reasonOf))
+	}
+	if o.admin != "" && o.adminToken != "" {
+		var err error
+		if cfg.Admin, err = serveAdminAPI(o.adminToken, store, reg, log, cfg.Admin); err != nil {
+			return nil, err
+		}
+	}
+	g, err := gateway.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("idem serve: %w", keySourceFlags(err))
+	}
+	return g, nil
 }

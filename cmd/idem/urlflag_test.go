@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -120,11 +121,11 @@ var urlUses = []urlUse{
 		}},
 	{"$OTEL_EXPORTER_OTLP_ENDPOINT", []string{"http", "https"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			e, err := traceExportFromEnv(func(name string) string { return map[string]string{envEndpoint: raw}[name] })
+			e, err := cli.TraceExportFromEnv(func(name string) string { return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": raw}[name] })
 			if err != nil {
 				return nil, []error{err}
 			}
-			return []string{e.target()}, nil
+			return []string{e.Target()}, nil
 		}},
 }
 
