@@ -345,7 +345,7 @@ func pingAll(pings []func(context.Context) error) func(context.Context) (bool, s
 		defer cancel()
 		for _, ping := range pings {
 			if err := ping(ctx); err != nil {
-				return false, "unhealthy: a backend did not answer: " + reasonOf(err)
+				return false, "unhealthy: a backend did not answer: " + cli.ReasonOf(err)
 			}
 		}
 		return true, "ok"

@@ -3,6 +3,13 @@
 // gateway), relay (outbox relay), migrate (idem's SQL schema), admin (the operator
 // API and web console), and keys, dlq, outbox and sagas (the same operations from a
 // shell).
+//
+// This package is the command line: flag dispatch, exit codes and one file (or a
+// few) per subcommand that maps its flags to the packages doing the work. Those
+// are idemhttp/gateway (what serve runs, importable), internal/cli (the kit every
+// subcommand shares: flag sets and their errors, URL flags, a daemon's log, traces,
+// metrics and /healthz), internal/relay (the relay's health and serving loop) and
+// internal/verify (the verify run).
 package main
 
 import (

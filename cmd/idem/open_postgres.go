@@ -115,15 +115,5 @@ func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*verifyDB, 
 	if err == nil {
 		s, err = idempg.NewSQL(ctx, db, idempg.Config{})
 	}
-	if err != nil {
-		if db != nil {
-			db.Close()
-		}
-		proxy.Close()
-		drop()
-		return nil, fmt.Errorf("--db %s: %w", redact.URL(raw), redact.Error(err))
-	}
-	name := "postgres (schema " + schema + ")"
-	return &verifyDB{name: name, db: db, store: s, proxy: proxy,
-		close: func() { db.Close(); proxy.Close(); drop() }}, nil
+	return proxiedVerifyDB("postgres (schema "+schema+")", redact.URL(raw), db, s, proxy, drop, err)
 }

@@ -5,16 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"io"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/relay"
 	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
 )
@@ -244,77 +243,25 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 		return err
 	}
 	defer closeSink()
-	h := newHealth(3*o.poll, log)
-	h.stallAfter = max(o.stallAfter, 3*o.poll)
-	tracked := trackedSink{Sink: sink, h: h}
+	h := relay.NewHealth(3*o.poll, log)
+	h.StallAfter = max(o.stallAfter, 3*o.poll)
+	tracked := h.Track(sink)
 
 	rd, err := openRelayDB(ctx, db, tracked, cfg)
 	if err != nil {
 		return err
 	}
 	defer rd.close()
-	handler := relayHandler(reg, h)
+	handler := relay.Handler(reg, h)
 	if o.adminToken != "" {
 		if handler, err = relayAdminAPI(o.adminToken, rd.outbox, reg, log, handler); err != nil {
 			return err
 		}
 	}
-	return m.serveRelay(ctx, o, h, handler, rd.run, h.watchStall(rd.stall), fmt.Sprintf("%s → %s", db.desc, ss.desc))
+	return relay.Serve(ctx, o.serving(m.Stderr), h, handler, rd.run, h.WatchStall(rd.stall), fmt.Sprintf("%s → %s", db.desc, ss.desc))
 }
 
-// serveRelay runs the relay, the database pinger and the HTTP server until ctx
-// ends or the server fails.
-func (m *Main) serveRelay(ctx context.Context, o *relayOptions, h *health, handler http.Handler,
-	run, ping func(context.Context) error, what string) error {
-	var srv *http.Server
-	srvErr := make(chan error, 1)
-	if o.listen != "" {
-		ln, err := net.Listen("tcp", o.listen)
-		if err != nil {
-			return fmt.Errorf("--listen %s: %w", o.listen, err)
-		}
-		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				srvErr <- fmt.Errorf("--listen %s: %w", o.listen, err)
-			}
-		}()
-		served := "/metrics, /healthz"
-		if o.adminToken != "" {
-			served += ", /api/ and the console at /"
-		}
-		fmt.Fprintf(m.Stderr, "idem relay: listening on %s (%s)\n", ln.Addr(), served)
-	}
-	fmt.Fprintf(m.Stderr, "idem relay: relaying %s (batch %d, poll %v)\n", what, o.batch, o.poll)
-
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	wg.Go(func() { h.pingEvery(rctx, o.poll, ping) })
-	relayErr := make(chan error, 1)
-	go func() { relayErr <- run(rctx) }()
-
-	var err error
-	select {
-	case <-ctx.Done():
-		err = <-relayErr
-	case err = <-srvErr:
-		stop()
-		<-relayErr
-	case err = <-relayErr:
-	}
-	stop()
-	wg.Wait()
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		err = nil // a requested stop
-	}
-	if err == nil {
-		fmt.Fprintln(m.Stderr, "idem relay: stopped")
-	}
-	return err
+// serving is how relay.Serve runs the relay of these flags.
+func (o *relayOptions) serving(stderr io.Writer) relay.Serving {
+	return relay.Serving{Listen: o.listen, API: o.adminToken != "", Batch: o.batch, Poll: o.poll, Stderr: stderr}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/relay"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idempg/pgcdc"
 	"github.com/idemhq/idem/internal/redact"
@@ -102,8 +103,8 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 		return err
 	}
 	defer closeSink()
-	h := newHealth(3*o.poll, log)
-	r, err := pgcdc.New(o.db, trackedSink{Sink: sink, h: h}, cfg)
+	h := relay.NewHealth(3*o.poll, log)
+	r, err := pgcdc.New(o.db, h.Track(sink), cfg)
 	if err != nil {
 		return cli.UsageErr(fs, "%s", err)
 	}
@@ -131,24 +132,24 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 	}
 	// /healthz pings the database every --poll; the relay itself sends no query per
 	// message.
-	return m.serveRelay(ctx, o, h, handler, r.Run, pool.Ping,
+	return relay.Serve(ctx, o.serving(m.Stderr), h, handler, r.Run, pool.Ping,
 		fmt.Sprintf("%s → %s from the WAL (slot %s)", db.desc, ss.desc, o.cdc.slot))
 }
 
 // cdcCheck is /healthz of relay --cdc: the database answers (h), no message has
 // waited for longer than stall with none published meanwhile, and the relay has not
 // failed to stream the slot for that long. The reason is in idem's words
-// (reasonOf), and says how many messages were parked.
-func cdcCheck(h *health, r *pgcdc.Relay, stall time.Duration) func(context.Context) (bool, string) {
+// (cli.ReasonOf), and says how many messages were parked.
+func cdcCheck(h *relay.Health, r *pgcdc.Relay, stall time.Duration) func(context.Context) (bool, string) {
 	return func(context.Context) (bool, string) {
 		st := r.Health()
 		if what, d := st.Stalled(time.Now(), stall); what != "" {
 			if st.LastError != nil {
-				what += ": " + reasonOf(st.LastError)
+				what += ": " + cli.ReasonOf(st.LastError)
 			}
 			return false, fmt.Sprintf("unhealthy: %s for %v (limit %v)", what, d.Round(time.Millisecond), stall)
 		}
-		ok, msg := h.check()
+		ok, msg := h.Check()
 		if st.Parked > 0 {
 			msg += fmt.Sprintf("; messages parked since the start: %d (idem outbox parked)", st.Parked)
 		}

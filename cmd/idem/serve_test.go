@@ -422,7 +422,7 @@ func (failingStore) Claim(context.Context, idem.Claim) (idem.Result, error) {
 
 func TestServeHealthz(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(adminHandler(prometheus.NewRegistry(), gateway.StoreHealth(failingStore{}, slog.New(slog.DiscardHandler), reasonOf)))
+	srv := httptest.NewServer(adminHandler(prometheus.NewRegistry(), gateway.StoreHealth(failingStore{}, slog.New(slog.DiscardHandler), cli.ReasonOf)))
 	defer srv.Close()
 	r := send(t, "GET", srv.URL+"/healthz", "", "")
 	if r.status != http.StatusServiceUnavailable || !bytes.Contains(r.body, []byte("connection refused")) ||

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemhttp/gateway"
 	"github.com/idemhq/idem/webhook"
 )
@@ -111,13 +112,13 @@ func (s *webhookSpec) config(o *serveOptions) webhook.Config {
 func (s serveSpec) gateway(o *serveOptions, store idem.Store, reg *prometheus.Registry, log *slog.Logger) (*gateway.Gateway, error) {
 	cfg := gateway.Config{Upstream: s.upstream, Store: store, Idempotency: s.cfg,
 		UpstreamTimeout: o.upstreamTimeout, ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: o.idleTimeout,
-		MaxConns: o.maxConns, ShutdownTimeout: o.drainLimit, Registerer: reg, Logger: log, Reason: reasonOf}
+		MaxConns: o.maxConns, ShutdownTimeout: o.drainLimit, Registerer: reg, Logger: log, Reason: cli.ReasonOf}
 	if s.webhook != nil {
 		w := s.webhook.config(o)
 		cfg.Webhook = &w
 	}
 	if o.admin != "" {
-		cfg.Admin = adminHandler(reg, gateway.StoreHealth(store, log, reasonOf))
+		cfg.Admin = adminHandler(reg, gateway.StoreHealth(store, log, cli.ReasonOf))
 	}
 	if o.admin != "" && o.adminToken != "" {
 		var err error
