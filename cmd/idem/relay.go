@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/cmd/idem/internal/relay"
 	"github.com/idemhq/idem/internal/redact"
@@ -238,14 +240,12 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 	cfg := o.relayConfig()
 	cfg.Registerer, cfg.Logger = reg, log
 
-	sink, closeSink, err := ss.open(ctx, o)
+	tracked, h, closeSink, err := o.openSink(ctx, ss, log)
 	if err != nil {
 		return err
 	}
 	defer closeSink()
-	h := relay.NewHealth(3*o.poll, log)
 	h.StallAfter = max(o.stallAfter, 3*o.poll)
-	tracked := h.Track(sink)
 
 	rd, err := openRelayDB(ctx, db, tracked, cfg)
 	if err != nil {
@@ -264,4 +264,14 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 // serving is how relay.Serve runs the relay of these flags.
 func (o *relayOptions) serving(stderr io.Writer) relay.Serving {
 	return relay.Serving{Listen: o.listen, API: o.adminToken != "", Batch: o.batch, Poll: o.poll, Stderr: stderr}
+}
+
+// openSink connects the sink of ss, whose publications feed the health it returns.
+func (o *relayOptions) openSink(ctx context.Context, ss sinkSpec, log *slog.Logger) (idem.Sink, *relay.Health, func(), error) {
+	sink, closeSink, err := ss.open(ctx, o)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	h := relay.NewHealth(3*o.poll, log)
+	return h.Track(sink), h, closeSink, nil
 }

@@ -98,13 +98,12 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 	}
 	defer stopTracing()
 	cfg.Registerer, cfg.Logger = reg, log
-	sink, closeSink, err := ss.open(ctx, o)
+	sink, h, closeSink, err := o.openSink(ctx, ss, log)
 	if err != nil {
 		return err
 	}
 	defer closeSink()
-	h := relay.NewHealth(3*o.poll, log)
-	r, err := pgcdc.New(o.db, h.Track(sink), cfg)
+	r, err := pgcdc.New(o.db, sink, cfg)
 	if err != nil {
 		return cli.UsageErr(fs, "%s", err)
 	}

@@ -3,15 +3,9 @@ package main
 import (
 	"flag"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/cmd/idem/internal/cli"
-	"github.com/idemhq/idem/idemhttp/gateway"
 	"github.com/idemhq/idem/webhook"
 )
 
@@ -104,31 +98,4 @@ func (s *webhookSpec) config(o *serveOptions) webhook.Config {
 		cfg.Retention = o.retention
 	}
 	return cfg
-}
-
-// gateway builds the gateway over store: the webhook receiver with --webhook, the
-// Idempotency-Key middleware otherwise; its admin listener serves /metrics,
-// /healthz and, with --admin-token, the admin API of the store's keys.
-func (s serveSpec) gateway(o *serveOptions, store idem.Store, reg *prometheus.Registry, log *slog.Logger) (*gateway.Gateway, error) {
-	cfg := gateway.Config{Upstream: s.upstream, Store: store, Idempotency: s.cfg,
-		UpstreamTimeout: o.upstreamTimeout, ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: o.idleTimeout,
-		MaxConns: o.maxConns, ShutdownTimeout: o.drainLimit, Registerer: reg, Logger: log, Reason: cli.ReasonOf}
-	if s.webhook != nil {
-		w := s.webhook.config(o)
-		cfg.Webhook = &w
-	}
-	if o.admin != "" {
-		cfg.Admin = adminHandler(reg, gateway.StoreHealth(store, log, cli.ReasonOf))
-	}
-	if o.admin != "" && o.adminToken != "" {
-		var err error
-		if cfg.Admin, err = serveAdminAPI(o.adminToken, store, reg, log, cfg.Admin); err != nil {
-			return nil, err
-		}
-	}
-	g, err := gateway.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("idem serve: %w", keySourceFlags(err))
-	}
-	return g, nil
 }

@@ -15,7 +15,6 @@ var (
 	errUsage    = cli.ErrUsage
 	didYouMean  = cli.DidYouMean
 	fileProblem = cli.FileProblem
-	checkURL    = cli.CheckURL
 	redactURL   = redact.URL
 )
 

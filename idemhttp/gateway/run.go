@@ -49,9 +49,9 @@ func (g *Gateway) Run(ctx context.Context, ln, admin net.Listener) error {
 	return err
 }
 
-// Serve serves the gateway on ln, at most Config.MaxConns connections at once, and
-// Config.Admin on admin (nil for none), in the background, with the Config's
-// timeouts; it starts sweeping the store (an idem.Sweeper) every minute. The first
+// Serve serves the gateway on ln and Config.Admin on admin (nil for none), in the
+// background, each with the Config's timeouts and at most Config.MaxConns
+// connections at once; it starts sweeping the store (an idem.Sweeper) every minute. The first
 // failure of a server lands on the channel, as a *ServeError. Call Close to stop.
 func (g *Gateway) Serve(ctx context.Context, ln, admin net.Listener) <-chan error {
 	c := g.cfg
@@ -62,7 +62,6 @@ func (g *Gateway) Serve(ctx context.Context, ln, admin net.Listener) <-chan erro
 	to := httpd.Timeouts{Read: c.ReadTimeout, Write: c.WriteTimeout, Idle: c.IdleTimeout, MaxConns: c.MaxConns}
 	r := &running{srv: httpd.Serve(ln, g, to, c.Logger, fail(false))}
 	if admin != nil {
-		to.MaxConns = 0
 		r.admin = httpd.Serve(admin, g.adminHandler(), to, c.Logger, fail(true))
 	}
 	var sweepCtx context.Context
