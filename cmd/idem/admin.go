@@ -18,9 +18,12 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/admin/console"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/idemhttp/gateway"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/httpd"
 	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
 )
@@ -77,7 +80,7 @@ func (m *Main) runAdmin(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.insecure, "insecure", false, "serve without a token: loopback --listen only, for development")
 	fs.DurationVar(&o.drainLimit, "shutdown-timeout", 10*time.Second, "how long a stop waits for requests in flight")
 	fs.Var(&o.metricsFrom, "metrics-from", "a /metrics URL of a process the console's charts read (http://127.0.0.1:9464/metrics: the relay's); repeatable")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	// The environment is read after parsing so that --help never prints a secret.
@@ -86,7 +89,7 @@ func (m *Main) runAdmin(ctx context.Context, args []string) error {
 	o.readToken = cmp.Or(o.readToken, os.Getenv("IDEM_ADMIN_READ_TOKEN"))
 	db, err := o.check()
 	if err != nil {
-		return usageErr(fs, "%s", redact.String(err.Error()))
+		return cli.UsageErr(fs, "%s", redact.String(err.Error()))
 	}
 	return m.admin(ctx, o, db)
 }
@@ -205,13 +208,11 @@ func (f *storeFlags) Set(v string) error {
 
 // admin connects the stores and the database, then serves until ctx ends.
 func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
-	log := m.daemonLog()
-	stopTracing, err := m.startTracing(ctx, "admin", log)
+	log, reg, stopTracing, err := cli.StartDaemon(ctx, m.Stderr, "admin")
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	reg := daemonRegistry() // Go, process and idem_build_info collectors
 	cfg := admin.Config{Token: o.token, ReadToken: o.readToken, Insecure: o.insecure, Logger: log, Registerer: reg,
 		Stores: map[string]idem.Inspector{}}
 	var pings []func(context.Context) error
@@ -257,7 +258,7 @@ func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
 	mux.Handle("GET /healthz", probes)
 
 	srvErr := make(chan error, 1)
-	timeouts := serverTimeouts{read: 30 * time.Second, write: 2 * time.Minute, idle: 2 * time.Minute}
+	timeouts := httpd.Timeouts{Read: 30 * time.Second, Write: 2 * time.Minute, Idle: 2 * time.Minute}
 	srv, addr, err := startServer(o.listen, "--listen", mux, timeouts, log, srvErr)
 	if err != nil {
 		return err
@@ -330,7 +331,7 @@ func adminDBOpened(db dbSpec, ping func(context.Context) error, close func(), sk
 // write, so the admin can watch a store it must not change.
 func inspectPing(in idem.Inspector) func(context.Context) error {
 	return func(ctx context.Context) error {
-		if _, err := in.Inspect(ctx, healthKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
+		if _, err := in.Inspect(ctx, gateway.HealthKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
 			return err
 		}
 		return nil
@@ -344,7 +345,7 @@ func pingAll(pings []func(context.Context) error) func(context.Context) (bool, s
 		defer cancel()
 		for _, ping := range pings {
 			if err := ping(ctx); err != nil {
-				return false, "unhealthy: a backend did not answer: " + reasonOf(err)
+				return false, "unhealthy: a backend did not answer: " + cli.ReasonOf(err)
 			}
 		}
 		return true, "ok"
@@ -406,4 +407,15 @@ func relayAdminAPI(token string, ob admin.Outbox, reg prometheus.Registerer, log
 // outboxArea is the admin area of relay's outbox.
 func outboxArea[Tx any](db idemsql.TxDB[Tx]) admin.Outbox {
 	return admin.OutboxFrom(outbox.NewAdmin(db))
+}
+
+// startServer listens on addr and serves h in the background; a failure of Serve
+// lands on errs. flagName names the address in errors.
+func startServer(addr, flagName string, h http.Handler, to httpd.Timeouts, log *slog.Logger, errs chan<- error) (*http.Server, string, error) {
+	ln, err := listen(addr, flagName)
+	if err != nil {
+		return nil, "", err
+	}
+	srv := httpd.Serve(ln, h, to, log, func(err error) { errs <- fmt.Errorf("%s %s: %w", flagName, addr, err) })
+	return srv, ln.Addr().String(), nil
 }

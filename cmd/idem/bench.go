@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 )
 
 // benchRow is one measured figure beside its baseline from the same run.
@@ -50,14 +51,14 @@ INSERT … ON CONFLICT DO NOTHING, memory claims beside a sharded map insert.`)
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "how long each figure is measured")
 	fs.IntVar(&o.concurrency, "concurrency", 16, "parallel clients")
 	fs.IntVar(&o.batch, "batch", 100, "claims per batch for the batched figures")
-	fs.StringVar(&o.postgres, "postgres", envOr("IDEM_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL [$IDEM_TEST_POSTGRES_URL]")
-	fs.StringVar(&o.redis, "redis", envOr("IDEM_TEST_REDIS_ADDR", "127.0.0.1:6379"), "Redis address [$IDEM_TEST_REDIS_ADDR]")
+	fs.StringVar(&o.postgres, "postgres", cli.EnvOr("IDEM_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL [$IDEM_TEST_POSTGRES_URL]")
+	fs.StringVar(&o.redis, "redis", cli.EnvOr("IDEM_TEST_REDIS_ADDR", "127.0.0.1:6379"), "Redis address [$IDEM_TEST_REDIS_ADDR]")
 	asJSON := fs.Bool("json", false, "write JSON instead of a table")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if o.concurrency <= 0 || o.duration <= 0 || o.batch <= 0 {
-		return usageErr(fs, "--concurrency, --duration and --batch must be positive")
+		return cli.UsageErr(fs, "--concurrency, --duration and --batch must be positive")
 	}
 	targets := map[string]benchTarget{
 		"memory":   {"memory", benchMemory},
@@ -69,7 +70,7 @@ INSERT … ON CONFLICT DO NOTHING, memory claims beside a sharded map insert.`)
 	for _, name := range strings.Split(*stores, ",") {
 		t, ok := targets[strings.TrimSpace(name)]
 		if !ok {
-			return usageErr(fs, "--stores: unknown backend %q (memory, sqlite, postgres, redis)", name)
+			return cli.UsageErr(fs, "--stores: unknown backend %q (memory, sqlite, postgres, redis)", name)
 		}
 		fmt.Fprintf(m.Stderr, "idem bench: measuring %s…\n", t.name)
 		got, err := t.run(ctx, o)

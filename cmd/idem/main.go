@@ -3,6 +3,13 @@
 // gateway), relay (outbox relay), migrate (idem's SQL schema), admin (the operator
 // API and web console), and keys, dlq, outbox and sagas (the same operations from a
 // shell).
+//
+// This package is the command line: flag dispatch, exit codes and one file (or a
+// few) per subcommand that maps its flags to the packages doing the work. Those
+// are idemhttp/gateway (what serve runs, importable), internal/cli (the kit every
+// subcommand shares: flag sets and their errors, URL flags, a daemon's log, traces,
+// metrics and /healthz), internal/relay (the relay's health and serving loop) and
+// internal/verify (the verify run).
 package main
 
 import (
@@ -19,6 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/internal/redact"
 )
 
@@ -32,10 +40,10 @@ func main() {
 	case err == nil:
 	case errors.Is(err, flag.ErrHelp):
 		os.Exit(0)
-	case errors.Is(err, errUsage):
+	case errors.Is(err, cli.ErrUsage):
 		os.Exit(2)
 	default:
-		var fail *exitError
+		var fail *cli.ExitError
 		if !errors.As(err, &fail) {
 			fmt.Fprintln(os.Stderr, err)
 		}
@@ -49,15 +57,6 @@ type redisLogger struct{}
 func (redisLogger) Printf(_ context.Context, format string, v ...any) {
 	fmt.Fprintln(os.Stderr, "redis: "+redact.String(fmt.Sprintf(format, v...)))
 }
-
-// errUsage marks a command line that could not be parsed; the message was printed.
-var errUsage = errors.New("usage")
-
-// exitError is a failure already reported on the output (verify's table), which main
-// turns into a non-zero exit without printing it again.
-type exitError struct{ msg string }
-
-func (e *exitError) Error() string { return e.msg }
 
 // Main is the CLI, kept free of os.Exit and globals so tests can run it.
 type Main struct {
@@ -99,26 +98,15 @@ var commands = []command{
 // URL that a driver quoted never reaches a terminal or a log collector.
 func (m *Main) Run(ctx context.Context, args []string) error {
 	rm := *m
-	rm.Stderr, rm.rawStderr = redactWriter{m.Stderr}, m.Stderr
+	rm.Stderr, rm.rawStderr = cli.RedactWriter{W: m.Stderr}, m.Stderr
 	return redact.Error(rm.run(ctx, args))
-}
-
-// redactWriter passes each Write through redact.String. Every message and log
-// line of the commands is written whole, in one call.
-type redactWriter struct{ w io.Writer }
-
-func (r redactWriter) Write(p []byte) (int, error) {
-	if _, err := io.WriteString(r.w, redact.String(string(p))); err != nil {
-		return 0, err
-	}
-	return len(p), nil
 }
 
 func (m *Main) run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		m.usage()
 		if len(args) == 0 {
-			return errUsage
+			return cli.ErrUsage
 		}
 		return flag.ErrHelp
 	}
@@ -134,8 +122,8 @@ func (m *Main) run(ctx context.Context, args []string) error {
 	for i, c := range commands {
 		names[i] = c.name
 	}
-	fmt.Fprintf(m.Stderr, "idem: unknown command %q%s\nrun 'idem --help' for the commands\n", args[0], didYouMean(args[0], names, ""))
-	return errUsage
+	fmt.Fprintf(m.Stderr, "idem: unknown command %q%s\nrun 'idem --help' for the commands\n", args[0], cli.DidYouMean(args[0], names, ""))
+	return cli.ErrUsage
 }
 
 func (m *Main) usage() {
@@ -164,16 +152,8 @@ func (m *Main) help() io.Writer {
 	return m.Stderr
 }
 
-// printFlags writes fs's flags and their defaults to m.help(). The usage texts are
-// idem's own; a default may come from the environment (verify's $IDEM_DB), so
-// each default is redacted.
-func (m *Main) printFlags(fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) { f.DefValue = redact.String(f.DefValue) })
-	out := fs.Output()
-	fs.SetOutput(m.help())
-	fs.PrintDefaults()
-	fs.SetOutput(out)
-}
+// printFlags writes fs's flags and their defaults, redacted, to m.help().
+func (m *Main) printFlags(fs *flag.FlagSet) { cli.PrintFlags(fs, m.help()) }
 
 // quickStart is the command that runs verify from this binary: "go run ./cmd/idem
 // verify" when it was built by go run (so the README's command is the one shown),
@@ -204,37 +184,5 @@ func builtByGoRun(exe string) bool {
 // newFlagSet returns a flag set for a command that reports errors on m.Stderr and
 // its usage (--help) on m.help().
 func (m *Main) newFlagSet(name, synopsis string) *flag.FlagSet {
-	fs := flag.NewFlagSet("idem "+name, flag.ContinueOnError)
-	fs.SetOutput(m.Stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(m.help(), "Usage: idem %s [flags]\n\n%s\n\nFlags:\n", name, synopsis)
-		m.printFlags(fs)
-	}
-	return fs
-}
-
-// parse parses args, mapping a bad command line to errUsage. --help prints the
-// command's usage; a bad flag prints two lines, not the usage (which would scroll
-// the error away): the error, naming the flag, with the closest flag the command
-// has when one is near, and where the usage is.
-func parse(fs *flag.FlagSet, args []string) error {
-	usage, out := fs.Usage, fs.Output()
-	fs.Usage = func() {}
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	fs.Usage = usage
-	fs.SetOutput(out)
-	if errors.Is(err, flag.ErrHelp) {
-		usage()
-		return err
-	}
-	if err != nil {
-		fmt.Fprintf(out, "%s: %s\nrun '%s --help' for usage\n", fs.Name(), flagProblem(fs, err), fs.Name())
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return errUsage
-	}
-	return nil
+	return cli.NewFlagSet(name, synopsis, m.Stderr, m.help())
 }

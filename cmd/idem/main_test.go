@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/cmd/idem/internal/verify"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -178,7 +179,7 @@ func TestVerifyHoldsOnSQLiteAndNATS(t *testing.T) {
 func TestVerifyUnsafeFails(t *testing.T) {
 	t.Parallel()
 	r, err := verifyReport(t, 300, "--fault-rate", "0.3", "--unsafe")
-	var fail *exitError
+	var fail *cli.ExitError
 	if !errors.As(err, &fail) {
 		t.Fatalf("--unsafe returned %v, want a failing verdict", err)
 	}

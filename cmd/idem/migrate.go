@@ -10,8 +10,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -54,10 +56,10 @@ func (m *Main) runMigrate(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintln(m.Stderr, "idem migrate: name an action: up, down, status or print")
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	action := args[0]
-	if err := parse(fs, args[1:]); err != nil {
+	if err := cli.Parse(fs, args[1:]); err != nil {
 		return err
 	}
 	if action == "print" {
@@ -65,7 +67,7 @@ func (m *Main) runMigrate(ctx context.Context, args []string) error {
 	}
 	if !slices.Contains([]string{"up", "down", "status"}, action) {
 		fmt.Fprintf(m.Stderr, "idem migrate: unknown action %q: use up, down, status or print\n", action)
-		return errUsage
+		return cli.ErrUsage
 	}
 	if o.db == "" {
 		return errors.New("idem migrate " + action + ": --db is required: postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db or sqlite:PATH")
@@ -228,7 +230,7 @@ func migrateSets(d idemsql.Dialect, o migrateOptions) ([]migrate.Set, error) {
 // openMigrateDB opens the database of --db. Unlike the relay's, a SQLite file need
 // not exist yet: up creates it.
 func openMigrateDB(ctx context.Context, raw string) (idemsql.TxDB[*sql.Tx], func(), error) {
-	if err := checkURL("--db", raw); err != nil {
+	if err := cli.CheckURL("--db", raw); err != nil {
 		return idemsql.TxDB[*sql.Tx]{}, nil, err
 	}
 	var db *sql.DB
@@ -249,15 +251,15 @@ func openMigrateDB(ctx context.Context, raw string) (idemsql.TxDB[*sql.Tx], func
 		}
 		db, err = openSQLite(path)
 	default:
-		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redactURL(raw))
+		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redact.URL(raw))
 	}
 	if err != nil {
-		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)
+		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redact.URL(raw), err)
 	}
 	tdb, err := idemsql.SQLDB(ctx, db)
 	if err != nil {
 		db.Close()
-		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)
+		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redact.URL(raw), err)
 	}
 	return tdb, func() { db.Close() }, nil
 }

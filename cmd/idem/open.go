@@ -11,8 +11,10 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemmem"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
 )
 
@@ -125,7 +127,7 @@ func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, cl
 //	mysql://…      MySQL or MariaDB, through a chaos.Proxy; the run's tables go
 //	               into a fresh database, dropped after unless keep
 func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
-	if err := checkURL("--db", raw); err != nil {
+	if err := cli.CheckURL("--db", raw); err != nil {
 		return nil, err
 	}
 	switch {
@@ -136,7 +138,7 @@ func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error)
 	case strings.HasPrefix(raw, "mysql://"):
 		return openVerifyMySQL(ctx, raw, keep)
 	}
-	return nil, fmt.Errorf("--db %q: unknown database; use sqlite: (temporary), sqlite:PATH, postgres://user@host/db or mysql://user@host:3306/db", redactURL(raw))
+	return nil, fmt.Errorf("--db %q: unknown database; use sqlite: (temporary), sqlite:PATH, postgres://user@host/db or mysql://user@host:3306/db", redact.URL(raw))
 }
 
 // openVerifyBroker maps verify's --broker to a broker for the run:
@@ -155,7 +157,7 @@ func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error)
 // Every run uses its own stream, topic or queue, named after run. Connections to
 // NATS, Redis and RabbitMQ go through a chaos.Proxy, so the run can cut them.
 func openVerifyBroker(ctx context.Context, raw, run string, logger *slog.Logger) (*verifyBroker, error) {
-	if err := checkURL("--broker", raw); err != nil {
+	if err := cli.CheckURL("--broker", raw); err != nil {
 		return nil, err
 	}
 	b := &verifyBroker{}
@@ -177,7 +179,7 @@ func openVerifyBroker(ctx context.Context, raw, run string, logger *slog.Logger)
 		err = openSQSBroker(ctx, b, raw, run)
 	default:
 		err = fmt.Errorf("--broker %q: unknown broker; use nats: (embedded), nats-cluster: (3 embedded nodes), nats://host:4222, kafka: (in-process), "+
-			"kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process), pubsub://PROJECT or sqs: (in-process)", redactURL(raw))
+			"kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process), pubsub://PROJECT or sqs: (in-process)", redact.URL(raw))
 	}
 	if err != nil {
 		b.close()

@@ -29,7 +29,7 @@ func openAMQPSink(s sinkSpec, o *relayOptions) (idem.Sink, func(), error) {
 func openAMQPBroker(b *verifyBroker, raw, run string) error {
 	u, err := amqp.ParseURI(raw)
 	if err != nil {
-		return fmt.Errorf("--broker %q: %s: use amqp://user:pass@host:5672/[vhost]", redactURL(raw), redact.String(err.Error()))
+		return fmt.Errorf("--broker %q: %s: use amqp://user:pass@host:5672/[vhost]", redact.URL(raw), redact.String(err.Error()))
 	}
 	b.name = "rabbitmq " + net.JoinHostPort(u.Host, fmt.Sprint(u.Port))
 	if err := b.proxyTo("amqp", net.JoinHostPort(u.Host, fmt.Sprint(u.Port))); err != nil {
@@ -42,11 +42,11 @@ func openAMQPBroker(b *verifyBroker, raw, run string) error {
 	b.topic = "idem.verify." + run
 	admin, err := amqp.Dial(dial)
 	if err != nil {
-		return fmt.Errorf("--broker %s: %w", redactURL(raw), err)
+		return fmt.Errorf("--broker %s: %w", redact.URL(raw), err)
 	}
 	b.cleanup = append(b.cleanup, func() { admin.Close() })
 	if err := idemamqp.DeclareQueue(admin, b.topic, idemamqp.QueueConfig{Quorum: true}); err != nil {
-		return fmt.Errorf("--broker %s: %w", redactURL(raw), err)
+		return fmt.Errorf("--broker %s: %w", redact.URL(raw), err)
 	}
 	b.cleanup = append(b.cleanup, func() {
 		if ch, err := admin.Channel(); err == nil {

@@ -39,7 +39,7 @@ func openKafkaBroker(b *verifyBroker, raw, run string) error {
 	addrs := strings.TrimPrefix(rest, "//")
 	if strings.Contains(addrs, "@") {
 		return fmt.Errorf("--broker %s: credentials in a kafka:// URL are not supported (no SASL yet): "+
-			"use kafka://host:9092[,host:9092] on a listener that needs none", redactURL(raw))
+			"use kafka://host:9092[,host:9092] on a listener that needs none", redact.URL(raw))
 	}
 	b.name = "kafka " + addrs
 	b.topic = "idem-verify-" + run

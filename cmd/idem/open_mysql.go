@@ -34,7 +34,7 @@ func mysqlDesc(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return fmt.Sprintf("mysql (%s%s)", u.Host, u.Path)
 	}
-	return redactURL(raw)
+	return redact.URL(raw)
 }
 
 // openMySQLStore is serve's --store mysql://…: an idemmysql.Store on its own pool.
@@ -134,14 +134,5 @@ func openVerifyMySQL(ctx context.Context, raw string, keep bool) (*verifyDB, err
 		db.SetMaxOpenConns(32)
 		s, err = idemmysql.New(ctx, db, idemmysql.Config{})
 	}
-	if err != nil {
-		if db != nil {
-			db.Close()
-		}
-		proxy.Close()
-		drop()
-		return nil, fmt.Errorf("--db %s: %w", desc, redact.Error(err))
-	}
-	return &verifyDB{name: "mysql (database " + name + ")", db: db, store: s, proxy: proxy,
-		close: func() { db.Close(); proxy.Close(); drop() }}, nil
+	return proxiedVerifyDB("mysql (database "+name+")", desc, db, s, proxy, drop, err)
 }

@@ -82,19 +82,29 @@ func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logge
 	if err := b.proxyTo("nats", addr); err != nil {
 		return err
 	}
-	connect := verifyNATSConnect("nats://"+user+b.proxy.Addr(), redactURL(raw), logger)
+	connect := verifyNATSConnect("nats://"+user+b.proxy.Addr(), redact.URL(raw), logger)
+	js, stream, err := b.natsConnect(connect, run)
+	if err != nil {
+		return err
+	}
+	if err := b.natsStream(ctx, js, stream); err != nil {
+		return fmt.Errorf("--broker %s: %w", redact.URL(raw), redact.Error(err))
+	}
+	b.natsOpeners(connect, stream)
+	return nil
+}
+
+// natsConnect connects b's first client with connect, closed at b's cleanup, and
+// names the stream and the topic of run.
+func (b *verifyBroker) natsConnect(connect func() (*nats.Conn, jetstream.JetStream, error), run string) (jetstream.JetStream, string, error) {
 	stream := "IDEM_VERIFY_" + strings.ToUpper(run)
 	b.topic = "idem.verify." + run + ".orders"
 	nc, js, err := connect()
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	b.cleanup = append(b.cleanup, nc.Close)
-	if err := b.natsStream(ctx, js, stream); err != nil {
-		return fmt.Errorf("--broker %s: %w", redactURL(raw), redact.Error(err))
-	}
-	b.natsOpeners(connect, stream)
-	return nil
+	return js, stream, nil
 }
 
 // verifyNATSConnect returns how verify's clients connect to servers: a fresh

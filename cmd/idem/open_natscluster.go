@@ -44,13 +44,10 @@ func openNATSClusterBroker(ctx context.Context, b *verifyBroker, raw, run string
 		servers = append(servers, c.ClientURL(i))
 	}
 	connect := verifyNATSConnect(strings.Join(servers, ","), raw, logger)
-	stream := "IDEM_VERIFY_" + strings.ToUpper(run)
-	b.topic = "idem.verify." + run + ".orders"
-	nc, js, err := connect()
+	js, stream, err := b.natsConnect(connect, run)
 	if err != nil {
 		return err
 	}
-	b.cleanup = append(b.cleanup, nc.Close)
 	st, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: stream, Subjects: []string{b.topic}, Replicas: c.Nodes()})
 	if err != nil {
 		return fmt.Errorf("--broker %s: %w", raw, err)

@@ -77,16 +77,16 @@ func openPostgresRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbo
 func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
 	u, err := url.Parse(raw)
 	if err != nil { // checkURL refused it already
-		return nil, fmt.Errorf("--db %q: not a URL: use postgres://user@host:5432/db", redactURL(raw))
+		return nil, fmt.Errorf("--db %q: not a URL: use postgres://user@host:5432/db", redact.URL(raw))
 	}
 	admin, err := sql.Open("pgx", raw)
 	if err != nil {
-		return nil, fmt.Errorf("--db %s: %w", redactURL(raw), redact.Error(err))
+		return nil, fmt.Errorf("--db %s: %w", redact.URL(raw), redact.Error(err))
 	}
 	schema := "idem_verify_" + randomHex(6)
 	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
 		admin.Close()
-		return nil, fmt.Errorf("--db %s: create the run's schema: %w", redactURL(raw), redact.Error(err))
+		return nil, fmt.Errorf("--db %s: create the run's schema: %w", redact.URL(raw), redact.Error(err))
 	}
 	drop := func() {
 		if !keep {
@@ -115,15 +115,5 @@ func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*verifyDB, 
 	if err == nil {
 		s, err = idempg.NewSQL(ctx, db, idempg.Config{})
 	}
-	if err != nil {
-		if db != nil {
-			db.Close()
-		}
-		proxy.Close()
-		drop()
-		return nil, fmt.Errorf("--db %s: %w", redactURL(raw), redact.Error(err))
-	}
-	name := "postgres (schema " + schema + ")"
-	return &verifyDB{name: name, db: db, store: s, proxy: proxy,
-		close: func() { db.Close(); proxy.Close(); drop() }}, nil
+	return proxiedVerifyDB("postgres (schema "+schema+")", redact.URL(raw), db, s, proxy, drop, err)
 }

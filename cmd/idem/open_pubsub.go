@@ -114,17 +114,17 @@ func openPubSubBroker(ctx context.Context, b *verifyBroker, raw, run string) err
 		b.name = "pubsub (in-process pstest)"
 	} else {
 		if client, err = pubsub.NewClient(ctx, project); err != nil {
-			return fmt.Errorf("--broker %s: %w", redactURL(raw), redact.Error(err))
+			return fmt.Errorf("--broker %s: %w", redact.URL(raw), redact.Error(err))
 		}
 		b.name = "pubsub " + project
 	}
 	b.cleanup = append(b.cleanup, func() { _ = client.Close() })
 	if err := idempubsub.EnsureTopic(ctx, client, b.topic); err != nil {
-		return fmt.Errorf("--broker %s: %w", redactURL(raw), err)
+		return fmt.Errorf("--broker %s: %w", redact.URL(raw), err)
 	}
 	if err := idempubsub.EnsureSubscription(ctx, client, idempubsub.SubscriptionConfig{Name: sub, Topic: b.topic,
 		AckDeadline: verifyPubSubLease, ExactlyOnce: true}); err != nil {
-		return fmt.Errorf("--broker %s: %w", redactURL(raw), err)
+		return fmt.Errorf("--broker %s: %w", redact.URL(raw), err)
 	}
 	if project != "" {
 		b.cleanup = append(b.cleanup, func() { deletePubSub(client, b.topic, sub) })

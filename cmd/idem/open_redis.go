@@ -60,7 +60,7 @@ func openRedisSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
 func openRedisBroker(ctx context.Context, b *verifyBroker, raw, run string) error {
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
-		return fmt.Errorf("--broker %q: %s: use redis://host:6379[/db]", redactURL(raw), redact.String(err.Error()))
+		return fmt.Errorf("--broker %q: %s: use redis://host:6379[/db]", redact.URL(raw), redact.String(err.Error()))
 	}
 	b.name = "redis streams " + opts.Addr
 	if err := b.proxyTo("redis", opts.Addr); err != nil {
@@ -69,7 +69,7 @@ func openRedisBroker(ctx context.Context, b *verifyBroker, raw, run string) erro
 	opts.Addr = b.proxy.Addr()
 	opts.MaxRetries = -1 // a cut must surface, not be retried inside the client
 	b.topic = "idem:verify:" + run + ":orders"
-	admin, err := openRedis(ctx, "--broker", redactURL(raw), opts)
+	admin, err := openRedis(ctx, "--broker", redact.URL(raw), opts)
 	if err != nil {
 		return err
 	}

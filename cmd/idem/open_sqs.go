@@ -122,7 +122,7 @@ func probeSQS(ctx context.Context, s sinkSpec, client *sqs.Client) error {
 // timeout of verifyAckWait.
 func openSQSBroker(ctx context.Context, b *verifyBroker, raw, run string) error {
 	if raw != "sqs:" {
-		return fmt.Errorf("--broker %q: verify runs SQS in-process only: use sqs:", redactURL(raw))
+		return fmt.Errorf("--broker %q: verify runs SQS in-process only: use sqs:", redact.URL(raw))
 	}
 	srv, err := sqsfake.Start(sqsfake.Config{})
 	if err != nil {

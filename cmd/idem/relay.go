@@ -5,15 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/relay"
 	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
 )
@@ -114,7 +116,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.StringVar(&o.adminToken, "admin-token", "", "serve the admin API (the outbox) at /api/ of --listen with this bearer token, 16+ random bytes; prefer the environment  [$IDEM_ADMIN_TOKEN]")
 	fs.BoolVar(&o.schema, "schema", false, "print the outbox table and the insert contract for services in other languages, and exit")
 	o.cdc.flags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	// The environment is read after parsing so that --help never prints a secret.
@@ -134,7 +136,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 		err = checkAdminToken(o.adminToken, "--listen", o.listen)
 	}
 	if err != nil {
-		return usageErr(fs, "%s", redact.String(err.Error()))
+		return cli.UsageErr(fs, "%s", redact.String(err.Error()))
 	}
 	return m.relay(ctx, o, db, sink)
 }
@@ -191,8 +193,8 @@ func dialectOf(raw string) string {
 }
 
 func parseDB(raw string) (dbSpec, error) {
-	d := dbSpec{dialect: dialectOf(raw), raw: raw, desc: redactURL(raw)}
-	if err := checkURL("--db", raw); err != nil {
+	d := dbSpec{dialect: dialectOf(raw), raw: raw, desc: redact.URL(raw)}
+	if err := cli.CheckURL("--db", raw); err != nil {
 		return d, err
 	}
 	switch d.dialect {
@@ -203,7 +205,7 @@ func parseDB(raw string) (dbSpec, error) {
 		}
 		if _, err := os.Stat(d.path); err != nil {
 			// Not the error's text: it quotes the path, which is the flag's value.
-			return d, fmt.Errorf("--db %s: %s: pass the SQLite file the service writes its outbox to", d.desc, fileProblem(err))
+			return d, fmt.Errorf("--db %s: %s: pass the SQLite file the service writes its outbox to", d.desc, cli.FileProblem(err))
 		}
 	case "postgres":
 		cfg, err := pgxpool.ParseConfig(raw)
@@ -216,7 +218,7 @@ func parseDB(raw string) (dbSpec, error) {
 	case "mysql":
 		return parseMySQLDB(d)
 	default:
-		return d, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redactURL(raw))
+		return d, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redact.URL(raw))
 	}
 	return d, nil
 }
@@ -230,92 +232,46 @@ func (o *relayOptions) relayConfig() outbox.RelayConfig {
 }
 
 func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpec) error {
-	log := m.daemonLog()
-	stopTracing, err := m.startTracing(ctx, "relay", log)
+	log, reg, stopTracing, err := cli.StartDaemon(ctx, m.Stderr, "relay")
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	reg := daemonRegistry() // Go, process and idem_build_info collectors
 	cfg := o.relayConfig()
 	cfg.Registerer, cfg.Logger = reg, log
 
-	sink, closeSink, err := ss.open(ctx, o)
+	tracked, h, closeSink, err := o.openSink(ctx, ss, log)
 	if err != nil {
 		return err
 	}
 	defer closeSink()
-	h := newHealth(3*o.poll, log)
-	h.stallAfter = max(o.stallAfter, 3*o.poll)
-	tracked := trackedSink{Sink: sink, h: h}
+	h.StallAfter = max(o.stallAfter, 3*o.poll)
 
 	rd, err := openRelayDB(ctx, db, tracked, cfg)
 	if err != nil {
 		return err
 	}
 	defer rd.close()
-	handler := relayHandler(reg, h)
+	handler := relay.Handler(reg, h)
 	if o.adminToken != "" {
 		if handler, err = relayAdminAPI(o.adminToken, rd.outbox, reg, log, handler); err != nil {
 			return err
 		}
 	}
-	return m.serveRelay(ctx, o, h, handler, rd.run, h.watchStall(rd.stall), fmt.Sprintf("%s → %s", db.desc, ss.desc))
+	return relay.Serve(ctx, o.serving(m.Stderr), h, handler, rd.run, h.WatchStall(rd.stall), fmt.Sprintf("%s → %s", db.desc, ss.desc))
 }
 
-// serveRelay runs the relay, the database pinger and the HTTP server until ctx
-// ends or the server fails.
-func (m *Main) serveRelay(ctx context.Context, o *relayOptions, h *health, handler http.Handler,
-	run, ping func(context.Context) error, what string) error {
-	var srv *http.Server
-	srvErr := make(chan error, 1)
-	if o.listen != "" {
-		ln, err := net.Listen("tcp", o.listen)
-		if err != nil {
-			return fmt.Errorf("--listen %s: %w", o.listen, err)
-		}
-		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				srvErr <- fmt.Errorf("--listen %s: %w", o.listen, err)
-			}
-		}()
-		served := "/metrics, /healthz"
-		if o.adminToken != "" {
-			served += ", /api/ and the console at /"
-		}
-		fmt.Fprintf(m.Stderr, "idem relay: listening on %s (%s)\n", ln.Addr(), served)
-	}
-	fmt.Fprintf(m.Stderr, "idem relay: relaying %s (batch %d, poll %v)\n", what, o.batch, o.poll)
+// serving is how relay.Serve runs the relay of these flags.
+func (o *relayOptions) serving(stderr io.Writer) relay.Serving {
+	return relay.Serving{Listen: o.listen, API: o.adminToken != "", Batch: o.batch, Poll: o.poll, Stderr: stderr}
+}
 
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	wg.Go(func() { h.pingEvery(rctx, o.poll, ping) })
-	relayErr := make(chan error, 1)
-	go func() { relayErr <- run(rctx) }()
-
-	var err error
-	select {
-	case <-ctx.Done():
-		err = <-relayErr
-	case err = <-srvErr:
-		stop()
-		<-relayErr
-	case err = <-relayErr:
+// openSink connects the sink of ss, whose publications feed the health it returns.
+func (o *relayOptions) openSink(ctx context.Context, ss sinkSpec, log *slog.Logger) (idem.Sink, *relay.Health, func(), error) {
+	sink, closeSink, err := ss.open(ctx, o)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	stop()
-	wg.Wait()
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		err = nil // a requested stop
-	}
-	if err == nil {
-		fmt.Fprintln(m.Stderr, "idem relay: stopped")
-	}
-	return err
+	h := relay.NewHealth(3*o.poll, log)
+	return h.Track(sink), h, closeSink, nil
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/relay"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idempg/pgcdc"
 	"github.com/idemhq/idem/internal/redact"
@@ -70,12 +72,12 @@ func (nopSink) Publish(context.Context, ...idem.Message) error {
 func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOptions) error {
 	db, cfg, err := o.cdcConfig()
 	if err != nil {
-		return usageErr(fs, "%s", redact.String(err.Error()))
+		return cli.UsageErr(fs, "%s", redact.String(err.Error()))
 	}
 	if o.cdc.dropSlot {
 		r, err := pgcdc.New(o.db, nopSink{}, cfg)
 		if err != nil {
-			return usageErr(fs, "%s", err)
+			return cli.UsageErr(fs, "%s", err)
 		}
 		if err := r.DropSlot(ctx); err != nil {
 			return errors.New(redact.String(err.Error()))
@@ -88,25 +90,22 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 		err = errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
 	}
 	if err != nil {
-		return usageErr(fs, "%s", redact.String(err.Error()))
+		return cli.UsageErr(fs, "%s", redact.String(err.Error()))
 	}
-	log := m.daemonLog()
-	stopTracing, err := m.startTracing(ctx, "relay", log)
+	log, reg, stopTracing, err := cli.StartDaemon(ctx, m.Stderr, "relay")
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	reg := daemonRegistry() // Go, process and idem_build_info collectors
 	cfg.Registerer, cfg.Logger = reg, log
-	sink, closeSink, err := ss.open(ctx, o)
+	sink, h, closeSink, err := o.openSink(ctx, ss, log)
 	if err != nil {
 		return err
 	}
 	defer closeSink()
-	h := newHealth(3*o.poll, log)
-	r, err := pgcdc.New(o.db, trackedSink{Sink: sink, h: h}, cfg)
+	r, err := pgcdc.New(o.db, sink, cfg)
 	if err != nil {
-		return usageErr(fs, "%s", err)
+		return cli.UsageErr(fs, "%s", err)
 	}
 	// Fail fast on what no retry fixes (wal_level, privileges, publication, who may
 	// write WAL messages).
@@ -132,24 +131,24 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 	}
 	// /healthz pings the database every --poll; the relay itself sends no query per
 	// message.
-	return m.serveRelay(ctx, o, h, handler, r.Run, pool.Ping,
+	return relay.Serve(ctx, o.serving(m.Stderr), h, handler, r.Run, pool.Ping,
 		fmt.Sprintf("%s → %s from the WAL (slot %s)", db.desc, ss.desc, o.cdc.slot))
 }
 
 // cdcCheck is /healthz of relay --cdc: the database answers (h), no message has
 // waited for longer than stall with none published meanwhile, and the relay has not
 // failed to stream the slot for that long. The reason is in idem's words
-// (reasonOf), and says how many messages were parked.
-func cdcCheck(h *health, r *pgcdc.Relay, stall time.Duration) func(context.Context) (bool, string) {
+// (cli.ReasonOf), and says how many messages were parked.
+func cdcCheck(h *relay.Health, r *pgcdc.Relay, stall time.Duration) func(context.Context) (bool, string) {
 	return func(context.Context) (bool, string) {
 		st := r.Health()
 		if what, d := st.Stalled(time.Now(), stall); what != "" {
 			if st.LastError != nil {
-				what += ": " + reasonOf(st.LastError)
+				what += ": " + cli.ReasonOf(st.LastError)
 			}
 			return false, fmt.Sprintf("unhealthy: %s for %v (limit %v)", what, d.Round(time.Millisecond), stall)
 		}
-		ok, msg := h.check()
+		ok, msg := h.Check()
 		if st.Parked > 0 {
 			msg += fmt.Sprintf("; messages parked since the start: %d (idem outbox parked)", st.Parked)
 		}

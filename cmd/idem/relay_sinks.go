@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/redact"
 )
@@ -34,8 +35,8 @@ type sinkSpec struct {
 // parseSink checks --sink and the flags of its kind. Its errors are usage errors:
 // they name the flag and the fix.
 func parseSink(raw string, o *relayOptions) (sinkSpec, error) {
-	s := sinkSpec{raw: raw, desc: redactURL(raw)}
-	if err := checkURL("--sink", raw); err != nil {
+	s := sinkSpec{raw: raw, desc: redact.URL(raw)}
+	if err := cli.CheckURL("--sink", raw); err != nil {
 		return s, err
 	}
 	scheme, _, _ := strings.Cut(raw, "://")
@@ -164,7 +165,3 @@ func probeWebhook(ctx context.Context, s sinkSpec) error {
 	}
 	return nil
 }
-
-// redactURL hides the credentials of a URL (password, secret query values), for
-// logs and errors.
-func redactURL(raw string) string { return redact.URL(raw) }

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemamqp"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -86,7 +87,7 @@ func TestRelaySQLiteToRedis(t *testing.T) {
 	r.stop(t)
 }
 
-func amqpURL() string { return envOr("IDEM_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/") }
+func amqpURL() string { return cli.EnvOr("IDEM_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/") }
 
 // The relay publishes to RabbitMQ's default exchange: the topic names the queue.
 func TestRelaySQLiteToRabbitMQ(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idempg"
@@ -194,7 +195,7 @@ func TestRelaySQLiteToNATS(t *testing.T) {
 	r.stop(t)
 }
 
-func natsURL() string { return envOr("IDEM_TEST_NATS_URL", "nats://127.0.0.1:4222") }
+func natsURL() string { return cli.EnvOr("IDEM_TEST_NATS_URL", "nats://127.0.0.1:4222") }
 
 // postgresOutbox opens a pool on the postgres:// URL cs and the outbox in it: the
 // service's side.

@@ -7,17 +7,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"strings"
-	"sync"
 	"time"
 
-	"golang.org/x/net/netutil"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemhttp"
-	"github.com/idemhq/idem/storekit"
+	"github.com/idemhq/idem/idemhttp/gateway"
+	"github.com/idemhq/idem/internal/redact"
 )
 
 // serveOptions are the flags of idem serve.
@@ -108,12 +107,12 @@ variables) is set; log lines under a span carry its trace_id and span_id.`
 
 func (m *Main) runServe(ctx context.Context, args []string) error {
 	fs, o := m.serveFlags()
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	// The environment is read after parsing, so --help shows the defaults, not it.
-	if err := applyEnv(fs, os.LookupEnv); err != nil {
-		return usageErr(fs, "%v", err)
+	if err := cli.ApplyEnv(fs, os.LookupEnv); err != nil {
+		return cli.UsageErr(fs, "%v", err)
 	}
 	spec, err := o.check()
 	if err == nil {
@@ -123,7 +122,7 @@ func (m *Main) runServe(ctx context.Context, args []string) error {
 		spec.webhook, err = checkWebhook(fs, o, os.LookupEnv)
 	}
 	if err != nil {
-		return usageErr(fs, "%v", err)
+		return cli.UsageErr(fs, "%v", err)
 	}
 	spec.store.keepKeys = o.adminToken != ""
 	return m.serve(ctx, o, spec)
@@ -158,7 +157,7 @@ func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.fingerprintHeaders, "fingerprint-headers", "", "comma-separated request headers that are part of a request's identity, beside method, path, query and body")
 	fs.StringVar(&o.replayHeaders, "replay-headers", "", "comma-separated allow-list of response headers stored and replayed; default: every header but hop-by-hop ones, Content-Length, Date, Set-Cookie, Alt-Svc, Proxy-Authenticate and Strict-Transport-Security")
 	fs.DurationVar(&o.drainLimit, "shutdown-timeout", 30*time.Second, "how long a stop waits for requests in flight before cutting them")
-	fs.IntVar(&o.maxConns, "max-conns", defaultMaxConns, "most client connections open at once on --listen; more wait in the kernel's accept queue")
+	fs.IntVar(&o.maxConns, "max-conns", gateway.DefaultMaxConns, "most client connections open at once on --listen; more wait in the kernel's accept queue")
 	fs.IntVar(&o.maxInFlight, "max-inflight", idemhttp.DefaultMaxInFlight, "most requests with an Idempotency-Key read or run at once; beyond it 503 with Retry-After, before the body is read")
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", 60*time.Second, "longest an upstream call may take, response body included; then 504 and the key is released (not stored)")
 	fs.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest a client may take to send a request, headers and body")
@@ -168,35 +167,14 @@ func (m *Main) serveFlags() (*flag.FlagSet, *serveOptions) {
 	return fs, o
 }
 
-// applyEnv sets every flag that the command line left alone from $IDEM_<FLAG>, if
-// present (an empty value counts: IDEM_ADMIN_LISTEN= turns the admin listener off).
-func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "IDEM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		v, ok := lookup(name)
-		if given[f.Name] || !ok || err != nil {
-			return
-		}
-		if serr := fs.Set(f.Name, v); serr != nil {
-			err = fmt.Errorf("$%s (--%s) = %q: %v", name, f.Name, v, serr)
-		}
-	})
-	return err
-}
-
 // serve runs the gateway until ctx ends, then stops taking connections, finishes the
 // requests in flight, stops the sweeper and closes the store, in that order.
 func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error {
-	log := m.daemonLog()
-	stopTracing, err := m.startTracing(ctx, "serve", log)
+	log, reg, stopTracing, err := cli.StartDaemon(ctx, m.Stderr, "serve")
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	reg := daemonRegistry() // Go, process and idem_build_info collectors
 	// The store's own metrics label claims by scope, which behind the gateway is one
 	// value per caller (an Authorization hash or a tenant): unbounded. The gateway
 	// exports the middleware's metrics, labelled by outcome only.
@@ -205,101 +183,94 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 		return err
 	}
 	defer closeStore()
-	mw, err := spec.middleware(o, store, reg, log)
-	if err != nil {
-		return fmt.Errorf("idem serve: %w", keySourceFlags(err))
-	}
-
-	srvErr := make(chan error, 2)
-	timeouts := serverTimeouts{read: o.readTimeout, write: o.writeTimeout, idle: o.idleTimeout, maxConns: o.maxConns}
-	proxy := bounded(newProxy(spec.upstream, o.upstreamTimeout, log), o.upstreamTimeout)
-	srv, addr, err := startServer(o.listen, "--listen", catchUnreached(mw(proxy)), timeouts, log, srvErr)
+	g, err := spec.gateway(o, store, reg, log)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	admin, adminAddr := (*http.Server)(nil), "off"
-	if o.admin != "" {
-		probes := adminHandler(reg, storeHealth(store, log))
-		if o.adminToken != "" {
-			if probes, err = serveAdminAPI(o.adminToken, store, reg, log, probes); err != nil {
-				return err
-			}
-		}
-		if admin, adminAddr, err = startServer(o.admin, "--admin-listen", probes, timeouts, log, srvErr); err != nil {
-			return err
-		}
-		defer admin.Close()
+	ln, adminLn, err := listenBoth(o.listen, o.admin)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(m.Stderr, "idem serve: listening on %s (admin %s)\n", addr, adminAddr)
-	fmt.Fprintf(m.Stderr, "idem serve: proxying to %s, keys in %s\n", redactURL(spec.upstream.String()), spec.store.desc)
+	srvErr := g.Serve(ctx, ln, adminLn)
+	adminAddr := "off"
+	if adminLn != nil {
+		adminAddr = adminLn.Addr().String()
+	}
+	fmt.Fprintf(m.Stderr, "idem serve: listening on %s (admin %s)\n", ln.Addr(), adminAddr)
+	fmt.Fprintf(m.Stderr, "idem serve: proxying to %s, keys in %s\n", redact.URL(spec.upstream.String()), spec.store.desc)
 	if w := spec.webhook; w != nil {
 		fmt.Fprintf(m.Stderr, "idem serve: verifying %s webhooks with %d secret(s) from $%s, one upstream call per event id\n", w.kind, w.secrets, envWebhookSecret)
 	}
-
-	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	if sw, ok := store.(idem.Sweeper); ok {
-		wg.Go(func() { _ = storekit.RunSweeper(sweepCtx, sw, time.Minute, log) })
-	}
-
 	select {
 	case <-ctx.Done():
 	case err = <-srvErr:
+		err = o.serveFailure(err)
 	}
 	fmt.Fprintf(m.Stderr, "idem serve: shutting down, finishing the requests in flight (up to %v)\n", o.drainLimit)
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.drainLimit)
-	defer cancel()
-	if derr := srv.Shutdown(dctx); derr != nil {
-		_ = srv.Close()
-		log.Warn("idem serve: connections of requests still running at --shutdown-timeout were closed; "+
-			"a key whose response was not stored is free again when its lease ends", "err", derr, "lease", o.lease)
-	}
-	if admin != nil {
-		_ = admin.Shutdown(dctx)
-	}
-	stopSweep()
-	wg.Wait()
+	_ = g.Close()
 	if err == nil {
 		fmt.Fprintln(m.Stderr, "idem serve: stopped")
 	}
 	return err
 }
 
-// serverTimeouts are the http.Server timeouts of the gateway and of its admin
-// listener: a client that sends its request slowly (--read-timeout), or reads its
-// response slowly (--write-timeout), or keeps an idle connection (--idle-timeout),
-// is cut off instead of holding a goroutine and a descriptor forever.
-type serverTimeouts struct {
-	read, write, idle time.Duration
-	maxConns          int // open connections; 0 for no bound (the admin listener)
+// gateway builds the gateway over store: the webhook receiver with --webhook, the
+// Idempotency-Key middleware otherwise; its admin listener serves /metrics,
+// /healthz and, with --admin-token, the admin API of the store's keys.
+func (s serveSpec) gateway(o *serveOptions, store idem.Store, reg *prometheus.Registry, log *slog.Logger) (*gateway.Gateway, error) {
+	cfg := gateway.Config{Upstream: s.upstream, Store: store, Idempotency: s.cfg,
+		UpstreamTimeout: o.upstreamTimeout, ReadTimeout: o.readTimeout, WriteTimeout: o.writeTimeout, IdleTimeout: o.idleTimeout,
+		MaxConns: o.maxConns, ShutdownTimeout: o.drainLimit, Registerer: reg, Logger: log, Reason: cli.ReasonOf}
+	if s.webhook != nil {
+		w := s.webhook.config(o)
+		cfg.Webhook = &w
+	}
+	if o.admin != "" {
+		cfg.Admin = adminHandler(reg, gateway.StoreHealth(store, log, cli.ReasonOf))
+	}
+	if o.admin != "" && o.adminToken != "" {
+		var err error
+		if cfg.Admin, err = serveAdminAPI(o.adminToken, store, reg, log, cfg.Admin); err != nil {
+			return nil, err
+		}
+	}
+	g, err := gateway.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("idem serve: %w", keySourceFlags(err))
+	}
+	return g, nil
 }
 
-// defaultMaxConns bounds the gateway's client connections (--max-conns): each costs
-// a goroutine and its buffers, about 16 KiB idle, so 4,096 hold about 64 MiB, beside
-// the file descriptors (raise ulimit -n above it).
-const defaultMaxConns = 4096
+// serveFailure names the listener of a *gateway.ServeError by its flag.
+func (o *serveOptions) serveFailure(err error) error {
+	se, ok := errors.AsType[*gateway.ServeError](err)
+	if !ok {
+		return err
+	}
+	flag, addr := "--listen", o.listen
+	if se.Admin {
+		flag, addr = "--admin-listen", o.admin
+	}
+	return fmt.Errorf("%s %s: %w", flag, addr, se.Err)
+}
 
-// startServer listens on addr and serves h in the background; a failure of Serve
-// lands on errs. flagName names the address in errors.
-func startServer(addr, flagName string, h http.Handler, to serverTimeouts, log *slog.Logger, errs chan<- error) (*http.Server, string, error) {
+// listenBoth listens on the gateway's address and, unless it is empty, on its admin
+// address; errors name the flag.
+func listenBoth(addr, adminAddr string) (ln, adminLn net.Listener, err error) {
+	if ln, err = listen(addr, "--listen"); err != nil || adminAddr == "" {
+		return ln, nil, err
+	}
+	if adminLn, err = listen(adminAddr, "--admin-listen"); err != nil {
+		ln.Close()
+	}
+	return ln, adminLn, err
+}
+
+// listen listens on addr; an error names flagName.
+func listen(addr, flagName string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, "", fmt.Errorf("%s %s: %w", flagName, addr, err)
+		return nil, fmt.Errorf("%s %s: %w", flagName, addr, err)
 	}
-	if to.maxConns > 0 {
-		// Beyond the bound, Accept waits: new clients queue in the kernel's backlog
-		// until a connection closes, instead of costing a goroutine each.
-		ln = netutil.LimitListener(ln, to.maxConns)
-	}
-	// No BaseContext from ctx: a stop must not cancel the requests it lets finish.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, to.read),
-		ReadTimeout: to.read, WriteTimeout: to.write, IdleTimeout: to.idle,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			errs <- fmt.Errorf("%s %s: %w", flagName, addr, err)
-		}
-	}()
-	return srv, ln.Addr().String(), nil
+	return ln, nil
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemhttp/gateway"
 )
 
 // benchClients is the number of concurrent keep-alive clients of BenchmarkServe.
@@ -42,8 +43,8 @@ func BenchmarkServe(b *testing.B) {
 	upURL, _ := url.Parse(up.URL)
 	plain := httptest.NewServer(&httputil.ReverseProxy{
 		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(upURL); pr.SetXForwarded() },
-		Transport:  newUpstreamTransport(time.Minute),
-		BufferPool: proxyBuffers{},
+		Transport:  gateway.UpstreamTransport(time.Minute),
+		BufferPool: gateway.BufferPool,
 	})
 	b.Cleanup(plain.Close)
 	dir := b.TempDir()

@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemhttp/gateway"
+	"github.com/idemhq/idem/internal/redact"
 )
 
 // serveSpec is what check derived from the flags: the middleware's configuration
@@ -33,12 +36,12 @@ func (o *serveOptions) check() (serveSpec, error) {
 	if o.upstream == "" {
 		return s, errors.New("--upstream is required: the URL of the service behind the gateway, such as http://127.0.0.1:9000 (or set $IDEM_UPSTREAM)")
 	}
-	if err := checkURL("--upstream", o.upstream); err != nil {
+	if err := cli.CheckURL("--upstream", o.upstream); err != nil {
 		return s, err
 	}
 	u, err := url.Parse(o.upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return s, fmt.Errorf("--upstream %q: not an http:// or https:// URL with a host; use http://host:port[/base-path]", redactURL(o.upstream))
+		return s, fmt.Errorf("--upstream %q: not an http:// or https:// URL with a host; use http://host:port[/base-path]", redact.URL(o.upstream))
 	}
 	s.upstream = u
 	for _, a := range [][2]string{{"--listen", o.listen}, {"--admin-listen", o.admin}} {
@@ -61,7 +64,7 @@ func (o *serveOptions) check() (serveSpec, error) {
 	case o.maxBody <= 0:
 		return s, fmt.Errorf("--max-body must be positive, such as 1MiB (got %d)", o.maxBody)
 	case o.maxConns <= 0:
-		return s, fmt.Errorf("--max-conns must be positive, such as %d (got %d)", defaultMaxConns, o.maxConns)
+		return s, fmt.Errorf("--max-conns must be positive, such as %d (got %d)", gateway.DefaultMaxConns, o.maxConns)
 	case o.maxInFlight <= 0:
 		return s, fmt.Errorf("--max-inflight must be positive, such as %d (got %d)", idemhttp.DefaultMaxInFlight, o.maxInFlight)
 	case o.upstreamTimeout <= 0:

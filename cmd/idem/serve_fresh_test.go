@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
 )
@@ -85,7 +86,7 @@ func TestServeKeyAgeFlags(t *testing.T) {
 	if err := fs.Parse([]string{"--upstream", "http://u", "--store", "memory:", "--key-max-age", "90m"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := applyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+	if err := cli.ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		t.Fatal(err)
 	}
 	spec, err := o.check()

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/idemhttp/gateway"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -40,7 +42,7 @@ func TestServeHealthHidesStoreDetails(t *testing.T) {
 	}
 	t.Cleanup(closeStore)
 	var log bytes.Buffer
-	check := storeHealth(store, slog.New(slog.NewTextHandler(&log, nil)))
+	check := gateway.StoreHealth(store, slog.New(slog.NewTextHandler(&log, nil)), cli.ReasonOf)
 	if ok, msg := check(ctx); !ok || !strings.HasPrefix(msg, "ok") {
 		t.Fatalf("/healthz before the outage: %v %q", ok, msg)
 	}

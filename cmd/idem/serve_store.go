@@ -1,20 +1,16 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemmem"
 	"github.com/idemhq/idem/internal/redact"
 )
@@ -39,8 +35,8 @@ type storeSpec struct {
 
 // parseStore checks --store. Its errors are usage errors: they name the flag and the fix.
 func parseStore(raw string) (storeSpec, error) {
-	s := storeSpec{raw: raw, desc: redactURL(raw)}
-	if err := checkURL("--store", raw); err != nil {
+	s := storeSpec{raw: raw, desc: redact.URL(raw)}
+	if err := cli.CheckURL("--store", raw); err != nil {
 		return s, err
 	}
 	switch {
@@ -122,50 +118,4 @@ func parseRedisStore(s storeSpec) (storeSpec, error) {
 	s.redis = opts
 	s.desc = fmt.Sprintf("redis (%s db %d)", opts.Addr, opts.DB)
 	return s, nil
-}
-
-// healthKey is claimed by /healthz. Its scope cannot be produced by a request: the
-// middleware's scopes are "anonymous", "cred:…", "auth:…" and "tenant:…".
-var healthKey = idem.Key{Scope: "idem-serve:health", ID: "healthz"}
-
-// storeHealth answers /healthz by claiming and releasing healthKey: the path every
-// request takes (for SQLite, the writer and an fsync), so a full disk or a dead
-// connection shows. A concurrent probe finds the key in progress, which is an answer
-// too; a crashed probe's claim expires with its 5 s lease.
-//
-// An unhealthy answer names what failed in idem's words (reasonOf), as the relay's
-// does: whoever reaches /healthz must not read the driver's text, which names the
-// database user, the database and its addresses. The error itself goes to log
-// (redacted) when it starts or changes, and the recovery when the store answers again.
-func storeHealth(store idem.Store, log *slog.Logger) func(context.Context) (bool, string) {
-	var (
-		mu   sync.Mutex
-		last string // the text of the last probe's error, "" after a success
-	)
-	logged := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case err != nil && err.Error() != last:
-			log.Warn("idem serve: /healthz: the store did not answer", "err", err)
-			last = err.Error()
-		case err == nil && last != "":
-			log.Info("idem serve: /healthz: the store answers again")
-			last = ""
-		}
-	}
-	return func(ctx context.Context) (bool, string) {
-		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		start := time.Now()
-		res, err := store.Claim(ctx, idem.Claim{Key: healthKey, Lease: 5 * time.Second, Retention: time.Second})
-		if err == nil && res.Outcome == idem.Acquired {
-			err = store.Release(ctx, healthKey, res.Token)
-		}
-		logged(err)
-		if err != nil {
-			return false, "unhealthy: the store did not answer: " + reasonOf(err)
-		}
-		return true, fmt.Sprintf("ok: the store answered in %v", time.Since(start).Round(time.Microsecond))
-	}
 }

@@ -22,7 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemhttp/gateway"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -365,7 +367,7 @@ func TestServeFlagsAndEnvironmentMapToConfig(t *testing.T) {
 		"--upstream-timeout", "20s"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := applyEnv(fs, lookup); err != nil {
+	if err := cli.ApplyEnv(fs, lookup); err != nil {
 		t.Fatal(err)
 	}
 	spec, err := o.check()
@@ -405,7 +407,7 @@ func TestServeFlagsAndEnvironmentMapToConfig(t *testing.T) {
 
 	env["IDEM_WAIT"] = "soon"
 	fs, _ = NewMain(io.Discard, io.Discard).serveFlags()
-	if err := applyEnv(fs, lookup); err == nil || !strings.Contains(err.Error(), "IDEM_WAIT") || !strings.Contains(err.Error(), "--wait") {
+	if err := cli.ApplyEnv(fs, lookup); err == nil || !strings.Contains(err.Error(), "IDEM_WAIT") || !strings.Contains(err.Error(), "--wait") {
 		t.Fatalf("bad environment value: %v, want an error naming $IDEM_WAIT and --wait", err)
 	}
 }
@@ -420,7 +422,7 @@ func (failingStore) Claim(context.Context, idem.Claim) (idem.Result, error) {
 
 func TestServeHealthz(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(adminHandler(prometheus.NewRegistry(), storeHealth(failingStore{}, slog.New(slog.DiscardHandler))))
+	srv := httptest.NewServer(adminHandler(prometheus.NewRegistry(), gateway.StoreHealth(failingStore{}, slog.New(slog.DiscardHandler), cli.ReasonOf)))
 	defer srv.Close()
 	r := send(t, "GET", srv.URL+"/healthz", "", "")
 	if r.status != http.StatusServiceUnavailable || !bytes.Contains(r.body, []byte("connection refused")) ||

@@ -3,15 +3,9 @@ package main
 import (
 	"flag"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/webhook"
 )
 
@@ -104,17 +98,4 @@ func (s *webhookSpec) config(o *serveOptions) webhook.Config {
 		cfg.Retention = o.retention
 	}
 	return cfg
-}
-
-// middleware is the gateway's middleware over store: the webhook receiver with
-// --webhook, the Idempotency-Key middleware otherwise.
-func (s serveSpec) middleware(o *serveOptions, store idem.Store, reg prometheus.Registerer, log *slog.Logger) (func(http.Handler) http.Handler, error) {
-	if s.webhook != nil {
-		cfg := s.webhook.config(o)
-		cfg.Store, cfg.Registerer, cfg.Logger = store, reg, log
-		return webhook.Receiver(cfg)
-	}
-	cfg := s.cfg
-	cfg.Store, cfg.Registerer, cfg.Logger = store, reg, log
-	return idemhttp.Middleware(cfg)
 }

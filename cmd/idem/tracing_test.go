@@ -140,8 +140,8 @@ func postTraced(t *testing.T, url, key, traceparent string) int {
 func TestServeExportsTraces(t *testing.T) {
 	rcv := newOTLPReceiver(t)
 	const secret = "s3cret-collector-key"
-	t.Setenv(envEndpoint, rcv.URL)
-	t.Setenv(envHeaders, "x-api-key="+secret+",x-tenant=shop")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key="+secret+",x-tenant=shop")
 	t.Setenv("OTEL_SERVICE_NAME", "gateway-under-test")
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
 
@@ -195,7 +195,7 @@ func TestServeExportsTraces(t *testing.T) {
 	rcv.mu.Lock()
 	for _, h := range rcv.headers {
 		if h.Get("X-Api-Key") != secret || h.Get("X-Tenant") != "shop" {
-			t.Errorf("an export request carried X-Api-Key %q, X-Tenant %q; want $%s's", h.Get("X-Api-Key"), h.Get("X-Tenant"), envHeaders)
+			t.Errorf("an export request carried X-Api-Key %q, X-Tenant %q; want $%s's", h.Get("X-Api-Key"), h.Get("X-Tenant"), "OTEL_EXPORTER_OTLP_HEADERS")
 		}
 	}
 	rcv.mu.Unlock()
@@ -204,7 +204,7 @@ func TestServeExportsTraces(t *testing.T) {
 		t.Errorf("the gateway did not say where it exports:\n%s", stderr)
 	}
 	if strings.Contains(stderr, secret) {
-		t.Errorf("the gateway printed a header value of $%s:\n%s", envHeaders, stderr)
+		t.Errorf("the gateway printed a header value of $%s:\n%s", "OTEL_EXPORTER_OTLP_HEADERS", stderr)
 	}
 	// The upstream's failure is logged under the request's span.
 	line := regexp.MustCompile(`(?m)^.*idem serve: the upstream did not answer.*$`).FindString(stderr)
@@ -220,57 +220,6 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
-}
-
-// TestTraceExportFromEnv: which variables turn the export on, which protocol, and
-// the errors for values the exporter would reject or log, none quoting a header.
-func TestTraceExportFromEnv(t *testing.T) {
-	t.Parallel()
-	const secret = "Bearer%20sk_live_123"
-	for _, tc := range []struct {
-		name     string
-		env      map[string]string
-		off      bool
-		protocol string
-		err      string // a part of the error; "" for none
-	}{
-		{name: "nothing set", env: nil, off: true},
-		{name: "protocol alone", env: map[string]string{envProtocol: "grpc"}, off: true},
-		{name: "endpoint", env: map[string]string{envEndpoint: "http://collector:4318"}, protocol: "http/protobuf"},
-		{name: "traces endpoint", env: map[string]string{envTracesEndpoint: "https://collector/v1/traces"}, protocol: "http/protobuf"},
-		{name: "grpc", env: map[string]string{envEndpoint: "http://collector:4317", envProtocol: "grpc"}, protocol: "grpc"},
-		{name: "traces protocol wins", env: map[string]string{envEndpoint: "http://c:4317", envProtocol: "http/protobuf", envTracesProtocol: "grpc"}, protocol: "grpc"},
-		{name: "exporter otlp, default endpoint", env: map[string]string{envTracesExporter: "otlp"}, protocol: "http/protobuf"},
-		{name: "exporter none", env: map[string]string{envEndpoint: "http://c:4318", envTracesExporter: "none"}, off: true},
-		{name: "sdk disabled", env: map[string]string{envEndpoint: "http://c:4318", envSDKDisabled: "true"}, off: true},
-		{name: "exporter zipkin", env: map[string]string{envEndpoint: "http://c:4318", envTracesExporter: "zipkin"}, err: "OTLP only"},
-		{name: "bad protocol", env: map[string]string{envEndpoint: "http://c:4318", envProtocol: "thrift"}, err: "unknown OTLP protocol"},
-		{name: "no scheme", env: map[string]string{envEndpoint: "collector:4318"}, err: "not an http:// or https:// URL"},
-		{name: "credentials in endpoint", env: map[string]string{envEndpoint: "ftp://u:hunter2@c"}, err: "OTEL_EXPORTER_OTLP_ENDPOINT"},
-		{name: "headers without =", env: map[string]string{envEndpoint: "http://c:4318", envHeaders: "authorization " + secret}, err: "pair 1 has no '='"},
-		{name: "bad header name", env: map[string]string{envEndpoint: "http://c:4318", envTracesHeaders: "a=b,x y=" + secret}, err: "pair 2: the name"},
-		{name: "bad escape", env: map[string]string{envEndpoint: "http://c:4318", envHeaders: "authorization=" + secret + "%zz"}, err: "not URL-encoded"},
-		{name: "good headers", env: map[string]string{envEndpoint: "http://c:4318", envHeaders: "authorization=" + secret + ",x-b=c,"}, protocol: "http/protobuf"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e, err := traceExportFromEnv(func(k string) string { return tc.env[k] })
-			switch {
-			case tc.err != "":
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want one with %q", err, tc.err)
-				}
-				if strings.Contains(err.Error(), "sk_live") || strings.Contains(err.Error(), "hunter2") {
-					t.Errorf("the error %q shows a credential", err)
-				}
-			case err != nil:
-				t.Fatalf("error %v, want none", err)
-			case tc.off && e != nil:
-				t.Errorf("export %+v, want none", e)
-			case !tc.off && (e == nil || e.protocol != tc.protocol):
-				t.Errorf("export %+v, want one over %s", e, tc.protocol)
-			}
-		})
-	}
 }
 
 // grpcReceiver is an OTLP/gRPC trace receiver keeping the spans it is sent.
@@ -313,8 +262,8 @@ func TestRelayExportsTracesOverGRPC(t *testing.T) {
 	coltracepb.RegisterTraceServiceServer(gs, rcv)
 	go gs.Serve(ln)
 	t.Cleanup(gs.Stop)
-	t.Setenv(envTracesEndpoint, "http://"+ln.Addr().String())
-	t.Setenv(envProtocol, "grpc")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://"+ln.Addr().String())
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
 
 	var mu sync.Mutex
 	var sent []string // the webhook requests' traceparents

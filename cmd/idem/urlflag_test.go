@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -120,11 +121,11 @@ var urlUses = []urlUse{
 		}},
 	{"$OTEL_EXPORTER_OTLP_ENDPOINT", []string{"http", "https"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			e, err := traceExportFromEnv(func(name string) string { return map[string]string{envEndpoint: raw}[name] })
+			e, err := cli.TraceExportFromEnv(func(name string) string { return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": raw}[name] })
 			if err != nil {
 				return nil, []error{err}
 			}
-			return []string{e.target()}, nil
+			return []string{e.Target()}, nil
 		}},
 }
 
@@ -178,17 +179,17 @@ func TestCheckURLRefusesMisreadURLs(t *testing.T) {
 		"https://hooks.example.com/in?email=a@b.example",
 		"redis-cluster://u:%zz" + urlSecret + "@h:6379",
 	} {
-		err := checkURL("--sink", raw)
+		err := cli.CheckURL("--sink", raw)
 		var ie *idem.InputError
 		if !errors.As(err, &ie) || ie.Field != "--sink" || !strings.Contains(ie.Fix, "%23") ||
 			strings.Contains(err.Error(), urlSecret) || strings.Contains(err.Error(), "invalid") {
-			t.Errorf("checkURL(%q) = %v, want an InputError on --sink with the fix, without the secret or a parser's words", raw, err)
+			t.Errorf("cli.CheckURL(%q) = %v, want an InputError on --sink with the fix, without the secret or a parser's words", raw, err)
 		}
 	}
 	for _, raw := range []string{"postgres://app:" + url.PathEscape("a/b#c") + "@db/orders", "nats://t0k@a:4222,nats://t0k@b:4222",
 		"https://hooks.example.com/in?email=a%40b.example", "sqlite:./a#b.db", "memory:", "nats:", "kafka://h1:9092,h2:9092"} {
-		if err := checkURL("--sink", raw); err != nil {
-			t.Errorf("checkURL(%q) = %v, want it accepted", raw, err)
+		if err := cli.CheckURL("--sink", raw); err != nil {
+			t.Errorf("cli.CheckURL(%q) = %v, want it accepted", raw, err)
 		}
 	}
 }

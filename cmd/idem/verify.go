@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/cmd/idem/internal/verify"
 )
 
@@ -58,11 +59,11 @@ of a request or delivery); goroutine scheduling still varies between runs.`
 
 func (m *Main) runVerify(ctx context.Context, args []string) error {
 	fs, o := m.verifyFlags()
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if err := o.check(); err != nil {
-		return usageErr(fs, "%v", err)
+		return cli.UsageErr(fs, "%v", err)
 	}
 	if o.seed == 0 {
 		o.seed = time.Now().UnixNano() % 1_000_000_000
@@ -81,8 +82,8 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.IntVar(&o.consumers, "consumers", 2, "concurrent consumer processes")
 	fs.Float64Var(&o.rate, "fault-rate", 0.25, "fraction of operations (requests, publishes, deliveries) hit by a fault, 0 to 1")
 	fs.Int64Var(&o.seed, "seed", 0, "seed for orders and faults (0: pick one and print it)")
-	fs.StringVar(&o.db, "db", envOr("IDEM_DB", "sqlite:"), "database: sqlite: (temporary file), sqlite:PATH (new file), postgres://user@host/db (a fresh schema) or mysql://user@host:3306/db (a fresh database)  [$IDEM_DB]")
-	fs.StringVar(&o.broker, "broker", envOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats-cluster: (3 embedded nodes, killed and cut), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process pstest), pubsub://PROJECT or sqs: (in-process SQS FIFO)  [$IDEM_BROKER]")
+	fs.StringVar(&o.db, "db", cli.EnvOr("IDEM_DB", "sqlite:"), "database: sqlite: (temporary file), sqlite:PATH (new file), postgres://user@host/db (a fresh schema) or mysql://user@host:3306/db (a fresh database)  [$IDEM_DB]")
+	fs.StringVar(&o.broker, "broker", cli.EnvOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats-cluster: (3 embedded nodes, killed and cut), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process pstest), pubsub://PROJECT or sqs: (in-process SQS FIFO)  [$IDEM_BROKER]")
 	fs.BoolVar(&o.unsafe, "unsafe", false, "turn idem's protection off (plain at-least-once): the negative control, expected to fail")
 	fs.BoolVar(&o.asJSON, "json", false, "write the report as JSON instead of a table")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived by then is counted lost, and the report says the run did not settle")
@@ -184,22 +185,9 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 		return err
 	}
 	if !report.OK() {
-		return &exitError{"idem verify: effects were lost or doubled"}
+		return &cli.ExitError{Msg: "idem verify: effects were lost or doubled"}
 	}
 	return nil
-}
-
-// usageErr reports a bad flag value on the command's output and returns errUsage.
-func usageErr(fs *flag.FlagSet, format string, args ...any) error {
-	fmt.Fprintf(fs.Output(), fs.Name()+": "+format+"\n", args...)
-	return errUsage
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 // startCPUProfile profiles the process into path until stop is called.

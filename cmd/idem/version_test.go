@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -28,8 +29,8 @@ func TestVersionCommand(t *testing.T) {
 		t.Fatalf("idem version: %v", err)
 	}
 	lines := strings.Split(out, "\n")
-	if lines[0] != "idem "+binary.Version || binary.Version == "" {
-		t.Errorf("idem version's first line = %q, want %q", lines[0], "idem "+binary.Version)
+	if lines[0] != "idem "+cli.Binary.Version || cli.Binary.Version == "" {
+		t.Errorf("idem version's first line = %q, want %q", lines[0], "idem "+cli.Binary.Version)
 	}
 	if !strings.Contains(out, "go        "+runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH) {
 		t.Errorf("idem version does not name the Go version and platform:\n%s", out)
@@ -43,35 +44,13 @@ func TestVersionCommand(t *testing.T) {
 	}
 }
 
-// A version stamped by the build (-ldflags -X main.version=…) wins over the module's;
-// without one and without a module version, the build is "devel".
-func TestReadBuild(t *testing.T) {
-	t.Parallel()
-	if b := readBuild("v1.2.3"); b.Version != "v1.2.3" || b.GoVersion != runtime.Version() {
-		t.Errorf("readBuild(v1.2.3) = %+v, want version v1.2.3 built by %s", b, runtime.Version())
-	}
-	if b := readBuild(""); b.Version == "" {
-		t.Errorf("readBuild(\"\") = %+v, want a version (the module's, or devel)", b)
-	}
-	b := build{Version: "v0.1.0", Revision: "4d11fda582a4642cd9a0f69a542015f9456ff1f8", Modified: true}
-	if got, want := b.short(), "idem v0.1.0 (4d11fda582a4+dirty)"; got != want {
-		t.Errorf("short() = %q, want %q", got, want)
-	}
-	if got, want := b.revision(0), "4d11fda582a4642cd9a0f69a542015f9456ff1f8+dirty"; got != want {
-		t.Errorf("revision(0) = %q, want %q", got, want)
-	}
-	if got, want := (build{Version: "devel"}).short(), "idem devel"; got != want {
-		t.Errorf("short() without VCS information = %q, want %q", got, want)
-	}
-}
-
 // Every daemon's /healthz keeps its status on the first line and names the build on
 // the second, and its /metrics carries idem_build_info: serve, relay (polling and
 // --cdc) and admin.
 func TestDaemonsNameTheirBuild(t *testing.T) {
 	t.Parallel()
-	buildInfo := `idem_build_info{goversion="` + binary.GoVersion + `",revision="` + binary.revision(0) +
-		`",version="` + binary.Version + `"} 1`
+	buildInfo := `idem_build_info{goversion="` + cli.Binary.GoVersion + `",revision="` + cli.Binary.Rev(0) +
+		`",version="` + cli.Binary.Version + `"} 1`
 	check := func(t *testing.T, base string) {
 		t.Helper()
 		var code int
@@ -81,8 +60,8 @@ func TestDaemonsNameTheirBuild(t *testing.T) {
 			return code == 200
 		})
 		if lines := strings.Split(strings.TrimSuffix(body, "\n"), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "ok") ||
-			lines[1] != binary.short() {
-			t.Errorf("/healthz = %q, want the status then %q", body, binary.short())
+			lines[1] != cli.Binary.Short() {
+			t.Errorf("/healthz = %q, want the status then %q", body, cli.Binary.Short())
 		}
 		if code, body = apiGet(t, base+"/metrics", ""); code != 200 || !strings.Contains(body, buildInfo+"\n") {
 			t.Errorf("/metrics: %d, want %s in\n%s", code, buildInfo, body)

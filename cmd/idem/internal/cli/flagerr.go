@@ -1,15 +1,15 @@
-package main
+package cli
 
 import (
 	"flag"
 	"strings"
 )
 
-// flagProblem words a flag.FlagSet's parse error for parse: an unknown flag is
+// FlagProblem words a flag.FlagSet's parse error for Parse: an unknown flag is
 // named as typed on a command line (--name) with the closest flag of fs when one
 // is near; the flag package's other errors (a bad value, a missing argument)
 // already name the flag and are kept as they are.
-func flagProblem(fs *flag.FlagSet, err error) string {
+func FlagProblem(fs *flag.FlagSet, err error) string {
 	msg := err.Error()
 	name, ok := strings.CutPrefix(msg, "flag provided but not defined: -")
 	if !ok {
@@ -17,13 +17,13 @@ func flagProblem(fs *flag.FlagSet, err error) string {
 	}
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	return "unknown flag --" + name + didYouMean(name, names, "--")
+	return "unknown flag --" + name + DidYouMean(name, names, "--")
 }
 
-// didYouMean returns "; did you mean <prefix>NAME?" for the name among names
+// DidYouMean returns "; did you mean <prefix>NAME?" for the name among names
 // nearest to typed, or "" when none is near: at most two edits apart (one for a
 // name of three letters or fewer), or typed a prefix of exactly one name.
-func didYouMean(typed string, names []string, prefix string) string {
+func DidYouMean(typed string, names []string, prefix string) string {
 	best, bestDist, prefixed := "", 0, []string{}
 	for _, n := range names {
 		if d := editDistance(typed, n); best == "" || d < bestDist {

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -36,8 +36,8 @@ func newProxy(upstream *url.URL, timeout time.Duration, log *slog.Logger) *httpu
 				pr.Out.SetBasicAuth(user.Username(), pw)
 			}
 		},
-		Transport:  newUpstreamTransport(timeout),
-		BufferPool: proxyBuffers{},
+		Transport:  UpstreamTransport(timeout),
+		BufferPool: BufferPool,
 		ErrorLog:   slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			log.WarnContext(r.Context(), "idem serve: the upstream did not answer", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -119,8 +119,12 @@ func writeProblem(w http.ResponseWriter, status int, problem string) {
 	_, _ = io.WriteString(w, problem+"\n")
 }
 
-// proxyBuffers reuses the proxy's 32 KiB copy buffers, else allocated per response:
-// garbage that makes the collector scan the memory store's records more often.
+// BufferPool is the gateway's pool of the proxy's 32 KiB copy buffers, else
+// allocated per response: garbage that makes the collector scan the memory store's
+// records more often. Exported with UpstreamTransport for a plain
+// httputil.ReverseProxy to measure the gateway against.
+var BufferPool httputil.BufferPool = proxyBuffers{}
+
 type proxyBuffers struct{}
 
 var proxyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
@@ -128,10 +132,11 @@ var proxyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 func (proxyBuffers) Get() []byte  { return proxyBufferPool.Get().(*[32 << 10]byte)[:] }
 func (proxyBuffers) Put(b []byte) { proxyBufferPool.Put((*[32 << 10]byte)(b)) }
 
-// newUpstreamTransport is the transport of newProxy: every phase of a call is
-// bounded (dial 10 s, TLS handshake 10 s, response headers timeout), beside the
-// deadline of bounded over the whole call.
-func newUpstreamTransport(timeout time.Duration) *http.Transport {
+// UpstreamTransport is the transport the gateway calls its upstream with: every
+// phase of a call is bounded (dial 10 s, TLS handshake 10 s, response headers
+// timeout), beside the deadline of bounded over the whole call; it keeps many idle
+// connections per host and ignores $HTTP_PROXY.
+func UpstreamTransport(timeout time.Duration) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil
 	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext

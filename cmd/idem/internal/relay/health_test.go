@@ -1,4 +1,4 @@
-package main
+package relay
 
 import (
 	"bytes"
@@ -17,7 +17,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
@@ -27,10 +26,10 @@ import (
 func TestRelayHealth(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
-	h := newHealth(3*time.Second, slog.New(slog.DiscardHandler))
+	h := NewHealth(3*time.Second, slog.New(slog.DiscardHandler))
 	h.now = func() time.Time { return now }
 	h.lastPing = now
-	srv := httptest.NewServer(relayHandler(prometheus.NewRegistry(), h))
+	srv := httptest.NewServer(Handler(prometheus.NewRegistry(), h))
 	t.Cleanup(srv.Close)
 	healthz := func() (int, string) {
 		t.Helper()
@@ -77,10 +76,10 @@ func TestRelayHealth(t *testing.T) {
 // relay unhealthy, whatever the cause, with the sink's reason when it has one.
 func TestRelayHealthStall(t *testing.T) {
 	t.Parallel()
-	h := newHealth(3*time.Second, slog.New(slog.DiscardHandler))
-	h.stallAfter = time.Minute
+	h := NewHealth(3*time.Second, slog.New(slog.DiscardHandler))
+	h.StallAfter = time.Minute
 	var stalled time.Duration
-	ping := h.watchStall(func(context.Context) (time.Duration, error) { return stalled, nil })
+	ping := h.WatchStall(func(context.Context) (time.Duration, error) { return stalled, nil })
 	for _, c := range []struct {
 		stalled time.Duration
 		sinkErr error
@@ -96,7 +95,7 @@ func TestRelayHealthStall(t *testing.T) {
 		stalled = c.stalled
 		h.published(c.sinkErr)
 		h.pinged(ping(context.Background()))
-		if ok, msg := h.check(); ok != c.ok || !strings.Contains(msg, c.want) || strings.Contains(msg, "secret") {
+		if ok, msg := h.Check(); ok != c.ok || !strings.Contains(msg, c.want) || strings.Contains(msg, "secret") {
 			t.Errorf("stalled %v: check() = %v %q, want %v %q", c.stalled, ok, msg, c.ok, c.want)
 		}
 	}
@@ -110,7 +109,7 @@ func TestRelayHealthHidesDownstreamText(t *testing.T) {
 	const leak = "postgres://app:hunter2@db.internal/orders"
 	var logs bytes.Buffer
 	log := slog.New(redact.Handler(slog.NewTextHandler(&logs, nil)))
-	h := newHealth(3*time.Second, log)
+	h := NewHealth(3*time.Second, log)
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "pq: cannot reach "+leak, http.StatusInternalServerError)
 	}))
@@ -119,14 +118,14 @@ func TestRelayHealthHidesDownstreamText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = trackedSink{Sink: wh, h: h}.Publish(context.Background(), idem.Message{ID: "m1", Topic: "orders"})
+	err = h.Track(wh).Publish(context.Background(), idem.Message{ID: "m1", Topic: "orders"})
 	if err == nil {
 		t.Fatal("Publish to a failing receiver succeeded")
 	}
 	log.Warn("outbox relay: publish failed; will retry", "err", err) // as the relay logs it
 	h.pinged(fmt.Errorf("ping %s: %w", leak, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}))
 
-	srv := httptest.NewServer(relayHandler(prometheus.NewRegistry(), h))
+	srv := httptest.NewServer(Handler(prometheus.NewRegistry(), h))
 	t.Cleanup(srv.Close)
 	resp, err := http.Get(srv.URL + "/healthz")
 	if err != nil {
@@ -141,26 +140,5 @@ func TestRelayHealthHidesDownstreamText(t *testing.T) {
 	if s := logs.String(); strings.Contains(s, "hunter2") || strings.Contains(s, "t0k3n") || !strings.Contains(s, "500") ||
 		!strings.Contains(s, "db.internal") {
 		t.Errorf("log = %q, want the details (status, body) with the secrets masked", s)
-	}
-}
-
-// Each failure has a short reason of idem's own.
-func TestReasonOf(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		err  error
-		want string
-	}{
-		{&idemhttp.StatusError{StatusCode: 502, Body: "secret"}, "webhook returned 502"},
-		{fmt.Errorf("x: %w", os.NewSyscallError("connect", syscall.ECONNREFUSED)), "connection refused"},
-		{fmt.Errorf("x: %w", nats.ErrNoResponders), "no responders"},
-		{fmt.Errorf("x: %w", context.DeadlineExceeded), "timed out"},
-		{fmt.Errorf("x: %w", kerr.UnknownTopicOrPartition), "kafka error UNKNOWN_TOPIC_OR_PARTITION"},
-		{&idem.BackendError{Backend: "redis", Op: "publish", Err: fmt.Errorf("ERR redis://:pw@h")}, "redis publish failed"},
-		{fmt.Errorf("a body quoting postgres://u:pw@h"), "failed (details in the log)"},
-	} {
-		if got := reasonOf(c.err); !strings.Contains(got, c.want) || strings.Contains(got, "pw") || strings.Contains(got, "secret") {
-			t.Errorf("reasonOf(%v) = %q, want %q", c.err, got, c.want)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"github.com/idemhq/idem/internal/redact"
 )
 
-// checkURL refuses, in idem's words, the value of a URL flag that a URL parser
+// CheckURL refuses, in idem's words, the value of a URL flag that a URL parser
 // would refuse or misread. Every flag's parse calls it first (parseStore, parseDB,
 // parseSink, openMigrateDB, openVerifyDB, openVerifyBroker, serve's --upstream,
 // $OTEL_EXPORTER_OTLP_ENDPOINT), so that:
@@ -31,7 +31,7 @@ import (
 // An "@" that belongs to a path or a query (https://h/in?email=a@b.example) must be
 // written %40: nothing tells it from a password's. A value without "://"
 // (sqlite:PATH, memory:, nats:) has no userinfo and passes.
-func checkURL(flag, raw string) error {
+func CheckURL(flag, raw string) error {
 	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
 		return nil
@@ -49,9 +49,9 @@ func checkURL(flag, raw string) error {
 	return nil
 }
 
-// fileProblem says why a file named by a flag cannot be used, without the error's
+// FileProblem says why a file named by a flag cannot be used, without the error's
 // text, which quotes the path: the flag's value, credentials and all.
-func fileProblem(err error) string {
+func FileProblem(err error) string {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "no such file"

@@ -1,9 +1,10 @@
-package main
+package cli
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -19,7 +20,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
-	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/redact"
 )
 
@@ -49,20 +49,20 @@ type traceExport struct {
 	endpointName string // the variable that gave it; "" for the default
 }
 
-// target names the endpoint in the line the daemon prints, its credentials masked (a
+// Target names the endpoint in the line the daemon prints, its credentials masked (a
 // collector's token may be the URL's user name).
-func (e *traceExport) target() string {
+func (e *traceExport) Target() string {
 	if e.endpoint == "" {
 		return "the default endpoint"
 	}
 	return redact.URL(e.endpoint)
 }
 
-// traceExportFromEnv reads the environment through getenv: nil when it asks for no
+// TraceExportFromEnv reads the environment through getenv: nil when it asks for no
 // export (no OTLP endpoint, OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true).
 // A value the exporter would reject, or log, is refused here with an error naming
 // the variable; a header's value is never quoted, as it may hold an API key.
-func traceExportFromEnv(getenv func(string) string) (*traceExport, error) {
+func TraceExportFromEnv(getenv func(string) string) (*traceExport, error) {
 	if strings.EqualFold(strings.TrimSpace(getenv(envSDKDisabled)), "true") {
 		return nil, nil
 	}
@@ -98,7 +98,7 @@ func traceExportFromEnv(getenv func(string) string) (*traceExport, error) {
 		}
 	}
 	if e.endpoint != "" {
-		if err := checkURL("$"+e.endpointName, e.endpoint); err != nil {
+		if err := CheckURL("$"+e.endpointName, e.endpoint); err != nil {
 			return nil, err
 		}
 		if err := checkEndpoint(e.endpoint); err != nil {
@@ -169,8 +169,8 @@ func httpToken(s string) bool {
 // not yet sent and stops the export, within traceFlushTimeout. Without an OTLP
 // endpoint in the environment it installs nothing, prints nothing, and stop does
 // nothing.
-func (m *Main) startTracing(ctx context.Context, daemon string, log *slog.Logger) (stop func(), err error) {
-	e, err := traceExportFromEnv(os.Getenv)
+func startTracing(ctx context.Context, stderr io.Writer, daemon string, log *slog.Logger) (stop func(), err error) {
+	e, err := TraceExportFromEnv(os.Getenv)
 	if err != nil || e == nil {
 		return func() {}, err
 	}
@@ -200,7 +200,7 @@ func (m *Main) startTracing(ctx context.Context, daemon string, log *slog.Logger
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 
 	service, _ := res.Set().Value(semconv.ServiceNameKey)
-	fmt.Fprintf(m.Stderr, "idem %s: exporting traces over OTLP %s to %s as service %s\n", daemon, e.protocol, e.target(), service.String())
+	fmt.Fprintf(stderr, "idem %s: exporting traces over OTLP %s to %s as service %s\n", daemon, e.protocol, e.Target(), service.String())
 	return func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushTimeout)
 		defer cancel()
@@ -208,10 +208,4 @@ func (m *Main) startTracing(ctx context.Context, daemon string, log *slog.Logger
 			log.Warn("idem "+daemon+": flushing the last traces failed; spans not yet sent are lost", "err", err)
 		}
 	}, nil
-}
-
-// daemonLog returns a daemon's logger: text on m.Stderr, credentials redacted, and
-// the trace and span ids of the context a record is logged with.
-func (m *Main) daemonLog() *slog.Logger {
-	return slog.New(otelx.LogHandler(redact.Handler(slog.NewTextHandler(m.Stderr, nil))))
 }
