@@ -202,6 +202,7 @@ func testRenewRace(t *testing.T, s idem.Store, r idem.Renewer) {
 			case err == nil:
 				renewed.Store(true)
 			case !errors.Is(err, idem.ErrLeaseLost):
+				//lint:ignore ST1005 the message starts with the method's name
 				errs <- fmt.Errorf("Renew: %w", err)
 			}
 		}()

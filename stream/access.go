@@ -18,6 +18,7 @@ func (s *Server) checkOrigin(r *http.Request) error {
 	}
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" {
+		//lint:ignore ST1005 the message starts with the header's name
 		return fmt.Errorf("Origin %.80q is not a URL with a host", origin)
 	}
 	if strings.EqualFold(u.Host, r.Host) {
@@ -32,6 +33,7 @@ func (s *Server) checkOrigin(r *http.Request) error {
 			return nil
 		}
 	}
+	//lint:ignore ST1005 the message starts with the header's name
 	return fmt.Errorf("Origin %.80q may not read this server's streams: add it to ServerConfig.OriginPatterns if it should", origin)
 }
 
