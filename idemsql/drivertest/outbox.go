@@ -4,8 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/idemhq/idem/idemsql"
@@ -85,22 +85,35 @@ func (o *outboxT) scan(field, query string, args []any, dest ...any) {
 // ints returns the first column of field's rows, read with q.
 func (o *outboxT) ints(q idemsql.Querier, field, query string, args ...any) []int64 {
 	o.t.Helper()
+	return rowsOf(o, q, field, query, args, func(rows idemsql.Rows) (v int64, err error) { return v, rows.Scan(&v) })
+}
+
+// rowsOf reads the rows of field's statement with q, each made by scan.
+func rowsOf[T any](o *outboxT, q idemsql.Querier, field, query string, args []any, scan func(idemsql.Rows) (T, error)) []T {
+	o.t.Helper()
 	rows, err := q.Query(o.ctx, query, args...)
 	if err != nil {
 		o.t.Fatalf("OutboxSQL.%s: %v", field, err)
 	}
 	defer rows.Close()
-	var out []int64
+	var out []T
 	for rows.Next() {
-		var v int64
-		if err := rows.Scan(&v); err != nil {
-			o.t.Fatalf("OutboxSQL.%s: %v", field, err)
+		v, err := scan(rows)
+		if err != nil {
+			o.t.Fatalf("OutboxSQL.%s: its columns: %v", field, err)
 		}
 		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
 		o.t.Fatalf("OutboxSQL.%s: %v", field, err)
 	}
+	return out
+}
+
+// readRows is rowsOf outside a transaction where the database can (read).
+func readRows[T any](o *outboxT, field, query string, args []any, scan func(idemsql.Rows) (T, error)) (out []T) {
+	o.t.Helper()
+	o.read(func(q idemsql.Querier) { out = rowsOf(o, q, field, query, args, scan) })
 	return out
 }
 
@@ -123,11 +136,11 @@ func (o *outboxT) id(msgID string) (id int64) {
 
 // state is a row as the tests check it.
 type state struct {
-	attempts                       int64
-	lastError                      string
-	available                      int64
-	published, parked              *int64
-	msgID, key, headers, createdOK string
+	attempts                            int64
+	lastError                           string
+	available                           int64
+	published, parked                   *int64
+	msgID, key, headers, createdProblem string
 }
 
 func (o *outboxT) state(id int64) (s state) {
@@ -137,7 +150,7 @@ func (o *outboxT) state(id int64) (s state) {
 		FROM idem_outbox WHERE id = $1`, []any{id}, &s.attempts, &s.lastError, &s.available, &s.published, &s.parked,
 		&s.msgID, &s.key, &s.headers, &created)
 	if created != s.available {
-		s.createdOK = "created_at differs from available_at"
+		s.createdProblem = "created_at differs from available_at"
 	}
 	return s
 }
@@ -153,7 +166,7 @@ func (o *outboxT) enqueue() {
 	}
 	args := []any{now}
 	for i := range n {
-		args = append(args, "rows-"+strings.Repeat("x", i%3)+string(rune('a'+i%26))+itoa(i), "topic", "k", int32(2), `{"h":"v"}`, []byte{byte(i)})
+		args = append(args, fmt.Sprintf("rows-%03d", i), "topic", "k", int32(2), `{"h":"v"}`, []byte{byte(i)})
 	}
 	if got := o.exec("InsertRows", o.s.InsertRows(n), args...); got != int64(n) {
 		t.Fatalf("OutboxSQL.InsertRows(%d) affected %d rows, want %d", n, got, n)
@@ -170,23 +183,18 @@ func (o *outboxT) enqueue() {
 			}
 		}
 	}
-	var ids, written []int64
-	o.read(func(q idemsql.Querier) {
-		written = o.ints(q, "InsertRows", "SELECT id FROM idem_outbox WHERE msg_id LIKE 'rows-%' ORDER BY id")
-	})
-	for _, id := range written {
+	written := readRows(o, "InsertRows", "SELECT id FROM idem_outbox WHERE msg_id LIKE 'rows-%' ORDER BY id", nil,
+		func(rows idemsql.Rows) (id int64, err error) { return id, rows.Scan(&id) })
+	if len(written) != n {
+		t.Fatalf("OutboxSQL.InsertRows(%d) wrote %d rows", n, len(written))
+	}
+	for i, id := range written {
 		s := o.state(id)
-		if s.createdOK != "" || s.available != now || s.key != "k" || s.headers != `{"h":"v"}` {
-			t.Fatalf("OutboxSQL.InsertRows wrote row %d as %+v", id, s)
+		if want := fmt.Sprintf("rows-%03d", i); s.msgID != want {
+			t.Fatalf("OutboxSQL.InsertRows: row %d of %d is %q, want %q: the rows must get ids in the order given", i, n, s.msgID, want)
 		}
-		ids = append(ids, id)
-	}
-	if len(ids) != n {
-		t.Fatalf("OutboxSQL.InsertRows(%d) wrote %d rows", n, len(ids))
-	}
-	for i, id := range ids {
-		if want := "rows-" + strings.Repeat("x", i%3) + string(rune('a'+i%26)) + itoa(i); o.state(id).msgID != want {
-			t.Fatalf("OutboxSQL.InsertRows: row %d of %d is %q, want %q: the rows must get ids in the order given", i, n, o.state(id).msgID, want)
+		if s.createdProblem != "" || s.available != now || s.key != "k" || s.headers != `{"h":"v"}` {
+			t.Fatalf("OutboxSQL.InsertRows wrote row %d as %+v", id, s)
 		}
 	}
 }
@@ -198,10 +206,6 @@ func (o *outboxT) read(fn func(q idemsql.Querier)) {
 	if err := o.db.Auto(o.ctx, func(q idemsql.Querier) error { fn(q); return nil }); err != nil {
 		o.t.Fatal(err)
 	}
-}
-
-func itoa(i int) string {
-	return string([]byte{byte('0' + i/100%10), byte('0' + i/10%10), byte('0' + i%10)})
 }
 
 // claimRows writes the rows the claims are checked on: a and b of key k in
@@ -225,19 +229,13 @@ func (o *outboxT) claimRows() (a, b, c int64) {
 // msg_ids.
 func (o *outboxT) claimed(q idemsql.Querier, field, query string, args ...any) []string {
 	o.t.Helper()
-	rows, err := q.Query(o.ctx, query, args...)
-	if err != nil {
-		o.t.Fatalf("OutboxSQL.%s: %v", field, err)
-	}
-	defer rows.Close()
-	var got []string
-	for rows.Next() {
+	return rowsOf(o, q, field, query, args, func(rows idemsql.Rows) (string, error) {
 		var id, attempts, created, part, idLen, topicLen, keyLen, headersLen, payloadLen int64
 		var msgID, topic, key, headers *string
 		var payload *[]byte
 		if err := rows.Scan(&id, &attempts, &created, &part, &msgID, &idLen, &topic, &topicLen, &key, &keyLen,
 			&headers, &headersLen, &payload, &payloadLen); err != nil {
-			o.t.Fatalf("OutboxSQL.%s: its columns: %v", field, err)
+			return "", err
 		}
 		switch {
 		case msgID == nil || topic == nil || key == nil || headers == nil || payload == nil:
@@ -245,14 +243,10 @@ func (o *outboxT) claimed(q idemsql.Querier, field, query string, args ...any) [
 		case idLen != int64(len(*msgID)) || headersLen != int64(len(*headers)) || payloadLen != int64(len(*payload)) || *topic != "topic":
 			o.t.Fatalf("OutboxSQL.%s: row %q: each bounded column is its value, then its length in bytes", field, *msgID)
 		case created != now:
-			o.t.Fatalf("OutboxSQL.%s: row %q: created_at is the fourth column's neighbour: got %d", field, *msgID, created)
+			o.t.Fatalf("OutboxSQL.%s: row %q: created_at is the third column: got %d", field, *msgID, created)
 		}
-		got = append(got, *msgID)
-	}
-	if err := rows.Err(); err != nil {
-		o.t.Fatalf("OutboxSQL.%s: %v", field, err)
-	}
-	return got
+		return *msgID, nil
+	})
 }
 
 // claims: the claims of the driver's way of taking partitions read the due rows in
@@ -447,26 +441,9 @@ func (o *outboxT) relays() {
 		lastError                           string
 	}
 	list := func(after int64, limit int) []relay {
-		var out []relay
-		err := o.db.InTx(o.ctx, func(tx *sql.Tx) error {
-			rows, err := o.db.Querier(tx).Query(o.ctx, o.s.ListRelays, after, limit)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var r relay
-				if err := rows.Scan(&r.instance, &r.host, &r.pid, &r.started, &r.last, &r.poll, &r.published, &r.lastError); err != nil {
-					return err
-				}
-				out = append(out, r)
-			}
-			return rows.Err()
+		return readRows(o, "ListRelays", o.s.ListRelays, []any{after, limit}, func(rows idemsql.Rows) (r relay, err error) {
+			return r, rows.Scan(&r.instance, &r.host, &r.pid, &r.started, &r.last, &r.poll, &r.published, &r.lastError)
 		})
-		if err != nil {
-			t.Fatalf("OutboxSQL.ListRelays: %v", err)
-		}
-		return out
 	}
 	got := list(0, 10)
 	if want := (relay{"r1", "host2", 8, now, now + 5, 20_000, 42, "failed"}); len(got) != 2 || got[0] != want || got[1].instance != "r2" {
@@ -501,27 +478,10 @@ type parkedMsg struct {
 
 func (o *outboxT) listParked(field, query string, args ...any) []parkedMsg {
 	o.t.Helper()
-	var out []parkedMsg
-	err := o.db.InTx(o.ctx, func(tx *sql.Tx) error {
-		rows, err := o.db.Querier(tx).Query(o.ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var p parkedMsg
-			if err := rows.Scan(&p.id, &p.msgID, &p.topic, &p.key, &p.headers, &p.payload, &p.attempts, &p.lastError,
-				&p.parkedAt, &p.discardedAt, &p.reason); err != nil {
-				return err
-			}
-			out = append(out, p)
-		}
-		return rows.Err()
+	return readRows(o, field, query, args, func(rows idemsql.Rows) (p parkedMsg, err error) {
+		return p, rows.Scan(&p.id, &p.msgID, &p.topic, &p.key, &p.headers, &p.payload, &p.attempts, &p.lastError,
+			&p.parkedAt, &p.discardedAt, &p.reason)
 	})
-	if err != nil {
-		o.t.Fatalf("OutboxSQL.%s: %v", field, err)
-	}
-	return out
 }
 
 // parked: Park, the reads of parked messages, LockParked, Discard, Discarded,
@@ -582,43 +542,15 @@ func (o *outboxT) status() {
 		part, unpublished, parked int64
 		oldest                    *int64
 	}
-	var parts []part
-	var discarded [][3]any
-	err := o.db.InTx(o.ctx, func(tx *sql.Tx) error {
-		q := o.db.Querier(tx)
-		rows, err := q.Query(o.ctx, o.s.StatusPartitions)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var p part
-			if err := rows.Scan(&p.topic, &p.part, &p.unpublished, &p.parked, &p.oldest); err != nil {
-				rows.Close()
-				return err
-			}
-			parts = append(parts, p)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if rows, err = q.Query(o.ctx, o.s.StatusDiscarded); err != nil {
-			return errors.New("StatusDiscarded: " + err.Error())
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var topic string
-			var p, n int64
-			if err := rows.Scan(&topic, &p, &n); err != nil {
-				return errors.New("StatusDiscarded: " + err.Error())
-			}
-			discarded = append(discarded, [3]any{topic, p, n})
-		}
-		return rows.Err()
+	parts := readRows(o, "StatusPartitions", o.s.StatusPartitions, nil, func(rows idemsql.Rows) (p part, err error) {
+		return p, rows.Scan(&p.topic, &p.part, &p.unpublished, &p.parked, &p.oldest)
 	})
-	if err != nil {
-		t.Fatalf("OutboxSQL.StatusPartitions: %v", err)
-	}
+	discarded := readRows(o, "StatusDiscarded", o.s.StatusDiscarded, nil, func(rows idemsql.Rows) (d [3]any, err error) {
+		var topic string
+		var p, n int64
+		err = rows.Scan(&topic, &p, &n)
+		return [3]any{topic, p, n}, err
+	})
 	if len(parts) != 2 || parts[0].part != 5 || parts[0].unpublished != 0 || parts[0].parked != 2 || parts[0].oldest != nil ||
 		parts[1].part != 6 || parts[1].unpublished != 1 || parts[1].oldest == nil || *parts[1].oldest != now {
 		t.Errorf("OutboxSQL.StatusPartitions read %+v, want partition 5 with 2 parked, partition 6 with 1 waiting since %d", parts, now)
@@ -670,7 +602,7 @@ func (o *outboxT) parkedByCDC() {
 	if want := o.id("cdc"); id != want {
 		t.Fatalf("OutboxSQL.InsertParked (LastInsertID) returned id %d, want the new row's, %d", id, want)
 	}
-	if s := o.state(id); s.parked == nil || *s.parked != now || s.attempts != 1 || s.lastError != "undecodable" || s.createdOK != "" {
+	if s := o.state(id); s.parked == nil || *s.parked != now || s.attempts != 1 || s.lastError != "undecodable" || s.createdProblem != "" {
 		t.Errorf("OutboxSQL.InsertParked wrote %+v", s)
 	}
 	o.exec("MarkCDCParked", o.s.MarkCDCParked, id)
@@ -687,7 +619,7 @@ func (o *outboxT) parkedByCDC() {
 		t.Errorf("OutboxSQL.CDCParked = %d after UnmarkCDCParked, want 0", n)
 	}
 	copyID := o.id("cdc")
-	if s := o.state(copyID); copyID == id || s.parked != nil || s.attempts != 0 || s.available != now+7 || s.key != "k" || s.createdOK != "" {
+	if s := o.state(copyID); copyID == id || s.parked != nil || s.attempts != 0 || s.available != now+7 || s.key != "k" || s.createdProblem != "" {
 		t.Errorf("OutboxSQL.Reinsert wrote row %d as %+v: want a new pending row of the message, created at %d", copyID, s, now+7)
 	}
 }
