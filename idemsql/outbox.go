@@ -50,8 +50,9 @@ type OutboxSQL struct {
 	// available_at), then each message's msg_id, topic, ordering_key, part,
 	// headers and payload, from $2.
 	InsertRows func(n int) string
-	// MaxInsertRows bounds the n of InsertRows: more messages take several
-	// statements.
+	// MaxInsertRows bounds the n of InsertRows (0: no bound): more messages take
+	// several statements. It keeps a statement's parameters under the database's
+	// limit.
 	MaxInsertRows int
 	// InsertArrays, where the database takes arrays as parameters, writes a whole
 	// batch in one statement, used instead of InsertRows: msg_ids, topics,
