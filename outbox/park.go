@@ -29,8 +29,9 @@ type Unpublishable struct {
 }
 
 // ParkTx records u as a parked message, in the caller's transaction q on dialect d
-// (whose driver must be registered: see idemsql.DriverFor), for an operator to act on: Admin.Parked lists it with its reason, Discard gives up
-// on it, and Retry puts it back in line as a new row. The log-based relay
+// (with the statements of d's registered driver: see idemsql.DriverFor), for an
+// operator to act on: Admin.Parked lists it with its reason, Discard gives up on
+// it, and Retry puts it back in line as a new row. The log-based relay
 // (idempg/pgcdc) parks what it cannot publish with it; it reads the table's inserts
 // only, which is why Retry re-inserts what ParkTx parked rather than clearing its
 // parked_at (the row's id is recorded in idem_outbox_cdc_parked).
