@@ -26,13 +26,20 @@ const (
 // needs the database alone, so tools in other processes (the admin API, `idem
 // outbox`) can use it; the schema must be up to date (New, or `idem migrate up`).
 type Admin[Tx any] struct {
-	db  idemsql.TxDB[Tx]
-	now func() time.Time
+	db    idemsql.TxDB[Tx]
+	stmts *idemsql.OutboxSQL // db's, fetched once
+	bad   error              // db.Validate's complaint, which every method returns
+	now   func() time.Time
 }
 
-// NewAdmin returns the admin of db's outbox.
+// NewAdmin returns the admin of db's outbox. A db that is not valid (see
+// TxDB.Validate) makes every method return why.
 func NewAdmin[Tx any](db idemsql.TxDB[Tx]) *Admin[Tx] {
-	return &Admin[Tx]{db: db, now: time.Now}
+	a := &Admin[Tx]{db: db, bad: db.Validate(), now: time.Now}
+	if a.bad == nil {
+		a.stmts = db.Driver.Outbox()
+	}
+	return a
 }
 
 // Status is the outbox at a glance.
@@ -77,58 +84,32 @@ type RelayInstance struct {
 // Status returns the backlog per topic and partition and the relay instances. The
 // counts read the index idem_outbox_backlog, which holds only unpublished rows.
 func (a *Admin[Tx]) Status(ctx context.Context) (Status, error) {
+	if a.bad != nil {
+		return Status{}, a.bad
+	}
 	var st Status
 	now := a.now()
-	err := read(ctx, a.db, func(q idemsql.Querier) error {
+	err := read(ctx, a.db, func(q idemsql.Querier) (err error) {
 		st = Status{}
-		rows, err := q.Query(ctx, `SELECT topic, part, COUNT(CASE WHEN parked_at IS NULL THEN 1 END),
-			COUNT(CASE WHEN parked_at IS NOT NULL THEN 1 END), MIN(CASE WHEN parked_at IS NULL THEN created_at END)
-			FROM idem_outbox WHERE published_at IS NULL GROUP BY topic, part ORDER BY topic, part`)
-		if err != nil {
-			return err
-		}
-		index := map[string]int{}
-		for rows.Next() {
-			var p PartitionStatus
+		st.Partitions, err = queryRows(ctx, q, a.stmts.StatusPartitions, nil, func(rs idemsql.Rows) (p PartitionStatus, err error) {
 			var oldest *int64
-			if err := rows.Scan(&p.Topic, &p.Partition, &p.Unpublished, &p.Parked, &oldest); err != nil {
-				rows.Close()
-				return err
-			}
+			err = rs.Scan(&p.Topic, &p.Partition, &p.Unpublished, &p.Parked, &oldest)
 			if oldest != nil {
 				p.OldestAge = max(now.Sub(time.UnixMilli(*oldest)), 0)
 			}
-			index[fmt.Sprint(p.Topic, "\x00", p.Partition)] = len(st.Partitions)
-			st.Partitions = append(st.Partitions, p)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		// Discarded messages are parked ones with a row in idem_outbox_discarded: few.
-		rows, err = q.Query(ctx, `SELECT o.topic, o.part, COUNT(*) FROM idem_outbox_discarded x
-			JOIN idem_outbox o ON o.id = x.id WHERE o.published_at IS NULL GROUP BY o.topic, o.part`)
+			return p, err
+		})
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var topic string
-			var part int
-			var n int64
-			if err := rows.Scan(&topic, &part, &n); err != nil {
-				rows.Close()
-				return err
-			}
-			if i, ok := index[fmt.Sprint(topic, "\x00", part)]; ok {
-				// max: the reads share no snapshot outside a transaction (SQLite)
-				st.Partitions[i].Discarded, st.Partitions[i].Parked = n, max(st.Partitions[i].Parked-n, 0)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		discarded, err := queryRows(ctx, q, a.stmts.StatusDiscarded, nil, func(rs idemsql.Rows) (p PartitionStatus, err error) {
+			return p, rs.Scan(&p.Topic, &p.Partition, &p.Discarded)
+		})
+		if err != nil {
 			return err
 		}
-		st.Relays, err = relayInstances(ctx, q, now)
+		addDiscarded(st.Partitions, discarded)
+		st.Relays, err = relayInstances(ctx, q, a.stmts.ListRelays, now)
 		return err
 	})
 	if err != nil {
@@ -143,35 +124,40 @@ func (a *Admin[Tx]) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-// staleAfter is how long a relay may be silent before Status calls it stale.
-func staleAfter(poll time.Duration) time.Duration { return max(3*poll, 30*time.Second) }
+// addDiscarded moves the discarded messages of each topic and partition (Discarded
+// of discarded's) out of Parked of parts, into its Discarded. Discarded messages
+// are parked ones with a row in idem_outbox_discarded: few.
+func addDiscarded(parts, discarded []PartitionStatus) {
+	index := make(map[string]int, len(parts))
+	for i, p := range parts {
+		index[fmt.Sprint(p.Topic, "\x00", p.Partition)] = i
+	}
+	for _, d := range discarded {
+		if i, ok := index[fmt.Sprint(d.Topic, "\x00", d.Partition)]; ok {
+			// max: the reads share no snapshot outside a transaction (SQLite)
+			parts[i].Discarded, parts[i].Parked = d.Discarded, max(parts[i].Parked-d.Discarded, 0)
+		}
+	}
+}
 
-// staleAtSQL is staleAfter in SQL: when a relay's row turns stale, in Unix
-// milliseconds.
-const staleAtSQL = `last_round_at + CASE WHEN 3 * poll_interval_ms > 30000 THEN 3 * poll_interval_ms ELSE 30000 END`
+// staleAfter is how long a relay may be silent before Status calls it stale
+// (OutboxSQL.ListRelays says it in SQL).
+func staleAfter(poll time.Duration) time.Duration { return max(3*poll, 30*time.Second) }
 
 // maxRelays bounds the relay instances Status lists.
 const maxRelays = 1000
 
-func relayInstances(ctx context.Context, q idemsql.Querier, now time.Time) ([]RelayInstance, error) {
-	rows, err := q.Query(ctx, `SELECT instance, host, pid, started_at, last_round_at, poll_interval_ms, published_total, last_error
-		FROM idem_outbox_relays WHERE `+staleAtSQL+` >= $1 ORDER BY instance LIMIT $2`, now.Add(-relayForgetAfter).UnixMilli(), maxRelays)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []RelayInstance
-	for rows.Next() {
-		var r RelayInstance
+// relayInstances reads the relay instances with query (ListRelays).
+func relayInstances(ctx context.Context, q idemsql.Querier, query string, now time.Time) ([]RelayInstance, error) {
+	return queryRows(ctx, q, query, []any{now.Add(-relayForgetAfter).UnixMilli(), maxRelays}, func(rs idemsql.Rows) (r RelayInstance, err error) {
 		var started, last, poll int64
-		if err := rows.Scan(&r.Instance, &r.Host, &r.PID, &started, &last, &poll, &r.PublishedTotal, &r.LastError); err != nil {
-			return nil, err
+		if err := rs.Scan(&r.Instance, &r.Host, &r.PID, &started, &last, &poll, &r.PublishedTotal, &r.LastError); err != nil {
+			return r, err
 		}
 		r.StartedAt, r.LastRoundAt, r.PollInterval = time.UnixMilli(started), time.UnixMilli(last), time.Duration(poll)*time.Millisecond
 		r.Stale = now.Sub(r.LastRoundAt) > staleAfter(r.PollInterval)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+		return r, nil
+	})
 }
 
 // Parked returns up to limit (1 to MaxListLimit; 0 means 100) parked messages with
@@ -180,13 +166,15 @@ func relayInstances(ctx context.Context, q idemsql.Querier, now time.Time) ([]Re
 // row cannot be decoded is listed with its DecodeError.
 func (a *Admin[Tx]) Parked(ctx context.Context, afterID int64, limit int) ([]Parked, error) {
 	switch {
+	case a.bad != nil:
+		return nil, a.bad
 	case limit < 0 || limit > MaxListLimit:
 		return nil, &idem.InputError{Field: "limit", Reason: fmt.Sprintf("must be 0 to %d (got %d)", MaxListLimit, limit),
 			Fix: "page with afterID instead of asking for more at once"}
 	case limit == 0:
 		limit = 100
 	}
-	return listParked(ctx, a.db, "AND o.id > $1 ORDER BY o.id LIMIT $2", afterID, limit)
+	return listParked(ctx, a.db, a.stmts.ParkedAfter, afterID, limit)
 }
 
 // Retry puts parked message id back in line, with its attempts reset, as
@@ -195,7 +183,10 @@ func (a *Admin[Tx]) Parked(ctx context.Context, afterID int64, limit int) ([]Par
 // since that relay reads inserts only. It returns ErrNotParked for an id that is not
 // parked, or was discarded.
 func (a *Admin[Tx]) Retry(ctx context.Context, id int64) error {
-	return retry(ctx, a.db, a.now, id)
+	if a.bad != nil {
+		return a.bad
+	}
+	return retry(ctx, a.db, a.stmts, a.now, id)
 }
 
 // Discard gives up on parked message id for good: it is never published and stays,
@@ -203,23 +194,20 @@ func (a *Admin[Tx]) Retry(ctx context.Context, id int64) error {
 // that is not parked, or was discarded already.
 func (a *Admin[Tx]) Discard(ctx context.Context, id int64, reason string) error {
 	switch {
+	case a.bad != nil:
+		return a.bad
 	case strings.TrimSpace(reason) == "":
 		return &idem.InputError{Field: "reason", Reason: "is empty", Fix: "say why the message is dropped: it is kept for audit"}
 	case len(reason) > MaxReasonBytes:
 		return &idem.InputError{Field: "reason", Reason: fmt.Sprintf("is longer than %d bytes (got %d)", MaxReasonBytes, len(reason)),
 			Fix: "keep it to a sentence; link to a ticket for more"}
 	}
-	conflict := " ON CONFLICT (id) DO NOTHING"
-	if a.db.Dialect() == idemsql.MySQL {
-		conflict = " ON DUPLICATE KEY UPDATE id = id"
-	}
 	err := a.db.InTx(ctx, func(tx Tx) error {
 		q := a.db.Querier(tx)
-		if err := lockParked(ctx, a.db.Dialect(), q, id); err != nil {
+		if err := lockParked(ctx, a.stmts, q, id); err != nil {
 			return err
 		}
-		n, err := q.Exec(ctx, "INSERT INTO idem_outbox_discarded (id, discarded_at, reason) VALUES ($1, $2, $3)"+conflict,
-			id, a.now().UnixMilli(), reason)
+		n, err := q.Exec(ctx, a.stmts.Discard, id, a.now().UnixMilli(), reason)
 		if err == nil && n == 0 {
 			return ErrNotParked // discarded already
 		}
@@ -231,16 +219,12 @@ func (a *Admin[Tx]) Discard(ctx context.Context, id int64, reason string) error 
 	return err
 }
 
-// lockParked locks the row of parked message id (on PostgreSQL and MySQL; a SQLite
-// transaction holds the write lock already), or returns ErrNotParked. Retry and
-// Discard both take it first, so one of two racing calls sees the other's commit.
-func lockParked(ctx context.Context, d idemsql.Dialect, q idemsql.Querier, id int64) error {
-	lock := " FOR UPDATE"
-	if d == idemsql.SQLite {
-		lock = ""
-	}
+// lockParked locks the row of parked message id (LockParked), or returns
+// ErrNotParked. Retry and Discard both take it first, so one of two racing calls
+// sees the other's commit.
+func lockParked(ctx context.Context, s *idemsql.OutboxSQL, q idemsql.Querier, id int64) error {
 	var got int64
-	err := q.QueryRow(ctx, "SELECT id FROM idem_outbox WHERE id = $1 AND parked_at IS NOT NULL AND published_at IS NULL"+lock, id).Scan(&got)
+	err := q.QueryRow(ctx, s.LockParked, id).Scan(&got)
 	if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches it too
 		return ErrNotParked
 	}
@@ -248,27 +232,25 @@ func lockParked(ctx context.Context, d idemsql.Dialect, q idemsql.Querier, id in
 }
 
 // retry is Outbox.Retry and Admin.Retry.
-func retry[Tx any](ctx context.Context, db idemsql.TxDB[Tx], now func() time.Time, id int64) error {
+func retry[Tx any](ctx context.Context, db idemsql.TxDB[Tx], s *idemsql.OutboxSQL, now func() time.Time, id int64) error {
 	err := db.InTx(ctx, func(tx Tx) error {
 		q := db.Querier(tx)
-		if err := lockParked(ctx, db.Dialect(), q, id); err != nil {
+		if err := lockParked(ctx, s, q, id); err != nil {
 			return err
 		}
-		var discarded int64
-		if err := q.QueryRow(ctx, "SELECT COUNT(*) FROM idem_outbox_discarded WHERE id = $1", id).Scan(&discarded); err != nil {
-			return err
-		}
-		if discarded > 0 {
-			return ErrNotParked
-		}
-		if cdc, err := parkedByCDC(ctx, q, id); err != nil || cdc {
+		if discarded, err := count(ctx, q, s.Discarded, id); err != nil || discarded > 0 {
 			if err != nil {
 				return err
 			}
-			return reinsert(ctx, q, id, now().UnixMilli())
+			return ErrNotParked
 		}
-		_, err := q.Exec(ctx, `UPDATE idem_outbox SET parked_at = NULL, attempts = 0, available_at = $1 WHERE id = $2`,
-			now().UnixMilli(), id)
+		if cdc, err := count(ctx, q, s.CDCParked, id); err != nil || cdc > 0 {
+			if err != nil {
+				return err
+			}
+			return reinsert(ctx, s, q, id, now().UnixMilli())
+		}
+		_, err := q.Exec(ctx, s.Retry, now().UnixMilli(), id)
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrNotParked) {
@@ -281,44 +263,42 @@ func retry[Tx any](ctx context.Context, db idemsql.TxDB[Tx], now func() time.Tim
 var parkedColumns = []string{"id", "msg_id", "topic", "ordering_key", "headers", "payload", "attempts", "last_error",
 	"parked_at", "discarded_at", "discard_reason"}
 
-// listParked returns the parked messages that more (conditions on o, then ORDER BY
-// and LIMIT) selects, with their discard. A row that cannot be decoded is listed
-// with its DecodeError: one bad row must not hide the others from the operator.
-func listParked[Tx any](ctx context.Context, db idemsql.TxDB[Tx], more string, args ...any) ([]Parked, error) {
+// listParked returns the parked messages that query (ParkedPending, ParkedAfter)
+// reads, with their discard. A row that cannot be decoded is listed with its
+// DecodeError: one bad row must not hide the others from the operator.
+func listParked[Tx any](ctx context.Context, db idemsql.TxDB[Tx], query string, args ...any) ([]Parked, error) {
 	var out []Parked
-	err := read(ctx, db, func(q idemsql.Querier) error {
-		out = nil
-		rows, err := q.Query(ctx, `SELECT o.id, o.msg_id, o.topic, o.ordering_key, o.headers, o.payload,
-			o.attempts, o.last_error, o.parked_at, x.discarded_at, COALESCE(x.reason, '')
-			FROM idem_outbox o LEFT JOIN idem_outbox_discarded x ON x.id = o.id
-			WHERE o.parked_at IS NOT NULL AND o.published_at IS NULL `+more, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var p Parked
-			var headers string
-			var at int64
-			var discarded *int64
-			bad, err := rowscan.Scan(rows, parkedColumns, &p.ID, &p.Message.ID, &p.Message.Topic, &p.Message.OrderingKey,
-				&headers, &p.Message.Payload, &p.Attempts, &p.LastError, &at, &discarded, &p.DiscardReason)
-			if err != nil {
-				return err
-			}
-			p.DecodeError = rowscan.Join(bad, rowscan.JSON("headers", headers, &p.Message.Headers, "a JSON object of strings"))
-			p.ParkedAt = time.UnixMilli(at)
-			if discarded != nil {
-				p.DiscardedAt = time.UnixMilli(*discarded)
-			}
-			out = append(out, p)
-		}
-		return rows.Err()
+	err := read(ctx, db, func(q idemsql.Querier) (err error) {
+		out, err = queryRows(ctx, q, query, args, scanParked)
+		return err
 	})
 	if err != nil {
 		return nil, &idem.BackendError{Backend: db.Dialect().String(), Op: "outbox.parked", Err: err}
 	}
 	return out, nil
+}
+
+// scanParked reads a parked message; a value it cannot decode is its DecodeError.
+func scanParked(rows idemsql.Rows) (p Parked, err error) {
+	var headers string
+	var at int64
+	var discarded *int64
+	bad, err := rowscan.Scan(rows, parkedColumns, &p.ID, &p.Message.ID, &p.Message.Topic, &p.Message.OrderingKey,
+		&headers, &p.Message.Payload, &p.Attempts, &p.LastError, &at, &discarded, &p.DiscardReason)
+	if err != nil {
+		return p, err
+	}
+	p.DecodeError = rowscan.Join(bad, rowscan.JSON("headers", headers, &p.Message.Headers, "a JSON object of strings"))
+	p.ParkedAt = time.UnixMilli(at)
+	if discarded != nil {
+		p.DiscardedAt = time.UnixMilli(*discarded)
+	}
+	return p, nil
+}
+
+// count reads the one number query returns for id.
+func count(ctx context.Context, q idemsql.Querier, query string, id int64) (n int64, err error) {
+	return n, q.QueryRow(ctx, query, id).Scan(&n)
 }
 
 // read runs fn outside a transaction where db can (on SQLite a transaction would

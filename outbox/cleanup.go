@@ -3,8 +3,6 @@ package outbox
 import (
 	"context"
 	"time"
-
-	"github.com/idemhq/idem/idemsql"
 )
 
 // Cleanup deletes published messages older than Retention, in batches of
@@ -13,38 +11,27 @@ import (
 // own).
 func (r *Relay[Tx]) Cleanup(ctx context.Context) (int, error) {
 	if err := r.o.db.InTx(ctx, func(tx Tx) error {
-		_, err := r.o.db.Querier(tx).Exec(ctx, "DELETE FROM idem_outbox_relays WHERE "+staleAtSQL+" < $1",
-			r.o.now().Add(-relayForgetAfter).UnixMilli())
+		_, err := r.o.db.Querier(tx).Exec(ctx, r.o.stmts.DeleteStaleRelays, r.o.now().Add(-relayForgetAfter).UnixMilli())
 		return err
 	}); err != nil {
-		return 0, wrapErr(r.o.db.Dialect().String(), err)
+		return 0, r.wrapErr(err)
 	}
 	cutoff := r.o.now().Add(-r.cfg.Retention).UnixMilli()
 	total := 0
 	for {
 		var n int64
 		err := r.o.db.InTx(ctx, func(tx Tx) (err error) {
-			n, err = r.o.db.Querier(tx).Exec(ctx, cleanupSQL[r.o.db.Dialect()], cutoff, r.cfg.CleanupBatch)
+			n, err = r.o.db.Querier(tx).Exec(ctx, r.o.stmts.Cleanup, cutoff, r.cfg.CleanupBatch)
 			return err
 		})
 		if err != nil {
-			return total, wrapErr(r.o.db.Dialect().String(), err)
+			return total, r.wrapErr(err)
 		}
 		total += int(n)
 		if n < int64(r.cfg.CleanupBatch) {
 			return total, nil
 		}
 	}
-}
-
-// cleanupSQL deletes up to $2 rows published before $1. MySQL can neither limit an
-// IN subquery nor read the table it deletes from in one, but limits DELETE itself.
-var cleanupSQL = map[idemsql.Dialect]string{
-	idemsql.Postgres: `DELETE FROM idem_outbox WHERE id IN (
-		SELECT id FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)`,
-	idemsql.SQLite: `DELETE FROM idem_outbox WHERE id IN (
-		SELECT id FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)`,
-	idemsql.MySQL: `DELETE FROM idem_outbox WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at LIMIT $2`,
 }
 
 // backlog feeds the gauges: unpublished count, age of the oldest, parked count.
@@ -54,12 +41,7 @@ func (r *Relay[Tx]) backlog() (unpublished, oldestAge, parked float64) {
 	var u, p int64
 	var oldest *int64
 	err := r.o.db.InTx(ctx, func(tx Tx) error {
-		return r.o.db.Querier(tx).QueryRow(ctx, `SELECT
-			COUNT(CASE WHEN parked_at IS NULL THEN 1 END),
-			COUNT(CASE WHEN parked_at IS NOT NULL AND NOT EXISTS (
-				SELECT 1 FROM idem_outbox_discarded x WHERE x.id = idem_outbox.id) THEN 1 END),
-			MIN(CASE WHEN parked_at IS NULL THEN created_at END)
-			FROM idem_outbox WHERE published_at IS NULL`).Scan(&u, &p, &oldest)
+		return r.o.db.Querier(tx).QueryRow(ctx, r.o.stmts.Backlog).Scan(&u, &p, &oldest)
 	})
 	if err != nil {
 		return -1, -1, -1

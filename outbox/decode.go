@@ -20,31 +20,19 @@ import (
 // while the rows around it are published. A round never fails on a row's content.
 //
 // The size of each variable-length column is checked in the query, before its
-// value is read: a row holding a gigabyte of headers costs the relay its length,
-// not its bytes.
+// value is read (idemsql.OutboxSQL says what a claim returns): a row holding a
+// gigabyte of headers costs the relay its length, not its bytes.
 const (
-	maxTextBytes    = 64 << 10 // msg_id, topic, ordering_key
-	maxHeadersBytes = 1 << 20  // headers
+	maxTextBytes    = idemsql.OutboxMaxTextBytes    // msg_id, topic, ordering_key
+	maxHeadersBytes = idemsql.OutboxMaxHeadersBytes // headers
 )
 
-// boundedCol selects column c of o when it is at most max bytes long (NULL
-// otherwise), then its length. octet_length counts bytes on PostgreSQL, MySQL,
-// MariaDB and SQLite alike.
-func boundedCol(c string, max int) string {
-	return fmt.Sprintf("CASE WHEN octet_length(o.%[1]s) <= %[2]d THEN o.%[1]s END, octet_length(o.%[1]s)", c, max)
-}
-
-// selectCols reads a row for scanRow, in claimColumns' order.
-var selectCols = "SELECT o.id, o.attempts, o.created_at, o.part, " + boundedCol("msg_id", maxTextBytes) + ", " +
-	boundedCol("topic", maxTextBytes) + ", " + boundedCol("ordering_key", maxTextBytes) + ", " +
-	boundedCol("headers", maxHeadersBytes) + ", " + boundedCol("payload", idem.MaxPayload) + " "
-
-// claimColumns names selectCols' columns in the problems rowscan reports.
+// claimColumns names a claim's columns in the problems rowscan reports.
 var claimColumns = []string{"id", "attempts", "created_at", "part", "msg_id", "octet_length(msg_id)", "topic",
 	"octet_length(topic)", "ordering_key", "octet_length(ordering_key)", "headers", "octet_length(headers)",
 	"payload", "octet_length(payload)"}
 
-// rawRow is a row as selectCols reads it. A bounded column is nil when its value
+// rawRow is a row as a claim reads it. A bounded column is nil when its value
 // is longer than its bound (or NULL).
 type rawRow struct {
 	id, created, part                                  int64
@@ -117,7 +105,7 @@ func decodeColumns(r *rawRow, bad string, m *idem.Message) error {
 	return nil
 }
 
-// bounded is the value of a column boundedCol read, v, or the error of one too
+// bounded is the value of a bounded column of a claim, v, or the error of one too
 // long to read (n its length).
 func bounded(name string, v *string, n int64, max int) (string, error) {
 	if v == nil {
@@ -126,7 +114,7 @@ func bounded(name string, v *string, n int64, max int) (string, error) {
 	return *v, nil
 }
 
-// tooLong is the error of a column boundedCol did not read: longer than max bytes
+// tooLong is the error of a bounded column a claim did not read: longer than max bytes
 // (n), or NULL (NOT NULL columns: not reached).
 func tooLong(name string, n int64, max int) error {
 	if n <= int64(max) {

@@ -10,7 +10,7 @@ import (
 
 func ptr[T any](v T) *T { return &v }
 
-// goodRaw is a row as selectCols reads it, decodable.
+// goodRaw is a row as a claim reads it, decodable.
 func goodRaw() rawRow {
 	return rawRow{id: 7, attempts: 2, created: 1_700_000_000_000, part: 5,
 		msgID: ptr("m1"), msgIDLen: 2, topic: ptr("orders"), topicLen: 6, key: ptr("k"), keyLen: 1,

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltext"
 )
 
@@ -68,18 +67,8 @@ func (r *Relay[Tx]) beat(ctx context.Context, published int, roundErr error) {
 	in.lastBeat = now
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	upsert := ` ON CONFLICT (instance) DO UPDATE SET host = excluded.host, pid = excluded.pid,
-		last_round_at = excluded.last_round_at, poll_interval_ms = excluded.poll_interval_ms,
-		published_total = excluded.published_total, last_error = excluded.last_error`
-	if r.o.db.Dialect() == idemsql.MySQL {
-		upsert = ` ON DUPLICATE KEY UPDATE host = VALUES(host), pid = VALUES(pid), last_round_at = VALUES(last_round_at),
-		poll_interval_ms = VALUES(poll_interval_ms), published_total = VALUES(published_total), last_error = VALUES(last_error)`
-	}
 	err := r.o.db.InTx(ctx, func(tx Tx) error {
-		_, err := r.o.db.Querier(tx).Exec(ctx, `INSERT INTO idem_outbox_relays
-			(instance, host, pid, started_at, last_round_at, poll_interval_ms, published_total, last_error)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`+upsert,
-			in.id, in.host, in.pid, in.started.UnixMilli(), now.UnixMilli(), r.cfg.PollInterval.Milliseconds(),
+		_, err := r.o.db.Querier(tx).Exec(ctx, r.o.stmts.UpsertRelay, in.id, in.host, in.pid, in.started.UnixMilli(), now.UnixMilli(), r.cfg.PollInterval.Milliseconds(),
 			in.published.Load(), in.lastErr)
 		return err
 	})
@@ -97,7 +86,7 @@ func (r *Relay[Tx]) deregister(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	err := r.o.db.InTx(ctx, func(tx Tx) error {
-		_, err := r.o.db.Querier(tx).Exec(ctx, "DELETE FROM idem_outbox_relays WHERE instance = $1", r.inst.id)
+		_, err := r.o.db.Querier(tx).Exec(ctx, r.o.stmts.DeleteRelay, r.inst.id)
 		return err
 	})
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,15 +23,16 @@ import (
 // a hash of its OrderingKey (of its ID when it has none); a relay publishes a
 // partition's messages only while it holds that partition's lock, so messages with one
 // ordering key leave in commit order even with several relays.
-const Partitions = 64
+const Partitions = idemsql.OutboxPartitions
 
 // Outbox writes messages into the table idem_outbox inside the caller's transactions.
 // Create it once with New; it is safe for concurrent use.
 type Outbox[Tx any] struct {
-	db   idemsql.TxDB[Tx]
-	now  func() time.Time
-	wake chan struct{} // pokes an in-process relay (SQLite)
-	tr   otelx.Tracer
+	db    idemsql.TxDB[Tx]
+	stmts *idemsql.OutboxSQL // db's, fetched once
+	now   func() time.Time
+	wake  chan struct{} // pokes an in-process relay (SQLite)
+	tr    otelx.Tracer
 
 	notifyEvery time.Duration // Config.NotifyEvery; negative: every transaction
 	lastNotify  atomic.Int64  // unix ns of the last EnqueueTx that sent NOTIFY
@@ -86,8 +86,8 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config) (*Outbox[
 	if every == 0 {
 		every = DefaultNotifyEvery
 	}
-	return &Outbox[Tx]{db: db, now: time.Now, wake: make(chan struct{}, 1), tr: otelx.New(cfg.TracerProvider, cfg.Propagator),
-		notifyEvery: every}, nil
+	return &Outbox[Tx]{db: db, stmts: db.Driver.Outbox(), now: time.Now, wake: make(chan struct{}, 1),
+		tr: otelx.New(cfg.TracerProvider, cfg.Propagator), notifyEvery: every}, nil
 }
 
 // EnqueueTx writes msgs in tx: they are published if and only if tx commits. A message
@@ -148,43 +148,26 @@ type newRow struct {
 	payload                []byte
 }
 
-// insert writes rows in one statement: on PostgreSQL one INSERT … SELECT FROM unnest
-// of arrays, which also sends the relays' NOTIFY when it is this transaction's turn
-// (shouldNotify), so one message or a thousand cost one round trip; elsewhere multi-row INSERTs of up to maxRowsPerInsert rows. Rows get
-// their ids in the order given, so one ordering key's messages leave in that order.
+// insert writes rows in one statement where the database takes arrays
+// (InsertArrays, PostgreSQL), which also sends the relays' NOTIFY when it is this
+// transaction's turn (shouldNotify), so one message or a thousand cost one round
+// trip; elsewhere in multi-row INSERTs of up to MaxInsertRows rows. Rows get their
+// ids in the order given, so one ordering key's messages leave in that order.
 func (o *Outbox[Tx]) insert(ctx context.Context, q idemsql.Querier, rows []newRow, now int64) error {
-	if o.db.Dialect() == idemsql.Postgres {
-		cols := struct {
-			ids, topics, keys, headers []string
-			parts                      []int32
-			payloads                   [][]byte
-		}{}
-		for _, r := range rows {
-			cols.ids, cols.topics, cols.keys = append(cols.ids, r.id), append(cols.topics, r.topic), append(cols.keys, r.orderingKey)
-			cols.parts, cols.headers, cols.payloads = append(cols.parts, r.part), append(cols.headers, r.headers), append(cols.payloads, r.payload)
-		}
-		query := insertArraysSQL
-		if o.shouldNotify() {
-			query = insertNotifySQL
-		}
-		_, err := q.Exec(ctx, query, cols.ids, cols.topics, cols.keys, cols.parts, cols.headers, cols.payloads, now)
-		return err
+	if o.stmts.InsertArrays != "" {
+		return o.insertArrays(ctx, q, rows, now)
 	}
 	for len(rows) > 0 {
-		n := min(len(rows), maxRowsPerInsert)
-		var b strings.Builder
-		b.WriteString(insertPrefix)
+		n := len(rows)
+		if o.stmts.MaxInsertRows > 0 {
+			n = min(n, o.stmts.MaxInsertRows)
+		}
 		args := make([]any, 1, 1+6*n)
 		args[0] = now
-		for i, r := range rows[:n] {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			k := 2 + 6*i
-			fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d, $1, $1)", k, k+1, k+2, k+3, k+4, k+5)
+		for _, r := range rows[:n] {
 			args = append(args, r.id, r.topic, r.orderingKey, r.part, r.headers, r.payload)
 		}
-		if _, err := q.Exec(ctx, b.String(), args...); err != nil {
+		if _, err := q.Exec(ctx, o.stmts.InsertRows(n), args...); err != nil {
 			return err
 		}
 		rows = rows[n:]
@@ -192,23 +175,24 @@ func (o *Outbox[Tx]) insert(ctx context.Context, q idemsql.Querier, rows []newRo
 	return nil
 }
 
-// maxRowsPerInsert bounds a multi-row INSERT on SQLite and MySQL: 6 parameters a
-// row stay far below either's limit (32,766 and 65,535).
-const maxRowsPerInsert = 500
-
-const insertPrefix = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at) VALUES `
-
-// insertArraysSQL inserts a batch from arrays, in their order.
-const insertArraysSQL = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
-	SELECT m.id, m.topic, m.ok, m.part, m.headers, m.payload, $7, $7
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bytea[]) WITH ORDINALITY AS m(id, topic, ok, part, headers, payload, ord)
-	ORDER BY m.ord`
-
-// insertNotifySQL is insertArraysSQL that also wakes the relays (NOTIFY
-// idem_outbox, delivered at commit) in the same round trip.
-const insertNotifySQL = `WITH ins AS (` + insertArraysSQL + `
-	RETURNING 1)
-SELECT pg_notify('idem_outbox', '') FROM (SELECT 1 FROM ins LIMIT 1) AS any_row`
+// insertArrays writes rows as one array per column.
+func (o *Outbox[Tx]) insertArrays(ctx context.Context, q idemsql.Querier, rows []newRow, now int64) error {
+	cols := struct {
+		ids, topics, keys, headers []string
+		parts                      []int32
+		payloads                   [][]byte
+	}{}
+	for _, r := range rows {
+		cols.ids, cols.topics, cols.keys = append(cols.ids, r.id), append(cols.topics, r.topic), append(cols.keys, r.orderingKey)
+		cols.parts, cols.headers, cols.payloads = append(cols.parts, r.part), append(cols.headers, r.headers), append(cols.payloads, r.payload)
+	}
+	query := o.stmts.InsertArrays
+	if o.stmts.InsertArraysNotify != "" && o.shouldNotify() {
+		query = o.stmts.InsertArraysNotify
+	}
+	_, err := q.Exec(ctx, query, cols.ids, cols.topics, cols.keys, cols.parts, cols.headers, cols.payloads, now)
+	return err
+}
 
 // partition returns m's ordering partition.
 func partition(m idem.Message) int {
@@ -253,7 +237,7 @@ func (o *Outbox[Tx]) Parked(ctx context.Context, limit int) ([]Parked, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	return listParked(ctx, o.db, "AND x.id IS NULL ORDER BY o.id LIMIT $1", limit)
+	return listParked(ctx, o.db, o.stmts.ParkedPending, limit)
 }
 
 // ErrNotParked is returned by Retry for an id that is not a parked message (or was
@@ -263,7 +247,7 @@ var ErrNotParked = errors.New("outbox: no parked message with this id")
 // Retry puts parked message id back in line, with its attempts reset (one the
 // log-based relay parked as a new row: see Admin.Retry).
 func (o *Outbox[Tx]) Retry(ctx context.Context, id int64) error {
-	if err := retry(ctx, o.db, o.now, id); err != nil {
+	if err := retry(ctx, o.db, o.stmts, o.now, id); err != nil {
 		return err
 	}
 	o.poke()

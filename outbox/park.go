@@ -28,9 +28,10 @@ type Unpublishable struct {
 	Reason string
 }
 
-// ParkTx records u as a parked message, in the caller's transaction q on dialect d,
-// for an operator to act on: Admin.Parked lists it with its reason, Discard gives up
-// on it, and Retry puts it back in line as a new row. The log-based relay
+// ParkTx records u as a parked message, in the caller's transaction q on dialect d
+// (with the statements of d's registered driver: see idemsql.DriverFor), for an
+// operator to act on: Admin.Parked lists it with its reason, Discard gives up on
+// it, and Retry puts it back in line as a new row. The log-based relay
 // (idempg/pgcdc) parks what it cannot publish with it; it reads the table's inserts
 // only, which is why Retry re-inserts what ParkTx parked rather than clearing its
 // parked_at (the row's id is recorded in idem_outbox_cdc_parked).
@@ -40,6 +41,11 @@ type Unpublishable struct {
 // row was deleted or published, gets a new row, parked at once; the relay that
 // parks it must then skip inserts that arrive parked.
 func ParkTx(ctx context.Context, d idemsql.Dialect, q idemsql.Querier, u Unpublishable, now time.Time) error {
+	drv, err := idemsql.DriverFor(d)
+	if err != nil {
+		return err
+	}
+	s := drv.Outbox()
 	at := now.UnixMilli()
 	reason := text(u.Reason)
 	if len(reason) > MaxParkReasonBytes {
@@ -48,31 +54,23 @@ func ParkTx(ctx context.Context, d idemsql.Dialect, q idemsql.Querier, u Unpubli
 	id := u.Row
 	var n int64
 	if id != 0 {
-		var err error
-		n, err = q.Exec(ctx, `UPDATE idem_outbox SET parked_at = $1, last_error = $2, attempts = attempts + 1
-			WHERE id = $3 AND published_at IS NULL`, at, reason, id)
-		if err != nil {
+		if n, err = q.Exec(ctx, s.Park, at, reason, id); err != nil {
 			return err
 		}
 	}
 	if n == 0 {
-		var err error
-		if id, err = insertParked(ctx, d, q, u, reason, at); err != nil {
+		if id, err = insertParked(ctx, s, q, u, reason, at); err != nil {
 			return err
 		}
 	}
-	conflict := " ON CONFLICT (id) DO NOTHING"
-	if d == idemsql.MySQL {
-		conflict = " ON DUPLICATE KEY UPDATE id = id"
-	}
-	_, err := q.Exec(ctx, "INSERT INTO idem_outbox_cdc_parked (id) VALUES ($1)"+conflict, id)
+	_, err = q.Exec(ctx, s.MarkCDCParked, id)
 	return err
 }
 
 // insertParked writes u as a new row, parked at, and returns its id. Text columns
 // cannot hold NUL bytes or invalid UTF-8 (on PostgreSQL), which a message decoded
 // from elsewhere may have: they are replaced, as nothing would publish them anyway.
-func insertParked(ctx context.Context, d idemsql.Dialect, q idemsql.Querier, u Unpublishable, reason string, at int64) (int64, error) {
+func insertParked(ctx context.Context, s *idemsql.OutboxSQL, q idemsql.Querier, u Unpublishable, reason string, at int64) (int64, error) {
 	m := u.Message
 	headers := u.RawHeaders
 	if headers == "" {
@@ -86,16 +84,14 @@ func insertParked(ctx context.Context, d idemsql.Dialect, q idemsql.Querier, u U
 	if m.Payload == nil {
 		args[5] = []byte{}
 	}
-	const insert = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at,
-		attempts, last_error, parked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7, 1, $8, $7)`
 	var id int64
-	if d == idemsql.MySQL { // no RETURNING
-		if _, err := q.Exec(ctx, insert, args...); err != nil {
+	if s.LastInsertID != "" {
+		if _, err := q.Exec(ctx, s.InsertParked, args...); err != nil {
 			return 0, err
 		}
-		return id, q.QueryRow(ctx, "SELECT LAST_INSERT_ID()").Scan(&id)
+		return id, q.QueryRow(ctx, s.LastInsertID).Scan(&id)
 	}
-	return id, q.QueryRow(ctx, insert+" RETURNING id", args...).Scan(&id)
+	return id, q.QueryRow(ctx, s.InsertParked, args...).Scan(&id)
 }
 
 // text makes s storable in a text column.
@@ -103,23 +99,15 @@ func text(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
-// parkedByCDC reports whether parked message id was parked by ParkTx.
-func parkedByCDC(ctx context.Context, q idemsql.Querier, id int64) (bool, error) {
-	var n int64
-	err := q.QueryRow(ctx, "SELECT COUNT(*) FROM idem_outbox_cdc_parked WHERE id = $1", id).Scan(&n)
-	return n > 0, err
-}
-
 // reinsert puts parked message id back in line as a new row, a copy of it that the
 // log-based relay reads as any insert, and deletes the parked row.
-func reinsert(ctx context.Context, q idemsql.Querier, id, at int64) error {
-	if _, err := q.Exec(ctx, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
-		SELECT msg_id, topic, ordering_key, part, headers, payload, $1, $1 FROM idem_outbox WHERE id = $2`, at, id); err != nil {
+func reinsert(ctx context.Context, s *idemsql.OutboxSQL, q idemsql.Querier, id, at int64) error {
+	if _, err := q.Exec(ctx, s.Reinsert, at, id); err != nil {
 		return err
 	}
-	if _, err := q.Exec(ctx, "DELETE FROM idem_outbox WHERE id = $1", id); err != nil {
+	if _, err := q.Exec(ctx, s.DeleteRow, id); err != nil {
 		return err
 	}
-	_, err := q.Exec(ctx, "DELETE FROM idem_outbox_cdc_parked WHERE id = $1", id)
+	_, err := q.Exec(ctx, s.UnmarkCDCParked, id)
 	return err
 }

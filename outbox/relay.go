@@ -294,28 +294,33 @@ func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// round publishes one round's batches.
+// round publishes one round's batches, taking its partitions as the database does
+// (see idemsql.OutboxSQL).
 func (r *Relay[Tx]) round(ctx context.Context) (int, error) {
-	switch r.o.db.Dialect() {
-	case idemsql.SQLite:
-		return r.roundSQLite(ctx)
-	case idemsql.MySQL:
-		// As on PostgreSQL, with the partitions' rows in idem_outbox_parts locked
-		// FOR UPDATE SKIP LOCKED, in a READ COMMITTED transaction: under REPEATABLE
-		// READ the claim's locking read would also lock the gaps after the rows it
-		// reads, and producers inserting there would wait for the publish.
-		return r.roundLocked(ctx, r.o.db.InTxReadCommitted, r.lockPartitionsMySQL, r.claimEach, nil)
+	s := r.o.stmts
+	switch {
+	case s.SingleWriter:
+		return r.roundSingleWriter(ctx)
+	case s.LockPartitions != "":
+		return r.roundLocked(ctx, r.o.db.InTx, r.lockPartitions, func(ctx context.Context, q idemsql.Querier, parts []int32) ([]row, error) {
+			return r.claim(ctx, q, s.ClaimParts, parts, int64(0))
+		}, func(ctx context.Context, q idemsql.Querier, parts []int32, after int64) ([]row, error) {
+			return r.claim(ctx, q, s.ClaimParts, parts, after)
+		})
 	}
-	return r.roundLocked(ctx, r.o.db.InTx, r.lockPartitions, func(ctx context.Context, q idemsql.Querier, parts []int32) ([]row, error) {
-		return r.claim(ctx, q, claimPostgres, parts, int64(0))
-	}, func(ctx context.Context, q idemsql.Querier, parts []int32, after int64) ([]row, error) {
-		return r.claim(ctx, q, claimPostgres, parts, after)
-	})
+	inTx := r.o.db.InTx
+	if s.ReadCommittedClaims {
+		// Under REPEATABLE READ the claim's locking read would also lock the gaps
+		// after the rows it reads, and producers inserting there would wait for the
+		// publish.
+		inTx = r.o.db.InTxReadCommitted
+	}
+	return r.roundLocked(ctx, inTx, r.lockParts, r.claimEach, nil)
 }
 
-// claimEach reads the batch partition by partition (MySQL): each read walks the
-// pending index in id order and stops at the limit, where one read of all the held
-// partitions would sort every pending row of them.
+// claimEach reads the batch partition by partition (ClaimPart, ClaimStrays): each
+// read walks the pending index in id order and stops at the limit, where one read
+// of all the held partitions would sort every pending row of them.
 func (r *Relay[Tx]) claimEach(ctx context.Context, q idemsql.Querier, parts []int32) ([]row, error) {
 	var rows []row
 	for _, p := range parts {
@@ -325,9 +330,9 @@ func (r *Relay[Tx]) claimEach(ctx context.Context, q idemsql.Querier, parts []in
 		var more []row
 		var err error
 		if p == strayPart {
-			more, err = r.claimLimit(ctx, q, claimStraysMySQL, r.cfg.BatchSize-len(rows))
+			more, err = r.claimLimit(ctx, q, r.o.stmts.ClaimStrays, r.cfg.BatchSize-len(rows))
 		} else {
-			more, err = r.claimLimit(ctx, q, claimMySQL, r.cfg.BatchSize-len(rows), p)
+			more, err = r.claimLimit(ctx, q, r.o.stmts.ClaimPart, r.cfg.BatchSize-len(rows), p)
 		}
 		if err != nil {
 			return nil, err
@@ -339,7 +344,7 @@ func (r *Relay[Tx]) claimEach(ctx context.Context, q idemsql.Querier, parts []in
 
 // roundLocked locks some ordering partitions with due rows, reads a batch of their
 // rows, publishes it and marks it, in one transaction: a row is read only when no
-// other relay can publish its partition. With claimAfter (PostgreSQL) it goes on
+// other relay can publish its partition. With claimAfter (ClaimParts) it goes on
 // with up to RoundBatches-1 more batches of the same partitions, pipelined: see
 // pipeline.
 func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, func(Tx) error) error,
@@ -363,7 +368,7 @@ func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, 
 		n, err = r.pipeline(ctx, q, rows, func(after int64) ([]row, error) { return claimAfter(ctx, q, parts, after) })
 		return err
 	})
-	return n, wrapErr(r.o.db.Dialect().String(), err)
+	return n, r.wrapErr(err)
 }
 
 // pipeline publishes rows and up to RoundBatches-1 further batches, each read by
@@ -417,9 +422,9 @@ func (r *Relay[Tx]) pipeline(ctx context.Context, q idemsql.Querier, rows []row,
 	return n + len(acked), r.markPublished(ctx, q, acked)
 }
 
-func wrapErr(backend string, err error) error {
+func (r *Relay[Tx]) wrapErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &idem.BackendError{Backend: backend, Op: "relay", Err: err}
+	return &idem.BackendError{Backend: r.o.db.Dialect().String(), Op: "relay", Err: err}
 }

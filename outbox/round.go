@@ -2,11 +2,8 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -17,9 +14,18 @@ import (
 	"github.com/idemhq/idem/internal/sqltext"
 )
 
-// lockPartitions locks up to partitionsPerRound partitions with due rows (PostgreSQL).
+// partitionsPerRound is how many ordering partitions a relay takes per round: a
+// quarter, so up to four relays work side by side on a backlog.
+const partitionsPerRound = Partitions / 4
+
+// strayPart stands, among the partitions of a round that takes them with LockParts,
+// for the rows whose part is out of range (ClaimStrays).
+const strayPart = -1
+
+// lockPartitions locks up to partitionsPerRound partitions with due rows, in one
+// statement (LockPartitions).
 func (r *Relay[Tx]) lockPartitions(ctx context.Context, q idemsql.Querier) ([]int32, error) {
-	return queryInts(ctx, q, lockPartitionsSQL, r.o.now().UnixMilli(), partitionsPerRound)
+	return queryInts(ctx, q, r.o.stmts.LockPartitions, r.o.now().UnixMilli(), partitionsPerRound)
 }
 
 func (r *Relay[Tx]) claim(ctx context.Context, q idemsql.Querier, query string, extra ...any) ([]row, error) {
@@ -29,21 +35,7 @@ func (r *Relay[Tx]) claim(ctx context.Context, q idemsql.Querier, query string, 
 // claimLimit is claim with a limit of its own. Each row is decoded on its own
 // (scanRow): one that cannot be is returned with its error, for publish to record.
 func (r *Relay[Tx]) claimLimit(ctx context.Context, q idemsql.Querier, query string, limit int, extra ...any) ([]row, error) {
-	args := append([]any{r.o.now().UnixMilli(), limit}, extra...)
-	rs, err := q.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rs.Close()
-	var out []row
-	for rs.Next() {
-		w, err := scanRow(rs)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, w)
-	}
-	return out, rs.Err()
+	return queryRows(ctx, q, query, append([]any{r.o.now().UnixMilli(), limit}, extra...), scanRow)
 }
 
 // publish sends rows to the sink and records the outcome in q. A row that could not
@@ -174,17 +166,19 @@ func (r *Relay[Tx]) markPublished(ctx context.Context, q idemsql.Querier, rows [
 	}
 	now := r.o.now().UnixMilli()
 	var err error
-	if r.o.db.Dialect() == idemsql.Postgres {
-		// One array parameter: one statement text to prepare and cache whatever the
-		// batch's size, where an IN list of $n would be a new statement per size.
+	if r.o.stmts.MarkPublishedArray != "" {
 		ids := make([]int64, len(rows))
 		for i, w := range rows {
 			ids[i] = w.id
 		}
-		_, err = q.Exec(ctx, "UPDATE idem_outbox SET published_at = $1 WHERE id = ANY($2::bigint[])", now, ids)
+		_, err = q.Exec(ctx, r.o.stmts.MarkPublishedArray, now, ids)
 	} else {
-		in, args := idList(rows, 2)
-		_, err = q.Exec(ctx, "UPDATE idem_outbox SET published_at = $1 WHERE id IN ("+in+")", append([]any{now}, args...)...)
+		args := make([]any, 1+len(rows))
+		args[0] = now
+		for i, w := range rows {
+			args[1+i] = w.id
+		}
+		_, err = q.Exec(ctx, r.o.stmts.MarkPublished(len(rows)), args...)
 	}
 	if err != nil {
 		return err
@@ -209,8 +203,7 @@ func (r *Relay[Tx]) markFailed(ctx context.Context, q idemsql.Querier, w row, pe
 	if attempts >= r.cfg.MaxAttempts {
 		parked = &now
 	}
-	_, err := q.Exec(ctx, `UPDATE idem_outbox SET attempts = $1, last_error = $2, available_at = $3, parked_at = $4 WHERE id = $5`,
-		attempts, lastError(perr), now+r.cfg.Backoff(attempts).Milliseconds(), parked, w.id)
+	_, err := q.Exec(ctx, r.o.stmts.MarkFailed, attempts, lastError(perr), now+r.cfg.Backoff(attempts).Milliseconds(), parked, w.id)
 	switch {
 	case err != nil:
 	case parked != nil:
@@ -229,12 +222,13 @@ func lastError(err error) string {
 	return sqltext.Fit(err.Error(), 4096)
 }
 
-// lockPartitionsMySQL locks up to partitionsPerRound partitions with due rows,
-// skipping those other relays hold. It starts at a random partition, so that relays
-// spread over a backlog, and wraps around. When rows with a part out of range wait,
-// strayPart comes last, unlocked: no lock covers them.
-func (r *Relay[Tx]) lockPartitionsMySQL(ctx context.Context, q idemsql.Querier) ([]int32, error) {
-	due, err := queryInts(ctx, q, duePartsMySQL)
+// lockParts locks up to partitionsPerRound partitions with due rows, skipping
+// those other relays hold (DueParts, then LockParts). It starts at a random
+// partition, so that relays spread over a backlog, and wraps around. When rows
+// with a part out of range wait, strayPart comes last, unlocked: no lock covers
+// them.
+func (r *Relay[Tx]) lockParts(ctx context.Context, q idemsql.Querier) ([]int32, error) {
+	due, err := queryInts(ctx, q, r.o.stmts.DueParts)
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}
@@ -256,8 +250,11 @@ func (r *Relay[Tx]) lockPartitionsMySQL(ctx context.Context, q idemsql.Querier) 
 		if len(cands) == 0 || len(held) == partitionsPerRound {
 			continue
 		}
-		in, args := intList(cands, 1)
-		got, err := queryInts(ctx, q, fmt.Sprintf(lockPartsMySQL, in, partitionsPerRound-len(held)), args...)
+		args := make([]any, len(cands))
+		for i, p := range cands {
+			args[i] = p
+		}
+		got, err := queryInts(ctx, q, r.o.stmts.LockParts(len(cands), partitionsPerRound-len(held)), args...)
 		if err != nil {
 			return nil, err
 		}
@@ -266,47 +263,27 @@ func (r *Relay[Tx]) lockPartitionsMySQL(ctx context.Context, q idemsql.Querier) 
 	return append(held, strays...), nil
 }
 
+// queryInts runs query and returns its first column's values.
 func queryInts(ctx context.Context, q idemsql.Querier, query string, args ...any) ([]int32, error) {
+	return queryRows(ctx, q, query, args, func(rs idemsql.Rows) (v int32, err error) {
+		return v, rs.Scan(&v)
+	})
+}
+
+// queryRows runs query and returns what scan makes of each row.
+func queryRows[T any](ctx context.Context, q idemsql.Querier, query string, args []any, scan func(idemsql.Rows) (T, error)) ([]T, error) {
 	rs, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rs.Close()
-	var out []int32
+	var out []T
 	for rs.Next() {
-		var v int32
-		if err := rs.Scan(&v); err != nil {
+		v, err := scan(rs)
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, v)
 	}
 	return out, rs.Err()
-}
-
-// intList returns "$k, $k+1, …" for vs, and vs as arguments.
-func intList(vs []int32, k int) (string, []any) {
-	var b strings.Builder
-	args := make([]any, len(vs))
-	for i, v := range vs {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("$" + strconv.Itoa(k+i))
-		args[i] = v
-	}
-	return b.String(), args
-}
-
-// idList returns "$k, $k+1, …" for rows' ids, and the ids as arguments.
-func idList(rows []row, k int) (string, []any) {
-	var b strings.Builder
-	args := make([]any, len(rows))
-	for i, w := range rows {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("$" + strconv.Itoa(k+i))
-		args[i] = w.id
-	}
-	return b.String(), args
 }

@@ -22,7 +22,7 @@ func (r *Relay[Tx]) Stall(ctx context.Context) (time.Duration, error) {
 	var waiting int64
 	var last *int64
 	err := read(ctx, r.o.db, func(q idemsql.Querier) error {
-		return q.QueryRow(ctx, stallSQL).Scan(&waiting, &last)
+		return q.QueryRow(ctx, r.o.stmts.Stall).Scan(&waiting, &last)
 	})
 	if err != nil {
 		return 0, &idem.BackendError{Backend: r.o.db.Dialect().String(), Op: "outbox.stall", Err: err}
@@ -38,10 +38,3 @@ func (r *Relay[Tx]) Stall(ctx context.Context) (time.Duration, error) {
 	}
 	return max(now.Sub(time.UnixMilli(since)), 0), nil
 }
-
-// stallSQL counts up to one waiting row (idem_outbox_pending) and reads the newest
-// publication (idem_outbox_published; MySQL's pending index leads with
-// published_at).
-const stallSQL = `SELECT
-	(SELECT COUNT(*) FROM (SELECT 1 FROM idem_outbox WHERE published_at IS NULL AND parked_at IS NULL LIMIT 1) w),
-	(SELECT MAX(published_at) FROM idem_outbox WHERE published_at IS NOT NULL)`

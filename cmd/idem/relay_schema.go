@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/outbox"
@@ -17,12 +18,11 @@ func schemaText(d idemsql.Dialect) string {
 	return s
 }
 
-// How a service in any language adds to the outbox table (outbox.Schema is the table).
-const (
-	insertContract = `-- In the transaction of the business write (the relay creates the table itself
+// insertContract is how a service in any language adds to the outbox table
+// (outbox.Schema is the table), around the statement it runs (OutboxSQL.Insert).
+const insertContract = `-- In the transaction of the business write (the relay creates the table itself
 -- when it starts; create it first if your service writes before that):
-INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7);
+%s;
 --   msg_id        the message's idempotency key (1-255 bytes of UTF-8, no control
 --                 characters); the same logical message always gets the same one.
 --                 It becomes the broker's dedup id and the consumers' key.
@@ -37,16 +37,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $7);
 --   created_at    the current Unix time in milliseconds, also as available_at.
 -- A row that breaks this contract is not published: each attempt fails with its
 -- reason (the column and the fix), and after --max-attempts it is parked, listed
--- by idem outbox parked; the other rows are published meanwhile.`
-
-	notifyContract = `-- PostgreSQL: then, in the same transaction, wake the relays at commit:
-SELECT pg_notify('idem_outbox', '');`
-
-	mysqlContract = `-- MySQL/MariaDB: the same statement with ? placeholders, created_at's value
--- passed twice:
---   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
--- MySQL has no notifications: the relay finds the row within its --poll interval.`
-)
+-- by idem outbox parked; the other rows are published meanwhile.
+`
 
 // schemaDialects are the dialects --schema prints, in order, by their --db name.
 var schemaDialects = []struct {
@@ -59,18 +51,30 @@ var schemaDialects = []struct {
 }
 
 // printSchema writes the table and the insert contract for dialect ("postgres",
-// "mysql", "sqlite", or "" for all).
+// "mysql", "sqlite", or "" for all): the contract once, then what each database
+// adds to it (OutboxSQL.WriterNote). MySQL's note rewrites the statement and
+// PostgreSQL's adds one after it, so the notes come in the schemas' reverse order.
 func printSchema(w io.Writer, dialect string) {
+	var stmts []*idemsql.OutboxSQL
 	for _, s := range schemaDialects {
 		if dialect == "" || dialect == s.name {
 			fmt.Fprintf(w, "-- %s\n%s\n\n", s.title, schemaText(s.d))
+			stmts = append(stmts, outboxSQL(s.d))
 		}
 	}
-	fmt.Fprintln(w, insertContract)
-	if dialect == "" || dialect == "mysql" {
-		fmt.Fprintf(w, "\n%s\n", mysqlContract)
+	fmt.Fprintf(w, insertContract, stmts[0].Insert)
+	for _, s := range slices.Backward(stmts) {
+		if s.WriterNote != "" {
+			fmt.Fprintf(w, "\n%s\n", s.WriterNote)
+		}
 	}
-	if dialect == "" || dialect == "postgres" {
-		fmt.Fprintf(w, "\n%s\n", notifyContract)
+}
+
+// outboxSQL is the outbox statements of d's driver.
+func outboxSQL(d idemsql.Dialect) *idemsql.OutboxSQL {
+	drv, err := idemsql.DriverFor(d)
+	if err != nil {
+		panic(err) // this command imports every driver: a build error, caught by the tests
 	}
+	return drv.Outbox()
 }

@@ -7,22 +7,24 @@ import (
 	"github.com/idemhq/idem/idemsql"
 )
 
-// roundSQLite reads a batch, publishes it without holding SQLite's write lock (so
-// producers keep writing), then marks it in a short transaction. One relay per file.
-func (r *Relay[Tx]) roundSQLite(ctx context.Context) (int, error) {
+// roundSingleWriter reads a batch, publishes it without holding the database's
+// write lock (so producers keep writing), then marks it in a short transaction, on
+// a database with one writer at a time (OutboxSQL.SingleWriter: SQLite). One relay
+// per database.
+func (r *Relay[Tx]) roundSingleWriter(ctx context.Context) (int, error) {
 	var rows []row
 	err := r.o.db.InTx(ctx, func(tx Tx) (err error) {
-		rows, err = r.claim(ctx, r.o.db.Querier(tx), claimSQLite)
+		rows, err = r.claim(ctx, r.o.db.Querier(tx), r.o.stmts.Claim)
 		return err
 	})
 	if err != nil || len(rows) == 0 {
-		return 0, wrapErr("sqlite", err)
+		return 0, r.wrapErr(err)
 	}
-	// Publish with no transaction open: a write transaction holds SQLite's only
-	// write lock, and a slow or unreachable broker would stall every writer of the
+	// Publish with no transaction open: a write transaction holds the only write
+	// lock, and a slow or unreachable broker would stall every writer of the
 	// database for as long as the publish takes. Each mark commits on its own.
 	n, err := r.publish(ctx, shortTx[Tx]{r.o.db}, rows)
-	return n, wrapErr("sqlite", err)
+	return n, r.wrapErr(err)
 }
 
 // shortTx runs each statement in a transaction of its own.
