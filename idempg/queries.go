@@ -15,25 +15,21 @@ const (
 // queries holds the statements of one store, with its table's names filled in once at
 // construction so every call reuses the same text (and pgx's prepared statement).
 type queries struct {
-	insert, read, takeover, complete, release, renew, sweep, records string
-	recordInsert, recordOne, recordTakeover                          string
-	inspector                                                        inspectorQueries
+	insert, read, takeover, complete, release, renew string
+	recordInsert, recordOne, recordTakeover          string
 }
 
 // names are the quoted identifiers derived from Config.Table.
 type names struct {
 	table, seq, index, claim string
-	// regclass is the table name as a regclass literal, for pg_class lookups.
-	regclass string
 }
 
 func namesFor(table string) names {
 	return names{
-		table:    pgx.Identifier{table}.Sanitize(),
-		seq:      pgx.Identifier{table + "_token_seq"}.Sanitize(),
-		index:    pgx.Identifier{table + "_expires_at_idx"}.Sanitize(),
-		claim:    pgx.Identifier{table + "_claim"}.Sanitize(),
-		regclass: pgx.Identifier{table}.Sanitize(),
+		table: pgx.Identifier{table}.Sanitize(),
+		seq:   pgx.Identifier{table + "_token_seq"}.Sanitize(),
+		index: pgx.Identifier{table + "_expires_at_idx"}.Sanitize(),
+		claim: pgx.Identifier{table + "_claim"}.Sanitize(),
 	}
 }
 
@@ -49,13 +45,10 @@ func newQueries(n names) queries {
 		complete: n.fill(completeSQL),
 		release:  n.fill(releaseSQL),
 		renew:    n.fill(renewSQL),
-		sweep:    n.fill(sweepSQL),
-		records:  recordsSQL,
 
 		recordInsert:   n.fill(recordInsertSQL),
 		recordOne:      n.fill(recordOneSQL),
 		recordTakeover: n.fill(recordTakeoverSQL),
-		inspector:      newInspectorQueries(n),
 	}
 }
 
@@ -161,18 +154,3 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM upd) THEN 0 ELSE COALESCE((
 	SELECT CASE WHEN r.token <> $3 THEN 2 WHEN r.state = 2 THEN 1 ELSE 3 END
 	FROM {{table}} r, clk
 	WHERE r.scope = $1 AND r.id = $2 AND r.expires_at > clk.now), 2) END`
-
-// sweepSQL deletes up to $1 expired rows. The clock is read in an InitPlan so the
-// expires_at index can serve the range (a volatile call in the WHERE could not); SKIP
-// LOCKED leaves rows alone that a transaction is taking over right now.
-const sweepSQL = `
-DELETE FROM {{table}}
-WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM {{table}}
-	WHERE expires_at <= (SELECT clock_timestamp())
-	LIMIT $1::int
-	FOR UPDATE SKIP LOCKED))`
-
-// recordsSQL is the planner's row estimate: free to read at every scrape, unlike
-// count(*), and as fresh as the last (auto)vacuum or analyze.
-const recordsSQL = `SELECT GREATEST(reltuples, 0)::float8 FROM pg_class WHERE oid = to_regclass($1::text)`
