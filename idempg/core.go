@@ -25,6 +25,14 @@ const maxAttempts = 8
 
 var errChurn = fmt.Errorf("the row changed under %d consecutive statements", maxAttempts)
 
+// Both stores are the shared Inspector and ScopeLister of sqlstore.
+var (
+	_ idem.Inspector   = (*Store)(nil)
+	_ idem.Inspector   = (*SQLStore)(nil)
+	_ idem.ScopeLister = (*Store)(nil)
+	_ idem.ScopeLister = (*SQLStore)(nil)
+)
+
 // core is the implementation both stores share: Store (pgx) and SQLStore
 // (database/sql) differ only in the transaction type and the handle they wrap. The
 // Inspector, ScopeLister and Sweeper are sqlstore's, over the driver's RecordsSQL.
@@ -240,21 +248,7 @@ func (s *core[Tx]) release(ctx context.Context, cn conn, k idem.Key, token uint6
 	if err := checkFinish(ctx, cn, k, token); err != nil {
 		return err
 	}
-	for range maxAttempts {
-		var answer int
-		if err := cn.queryRow(ctx, s.q.release, k.Scope, k.ID, tokenArg(token)).Scan(&answer); err != nil {
-			return backendErr(ctx, "release", err)
-		}
-		switch answer {
-		case releaseDone:
-			return nil
-		case releaseCompleted:
-			return idem.ErrCompleted
-		case releaseLost:
-			return idem.ErrLeaseLost
-		}
-	}
-	return backendErr(ctx, "release", errChurn)
+	return answerLoop(ctx, "release", cn, s.q.release, k.Scope, k.ID, tokenArg(token))
 }
 
 // Renew implements idem.Renewer. It works on committed claims: a claim still inside
@@ -267,21 +261,27 @@ func (s *core[Tx]) Renew(ctx context.Context, k idem.Key, token uint64, lease ti
 	}
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
 	defer func() { otelx.End(span, err) }()
+	return answerLoop(ctx, "renew", s.db, s.q.renew, k.Scope, k.ID, tokenArg(token), micros(lease))
+}
+
+// answerLoop runs releaseSQL or renewSQL until it answers (see their answers), at
+// most maxAttempts times.
+func answerLoop(ctx context.Context, op string, cn conn, query string, args ...any) error {
 	for range maxAttempts {
 		var answer int
-		if err := s.db.queryRow(ctx, s.q.renew, k.Scope, k.ID, tokenArg(token), micros(lease)).Scan(&answer); err != nil {
-			return backendErr(ctx, "renew", err)
+		if err := cn.queryRow(ctx, query, args...).Scan(&answer); err != nil {
+			return backendErr(ctx, op, err)
 		}
 		switch answer {
-		case renewDone:
+		case answerDone:
 			return nil
-		case renewCompleted:
+		case answerCompleted:
 			return idem.ErrCompleted
-		case renewLost:
+		case answerLost:
 			return idem.ErrLeaseLost
 		}
 	}
-	return backendErr(ctx, "renew", errChurn)
+	return backendErr(ctx, op, errChurn)
 }
 
 // tokenArg maps a token to the bigint column. Tokens above MaxInt64 were never

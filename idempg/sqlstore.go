@@ -22,8 +22,6 @@ var (
 	_ idem.TxStore[*sql.Tx]          = (*SQLStore)(nil)
 	_ idem.Sweeper                   = (*SQLStore)(nil)
 	_ idem.Renewer                   = (*SQLStore)(nil)
-	_ idem.Inspector                 = (*SQLStore)(nil)
-	_ idem.ScopeLister               = (*SQLStore)(nil)
 )
 
 // NewSQL returns an SQLStore on db, migrating as New does. Size db with

@@ -25,8 +25,6 @@ var (
 	_ idem.Sweeper                  = (*Store)(nil)
 	_ idem.BatchClaimer             = (*Store)(nil)
 	_ idem.Renewer                  = (*Store)(nil)
-	_ idem.Inspector                = (*Store)(nil)
-	_ idem.ScopeLister              = (*Store)(nil)
 )
 
 // New returns a Store on pool. Unless cfg.SkipMigrate is set it first creates or

@@ -141,21 +141,25 @@ func (r *Records) Scopes(ctx context.Context, after string, limit int) (page ide
 	return page, nil
 }
 
-// rows runs query and calls each for every row it returns.
+// rows runs query outside any transaction and calls each for every row it returns.
 func (r *Records) rows(ctx context.Context, query string, args []any, each func(idemsql.Rows) error) error {
-	return r.auto(ctx, func(q idemsql.Querier) error {
-		rs, err := q.Query(ctx, query, args...)
-		if err != nil {
+	return r.auto(ctx, func(q idemsql.Querier) error { return EachRow(ctx, q, query, args, each) })
+}
+
+// EachRow runs query on q and calls each for every row it returns, then closes the
+// rows: the loop of every statement that returns a page.
+func EachRow(ctx context.Context, q idemsql.Querier, query string, args []any, each func(idemsql.Rows) error) error {
+	rs, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	for rs.Next() {
+		if err := each(rs); err != nil {
 			return err
 		}
-		defer rs.Close()
-		for rs.Next() {
-			if err := each(rs); err != nil {
-				return err
-			}
-		}
-		return rs.Err()
-	})
+	}
+	return rs.Err()
 }
 
 // Sweep implements idem.Sweeper: it deletes expired rows, SweepBatch per statement
