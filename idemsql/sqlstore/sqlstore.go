@@ -41,6 +41,19 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+func (cfg Config) validate(dbErr error) error {
+	switch {
+	case dbErr != nil:
+		return dbErr
+	case cfg.Table == "":
+		return &idem.InputError{Field: "sqlstore.Config.Table", Reason: "is empty", Fix: "pass the store's records table (its Config.Table, defaulted)"}
+	case cfg.SweepBatch <= 0:
+		return &idem.InputError{Field: "sqlstore.Config.SweepBatch", Reason: fmt.Sprintf("is %d", cfg.SweepBatch),
+			Fix: "pass the store's Config.SweepBatch, defaulted: a positive row count"}
+	}
+	return nil
+}
+
 // Records runs the shared half of a SQL store on one records table. It is safe for
 // concurrent use.
 type Records struct {
@@ -62,6 +75,9 @@ var (
 // and registers its gauge. It runs no statement: a store calls it after its
 // migrations.
 func New[Tx any](db idemsql.TxDB[Tx], cfg Config) (*Records, error) {
+	if err := cfg.validate(db.Validate()); err != nil {
+		return nil, err
+	}
 	r := &Records{
 		q:          db.Driver.Records().ForTable(cfg.Table),
 		backend:    db.Dialect().String(),
