@@ -113,48 +113,58 @@ func (r *Records) Inspect(ctx context.Context, k idem.Key) (rec idem.Record, err
 // List implements idem.Inspector: one range of the primary key per page (see
 // RecordsSQL.List), ids in ascending order; the cursor is the base64url of the
 // page's last id.
-func (r *Records) List(ctx context.Context, scope, after string, limit int) (page idem.KeyPage, err error) {
+func (r *Records) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
 	if err := storekit.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
-	if after, err = cursor.DecodeID(after); err != nil {
+	after, err := cursor.DecodeID(after)
+	if err != nil {
 		return idem.KeyPage{}, err
 	}
-	err = r.rows(ctx, r.q.List, []any{scope, after, limit + 1}, func(rs idemsql.Rows) error {
-		var id string
-		rec, err := r.q.ScanRecord(rs, idem.Key{Scope: scope}, &id)
-		rec.Key.ID = id
-		page.Records = append(page.Records, rec)
-		return err
-	})
-	if err != nil {
-		return idem.KeyPage{}, r.backendErr(ctx, "list", err)
-	}
-	page.Records, page.Next = cursor.Trim(page.Records, limit, cursor.RecordID)
-	return page, nil
+	recs, next, err := readPage(ctx, r, "list", r.q.List, []any{scope, after, limit + 1}, limit, cursor.RecordID,
+		func(rs idemsql.Rows) (idem.Record, error) {
+			var id string
+			rec, err := r.q.ScanRecord(rs, idem.Key{Scope: scope}, &id)
+			rec.Key.ID = id
+			return rec, err
+		})
+	return idem.KeyPage{Records: recs, Next: next}, err
 }
 
 // Scopes implements idem.ScopeLister: limit+1 seeks of the primary key per page
 // (see RecordsSQL.Scopes), scopes in ascending order; the cursor is the base64url of
 // the page's last scope.
-func (r *Records) Scopes(ctx context.Context, after string, limit int) (page idem.ScopePage, err error) {
+func (r *Records) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
 	if err := storekit.CheckScopes(ctx, limit); err != nil {
 		return idem.ScopePage{}, err
 	}
-	if after, err = cursor.DecodeScope(after); err != nil {
+	after, err := cursor.DecodeScope(after)
+	if err != nil {
 		return idem.ScopePage{}, err
 	}
-	err = r.rows(ctx, r.q.Scopes, []any{after, limit + 1}, func(rs idemsql.Rows) error {
-		var scope string
-		err := rs.Scan(&scope)
-		page.Scopes = append(page.Scopes, scope)
+	scopes, next, err := readPage(ctx, r, "scopes", r.q.Scopes, []any{after, limit + 1}, limit, cursor.Self,
+		func(rs idemsql.Rows) (scope string, err error) {
+			err = rs.Scan(&scope)
+			return scope, err
+		})
+	return idem.ScopePage{Scopes: scopes, Next: next}, err
+}
+
+// readPage reads a keyset page of limit+1 rows with query (op names it in errors)
+// and trims it to limit, with the cursor of the next page (see cursor.Trim).
+func readPage[T any](ctx context.Context, r *Records, op, query string, args []any, limit int,
+	sortKey func(T) []string, scan func(idemsql.Rows) (T, error)) ([]T, string, error) {
+	var rows []T
+	err := r.rows(ctx, query, args, func(rs idemsql.Rows) error {
+		v, err := scan(rs)
+		rows = append(rows, v)
 		return err
 	})
 	if err != nil {
-		return idem.ScopePage{}, r.backendErr(ctx, "scopes", err)
+		return nil, "", r.backendErr(ctx, op, err)
 	}
-	page.Scopes, page.Next = cursor.Trim(page.Scopes, limit, cursor.Self)
-	return page, nil
+	rows, next := cursor.Trim(rows, limit, sortKey)
+	return rows, next, nil
 }
 
 // rows runs query outside any transaction and calls each for every row it returns.
