@@ -92,8 +92,8 @@ func (cfg Config) withDefaults() (Config, error) {
 // Store is an idem.Store and idem.TxStore[*sql.Tx] on MySQL or MariaDB. It is safe
 // for concurrent use.
 type Store struct {
-	// Records is the Inspector, ScopeLister and row sweep every SQL store shares.
-	*sqlstore.Records
+	// sharedRecords is the Inspector, ScopeLister and row sweep every SQL store shares.
+	*sharedRecords
 
 	db         *sql.DB
 	table      string
@@ -190,7 +190,7 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 			s.group = newGrouper(s, cfg.MaxClaimGroup)
 		}
 	}
-	s.Records, err = sqlstore.New(idemsql.SQLDBFor(Driver(), db), sqlstore.Config{Table: cfg.Table,
+	s.sharedRecords, err = sqlstore.New(idemsql.SQLDBFor(Driver(), db), sqlstore.Config{Table: cfg.Table,
 		SweepBatch: cfg.SweepBatch, Swept: m.Swept, Registerer: cfg.Registerer})
 	return s, err
 }
@@ -375,7 +375,7 @@ func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.
 // (which stays, so the AUTO_INCREMENT counter can never fall back, even after a
 // restart of an old server that recomputes it from the table).
 func (s *Store) Sweep(ctx context.Context) (int, error) {
-	total, err := s.Records.Sweep(ctx)
+	total, err := s.sharedRecords.Sweep(ctx)
 	if err != nil {
 		return total, err
 	}

@@ -37,7 +37,7 @@ var (
 // (database/sql) differ only in the transaction type and the handle they wrap. The
 // Inspector, ScopeLister and Sweeper are sqlstore's, over the driver's RecordsSQL.
 type core[Tx any] struct {
-	*sqlstore.Records
+	*sharedRecords
 	q      queries
 	table  string
 	db     conn
@@ -63,7 +63,7 @@ func newCore[Tx, MTx any](ctx context.Context, cfg Config, db conn, txConn func(
 	}
 	c := core[Tx]{q: newQueries(n), table: cfg.Table, db: db, txConn: txConn, m: m,
 		tr: otelx.NewStoreTracer(cfg.TracerProvider, "postgresql")}
-	c.Records, err = sqlstore.New(mdb, sqlstore.Config{Table: cfg.Table, SweepBatch: cfg.SweepBatch,
+	c.sharedRecords, err = sqlstore.New(mdb, sqlstore.Config{Table: cfg.Table, SweepBatch: cfg.SweepBatch,
 		Swept: m.Swept, Registerer: cfg.Registerer})
 	return c, err
 }

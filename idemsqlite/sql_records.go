@@ -4,9 +4,14 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/idemsql/sqlstore"
 )
 
 func (driver) Records() *idemsql.RecordsSQL { return &recordsStmts }
+
+// sharedRecords is what the store embeds to be sqlstore's Inspector and
+// ScopeLister; the alias keeps the embedded field unexported.
+type sharedRecords = sqlstore.Records
 
 // recordColumns are the record columns of idemsql.RecordsSQL.
 const recordColumns = `state, fingerprint, token, result, created_ns, expires_ns`

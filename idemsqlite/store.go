@@ -23,9 +23,9 @@ const backend = "sqlite"
 // Store is an idem.Store and idem.TxStore[*sql.Tx] on one SQLite file. Create it with
 // Open or New; it is safe for concurrent use.
 type Store struct {
-	// Records is the Inspector and ScopeLister every SQL store shares; Sweep is
+	// sharedRecords is the Inspector and ScopeLister every SQL store shares; Sweep is
 	// this store's own, through the writer.
-	*sqlstore.Records
+	*sharedRecords
 
 	db    *sql.DB
 	ownDB bool // Open made db, so Close closes it
@@ -154,7 +154,7 @@ func newStore(ctx context.Context, db *sql.DB, cfg Config, ownDB bool) (*Store, 
 		_ = s.st.close()
 		return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
 	}
-	s.Records, err = sqlstore.New(idemsql.SQLDBFor(Driver(), db), sqlstore.Config{Table: migrate.DefaultRecordsTable,
+	s.sharedRecords, err = sqlstore.New(idemsql.SQLDBFor(Driver(), db), sqlstore.Config{Table: migrate.DefaultRecordsTable,
 		SweepBatch: cfg.SweepBatch, Registerer: cfg.Registerer})
 	if err != nil {
 		_ = s.Close()
