@@ -75,6 +75,10 @@
 //
 // # Inspection
 //
+// The inspection, the list of scopes and the records gauge are package
+// idemsql/sqlstore's, which every SQL store shares, over this driver's records
+// statements (sql_records.go, checked by drivertest.Records).
+//
 // Store implements idem.Inspector and passes idemtest.InspectorSuite. A List page is
 // one range of the primary key (scope, id), ids in ascending byte order (VARBINARY),
 // its cursor the base64url of the page's last id. Evict reads the row FOR UPDATE and

@@ -30,7 +30,7 @@ type queries struct {
 	record, recordTakeover, callClaim, callClaimNoWait     string
 	callGroup                                              string
 	complete, release, renew, live                         string
-	sweep, newestToken, sweepTokens                        string
+	newestToken, sweepTokens                               string
 }
 
 func newQueries(table string) queries {
@@ -87,7 +87,6 @@ func newQueries(table string) queries {
 			WHERE scope = ? AND id = ? AND token = ? AND state = 1 AND expires_us > {{now}}`),
 		// live explains a complete, release or renew that changed no row.
 		live:        r.Replace(`SELECT token, state FROM {{t}} WHERE scope = ? AND id = ? AND expires_us > {{now}} FOR UPDATE`),
-		sweep:       r.Replace(`DELETE FROM {{t}} WHERE expires_us <= {{now}} ORDER BY expires_us LIMIT ?`),
 		newestToken: r.Replace(`SELECT MAX(id) FROM {{tokens}}`),
 		sweepTokens: r.Replace(`DELETE FROM {{tokens}} WHERE id < ? ORDER BY id LIMIT ?`),
 	}

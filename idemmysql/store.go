@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/idemsql/sqlstore"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
@@ -92,6 +92,9 @@ func (cfg Config) withDefaults() (Config, error) {
 // Store is an idem.Store and idem.TxStore[*sql.Tx] on MySQL or MariaDB. It is safe
 // for concurrent use.
 type Store struct {
+	// sharedRecords is the Inspector, ScopeLister and row sweep every SQL store shares.
+	*sharedRecords
+
 	db         *sql.DB
 	table      string
 	ownDB      bool
@@ -110,6 +113,8 @@ var (
 	_ idem.Sweeper          = (*Store)(nil)
 	_ idem.Renewer          = (*Store)(nil)
 	_ idem.BatchClaimer     = (*Store)(nil)
+	_ idem.Inspector        = (*Store)(nil)
+	_ idem.ScopeLister      = (*Store)(nil)
 
 	_ idem.TxResultRecorder[*sql.Tx] = (*Store)(nil)
 )
@@ -185,7 +190,8 @@ func New(ctx context.Context, db *sql.DB, cfg Config) (*Store, error) {
 			s.group = newGrouper(s, cfg.MaxClaimGroup)
 		}
 	}
-	err = metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return s.records(cfg.Table) })
+	s.sharedRecords, err = sqlstore.New(idemsql.SQLDBFor(Driver(), db), sqlstore.Config{Table: cfg.Table,
+		SweepBatch: cfg.SweepBatch, Swept: m.Swept, Registerer: cfg.Registerer})
 	return s, err
 }
 
@@ -365,24 +371,13 @@ func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.
 }
 
 // Sweep implements idem.Sweeper: it deletes expired rows, SweepBatch per statement,
-// until a statement finds fewer, then the token rows below the newest (which stays,
-// so the AUTO_INCREMENT counter can never fall back, even after a restart of an old
-// server that recomputes it from the table).
+// until a statement finds fewer (sqlstore), then the token rows below the newest
+// (which stays, so the AUTO_INCREMENT counter can never fall back, even after a
+// restart of an old server that recomputes it from the table).
 func (s *Store) Sweep(ctx context.Context) (int, error) {
-	total := 0
-	defer func() { s.m.Swept(total) }()
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		n, err := exec(ctx, s.db, s.q.sweep, s.sweepBatch)
-		if err != nil {
-			return total, backendErr(ctx, "sweep", err)
-		}
-		total += int(n)
-		if n < int64(s.sweepBatch) {
-			break
-		}
+	total, err := s.sharedRecords.Sweep(ctx)
+	if err != nil {
+		return total, err
 	}
 	var newest sql.NullInt64
 	if err := s.db.QueryRowContext(ctx, s.q.newestToken).Scan(&newest); err != nil {
@@ -440,19 +435,6 @@ func backendErr(ctx context.Context, op string, err error) error {
 		err = fmt.Errorf("%w (%w)", err, cerr)
 	}
 	return &idem.BackendError{Backend: backend, Op: op, Err: err}
-}
-
-// records reads InnoDB's row estimate of the table. A scrape cannot return an error,
-// so a failed read reports NaN (no value) rather than a false zero.
-func (s *Store) records(table string) float64 {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	var n sql.NullFloat64
-	if err := s.db.QueryRowContext(ctx, `SELECT TABLE_ROWS FROM information_schema.tables
-		WHERE table_schema = DATABASE() AND table_name = ?`, table).Scan(&n); err != nil || !n.Valid {
-		return math.NaN()
-	}
-	return n.Float64
 }
 
 type execer interface {

@@ -5,11 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/idemsql/sqlstore"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
@@ -25,15 +25,25 @@ const maxAttempts = 8
 
 var errChurn = fmt.Errorf("the row changed under %d consecutive statements", maxAttempts)
 
+// Both stores are the shared Inspector and ScopeLister of sqlstore.
+var (
+	_ idem.Inspector   = (*Store)(nil)
+	_ idem.Inspector   = (*SQLStore)(nil)
+	_ idem.ScopeLister = (*Store)(nil)
+	_ idem.ScopeLister = (*SQLStore)(nil)
+)
+
 // core is the implementation both stores share: Store (pgx) and SQLStore
-// (database/sql) differ only in the transaction type and the handle they wrap.
+// (database/sql) differ only in the transaction type and the handle they wrap. The
+// Inspector, ScopeLister and Sweeper are sqlstore's, over the driver's RecordsSQL.
 type core[Tx any] struct {
-	q          queries
-	db         conn
-	txConn     func(Tx) conn // nil for a nil Tx: the call fails with errNilTx
-	m          *metrics.Store
-	tr         otelx.StoreTracer
-	sweepBatch int
+	*sharedRecords
+	q      queries
+	table  string
+	db     conn
+	txConn func(Tx) conn // nil for a nil Tx: the call fails with errNilTx
+	m      *metrics.Store
+	tr     otelx.StoreTracer
 }
 
 func newCore[Tx, MTx any](ctx context.Context, cfg Config, db conn, txConn func(Tx) conn, mdb idemsql.TxDB[MTx]) (core[Tx], error) {
@@ -51,9 +61,10 @@ func newCore[Tx, MTx any](ctx context.Context, cfg Config, db conn, txConn func(
 	if err != nil {
 		return core[Tx]{}, err
 	}
-	c := core[Tx]{q: newQueries(n), db: db, txConn: txConn, m: m, sweepBatch: cfg.SweepBatch,
+	c := core[Tx]{q: newQueries(n), table: cfg.Table, db: db, txConn: txConn, m: m,
 		tr: otelx.NewStoreTracer(cfg.TracerProvider, "postgresql")}
-	err = metrics.RecordsFunc(cfg.Registerer, backend, func() float64 { return c.records(n.regclass) })
+	c.sharedRecords, err = sqlstore.New(mdb, sqlstore.Config{Table: cfg.Table, SweepBatch: cfg.SweepBatch,
+		Swept: m.Swept, Registerer: cfg.Registerer})
 	return c, err
 }
 
@@ -237,21 +248,7 @@ func (s *core[Tx]) release(ctx context.Context, cn conn, k idem.Key, token uint6
 	if err := checkFinish(ctx, cn, k, token); err != nil {
 		return err
 	}
-	for range maxAttempts {
-		var answer int
-		if err := cn.queryRow(ctx, s.q.release, k.Scope, k.ID, tokenArg(token)).Scan(&answer); err != nil {
-			return backendErr(ctx, "release", err)
-		}
-		switch answer {
-		case releaseDone:
-			return nil
-		case releaseCompleted:
-			return idem.ErrCompleted
-		case releaseLost:
-			return idem.ErrLeaseLost
-		}
-	}
-	return backendErr(ctx, "release", errChurn)
+	return answerLoop(ctx, "release", cn, s.q.release, k.Scope, k.ID, tokenArg(token))
 }
 
 // Renew implements idem.Renewer. It works on committed claims: a claim still inside
@@ -264,21 +261,27 @@ func (s *core[Tx]) Renew(ctx context.Context, k idem.Key, token uint64, lease ti
 	}
 	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
 	defer func() { otelx.End(span, err) }()
+	return answerLoop(ctx, "renew", s.db, s.q.renew, k.Scope, k.ID, tokenArg(token), micros(lease))
+}
+
+// answerLoop runs releaseSQL or renewSQL until it answers (see their answers), at
+// most maxAttempts times.
+func answerLoop(ctx context.Context, op string, cn conn, query string, args ...any) error {
 	for range maxAttempts {
 		var answer int
-		if err := s.db.queryRow(ctx, s.q.renew, k.Scope, k.ID, tokenArg(token), micros(lease)).Scan(&answer); err != nil {
-			return backendErr(ctx, "renew", err)
+		if err := cn.queryRow(ctx, query, args...).Scan(&answer); err != nil {
+			return backendErr(ctx, op, err)
 		}
 		switch answer {
-		case renewDone:
+		case answerDone:
 			return nil
-		case renewCompleted:
+		case answerCompleted:
 			return idem.ErrCompleted
-		case renewLost:
+		case answerLost:
 			return idem.ErrLeaseLost
 		}
 	}
-	return backendErr(ctx, "renew", errChurn)
+	return backendErr(ctx, op, errChurn)
 }
 
 // tokenArg maps a token to the bigint column. Tokens above MaxInt64 were never
@@ -293,38 +296,6 @@ func checkFinish(ctx context.Context, cn conn, k idem.Key, token uint64) error {
 		return errNilTx
 	}
 	return nil
-}
-
-// Sweep implements idem.Sweeper: it deletes expired rows, SweepBatch per statement,
-// until a statement finds fewer, and returns how many it deleted.
-func (s *core[Tx]) Sweep(ctx context.Context) (int, error) {
-	total := 0
-	defer func() { s.m.Swept(total) }()
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		n, err := s.db.exec(ctx, s.q.sweep, s.sweepBatch)
-		if err != nil {
-			return total, backendErr(ctx, "sweep", err)
-		}
-		total += int(n)
-		if n < int64(s.sweepBatch) {
-			return total, nil
-		}
-	}
-}
-
-// records reads the row estimate for idem_records. A scrape cannot return an error,
-// so a failed read reports NaN (no value) rather than a false zero.
-func (s *core[Tx]) records(regclass string) float64 {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	var n float64
-	if err := s.db.queryRow(ctx, s.q.records, regclass).Scan(&n); err != nil {
-		return math.NaN()
-	}
-	return n
 }
 
 // backendErr wraps a driver failure. If ctx ended, its error stays matchable with

@@ -86,6 +86,10 @@
 //
 // # Inspection
 //
+// The inspection, the list of scopes and the records gauge are package
+// idemsql/sqlstore's, which every SQL store shares, over this driver's records
+// statements (sql_records.go, checked by drivertest.Records).
+//
 // Store and SQLStore implement idem.Inspector and pass idemtest.InspectorSuite. A
 // List page is one range scan of the primary key, WHERE scope = $1 AND id > $2
 // ORDER BY id LIMIT $3, ids in the id column's collation order (a test EXPLAINs it

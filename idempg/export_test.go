@@ -14,4 +14,4 @@ func Offline(cfg Config) Config {
 }
 
 // ListQuery returns the statement of s's List, for EXPLAIN.
-func ListQuery(s *Store) string { return s.q.inspector.list }
+func ListQuery(s *Store) string { return Driver().Records().ForTable(s.table).List }

@@ -79,24 +79,12 @@ func (n *Notifier) Channel() string { return n.channel }
 // itself; call Listen first to be notified of every commit from this point on, such
 // as before a relay's first round.
 func (n *Notifier) Listen(ctx context.Context) error {
-	if n.invalid != nil {
-		return n.invalid
-	}
-	ctx, stop := n.closable(ctx)
-	defer stop()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.listen(ctx)
+	return n.listening(ctx, func(context.Context) error { return nil })
 }
 
-// pingTimeout bounds the check of a silent connection.
-const pingTimeout = 5 * time.Second
-
-// Wait returns nil when a notification arrived on the channel since the previous
-// Wait returned (or since Listen), blocking until one does. It returns ctx's error
-// when ctx ends; idem.ErrClosed after Close; and a retryable *idem.BackendError when
-// the connection failed, after closing it: the next Wait connects and listens again.
-func (n *Notifier) Wait(ctx context.Context) error {
+// listening runs fn listening, with n.mu held and a ctx that Close cancels: the
+// common start of Listen and Wait.
+func (n *Notifier) listening(ctx context.Context, fn func(ctx context.Context) error) error {
 	if n.invalid != nil {
 		return n.invalid
 	}
@@ -107,6 +95,21 @@ func (n *Notifier) Wait(ctx context.Context) error {
 	if err := n.listen(ctx); err != nil {
 		return err
 	}
+	return fn(ctx)
+}
+
+// pingTimeout bounds the check of a silent connection.
+const pingTimeout = 5 * time.Second
+
+// Wait returns nil when a notification arrived on the channel since the previous
+// Wait returned (or since Listen), blocking until one does. It returns ctx's error
+// when ctx ends; idem.ErrClosed after Close; and a retryable *idem.BackendError when
+// the connection failed, after closing it: the next Wait connects and listens again.
+func (n *Notifier) Wait(ctx context.Context) error { return n.listening(ctx, n.wait) }
+
+// wait waits for a notification on the connection n.listen opened, checking it
+// after each n.check of silence.
+func (n *Notifier) wait(ctx context.Context) error {
 	for {
 		wait, cancel := context.WithTimeout(ctx, n.check)
 		_, err := n.conn.WaitForNotification(wait)

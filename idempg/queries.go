@@ -1,6 +1,7 @@
 package idempg
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -15,25 +16,21 @@ const (
 // queries holds the statements of one store, with its table's names filled in once at
 // construction so every call reuses the same text (and pgx's prepared statement).
 type queries struct {
-	insert, read, takeover, complete, release, renew, sweep, records string
-	recordInsert, recordOne, recordTakeover                          string
-	inspector                                                        inspectorQueries
+	insert, read, takeover, complete, release, renew string
+	recordInsert, recordOne, recordTakeover          string
 }
 
 // names are the quoted identifiers derived from Config.Table.
 type names struct {
 	table, seq, index, claim string
-	// regclass is the table name as a regclass literal, for pg_class lookups.
-	regclass string
 }
 
 func namesFor(table string) names {
 	return names{
-		table:    pgx.Identifier{table}.Sanitize(),
-		seq:      pgx.Identifier{table + "_token_seq"}.Sanitize(),
-		index:    pgx.Identifier{table + "_expires_at_idx"}.Sanitize(),
-		claim:    pgx.Identifier{table + "_claim"}.Sanitize(),
-		regclass: pgx.Identifier{table}.Sanitize(),
+		table: pgx.Identifier{table}.Sanitize(),
+		seq:   pgx.Identifier{table + "_token_seq"}.Sanitize(),
+		index: pgx.Identifier{table + "_expires_at_idx"}.Sanitize(),
+		claim: pgx.Identifier{table + "_claim"}.Sanitize(),
 	}
 }
 
@@ -49,13 +46,10 @@ func newQueries(n names) queries {
 		complete: n.fill(completeSQL),
 		release:  n.fill(releaseSQL),
 		renew:    n.fill(renewSQL),
-		sweep:    n.fill(sweepSQL),
-		records:  recordsSQL,
 
 		recordInsert:   n.fill(recordInsertSQL),
 		recordOne:      n.fill(recordOneSQL),
 		recordTakeover: n.fill(recordTakeoverSQL),
-		inspector:      newInspectorQueries(n),
 	}
 }
 
@@ -112,67 +106,42 @@ UPDATE {{table}} AS r SET
 	expires_at = CASE WHEN r.state = 1 THEN clock_timestamp() + r.retention ELSE r.expires_at END
 WHERE r.scope = $1::text AND r.id = $2::text AND r.token = $3::bigint AND r.expires_at > clock_timestamp()`
 
-// Answers of releaseSQL.
+// Answers of releaseSQL and renewSQL.
 const (
-	releaseDone      = 0 // deleted, or nothing live to release
-	releaseCompleted = 1 // ErrCompleted
-	releaseLost      = 2 // ErrLeaseLost
-	releaseRetry     = 3 // the row changed under the statement: run it again
+	answerDone      = 0 // released, renewed, or (release) nothing live to release
+	answerCompleted = 1 // ErrCompleted
+	answerLost      = 2 // ErrLeaseLost
+	answerRetry     = 3 // the row changed under the statement: run it again
 )
 
 // releaseSQL deletes the holder's live in-progress row, or says why it did not. When
 // the DELETE waited for a concurrent writer and then skipped the row, the snapshot
-// still shows it in progress under our token: releaseRetry.
+// still shows it in progress under our token: answerRetry.
 //
 // Parameters: $1 scope, $2 id, $3 token.
-const releaseSQL = `
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS now),
-del AS (
-	DELETE FROM {{table}} r USING clk
-	WHERE r.scope = $1::text AND r.id = $2::text AND r.token = $3::bigint AND r.state = 1 AND r.expires_at > clk.now
-	RETURNING 1
-)
-SELECT CASE WHEN EXISTS (SELECT 1 FROM del) THEN 0 ELSE COALESCE((
-	SELECT CASE WHEN r.token <> $3 THEN 2 WHEN r.state = 2 THEN 1 ELSE 3 END
-	FROM {{table}} r, clk
-	WHERE r.scope = $1 AND r.id = $2 AND r.expires_at > clk.now), 0) END`
-
-// Answers of renewSQL.
-const (
-	renewDone      = 0 // the lease now ends $4 µs from now
-	renewCompleted = 1 // ErrCompleted
-	renewLost      = 2 // ErrLeaseLost
-	renewRetry     = 3 // the row changed under the statement: run it again
-)
+var releaseSQL = answerSQL(`DELETE FROM {{table}} r USING clk`, answerDone)
 
 // renewSQL moves the end of the holder's live in-progress lease to $4 µs from now,
 // or says why it did not, like releaseSQL. A key with no live row was released,
 // swept or expired: the lease is lost.
 //
 // Parameters: $1 scope, $2 id, $3 token, $4 lease µs.
-const renewSQL = `
+var renewSQL = answerSQL(`UPDATE {{table}} r SET expires_at = clk.now + $4::bigint * interval '1 microsecond' FROM clk`, answerLost)
+
+// answerSQL is releaseSQL or renewSQL: change (a DELETE or UPDATE of r, with the
+// clock clk in scope) applied to the holder's live in-progress row, then the answer:
+// answerDone when it changed the row, else why not, from the live row (ifGone when
+// there is none).
+func answerSQL(change string, ifGone int) string {
+	return `
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS now),
-upd AS (
-	UPDATE {{table}} r SET expires_at = clk.now + $4::bigint * interval '1 microsecond' FROM clk
+chg AS (
+	` + change + `
 	WHERE r.scope = $1::text AND r.id = $2::text AND r.token = $3::bigint AND r.state = 1 AND r.expires_at > clk.now
 	RETURNING 1
 )
-SELECT CASE WHEN EXISTS (SELECT 1 FROM upd) THEN 0 ELSE COALESCE((
+SELECT CASE WHEN EXISTS (SELECT 1 FROM chg) THEN 0 ELSE COALESCE((
 	SELECT CASE WHEN r.token <> $3 THEN 2 WHEN r.state = 2 THEN 1 ELSE 3 END
 	FROM {{table}} r, clk
-	WHERE r.scope = $1 AND r.id = $2 AND r.expires_at > clk.now), 2) END`
-
-// sweepSQL deletes up to $1 expired rows. The clock is read in an InitPlan so the
-// expires_at index can serve the range (a volatile call in the WHERE could not); SKIP
-// LOCKED leaves rows alone that a transaction is taking over right now.
-const sweepSQL = `
-DELETE FROM {{table}}
-WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM {{table}}
-	WHERE expires_at <= (SELECT clock_timestamp())
-	LIMIT $1::int
-	FOR UPDATE SKIP LOCKED))`
-
-// recordsSQL is the planner's row estimate: free to read at every scrape, unlike
-// count(*), and as fresh as the last (auto)vacuum or analyze.
-const recordsSQL = `SELECT GREATEST(reltuples, 0)::float8 FROM pg_class WHERE oid = to_regclass($1::text)`
+	WHERE r.scope = $1 AND r.id = $2 AND r.expires_at > clk.now), ` + strconv.Itoa(ifGone) + `) END`
+}

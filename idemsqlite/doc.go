@@ -86,6 +86,10 @@
 //
 // # Inspection
 //
+// The inspection, the list of scopes and the records gauge are package
+// idemsql/sqlstore's, which every SQL store shares, over this driver's records
+// statements (sql_records.go, checked by drivertest.Records).
+//
 // Store implements idem.Inspector and passes idemtest.InspectorSuite. Inspect and
 // List read on the store's database, outside the writer; a List page is one range of
 // the primary key (scope, id), ids in ascending byte order, and its cursor the

@@ -1,4 +1,4 @@
 package idemsqlite
 
 // ScopesQuery is the statement of Store.Scopes, for its plan test.
-const ScopesQuery = scopesSQL
+var ScopesQuery = Driver().Records().ForTable("idem_records").Scopes

@@ -134,15 +134,11 @@ func completeRecordIn(ctx context.Context, q runner, k idem.Key, token uint64, r
 	if result == nil {
 		result = []byte{} // a completed record's result is never NULL
 	}
-	n, err := affected(q.exec(ctx, completeRecord, k.Scope, k.ID, int64(token), now, result))
-	if err != nil || n == 1 {
-		return err
-	}
-	state, tok, expires, found, err := fence(ctx, q, k)
+	f, changed, err := changeOrFence(ctx, q, completeRecord, k, k.Scope, k.ID, int64(token), now, result)
 	switch {
-	case err != nil:
+	case err != nil || changed:
 		return err
-	case found && tok == int64(token) && state == stateCompleted && now < expires:
+	case f.completedBy(token, now):
 		return nil // completed twice: the first result stays
 	}
 	return idem.ErrLeaseLost
@@ -151,19 +147,15 @@ func completeRecordIn(ctx context.Context, q runner, k idem.Key, token uint64, r
 // releaseRecordIn returns nil, idem.ErrLeaseLost, idem.ErrCompleted, or a database
 // error.
 func releaseRecordIn(ctx context.Context, q runner, k idem.Key, token uint64, now int64) error {
-	n, err := affected(q.exec(ctx, releaseRecord, k.Scope, k.ID, int64(token), now))
-	if err != nil || n == 1 {
-		return err
-	}
-	state, tok, expires, found, err := fence(ctx, q, k)
+	f, changed, err := changeOrFence(ctx, q, releaseRecord, k, k.Scope, k.ID, int64(token), now)
 	switch {
-	case err != nil:
+	case err != nil || changed:
 		return err
-	case !found || now >= expires:
+	case !f.found || now >= f.expires:
 		return nil // absent or expired: nothing to give back
-	case tok != int64(token):
+	case f.token != int64(token):
 		return idem.ErrLeaseLost
-	case state == stateCompleted:
+	case f.state == stateCompleted:
 		return idem.ErrCompleted
 	}
 	return nil
@@ -172,26 +164,41 @@ func releaseRecordIn(ctx context.Context, q runner, k idem.Key, token uint64, no
 // renewRecordIn returns nil, idem.ErrLeaseLost, idem.ErrCompleted, or a database
 // error.
 func renewRecordIn(ctx context.Context, q runner, k idem.Key, token uint64, lease time.Duration, now int64) error {
-	n, err := affected(q.exec(ctx, renewRecord, k.Scope, k.ID, int64(token), now, addSat(now, lease)))
-	if err != nil || n == 1 {
-		return err
-	}
-	state, tok, expires, found, err := fence(ctx, q, k)
+	f, changed, err := changeOrFence(ctx, q, renewRecord, k, k.Scope, k.ID, int64(token), now, addSat(now, lease))
 	switch {
-	case err != nil:
+	case err != nil || changed:
 		return err
-	case found && tok == int64(token) && state == stateCompleted && now < expires:
+	case f.completedBy(token, now):
 		return idem.ErrCompleted
 	}
 	return idem.ErrLeaseLost
 }
 
-func fence(ctx context.Context, q runner, k idem.Key) (state, token, expires int64, found bool, err error) {
-	err = q.queryRow(ctx, selectFence, k.Scope, k.ID).Scan(&state, &token, &expires)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, 0, false, nil
+// fenceRow is a key's row as selectFence reads it, to say why a statement on the
+// holder's live row changed nothing.
+type fenceRow struct {
+	state, token, expires int64
+	found                 bool
+}
+
+// completedBy reports a live row that token completed.
+func (f fenceRow) completedBy(token uint64, now int64) bool {
+	return f.found && f.token == int64(token) && f.state == stateCompleted && now < f.expires
+}
+
+// changeOrFence runs statement id with args (scope and id first) on k's row and,
+// when it changed no row, reads the row's fence.
+func changeOrFence(ctx context.Context, q runner, id stmtID, k idem.Key, args ...any) (f fenceRow, changed bool, err error) {
+	n, err := affected(q.exec(ctx, id, args...))
+	if err != nil || n == 1 {
+		return fenceRow{}, err == nil, err
 	}
-	return state, token, expires, err == nil, err
+	err = q.queryRow(ctx, selectFence, k.Scope, k.ID).Scan(&f.state, &f.token, &f.expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fenceRow{}, false, nil
+	}
+	f.found = err == nil
+	return f, false, err
 }
 
 func sweepRecordsIn(ctx context.Context, q runner, now int64, limit int) (int, error) {

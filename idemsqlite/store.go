@@ -5,14 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/idemsql/sqlstore"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
@@ -24,6 +23,10 @@ const backend = "sqlite"
 // Store is an idem.Store and idem.TxStore[*sql.Tx] on one SQLite file. Create it with
 // Open or New; it is safe for concurrent use.
 type Store struct {
+	// sharedRecords is the Inspector and ScopeLister every SQL store shares; Sweep is
+	// this store's own, through the writer.
+	*sharedRecords
+
 	db    *sql.DB
 	ownDB bool // Open made db, so Close closes it
 	cfg   Config
@@ -52,6 +55,8 @@ var (
 	_ idem.Sweeper          = (*Store)(nil)
 	_ idem.BatchClaimer     = (*Store)(nil)
 	_ idem.Renewer          = (*Store)(nil)
+	_ idem.Inspector        = (*Store)(nil)
+	_ idem.ScopeLister      = (*Store)(nil)
 )
 
 // Open opens the SQLite database at path, creating it if needed, migrates the idem
@@ -149,7 +154,9 @@ func newStore(ctx context.Context, db *sql.DB, cfg Config, ownDB bool) (*Store, 
 		_ = s.st.close()
 		return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
 	}
-	if err := metrics.RecordsFunc(cfg.Registerer, backend, s.countRecords); err != nil {
+	s.sharedRecords, err = sqlstore.New(idemsql.SQLDBFor(Driver(), db), sqlstore.Config{Table: migrate.DefaultRecordsTable,
+		SweepBatch: cfg.SweepBatch, Registerer: cfg.Registerer})
+	if err != nil {
 		_ = s.Close()
 		return nil, err
 	}
@@ -189,17 +196,6 @@ type Stats struct {
 // Stats returns the writer's counters.
 func (s *Store) Stats() Stats {
 	return Stats{Commits: s.w.commits.Load(), Ops: s.w.ops.Load()}
-}
-
-// countRecords feeds the idem_records gauge; a scrape must not hang on a busy file.
-func (s *Store) countRecords() float64 {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var n int64
-	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_records").Scan(&n); err != nil {
-		return math.NaN()
-	}
-	return float64(n)
 }
 
 func (s *Store) nowNs() int64 { return s.cfg.Now().UnixNano() }

@@ -17,6 +17,7 @@ import (
 
 // Run checks every statement family of db's Driver, one subtest per family.
 func Run(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
+	t.Run("Records", func(t *testing.T) { Records(t, db) })
 	t.Run("Outbox", func(t *testing.T) { Outbox(t, db) })
 	t.Run("Inbox", func(t *testing.T) { Inbox(t, db) })
 	t.Run("Stream", func(t *testing.T) { Stream(t, db) })
