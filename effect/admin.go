@@ -94,20 +94,9 @@ func (a *Admin[Tx]) List(ctx context.Context, f EffectFilter) (EffectPage, error
 	q, args := a.listQuery(f, after)
 	var page EffectPage
 	err = a.db.InTx(ctx, func(tx Tx) error {
-		page = EffectPage{}
-		rows, err := a.db.Querier(tx).Query(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			e, err := scanEffect(rows, false)
-			if err != nil {
-				return err
-			}
-			page.Effects = append(page.Effects, e)
-		}
-		return rows.Err()
+		effects, err := idemsql.Collect(ctx, a.db.Querier(tx), q, args, func(r idemsql.Rows) (Effect, error) { return scanEffect(r, false) })
+		page = EffectPage{Effects: effects}
+		return err
 	})
 	if err != nil {
 		return EffectPage{}, &idem.BackendError{Backend: "effect", Op: "list", Err: err}

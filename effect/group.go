@@ -8,7 +8,6 @@ import (
 
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/group"
-	"github.com/idemhq/idem/internal/rowscan"
 )
 
 // Group writes, where the driver has statements over arrays (EffectSQL.GroupInsert:
@@ -176,5 +175,5 @@ func runBatch[Tx, T any](f *Fence[Tx], batch []*group.Item[T], query string, sca
 	f.groups.batches.Add(1)
 	ctx, cancel := group.Context(batch)
 	defer cancel()
-	return f.db.Read(ctx, func(q idemsql.Querier) error { return rowscan.Each(ctx, q, query, args, scan) })
+	return f.db.Read(ctx, func(q idemsql.Querier) error { return idemsql.EachRow(ctx, q, query, args, scan) })
 }

@@ -281,20 +281,7 @@ func reasonTooLong(field, reason string) error {
 }
 
 func queryDeadLetters(ctx context.Context, q idemsql.Querier, query string, args ...any) ([]DeadLetter, error) {
-	rows, err := q.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []DeadLetter
-	for rows.Next() {
-		dl, err := scanDeadLetter(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, dl)
-	}
-	return out, rows.Err()
+	return idemsql.Collect(ctx, q, query, args, func(r idemsql.Rows) (DeadLetter, error) { return scanDeadLetter(r) })
 }
 
 // getDeadLetter returns the one dead letter query selects, or sql.ErrNoRows. It

@@ -91,7 +91,7 @@ func (a *Admin[Tx]) Status(ctx context.Context) (Status, error) {
 	now := a.now()
 	err := read(ctx, a.db, func(q idemsql.Querier) (err error) {
 		st = Status{}
-		st.Partitions, err = queryRows(ctx, q, a.stmts.StatusPartitions, nil, func(rs idemsql.Rows) (p PartitionStatus, err error) {
+		st.Partitions, err = idemsql.Collect(ctx, q, a.stmts.StatusPartitions, nil, func(rs idemsql.Rows) (p PartitionStatus, err error) {
 			var oldest *int64
 			err = rs.Scan(&p.Topic, &p.Partition, &p.Unpublished, &p.Parked, &oldest)
 			if oldest != nil {
@@ -102,7 +102,7 @@ func (a *Admin[Tx]) Status(ctx context.Context) (Status, error) {
 		if err != nil {
 			return err
 		}
-		discarded, err := queryRows(ctx, q, a.stmts.StatusDiscarded, nil, func(rs idemsql.Rows) (p PartitionStatus, err error) {
+		discarded, err := idemsql.Collect(ctx, q, a.stmts.StatusDiscarded, nil, func(rs idemsql.Rows) (p PartitionStatus, err error) {
 			return p, rs.Scan(&p.Topic, &p.Partition, &p.Discarded)
 		})
 		if err != nil {
@@ -149,7 +149,7 @@ const maxRelays = 1000
 
 // relayInstances reads the relay instances with query (ListRelays).
 func relayInstances(ctx context.Context, q idemsql.Querier, query string, now time.Time) ([]RelayInstance, error) {
-	return queryRows(ctx, q, query, []any{now.Add(-relayForgetAfter).UnixMilli(), maxRelays}, func(rs idemsql.Rows) (r RelayInstance, err error) {
+	return idemsql.Collect(ctx, q, query, []any{now.Add(-relayForgetAfter).UnixMilli(), maxRelays}, func(rs idemsql.Rows) (r RelayInstance, err error) {
 		var started, last, poll int64
 		if err := rs.Scan(&r.Instance, &r.Host, &r.PID, &started, &last, &poll, &r.PublishedTotal, &r.LastError); err != nil {
 			return r, err
@@ -269,7 +269,7 @@ var parkedColumns = []string{"id", "msg_id", "topic", "ordering_key", "headers",
 func listParked[Tx any](ctx context.Context, db idemsql.TxDB[Tx], query string, args ...any) ([]Parked, error) {
 	var out []Parked
 	err := read(ctx, db, func(q idemsql.Querier) (err error) {
-		out, err = queryRows(ctx, q, query, args, scanParked)
+		out, err = idemsql.Collect(ctx, q, query, args, scanParked)
 		return err
 	})
 	if err != nil {

@@ -35,7 +35,7 @@ func (r *Relay[Tx]) claim(ctx context.Context, q idemsql.Querier, query string, 
 // claimLimit is claim with a limit of its own. Each row is decoded on its own
 // (scanRow): one that cannot be is returned with its error, for publish to record.
 func (r *Relay[Tx]) claimLimit(ctx context.Context, q idemsql.Querier, query string, limit int, extra ...any) ([]row, error) {
-	return queryRows(ctx, q, query, append([]any{r.o.now().UnixMilli(), limit}, extra...), scanRow)
+	return idemsql.Collect(ctx, q, query, append([]any{r.o.now().UnixMilli(), limit}, extra...), scanRow)
 }
 
 // publish sends rows to the sink and records the outcome in q. A row that could not
@@ -265,25 +265,7 @@ func (r *Relay[Tx]) lockParts(ctx context.Context, q idemsql.Querier) ([]int32, 
 
 // queryInts runs query and returns its first column's values.
 func queryInts(ctx context.Context, q idemsql.Querier, query string, args ...any) ([]int32, error) {
-	return queryRows(ctx, q, query, args, func(rs idemsql.Rows) (v int32, err error) {
+	return idemsql.Collect(ctx, q, query, args, func(rs idemsql.Rows) (v int32, err error) {
 		return v, rs.Scan(&v)
 	})
-}
-
-// queryRows runs query and returns what scan makes of each row.
-func queryRows[T any](ctx context.Context, q idemsql.Querier, query string, args []any, scan func(idemsql.Rows) (T, error)) ([]T, error) {
-	rs, err := q.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rs.Close()
-	var out []T
-	for rs.Next() {
-		v, err := scan(rs)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rs.Err()
 }

@@ -107,23 +107,15 @@ func (a *Admin[Tx]) List(ctx context.Context, state, cur string, limit int) (Pag
 	var page Page
 	err = a.db.InTx(ctx, func(tx Tx) error {
 		page = Page{}
-		rows, err := a.db.Querier(tx).Query(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
+		return idemsql.EachRow(ctx, a.db.Querier(tx), q, args, func(rows idemsql.Rows) (err error) {
 			var inst Instance
 			var created, updated, next int64
 			inst.DecodeError, err = rowscan.Scan(rows, listColumns, &inst.ID, &inst.Saga, &inst.State, &inst.Step,
 				&inst.Attempts, &inst.Reason, &created, &updated, &next)
-			if err != nil {
-				return err
-			}
 			inst.Created, inst.Updated, inst.Parked = time.Unix(0, created), time.Unix(0, updated), next == parkedAt
 			page.Sagas = append(page.Sagas, inst)
-		}
-		return rows.Err()
+			return err
+		})
 	})
 	if err != nil {
 		return Page{}, &idem.BackendError{Backend: "saga", Op: "list", Err: err}

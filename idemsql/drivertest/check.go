@@ -72,7 +72,7 @@ func (c *stmtCheck) affects(field string, want int64, why, stmt string, args ...
 func (c *stmtCheck) rows(field, stmt string, args []any, scan func(r idemsql.Rows) error) {
 	c.t.Helper()
 	err := c.db.InTx(context.Background(), func(tx *sql.Tx) error {
-		return rowscan.Each(context.Background(), c.db.Querier(tx), stmt, args, scan)
+		return idemsql.EachRow(context.Background(), c.db.Querier(tx), stmt, args, scan)
 	})
 	if err != nil {
 		c.fatalf(field, "%v\n%s", err, stmt)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
-	"github.com/idemhq/idem/idemsql/sqlstore"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -247,5 +246,5 @@ func (r *recordsBench[Tx]) testCount(t *testing.T) {
 
 // query runs a statement returning rows outside any transaction.
 func (r *recordsBench[Tx]) query(ctx context.Context, query string, args []any, each func(idemsql.Rows) error) error {
-	return r.db.Auto(ctx, func(q idemsql.Querier) error { return sqlstore.EachRow(ctx, q, query, args, each) })
+	return r.db.Auto(ctx, func(q idemsql.Querier) error { return idemsql.EachRow(ctx, q, query, args, each) })
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem/idemsql"
-	"github.com/idemhq/idem/internal/rowscan"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -76,7 +75,7 @@ func checkSagaRun(c *stmtCheck, s *idemsql.SagaSQL) {
 
 	var locked sagaRow
 	err := c.db.InTx(context.Background(), func(tx *sql.Tx) error {
-		return rowscan.Each(context.Background(), c.db.Querier(tx), s.ReadForUpdate, []any{"s1"}, func(rows idemsql.Rows) error {
+		return idemsql.EachRow(context.Background(), c.db.Querier(tx), s.ReadForUpdate, []any{"s1"}, func(rows idemsql.Rows) error {
 			return rows.Scan(&locked.saga, &locked.state, &locked.step, &locked.data, &locked.results, &locked.attempts,
 				&locked.reason, &locked.token, &locked.next, &locked.lease, &locked.created, &locked.updated)
 		})
@@ -181,7 +180,7 @@ func checkSagaSweep(c *stmtCheck, s *idemsql.SagaSQL) {
 	var ids []string
 	err := c.db.InTx(context.Background(), func(tx *sql.Tx) error {
 		ids = nil
-		return rowscan.Each(context.Background(), c.db.Querier(tx), s.SweepIDs, []any{int64(6000), 10}, func(r idemsql.Rows) error {
+		return idemsql.EachRow(context.Background(), c.db.Querier(tx), s.SweepIDs, []any{int64(6000), 10}, func(r idemsql.Rows) error {
 			var id string
 			err := r.Scan(&id)
 			ids = append(ids, id)

@@ -103,19 +103,7 @@ func (r stmtRunner) row(field, stmt string, args []any, dest ...any) bool {
 func (r stmtRunner) rows(field, stmt string, args []any, scan func(rows idemsql.Rows) error) {
 	r.t.Helper()
 	r.need(field, stmt)
-	r.inTx(field, func(q idemsql.Querier) error {
-		rows, err := q.Query(r.ctx, stmt, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := scan(rows); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	})
+	r.inTx(field, func(q idemsql.Querier) error { return idemsql.EachRow(r.ctx, q, stmt, args, scan) })
 }
 
 // ids runs field's query stmt, whose one column is an id, and returns the ids of

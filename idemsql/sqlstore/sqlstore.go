@@ -169,23 +169,7 @@ func readPage[T any](ctx context.Context, r *Records, op, query string, args []a
 
 // rows runs query outside any transaction and calls each for every row it returns.
 func (r *Records) rows(ctx context.Context, query string, args []any, each func(idemsql.Rows) error) error {
-	return r.auto(ctx, func(q idemsql.Querier) error { return EachRow(ctx, q, query, args, each) })
-}
-
-// EachRow runs query on q and calls each for every row it returns, then closes the
-// rows: the loop of every statement that returns a page.
-func EachRow(ctx context.Context, q idemsql.Querier, query string, args []any, each func(idemsql.Rows) error) error {
-	rs, err := q.Query(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rs.Close()
-	for rs.Next() {
-		if err := each(rs); err != nil {
-			return err
-		}
-	}
-	return rs.Err()
+	return r.auto(ctx, func(q idemsql.Querier) error { return idemsql.EachRow(ctx, q, query, args, each) })
 }
 
 // Sweep implements idem.Sweeper: it deletes expired rows, SweepBatch per statement
