@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 )
 
 var (
@@ -134,8 +135,8 @@ func (s *Source) MessagingSystem() string { return messagingSystem }
 // after its effect committed, or Nak; the source renews its ack deadline until
 // then. While MaxOutstanding deliveries are unsettled, Receive waits.
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	if max < 1 {
-		return nil, &idem.InputError{Field: "max", Reason: fmt.Sprintf("is below 1 (got %d)", max), Fix: "ask for at least one delivery"}
+	if err := brokerkit.CheckMax(max); err != nil {
+		return nil, err
 	}
 	for {
 		s.mu.Lock()
@@ -207,11 +208,13 @@ func (s *Source) pull(n int) {
 func (s *Source) deliveries(msgs []*pubsubpb.ReceivedMessage) []idem.Delivery {
 	out := make([]idem.Delivery, len(msgs))
 	for i, rm := range msgs {
+		st := &settler{src: s, ackID: rm.GetAckId(), msgID: rm.GetMessage().GetMessageId()}
+		st.position = "message " + st.msgID
 		out[i] = idem.Delivery{
 			Message:  fromPubSub(rm.GetMessage(), s.topic),
 			Attempt:  int(max(rm.GetDeliveryAttempt(), 0)),
-			Position: "message " + rm.GetMessage().GetMessageId(),
-			Settler:  &settler{src: s, ackID: rm.GetAckId(), msgID: rm.GetMessage().GetMessageId()},
+			Position: st.position,
+			Settler:  st,
 		}
 	}
 	return out

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 )
 
 // closeTimeout bounds the calls Close makes to release unsettled messages.
@@ -90,8 +91,8 @@ func (s *Source) MessagingSystem() string { return "aws_sqs" }
 // message group while another delivery of it is unsettled). After Close it returns
 // idem.ErrClosed.
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	if max < 1 {
-		return nil, &idem.InputError{Field: "max", Reason: fmt.Sprintf("is %d", max), Fix: "ask for at least 1 delivery"}
+	if err := brokerkit.CheckMax(max); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -293,7 +294,7 @@ func (s *Source) Close() error {
 	s.closed = true
 	var unsettled []*settler
 	for st := range s.inflight {
-		if !st.settled.Load() {
+		if !st.once.Taken() {
 			unsettled = append(unsettled, st)
 		}
 	}

@@ -46,6 +46,12 @@ func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
 		{"ClosedSource", testBrokerClosed},
 		{"TraceContextSurvives", testBrokerTraceContext},
 		{"DeadlineSurvives", testBrokerDeadline},
+		{"SettleTwice", testBrokerSettleTwice},
+		{"NakZeroIsRedelivered", testBrokerNakZero},
+		{"DelayedNak", testBrokerDelayedNak},
+		{"Attempts", testBrokerAttempts},
+		{"CloseWithUnsettled", testBrokerCloseUnsettled},
+		{"ConcurrentReceive", testBrokerConcurrentReceive},
 	})
 }
 
