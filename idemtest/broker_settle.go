@@ -42,22 +42,6 @@ func testBrokerSettleTwice(t *testing.T, env BrokerEnv) {
 	Ack(t, again...)
 }
 
-// testBrokerNakZero: a Nak without a delay hands the message back at once, on
-// every adapter, and a later message is not held up by it.
-func testBrokerNakZero(t *testing.T, env BrokerEnv) {
-	Publish(t, env.Sink, brokerMsg(env, 1))
-	src := env.NewSource(t)
-	got := ReceiveN(t, src, 1)
-	if err := got[0].Settler.Nak(context.Background(), 0); err != nil {
-		t.Fatalf("Nak(0): %v", err)
-	}
-	again := Receive(t, src, 1, env.wait())
-	if len(again) != 1 || again[0].ID != got[0].ID {
-		t.Fatalf("after Nak(0), received %v; want %s again", ids(again), got[0].ID)
-	}
-	Ack(t, again...)
-}
-
 // testBrokerDelayedNak checks DelayedNak by progress, not by the clock: a message
 // Nak'ed for an hour does not come back while a later message (under another
 // ordering key, so that no FIFO group waits for it) is published, received and

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // Keeper is the lease keeper of a source whose broker hides a delivery for a while
@@ -84,16 +86,7 @@ func (kp *Keeper[K]) Drain() []K {
 
 // Run extends the leases every Every until ctx ends.
 func (kp *Keeper[K]) Run(ctx context.Context) {
-	t := time.NewTicker(kp.Every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		kp.look(ctx)
-	}
+	wait.Every(ctx, kp.Every, func() { kp.look(ctx) })
 }
 
 // look extends what is due and lets go of what reached MaxExtension.
