@@ -91,10 +91,7 @@ func (s *Source) MessagingSystem() string { return "rabbitmq" }
 // SourceConfig.Prefetch are unsettled at once). After Close it returns
 // idem.ErrClosed.
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	if err := brokerkit.CheckMax(max); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := brokerkit.CheckReceive(ctx, max); err != nil {
 		return nil, err
 	}
 	sess, err := s.session()

@@ -99,10 +99,7 @@ func (s *Source) MessagingSystem() string { return "aws_sqs" }
 // message group while another delivery of it is unsettled). After Close it returns
 // idem.ErrClosed.
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	if err := brokerkit.CheckMax(max); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := brokerkit.CheckReceive(ctx, max); err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)

@@ -9,6 +9,7 @@
 package brokerkit
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 
@@ -45,6 +46,14 @@ type settledError struct{ in *idem.InputError }
 
 func (e settledError) Error() string   { return e.in.Error() }
 func (e settledError) Unwrap() []error { return []error{idem.ErrSettled, e.in} }
+
+// CheckReceive refuses a Receive's max below 1 (CheckMax), then a ctx that ended.
+func CheckReceive(ctx context.Context, max int) error {
+	if err := CheckMax(max); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
 
 // CheckMax refuses a Receive's max below 1, the same way on every adapter.
 func CheckMax(max int) error {
