@@ -68,7 +68,7 @@ func (st *settler) Nak(_ context.Context, delay time.Duration) error {
 	return st.locked("nak", func(s *Source, e *entry) error {
 		switch {
 		case e.state == stateAcked:
-			return ErrAcked
+			return brokerkit.Settled("idemkafka", "nak", position(e.rec)) // acknowledged through another delivery
 		case e.state == stateWaiting || e.deliveries != st.delivery:
 			return nil
 		}
