@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -67,7 +68,11 @@ type Delivery struct {
 	Settler Settler
 }
 
-// Settler settles one delivery with the broker.
+// Settler settles one delivery with the broker. A delivery is settled once:
+// settling a delivery twice (Ack then Ack, Nak then Ack, ...) returns ErrSettled and
+// does nothing, on every adapter. A settle that returned another error did not
+// settle the delivery and may be tried again; meanwhile, a concurrent second settle
+// returns ErrSettled.
 type Settler interface {
 	// Ack tells the broker the message is done; it is not delivered again (unless the
 	// ack itself is lost, which the inbox's dedup makes harmless). Ack waits for the
@@ -77,6 +82,12 @@ type Settler interface {
 	// broker can, where it cannot wait).
 	Nak(ctx context.Context, delay time.Duration) error
 }
+
+// ErrSettled is matched by the error of a second Ack or Nak of one delivery (see
+// Settler): the first settle decided, and the second does nothing. That error is
+// an *InputError too (it matches ErrInvalid): settling twice is the caller's
+// mistake, final and not retryable.
+var ErrSettled = errors.New("idem: the delivery was already settled")
 
 // Source receives messages from a broker with at-least-once delivery: every message
 // is delivered until it is acknowledged, and may be delivered more than once.

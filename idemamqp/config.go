@@ -57,7 +57,7 @@ func (cfg SinkConfig) withDefaults() (SinkConfig, error) {
 
 // SourceConfig configures a Source.
 type SourceConfig struct {
-	// Queue is the queue to consume from. Required; it must exist (see DeclareQueue).
+	// Queue is the queue to consume from. Required; it must exist (see EnsureQueue).
 	Queue string
 	// Prefetch is the channel's QoS prefetch count: how many deliveries the broker
 	// sends before it waits for acks. Zero means DefaultPrefetch (64). Receive never
@@ -98,7 +98,7 @@ func (cfg SourceConfig) withDefaults() (SourceConfig, error) {
 func (cfg SourceConfig) validate() error {
 	switch {
 	case cfg.Queue == "":
-		return &idem.InputError{Field: "SourceConfig.Queue", Reason: "is empty", Fix: "name the queue to consume from (declare it with DeclareQueue)"}
+		return &idem.InputError{Field: "SourceConfig.Queue", Reason: "is empty", Fix: "name the queue to consume from (declare it with EnsureQueue)"}
 	case len(cfg.Queue) > maxShortStr:
 		return tooLong("SourceConfig.Queue", cfg.Queue, "use a queue name of at most 255 bytes, as AMQP requires")
 	case len(cfg.ConsumerTag) > maxShortStr:
@@ -110,7 +110,7 @@ func (cfg SourceConfig) validate() error {
 	return nil
 }
 
-// QueueConfig configures a queue declared by DeclareQueue. The zero value is a
+// QueueConfig configures a queue declared by EnsureQueue. The zero value is a
 // durable classic queue.
 type QueueConfig struct {
 	// Quorum declares a quorum queue (x-queue-type=quorum): replicated, and counting

@@ -49,7 +49,7 @@
 //     x-delivery-count / x-acquired-count headers; classic queues only flag a
 //     redelivery, and Attempt is 0 so the inbox counts itself.
 //
-// Declare queues durable (DeclareQueue does) so persistent messages survive a broker
+// Declare queues durable (EnsureQueue does) so persistent messages survive a broker
 // restart; prefer quorum queues for replication and delivery counts.
 //
 // # When an ack means stored

@@ -20,7 +20,7 @@ func Example() {
 	}
 	defer conn.Close()
 	// A quorum queue: replicated, and counting deliveries for Delivery.Attempt.
-	if err := idemamqp.DeclareQueue(conn, "orders", idemamqp.QueueConfig{Quorum: true}); err != nil {
+	if err := idemamqp.EnsureQueue(context.Background(), conn, "orders", idemamqp.QueueConfig{Quorum: true}); err != nil {
 		log.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

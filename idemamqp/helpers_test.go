@@ -1,6 +1,7 @@
 package idemamqp_test
 
 import (
+	"context"
 	"net"
 	"os"
 	"strconv"
@@ -85,8 +86,8 @@ func declareRaw(t testing.TB, cfg idemamqp.QueueConfig, extra amqp.Table) string
 	name := testsvc.UniqueName("idemtest-")
 	admin := dial(t)
 	if extra == nil {
-		if err := idemamqp.DeclareQueue(admin, name, cfg); err != nil {
-			t.Fatalf("DeclareQueue: %v", err)
+		if err := idemamqp.EnsureQueue(context.Background(), admin, name, cfg); err != nil {
+			t.Fatalf("EnsureQueue: %v", err)
 		}
 	} else {
 		ch, err := admin.Channel()

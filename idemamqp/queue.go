@@ -1,23 +1,28 @@
 package idemamqp
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/idemhq/idem"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// DeclareQueue declares a durable queue named name on a channel of its own, so that
+// EnsureQueue declares a durable queue named name on a channel of its own, so that
 // a refused declaration (an existing queue with other arguments closes the channel
 // with 406 PRECONDITION_FAILED) does not take one of the caller's channels with it.
 // Declaring a queue that exists with the same arguments does nothing. Durable,
 // because a persistent message survives a broker restart only in a durable queue,
-// and quorum queues must be durable.
-func DeclareQueue(conn *amqp.Connection, name string, cfg QueueConfig) error {
+// and quorum queues must be durable. amqp091-go's declaration takes no context:
+// ctx is checked before the channel opens.
+func EnsureQueue(ctx context.Context, conn *amqp.Connection, name string, cfg QueueConfig) error {
 	if conn == nil {
 		return &idem.InputError{Field: "conn", Reason: "is nil", Fix: "pass a connection from amqp.Dial"}
 	}
 	if err := cfg.validate(name); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	ch, err := conn.Channel()

@@ -1,6 +1,7 @@
 package idemamqp_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -9,15 +10,15 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-func TestDeclareQueue(t *testing.T) {
+func TestEnsureQueue(t *testing.T) {
 	t.Parallel()
 	cfg := idemamqp.QueueConfig{Quorum: true, DeliveryLimit: 50, DeadLetterExchange: "amq.fanout", DeadLetterRoutingKey: "dead"}
 	queue := declareQueue(t, cfg)
 	conn := dial(t)
-	if err := idemamqp.DeclareQueue(conn, queue, cfg); err != nil {
+	if err := idemamqp.EnsureQueue(context.Background(), conn, queue, cfg); err != nil {
 		t.Fatalf("declaring the same queue again: %v", err)
 	}
-	err := idemamqp.DeclareQueue(conn, queue, idemamqp.QueueConfig{}) // a classic queue of the same name
+	err := idemamqp.EnsureQueue(context.Background(), conn, queue, idemamqp.QueueConfig{}) // a classic queue of the same name
 	var ae *amqp.Error
 	var be *idem.BackendError
 	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed || !errors.As(err, &be) || be.Op != "declare" {
@@ -26,10 +27,10 @@ func TestDeclareQueue(t *testing.T) {
 	if conn.IsClosed() {
 		t.Fatal("a refused declaration closed the connection")
 	}
-	if err := idemamqp.DeclareQueue(conn, "", idemamqp.QueueConfig{}); !errors.Is(err, idem.ErrInvalid) {
-		t.Errorf("DeclareQueue without a name = %v, want idem.ErrInvalid", err)
+	if err := idemamqp.EnsureQueue(context.Background(), conn, "", idemamqp.QueueConfig{}); !errors.Is(err, idem.ErrInvalid) {
+		t.Errorf("EnsureQueue without a name = %v, want idem.ErrInvalid", err)
 	}
-	if err := idemamqp.DeclareQueue(nil, queue, idemamqp.QueueConfig{}); !errors.Is(err, idem.ErrInvalid) {
-		t.Errorf("DeclareQueue without a connection = %v, want idem.ErrInvalid", err)
+	if err := idemamqp.EnsureQueue(context.Background(), nil, queue, idemamqp.QueueConfig{}); !errors.Is(err, idem.ErrInvalid) {
+		t.Errorf("EnsureQueue without a connection = %v, want idem.ErrInvalid", err)
 	}
 }

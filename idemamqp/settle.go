@@ -3,10 +3,10 @@ package idemamqp
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -18,7 +18,7 @@ type settler struct {
 	sess     *session
 	d        amqp.Delivery
 	position string
-	settled  atomic.Bool // set while a settlement is sent or has been: a second one would close the channel
+	once     brokerkit.Once // a second settlement would close the channel
 }
 
 var _ idem.Settler = (*settler)(nil)
@@ -27,11 +27,11 @@ var _ idem.Settler = (*settler)(nil)
 // acks: a nil error means the ack was handed to the connection, and an ack lost on
 // the way makes the message come again, which the inbox's dedup absorbs.
 func (st *settler) Ack(ctx context.Context) error {
-	if err := st.begin(ctx); err != nil {
+	if err := st.begin(ctx, "ack"); err != nil {
 		return err
 	}
 	if err := st.d.Ack(false); err != nil {
-		st.settled.Store(false)
+		st.once.Undo()
 		return st.failed("ack", err)
 	}
 	return nil
@@ -49,30 +49,31 @@ func (st *settler) Ack(ctx context.Context) error {
 // RabbitMQ 4 quorum queue's delivery limit, so the broker never drops a message on
 // its own because it was naked: dead-lettering is the inbox's decision.
 func (st *settler) Nak(ctx context.Context, delay time.Duration) error {
-	if err := st.begin(ctx); err != nil {
+	if err := st.begin(ctx, "nak"); err != nil {
 		return err
 	}
 	if delay <= 0 || st.src.cfg.MaxNakDelay < 0 {
 		if err := st.d.Nack(false, true); err != nil {
-			st.settled.Store(false)
+			st.once.Undo()
 			return st.failed("nak", err)
 		}
 		return nil
 	}
 	if st.sess.ch.IsClosed() {
-		st.settled.Store(false)
+		st.once.Undo()
 		return st.failed("nak", amqp.ErrClosed)
 	}
 	return st.src.requeueAfter(st, min(delay, st.src.cfg.MaxNakDelay))
 }
 
-func (st *settler) begin(ctx context.Context) error {
+// begin checks ctx and claims the delivery's one settlement (idem.ErrSettled if it
+// is taken).
+func (st *settler) begin(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !st.settled.CompareAndSwap(false, true) {
-		return &idem.InputError{Field: "Delivery", Reason: fmt.Sprintf("at %s is already settled", st.position),
-			Fix: "settle each delivery once: Ack after its effect committed, or Nak"}
+	if !st.once.Begin() {
+		return brokerkit.Settled("idemamqp", op, st.position)
 	}
 	return nil
 }

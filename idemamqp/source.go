@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -90,10 +91,7 @@ func (s *Source) MessagingSystem() string { return "rabbitmq" }
 // SourceConfig.Prefetch are unsettled at once). After Close it returns
 // idem.ErrClosed.
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	if max < 1 {
-		return nil, &idem.InputError{Field: "max", Reason: fmt.Sprintf("is %d", max), Fix: "ask for at least 1 delivery"}
-	}
-	if err := ctx.Err(); err != nil {
+	if err := brokerkit.CheckReceive(ctx, max); err != nil {
 		return nil, err
 	}
 	sess, err := s.session()

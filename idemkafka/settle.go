@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 )
 
 var (
@@ -18,9 +19,12 @@ var (
 	// makes that redelivery harmless. It is final: retrying the settle cannot help.
 	ErrRevoked = errors.New("idemkafka: the record's partition was revoked from this consumer (rebalance, lost group session or Close); its new owner redelivers it")
 
-	// ErrAcked is returned by Nak of a delivery that was already acknowledged: the
-	// acknowledgement cannot be taken back, and the record is not redelivered.
-	ErrAcked = errors.New("idemkafka: Nak after Ack: the record is already acknowledged and will not be redelivered")
+	// ErrAcked is idem.ErrSettled, which Nak of a delivery already acknowledged
+	// returns (as every second settle does): the acknowledgement cannot be taken
+	// back, and the record is not redelivered.
+	//
+	// Deprecated: use idem.ErrSettled.
+	ErrAcked = idem.ErrSettled
 )
 
 // settler settles one delivery of one record.
@@ -28,6 +32,7 @@ type settler struct {
 	src      *Source
 	e        *entry
 	delivery uint32 // which delivery of e this is
+	once     brokerkit.Once
 }
 
 var _ idem.Settler = (*settler)(nil)
@@ -36,10 +41,10 @@ var _ idem.Settler = (*settler)(nil)
 // the background right after (one commit at a time; retried every
 // SourceConfig.CommitInterval if it fails), when the partition is revoked, and on
 // Close, and only once every earlier record of the partition is acknowledged too. A crash before that commit redelivers the record, which the
-// inbox recognises by its ID. Acking twice is harmless; Ack of a revoked partition's
-// record returns ErrRevoked.
+// inbox recognises by its ID. A second settle of the delivery returns idem.ErrSettled;
+// Ack of a revoked partition's record returns ErrRevoked.
 func (st *settler) Ack(context.Context) error {
-	return st.locked(func(s *Source, e *entry) error {
+	return st.locked("ack", func(s *Source, e *entry) error {
 		if e.state != stateAcked {
 			e.part.ack(e)
 			if _, dirty := e.part.dirty(); dirty {
@@ -57,12 +62,13 @@ func (st *settler) Ack(context.Context) error {
 // (Kafka cannot redeliver one record, so the adapter keeps it). Meanwhile the
 // partition's committed offset stays before it, so a crash redelivers it as well.
 // Nak of an earlier delivery of a record that was redelivered since, or of a
-// record already waiting, does nothing; Nak after Ack returns ErrAcked.
+// record already waiting, does nothing; a second settle of the delivery (Nak after
+// Ack or Nak) returns idem.ErrSettled.
 func (st *settler) Nak(_ context.Context, delay time.Duration) error {
-	return st.locked(func(s *Source, e *entry) error {
+	return st.locked("nak", func(s *Source, e *entry) error {
 		switch {
 		case e.state == stateAcked:
-			return ErrAcked
+			return brokerkit.Settled("idemkafka", "nak", position(e.rec)) // acknowledged through another delivery
 		case e.state == stateWaiting || e.deliveries != st.delivery:
 			return nil
 		}
@@ -74,14 +80,18 @@ func (st *settler) Nak(_ context.Context, delay time.Duration) error {
 	})
 }
 
-// locked runs fn on the delivery's record under the source's lock, or returns
-// ErrRevoked when its partition was revoked.
-func (st *settler) locked(fn func(s *Source, e *entry) error) error {
+// locked runs fn, the delivery's one settle, on its record under the source's
+// lock; it returns ErrRevoked when the record's partition was revoked and
+// idem.ErrSettled when the delivery was settled before.
+func (st *settler) locked(op string, fn func(s *Source, e *entry) error) error {
 	s := st.src
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !st.e.part.owned {
 		return ErrRevoked
+	}
+	if !st.once.Begin() {
+		return brokerkit.Settled("idemkafka", op, position(st.e.rec))
 	}
 	return fn(s, st.e)
 }

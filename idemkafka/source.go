@@ -3,13 +3,13 @@ package idemkafka
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -83,8 +83,8 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 // otherwise what Kafka has, waiting until something arrives or ctx ends. Every
 // delivery carries Attempt 0, because Kafka does not count deliveries.
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	if max < 1 {
-		return nil, &idem.InputError{Field: "max", Reason: fmt.Sprintf("is %d", max), Fix: "ask for 1 or more deliveries"}
+	if err := brokerkit.CheckMax(max); err != nil {
+		return nil, err
 	}
 	for {
 		ds, next, err := s.redeliver(max)
@@ -217,9 +217,14 @@ func (s *Source) deliver(e *entry) idem.Delivery {
 	*st = settler{src: s, e: e, delivery: e.deliveries}
 	return idem.Delivery{
 		Message:  m,
-		Position: "partition " + strconv.FormatInt(int64(r.Partition), 10) + " offset " + strconv.FormatInt(r.Offset, 10),
+		Position: position(r),
 		Settler:  st,
 	}
+}
+
+// position is Delivery.Position of r: "partition 3 offset 1017".
+func position(r *kgo.Record) string {
+	return "partition " + strconv.FormatInt(int64(r.Partition), 10) + " offset " + strconv.FormatInt(r.Offset, 10)
 }
 
 // fromRecord maps a record to a message: the ID from the idem.HeaderID header (the

@@ -84,8 +84,9 @@ func TestNakHoldsCommit(t *testing.T) {
 	}
 }
 
-// Settling follows the rules in the Settler docs: Ack twice is fine, Nak after Ack
-// is refused, a stale Nak does nothing, and after Close every settle is ErrRevoked.
+// Settling follows the rules in the Settler docs: a second settle of a delivery
+// (Ack twice, Nak after Ack, Nak twice) is idem.ErrSettled and does nothing, and
+// after Close every settle is ErrRevoked.
 func TestSettleRules(t *testing.T) {
 	t.Parallel()
 	f := setup(t, 1)
@@ -93,7 +94,10 @@ func TestSettleRules(t *testing.T) {
 	src := f.source(t)
 	got := receiveN(t, src, 3)
 	ctx := context.Background()
-	ack(t, got[0], got[0])
+	ack(t, got[0])
+	if err := got[0].Settler.Ack(ctx); !errors.Is(err, idem.ErrSettled) {
+		t.Errorf("second Ack = %v, want idem.ErrSettled", err)
+	}
 	if err := got[0].Settler.Nak(ctx, 0); !errors.Is(err, idemkafka.ErrAcked) {
 		t.Errorf("Nak after Ack = %v, want ErrAcked", err)
 	}
@@ -101,15 +105,15 @@ func TestSettleRules(t *testing.T) {
 	if err := got[1].Settler.Nak(ctx, 0); err != nil {
 		t.Fatalf("Nak: %v", err)
 	}
-	if err := got[1].Settler.Nak(ctx, 0); err != nil {
-		t.Errorf("second Nak of a waiting record = %v, want nil", err)
+	if err := got[1].Settler.Nak(ctx, 0); !errors.Is(err, idem.ErrSettled) {
+		t.Errorf("second Nak of a waiting record = %v, want idem.ErrSettled", err)
 	}
 	again := receive(t, src, 1, 30*time.Second)
 	if len(again) != 1 || again[0].ID != got[1].ID {
 		t.Fatalf("after Nak, received %v; want %s", idsOf(again), got[1].ID)
 	}
-	if err := got[1].Settler.Nak(ctx, 0); err != nil {
-		t.Errorf("Nak of the earlier delivery = %v, want nil (stale, ignored)", err)
+	if err := got[1].Settler.Nak(ctx, 0); !errors.Is(err, idem.ErrSettled) {
+		t.Errorf("Nak of the earlier delivery = %v, want idem.ErrSettled (stale, ignored)", err)
 	}
 	if extra := receive(t, src, 1, 500*time.Millisecond); len(extra) != 0 {
 		t.Fatalf("a stale Nak redelivered %s", extra[0].ID)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,7 +34,7 @@ func benchServers(b *testing.B, body func(b *testing.B, js jetstream.JetStream))
 		body(b, js)
 	})
 	b.Run("server=embedded-interval", func(b *testing.B) {
-		_, js := embeddedJSWith(b, idemnats.ServerConfig{SyncInterval: 2 * time.Minute})
+		_, js := embeddedJSWith(b, natsserver.ServerConfig{SyncInterval: 2 * time.Minute})
 		body(b, js)
 	})
 }

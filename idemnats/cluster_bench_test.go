@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/inbox/inboxtest"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -23,7 +24,7 @@ import (
 // measured in one run.
 func benchTopologies(b *testing.B, body func(b *testing.B, js jetstream.JetStream, replicas int)) {
 	b.Run("nodes=1", func(b *testing.B) {
-		srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: b.TempDir()})
+		srv, err := natsserver.StartServer(natsserver.ServerConfig{Dir: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -31,7 +32,7 @@ func benchTopologies(b *testing.B, body func(b *testing.B, js jetstream.JetStrea
 		body(b, tcpJS(b, srv.ClientURL()), 1)
 	})
 	b.Run("nodes=3", func(b *testing.B) {
-		c, err := idemnats.StartCluster(context.Background(), idemnats.ClusterConfig{Dir: b.TempDir()})
+		c, err := natsserver.StartCluster(context.Background(), natsserver.ClusterConfig{Dir: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/inbox/inboxtest"
 )
@@ -26,7 +27,7 @@ func TestExactlyOnceOnCluster(t *testing.T) {
 	t.Parallel()
 	inboxtest.Proof(t, func(t *testing.T) idemtest.BrokerEnv {
 		ctx := context.Background()
-		c, err := idemnats.StartCluster(ctx, idemnats.ClusterConfig{Dir: t.TempDir()})
+		c, err := natsserver.StartCluster(ctx, natsserver.ClusterConfig{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}

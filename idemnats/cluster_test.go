@@ -15,35 +15,16 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
-func TestClusterConfig(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	for _, tc := range []struct {
-		cfg   idemnats.ClusterConfig
-		field string
-	}{
-		{idemnats.ClusterConfig{}, "Dir"},
-		{idemnats.ClusterConfig{Dir: "x", Nodes: 1}, "Nodes"},
-		{idemnats.ClusterConfig{Dir: "x", Nodes: 100}, "Nodes"},
-		{idemnats.ClusterConfig{Dir: "x", Name: "a.b"}, "Name"},
-		{idemnats.ClusterConfig{Dir: "x", MaxStore: -1}, "MaxStore"},
-		{idemnats.ClusterConfig{Dir: "x", ReadyTimeout: -time.Second}, "ReadyTimeout"},
-	} {
-		if _, err := idemnats.StartCluster(ctx, tc.cfg); !errors.Is(err, idem.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("StartCluster(%+v) = %v, want idem.ErrInvalid naming %s", tc.cfg, err, tc.field)
-		}
-	}
-}
-
 // clusterJS starts a 3-node cluster and connects a client to all its nodes, with
 // an R3 stream over "orders.>".
-func clusterJS(t *testing.T) (*idemnats.Cluster, jetstream.JetStream) {
+func clusterJS(t *testing.T) (*natsserver.Cluster, jetstream.JetStream) {
 	t.Helper()
 	ctx := context.Background()
-	c, err := idemnats.StartCluster(ctx, idemnats.ClusterConfig{Dir: t.TempDir()})
+	c, err := natsserver.StartCluster(ctx, natsserver.ClusterConfig{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +158,7 @@ func TestClusterLeaderIsolated(t *testing.T) {
 }
 
 // waitLeader waits for the stream to have a leader and returns its node.
-func waitLeader(t *testing.T, c *idemnats.Cluster) int {
+func waitLeader(t *testing.T, c *natsserver.Cluster) int {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -20,10 +21,12 @@ var _ idem.Settler = (*settler)(nil)
 func deliveries(msgs []jetstream.Msg, ackWait time.Duration, cons jetstream.Consumer) []idem.Delivery {
 	out := make([]idem.Delivery, len(msgs))
 	for i, m := range msgs {
-		d := idem.Delivery{Message: fromNATS(m), Settler: &settler{msg: m, ackWait: ackWait, cons: cons}}
+		st := &settler{msg: m, ackWait: ackWait, cons: cons}
+		d := idem.Delivery{Message: fromNATS(m), Settler: st}
 		if md, err := m.Metadata(); err == nil {
 			d.Attempt = int(min(md.NumDelivered, math.MaxInt32)) // a uint64: no wrap to negative
 			d.Position = fmt.Sprintf("stream seq %d", md.Sequence.Stream)
+			st.position = d.Position
 		}
 		out[i] = d
 	}
@@ -35,6 +38,9 @@ type settler struct {
 	msg     jetstream.Msg
 	ackWait time.Duration
 	cons    jetstream.Consumer // nil in tests of the settler alone
+	// position is Delivery.Position, "" when the metadata could not be read.
+	position string
+	once     brokerkit.Once
 }
 
 // Ack is JetStream's double ack (AckSync): it waits for the server to confirm, so
@@ -43,6 +49,17 @@ type settler struct {
 // AckWait has passed the server redelivers the message whatever became of the
 // ack, so a confirmation lost in a connection cut does not hold the caller longer.
 func (s *settler) Ack(ctx context.Context) error {
+	if !s.once.Begin() {
+		return s.settled("ack")
+	}
+	err := s.ack(ctx)
+	if err != nil {
+		s.once.Undo()
+	}
+	return err
+}
+
+func (s *settler) ack(ctx context.Context) error {
 	caller := ctx
 	if s.ackWait > 0 {
 		var cancel context.CancelFunc
@@ -101,6 +118,9 @@ func (s *settler) Nak(ctx context.Context, delay time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if !s.once.Begin() {
+		return s.settled("nak")
+	}
 	var err error
 	if delay > 0 {
 		err = s.msg.NakWithDelay(delay)
@@ -108,9 +128,19 @@ func (s *settler) Nak(ctx context.Context, delay time.Duration) error {
 		err = s.msg.Nak()
 	}
 	if err != nil {
+		s.once.Undo()
 		return s.fail("nak", err)
 	}
 	return nil
+}
+
+// settled is the error of a second settle.
+func (s *settler) settled(op string) error {
+	where := s.position
+	if where == "" {
+		where = s.msg.Subject()
+	}
+	return brokerkit.Settled("idemnats", op, where)
 }
 
 // fail reports a settle failure. Settling twice is the caller's mistake, not the
@@ -121,7 +151,7 @@ func (s *settler) fail(op string, err error) error {
 		where = fmt.Sprintf("%s (stream seq %d)", where, md.Sequence.Stream)
 	}
 	if errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-		return fmt.Errorf("idemnats: %s of %s: the delivery was already settled: %w", op, where, err)
+		return fmt.Errorf("idemnats: %s of %s: %w: %w", op, where, idem.ErrSettled, err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return fmt.Errorf("idemnats: %s of %s: %w", op, where, err)

@@ -1,7 +1,9 @@
 // Package idemnats connects idem to NATS JetStream: a Sink that publishes with the
 // message's idempotency key as Nats-Msg-Id, a Source on a durable pull consumer
-// with explicit double acks, EnsureStream to declare the stream, and an embedded
-// NATS server (StartServer) that is idem's default broker.
+// with explicit double acks, and EnsureStream to declare the stream. The embedded
+// NATS server that is idem's default broker (StartServer, StartCluster) lives in
+// package natsserver, so an application that only publishes and consumes links the
+// client alone.
 //
 // It passes idemtest.BrokerSuite with every Features flag set.
 //
@@ -110,21 +112,13 @@
 // ack subject's metadata, no extra round trip): 1 on the first delivery, counting
 // Naks and AckWait expiries, kept across consumer restarts.
 //
-// # Embedded server
-//
-// StartServer runs nats-server in the process with JetStream on a file store in
-// ServerConfig.Dir, listening on 127.0.0.1 on a free port by default. Streams,
-// messages and consumer positions survive a restart on the same Dir. Server.Connect
-// connects in process, without TCP. Its logs go to ServerConfig.Logger, and a
-// failure to start (an unusable Dir) is returned as an error rather than logged.
-//
 // # When an ack means stored
 //
 // A PubAck is what Publish returns on and what an outbox relay marks a message
 // published on, so it must mean stored. nats-server's default does not: it
 // acknowledges a write at once and syncs its file store to disk every two minutes
 // (sync_interval), so a power loss or kernel crash loses acknowledged messages
-// (Jepsen's 2025 analysis of NATS showed it). The embedded server therefore syncs
+// (Jepsen's 2025 analysis of NATS showed it). The embedded server (natsserver) therefore syncs
 // every write before its ack (sync_interval: always) unless
 // ServerConfig.SyncInterval asks for the periodic sync; that costs throughput,
 // measured with BenchmarkFlow and BenchmarkPublish (server=embedded against
@@ -145,7 +139,7 @@
 // dedup makes a republished message harmless); Ack retries an unconfirmed ack and
 // asks the consumer's ack floor whether it was applied; Source re-issues a pull
 // request a leadership change ended; NewSource and EnsureStream retry too. A closed
-// connection, a missing stream and bad input are errors at once. StartCluster runs
-// such a cluster in the process, for tests: nodes can be killed and restarted, and
-// the routes between them cut.
+// connection, a missing stream and bad input are errors at once.
+// natsserver.StartCluster runs such a cluster in the process, for tests: nodes can
+// be killed and restarted, and the routes between them cut.
 package idemnats

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -20,7 +21,7 @@ func ExampleSinkConfig_dedupForever() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: dir})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{Dir: dir})
 	if err != nil {
 		log.Fatal(err)
 	}

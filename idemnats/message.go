@@ -46,7 +46,7 @@ func toNATS(m idem.Message, maxPayload int64) (*nats.Msg, error) {
 	if maxPayload > 0 && int64(len(m.Payload)+size+16) > maxPayload {
 		return nil, &idem.InputError{Field: "Message.Payload",
 			Reason: fmt.Sprintf("with its headers is larger than the server's max_payload of %d bytes (got %d + %d)", maxPayload, len(m.Payload), size+16),
-			Fix:    "raise max_payload on the NATS server (up to 64 MiB; StartServer sets 8 MiB plus room for headers), or send a reference to the body"}
+			Fix:    "raise max_payload on the NATS server (up to 64 MiB; natsserver.StartServer sets 8 MiB plus room for headers), or send a reference to the body"}
 	}
 	return &nats.Msg{Subject: m.Topic, Header: h, Data: m.Payload}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/nats-io/nats.go"
@@ -56,16 +57,16 @@ func jsOf(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 
 // embeddedJS connects t to a fresh embedded server in a temporary directory, shut
 // down when t ends.
-func embeddedJS(t testing.TB) (*idemnats.Server, jetstream.JetStream) {
+func embeddedJS(t testing.TB) (*natsserver.Server, jetstream.JetStream) {
 	t.Helper()
-	return embeddedJSWith(t, idemnats.ServerConfig{})
+	return embeddedJSWith(t, natsserver.ServerConfig{})
 }
 
 // embeddedJSWith is embeddedJS with cfg (its Dir is t's).
-func embeddedJSWith(t testing.TB, cfg idemnats.ServerConfig) (*idemnats.Server, jetstream.JetStream) {
+func embeddedJSWith(t testing.TB, cfg natsserver.ServerConfig) (*natsserver.Server, jetstream.JetStream) {
 	t.Helper()
 	cfg.Dir = t.TempDir()
-	srv, err := idemnats.StartServer(cfg)
+	srv, err := natsserver.StartServer(cfg)
 	if err != nil {
 		t.Fatalf("StartServer: %v", err)
 	}

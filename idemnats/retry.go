@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/idemhq/idem/internal/wait"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -84,14 +85,7 @@ func (b *backoff) wait(ctx context.Context) bool {
 	}
 	b.next = min(2*b.next, retryMax)
 	b.tries++
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return wait.Sleep(ctx, d)
 }
 
 // retryTransient runs op until it succeeds, fails for good, or the election

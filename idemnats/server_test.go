@@ -5,14 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,7 +22,7 @@ func TestServerRestart(t *testing.T) {
 	ctx := context.Background()
 	const stream = "ORDERS"
 
-	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: dir})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +52,7 @@ func TestServerRestart(t *testing.T) {
 	srv.Shutdown()
 	srv.Shutdown() // a second Shutdown is harmless
 
-	srv, err = idemnats.StartServer(idemnats.ServerConfig{Dir: dir})
+	srv, err = natsserver.StartServer(natsserver.ServerConfig{Dir: dir})
 	if err != nil {
 		t.Fatalf("restart on the same Dir: %v", err)
 	}
@@ -102,68 +100,6 @@ func TestServerMaxPayload(t *testing.T) {
 		t.Fatalf("received %d bytes, want %d", len(d.Payload), len(big))
 	}
 	ackAll(t, d)
-}
-
-// TestServerSyncsBeforeAck: by default the embedded server syncs every write to
-// disk before it acknowledges it (sync_interval: always), so an ack means stored.
-func TestServerSyncsBeforeAck(t *testing.T) {
-	t.Parallel()
-	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	if always, every := idemnats.JetStreamSync(srv); !always {
-		t.Fatalf("the embedded server syncs every %s, acknowledging writes not yet on disk; want sync always", every)
-	}
-}
-
-// TestServerSyncInterval: a SyncInterval turns syncing before each ack off, for
-// nats-server's periodic sync at that interval.
-func TestServerSyncInterval(t *testing.T) {
-	t.Parallel()
-	for _, interval := range []time.Duration{2 * time.Minute, 10 * time.Second} {
-		srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: t.TempDir(), SyncInterval: interval})
-		if err != nil {
-			t.Fatal(err)
-		}
-		always, every := idemnats.JetStreamSync(srv)
-		srv.Shutdown()
-		if always || every != interval.String() {
-			t.Errorf("StartServer with SyncInterval %v: JetStream syncs always=%v every %s, want every %v", interval, always, every, interval)
-		}
-	}
-}
-
-func TestServerConfig(t *testing.T) {
-	t.Parallel()
-	for name, tc := range map[string]struct {
-		cfg   idemnats.ServerConfig
-		field string
-	}{
-		"no dir":         {idemnats.ServerConfig{}, "ServerConfig.Dir"},
-		"port too large": {idemnats.ServerConfig{Dir: t.TempDir(), Port: 70000}, "ServerConfig.Port"},
-		"port -2":        {idemnats.ServerConfig{Dir: t.TempDir(), Port: -2}, "ServerConfig.Port"},
-		"negative store": {idemnats.ServerConfig{Dir: t.TempDir(), MaxStore: -1}, "ServerConfig.MaxStore"},
-		"negative sync":  {idemnats.ServerConfig{Dir: t.TempDir(), SyncInterval: -time.Second}, "ServerConfig.SyncInterval"},
-	} {
-		if _, err := idemnats.StartServer(tc.cfg); !errors.Is(err, idem.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("%s: StartServer = %v, want idem.ErrInvalid naming %s", name, err, tc.field)
-		}
-	}
-	// A store directory that cannot be created is reported, not logged and ignored.
-	file := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(file, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: filepath.Join(file, "store")})
-	var be *idem.BackendError
-	if !errors.As(err, &be) {
-		if srv != nil {
-			srv.Shutdown()
-		}
-		t.Fatalf("StartServer with a file as the store's parent = %v, want *idem.BackendError", err)
-	}
 }
 
 func TestStreamConfig(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -91,8 +92,8 @@ func (s *Source) MessagingSystem() string { return "nats" }
 // or ctx ends (then it returns ctx.Err()). Each delivery must be settled with Ack
 // after its effect committed, or Nak; one left unsettled comes back after AckWait.
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	if max < 1 {
-		return nil, &idem.InputError{Field: "max", Reason: fmt.Sprintf("is below 1 (got %d)", max), Fix: "ask for at least one delivery"}
+	if err := brokerkit.CheckMax(max); err != nil {
+		return nil, err
 	}
 	for {
 		s.mu.Lock()

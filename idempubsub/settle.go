@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/googleapis/gax-go/v2/apierror"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 )
 
 var (
@@ -22,9 +22,11 @@ var (
 	// the inbox recognises the redelivery by its ID.
 	ErrInvalidAckID = errors.New("idempubsub: Pub/Sub refused the ack ID as expired (PERMANENT_FAILURE_INVALID_ACK_ID); the message is delivered again")
 
-	// ErrSettled is returned by a second Ack or Nak of one delivery: a delivery is
-	// settled once, and the first settle decided.
-	ErrSettled = errors.New("idempubsub: the delivery was already settled")
+	// ErrSettled is idem.ErrSettled, which a second Ack or Nak of one delivery
+	// returns on every adapter.
+	//
+	// Deprecated: use idem.ErrSettled.
+	ErrSettled = idem.ErrSettled
 )
 
 // Reasons Pub/Sub puts in the ErrorInfo metadata of an Acknowledge or
@@ -39,10 +41,11 @@ var _ idem.Settler = (*settler)(nil)
 
 // settler settles one delivery.
 type settler struct {
-	src     *Source
-	ackID   string
-	msgID   string
-	settled atomic.Bool
+	src      *Source
+	ackID    string
+	msgID    string
+	position string // Delivery.Position: "message <id>"
+	once     brokerkit.Once
 }
 
 // Ack acknowledges the message with an Acknowledge request and waits for its
@@ -52,9 +55,17 @@ type settler struct {
 // request was accepted, and the message may still (rarely) come back, which the
 // inbox's dedup makes harmless.
 func (st *settler) Ack(ctx context.Context) error {
-	if !st.settled.CompareAndSwap(false, true) {
-		return fmt.Errorf("idempubsub: ack of message %s: %w", st.msgID, ErrSettled)
+	if !st.once.Begin() {
+		return brokerkit.Settled("idempubsub", "ack", st.position)
 	}
+	err := st.ack(ctx)
+	if err != nil {
+		st.once.Undo()
+	}
+	return err
+}
+
+func (st *settler) ack(ctx context.Context) error {
 	st.src.release(st.ackID)
 	// First in one Acknowledge request with the acks of other deliveries made
 	// meanwhile; where that request's answer is not a clear yes or no for this ack
@@ -81,15 +92,19 @@ func (st *settler) Nak(ctx context.Context, delay time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !st.settled.CompareAndSwap(false, true) {
-		return fmt.Errorf("idempubsub: nak of message %s: %w", st.msgID, ErrSettled)
+	if !st.once.Begin() {
+		return brokerkit.Settled("idempubsub", "nak", st.position)
 	}
 	st.src.release(st.ackID)
 	secs := nakSeconds(delay)
-	return st.src.settle(ctx, "nak", st, func(ctx context.Context) error {
+	err := st.src.settle(ctx, "nak", st, func(ctx context.Context) error {
 		return st.src.client.SubscriptionAdminClient.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{
 			Subscription: st.src.sub, AckIds: []string{st.ackID}, AckDeadlineSeconds: secs})
 	})
+	if err != nil {
+		st.once.Undo()
+	}
+	return err
 }
 
 // nakSeconds is delay as an ack deadline: whole seconds, rounded up so a backoff

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 )
 
 var (
@@ -35,13 +36,17 @@ type Source struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the renewal loop and the pull in flight
 
+	// leases holds every pulled, unsettled message by ack ID (buf included) and
+	// renews its ack deadline shortly before it expires, to Lease from now, until
+	// MaxExtension after its Pull. Added to under mu.
+	leases brokerkit.Keeper[string]
+
 	mu      sync.Mutex
 	closed  bool
 	buf     []*pubsubpb.ReceivedMessage // pulled and not yet handed out, in Pull order
 	pulling bool
 	pullErr error
-	leases  map[string]*lease // every pulled, unsettled message by ack ID (buf included)
-	changed chan struct{}     // closed (and replaced) whenever the fields above change
+	changed chan struct{} // closed (and replaced) whenever the fields above change
 
 	ackq      chan *ackRequest // to ackLoop, closed at Close
 	ackMu     sync.RWMutex     // guards ackClosed and sends on ackq
@@ -51,12 +56,6 @@ type Source struct {
 
 // maxPullMessages caps one Pull request.
 const maxPullMessages = 1000
-
-// lease is a pulled message whose ack deadline the source renews.
-type lease struct {
-	pulled  time.Time
-	expires time.Time // the deadline Pub/Sub holds, as last set
-}
 
 // subscriptionInfo is what the source knows of its subscription. GetSubscription
 // needs pubsub.subscriptions.get, which roles/pubsub.subscriber lacks: without it,
@@ -82,7 +81,7 @@ func NewSource(ctx context.Context, client *pubsub.Client, cfg SourceConfig) (*S
 		return nil, err
 	}
 	s := &Source{client: client, sub: fullName(client.Project(), "subscriptions", cfg.Subscription), cfg: cfg,
-		leases: make(map[string]*lease), changed: make(chan struct{})}
+		changed: make(chan struct{})}
 	s.info = subscriptionInfo{ackDeadline: DefaultAckDeadline}
 	ps, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.sub})
 	switch {
@@ -102,9 +101,12 @@ func NewSource(ctx context.Context, client *pubsub.Client, cfg SourceConfig) (*S
 			ordering: ps.GetEnableMessageOrdering(), exactlyOnce: ps.GetEnableExactlyOnceDelivery(), counts: ps.GetDeadLetterPolicy() != nil}
 		s.topic = shortName(client.Project(), "topics", ps.GetTopic())
 	}
+	period := min(s.info.ackDeadline, cfg.Lease) / 4
+	s.leases = brokerkit.Keeper[string]{Every: period, Margin: 2 * period, Lease: cfg.Lease,
+		MaxExtension: cfg.MaxExtension + cfg.Lease, // renewals go on until MaxExtension after the Pull
+		Extend:       s.renew, LetGo: s.letGo}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.wg.Add(1)
-	go s.renewLoop()
+	s.wg.Go(func() { s.leases.Run(s.ctx) })
 	s.ackq = make(chan *ackRequest, maxAckIDs)
 	s.ackWG.Add(1)
 	go s.ackLoop()
@@ -134,8 +136,8 @@ func (s *Source) MessagingSystem() string { return messagingSystem }
 // after its effect committed, or Nak; the source renews its ack deadline until
 // then. While MaxOutstanding deliveries are unsettled, Receive waits.
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	if max < 1 {
-		return nil, &idem.InputError{Field: "max", Reason: fmt.Sprintf("is below 1 (got %d)", max), Fix: "ask for at least one delivery"}
+	if err := brokerkit.CheckMax(max); err != nil {
+		return nil, err
 	}
 	for {
 		s.mu.Lock()
@@ -147,7 +149,8 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 			s.mu.Unlock()
 			return nil, err
 		}
-		handedOut := len(s.leases) - len(s.buf)
+		leased := s.leases.Len()
+		handedOut := leased - len(s.buf)
 		if n := min(max, len(s.buf), s.cfg.MaxOutstanding-handedOut); n > 0 {
 			msgs := s.buf[:n:n]
 			s.buf = s.buf[n:]
@@ -159,7 +162,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 			s.mu.Unlock()
 			return nil, &idem.BackendError{Backend: backend, Op: "receive", Err: err}
 		}
-		if room := s.cfg.MaxOutstanding - len(s.leases); !s.pulling && len(s.buf) == 0 && room > 0 {
+		if room := s.cfg.MaxOutstanding - leased; !s.pulling && len(s.buf) == 0 && room > 0 {
 			s.pulling = true
 			s.wg.Add(1)
 			go s.pull(min(max, room, maxPullMessages))
@@ -193,7 +196,7 @@ func (s *Source) pull(n int) {
 		return
 	}
 	for _, m := range msgs {
-		s.leases[m.GetAckId()] = &lease{pulled: now, expires: now.Add(s.info.ackDeadline)}
+		s.leases.Add(m.GetAckId(), now, now.Add(s.info.ackDeadline))
 	}
 	s.buf = append(s.buf, msgs...)
 	if err != nil && !timedOut && status.Code(err) != codes.DeadlineExceeded {
@@ -207,11 +210,13 @@ func (s *Source) pull(n int) {
 func (s *Source) deliveries(msgs []*pubsubpb.ReceivedMessage) []idem.Delivery {
 	out := make([]idem.Delivery, len(msgs))
 	for i, rm := range msgs {
+		st := &settler{src: s, ackID: rm.GetAckId(), msgID: rm.GetMessage().GetMessageId()}
+		st.position = "message " + st.msgID
 		out[i] = idem.Delivery{
 			Message:  fromPubSub(rm.GetMessage(), s.topic),
 			Attempt:  int(max(rm.GetDeliveryAttempt(), 0)),
-			Position: "message " + rm.GetMessage().GetMessageId(),
-			Settler:  &settler{src: s, ackID: rm.GetAckId(), msgID: rm.GetMessage().GetMessageId()},
+			Position: st.position,
+			Settler:  st,
 		}
 	}
 	return out
@@ -226,55 +231,35 @@ func (s *Source) broadcast() {
 // release stops renewing ackID's deadline; it reports false if it was not leased
 // (settled before, or given back at Close).
 func (s *Source) release(ackID string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.leases[ackID]; !ok {
+	if !s.leases.Remove(ackID) {
 		return false
 	}
-	delete(s.leases, ackID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.broadcast()
 	return true
 }
 
-// renewLoop renews the ack deadline of every leased message shortly before it
-// expires, to Lease from now, until MaxExtension after its Pull.
-func (s *Source) renewLoop() {
-	defer s.wg.Done()
-	period := min(s.info.ackDeadline, s.cfg.Lease) / 4
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-tick.C:
+// renew sets the ack deadline of ackIDs to Lease from now. A failure is logged and
+// the messages stay leased: the next look tries again.
+func (s *Source) renew(ctx context.Context, ackIDs []string) map[string]error {
+	for len(ackIDs) > 0 {
+		n := min(len(ackIDs), maxAckIDs)
+		err := s.client.SubscriptionAdminClient.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{
+			Subscription: s.sub, AckIds: ackIDs[:n], AckDeadlineSeconds: int32(s.cfg.Lease / time.Second)})
+		if err != nil && ctx.Err() == nil {
+			s.logWarn("renewing ack deadlines failed; those messages may be delivered again while their handlers run",
+				"messages", n, "err", err)
 		}
-		now := time.Now()
-		var due []string
-		s.mu.Lock()
-		for id, l := range s.leases {
-			switch {
-			case now.Sub(l.pulled) >= s.cfg.MaxExtension:
-				delete(s.leases, id) // handed back to Pub/Sub when its deadline passes
-				s.logWarn("a delivery was not settled within MaxExtension; it is delivered again once its ack deadline passes",
-					"ack_id", id, "max_extension", s.cfg.MaxExtension)
-			case l.expires.Sub(now) < 2*period:
-				due = append(due, id)
-				l.expires = now.Add(s.cfg.Lease)
-			}
-		}
-		s.mu.Unlock()
-		for len(due) > 0 {
-			n := min(len(due), maxAckIDs)
-			err := s.client.SubscriptionAdminClient.ModifyAckDeadline(s.ctx, &pubsubpb.ModifyAckDeadlineRequest{
-				Subscription: s.sub, AckIds: due[:n], AckDeadlineSeconds: int32(s.cfg.Lease / time.Second)})
-			if err != nil && s.ctx.Err() == nil {
-				s.logWarn("renewing ack deadlines failed; those messages may be delivered again while their handlers run",
-					"messages", n, "err", err)
-			}
-			due = due[n:]
-		}
+		ackIDs = ackIDs[n:]
 	}
+	return nil
+}
+
+// letGo warns of a message whose deadline is no longer renewed.
+func (s *Source) letGo(ackID string, _ error) {
+	s.logWarn("a delivery was not settled within MaxExtension; it is delivered again once its ack deadline passes",
+		"ack_id", ackID, "max_extension", s.cfg.MaxExtension)
 }
 
 // nack gives msgs back to the subscription at once (ack deadline 0).
@@ -320,7 +305,7 @@ func (s *Source) Close() error {
 	buf := s.buf
 	s.buf = nil
 	for _, m := range buf {
-		delete(s.leases, m.GetAckId())
+		s.leases.Remove(m.GetAckId())
 	}
 	s.broadcast()
 	s.mu.Unlock()

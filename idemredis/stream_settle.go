@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -15,17 +16,23 @@ const closeTimeout = 5 * time.Second
 // streamSettler settles one entry. It works after its source closed too: acking a
 // delivery that was in flight at shutdown spares its redelivery.
 type streamSettler struct {
-	src *StreamSource
-	id  string // the entry id
+	src  *StreamSource
+	id   string // the entry id
+	once brokerkit.Once
 }
 
-var _ idem.Settler = streamSettler{}
+var _ idem.Settler = (*streamSettler)(nil)
 
 // Ack implements idem.Settler with XACK. Acking an entry that is no longer pending
-// (acked already, after a reclaim by another consumer) is not an error.
-func (st streamSettler) Ack(ctx context.Context) error {
+// (after a reclaim by another consumer) is not an error; a second settle of the
+// delivery returns idem.ErrSettled.
+func (st *streamSettler) Ack(ctx context.Context) error {
+	if !st.once.Begin() {
+		return brokerkit.Settled("idemredis", "ack", st.id)
+	}
 	s := st.src
 	if err := s.client.XAck(ctx, s.cfg.Stream, s.cfg.Group, st.id).Err(); err != nil {
+		st.once.Undo()
 		return backendError("ack", err)
 	}
 	return nil
@@ -34,8 +41,15 @@ func (st streamSettler) Ack(ctx context.Context) error {
 // Nak implements idem.Settler: the entry stays pending with this consumer, its idle
 // time set so that XAUTOCLAIM takes it again after delay (see StreamSource). A
 // negative delay counts as zero.
-func (st streamSettler) Nak(ctx context.Context, delay time.Duration) error {
-	return st.src.nak(ctx, st.id, max(delay, 0))
+func (st *streamSettler) Nak(ctx context.Context, delay time.Duration) error {
+	if !st.once.Begin() {
+		return brokerkit.Settled("idemredis", "nak", st.id)
+	}
+	err := st.src.nak(ctx, st.id, max(delay, 0))
+	if err != nil {
+		st.once.Undo()
+	}
+	return err
 }
 
 func (s *StreamSource) nak(ctx context.Context, id string, delay time.Duration) error {

@@ -3,7 +3,6 @@ package idemredis
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -117,8 +117,8 @@ func (s *StreamSource) Consumer() string { return s.cfg.Consumer }
 // max, as soon as there are any; without any, it returns ctx.Err() within about
 // Block of ctx ending.
 func (s *StreamSource) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	if max < 1 {
-		return nil, &idem.InputError{Field: "max", Reason: fmt.Sprintf("is %d", max), Fix: "ask for at least 1 delivery"}
+	if err := brokerkit.CheckMax(max); err != nil {
+		return nil, err
 	}
 	select {
 	case s.turn <- struct{}{}:
@@ -313,5 +313,5 @@ func (s *StreamSource) delivery(ctx context.Context, x redis.XMessage, attempt i
 		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemredis: malformed stream entry: "+problem,
 			slog.String("stream", s.cfg.Stream), slog.String("entry", x.ID), slog.String("id", m.ID))
 	}
-	return idem.Delivery{Message: m, Attempt: attempt, Position: x.ID, Settler: streamSettler{src: s, id: x.ID}}
+	return idem.Delivery{Message: m, Attempt: attempt, Position: x.ID, Settler: &streamSettler{src: s, id: x.ID}}
 }

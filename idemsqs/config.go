@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idemhq/idem/idemsqs/internal/sqsrules"
+
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/idemhq/idem"
@@ -37,11 +39,10 @@ const (
 	// configurable, counted from the first send of a MessageDeduplicationId.
 	DedupWindow = 5 * time.Minute
 
-	maxVisibility  = 12 * time.Hour // SQS's limit on one message's total invisibility
-	maxWait        = 20 * time.Second
-	maxBatch       = 10 // entries of one SQS batch call
-	maxAttributes  = 10 // message attributes of one message
-	maxGroupOrDedp = 128
+	maxVisibility = 12 * time.Hour // SQS's limit on one message's total invisibility
+	maxWait       = 20 * time.Second
+	maxBatch      = 10 // entries of one SQS batch call
+	maxAttributes = 10 // message attributes of one message
 )
 
 // Client is the part of *sqs.Client the sink and the source use; a test can wrap
@@ -83,7 +84,7 @@ func (cfg SinkConfig) withDefaults() (SinkConfig, error) {
 	if cfg.MaxMessageSize == 0 {
 		cfg.MaxMessageSize = DefaultMaxMessageSize
 	}
-	if err := validGroupOrDedupID(cfg.DefaultGroup); err != nil {
+	if err := sqsrules.GroupOrDedupID(cfg.DefaultGroup); err != nil {
 		return cfg, &idem.InputError{Field: "SinkConfig.DefaultGroup", Reason: err.Error(),
 			Fix: "use 1 to 128 letters, digits or ASCII punctuation, as SQS requires of a MessageGroupId"}
 	}

@@ -24,7 +24,7 @@ func Example() {
 	client := srv.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := idemsqs.CreateQueue(ctx, client, "orders.fifo", idemsqs.QueueConfig{}); err != nil {
+	if _, err := idemsqs.EnsureQueue(ctx, client, "orders.fifo", idemsqs.QueueConfig{}); err != nil {
 		log.Fatal(err)
 	}
 

@@ -41,7 +41,7 @@ func setup(t testing.TB, srv *sqsfake.Server, qcfg idemsqs.QueueConfig) fixture 
 	}
 	f := fixture{srv: srv, c: srv.Client(), queue: fmt.Sprintf("q%d-%d.fifo", time.Now().UnixNano()%1e6, queues.Add(1))}
 	var err error
-	if f.url, err = idemsqs.CreateQueue(context.Background(), f.c, f.queue, qcfg); err != nil {
+	if f.url, err = idemsqs.EnsureQueue(context.Background(), f.c, f.queue, qcfg); err != nil {
 		t.Fatal(err)
 	}
 	sink, err := idemsqs.NewSink(f.c, idemsqs.SinkConfig{MaxMessageSize: qcfg.MaxMessageSize})

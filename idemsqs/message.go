@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsqs/internal/sqsrules"
 )
 
 // Message attributes this package sets itself. Neither is delivered as a header.
@@ -64,8 +64,8 @@ func encode(m idem.Message, cfg SinkConfig) (outgoing, error) {
 		put(k, v)
 	}
 	dedup := m.ID
-	if validGroupOrDedupID(m.ID) != nil {
-		if validText(m.ID) >= 0 {
+	if sqsrules.GroupOrDedupID(m.ID) != nil {
+		if sqsrules.ValidText(m.ID) >= 0 {
 			return outgoing{}, &idem.InputError{Field: "Message.ID", Reason: "has a character SQS cannot carry (a Unicode non-character)",
 				Fix: "use IDs of printable characters"}
 		}
@@ -79,7 +79,7 @@ func encode(m idem.Message, cfg SinkConfig) (outgoing, error) {
 	case cfg.GroupByID:
 		group = dedup
 	}
-	if validGroupOrDedupID(group) != nil {
+	if sqsrules.GroupOrDedupID(group) != nil {
 		group = hashed(group)
 	}
 	var body string
@@ -87,7 +87,7 @@ func encode(m idem.Message, cfg SinkConfig) (outgoing, error) {
 	case len(m.Payload) == 0:
 		body = "-"
 		put(AttrBodyEncoding, "empty")
-	case validText(string(m.Payload)) < 0:
+	case sqsrules.ValidText(string(m.Payload)) < 0:
 		body = string(m.Payload)
 	default:
 		body = base64.StdEncoding.EncodeToString(m.Payload)
@@ -112,7 +112,7 @@ func encode(m idem.Message, cfg SinkConfig) (outgoing, error) {
 // would be taken for one this package sets.
 func validHeader(k, v string) error {
 	field := fmt.Sprintf("Message.Headers[%q]", k)
-	if err := validAttributeName(k); err != nil {
+	if err := sqsrules.AttributeName(k); err != nil {
 		return &idem.InputError{Field: field, Reason: "is not a valid SQS message attribute name: it " + err.Error(),
 			Fix: "use names of letters, digits, '-', '_' and '.', such as \"traceparent\" or \"Content-Type\""}
 	}
@@ -121,8 +121,8 @@ func validHeader(k, v string) error {
 		return &idem.InputError{Field: field, Reason: "is reserved by idemsqs", Fix: "rename the header; the sink carries Message.ID itself"}
 	case v == "":
 		return &idem.InputError{Field: field, Reason: "is empty, and SQS refuses empty attribute values", Fix: "leave the header out, or give it a value"}
-	case validText(v) >= 0:
-		return &idem.InputError{Field: field, Reason: fmt.Sprintf("has a character SQS refuses at byte %d (control characters other than tab and line breaks, bytes that are not UTF-8)", validText(v)),
+	case sqsrules.ValidText(v) >= 0:
+		return &idem.InputError{Field: field, Reason: fmt.Sprintf("has a character SQS refuses at byte %d (control characters other than tab and line breaks, bytes that are not UTF-8)", sqsrules.ValidText(v)),
 			Fix: "encode the value (for example base64)"}
 	}
 	return nil
@@ -199,65 +199,3 @@ func attrString(v types.MessageAttributeValue) string {
 func queueName(q string) string { return q[strings.LastIndexByte(q, '/')+1:] }
 
 func isURL(q string) bool { return strings.HasPrefix(q, "https://") || strings.HasPrefix(q, "http://") }
-
-// validText returns the index of the first character SQS refuses in a body or a
-// String attribute (it accepts XML's characters: tab, line feed, carriage return,
-// U+0020 to U+D7FF, U+E000 to U+FFFD, U+10000 up), or -1.
-func validText(s string) int {
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
-				return i
-			}
-			i++
-			continue
-		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n <= 1 || r == 0xFFFE || r == 0xFFFF {
-			return i
-		}
-		i += n
-	}
-	return -1
-}
-
-// validAttributeName applies SQS's rules for message attribute names.
-func validAttributeName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("is empty")
-	case len(name) > 256:
-		return fmt.Errorf("is longer than 256 characters (got %d)", len(name))
-	case strings.HasPrefix(name, ".") || strings.HasSuffix(name, "."):
-		return fmt.Errorf("starts or ends with a period")
-	case strings.Contains(name, ".."):
-		return fmt.Errorf("has two periods in a row")
-	case len(name) >= 4 && strings.EqualFold(name[:4], "aws.") || len(name) >= 7 && strings.EqualFold(name[:7], "amazon."):
-		return fmt.Errorf("starts with a prefix AWS reserves (AWS. or Amazon.)")
-	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; !isAlnum(c) && c != '-' && c != '_' && c != '.' {
-			return fmt.Errorf("has %q, outside letters, digits, '-', '_' and '.'", rune(c))
-		}
-	}
-	return nil
-}
-
-// validGroupOrDedupID applies SQS's rules for a MessageGroupId or
-// MessageDeduplicationId: 1 to 128 ASCII letters, digits or punctuation.
-func validGroupOrDedupID(id string) error {
-	if id == "" || len(id) > maxGroupOrDedp {
-		return fmt.Errorf("is not 1 to %d characters long (got %d)", maxGroupOrDedp, len(id))
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("has %q, outside ASCII letters, digits and punctuation", rune(c))
-		}
-	}
-	return nil
-}
-
-func isAlnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-}

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/idemhq/idem/idemsqs/internal/sqsrules"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -31,8 +33,8 @@ func FuzzMessage(f *testing.F) {
 			}
 		} else {
 			e := out.entry
-			if validGroupOrDedupID(*e.MessageDeduplicationId) != nil || validGroupOrDedupID(*e.MessageGroupId) != nil ||
-				validText(*e.MessageBody) >= 0 || *e.MessageBody == "" || len(e.MessageAttributes) > maxAttributes {
+			if sqsrules.GroupOrDedupID(*e.MessageDeduplicationId) != nil || sqsrules.GroupOrDedupID(*e.MessageGroupId) != nil ||
+				sqsrules.ValidText(*e.MessageBody) >= 0 || *e.MessageBody == "" || len(e.MessageAttributes) > maxAttributes {
 				t.Fatalf("encode(%+v) made an entry SQS refuses: %+v", m, e)
 			}
 			got := decode(queueName(topic), types.Message{Body: e.MessageBody, MessageAttributes: e.MessageAttributes,

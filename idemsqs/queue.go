@@ -13,7 +13,7 @@ import (
 	"github.com/idemhq/idem"
 )
 
-// QueueConfig configures a queue made by CreateQueue. The zero value is a FIFO
+// QueueConfig configures a queue made by EnsureQueue. The zero value is a FIFO
 // queue with SQS's defaults and deduplication by MessageDeduplicationId only.
 type QueueConfig struct {
 	// VisibilityTimeout is the queue's default visibility timeout; a Source sets
@@ -28,9 +28,9 @@ type QueueConfig struct {
 	ContentBasedDeduplication bool
 }
 
-// CreateQueue creates the FIFO queue name (which must end in ".fifo"), or finds it
+// EnsureQueue creates the FIFO queue name (which must end in ".fifo"), or finds it
 // if it exists with the same attributes, and returns its URL.
-func CreateQueue(ctx context.Context, c interface {
+func EnsureQueue(ctx context.Context, c interface {
 	CreateQueue(context.Context, *sqs.CreateQueueInput, ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error)
 }, name string, cfg QueueConfig) (string, error) {
 	if !strings.HasSuffix(name, ".fifo") {

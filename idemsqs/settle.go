@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -14,6 +13,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 )
 
 // settleTimeout bounds one DeleteMessageBatch call made for several acks, which no
@@ -26,7 +26,7 @@ type settler struct {
 	handle   string
 	position string
 	received time.Time
-	settled  atomic.Bool // set while a settlement is sent or has been
+	once     brokerkit.Once
 }
 
 var _ idem.Settler = (*settler)(nil)
@@ -37,12 +37,12 @@ var _ idem.Settler = (*settler)(nil)
 // visibility timeout ended and another consumer received it) with success but keeps
 // the message, which then comes again: the inbox's dedup absorbs it.
 func (st *settler) Ack(ctx context.Context) error {
-	if err := st.begin(ctx); err != nil {
+	if err := st.begin(ctx, "ack"); err != nil {
 		return err
 	}
 	st.src.untrack(st)
 	if err := st.src.deletes.do(ctx, st); err != nil {
-		st.settled.Store(false)
+		st.once.Undo()
 		return &idem.BackendError{Backend: Backend, Op: "ack", Err: fmt.Errorf("delete %s: %w; it comes again after its visibility timeout", st.position, err)}
 	}
 	return nil
@@ -53,7 +53,7 @@ func (st *settler) Ack(ctx context.Context) error {
 // process. A message whose visibility timeout already ended is visible already,
 // and Nak returns nil.
 func (st *settler) Nak(ctx context.Context, delay time.Duration) error {
-	if err := st.begin(ctx); err != nil {
+	if err := st.begin(ctx, "nak"); err != nil {
 		return err
 	}
 	st.src.untrack(st)
@@ -69,19 +69,20 @@ func (st *settler) Nak(ctx context.Context, delay time.Duration) error {
 		err = fmt.Errorf("%s: %s", aws.ToString(f.Code), aws.ToString(f.Message))
 	}
 	if err != nil {
-		st.settled.Store(false)
+		st.once.Undo()
 		return &idem.BackendError{Backend: Backend, Op: "nak", Err: fmt.Errorf("change the visibility of %s: %w; it comes again after its visibility timeout", st.position, err)}
 	}
 	return nil
 }
 
-func (st *settler) begin(ctx context.Context) error {
+// begin checks ctx and claims the delivery's one settlement (idem.ErrSettled if it
+// is taken).
+func (st *settler) begin(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !st.settled.CompareAndSwap(false, true) {
-		return &idem.InputError{Field: "Delivery", Reason: fmt.Sprintf("at %s is already settled", st.position),
-			Fix: "settle each delivery once: Ack after its effect committed, or Nak"}
+	if !st.once.Begin() {
+		return brokerkit.Settled("idemsqs", op, st.position)
 	}
 	return nil
 }

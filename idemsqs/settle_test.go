@@ -45,7 +45,7 @@ func TestAcksBatched(t *testing.T) {
 	defer srv.Close()
 	ctx := context.Background()
 	c := srv.Client()
-	if _, err := CreateQueue(ctx, c, "acks.fifo", QueueConfig{}); err != nil {
+	if _, err := EnsureQueue(ctx, c, "acks.fifo", QueueConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	sink, _ := NewSink(c, SinkConfig{})

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 )
 
 // closeTimeout bounds the calls Close makes to release unsettled messages.
@@ -35,9 +36,12 @@ type Source struct {
 	stop  context.CancelFunc
 	ended chan struct{} // closed when the extender has returned
 
-	mu       sync.Mutex
-	closed   bool
-	inflight map[*settler]struct{} // unsettled deliveries, extended by extend
+	mu     sync.Mutex
+	closed bool
+	// inflight keeps the unsettled deliveries invisible: every third of the
+	// visibility timeout it sets their timeout to a full one again, until
+	// MaxExtension.
+	inflight brokerkit.Keeper[*settler]
 
 	deletes deleter
 }
@@ -62,11 +66,16 @@ func NewSource(ctx context.Context, c Client, cfg SourceConfig) (*Source, error)
 	if err != nil {
 		return nil, &idem.BackendError{Backend: Backend, Op: "open", Err: err}
 	}
-	s := &Source{c: c, cfg: cfg, url: url, name: queueName(url), inflight: map[*settler]struct{}{}, ended: make(chan struct{})}
+	s := &Source{c: c, cfg: cfg, url: url, name: queueName(url), ended: make(chan struct{})}
 	s.fifo = strings.HasSuffix(s.name, ".fifo")
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	s.deletes.src = s
-	go s.extend()
+	s.inflight = brokerkit.Keeper[*settler]{Every: cfg.VisibilityTimeout / 3, Margin: cfg.VisibilityTimeout,
+		Lease: cfg.VisibilityTimeout, MaxExtension: cfg.MaxExtension, Extend: s.extend, LetGo: s.letGo}
+	go func() {
+		defer close(s.ended)
+		s.inflight.Run(s.ctx)
+	}()
 	return s, nil
 }
 
@@ -90,10 +99,7 @@ func (s *Source) MessagingSystem() string { return "aws_sqs" }
 // message group while another delivery of it is unsettled). After Close it returns
 // idem.ErrClosed.
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
-	if max < 1 {
-		return nil, &idem.InputError{Field: "max", Reason: fmt.Sprintf("is %d", max), Fix: "ask for at least 1 delivery"}
-	}
-	if err := ctx.Err(); err != nil {
+	if err := brokerkit.CheckReceive(ctx, max); err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
@@ -170,7 +176,7 @@ func (s *Source) deliveries(msgs []types.Message, received time.Time) ([]idem.De
 	closed := s.closed
 	if !closed {
 		for _, st := range sts {
-			s.inflight[st] = struct{}{}
+			s.inflight.Add(st, received, received.Add(s.cfg.VisibilityTimeout))
 		}
 	}
 	s.mu.Unlock()
@@ -194,46 +200,23 @@ func (s *Source) isClosed() bool {
 }
 
 // untrack stops extending st.
-func (s *Source) untrack(st *settler) {
-	s.mu.Lock()
-	delete(s.inflight, st)
-	s.mu.Unlock()
+func (s *Source) untrack(st *settler) { s.inflight.Remove(st) }
+
+// extend sets the visibility timeout of sts to a full one again; the keeper lets
+// go of those that failed.
+func (s *Source) extend(ctx context.Context, sts []*settler) map[*settler]error {
+	return s.setVisibility(ctx, sts, s.cfg.VisibilityTimeout)
 }
 
-// extend keeps the unsettled deliveries invisible: every third of the visibility
-// timeout it sets their timeout to a full one again, until MaxExtension.
-func (s *Source) extend() {
-	defer close(s.ended)
-	t := time.NewTicker(s.cfg.VisibilityTimeout / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
-		now := time.Now()
-		var due []*settler
-		s.mu.Lock()
-		for st := range s.inflight {
-			if now.Sub(st.received)+s.cfg.VisibilityTimeout > s.cfg.MaxExtension {
-				delete(s.inflight, st)
-				s.warn("idemsqs: a delivery is unsettled after SourceConfig.MaxExtension; it is no longer extended and comes back when its visibility timeout ends",
-					"position", st.position, "max_extension", s.cfg.MaxExtension)
-				continue
-			}
-			due = append(due, st)
-		}
-		s.mu.Unlock()
-		failed := s.setVisibility(s.ctx, due, s.cfg.VisibilityTimeout)
-		for st, err := range failed {
-			s.untrack(st)
-			if s.ctx.Err() == nil {
-				s.warn("idemsqs: extending a visibility timeout failed; the message may be delivered again",
-					"position", st.position, "error", err)
-			}
-		}
+// letGo warns of a delivery the keeper no longer extends.
+func (s *Source) letGo(st *settler, err error) {
+	if err == nil {
+		s.warn("idemsqs: a delivery is unsettled after SourceConfig.MaxExtension; it is no longer extended and comes back when its visibility timeout ends",
+			"position", st.position, "max_extension", s.cfg.MaxExtension)
+		return
 	}
+	s.warn("idemsqs: extending a visibility timeout failed; the message may be delivered again",
+		"position", st.position, "error", err)
 }
 
 // setVisibility sets the visibility timeout of sts in batches of 10 and returns the
@@ -292,12 +275,11 @@ func (s *Source) Close() error {
 	}
 	s.closed = true
 	var unsettled []*settler
-	for st := range s.inflight {
-		if !st.settled.Load() {
+	for _, st := range s.inflight.Drain() {
+		if !st.once.Taken() {
 			unsettled = append(unsettled, st)
 		}
 	}
-	s.inflight = map[*settler]struct{}{}
 	s.mu.Unlock()
 	s.stop()
 	<-s.ended

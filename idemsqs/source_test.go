@@ -125,8 +125,8 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("NewSink(%+v) = %v, want an input error on %s", tc.cfg, err, tc.field)
 		}
 	}
-	if _, err := idemsqs.CreateQueue(ctx, f.c, "standard", idemsqs.QueueConfig{}); !errors.Is(err, idem.ErrInvalid) {
-		t.Errorf("CreateQueue(standard) = %v, want an input error", err)
+	if _, err := idemsqs.EnsureQueue(ctx, f.c, "standard", idemsqs.QueueConfig{}); !errors.Is(err, idem.ErrInvalid) {
+		t.Errorf("EnsureQueue(standard) = %v, want an input error", err)
 	}
 }
 

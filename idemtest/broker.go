@@ -46,6 +46,12 @@ func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
 		{"ClosedSource", testBrokerClosed},
 		{"TraceContextSurvives", testBrokerTraceContext},
 		{"DeadlineSurvives", testBrokerDeadline},
+		{"SettleTwice", testBrokerSettleTwice},
+		{"NakZeroIsRedelivered", testBrokerNakZero},
+		{"DelayedNak", testBrokerDelayedNak},
+		{"Attempts", testBrokerAttempts},
+		{"CloseWithUnsettled", testBrokerCloseUnsettled},
+		{"ConcurrentReceive", testBrokerConcurrentReceive},
 	})
 }
 
@@ -225,19 +231,26 @@ func testBrokerUnacked(t *testing.T, env BrokerEnv) {
 	Ack(t, again...)
 }
 
-func testBrokerNak(t *testing.T, env BrokerEnv) {
+func testBrokerNak(t *testing.T, env BrokerEnv) { nakIsRedelivered(t, env, 100*time.Millisecond) }
+
+// testBrokerNakZero: a Nak without a delay hands the message back at once, on
+// every adapter.
+func testBrokerNakZero(t *testing.T, env BrokerEnv) { nakIsRedelivered(t, env, 0) }
+
+// nakIsRedelivered: a message Nak'ed with delay comes back to the same source.
+func nakIsRedelivered(t *testing.T, env BrokerEnv, delay time.Duration) {
 	Publish(t, env.Sink, brokerMsg(env, 1))
 	src := env.NewSource(t)
 	got := Receive(t, src, 1, env.wait())
 	if len(got) != 1 {
 		t.Fatal("message not received")
 	}
-	if err := got[0].Settler.Nak(context.Background(), 100*time.Millisecond); err != nil {
-		t.Fatalf("Nak: %v", err)
+	if err := got[0].Settler.Nak(context.Background(), delay); err != nil {
+		t.Fatalf("Nak(%v): %v", delay, err)
 	}
 	again := Receive(t, src, 1, env.wait())
 	if len(again) != 1 || again[0].ID != got[0].ID {
-		t.Fatalf("after Nak, received %v; want %s again", ids(again), got[0].ID)
+		t.Fatalf("after Nak(%v), received %v; want %s again", delay, ids(again), got[0].ID)
 	}
 	Ack(t, again...)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
@@ -29,7 +30,7 @@ func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: filepath.Join(dir, "nats")})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{Dir: filepath.Join(dir, "nats")})
 	if err != nil {
 		log.Fatal(err)
 	}

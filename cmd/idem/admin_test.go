@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
@@ -245,7 +245,7 @@ func TestServeAdminTokenChecked(t *testing.T) {
 // message the relay parked is listed there, and not without the token.
 func TestRelayAdminAPI(t *testing.T) {
 	t.Parallel()
-	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: t.TempDir()})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("StartServer: %v", err)
 	}

@@ -45,7 +45,7 @@ func openAMQPBroker(b *verifyBroker, raw, run string) error {
 		return fmt.Errorf("--broker %s: %w", redact.URL(raw), err)
 	}
 	b.cleanup = append(b.cleanup, func() { admin.Close() })
-	if err := idemamqp.DeclareQueue(admin, b.topic, idemamqp.QueueConfig{Quorum: true}); err != nil {
+	if err := idemamqp.EnsureQueue(context.TODO(), admin, b.topic, idemamqp.QueueConfig{Quorum: true}); err != nil {
 		return fmt.Errorf("--broker %s: %w", redact.URL(raw), err)
 	}
 	b.cleanup = append(b.cleanup, func() {

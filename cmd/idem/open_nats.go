@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/idemhq/idem/internal/redact"
 )
 
@@ -178,7 +179,7 @@ func (b *verifyBroker) embedNATS() (string, error) {
 		return "", err
 	}
 	b.cleanup = append(b.cleanup, func() { os.RemoveAll(dir) })
-	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: dir})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{Dir: dir})
 	if err != nil {
 		return "", fmt.Errorf("--broker nats: start the embedded server: %w", err)
 	}

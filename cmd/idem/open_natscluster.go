@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem/cmd/idem/internal/verify"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 )
 
 // openNATSClusterBroker is verify's --broker nats-cluster: three embedded NATS
@@ -29,7 +30,7 @@ func openNATSClusterBroker(ctx context.Context, b *verifyBroker, raw, run string
 		return err
 	}
 	b.cleanup = append(b.cleanup, func() { os.RemoveAll(dir) })
-	c, err := idemnats.StartCluster(ctx, idemnats.ClusterConfig{Dir: dir, Logger: quietServers(logger)})
+	c, err := natsserver.StartCluster(ctx, natsserver.ClusterConfig{Dir: dir, Logger: quietServers(logger)})
 	if err != nil {
 		return fmt.Errorf("--broker nats-cluster: start the embedded cluster: %w", err)
 	}
@@ -75,7 +76,7 @@ func quietServers(logger *slog.Logger) *slog.Logger {
 
 // natsNodeFaults is the verify.NodeFaulter of an embedded cluster.
 type natsNodeFaults struct {
-	c      *idemnats.Cluster
+	c      *natsserver.Cluster
 	stream string
 }
 

@@ -141,7 +141,7 @@ func openSQSBroker(ctx context.Context, b *verifyBroker, raw, run string) error 
 		return '-'
 	}, run)
 	b.topic = b.topic[:min(len(b.topic), 75)] + ".fifo"
-	if _, err := idemsqs.CreateQueue(ctx, client, b.topic, idemsqs.QueueConfig{}); err != nil {
+	if _, err := idemsqs.EnsureQueue(ctx, client, b.topic, idemsqs.QueueConfig{}); err != nil {
 		return fmt.Errorf("--broker sqs: %w", err)
 	}
 	b.openSink = func(ctx context.Context) (idem.Sink, error) {

@@ -26,7 +26,7 @@ func TestRelaySQLiteToSQS(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Close() })
 	ctx := context.Background()
-	if _, err := idemsqs.CreateQueue(ctx, srv.Client(), "relaytest.fifo", idemsqs.QueueConfig{}); err != nil {
+	if _, err := idemsqs.EnsureQueue(ctx, srv.Client(), "relaytest.fifo", idemsqs.QueueConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	path, _, enqueue := sqliteOutbox(t, "relaytest.fifo")

@@ -103,8 +103,8 @@ func TestRelaySQLiteToRabbitMQ(t *testing.T) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	queue := testsvc.UniqueName("relaytest-")
-	if err := idemamqp.DeclareQueue(conn, queue, idemamqp.QueueConfig{}); err != nil {
-		t.Fatalf("DeclareQueue: %v", err)
+	if err := idemamqp.EnsureQueue(context.Background(), conn, queue, idemamqp.QueueConfig{}); err != nil {
+		t.Fatalf("EnsureQueue: %v", err)
 	}
 	ch, err := conn.Channel()
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -166,7 +167,7 @@ func sqliteOutbox(t *testing.T, topic string) (string, *sql.DB, func(ids ...stri
 func TestRelaySQLiteToNATS(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: t.TempDir()})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("StartServer: %v", err)
 	}

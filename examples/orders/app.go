@@ -21,6 +21,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemnats"
+	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
@@ -160,7 +161,7 @@ func (a *App) openNATS(ctx context.Context) error {
 			return err
 		}
 		a.closers = append(a.closers, func() { os.RemoveAll(dir) })
-		srv, err := idemnats.StartServer(idemnats.ServerConfig{Dir: dir})
+		srv, err := natsserver.StartServer(natsserver.ServerConfig{Dir: dir})
 		if err != nil {
 			return fmt.Errorf("start the embedded NATS server: %w", err)
 		}

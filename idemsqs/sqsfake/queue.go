@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemhq/idem/idemsqs/internal/sqsrules"
 )
 
 type queue struct {
@@ -128,7 +130,7 @@ func (q *queue) check(e sendEntry) (int, *apiError) {
 	if e.MessageBody == nil || *e.MessageBody == "" {
 		return 0, &apiError{400, "MissingParameter", "MissingParameter", "The request must contain the parameter MessageBody."}
 	}
-	if i := validText(*e.MessageBody); i >= 0 {
+	if i := sqsrules.ValidText(*e.MessageBody); i >= 0 {
 		return 0, &apiError{400, "InvalidMessageContents", "InvalidMessageContents", fmt.Sprintf("Invalid characters found in the message body at byte %d.", i)}
 	}
 	asize, aerr := checkAttributes(e.MessageAttributes)
@@ -154,14 +156,14 @@ func (q *queue) check(e sendEntry) (int, *apiError) {
 	if e.MessageGroupId == "" {
 		return 0, &apiError{400, "MissingParameter", "MissingParameter", "The request must contain the parameter MessageGroupId."}
 	}
-	if err := validGroupOrDedupID(e.MessageGroupId); err != nil {
+	if err := sqsrules.GroupOrDedupID(e.MessageGroupId); err != nil {
 		return 0, errInvalid("Value %q for parameter MessageGroupId is invalid: it %v.", e.MessageGroupId, err)
 	}
 	if e.MessageDeduplicationId == "" && !q.contentDedup {
 		return 0, errInvalid("The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
 	}
 	if e.MessageDeduplicationId != "" {
-		if err := validGroupOrDedupID(e.MessageDeduplicationId); err != nil {
+		if err := sqsrules.GroupOrDedupID(e.MessageDeduplicationId); err != nil {
 			return 0, errInvalid("Value %q for parameter MessageDeduplicationId is invalid: it %v.", e.MessageDeduplicationId, err)
 		}
 	}

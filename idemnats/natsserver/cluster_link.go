@@ -1,4 +1,4 @@
-package idemnats
+package natsserver
 
 import (
 	"io"
@@ -14,7 +14,7 @@ import (
 // connection: the address nodes advertise, so gossip never opens a route that
 // bypasses the links.
 //
-// It is the cluster's own, not chaos.Proxy: idemnats must not depend on
+// It is the cluster's own, not chaos.Proxy: natsserver must not depend on
 // toxiproxy, and a route cut must hold for as long as the test says while both
 // directions of a pair are cut together.
 type link struct {

@@ -1,4 +1,4 @@
-package idemnats
+package natsserver
 
 import (
 	"context"

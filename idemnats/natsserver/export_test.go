@@ -1,4 +1,4 @@
-package idemnats
+package natsserver
 
 // JetStreamSync returns how the server's JetStream syncs its file store: always
 // (before each ack), or in the background every interval.
