@@ -47,7 +47,7 @@ func MetricValue(t testing.TB, g prometheus.Gatherer, name string, labels map[st
 	return 0
 }
 
-// MetricsSuite checks that a store reports its claims as DESIGN.md §5 names them:
+// MetricsSuite checks that a store reports its claims as docs/observability.md names them:
 // idem_claims_total by outcome, idem_duplicates_total, and the claim latency
 // histogram; a BatchClaimer counts the claims of a batch one by one. newStore
 // returns a fresh store of backend registering on reg.

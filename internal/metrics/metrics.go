@@ -12,7 +12,7 @@ import (
 )
 
 // Store records a store's claims, duplicates, latency and sweeps under the names of
-// DESIGN.md §5. Its methods are safe on a nil receiver, which records nothing.
+// docs/observability.md. Its methods are safe on a nil receiver, which records nothing.
 type Store struct {
 	backend string
 	claims  *prometheus.CounterVec
