@@ -1,6 +1,7 @@
 package idemamqp
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -86,12 +87,8 @@ type SourceConfig struct {
 // withDefaults returns cfg with zero fields replaced by their defaults, validated.
 // It is the one place the source's defaults are applied.
 func (cfg SourceConfig) withDefaults() (SourceConfig, error) {
-	if cfg.Prefetch == 0 {
-		cfg.Prefetch = DefaultPrefetch
-	}
-	if cfg.MaxNakDelay == 0 {
-		cfg.MaxNakDelay = DefaultMaxNakDelay
-	}
+	cfg.Prefetch = cmp.Or(cfg.Prefetch, DefaultPrefetch)
+	cfg.MaxNakDelay = cmp.Or(cfg.MaxNakDelay, DefaultMaxNakDelay)
 	return cfg, cfg.validate()
 }
 

@@ -3,6 +3,7 @@ package idemamqp
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -99,23 +100,11 @@ func attempt(d amqp.Delivery, quorum bool) int {
 
 // headerInt reads a count header, which the broker sends as a signed integer.
 func headerInt(v any) int {
-	switch n := v.(type) {
-	case int64:
-		return int(n)
-	case int32:
-		return int(n)
-	case int16:
-		return int(n)
-	case int8:
-		return int(n)
-	case int:
-		return n
-	case uint32:
-		return int(n)
-	case uint16:
-		return int(n)
-	case byte:
-		return int(n)
+	switch v.(type) {
+	case int64, int32, int16, int8, int:
+		return int(reflect.ValueOf(v).Int())
+	case uint32, uint16, byte:
+		return int(reflect.ValueOf(v).Uint())
 	}
 	return 0
 }

@@ -69,13 +69,7 @@ func (st *settler) Nak(ctx context.Context, delay time.Duration) error {
 // begin checks ctx and claims the delivery's one settlement (idem.ErrSettled if it
 // is taken).
 func (st *settler) begin(ctx context.Context, op string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if !st.once.Begin() {
-		return brokerkit.Settled("idemamqp", op, st.position)
-	}
-	return nil
+	return st.once.Claim(ctx, "idemamqp", op, st.position)
 }
 
 func (st *settler) failed(op string, err error) error {

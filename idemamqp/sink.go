@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -33,10 +34,7 @@ type Sink struct {
 	closed bool
 }
 
-var (
-	_ idem.Sink            = (*Sink)(nil)
-	_ idem.FeatureReporter = (*Sink)(nil)
-)
+var _ brokerkit.Sink = (*Sink)(nil)
 
 // publisher is one confirm-mode channel with the listeners Publish reads.
 type publisher struct {
@@ -54,10 +52,7 @@ type publisher struct {
 // dial again and make a new sink. conn must not have automatic recovery
 // (amqp.Config.Recovery), for the reasons given at NewSource.
 func NewSink(conn *amqp.Connection, cfg SinkConfig) (*Sink, error) {
-	if err := checkConn(conn); err != nil {
-		return nil, err
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Configure(checkConn(conn), cfg, SinkConfig.withDefaults)
 	if err != nil {
 		return nil, err
 	}

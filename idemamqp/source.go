@@ -32,10 +32,7 @@ type Source struct {
 	pending map[*settler]*time.Timer // delayed Naks not yet sent
 }
 
-var (
-	_ idem.Source          = (*Source)(nil)
-	_ idem.FeatureReporter = (*Source)(nil)
-)
+var _ brokerkit.Source = (*Source)(nil)
 
 // session is one channel consuming the queue.
 type session struct {
@@ -54,10 +51,7 @@ type session struct {
 // channel's delivery tags start again at 1, so acknowledging a delivery received
 // before it could acknowledge a different message, which would then be lost.
 func NewSource(conn *amqp.Connection, cfg SourceConfig) (*Source, error) {
-	if err := checkConn(conn); err != nil {
-		return nil, err
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Configure(checkConn(conn), cfg, SourceConfig.withDefaults)
 	if err != nil {
 		return nil, err
 	}
@@ -207,20 +201,15 @@ func (s *Source) whyLost(sess *session) error {
 // delivery not yet acknowledged, including those held by a delayed Nak, at once.
 // Blocked and later Receive calls return idem.ErrClosed.
 func (s *Source) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	close(s.done)
-	for st, t := range s.pending {
-		t.Stop()
-		delete(s.pending, st)
-	}
-	sess := s.sess
-	s.sess = nil
-	s.mu.Unlock()
+	var sess *session
+	brokerkit.CloseOnce(&s.mu, &s.closed, func() {
+		close(s.done)
+		for st, t := range s.pending {
+			t.Stop()
+			delete(s.pending, st)
+		}
+		sess, s.sess = s.sess, nil
+	})
 	if sess == nil {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package idemkafka
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -81,9 +82,7 @@ type SourceConfig struct {
 // withDefaults returns cfg with zero fields replaced by their defaults, validated.
 // It is the one place defaults are applied.
 func (cfg SourceConfig) withDefaults() (SourceConfig, error) {
-	if cfg.CommitInterval == 0 {
-		cfg.CommitInterval = DefaultCommitInterval
-	}
+	cfg.CommitInterval = cmp.Or(cfg.CommitInterval, DefaultCommitInterval)
 	return cfg, cfg.validate()
 }
 

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -15,10 +16,7 @@ type Sink struct {
 	client *kgo.Client
 }
 
-var (
-	_ idem.Sink            = (*Sink)(nil)
-	_ idem.FeatureReporter = (*Sink)(nil)
-)
+var _ brokerkit.Sink = (*Sink)(nil)
 
 // NewSink connects a producer to cfg.Brokers. Close it when done.
 func NewSink(cfg SinkConfig) (*Sink, error) {

@@ -39,10 +39,7 @@ type Source struct {
 	closeOnce sync.Once
 }
 
-var (
-	_ idem.Source          = (*Source)(nil)
-	_ idem.FeatureReporter = (*Source)(nil)
-)
+var _ brokerkit.Source = (*Source)(nil)
 
 // NewSource joins cfg.Group on cfg.Brokers and consumes cfg.Topics. Joining happens
 // in the background; Receive returns records once partitions are assigned. Close

@@ -1,6 +1,7 @@
 package idemkafka
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -103,18 +104,10 @@ func (cfg TransformConfig) withDefaults() (TransformConfig, error) {
 	if err := cfg.validate(); err != nil {
 		return cfg, err
 	}
-	if cfg.Workers == 0 {
-		cfg.Workers = 1
-	}
-	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = DefaultTransformBatch
-	}
-	if cfg.TransactionTimeout == 0 {
-		cfg.TransactionTimeout = DefaultTransactionTimeout
-	}
-	if cfg.RetryDelay == 0 {
-		cfg.RetryDelay = DefaultRetryDelay
-	}
+	cfg.Workers = cmp.Or(cfg.Workers, 1)
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, DefaultTransformBatch)
+	cfg.TransactionTimeout = cmp.Or(cfg.TransactionTimeout, DefaultTransactionTimeout)
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, DefaultRetryDelay)
 	return cfg, nil
 }
 

@@ -1,6 +1,7 @@
 package idemnats
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -61,12 +62,8 @@ func (cfg SinkConfig) withDefaults() (SinkConfig, error) {
 		return cfg, &idem.InputError{Field: "SinkConfig.Dedup", Reason: fmt.Sprintf("is unknown (got %d)", cfg.Dedup),
 			Fix: "use idemnats.DedupWindow or idemnats.DedupForever"}
 	}
-	if cfg.MaxInFlight == 0 {
-		cfg.MaxInFlight = DefaultMaxInFlight
-	}
-	if cfg.RetryTimeout == 0 {
-		cfg.RetryTimeout = DefaultRetryTimeout
-	}
+	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight)
+	cfg.RetryTimeout = cmp.Or(cfg.RetryTimeout, DefaultRetryTimeout)
 	if cfg.RetryTimeout < -1 || cfg.RetryTimeout > DefaultDuplicates {
 		return cfg, &idem.InputError{Field: "SinkConfig.RetryTimeout", Reason: fmt.Sprintf("is outside -1..%v (got %v)", DefaultDuplicates, cfg.RetryTimeout),
 			Fix: "use 0 for 20s, -1 for no retries, or less than the stream's Duplicates window"}
@@ -120,15 +117,9 @@ type SourceConfig struct {
 }
 
 func (cfg SourceConfig) withDefaults() (SourceConfig, error) {
-	if cfg.AckWait == 0 {
-		cfg.AckWait = DefaultAckWait
-	}
-	if cfg.MaxAckPending == 0 {
-		cfg.MaxAckPending = DefaultMaxAckPending
-	}
-	if cfg.FetchWait == 0 {
-		cfg.FetchWait = DefaultFetchWait
-	}
+	cfg.AckWait = cmp.Or(cfg.AckWait, DefaultAckWait)
+	cfg.MaxAckPending = cmp.Or(cfg.MaxAckPending, DefaultMaxAckPending)
+	cfg.FetchWait = cmp.Or(cfg.FetchWait, DefaultFetchWait)
 	return cfg, cfg.validate()
 }
 
@@ -139,10 +130,8 @@ func (cfg SourceConfig) validate() error {
 	if err := validateName("SourceConfig.Durable", cfg.Durable, "the consumer group, such as \"billing\""); err != nil {
 		return err
 	}
-	for i, f := range cfg.FilterSubjects {
-		if err := validateSubject(fmt.Sprintf("SourceConfig.FilterSubjects[%d]", i), f); err != nil {
-			return err
-		}
+	if err := validateSubjects("SourceConfig.FilterSubjects", cfg.FilterSubjects); err != nil {
+		return err
 	}
 	switch {
 	case cfg.AckWait < time.Millisecond:
@@ -199,12 +188,8 @@ func (cfg StreamConfig) withDefaults() (StreamConfig, error) {
 	if len(cfg.Subjects) == 0 {
 		cfg.Subjects = []string{cfg.Name}
 	}
-	if cfg.Duplicates == 0 {
-		cfg.Duplicates = DefaultDuplicates
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
+	cfg.Duplicates = cmp.Or(cfg.Duplicates, DefaultDuplicates)
+	cfg.Replicas = cmp.Or(cfg.Replicas, 1)
 	return cfg, cfg.validate()
 }
 
@@ -212,10 +197,8 @@ func (cfg StreamConfig) validate() error {
 	if err := validateName("StreamConfig.Name", cfg.Name, "a name such as \"ORDERS\""); err != nil {
 		return err
 	}
-	for i, s := range cfg.Subjects {
-		if err := validateSubject(fmt.Sprintf("StreamConfig.Subjects[%d]", i), s); err != nil {
-			return err
-		}
+	if err := validateSubjects("StreamConfig.Subjects", cfg.Subjects); err != nil {
+		return err
 	}
 	switch {
 	case cfg.Duplicates < 0:
@@ -257,6 +240,17 @@ func validateName(field, name, example string) error {
 	}
 	if len(name) > 255 {
 		return &idem.InputError{Field: field, Reason: fmt.Sprintf("is longer than 255 bytes (got %d)", len(name)), Fix: "shorten it"}
+	}
+	return nil
+}
+
+// validateSubjects checks each subject of field (validateSubject), naming the
+// first bad one by its index.
+func validateSubjects(field string, subjects []string) error {
+	for i, s := range subjects {
+		if err := validateSubject(fmt.Sprintf("%s[%d]", field, i), s); err != nil {
+			return err
+		}
 	}
 	return nil
 }

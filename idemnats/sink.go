@@ -7,14 +7,12 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-var (
-	_ idem.Sink            = (*Sink)(nil)
-	_ idem.FeatureReporter = (*Sink)(nil)
-)
+var _ brokerkit.Sink = (*Sink)(nil)
 
 // Sink publishes idem messages to JetStream: subject Message.Topic, header
 // Nats-Msg-Id = Message.ID, so the stream drops a republished message within its
@@ -30,10 +28,7 @@ type Sink struct {
 // publishes to must belong to a stream (see EnsureStream); the connection stays the
 // caller's to close.
 func NewSink(js jetstream.JetStream, cfg SinkConfig) (*Sink, error) {
-	if js == nil {
-		return nil, &idem.InputError{Field: "js", Reason: "is nil", Fix: "pass jetstream.New(nc)"}
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Setup(js == nil, "js", "pass jetstream.New(nc)", cfg, SinkConfig.withDefaults)
 	if err != nil {
 		return nil, err
 	}

@@ -3,17 +3,13 @@ package idemnats
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/brokerkit"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-var (
-	_ idem.Source          = (*Source)(nil)
-	_ idem.FeatureReporter = (*Source)(nil)
-)
+var _ brokerkit.Source = (*Source)(nil)
 
 // Source receives from a durable JetStream pull consumer with explicit acks. Every
 // source opened with the same stream and durable name competes for one set of
@@ -30,13 +26,10 @@ type Source struct {
 	cons jetstream.Consumer
 	cfg  SourceConfig
 
-	mu       sync.Mutex
-	closed   bool
-	buf      []jetstream.Msg // fetched and not yet handed out, in stream order
-	fetching bool            // a Fetch is outstanding and its pump is running
-	fetchErr error           // the last Fetch's failure, reported by the next Receive
-	lastMax  int             // the last Receive's max: what a prefetch asks for
-	changed  chan struct{}   // closed (and replaced) whenever the fields above change
+	// pump buffers what the Fetch brings (Pulling: a Fetch is outstanding and
+	// its collect is running); its Mu also guards the fields below.
+	pump    brokerkit.Pump[jetstream.Msg]
+	lastMax int // the last Receive's max: what a prefetch asks for
 	// electionRetry paces pull requests ended by leader elections (nil between).
 	electionRetry *backoff
 }
@@ -47,10 +40,7 @@ type Source struct {
 // message (MaxDeliver unlimited): dead-lettering is the inbox's decision, made with
 // Delivery.Attempt.
 func NewSource(ctx context.Context, js jetstream.JetStream, cfg SourceConfig) (*Source, error) {
-	if js == nil {
-		return nil, &idem.InputError{Field: "js", Reason: "is nil", Fix: "pass jetstream.New(nc)"}
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Setup(js == nil, "js", "pass jetstream.New(nc)", cfg, SourceConfig.withDefaults)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +68,7 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg SourceConfig) (*
 		return nil, &idem.BackendError{Backend: backend, Op: "create consumer",
 			Err: fmt.Errorf("durable %q on stream %q: %w", cfg.Durable, cfg.Stream, err)}
 	}
-	return &Source{cons: cons, cfg: cfg, changed: make(chan struct{})}, nil
+	return &Source{cons: cons, cfg: cfg}, nil
 }
 
 // Features reports what JetStream guarantees to idem; see the package documentation.
@@ -95,82 +85,68 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 	if err := brokerkit.CheckMax(max); err != nil {
 		return nil, err
 	}
-	for {
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return nil, idem.ErrClosed
-		}
-		if err := ctx.Err(); err != nil {
-			s.mu.Unlock()
-			return nil, err
-		}
-		s.lastMax = max
-		if len(s.buf) > 0 {
-			n := min(max, len(s.buf))
-			msgs := s.buf[:n:n]
-			s.buf = s.buf[n:]
-			s.prefetch()
-			s.mu.Unlock()
-			return deliveries(msgs, s.cfg.AckWait, s.cons), nil
-		}
-		if err := s.fetchErr; err != nil {
-			s.fetchErr = nil
-			s.mu.Unlock()
-			return nil, &idem.BackendError{Backend: backend, Op: "receive", Err: err}
-		}
-		if !s.fetching {
-			if err := s.startFetch(max); err != nil {
-				s.mu.Unlock()
-				return nil, &idem.BackendError{Backend: backend, Op: "receive", Err: err}
-			}
-		}
-		changed := s.changed
-		s.mu.Unlock()
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	msgs, err := s.pump.Receive(ctx, func() ([]jetstream.Msg, error) { return s.next(max) })
+	if err != nil {
+		return nil, err
 	}
+	return deliveries(msgs, s.cfg.AckWait, s.cons), nil
+}
+
+// next hands out up to max buffered messages, or reports the last Fetch's
+// failure, or sends a pull request if none is outstanding. s.pump.Mu is held.
+func (s *Source) next(max int) ([]jetstream.Msg, error) {
+	s.lastMax = max
+	if len(s.pump.Buf) > 0 {
+		msgs := s.pump.Take(min(max, len(s.pump.Buf)))
+		s.prefetch()
+		return msgs, nil
+	}
+	err := s.pump.Failed()
+	if err == nil && !s.pump.Pulling {
+		err = s.startFetch(max)
+	}
+	if err != nil {
+		return nil, &idem.BackendError{Backend: backend, Op: "receive", Err: err}
+	}
+	return nil, nil
 }
 
 // prefetch sends the next pull request, for as many messages as the last Receive
 // asked for, if Prefetch is on, the buffer is empty and none is outstanding. A
 // failure is the next Receive's to report: it asks again, and returns the error if
-// that fails too. s.mu is held.
+// that fails too. s.pump.Mu is held.
 func (s *Source) prefetch() {
-	if s.cfg.Prefetch && !s.closed && len(s.buf) == 0 && !s.fetching {
+	if s.cfg.Prefetch && !s.pump.Closed && len(s.pump.Buf) == 0 && !s.pump.Pulling {
 		_ = s.startFetch(s.lastMax)
 	}
 }
 
 // startFetch sends one pull request for up to max messages and starts its pump.
-// s.mu is held.
+// s.pump.Mu is held.
 func (s *Source) startFetch(max int) error {
 	batch, err := s.cons.Fetch(max, jetstream.FetchMaxWait(s.cfg.FetchWait))
 	if err != nil {
 		return err
 	}
-	s.fetching = true
-	go s.pump(batch)
+	s.pump.Pulling = true
+	go s.collect(batch)
 	return nil
 }
 
-// pump moves the messages of one pull request into the buffer as they arrive, so
+// collect moves the messages of one pull request into the buffer as they arrive, so
 // Receive can return the first ones at once. Messages that arrive after Close are
 // handed back with a Nak.
-func (s *Source) pump(batch jetstream.MessageBatch) {
+func (s *Source) collect(batch jetstream.MessageBatch) {
 	brought := false
 	for m := range batch.Messages() {
 		brought = true
-		s.mu.Lock()
-		closed := s.closed
+		s.pump.Mu.Lock()
+		closed := s.pump.Closed
 		if !closed {
-			s.buf = append(s.buf, m)
-			s.broadcast()
+			s.pump.Buf = append(s.pump.Buf, m)
+			s.pump.Broadcast()
 		}
-		s.mu.Unlock()
+		s.pump.Mu.Unlock()
 		if closed {
 			s.giveBack(m)
 		}
@@ -179,25 +155,25 @@ func (s *Source) pump(batch jetstream.MessageBatch) {
 	// A pull request ended by a leader election is asked again, after a pause
 	// that grows while elections last, and reported once they last too long.
 	if err != nil && transient(context.Background(), err) {
-		s.mu.Lock()
+		s.pump.Mu.Lock()
 		if s.electionRetry == nil {
 			s.electionRetry = newBackoff(DefaultRetryTimeout)
 		}
 		retry := s.electionRetry
-		s.mu.Unlock()
+		s.pump.Mu.Unlock()
 		if retry.wait(context.Background()) {
 			err = nil
 		}
 	} else if err == nil {
-		s.mu.Lock()
+		s.pump.Mu.Lock()
 		s.electionRetry = nil
-		s.mu.Unlock()
+		s.pump.Mu.Unlock()
 	}
-	s.mu.Lock()
-	s.fetching = false
-	if err != nil && !s.closed {
+	s.pump.Mu.Lock()
+	s.pump.Pulling = false
+	if err != nil && !s.pump.Closed {
 		s.electionRetry = nil
-		s.fetchErr = fmt.Errorf("fetch from durable %q on stream %q: %w", s.cfg.Durable, s.cfg.Stream, err)
+		s.pump.Err = fmt.Errorf("fetch from durable %q on stream %q: %w", s.cfg.Durable, s.cfg.Stream, err)
 	}
 	if err == nil && brought {
 		// Every message was handed out before the request ended (else the
@@ -206,14 +182,8 @@ func (s *Source) pump(batch jetstream.MessageBatch) {
 		// source stops asking until its next Receive.
 		s.prefetch()
 	}
-	s.broadcast()
-	s.mu.Unlock()
-}
-
-// broadcast wakes every waiting Receive. s.mu is held.
-func (s *Source) broadcast() {
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.pump.Broadcast()
+	s.pump.Mu.Unlock()
 }
 
 // Close stops receiving: Receive returns idem.ErrClosed from now on. Messages
@@ -222,16 +192,7 @@ func (s *Source) broadcast() {
 // connection). A pull request outstanding at Close ends on the server within
 // FetchWait; messages it still brings are Nak'ed too.
 func (s *Source) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	buf := s.buf
-	s.buf = nil
-	s.broadcast()
-	s.mu.Unlock()
+	buf, _ := s.pump.Close(nil)
 	for _, m := range buf {
 		s.giveBack(m)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -15,10 +16,7 @@ import (
 // see them. Changing the storage of an existing stream fails: NATS cannot convert
 // it in place.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, error) {
-	if js == nil {
-		return nil, &idem.InputError{Field: "js", Reason: "is nil", Fix: "pass jetstream.New(nc)"}
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Setup(js == nil, "js", "pass jetstream.New(nc)", cfg, StreamConfig.withDefaults)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 )
 
 // EnsureTopic creates the topic (an ID in the client's project, or a full name) if
@@ -35,10 +36,7 @@ func EnsureTopic(ctx context.Context, client *pubsub.Client, topic string) error
 // yet. An existing subscription is left as it is (Pub/Sub cannot turn ordering on
 // or off on an existing subscription), so its settings may differ from cfg.
 func EnsureSubscription(ctx context.Context, client *pubsub.Client, cfg SubscriptionConfig) error {
-	if client == nil {
-		return &idem.InputError{Field: "client", Reason: "is nil", Fix: "pass pubsub.NewClient(ctx, project)"}
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Setup(client == nil, "client", "pass pubsub.NewClient(ctx, project)", cfg, SubscriptionConfig.withDefaults)
 	if err != nil {
 		return err
 	}

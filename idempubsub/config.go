@@ -1,6 +1,7 @@
 package idempubsub
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -50,9 +51,7 @@ type SinkConfig struct {
 }
 
 func (cfg SinkConfig) withDefaults() (SinkConfig, error) {
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 60 * time.Second
-	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, 60*time.Second)
 	if cfg.Timeout < 0 {
 		return cfg, &idem.InputError{Field: "SinkConfig.Timeout", Reason: fmt.Sprintf("is negative (got %v)", cfg.Timeout),
 			Fix: "use 0 for 60s, or the longest a Publish may take"}
@@ -86,18 +85,10 @@ type SourceConfig struct {
 }
 
 func (cfg SourceConfig) withDefaults() (SourceConfig, error) {
-	if cfg.Lease == 0 {
-		cfg.Lease = DefaultLease
-	}
-	if cfg.MaxExtension == 0 {
-		cfg.MaxExtension = max(DefaultMaxExtension, cfg.Lease)
-	}
-	if cfg.MaxOutstanding == 0 {
-		cfg.MaxOutstanding = DefaultMaxOutstanding
-	}
-	if cfg.PullWait == 0 {
-		cfg.PullWait = DefaultPullWait
-	}
+	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)
+	cfg.MaxExtension = cmp.Or(cfg.MaxExtension, max(DefaultMaxExtension, cfg.Lease))
+	cfg.MaxOutstanding = cmp.Or(cfg.MaxOutstanding, DefaultMaxOutstanding)
+	cfg.PullWait = cmp.Or(cfg.PullWait, DefaultPullWait)
 	return cfg, cfg.validate()
 }
 
@@ -151,9 +142,7 @@ type SubscriptionConfig struct {
 }
 
 func (cfg SubscriptionConfig) withDefaults() (SubscriptionConfig, error) {
-	if cfg.AckDeadline == 0 {
-		cfg.AckDeadline = DefaultAckDeadline
-	}
+	cfg.AckDeadline = cmp.Or(cfg.AckDeadline, DefaultAckDeadline)
 	if cfg.DeadLetterTopic != "" && cfg.MaxDeliveryAttempts == 0 {
 		cfg.MaxDeliveryAttempts = 100
 	}

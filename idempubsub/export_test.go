@@ -4,7 +4,7 @@ package idempubsub
 // for it, not for the fake server's count, which rises before the Pull's answer
 // reaches the source.
 func (s *Source) Buffered() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.buf)
+	s.pump.Mu.Lock()
+	defer s.pump.Mu.Unlock()
+	return len(s.pump.Buf)
 }

@@ -89,11 +89,8 @@ func (st *settler) ack(ctx context.Context) error {
 // capped at 600 s (Pub/Sub's limit): Pub/Sub itself withholds the message that
 // long, then delivers it again, to any consumer. delay <= 0 gives it back at once.
 func (st *settler) Nak(ctx context.Context, delay time.Duration) error {
-	if err := ctx.Err(); err != nil {
+	if err := st.once.Claim(ctx, "idempubsub", "nak", st.position); err != nil {
 		return err
-	}
-	if !st.once.Begin() {
-		return brokerkit.Settled("idempubsub", "nak", st.position)
 	}
 	st.src.release(st.ackID)
 	secs := nakSeconds(delay)

@@ -11,12 +11,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 )
 
-var (
-	_ idem.Sink            = (*Sink)(nil)
-	_ idem.FeatureReporter = (*Sink)(nil)
-)
+var _ brokerkit.Sink = (*Sink)(nil)
 
 // Sink publishes idem messages to Pub/Sub topics: topic Message.Topic (an ID in the
 // client's project or a full name), attribute idem.HeaderID = Message.ID, the
@@ -30,10 +28,7 @@ type Sink struct {
 // NewSink returns a Sink publishing through client. The topics must exist (see
 // EnsureTopic); the client stays the caller's to close.
 func NewSink(client *pubsub.Client, cfg SinkConfig) (*Sink, error) {
-	if client == nil {
-		return nil, &idem.InputError{Field: "client", Reason: "is nil", Fix: "pass pubsub.NewClient(ctx, project)"}
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Setup(client == nil, "client", "pass pubsub.NewClient(ctx, project)", cfg, SinkConfig.withDefaults)
 	if err != nil {
 		return nil, err
 	}

@@ -15,10 +15,7 @@ import (
 	"github.com/idemhq/idem/internal/brokerkit"
 )
 
-var (
-	_ idem.Source          = (*Source)(nil)
-	_ idem.FeatureReporter = (*Source)(nil)
-)
+var _ brokerkit.Source = (*Source)(nil)
 
 // Source receives from a Pub/Sub subscription with Pull requests. Every source on
 // one subscription competes for its messages. It keeps renewing the ack deadline of
@@ -38,15 +35,11 @@ type Source struct {
 
 	// leases holds every pulled, unsettled message by ack ID (buf included) and
 	// renews its ack deadline shortly before it expires, to Lease from now, until
-	// MaxExtension after its Pull. Added to under mu.
+	// MaxExtension after its Pull. Added to under pump.Mu.
 	leases brokerkit.Keeper[string]
 
-	mu      sync.Mutex
-	closed  bool
-	buf     []*pubsubpb.ReceivedMessage // pulled and not yet handed out, in Pull order
-	pulling bool
-	pullErr error
-	changed chan struct{} // closed (and replaced) whenever the fields above change
+	// pump buffers what the Pull brings (Pulling: a Pull is in flight).
+	pump brokerkit.Pump[*pubsubpb.ReceivedMessage]
 
 	ackq      chan *ackRequest // to ackLoop, closed at Close
 	ackMu     sync.RWMutex     // guards ackClosed and sends on ackq
@@ -73,15 +66,11 @@ type subscriptionInfo struct {
 // stays the caller's to close). It reads the subscription's settings when the
 // credentials allow (see Features), and fails if the subscription does not exist.
 func NewSource(ctx context.Context, client *pubsub.Client, cfg SourceConfig) (*Source, error) {
-	if client == nil {
-		return nil, &idem.InputError{Field: "client", Reason: "is nil", Fix: "pass pubsub.NewClient(ctx, project)"}
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Setup(client == nil, "client", "pass pubsub.NewClient(ctx, project)", cfg, SourceConfig.withDefaults)
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{client: client, sub: fullName(client.Project(), "subscriptions", cfg.Subscription), cfg: cfg,
-		changed: make(chan struct{})}
+	s := &Source{client: client, sub: fullName(client.Project(), "subscriptions", cfg.Subscription), cfg: cfg}
 	s.info = subscriptionInfo{ackDeadline: DefaultAckDeadline}
 	ps, err := client.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.sub})
 	switch {
@@ -139,42 +128,31 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 	if err := brokerkit.CheckMax(max); err != nil {
 		return nil, err
 	}
-	for {
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return nil, idem.ErrClosed
-		}
-		if err := ctx.Err(); err != nil {
-			s.mu.Unlock()
-			return nil, err
-		}
-		leased := s.leases.Len()
-		handedOut := leased - len(s.buf)
-		if n := min(max, len(s.buf), s.cfg.MaxOutstanding-handedOut); n > 0 {
-			msgs := s.buf[:n:n]
-			s.buf = s.buf[n:]
-			s.mu.Unlock()
-			return s.deliveries(msgs), nil
-		}
-		if err := s.pullErr; err != nil {
-			s.pullErr = nil
-			s.mu.Unlock()
-			return nil, &idem.BackendError{Backend: backend, Op: "receive", Err: err}
-		}
-		if room := s.cfg.MaxOutstanding - leased; !s.pulling && len(s.buf) == 0 && room > 0 {
-			s.pulling = true
-			s.wg.Add(1)
-			go s.pull(min(max, room, maxPullMessages))
-		}
-		changed := s.changed
-		s.mu.Unlock()
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	msgs, err := s.pump.Receive(ctx, func() ([]*pubsubpb.ReceivedMessage, error) { return s.next(max) })
+	if err != nil {
+		return nil, err
 	}
+	return s.deliveries(msgs), nil
+}
+
+// next hands out up to max buffered messages while fewer than MaxOutstanding are
+// unsettled, or reports the last Pull's failure, or starts a Pull if none is in
+// flight, the buffer is empty and there is room. s.pump.Mu is held.
+func (s *Source) next(max int) ([]*pubsubpb.ReceivedMessage, error) {
+	leased := s.leases.Len()
+	handedOut := leased - len(s.pump.Buf)
+	if n := min(max, len(s.pump.Buf), s.cfg.MaxOutstanding-handedOut); n > 0 {
+		return s.pump.Take(n), nil
+	}
+	if err := s.pump.Failed(); err != nil {
+		return nil, &idem.BackendError{Backend: backend, Op: "receive", Err: err}
+	}
+	if room := s.cfg.MaxOutstanding - leased; !s.pump.Pulling && len(s.pump.Buf) == 0 && room > 0 {
+		s.pump.Pulling = true
+		s.wg.Add(1)
+		go s.pull(min(max, room, maxPullMessages))
+	}
+	return nil, nil
 }
 
 // pull sends one Pull request for up to n messages and buffers what it brings.
@@ -187,23 +165,23 @@ func (s *Source) pull(n int) {
 	timedOut := ctx.Err() != nil && s.ctx.Err() == nil
 	cancel()
 	now := time.Now()
-	s.mu.Lock()
-	s.pulling = false
+	s.pump.Mu.Lock()
+	s.pump.Pulling = false
 	msgs := resp.GetReceivedMessages()
-	if s.closed {
-		s.mu.Unlock()
+	if s.pump.Closed {
+		s.pump.Mu.Unlock()
 		s.nack(msgs)
 		return
 	}
 	for _, m := range msgs {
 		s.leases.Add(m.GetAckId(), now, now.Add(s.info.ackDeadline))
 	}
-	s.buf = append(s.buf, msgs...)
+	s.pump.Buf = append(s.pump.Buf, msgs...)
 	if err != nil && !timedOut && status.Code(err) != codes.DeadlineExceeded {
-		s.pullErr = fmt.Errorf("pull from %q: %w", s.sub, err)
+		s.pump.Err = fmt.Errorf("pull from %q: %w", s.sub, err)
 	}
-	s.broadcast()
-	s.mu.Unlock()
+	s.pump.Broadcast()
+	s.pump.Mu.Unlock()
 }
 
 // deliveries wraps pulled messages.
@@ -222,21 +200,15 @@ func (s *Source) deliveries(msgs []*pubsubpb.ReceivedMessage) []idem.Delivery {
 	return out
 }
 
-// broadcast wakes every waiting Receive. s.mu is held.
-func (s *Source) broadcast() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
 // release stops renewing ackID's deadline; it reports false if it was not leased
 // (settled before, or given back at Close).
 func (s *Source) release(ackID string) bool {
 	if !s.leases.Remove(ackID) {
 		return false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.broadcast()
+	s.pump.Mu.Lock()
+	defer s.pump.Mu.Unlock()
+	s.pump.Broadcast()
 	return true
 }
 
@@ -296,19 +268,14 @@ func (s *Source) logWarn(msg string, args ...any) {
 // returned can still be settled, but their deadlines are no longer renewed, so an
 // unsettled one comes back within Lease. A Pull in flight is cancelled.
 func (s *Source) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	buf, first := s.pump.Close(func(buf []*pubsubpb.ReceivedMessage) {
+		for _, m := range buf {
+			s.leases.Remove(m.GetAckId())
+		}
+	})
+	if !first {
 		return nil
 	}
-	s.closed = true
-	buf := s.buf
-	s.buf = nil
-	for _, m := range buf {
-		s.leases.Remove(m.GetAckId())
-	}
-	s.broadcast()
-	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 	s.nack(buf)

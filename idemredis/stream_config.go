@@ -1,6 +1,7 @@
 package idemredis
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -59,12 +60,8 @@ func (cfg StreamSourceConfig) withDefaults() (StreamSourceConfig, error) {
 	if cfg.Consumer == "" {
 		cfg.Consumer = defaultConsumer()
 	}
-	if cfg.MinIdle == 0 {
-		cfg.MinIdle = DefaultMinIdle
-	}
-	if cfg.Block == 0 {
-		cfg.Block = DefaultBlock
-	}
+	cfg.MinIdle = cmp.Or(cfg.MinIdle, DefaultMinIdle)
+	cfg.Block = cmp.Or(cfg.Block, DefaultBlock)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

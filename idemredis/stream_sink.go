@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,18 +44,12 @@ type StreamSink struct {
 	maxLen int64
 }
 
-var (
-	_ idem.Sink            = (*StreamSink)(nil)
-	_ idem.FeatureReporter = (*StreamSink)(nil)
-)
+var _ brokerkit.Sink = (*StreamSink)(nil)
 
 // NewStreamSink returns a sink writing through client (a *redis.Client,
 // *redis.ClusterClient, *redis.Ring or failover client), which it does not own.
 func NewStreamSink(client redis.UniversalClient, cfg StreamSinkConfig) (*StreamSink, error) {
-	if err := checkClient(client); err != nil {
-		return nil, err
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Configure(checkClient(client), cfg, StreamSinkConfig.withDefaults)
 	if err != nil {
 		return nil, err
 	}

@@ -67,10 +67,7 @@ type StreamSource struct {
 	resetAt  time.Time            // last idle reset of the deferred entries
 }
 
-var (
-	_ idem.Source          = (*StreamSource)(nil)
-	_ idem.FeatureReporter = (*StreamSource)(nil)
-)
+var _ brokerkit.Source = (*StreamSource)(nil)
 
 // dropConsumerLua deletes the consumer only when it has no pending entries, in one
 // atomic step, so Close never strands an entry (XGROUP DELCONSUMER discards the
@@ -85,10 +82,7 @@ return -1
 // NewStreamSource returns a source reading cfg.Stream through client, which it does
 // not own. It sends no command: the group is created by the first Receive.
 func NewStreamSource(client redis.UniversalClient, cfg StreamSourceConfig) (*StreamSource, error) {
-	if err := checkClient(client); err != nil {
-		return nil, err
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Configure(checkClient(client), cfg, StreamSourceConfig.withDefaults)
 	if err != nil {
 		return nil, err
 	}

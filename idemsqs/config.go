@@ -1,6 +1,7 @@
 package idemsqs
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -78,12 +79,8 @@ type SinkConfig struct {
 }
 
 func (cfg SinkConfig) withDefaults() (SinkConfig, error) {
-	if cfg.DefaultGroup == "" {
-		cfg.DefaultGroup = DefaultGroup
-	}
-	if cfg.MaxMessageSize == 0 {
-		cfg.MaxMessageSize = DefaultMaxMessageSize
-	}
+	cfg.DefaultGroup = cmp.Or(cfg.DefaultGroup, DefaultGroup)
+	cfg.MaxMessageSize = cmp.Or(cfg.MaxMessageSize, DefaultMaxMessageSize)
 	if err := sqsrules.GroupOrDedupID(cfg.DefaultGroup); err != nil {
 		return cfg, &idem.InputError{Field: "SinkConfig.DefaultGroup", Reason: err.Error(),
 			Fix: "use 1 to 128 letters, digits or ASCII punctuation, as SQS requires of a MessageGroupId"}
@@ -121,15 +118,9 @@ type SourceConfig struct {
 }
 
 func (cfg SourceConfig) withDefaults() (SourceConfig, error) {
-	if cfg.VisibilityTimeout == 0 {
-		cfg.VisibilityTimeout = DefaultVisibilityTimeout
-	}
-	if cfg.MaxExtension == 0 {
-		cfg.MaxExtension = DefaultMaxExtension
-	}
-	if cfg.WaitTime == 0 {
-		cfg.WaitTime = DefaultWaitTime
-	}
+	cfg.VisibilityTimeout = cmp.Or(cfg.VisibilityTimeout, DefaultVisibilityTimeout)
+	cfg.MaxExtension = cmp.Or(cfg.MaxExtension, DefaultMaxExtension)
+	cfg.WaitTime = cmp.Or(cfg.WaitTime, DefaultWaitTime)
 	switch {
 	case cfg.Queue == "":
 		return cfg, &idem.InputError{Field: "SourceConfig.Queue", Reason: "is empty", Fix: "name the queue to consume (\"orders.fifo\") or give its URL"}

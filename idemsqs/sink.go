@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/brokerkit"
 )
 
 // Sink publishes messages to SQS FIFO queues with SendMessageBatch: each message's
@@ -23,18 +24,12 @@ type Sink struct {
 	urls *queueURLs
 }
 
-var (
-	_ idem.Sink            = (*Sink)(nil)
-	_ idem.FeatureReporter = (*Sink)(nil)
-)
+var _ brokerkit.Sink = (*Sink)(nil)
 
 // NewSink returns a sink publishing with c (an *sqs.Client). Message.Topic names
 // the queue: its name, resolved once with GetQueueUrl, or its URL.
 func NewSink(c Client, cfg SinkConfig) (*Sink, error) {
-	if c == nil {
-		return nil, &idem.InputError{Field: "c", Reason: "is nil", Fix: "pass an *sqs.Client (sqs.NewFromConfig)"}
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Setup(c == nil, "c", "pass an *sqs.Client (sqs.NewFromConfig)", cfg, SinkConfig.withDefaults)
 	if err != nil {
 		return nil, err
 	}

@@ -46,19 +46,13 @@ type Source struct {
 	deletes deleter
 }
 
-var (
-	_ idem.Source          = (*Source)(nil)
-	_ idem.FeatureReporter = (*Source)(nil)
-)
+var _ brokerkit.Source = (*Source)(nil)
 
 // NewSource returns a source consuming cfg.Queue with c (an *sqs.Client); a queue
 // given by name is resolved with GetQueueUrl now, so a missing queue fails here.
 // Close it to stop its background extension of visibility timeouts.
 func NewSource(ctx context.Context, c Client, cfg SourceConfig) (*Source, error) {
-	if c == nil {
-		return nil, &idem.InputError{Field: "c", Reason: "is nil", Fix: "pass an *sqs.Client (sqs.NewFromConfig)"}
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := brokerkit.Setup(c == nil, "c", "pass an *sqs.Client (sqs.NewFromConfig)", cfg, SourceConfig.withDefaults)
 	if err != nil {
 		return nil, err
 	}
@@ -268,19 +262,16 @@ func (s *Source) warn(msg string, args ...any) {
 // visible again at once (best effort, within 5 s; what fails comes back when its
 // visibility timeout ends). Deliveries received before Close can still be settled.
 func (s *Source) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	var unsettled []*settler
+	if !brokerkit.CloseOnce(&s.mu, &s.closed, func() {
+		for _, st := range s.inflight.Drain() {
+			if !st.once.Taken() {
+				unsettled = append(unsettled, st)
+			}
+		}
+	}) {
 		return nil
 	}
-	s.closed = true
-	var unsettled []*settler
-	for _, st := range s.inflight.Drain() {
-		if !st.once.Taken() {
-			unsettled = append(unsettled, st)
-		}
-	}
-	s.mu.Unlock()
 	s.stop()
 	<-s.ended
 	s.release(unsettled)

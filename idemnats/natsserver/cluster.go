@@ -1,6 +1,7 @@
 package natsserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,15 +40,9 @@ type ClusterConfig struct {
 }
 
 func (cfg ClusterConfig) withDefaults() (ClusterConfig, error) {
-	if cfg.Nodes == 0 {
-		cfg.Nodes = 3
-	}
-	if cfg.Name == "" {
-		cfg.Name = "idem"
-	}
-	if cfg.ReadyTimeout == 0 {
-		cfg.ReadyTimeout = DefaultReadyTimeout
-	}
+	cfg.Nodes = cmp.Or(cfg.Nodes, 3)
+	cfg.Name = cmp.Or(cfg.Name, "idem")
+	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, DefaultReadyTimeout)
 	switch {
 	case cfg.Dir == "":
 		return cfg, &idem.InputError{Field: "ClusterConfig.Dir", Reason: "is empty",
@@ -58,14 +53,8 @@ func (cfg ClusterConfig) withDefaults() (ClusterConfig, error) {
 	case strings.ContainsAny(cfg.Name, " .*>\t\r\n"):
 		return cfg, &idem.InputError{Field: "ClusterConfig.Name", Reason: fmt.Sprintf("contains a space, dot or wildcard (got %q)", cfg.Name),
 			Fix: "use letters, digits, '-' and '_'"}
-	case cfg.MaxStore < 0:
-		return cfg, &idem.InputError{Field: "ClusterConfig.MaxStore", Reason: fmt.Sprintf("is negative (got %d)", cfg.MaxStore),
-			Fix: "use 0 for the server's default, or a size in bytes"}
-	case cfg.ReadyTimeout < 0:
-		return cfg, &idem.InputError{Field: "ClusterConfig.ReadyTimeout", Reason: fmt.Sprintf("is negative (got %v)", cfg.ReadyTimeout),
-			Fix: "use 0 for 30s"}
 	}
-	return cfg, nil
+	return cfg, checkNode("ClusterConfig", cfg.MaxStore, cfg.ReadyTimeout)
 }
 
 // Cluster is an embedded NATS cluster with JetStream on every node. Every route

@@ -1,6 +1,7 @@
 package natsserver
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -54,15 +55,9 @@ type ServerConfig struct {
 }
 
 func (cfg ServerConfig) withDefaults() (ServerConfig, error) {
-	if cfg.Host == "" {
-		cfg.Host = "127.0.0.1"
-	}
-	if cfg.Port == 0 {
-		cfg.Port = server.RANDOM_PORT
-	}
-	if cfg.ReadyTimeout == 0 {
-		cfg.ReadyTimeout = DefaultReadyTimeout
-	}
+	cfg.Host = cmp.Or(cfg.Host, "127.0.0.1")
+	cfg.Port = cmp.Or(cfg.Port, server.RANDOM_PORT)
+	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, DefaultReadyTimeout)
 	switch {
 	case cfg.Dir == "":
 		return cfg, &idem.InputError{Field: "ServerConfig.Dir", Reason: "is empty",
@@ -70,17 +65,29 @@ func (cfg ServerConfig) withDefaults() (ServerConfig, error) {
 	case cfg.Port < -1 || cfg.Port > 65535:
 		return cfg, &idem.InputError{Field: "ServerConfig.Port", Reason: fmt.Sprintf("is outside -1..65535 (got %d)", cfg.Port),
 			Fix: "use 0 for a free port, or 4222"}
-	case cfg.MaxStore < 0:
-		return cfg, &idem.InputError{Field: "ServerConfig.MaxStore", Reason: fmt.Sprintf("is negative (got %d)", cfg.MaxStore),
-			Fix: "use 0 for the server's default, or a size in bytes"}
-	case cfg.ReadyTimeout < 0:
-		return cfg, &idem.InputError{Field: "ServerConfig.ReadyTimeout", Reason: fmt.Sprintf("is negative (got %v)", cfg.ReadyTimeout),
-			Fix: "use 0 for 30s"}
-	case cfg.SyncInterval < 0:
+	}
+	if err := checkNode("ServerConfig", cfg.MaxStore, cfg.ReadyTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.SyncInterval < 0 {
 		return cfg, &idem.InputError{Field: "ServerConfig.SyncInterval", Reason: fmt.Sprintf("is negative (got %v)", cfg.SyncInterval),
 			Fix: "use 0 to sync every write before its ack, or a positive interval (such as 2m, nats-server's default) to sync in the background"}
 	}
 	return cfg, nil
+}
+
+// checkNode checks the settings ServerConfig and ClusterConfig (kind) share: a
+// node's store cap and the ready timeout.
+func checkNode(kind string, maxStore int64, readyTimeout time.Duration) error {
+	switch {
+	case maxStore < 0:
+		return &idem.InputError{Field: kind + ".MaxStore", Reason: fmt.Sprintf("is negative (got %d)", maxStore),
+			Fix: "use 0 for the server's default, or a size in bytes"}
+	case readyTimeout < 0:
+		return &idem.InputError{Field: kind + ".ReadyTimeout", Reason: fmt.Sprintf("is negative (got %v)", readyTimeout),
+			Fix: "use 0 for 30s"}
+	}
+	return nil
 }
 
 // Server is an embedded NATS server with JetStream on a file store.

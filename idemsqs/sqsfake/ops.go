@@ -84,12 +84,11 @@ type queueInput struct {
 }
 
 func (s *Server) getQueueAttributes(in queueInput) (any, *apiError) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, aerr := s.queueByURL(in.QueueUrl)
-	if aerr != nil {
-		return nil, aerr
-	}
+	return s.onQueue(in.QueueUrl, func(q *queue) (any, *apiError) { return s.attributes(q, in.AttributeNames), nil })
+}
+
+// attributes are the values of names (or all for "All") on q; s.mu is held.
+func (s *Server) attributes(q *queue, names []string) any {
 	now := s.now()
 	visible, inFlight := 0, 0
 	for _, m := range q.msgs {
@@ -116,7 +115,7 @@ func (s *Server) getQueueAttributes(in queueInput) (any, *apiError) {
 		all["FifoQueue"], all["ContentBasedDeduplication"] = "true", strconv.FormatBool(q.contentDedup)
 	}
 	out := map[string]string{}
-	for _, n := range in.AttributeNames {
+	for _, n := range names {
 		if n == "All" {
 			out = all
 			break
@@ -125,29 +124,41 @@ func (s *Server) getQueueAttributes(in queueInput) (any, *apiError) {
 			out[n] = v
 		}
 	}
-	return struct{ Attributes map[string]string }{out}, nil
+	return struct{ Attributes map[string]string }{out}
 }
 
 func (s *Server) deleteQueue(in queueInput) (any, *apiError) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, aerr := s.queueByURL(in.QueueUrl)
-	if aerr != nil {
-		return nil, aerr
-	}
-	delete(s.queues, q.name)
-	q.notify()
-	return struct{}{}, nil
+	return s.onQueue(in.QueueUrl, func(q *queue) (any, *apiError) {
+		delete(s.queues, q.name)
+		q.notify()
+		return empty(nil)
+	})
 }
 
 func (s *Server) purgeQueue(in queueInput) (any, *apiError) {
+	return s.onQueue(in.QueueUrl, func(q *queue) (any, *apiError) {
+		q.msgs, q.deleted, q.handles = nil, 0, map[string]*message{}
+		return empty(nil)
+	})
+}
+
+// onQueue runs op on the queue url names, under s.mu: the prologue of every call
+// on one queue. A missing queue is QueueDoesNotExist.
+func (s *Server) onQueue(url string, op func(q *queue) (any, *apiError)) (any, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	q, aerr := s.queueByURL(in.QueueUrl)
+	q, aerr := s.queueByURL(url)
 	if aerr != nil {
 		return nil, aerr
 	}
-	q.msgs, q.deleted, q.handles = nil, 0, map[string]*message{}
+	return op(q)
+}
+
+// empty is the answer of a call that returns nothing: {} or aerr.
+func empty(aerr *apiError) (any, *apiError) {
+	if aerr != nil {
+		return nil, aerr
+	}
 	return struct{}{}, nil
 }
 
@@ -170,18 +181,14 @@ type sendOutput struct {
 }
 
 func (s *Server) sendMessage(in sendInput) (any, *apiError) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, aerr := s.queueByURL(in.QueueUrl)
-	if aerr != nil {
-		return nil, aerr
-	}
-	if _, aerr := q.check(in.sendEntry); aerr != nil {
-		return nil, aerr
-	}
-	r := q.send(in.sendEntry, s.now(), s.newMessageID)
-	q.notify()
-	return sendOutput{MessageId: r.id, MD5OfMessageBody: r.md5, SequenceNumber: r.seq}, nil
+	return s.onQueue(in.QueueUrl, func(q *queue) (any, *apiError) {
+		if _, aerr := q.check(in.sendEntry); aerr != nil {
+			return nil, aerr
+		}
+		r := q.send(in.sendEntry, s.now(), s.newMessageID)
+		q.notify()
+		return sendOutput{MessageId: r.id, MD5OfMessageBody: r.md5, SequenceNumber: r.seq}, nil
+	})
 }
 
 type batchFailure struct {
@@ -196,8 +203,12 @@ func failure(id string, e *apiError) batchFailure {
 }
 
 // checkBatch applies the rules every batch call shares: 1 to 10 entries with
-// distinct, well-formed ids.
-func checkBatch(ids []string) *apiError {
+// distinct, well-formed ids (id gives an entry's).
+func checkBatch[E any](entries []E, id func(E) string) *apiError {
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = id(e)
+	}
 	switch {
 	case len(ids) == 0:
 		return &apiError{400, "EmptyBatchRequest", "AWS.SimpleQueueService.EmptyBatchRequest", "There should be at least one entry in the request."}
@@ -221,26 +232,21 @@ func (s *Server) sendMessageBatch(in struct {
 	QueueUrl string
 	Entries  []sendEntry
 }) (any, *apiError) {
-	ids := make([]string, len(in.Entries))
-	for i, e := range in.Entries {
-		ids[i] = e.Id
-	}
-	if aerr := checkBatch(ids); aerr != nil {
+	if aerr := checkBatch(in.Entries, func(e sendEntry) string { return e.Id }); aerr != nil {
 		return nil, aerr
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, aerr := s.queueByURL(in.QueueUrl)
-	if aerr != nil {
-		return nil, aerr
-	}
+	return s.onQueue(in.QueueUrl, func(q *queue) (any, *apiError) { return s.sendBatch(q, in.Entries) })
+}
+
+// sendBatch sends the entries of a checked batch to q; s.mu is held.
+func (s *Server) sendBatch(q *queue, entries []sendEntry) (any, *apiError) {
 	var out struct {
 		Successful []sendOutput
 		Failed     []batchFailure
 	}
 	out.Successful, out.Failed = []sendOutput{}, []batchFailure{}
-	sizes, total := make([]int, len(in.Entries)), 0
-	for i, e := range in.Entries {
+	sizes, total := make([]int, len(entries)), 0
+	for i, e := range entries {
 		// A well-formed entry counts towards the batch's size even if it fails.
 		if e.MessageBody != nil {
 			sizes[i] = len(*e.MessageBody)
@@ -251,7 +257,7 @@ func (s *Server) sendMessageBatch(in struct {
 		return nil, &apiError{400, "BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong", fmt.Sprintf("Batch requests cannot be longer than %d bytes. You have sent %d bytes.", q.maxSize, total)}
 	}
 	now := s.now()
-	for _, e := range in.Entries {
+	for _, e := range entries {
 		if _, aerr := q.check(e); aerr != nil {
 			out.Failed = append(out.Failed, failure(e.Id, aerr))
 			continue
@@ -364,16 +370,7 @@ type handleInput struct {
 }
 
 func (s *Server) deleteMessage(in handleInput) (any, *apiError) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, aerr := s.queueByURL(in.QueueUrl)
-	if aerr != nil {
-		return nil, aerr
-	}
-	if aerr := q.remove(in.ReceiptHandle); aerr != nil {
-		return nil, aerr
-	}
-	return struct{}{}, nil
+	return s.onQueue(in.QueueUrl, func(q *queue) (any, *apiError) { return empty(q.remove(in.ReceiptHandle)) })
 }
 
 type batchOutput struct {
@@ -383,28 +380,20 @@ type batchOutput struct {
 
 // batch runs one handle operation per entry of a batch.
 func (s *Server) batch(queueURL string, entries []handleInput, op func(*queue, handleInput) *apiError) (any, *apiError) {
-	ids := make([]string, len(entries))
-	for i, e := range entries {
-		ids[i] = e.Id
-	}
-	if aerr := checkBatch(ids); aerr != nil {
+	if aerr := checkBatch(entries, func(e handleInput) string { return e.Id }); aerr != nil {
 		return nil, aerr
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, aerr := s.queueByURL(queueURL)
-	if aerr != nil {
-		return nil, aerr
-	}
-	out := batchOutput{Successful: []struct{ Id string }{}, Failed: []batchFailure{}}
-	for _, e := range entries {
-		if aerr := op(q, e); aerr != nil {
-			out.Failed = append(out.Failed, failure(e.Id, aerr))
-			continue
+	return s.onQueue(queueURL, func(q *queue) (any, *apiError) {
+		out := batchOutput{Successful: []struct{ Id string }{}, Failed: []batchFailure{}}
+		for _, e := range entries {
+			if aerr := op(q, e); aerr != nil {
+				out.Failed = append(out.Failed, failure(e.Id, aerr))
+				continue
+			}
+			out.Successful = append(out.Successful, struct{ Id string }{e.Id})
 		}
-		out.Successful = append(out.Successful, struct{ Id string }{e.Id})
-	}
-	return out, nil
+		return out, nil
+	})
 }
 
 func (s *Server) deleteMessageBatch(in struct {
@@ -415,16 +404,9 @@ func (s *Server) deleteMessageBatch(in struct {
 }
 
 func (s *Server) changeVisibility(in handleInput) (any, *apiError) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, aerr := s.queueByURL(in.QueueUrl)
-	if aerr != nil {
-		return nil, aerr
-	}
-	if aerr := q.setVisibility(in.ReceiptHandle, in.VisibilityTimeout, s.now()); aerr != nil {
-		return nil, aerr
-	}
-	return struct{}{}, nil
+	return s.onQueue(in.QueueUrl, func(q *queue) (any, *apiError) {
+		return empty(q.setVisibility(in.ReceiptHandle, in.VisibilityTimeout, s.now()))
+	})
 }
 
 func (s *Server) changeVisibilityBatch(in struct {

@@ -1,6 +1,7 @@
 package sqsfake
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -50,9 +51,7 @@ type Server struct {
 
 // Start listens on cfg.Addr and serves until Close.
 func Start(cfg Config) (*Server, error) {
-	if cfg.Addr == "" {
-		cfg.Addr = "127.0.0.1:0"
-	}
+	cfg.Addr = cmp.Or(cfg.Addr, "127.0.0.1:0")
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -148,35 +147,36 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	_, _ = w.Write(b)
 }
 
-// call decodes the input of op, runs it and returns its output.
-func (s *Server) call(ctx context.Context, op string, body []byte) (any, *apiError) {
-	switch op {
-	case "CreateQueue":
-		return decodeRun(body, s.createQueue)
-	case "GetQueueUrl":
-		return decodeRun(body, s.getQueueURL)
-	case "GetQueueAttributes":
-		return decodeRun(body, s.getQueueAttributes)
-	case "DeleteQueue":
-		return decodeRun(body, s.deleteQueue)
-	case "PurgeQueue":
-		return decodeRun(body, s.purgeQueue)
-	case "SendMessage":
-		return decodeRun(body, s.sendMessage)
-	case "SendMessageBatch":
-		return decodeRun(body, s.sendMessageBatch)
-	case "ReceiveMessage":
-		return decodeRun(body, func(in receiveInput) (any, *apiError) { return s.receiveMessage(ctx, in) })
-	case "DeleteMessage":
-		return decodeRun(body, s.deleteMessage)
-	case "DeleteMessageBatch":
-		return decodeRun(body, s.deleteMessageBatch)
-	case "ChangeMessageVisibility":
-		return decodeRun(body, s.changeVisibility)
-	case "ChangeMessageVisibilityBatch":
-		return decodeRun(body, s.changeVisibilityBatch)
+// operation runs one SQS API call on s: it decodes the JSON input and answers.
+type operation func(s *Server, ctx context.Context, body []byte) (any, *apiError)
+
+// operations are the calls the fake implements, by their X-Amz-Target name.
+var operations = map[string]operation{
+	"CreateQueue": op((*Server).createQueue), "GetQueueUrl": op((*Server).getQueueURL), "GetQueueAttributes": op((*Server).getQueueAttributes),
+	"DeleteQueue": op((*Server).deleteQueue), "PurgeQueue": op((*Server).purgeQueue),
+	"SendMessage": op((*Server).sendMessage), "SendMessageBatch": op((*Server).sendMessageBatch), "ReceiveMessage": receiveOp,
+	"DeleteMessage": op((*Server).deleteMessage), "DeleteMessageBatch": op((*Server).deleteMessageBatch),
+	"ChangeMessageVisibility": op((*Server).changeVisibility), "ChangeMessageVisibilityBatch": op((*Server).changeVisibilityBatch),
+}
+
+// call decodes the input of the operation name, runs it and returns its output.
+func (s *Server) call(ctx context.Context, name string, body []byte) (any, *apiError) {
+	if run := operations[name]; run != nil {
+		return run(s, ctx, body)
 	}
-	return nil, &apiError{400, "UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation", fmt.Sprintf("sqsfake does not implement %s", op)}
+	return nil, &apiError{400, "UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation", fmt.Sprintf("sqsfake does not implement %s", name)}
+}
+
+// op is the operation that decodes an In and runs run on it.
+func op[In any](run func(*Server, In) (any, *apiError)) operation {
+	return func(s *Server, ctx context.Context, body []byte) (any, *apiError) {
+		return decodeRun(body, func(in In) (any, *apiError) { return run(s, in) })
+	}
+}
+
+// receiveOp is ReceiveMessage, whose long poll ends with the request.
+func receiveOp(s *Server, ctx context.Context, body []byte) (any, *apiError) {
+	return decodeRun(body, func(in receiveInput) (any, *apiError) { return s.receiveMessage(ctx, in) })
 }
 
 func decodeRun[In any](body []byte, run func(In) (any, *apiError)) (any, *apiError) {

@@ -1,7 +1,10 @@
 // Package brokerkit holds what idem's broker adapters (idemnats, idemkafka,
 // idemredis, idemamqp, idempubsub, idemsqs) share: the settle-once guard of a
-// delivery, the pull pump that fetches batches for Receive, and the lease keeper
-// that extends the ack deadline of unsettled deliveries.
+// delivery (Once), the pull pump that fetches batches for Receive (Pump), the
+// lease keeper that extends the ack deadline of unsettled deliveries (Keeper),
+// and the shapes every adapter's ends take: the constructor's prologue (Setup,
+// Configure), Close's once (CloseOnce), the interfaces each end implements
+// (Source, Sink).
 //
 // It is internal: the contract a third-party adapter owes is idem's (Settler,
 // ErrSettled, Features) and idemtest.BrokerSuite checks it; these helpers are how
@@ -28,6 +31,19 @@ func (o *Once) Begin() bool { return o.taken.CompareAndSwap(false, true) }
 
 // Undo gives the settle back after it failed, so that it can be tried again.
 func (o *Once) Undo() { o.taken.Store(false) }
+
+// Claim is the prologue of a settle that heeds ctx first: ctx's error if it ended,
+// Settled(pkg, op, position) if the settle was taken, else nil, the settle claimed
+// (Undo it if the settle fails).
+func (o *Once) Claim(ctx context.Context, pkg, op, position string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !o.Begin() {
+		return Settled(pkg, op, position)
+	}
+	return nil
+}
 
 // Taken reports whether a settle was made or is on its way.
 func (o *Once) Taken() bool { return o.taken.Load() }
