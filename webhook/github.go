@@ -25,17 +25,17 @@ var _ Verifier = (*GitHubVerifier)(nil)
 
 // GitHub returns a verifier for the webhook's secrets (used as-is as HMAC keys).
 func GitHub(secrets ...string) (*GitHubVerifier, error) {
-	if len(secrets) == 0 {
-		return nil, &idem.InputError{Field: "webhook.GitHub secrets", Reason: "are none",
-			Fix: "pass the secret set on the webhook in the repository's settings"}
-	}
 	v := &GitHubVerifier{}
-	for _, s := range secrets {
+	err := eachSecret("GitHub", secrets, "pass the secret set on the webhook in the repository's settings", func(_, s string) error {
 		if s == "" {
-			return nil, &idem.InputError{Field: "webhook.GitHub secrets", Reason: "include an empty one",
+			return &idem.InputError{Field: "webhook.GitHub secrets", Reason: "include an empty one",
 				Fix: "set a secret on the webhook: without one GitHub signs nothing"}
 		}
 		v.keys = append(v.keys, []byte(s))
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return v, nil
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idemhq/idem"
 )
 
 // Verifier checks a delivery's signature and returns its event id: the key the
@@ -94,4 +96,20 @@ func truncate(s string) string {
 		return s[:32] + "…"
 	}
 	return s
+}
+
+// eachSecret hands a verifier's secrets to add one by one, each with the field
+// that names it by position (never by value) in add's error, and stops at the
+// first error: the one loop of the constructors GitHub, Stripe and Standard. No
+// secret at all is an *idem.InputError whose Fix is fix.
+func eachSecret(verifier string, secrets []string, fix string, add func(field, secret string) error) error {
+	if len(secrets) == 0 {
+		return &idem.InputError{Field: "webhook." + verifier + " secrets", Reason: "are none", Fix: fix}
+	}
+	for i, s := range secrets {
+		if err := add(fmt.Sprintf("webhook.%s secret %d", verifier, i+1), s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
