@@ -79,16 +79,26 @@ type SagaPage struct {
 	Next  string `json:"next"`
 }
 
-func serveEffects(h *handler, r *http.Request, c *call) (any, error) {
+// stateQuery reads the query of a list filtered by state: ?state= (one of
+// states, or none for all) and the page (?cursor=, ?limit=).
+func stateQuery(r *http.Request, states ...string) (state, cursor string, limit int, err error) {
 	q, err := parseQuery(r)
 	if err != nil {
-		return nil, err
+		return "", "", 0, err
 	}
-	var f EffectFilter
-	if f.State, err = q.oneOf("state", EffectPendingPastLease, EffectFailed); err != nil {
-		return nil, err
+	if state, err = q.oneOf("state", states...); err != nil {
+		return "", "", 0, err
 	}
-	if f.Cursor, f.Limit, err = q.page(); err != nil {
+	cursor, limit, err = q.page()
+	return state, cursor, limit, err
+}
+
+func serveEffects(h *handler, r *http.Request, c *call) (any, error) {
+	var (
+		f   EffectFilter
+		err error
+	)
+	if f.State, f.Cursor, f.Limit, err = stateQuery(r, EffectPendingPastLease, EffectFailed); err != nil {
 		return nil, err
 	}
 	page, err := h.cfg.Effects.List(r.Context(), f)
@@ -99,15 +109,11 @@ func serveEffects(h *handler, r *http.Request, c *call) (any, error) {
 }
 
 func serveSagas(h *handler, r *http.Request, c *call) (any, error) {
-	q, err := parseQuery(r)
-	if err != nil {
-		return nil, err
-	}
-	var f SagaFilter
-	if f.State, err = q.oneOf("state", sagaStates...); err != nil {
-		return nil, err
-	}
-	if f.Cursor, f.Limit, err = q.page(); err != nil {
+	var (
+		f   SagaFilter
+		err error
+	)
+	if f.State, f.Cursor, f.Limit, err = stateQuery(r, sagaStates...); err != nil {
 		return nil, err
 	}
 	page, err := h.cfg.Sagas.List(r.Context(), f)
