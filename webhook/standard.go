@@ -38,12 +38,8 @@ var _ Verifier = (*StandardVerifier)(nil)
 // its signatures matches any secret. A malformed secret is an *idem.InputError
 // naming its position, never its value.
 func Standard(secrets ...string) (*StandardVerifier, error) {
-	v := &StandardVerifier{}
-	err := eachSecret("Standard", secrets, "pass the endpoint's signing secret (whsec_…) as the sender shows it, or its public key (whpk_…)", v.addSecret)
-	if err != nil {
-		return nil, err
-	}
-	return v, nil
+	return withSecrets(&StandardVerifier{}, "Standard", secrets,
+		"pass the endpoint's signing secret (whsec_…) as the sender shows it, or its public key (whpk_…)", (*StandardVerifier).addSecret)
 }
 
 // addSecret adds one of Standard's secrets, named field in its error, as an HMAC

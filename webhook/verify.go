@@ -98,18 +98,18 @@ func truncate(s string) string {
 	return s
 }
 
-// eachSecret hands a verifier's secrets to add one by one, each with the field
-// that names it by position (never by value) in add's error, and stops at the
-// first error: the one loop of the constructors GitHub, Stripe and Standard. No
+// withSecrets returns v once add has taken each of its secrets, with the field
+// that names the secret by position (never by value) in add's error; the first
+// error fails it: the one loop of the constructors GitHub, Stripe and Standard. No
 // secret at all is an *idem.InputError whose Fix is fix.
-func eachSecret(verifier string, secrets []string, fix string, add func(field, secret string) error) error {
+func withSecrets[V any](v *V, verifier string, secrets []string, fix string, add func(v *V, field, secret string) error) (*V, error) {
 	if len(secrets) == 0 {
-		return &idem.InputError{Field: "webhook." + verifier + " secrets", Reason: "are none", Fix: fix}
+		return nil, &idem.InputError{Field: "webhook." + verifier + " secrets", Reason: "are none", Fix: fix}
 	}
 	for i, s := range secrets {
-		if err := add(fmt.Sprintf("webhook.%s secret %d", verifier, i+1), s); err != nil {
-			return err
+		if err := add(v, fmt.Sprintf("webhook.%s secret %d", verifier, i+1), s); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return v, nil
 }
