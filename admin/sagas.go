@@ -79,29 +79,34 @@ type SagaPage struct {
 	Next  string `json:"next"`
 }
 
-// stateQuery reads the query of a list filtered by state: ?state= (one of
-// states, or none for all) and the page (?cursor=, ?limit=).
-func stateQuery(r *http.Request, states ...string) (state, cursor string, limit int, err error) {
+// listByState answers a list filtered by state (EffectFilter, SagaFilter): it
+// reads ?state= (one of states, or none for all) and the page (?cursor=, ?limit=),
+// and asks list for it.
+func listByState[F ~struct {
+	State  string
+	Cursor string
+	Limit  int
+}, P any](r *http.Request, list func(context.Context, F) (P, error), states ...string) (page P, err error) {
 	q, err := parseQuery(r)
 	if err != nil {
-		return "", "", 0, err
+		return page, err
 	}
-	if state, err = q.oneOf("state", states...); err != nil {
-		return "", "", 0, err
+	var f struct {
+		State  string
+		Cursor string
+		Limit  int
 	}
-	cursor, limit, err = q.page()
-	return state, cursor, limit, err
+	if f.State, err = q.oneOf("state", states...); err != nil {
+		return page, err
+	}
+	if f.Cursor, f.Limit, err = q.page(); err != nil {
+		return page, err
+	}
+	return list(r.Context(), F(f))
 }
 
 func serveEffects(h *handler, r *http.Request, c *call) (any, error) {
-	var (
-		f   EffectFilter
-		err error
-	)
-	if f.State, f.Cursor, f.Limit, err = stateQuery(r, EffectPendingPastLease, EffectFailed); err != nil {
-		return nil, err
-	}
-	page, err := h.cfg.Effects.List(r.Context(), f)
+	page, err := listByState(r, h.cfg.Effects.List, EffectPendingPastLease, EffectFailed)
 	if page.Effects == nil {
 		page.Effects = []Effect{}
 	}
@@ -109,14 +114,7 @@ func serveEffects(h *handler, r *http.Request, c *call) (any, error) {
 }
 
 func serveSagas(h *handler, r *http.Request, c *call) (any, error) {
-	var (
-		f   SagaFilter
-		err error
-	)
-	if f.State, f.Cursor, f.Limit, err = stateQuery(r, sagaStates...); err != nil {
-		return nil, err
-	}
-	page, err := h.cfg.Sagas.List(r.Context(), f)
+	page, err := listByState(r, h.cfg.Sagas.List, sagaStates...)
 	if page.Sagas == nil {
 		page.Sagas = []Saga{}
 	}
