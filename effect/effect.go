@@ -202,10 +202,9 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config) (*Fence[T
 	f := &Fence[Tx]{db: db, q: db.Driver.Effect(), cfg: cfg, tr: otelx.New(cfg.TracerProvider, nil)}
 	f.groups = f.newGroups()
 	if cfg.Registerer != nil {
-		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_effects_total",
-			Help: "External effects through the fence, by step and outcome (called, replayed, in_progress, recovered, reconciled, fenced, failed, error).",
-		}, []string{"step", "outcome"}))
+		m, err := metrics.Counters(cfg.Registerer, "idem_effects_total",
+			"External effects through the fence, by step and outcome (called, replayed, in_progress, recovered, reconciled, fenced, failed, error).",
+			"step", "outcome")
 		if err != nil {
 			return nil, err
 		}

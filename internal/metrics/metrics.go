@@ -111,6 +111,12 @@ type registrar struct {
 }
 
 // add registers c as Register does, unless r has failed before.
+// Counters registers the counter vector name{labels…}, described by help, on reg
+// (which must not be nil), or returns the one already there (see Register).
+func Counters(reg prometheus.Registerer, name, help string, labels ...string) (*prometheus.CounterVec, error) {
+	return Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
 // counters registers the counter vector name{labels…}, described by help.
 func (r *registrar) counters(name, help string, labels ...string) *prometheus.CounterVec {
 	return add(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
