@@ -111,9 +111,13 @@ type registrar struct {
 }
 
 // add registers c as Register does, unless r has failed before.
-// Counters registers the counter vector name{labels…}, described by help, on reg
-// (which must not be nil), or returns the one already there (see Register).
+// Counters registers the counter vector name{labels…}, described by help, on reg,
+// or returns the one already there (see Register). A nil reg registers nothing
+// and returns nil, which a component keeps as "no metrics".
 func Counters(reg prometheus.Registerer, name, help string, labels ...string) (*prometheus.CounterVec, error) {
+	if reg == nil {
+		return nil, nil
+	}
 	return Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
 }
 
