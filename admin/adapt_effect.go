@@ -83,11 +83,7 @@ func (e effectsArea[Tx]) list(ctx context.Context, state, cursor string, limit i
 	if err != nil {
 		return EffectPage{}, err
 	}
-	out := EffectPage{Effects: make([]Effect, 0, len(page.Effects)), Next: page.Next}
-	for _, ef := range page.Effects {
-		out.Effects = append(out.Effects, view.EffectOf(ef))
-	}
-	return out, nil
+	return EffectPage{Effects: viewsOf(page.Effects, view.EffectOf), Next: page.Next}, nil
 }
 
 // SagasFrom returns the Sagas area of a's database. A retry or resolve that the
@@ -105,11 +101,7 @@ func (s sagasArea[Tx]) List(ctx context.Context, f SagaFilter) (SagaPage, error)
 	if err != nil {
 		return SagaPage{}, err
 	}
-	out := SagaPage{Sagas: make([]Saga, 0, len(page.Sagas)), Next: page.Next}
-	for _, inst := range page.Sagas {
-		out.Sagas = append(out.Sagas, view.SagaOf(inst))
-	}
-	return out, nil
+	return SagaPage{Sagas: viewsOf(page.Sagas, view.SagaOf), Next: page.Next}, nil
 }
 
 func (s sagasArea[Tx]) Get(ctx context.Context, id string) (SagaDetail, error) {

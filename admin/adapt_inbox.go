@@ -35,13 +35,8 @@ func (d deadLetters[Tx]) List(ctx context.Context, f DeadLetterFilter) (DeadLett
 	if err != nil {
 		return DeadLetterPage{}, err
 	}
-	page := DeadLetterPage{DeadLetters: make([]DeadLetter, 0, len(list))}
-	for _, dl := range list {
-		page.DeadLetters = append(page.DeadLetters, view.DeadLetterOf(dl))
-	}
-	if len(list) == limit { // maybe more: the next page may be empty
-		page.Next = encodeIDCursor(list[len(list)-1].ID)
-	}
+	var page DeadLetterPage
+	page.DeadLetters, page.Next = idPage(list, limit, func(dl inbox.DeadLetter) int64 { return dl.ID }, view.DeadLetterOf)
 	return page, nil
 }
 

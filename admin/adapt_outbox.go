@@ -50,13 +50,8 @@ func (o outboxArea[Tx]) Parked(ctx context.Context, cursor string, limit int) (P
 	if err != nil {
 		return ParkedPage{}, err
 	}
-	page := ParkedPage{Messages: make([]ParkedMessage, 0, len(list))}
-	for _, p := range list {
-		page.Messages = append(page.Messages, view.ParkedOf(p))
-	}
-	if len(list) == limit {
-		page.Next = encodeIDCursor(list[len(list)-1].ID)
-	}
+	var page ParkedPage
+	page.Messages, page.Next = idPage(list, limit, func(p outbox.Parked) int64 { return p.ID }, view.ParkedOf)
 	return page, nil
 }
 

@@ -101,11 +101,10 @@ func serveDeadLetters(h *handler, r *http.Request, c *call) (any, error) {
 	out := struct {
 		DeadLetters []view.DeadLetterView `json:"deadletters"`
 		Next        string                `json:"next"`
-	}{make([]view.DeadLetterView, 0, len(page.DeadLetters)), page.Next}
-	for _, d := range page.DeadLetters {
+	}{viewsOf(page.DeadLetters, func(d DeadLetter) view.DeadLetterView {
 		d.Headers = nil // GET /api/deadletters/{id} shows them
-		out.DeadLetters = append(out.DeadLetters, d.View(false))
-	}
+		return d.View(false)
+	}), page.Next}
 	return out, nil
 }
 

@@ -79,10 +79,9 @@ func New(cfg Config) (http.Handler, error) {
 		areaMetrics:     cfg.Gatherer != nil || cfg.Metrics != nil,
 	}
 	if cfg.Registerer != nil {
-		h.requests, err = metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_admin_requests_total",
-			Help: "Requests answered by the admin API, by route pattern and status code.",
-		}, []string{"route", "code"}))
+		h.requests, err = metrics.Counters(cfg.Registerer, "idem_admin_requests_total",
+			"Requests answered by the admin API, by route pattern and status code.",
+			"route", "code")
 		if err != nil {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)
 		}

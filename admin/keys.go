@@ -80,11 +80,8 @@ func serveKeys(h *handler, r *http.Request, c *call) (any, error) {
 		return nil, err
 	}
 	now := time.Now()
-	out := KeyPage{Store: name, Scope: scope, Records: make([]KeyRecord, 0, len(page.Records)), Next: page.Next}
-	for _, rec := range page.Records {
-		out.Records = append(out.Records, view.KeyRecordOf(name, rec, now, false))
-	}
-	return out, nil
+	records := viewsOf(page.Records, func(rec idem.Record) KeyRecord { return view.KeyRecordOf(name, rec, now, false) })
+	return KeyPage{Store: name, Scope: scope, Records: records, Next: page.Next}, nil
 }
 
 // keyArgs checks a key's store, scope and id.

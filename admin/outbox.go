@@ -103,11 +103,10 @@ func serveParked(h *handler, r *http.Request, c *call) (any, error) {
 	out := struct {
 		Messages []view.ParkedView `json:"messages"`
 		Next     string            `json:"next"`
-	}{make([]view.ParkedView, 0, len(page.Messages)), page.Next}
-	for _, m := range page.Messages {
+	}{viewsOf(page.Messages, func(m ParkedMessage) view.ParkedView {
 		m.Headers = nil
-		out.Messages = append(out.Messages, m.View(full))
-	}
+		return m.View(full)
+	}), page.Next}
 	return out, nil
 }
 

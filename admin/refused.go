@@ -54,10 +54,9 @@ func newRefusals(reg prometheus.Registerer, now func() time.Time) (*refusals, er
 		return r, nil
 	}
 	var err error
-	r.total, err = metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_admin_refused_total",
-		Help: "Requests the admin API refused before their route ran, by reason: no_token, bad_token, not_loopback, read_only, cross_site.",
-	}, []string{"reason"}))
+	r.total, err = metrics.Counters(reg, "idem_admin_refused_total",
+		"Requests the admin API refused before their route ran, by reason: no_token, bad_token, not_loopback, read_only, cross_site.",
+		"reason")
 	return r, err
 }
 

@@ -79,19 +79,34 @@ type SagaPage struct {
 	Next  string `json:"next"`
 }
 
-func serveEffects(h *handler, r *http.Request, c *call) (any, error) {
+// listByState answers a list filtered by state (EffectFilter, SagaFilter): it
+// reads ?state= (one of states, or none for all) and the page (?cursor=, ?limit=),
+// and asks list for it.
+func listByState[F ~struct {
+	State  string
+	Cursor string
+	Limit  int
+}, P any](r *http.Request, list func(context.Context, F) (P, error), states ...string) (page P, err error) {
 	q, err := parseQuery(r)
 	if err != nil {
-		return nil, err
+		return page, err
 	}
-	var f EffectFilter
-	if f.State, err = q.oneOf("state", EffectPendingPastLease, EffectFailed); err != nil {
-		return nil, err
+	var f struct {
+		State  string
+		Cursor string
+		Limit  int
+	}
+	if f.State, err = q.oneOf("state", states...); err != nil {
+		return page, err
 	}
 	if f.Cursor, f.Limit, err = q.page(); err != nil {
-		return nil, err
+		return page, err
 	}
-	page, err := h.cfg.Effects.List(r.Context(), f)
+	return list(r.Context(), F(f))
+}
+
+func serveEffects(h *handler, r *http.Request, c *call) (any, error) {
+	page, err := listByState(r, h.cfg.Effects.List, EffectPendingPastLease, EffectFailed)
 	if page.Effects == nil {
 		page.Effects = []Effect{}
 	}
@@ -99,18 +114,7 @@ func serveEffects(h *handler, r *http.Request, c *call) (any, error) {
 }
 
 func serveSagas(h *handler, r *http.Request, c *call) (any, error) {
-	q, err := parseQuery(r)
-	if err != nil {
-		return nil, err
-	}
-	var f SagaFilter
-	if f.State, err = q.oneOf("state", sagaStates...); err != nil {
-		return nil, err
-	}
-	if f.Cursor, f.Limit, err = q.page(); err != nil {
-		return nil, err
-	}
-	page, err := h.cfg.Sagas.List(r.Context(), f)
+	page, err := listByState(r, h.cfg.Sagas.List, sagaStates...)
 	if page.Sagas == nil {
 		page.Sagas = []Saga{}
 	}

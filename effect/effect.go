@@ -201,15 +201,11 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config) (*Fence[T
 	}
 	f := &Fence[Tx]{db: db, q: db.Driver.Effect(), cfg: cfg, tr: otelx.New(cfg.TracerProvider, nil)}
 	f.groups = f.newGroups()
-	if cfg.Registerer != nil {
-		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_effects_total",
-			Help: "External effects through the fence, by step and outcome (called, replayed, in_progress, recovered, reconciled, fenced, failed, error).",
-		}, []string{"step", "outcome"}))
-		if err != nil {
-			return nil, err
-		}
-		f.metrics = m
+	var err error
+	if f.metrics, err = metrics.Counters(cfg.Registerer, "idem_effects_total",
+		"External effects through the fence, by step and outcome (called, replayed, in_progress, recovered, reconciled, fenced, failed, error).",
+		"step", "outcome"); err != nil {
+		return nil, err
 	}
 	return f, nil
 }

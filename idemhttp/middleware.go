@@ -162,18 +162,36 @@ func (c *mwCore) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 	if !ok {
 		return o
 	}
-	if c.cfg.MaxInFlight > 0 {
-		// Before the body is read: a request over the cap costs no memory.
-		if !c.enter(w) {
-			return metrics.HTTPRejected
-		}
-		defer c.inFlight.Add(-1)
-	}
-	q, o, read := c.readBody(next, w, r)
+	// Entered before the body is read: a request over the cap costs no memory.
+	q, o, read := c.admit(next, w, r)
 	if !read {
 		return o
 	}
+	defer c.leave()
 	return c.claimAndRun(next, w, r, q, scope, keys[0])
+}
+
+// admit enters the in-flight count (Config.MaxInFlight), then reads r's body
+// (readBody). When it returns read, the caller leaves the count with leave once
+// the request is answered; otherwise the request has been answered (refused as
+// over the cap, or as readBody says), with o its outcome, and is counted no more.
+func (c *mwCore) admit(next http.Handler, w http.ResponseWriter, r *http.Request) (q *mwRequest, o metrics.HTTPOutcome, read bool) {
+	if c.cfg.MaxInFlight > 0 && !c.enter(w) {
+		return nil, metrics.HTTPRejected, false
+	}
+	defer func() {
+		if !read { // also when a handler a large body passes through to panics
+			c.leave()
+		}
+	}()
+	return c.readBody(next, w, r)
+}
+
+// leave leaves the in-flight count that admit entered.
+func (c *mwCore) leave() {
+	if c.cfg.MaxInFlight > 0 {
+		c.inFlight.Add(-1)
+	}
 }
 
 // readBody reads r's body, up to the limit, into a pooled request. read is false
@@ -201,17 +219,12 @@ func (c *mwCore) readBody(next http.Handler, w http.ResponseWriter, r *http.Requ
 // serveJSONKey is serve for Config.KeyJSONField: the body is read first, since it
 // holds the key.
 func (c *mwCore) serveJSONKey(next http.Handler, w http.ResponseWriter, r *http.Request) (o metrics.HTTPOutcome) {
-	if c.cfg.MaxInFlight > 0 {
-		// Every request may carry a key: each one counts while its body is read.
-		if !c.enter(w) {
-			return metrics.HTTPRejected
-		}
-		defer c.inFlight.Add(-1)
-	}
-	q, o, read := c.readBody(next, w, r)
+	// Every request may carry a key: each one counts while its body is read.
+	q, o, read := c.admit(next, w, r)
 	if !read {
 		return o
 	}
+	defer c.leave()
 	key, found, err := jsonKey(q.body, c.cfg.KeyJSONField)
 	if err == nil && !found && !c.cfg.RequireKey {
 		r.Body = q.prefixedBody(r.Body) // all of it: the rest is at its end

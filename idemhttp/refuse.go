@@ -32,11 +32,9 @@ func (c *mwCore) refuse(w http.ResponseWriter, r *http.Request, key string) (o m
 			return metrics.HTTPRejected, true
 		}
 		if now.After(deadline) {
-			c.m.Refused(metrics.RefusedDeadline)
-			writeProblem(w, http.StatusPreconditionFailed, ProblemDeadlinePassed, "Deadline passed",
+			return c.refused(w, metrics.RefusedDeadline, http.StatusPreconditionFailed, ProblemDeadlinePassed, "Deadline passed",
 				fmt.Sprintf("idem: the request with Idempotency-Key %q arrived after its %s %s (the server's clock reads %s), so it was not run: the sender had given up by then; send it again with a later deadline if it is still wanted (sender and server clocks must agree within %v)",
-					key, idem.HeaderDeadline, idem.FormatDeadline(deadline), idem.FormatDeadline(now), idemkey.MaxSkew), 0)
-			return metrics.HTTPRejected, true
+					key, idem.HeaderDeadline, idem.FormatDeadline(deadline), idem.FormatDeadline(now), idemkey.MaxSkew))
 		}
 	}
 	if c.cfg.MaxKeyAge < 0 {
@@ -47,25 +45,27 @@ func (c *mwCore) refuse(w http.ResponseWriter, r *http.Request, key string) (o m
 	}
 	err := idemkey.CheckFresh(key, c.cfg.MaxKeyAge, now)
 	if se, ok := errors.AsType[*idemkey.StaleError](err); ok {
-		c.m.Refused(metrics.RefusedStaleKey)
-		writeProblem(w, http.StatusGone, ProblemKeyExpired, "Idempotency-Key expired",
+		return c.refused(w, metrics.RefusedStaleKey, http.StatusGone, ProblemKeyExpired, "Idempotency-Key expired",
 			fmt.Sprintf("idem: Idempotency-Key %q was made at %s, %v ago, longer than the %v this server keeps keys, so the request was not run: its first attempt may have taken effect and been forgotten; do not retry it, check whether it took effect and send a new request with a new key only if it did not",
-				key, idem.FormatDeadline(se.Time), se.Age.Round(time.Second), se.Window), 0)
-		return metrics.HTTPRejected, true
+				key, idem.FormatDeadline(se.Time), se.Age.Round(time.Second), se.Window))
 	}
 	if fe, ok := errors.AsType[*idemkey.FutureError](err); ok {
-		c.m.Refused(metrics.RefusedFutureKey)
-		writeProblem(w, http.StatusBadRequest, ProblemKeyFromFuture, "Idempotency-Key from the future",
+		return c.refused(w, metrics.RefusedFutureKey, http.StatusBadRequest, ProblemKeyFromFuture, "Idempotency-Key from the future",
 			fmt.Sprintf("idem: Idempotency-Key %q is dated %s, %v ahead of this server's clock, more than the %v allowed skew, so the request was not run: the client's clock is wrong; fix it (NTP) and send the request again",
-				key, idem.FormatDeadline(fe.Time), fe.Ahead.Round(time.Second), idemkey.MaxSkew), 0)
-		return metrics.HTTPRejected, true
+				key, idem.FormatDeadline(fe.Time), fe.Ahead.Round(time.Second), idemkey.MaxSkew))
 	}
 	if err != nil && c.cfg.RequireTimedKeys {
 		// An untimed key (UUIDv4, an intent hash, free text): it cannot be judged.
-		c.m.Refused(metrics.RefusedUntimedKey)
-		writeProblem(w, http.StatusBadRequest, ProblemUntimedKey, "Idempotency-Key carries no time",
-			fmt.Sprintf("idem: Idempotency-Key %q is not a UUIDv7 or ULID, and this server requires keys that carry their time, so it can refuse a retry that comes after it forgot the key; send a UUIDv7 (idemkey.NewV7) or a ULID", key), 0)
-		return metrics.HTTPRejected, true
+		return c.refused(w, metrics.RefusedUntimedKey, http.StatusBadRequest, ProblemUntimedKey, "Idempotency-Key carries no time",
+			fmt.Sprintf("idem: Idempotency-Key %q is not a UUIDv7 or ULID, and this server requires keys that carry their time, so it can refuse a retry that comes after it forgot the key; send a UUIDv7 (idemkey.NewV7) or a ULID", key))
 	}
 	return 0, false
+}
+
+// refused answers a request refused before it ran, for why (counted in
+// idem_http_refused_total), with the problem status, typ, title and detail.
+func (c *mwCore) refused(w http.ResponseWriter, why metrics.HTTPRefusal, status int, typ, title, detail string) (metrics.HTTPOutcome, bool) {
+	c.m.Refused(why)
+	writeProblem(w, status, typ, title, detail, 0)
+	return metrics.HTTPRejected, true
 }

@@ -36,27 +36,33 @@ func (s *Store) forget(sh *shard, h hkey) {
 	}
 }
 
+// record is r as the record of k, its bytes copied: what Inspect shows, and (through
+// storekit.Existing) what a duplicate claim sees.
+func (r liveRecord) record(k idem.Key) idem.Record {
+	rec := idem.Record{
+		Key:         k,
+		State:       idem.StateInProgress,
+		Fingerprint: bytes.Clone(r.fp),
+		Token:       r.token,
+		ExpiresAt:   time.Unix(0, r.deadline),
+	}
+	if r.created != 0 {
+		rec.CreatedAt = time.Unix(0, r.created)
+	}
+	if r.completed {
+		rec.State = idem.StateCompleted
+		rec.Result = bytes.Clone(r.result)
+		if rec.Result == nil {
+			rec.Result = []byte{}
+		}
+	}
+	return rec
+}
+
 // record returns h's record as stored, expired or not; sh.mu is held.
 func (s *Store) record(sh *shard, h hkey, k idem.Key) (idem.Record, bool) {
 	if r, ok := sh.live[h]; ok {
-		rec := idem.Record{
-			Key:         k,
-			State:       idem.StateInProgress,
-			Fingerprint: bytes.Clone(r.fp),
-			Token:       r.token,
-			ExpiresAt:   time.Unix(0, r.deadline),
-		}
-		if r.created != 0 {
-			rec.CreatedAt = time.Unix(0, r.created)
-		}
-		if r.completed {
-			rec.State = idem.StateCompleted
-			rec.Result = bytes.Clone(r.result)
-			if rec.Result == nil {
-				rec.Result = []byte{}
-			}
-		}
-		return rec, true
+		return r.record(k), true
 	}
 	if d, ok := sh.done[h]; ok {
 		// A compact record keeps neither its creation time nor a fingerprint.
@@ -115,10 +121,7 @@ var errNoKeys = errors.New("idemmem: the store remembers keys by hash only; set 
 // then sorts the page. The cursor is the base64url of the page's last id; ids are in
 // ascending byte order.
 func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
-	if err := storekit.CheckList(ctx, scope, limit); err != nil {
-		return idem.KeyPage{}, err
-	}
-	after, err := cursor.DecodeID(after)
+	after, err := cursor.ListAfter(ctx, scope, after, limit)
 	if err != nil {
 		return idem.KeyPage{}, err
 	}
@@ -153,10 +156,7 @@ var _ idem.ScopeLister = (*Store)(nil)
 // are in ascending byte order, each once. The cursor is the base64url of the page's
 // last scope.
 func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
-	if err := storekit.CheckScopes(ctx, limit); err != nil {
-		return idem.ScopePage{}, err
-	}
-	after, err := cursor.DecodeScope(after)
+	after, err := cursor.ScopesAfter(ctx, after, limit)
 	if err != nil {
 		return idem.ScopePage{}, err
 	}

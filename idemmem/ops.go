@@ -90,29 +90,17 @@ func (s *Store) claim(c idem.Claim, now int64) (idem.Result, error) {
 }
 
 func (s *Store) duplicate(c idem.Claim, r liveRecord) idem.Result {
-	rec := idem.Record{
-		State:       idem.StateInProgress,
-		Fingerprint: bytes.Clone(r.fp),
-		ExpiresAt:   time.Unix(0, r.deadline),
-	}
-	if r.created != 0 {
-		rec.CreatedAt = time.Unix(0, r.created)
-	}
-	if r.completed {
-		rec.State = idem.StateCompleted
-		rec.Result = bytes.Clone(r.result)
-	}
-	return storekit.Existing(c, rec)
+	return storekit.Existing(c, r.record(c.Key))
 }
 
 // ClaimBatch implements idem.BatchClaimer: every claim is validated first, then
 // claimed in order.
-func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (out []idem.Result, err error) {
-	ctx, span := s.tr.Batch(ctx, claims)
-	defer func() { otelx.EndBatch(span, out, err) }()
-	if err := storekit.CheckBatch(ctx, claims); err != nil {
-		return nil, err
-	}
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+	return s.tr.ClaimBatch(ctx, claims, func(ctx context.Context) ([]idem.Result, error) { return s.claimBatch(ctx, claims) })
+}
+
+// claimBatch is ClaimBatch's body, once its claims are checked.
+func (s *Store) claimBatch(ctx context.Context, claims []idem.Claim) (out []idem.Result, err error) {
 	now := s.now().UnixNano()
 	out = make([]idem.Result, len(claims))
 	for i, c := range claims {
@@ -151,12 +139,14 @@ func (s *Store) retained(sh *shard, h hkey, now int64) (doneRecord, bool) {
 }
 
 // Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
-	_, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
-		return err
-	}
+func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreComplete, k, token, false, func(context.Context) error {
+		return s.complete(k, token, result)
+	})
+}
+
+// complete is Complete's body, once its call is checked.
+func (s *Store) complete(k idem.Key, token uint64, result []byte) error {
 	sh, h, now := s.lockKey(k)
 	defer sh.mu.Unlock()
 
@@ -192,12 +182,14 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 }
 
 // Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
-	_, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
-		return err
-	}
+func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreRelease, k, token, false, func(context.Context) error {
+		return s.release(k, token)
+	})
+}
+
+// release is Release's body, once its call is checked.
+func (s *Store) release(k idem.Key, token uint64) error {
 	sh, h, now := s.lockKey(k)
 	defer sh.mu.Unlock()
 
@@ -225,13 +217,14 @@ func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err erro
 }
 
 // Renew implements idem.Renewer.
-func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
-	lease, err = storekit.CheckRenew(ctx, k, token, lease)
-	if err != nil {
-		return err
-	}
-	_, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
-	defer func() { otelx.End(span, err) }()
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
+	return s.tr.Renew(ctx, k, token, lease, func(_ context.Context, lease time.Duration) error {
+		return s.renew(k, token, lease)
+	})
+}
+
+// renew is Renew's body, once its call is checked.
+func (s *Store) renew(k idem.Key, token uint64, lease time.Duration) error {
 	sh, h, now := s.lockKey(k)
 	defer sh.mu.Unlock()
 

@@ -313,61 +313,45 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (res idem
 }
 
 // Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
-		return err
-	}
-	return s.ownTx(ctx, "complete", func(tx *sql.Tx) error { return s.complete(ctx, tx, k, token, result) })
+func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreComplete, k, token, false, func(ctx context.Context) error {
+		return s.ownTx(ctx, "complete", func(tx *sql.Tx) error { return s.complete(ctx, tx, k, token, result) })
+	})
 }
 
 // CompleteTx implements idem.TxStore: the completion commits or rolls back with tx.
-func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) (err error) {
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, true)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
-		return err
-	}
-	if tx == nil {
-		return errNilTx
-	}
-	return finalErr(ctx, "complete", s.complete(ctx, tx, k, token, result))
+func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreComplete, k, token, true, func(ctx context.Context) error {
+		if tx == nil {
+			return errNilTx
+		}
+		return finalErr(ctx, "complete", s.complete(ctx, tx, k, token, result))
+	})
 }
 
 // Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
-		return err
-	}
-	return s.ownTx(ctx, "release", func(tx *sql.Tx) error { return s.release(ctx, tx, k, token) })
+func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreRelease, k, token, false, func(ctx context.Context) error {
+		return s.ownTx(ctx, "release", func(tx *sql.Tx) error { return s.release(ctx, tx, k, token) })
+	})
 }
 
 // ReleaseTx implements idem.TxStore.
-func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) (err error) {
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, true)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
-		return err
-	}
-	if tx == nil {
-		return errNilTx
-	}
-	return finalErr(ctx, "release", s.release(ctx, tx, k, token))
+func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreRelease, k, token, true, func(ctx context.Context) error {
+		if tx == nil {
+			return errNilTx
+		}
+		return finalErr(ctx, "release", s.release(ctx, tx, k, token))
+	})
 }
 
 // Renew implements idem.Renewer. It works on committed claims: a claim still inside
 // an open ClaimTx transaction is invisible to it and waits for it.
-func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
-	lease, err = storekit.CheckRenew(ctx, k, token, lease)
-	if err != nil {
-		return err
-	}
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	return s.ownTx(ctx, "renew", func(tx *sql.Tx) error { return s.renew(ctx, tx, k, token, lease) })
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
+	return s.tr.Renew(ctx, k, token, lease, func(ctx context.Context, lease time.Duration) error {
+		return s.ownTx(ctx, "renew", func(tx *sql.Tx) error { return s.renew(ctx, tx, k, token, lease) })
+	})
 }
 
 // Sweep implements idem.Sweeper: it deletes expired rows, SweepBatch per statement,
@@ -459,17 +443,16 @@ func quote(name string) string { return "`" + strings.ReplaceAll(name, "`", "``"
 // in one order, and are answered in the order given. A later claim of a key earlier
 // in the batch sees that claim. If the transaction fails, no claim of the batch took
 // effect.
-func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.Result, err error) {
-	ctx, span := s.tr.Batch(ctx, claims)
-	var out []idem.Result
-	defer func() { otelx.EndBatch(span, out, err) }()
-	if err := storekit.CheckBatch(ctx, claims); err != nil {
-		return nil, err
-	}
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+	return s.tr.ClaimBatch(ctx, claims, func(ctx context.Context) ([]idem.Result, error) { return s.claimBatch(ctx, claims) })
+}
+
+// claimBatch is ClaimBatch's body, once its claims are checked.
+func (s *Store) claimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
 	start := s.m.Start()
 	order := storekit.KeyOrder(claims)
-	out = make([]idem.Result, len(claims))
-	err = s.ownTx(ctx, "claim", func(tx *sql.Tx) error {
+	out := make([]idem.Result, len(claims))
+	err := s.ownTx(ctx, "claim", func(tx *sql.Tx) error {
 		for _, i := range order {
 			res, err := s.claim(ctx, tx, claims[i])
 			if err != nil {

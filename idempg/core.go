@@ -254,14 +254,10 @@ func (s *core[Tx]) release(ctx context.Context, cn conn, k idem.Key, token uint6
 // Renew implements idem.Renewer. It works on committed claims: a claim still inside
 // an open ClaimTx transaction is invisible to it (ErrLeaseLost), and needs no renewal,
 // since concurrent claimants wait for that transaction anyway.
-func (s *core[Tx]) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
-	lease, err = storekit.CheckRenew(ctx, k, token, lease)
-	if err != nil {
-		return err
-	}
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	return answerLoop(ctx, "renew", s.db, s.q.renew, k.Scope, k.ID, tokenArg(token), micros(lease))
+func (s *core[Tx]) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
+	return s.tr.Renew(ctx, k, token, lease, func(ctx context.Context, lease time.Duration) error {
+		return answerLoop(ctx, "renew", s.db, s.q.renew, k.Scope, k.ID, tokenArg(token), micros(lease))
+	})
 }
 
 // answerLoop runs releaseSQL or renewSQL until it answers (see their answers), at

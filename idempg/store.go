@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/storekit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -59,15 +58,14 @@ func pgxTxConn(tx pgx.Tx) conn {
 // by another session while the pipeline ran is asked again on its own; if that
 // fails, the error is returned and the keys the batch acquired stay claimed until
 // their leases end.
-func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.Result, err error) {
-	ctx, span := s.tr.Batch(ctx, claims)
-	var out []idem.Result
-	defer func() { otelx.EndBatch(span, out, err) }()
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+	return s.tr.ClaimBatch(ctx, claims, func(ctx context.Context) ([]idem.Result, error) { return s.claimBatch(ctx, claims) })
+}
+
+// claimBatch is ClaimBatch's body, once its claims are checked.
+func (s *Store) claimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
 	start := s.m.Start()
-	if err := storekit.CheckBatch(ctx, claims); err != nil {
-		return nil, err
-	}
-	out = make([]idem.Result, len(claims))
+	out := make([]idem.Result, len(claims))
 	if len(claims) == 0 {
 		return out, nil
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/otelx"
-	"github.com/idemhq/idem/storekit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -15,16 +13,18 @@ import (
 //
 // If the round trip fails the whole batch returns an error; claims that Redis had
 // already acquired are held until their leases end, as after a crashed worker.
-func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (_ []idem.Result, err error) {
-	ctx, span := s.tr.Batch(ctx, claims)
-	var out []idem.Result
-	defer func() { otelx.EndBatch(span, out, err) }()
+func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
+	return s.tr.ClaimBatch(ctx, claims, func(ctx context.Context) ([]idem.Result, error) {
+		return s.claimBatchCounted(ctx, claims)
+	})
+}
+
+// claimBatchCounted is ClaimBatch's body, once its claims are checked: claimBatch,
+// counted.
+func (s *Store) claimBatchCounted(ctx context.Context, claims []idem.Claim) ([]idem.Result, error) {
 	start := s.m.Start()
-	if err := storekit.CheckBatch(ctx, claims); err != nil {
-		return nil, err
-	}
-	out = make([]idem.Result, len(claims))
-	err = s.claimBatch(ctx, claims, out)
+	out := make([]idem.Result, len(claims))
+	err := s.claimBatch(ctx, claims, out)
 	for i, c := range claims {
 		s.m.Claim(c.Key.Scope, out[i].Outcome, err, start)
 	}
@@ -60,16 +60,7 @@ func (s *Store) claimBatch(ctx context.Context, claims []idem.Claim, out []idem.
 			cmds[missing[j]] = cmd
 		}
 	}
-	for i, cmd := range cmds {
-		reply, err := cmd.Result()
-		if err == nil {
-			out[i], err = decodeClaim(claims[i].WithDefaults(), reply)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return decodeClaims(claims, cmds, out)
 }
 
 // runClaims pipelines one EVALSHA for each claim at the indices idx. Each command
@@ -102,6 +93,12 @@ func (s *Store) claimBatchWaited(ctx context.Context, claims []idem.Claim, out [
 	if err != nil {
 		return err
 	}
+	return decodeClaims(claims, cmds, out)
+}
+
+// decodeClaims reads each claim script's reply into out, in the order of claims:
+// the first error (of a command or of its reply) fails the batch.
+func decodeClaims(claims []idem.Claim, cmds []*redis.Cmd, out []idem.Result) error {
 	for i, cmd := range cmds {
 		reply, err := cmd.Result()
 		if err == nil {

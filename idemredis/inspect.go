@@ -119,49 +119,16 @@ func (s *Store) List(ctx context.Context, scope, after string, limit int) (idem.
 	if err := storekit.CheckList(ctx, scope, limit); err != nil {
 		return idem.KeyPage{}, err
 	}
-	if _, ok := s.client.(*redis.Ring); ok {
-		return idem.KeyPage{}, backendError("list", fmt.Errorf("List needs one Redis node or a Redis Cluster; a %T spreads keys over nodes it cannot walk", s.client))
-	}
-	sc := &scanner{client: s.client}
-	cur, pending, finished, err := decodeCursor(sc, after)
+	base := redisKey(s.prefix, idem.Key{Scope: scope})
+	// COUNT is the room left: a reply overshoots it by a bucket's chain at most,
+	// so the ids carried in the cursor stay few.
+	ids, next, err := s.scanPage(ctx, "List", after, limit, escapeGlob(base)+"*",
+		func(room int) int64 { return int64(room) },
+		func(key string) (string, bool) { return strings.CutPrefix(key, base) })
 	if err != nil {
 		return idem.KeyPage{}, err
 	}
-	base := redisKey(s.prefix, idem.Key{Scope: scope})
-	pattern := escapeGlob(base) + "*"
-	n := min(len(pending), limit)
-	ids, pending := pending[:n:n], pending[n:]
-	seen := make(map[string]bool, limit)
-	for _, id := range ids {
-		seen[id] = true
-	}
-	for scans := 0; len(ids) < limit && len(pending) == 0 && !finished && scans < maxScans; scans++ {
-		// COUNT is the room left: a reply overshoots it by a bucket's chain at
-		// most, so the ids carried in the cursor stay few.
-		keys, next, err := sc.step(ctx, cur, pattern, int64(limit-len(ids)))
-		if err != nil {
-			return idem.KeyPage{}, backendError("list", err)
-		}
-		for _, key := range keys {
-			id, ok := strings.CutPrefix(key, base)
-			if !ok || seen[id] {
-				continue
-			}
-			seen[id] = true
-			if len(ids) < limit {
-				ids = append(ids, id)
-			} else {
-				pending = append(pending, id)
-			}
-		}
-		cur, finished = next, next.done()
-	}
-	page := idem.KeyPage{}
-	if !finished || len(pending) > 0 {
-		if page.Next, err = encodeCursor(cur, pending); err != nil {
-			return idem.KeyPage{}, backendError("list", err)
-		}
-	}
+	page := idem.KeyPage{Next: next}
 	if len(ids) == 0 {
 		return page, nil
 	}
@@ -264,46 +231,13 @@ func (s *Store) Scopes(ctx context.Context, after string, limit int) (idem.Scope
 	if err := storekit.CheckScopes(ctx, limit); err != nil {
 		return idem.ScopePage{}, err
 	}
-	if _, ok := s.client.(*redis.Ring); ok {
-		return idem.ScopePage{}, backendError("scopes", fmt.Errorf("Scopes needs one Redis node or a Redis Cluster; a %T spreads keys over nodes it cannot walk", s.client))
-	}
-	sc := &scanner{client: s.client}
-	cur, pending, finished, err := decodeCursor(sc, after)
+	scopes, next, err := s.scanPage(ctx, "Scopes", after, limit, escapeGlob(s.prefix)+"[0-9]*",
+		func(room int) int64 { return int64(max(room, minScopeScan)) },
+		func(key string) (string, bool) { return scopeOf(s.prefix, key) })
 	if err != nil {
 		return idem.ScopePage{}, err
 	}
-	pattern := escapeGlob(s.prefix) + "[0-9]*"
-	n := min(len(pending), limit)
-	scopes, pending := pending[:n:n], pending[n:]
-	seen := make(map[string]bool, limit)
-	for _, sc := range scopes {
-		seen[sc] = true
-	}
-	for scans := 0; len(scopes) < limit && len(pending) == 0 && !finished && scans < maxScans; scans++ {
-		keys, next, err := sc.step(ctx, cur, pattern, int64(max(limit-len(scopes), minScopeScan)))
-		if err != nil {
-			return idem.ScopePage{}, backendError("scopes", err)
-		}
-		for _, key := range keys {
-			sc, ok := scopeOf(s.prefix, key)
-			if !ok || seen[sc] {
-				continue
-			}
-			seen[sc] = true
-			if len(scopes) < limit {
-				scopes = append(scopes, sc)
-			} else {
-				pending = append(pending, sc)
-			}
-		}
-		cur, finished = next, next.done()
-	}
-	page := idem.ScopePage{Scopes: scopes}
-	if !finished || len(pending) > 0 {
-		if page.Next, err = encodeCursor(cur, pending); err != nil {
-			return idem.ScopePage{}, backendError("scopes", err)
-		}
-	}
+	page := idem.ScopePage{Scopes: scopes, Next: next}
 	return page, nil
 }
 
@@ -327,4 +261,53 @@ func scopeOf(prefix, key string) (scope string, ok bool) {
 		return "", false
 	}
 	return scope, true
+}
+
+// scanPage walks the keys matching pattern for a page of List or Scopes (method):
+// up to maxScans SCAN calls, each of COUNT count(room left in the page), taking
+// from each key the name that name reads (an id, a scope), each once per page.
+// Names a SCAN reply holds beyond the page ride in the cursor with the SCAN
+// cursor, and come first on the next page. Cluster and Ring clients are refused.
+func (s *Store) scanPage(ctx context.Context, method, after string, limit int, pattern string,
+	count func(room int) int64, name func(key string) (string, bool)) (names []string, next string, err error) {
+	op := strings.ToLower(method)
+	if _, ok := s.client.(*redis.Ring); ok {
+		return nil, "", backendError(op, fmt.Errorf("%s needs one Redis node or a Redis Cluster; a %T spreads keys over nodes it cannot walk", method, s.client))
+	}
+	sc := &scanner{client: s.client}
+	cur, pending, finished, err := decodeCursor(sc, after)
+	if err != nil {
+		return nil, "", err
+	}
+	n := min(len(pending), limit)
+	names, pending = pending[:n:n], pending[n:]
+	seen := make(map[string]bool, limit)
+	for _, nm := range names {
+		seen[nm] = true
+	}
+	for scans := 0; len(names) < limit && len(pending) == 0 && !finished && scans < maxScans; scans++ {
+		keys, after, err := sc.step(ctx, cur, pattern, count(limit-len(names)))
+		if err != nil {
+			return nil, "", backendError(op, err)
+		}
+		for _, key := range keys {
+			nm, ok := name(key)
+			if !ok || seen[nm] {
+				continue
+			}
+			seen[nm] = true
+			if len(names) < limit {
+				names = append(names, nm)
+			} else {
+				pending = append(pending, nm)
+			}
+		}
+		cur, finished = after, after.done()
+	}
+	if !finished || len(pending) > 0 {
+		if next, err = encodeCursor(cur, pending); err != nil {
+			return nil, "", backendError(op, err)
+		}
+	}
+	return names, next, nil
 }

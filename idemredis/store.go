@@ -102,12 +102,14 @@ func claimArgs(c idem.Claim) []any {
 }
 
 // Complete implements idem.Store in one round trip.
-func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
-		return err
-	}
+func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreComplete, k, token, false, func(ctx context.Context) error {
+		return s.completeScript(ctx, k, token, result)
+	})
+}
+
+// completeScript runs the complete script: the body of Complete.
+func (s *Store) completeScript(ctx context.Context, k idem.Key, token uint64, result []byte) error {
 	if result == nil {
 		result = []byte{} // go-redis would send nil as "" anyway; be explicit
 	}
@@ -123,33 +125,26 @@ func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result [
 
 // Release implements idem.Store in one round trip. The key becomes a tombstone
 // until the released lease would have ended; claims see it as free.
-func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
-		return err
-	}
-	n, err := s.release.Run(ctx, s.client, []string{s.Key(k)}, tokenArg(token)).Int()
-	if err != nil {
-		return backendError("release", err)
-	}
-	return finishErr(n)
+func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreRelease, k, token, false, func(ctx context.Context) error {
+		n, err := s.release.Run(ctx, s.client, []string{s.Key(k)}, tokenArg(token)).Int()
+		if err != nil {
+			return backendError("release", err)
+		}
+		return finishErr(n)
+	})
 }
 
 // Renew implements idem.Renewer in one round trip: the record's expiry and its TTL
 // become lease from now (rounded up to whole milliseconds), on Redis's clock.
-func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
-	lease, err = storekit.CheckRenew(ctx, k, token, lease)
-	if err != nil {
-		return err
-	}
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	n, err := s.runScript(ctx, s.renew, replied1, s.Key(k), tokenArg(token), millis(lease)).Int()
-	if err != nil {
-		return backendError("renew", err)
-	}
-	return finishErr(n)
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
+	return s.tr.Renew(ctx, k, token, lease, func(ctx context.Context, lease time.Duration) error {
+		n, err := s.runScript(ctx, s.renew, replied1, s.Key(k), tokenArg(token), millis(lease)).Int()
+		if err != nil {
+			return backendError("renew", err)
+		}
+		return finishErr(n)
+	})
 }
 
 // finishErr is Release's and Renew's error for their script's reply.

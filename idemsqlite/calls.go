@@ -6,7 +6,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/otelx"
-	"github.com/idemhq/idem/storekit"
 )
 
 // Claim implements idem.Store. The claim is applied by the group-commit writer and
@@ -61,37 +60,27 @@ func (s *Store) ClaimBatch(ctx context.Context, claims []idem.Claim) (out []idem
 }
 
 // Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) (err error) {
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
+func (s *Store) Complete(ctx context.Context, k idem.Key, token uint64, result []byte) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreComplete, k, token, false, func(ctx context.Context) error {
+		_, err := s.send(ctx, &op{kind: opComplete, key: k, token: token, result: result})
 		return err
-	}
-	_, err = s.send(ctx, &op{kind: opComplete, key: k, token: token, result: result})
-	return err
+	})
 }
 
 // Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) (err error) {
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
+func (s *Store) Release(ctx context.Context, k idem.Key, token uint64) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreRelease, k, token, false, func(ctx context.Context) error {
+		_, err := s.send(ctx, &op{kind: opRelease, key: k, token: token})
 		return err
-	}
-	_, err = s.send(ctx, &op{kind: opRelease, key: k, token: token})
-	return err
+	})
 }
 
 // Renew implements idem.Renewer through the group-commit writer, like Release.
-func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) (err error) {
-	lease, err = storekit.CheckRenew(ctx, k, token, lease)
-	if err != nil {
+func (s *Store) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration) error {
+	return s.tr.Renew(ctx, k, token, lease, func(ctx context.Context, lease time.Duration) error {
+		_, err := s.send(ctx, &op{kind: opRenew, key: k, token: token, lease: lease})
 		return err
-	}
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRenew, k, token, false)
-	defer func() { otelx.End(span, err) }()
-	_, err = s.send(ctx, &op{kind: opRenew, key: k, token: token, lease: lease})
-	return err
+	})
 }
 
 // Sweep implements idem.Sweeper. It deletes expired records in transactions of at

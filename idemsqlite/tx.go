@@ -7,7 +7,6 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/otelx"
-	"github.com/idemhq/idem/storekit"
 )
 
 // ClaimTx implements idem.TxStore: the claim joins tx, a transaction on Store.DB()
@@ -50,29 +49,23 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Res
 }
 
 // CompleteTx implements idem.TxStore: the completion commits with tx.
-func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) (err error) {
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreComplete, k, token, true)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
-		return err
-	}
-	if err := s.checkTx(ctx, tx); err != nil {
-		return err
-	}
-	return answer(ctx, "complete", completeRecordIn(ctx, txRunner{s, tx}, k, token, result, s.nowNs()))
+func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64, result []byte) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreComplete, k, token, true, func(ctx context.Context) error {
+		if err := s.checkTx(ctx, tx); err != nil {
+			return err
+		}
+		return answer(ctx, "complete", completeRecordIn(ctx, txRunner{s, tx}, k, token, result, s.nowNs()))
+	})
 }
 
 // ReleaseTx implements idem.TxStore: the release commits with tx.
-func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) (err error) {
-	ctx, span := s.tr.Op(ctx, otelx.SpanStoreRelease, k, token, true)
-	defer func() { otelx.End(span, err) }()
-	if err := storekit.CheckFinish(ctx, k, token); err != nil {
-		return err
-	}
-	if err := s.checkTx(ctx, tx); err != nil {
-		return err
-	}
-	return answer(ctx, "release", releaseRecordIn(ctx, txRunner{s, tx}, k, token, s.nowNs()))
+func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uint64) error {
+	return s.tr.Finish(ctx, otelx.SpanStoreRelease, k, token, true, func(ctx context.Context) error {
+		if err := s.checkTx(ctx, tx); err != nil {
+			return err
+		}
+		return answer(ctx, "release", releaseRecordIn(ctx, txRunner{s, tx}, k, token, s.nowNs()))
+	})
 }
 
 func (s *Store) checkTx(ctx context.Context, tx *sql.Tx) error {

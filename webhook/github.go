@@ -25,19 +25,18 @@ var _ Verifier = (*GitHubVerifier)(nil)
 
 // GitHub returns a verifier for the webhook's secrets (used as-is as HMAC keys).
 func GitHub(secrets ...string) (*GitHubVerifier, error) {
-	if len(secrets) == 0 {
-		return nil, &idem.InputError{Field: "webhook.GitHub secrets", Reason: "are none",
-			Fix: "pass the secret set on the webhook in the repository's settings"}
+	return withSecrets(&GitHubVerifier{}, "GitHub", secrets, "pass the secret set on the webhook in the repository's settings",
+		(*GitHubVerifier).addSecret)
+}
+
+// addSecret adds one of GitHub's secrets as an HMAC key.
+func (v *GitHubVerifier) addSecret(_, s string) error {
+	if s == "" {
+		return &idem.InputError{Field: "webhook.GitHub secrets", Reason: "include an empty one",
+			Fix: "set a secret on the webhook: without one GitHub signs nothing"}
 	}
-	v := &GitHubVerifier{}
-	for _, s := range secrets {
-		if s == "" {
-			return nil, &idem.InputError{Field: "webhook.GitHub secrets", Reason: "include an empty one",
-				Fix: "set a secret on the webhook: without one GitHub signs nothing"}
-		}
-		v.keys = append(v.keys, []byte(s))
-	}
-	return v, nil
+	v.keys = append(v.keys, []byte(s))
+	return nil
 }
 
 // RetryHorizon is GitHubHorizon.

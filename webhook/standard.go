@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -39,38 +38,37 @@ var _ Verifier = (*StandardVerifier)(nil)
 // its signatures matches any secret. A malformed secret is an *idem.InputError
 // naming its position, never its value.
 func Standard(secrets ...string) (*StandardVerifier, error) {
-	if len(secrets) == 0 {
-		return nil, &idem.InputError{Field: "webhook.Standard secrets", Reason: "are none",
-			Fix: "pass the endpoint's signing secret (whsec_…) as the sender shows it, or its public key (whpk_…)"}
-	}
-	v := &StandardVerifier{}
-	for i, s := range secrets {
-		field := fmt.Sprintf("webhook.Standard secret %d", i+1)
-		s = strings.TrimSpace(s)
-		switch {
-		case strings.HasPrefix(s, "whsec_"):
-			key, err := base64.StdEncoding.DecodeString(s[len("whsec_"):])
-			if err != nil || len(key) == 0 {
-				return nil, &idem.InputError{Field: field, Reason: "is not whsec_ followed by base64",
-					Fix: "copy the whole secret from the sender's dashboard"}
-			}
-			v.hmacKeys = append(v.hmacKeys, key)
-		case strings.HasPrefix(s, "whpk_"):
-			key, err := base64.StdEncoding.DecodeString(s[len("whpk_"):])
-			if err != nil || len(key) != ed25519.PublicKeySize {
-				return nil, &idem.InputError{Field: field, Reason: "is not whpk_ followed by a base64 32-byte Ed25519 public key",
-					Fix: "copy the whole public key from the sender's dashboard"}
-			}
-			v.pubKeys = append(v.pubKeys, ed25519.PublicKey(key))
-		case strings.HasPrefix(s, "whsk_"):
-			return nil, &idem.InputError{Field: field, Reason: "is an Ed25519 signing key (whsk_), which only the sender should hold",
-				Fix: "give the receiver the public key (whpk_) instead, and rotate the leaked signing key"}
-		default:
-			return nil, &idem.InputError{Field: field, Reason: "does not start with whsec_ or whpk_",
-				Fix: "pass the secret exactly as the sender shows it, prefix included"}
+	return withSecrets(&StandardVerifier{}, "Standard", secrets,
+		"pass the endpoint's signing secret (whsec_…) as the sender shows it, or its public key (whpk_…)", (*StandardVerifier).addSecret)
+}
+
+// addSecret adds one of Standard's secrets, named field in its error, as an HMAC
+// key (whsec_) or an Ed25519 public key (whpk_).
+func (v *StandardVerifier) addSecret(field, s string) error {
+	s = strings.TrimSpace(s)
+	switch {
+	case strings.HasPrefix(s, "whsec_"):
+		key, err := base64.StdEncoding.DecodeString(s[len("whsec_"):])
+		if err != nil || len(key) == 0 {
+			return &idem.InputError{Field: field, Reason: "is not whsec_ followed by base64",
+				Fix: "copy the whole secret from the sender's dashboard"}
 		}
+		v.hmacKeys = append(v.hmacKeys, key)
+	case strings.HasPrefix(s, "whpk_"):
+		key, err := base64.StdEncoding.DecodeString(s[len("whpk_"):])
+		if err != nil || len(key) != ed25519.PublicKeySize {
+			return &idem.InputError{Field: field, Reason: "is not whpk_ followed by a base64 32-byte Ed25519 public key",
+				Fix: "copy the whole public key from the sender's dashboard"}
+		}
+		v.pubKeys = append(v.pubKeys, ed25519.PublicKey(key))
+	case strings.HasPrefix(s, "whsk_"):
+		return &idem.InputError{Field: field, Reason: "is an Ed25519 signing key (whsk_), which only the sender should hold",
+			Fix: "give the receiver the public key (whpk_) instead, and rotate the leaked signing key"}
+	default:
+		return &idem.InputError{Field: field, Reason: "does not start with whsec_ or whpk_",
+			Fix: "pass the secret exactly as the sender shows it, prefix included"}
 	}
-	return v, nil
+	return nil
 }
 
 // RetryHorizon is StandardHorizon: Receiver refuses a shorter retention.

@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -32,20 +31,20 @@ var _ Verifier = (*StripeVerifier)(nil)
 // whole as the HMAC key, as Stripe does). Pass the old and the new secret while
 // Stripe signs with both during a rotation.
 func Stripe(secrets ...string) (*StripeVerifier, error) {
-	if len(secrets) == 0 {
-		return nil, &idem.InputError{Field: "webhook.Stripe secrets", Reason: "are none",
-			Fix: "pass the endpoint's signing secret (whsec_…) from the Stripe dashboard or `stripe listen`"}
+	return withSecrets(&StripeVerifier{}, "Stripe", secrets, "pass the endpoint's signing secret (whsec_…) from the Stripe dashboard or `stripe listen`",
+		(*StripeVerifier).addSecret)
+}
+
+// addSecret adds one of Stripe's secrets, named field in its error, whole as an
+// HMAC key.
+func (v *StripeVerifier) addSecret(field, s string) error {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, "whsec_") || len(s) == len("whsec_") {
+		return &idem.InputError{Field: field,
+			Reason: "does not start with whsec_", Fix: "pass the endpoint's signing secret, not an API key (sk_…)"}
 	}
-	v := &StripeVerifier{}
-	for i, s := range secrets {
-		s = strings.TrimSpace(s)
-		if !strings.HasPrefix(s, "whsec_") || len(s) == len("whsec_") {
-			return nil, &idem.InputError{Field: fmt.Sprintf("webhook.Stripe secret %d", i+1),
-				Reason: "does not start with whsec_", Fix: "pass the endpoint's signing secret, not an API key (sk_…)"}
-		}
-		v.keys = append(v.keys, []byte(s))
-	}
-	return v, nil
+	v.keys = append(v.keys, []byte(s))
+	return nil
 }
 
 // RetryHorizon is StripeHorizon: Receiver refuses a shorter retention.

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idemhq/idem"
 )
 
 // Verifier checks a delivery's signature and returns its event id: the key the
@@ -94,4 +96,20 @@ func truncate(s string) string {
 		return s[:32] + "…"
 	}
 	return s
+}
+
+// withSecrets returns v once add has taken each of its secrets, with the field
+// that names the secret by position (never by value) in add's error; the first
+// error fails it: the one loop of the constructors GitHub, Stripe and Standard. No
+// secret at all is an *idem.InputError whose Fix is fix.
+func withSecrets[V any](v *V, verifier string, secrets []string, fix string, add func(v *V, field, secret string) error) (*V, error) {
+	if len(secrets) == 0 {
+		return nil, &idem.InputError{Field: "webhook." + verifier + " secrets", Reason: "are none", Fix: fix}
+	}
+	for i, s := range secrets {
+		if err := add(v, fmt.Sprintf("webhook.%s secret %d", verifier, i+1), s); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }

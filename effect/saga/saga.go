@@ -264,15 +264,10 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config, defs ...D
 	o.fence = fence
 	o.stmts = db.Driver.Saga() // effect.New checked that db has a Driver
 	o.q = newQueries(o.stmts, len(o.names))
-	if cfg.Registerer != nil {
-		m, err := metrics.Register(cfg.Registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_sagas_total",
-			Help: "Sagas by outcome: started, completed, compensated, failed, parked (set aside for an operator: its row cannot be decoded, or names a step its definition lacks).",
-		}, []string{"saga", "outcome"}))
-		if err != nil {
-			return nil, err
-		}
-		o.metrics = m
+	if o.metrics, err = metrics.Counters(cfg.Registerer, "idem_sagas_total",
+		"Sagas by outcome: started, completed, compensated, failed, parked (set aside for an operator: its row cannot be decoded, or names a step its definition lacks).",
+		"saga", "outcome"); err != nil {
+		return nil, err
 	}
 	return o, nil
 }

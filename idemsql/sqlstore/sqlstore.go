@@ -114,10 +114,7 @@ func (r *Records) Inspect(ctx context.Context, k idem.Key) (rec idem.Record, err
 // RecordsSQL.List), ids in ascending order; the cursor is the base64url of the
 // page's last id.
 func (r *Records) List(ctx context.Context, scope, after string, limit int) (idem.KeyPage, error) {
-	if err := storekit.CheckList(ctx, scope, limit); err != nil {
-		return idem.KeyPage{}, err
-	}
-	after, err := cursor.DecodeID(after)
+	after, err := cursor.ListAfter(ctx, scope, after, limit)
 	if err != nil {
 		return idem.KeyPage{}, err
 	}
@@ -135,10 +132,7 @@ func (r *Records) List(ctx context.Context, scope, after string, limit int) (ide
 // (see RecordsSQL.Scopes), scopes in ascending order; the cursor is the base64url of
 // the page's last scope.
 func (r *Records) Scopes(ctx context.Context, after string, limit int) (idem.ScopePage, error) {
-	if err := storekit.CheckScopes(ctx, limit); err != nil {
-		return idem.ScopePage{}, err
-	}
-	after, err := cursor.DecodeScope(after)
+	after, err := cursor.ScopesAfter(ctx, after, limit)
 	if err != nil {
 		return idem.ScopePage{}, err
 	}

@@ -4,12 +4,14 @@ package cursor
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"fmt"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/storekit"
 )
 
 // MaxLen bounds a cursor's length: a sort key is a few identifiers of at most 255
@@ -82,6 +84,26 @@ func DecodeID(c string) (string, error) {
 		return "", Invalid("is not a cursor this store made")
 	}
 	return parts[0], nil
+}
+
+// ListAfter begins an Inspector.List of the stores whose cursors are EncodeID's:
+// it checks the call (storekit.CheckList) and returns the id its page starts
+// after.
+func ListAfter(ctx context.Context, scope, after string, limit int) (string, error) {
+	if err := storekit.CheckList(ctx, scope, limit); err != nil {
+		return "", err
+	}
+	return DecodeID(after)
+}
+
+// ScopesAfter begins a ScopeLister.Scopes of the stores whose cursors are
+// EncodeScope's: it checks the call (storekit.CheckScopes) and returns the scope
+// its page starts after.
+func ScopesAfter(ctx context.Context, after string, limit int) (string, error) {
+	if err := storekit.CheckScopes(ctx, limit); err != nil {
+		return "", err
+	}
+	return DecodeScope(after)
 }
 
 // EncodeScope is the cursor of a store's Scopes page that ends at scope.

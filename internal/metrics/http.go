@@ -83,19 +83,15 @@ func NewHTTP(reg prometheus.Registerer) (*HTTP, error) {
 		return nil, nil
 	}
 	r := &registrar{reg: reg}
-	requests := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_http_requests_total",
-		Help: "Requests through the idempotency middleware, by outcome (executed, replayed, conflict, mismatch, rejected, passthrough, error).",
-	}, []string{"outcome"}))
-	duration := add(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "idem_http_request_duration_seconds",
-		Help:    "Time from the request entering the idempotency middleware to its response, by outcome.",
-		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-	}, []string{"outcome"}))
-	refused := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_http_refused_total",
-		Help: "Requests the idempotency middleware refused without running them, by reason (stale_key, future_key, untimed_key, deadline); each is also counted as outcome rejected.",
-	}, []string{"reason"}))
+	requests := r.counters("idem_http_requests_total",
+		"Requests through the idempotency middleware, by outcome (executed, replayed, conflict, mismatch, rejected, passthrough, error).",
+		"outcome")
+	duration := r.seconds("idem_http_request_duration_seconds",
+		"Time from the request entering the idempotency middleware to its response, by outcome.",
+		0.0001, "outcome")
+	refused := r.counters("idem_http_refused_total",
+		"Requests the idempotency middleware refused without running them, by reason (stale_key, future_key, untimed_key, deadline); each is also counted as outcome rejected.",
+		"reason")
 	if r.err != nil {
 		return nil, r.err
 	}

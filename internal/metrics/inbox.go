@@ -21,28 +21,22 @@ func NewInbox(reg prometheus.Registerer, consumer string) (*Inbox, error) {
 		return nil, nil
 	}
 	r := &registrar{reg: reg}
-	messages := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_inbox_messages_total",
-		Help: "Deliveries settled by idem inboxes, by outcome (processed, duplicate, retried, dead_lettered).",
-	}, []string{"consumer", "outcome"}))
+	messages := r.counters("idem_inbox_messages_total",
+		"Deliveries settled by idem inboxes, by outcome (processed, duplicate, retried, dead_lettered).",
+		"consumer", "outcome")
 	dups := duplicates(r)
-	dead := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_inbox_dead_letters_total",
-		Help: "Messages moved to the dead-letter table, by reason kind (permanent, max_attempts, no_key, key_reused, or a refusal's reason).",
-	}, []string{"consumer", "kind"}))
-	latency := add(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "idem_inbox_batch_duration_seconds",
-		Help:    "Time to process one batch: transaction, handlers, commit and acks.",
-		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-	}, []string{"consumer"}))
-	replays := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_inbox_replays_total",
-		Help: "Replays of dead letters requested by operators, by outcome (applied, already_applied, failed, gave_up).",
-	}, []string{"consumer", "outcome"}))
-	refused := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_inbox_refused_total",
-		Help: "Deliveries refused before applying (acked and dead-lettered), by reason (stale_key, future_key, untimed_key, deadline, bad_deadline).",
-	}, []string{"consumer", "reason"}))
+	dead := r.counters("idem_inbox_dead_letters_total",
+		"Messages moved to the dead-letter table, by reason kind (permanent, max_attempts, no_key, key_reused, or a refusal's reason).",
+		"consumer", "kind")
+	latency := r.seconds("idem_inbox_batch_duration_seconds",
+		"Time to process one batch: transaction, handlers, commit and acks.",
+		0.0001, "consumer")
+	replays := r.counters("idem_inbox_replays_total",
+		"Replays of dead letters requested by operators, by outcome (applied, already_applied, failed, gave_up).",
+		"consumer", "outcome")
+	refused := r.counters("idem_inbox_refused_total",
+		"Deliveries refused before applying (acked and dead-lettered), by reason (stale_key, future_key, untimed_key, deadline, bad_deadline).",
+		"consumer", "reason")
 	if r.err != nil {
 		return nil, r.err
 	}

@@ -29,16 +29,13 @@ func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
 		return nil, nil
 	}
 	r := &registrar{reg: reg}
-	claims := add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_claims_total",
-		Help: "Claims answered by idem stores, by scope and outcome (acquired, replayed, in_progress, mismatch, error).",
-	}, []string{"backend", "scope", "outcome"}))
+	claims := r.counters("idem_claims_total",
+		"Claims answered by idem stores, by scope and outcome (acquired, replayed, in_progress, mismatch, error).",
+		"backend", "scope", "outcome")
 	dups := duplicates(r)
-	latency := add(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "idem_claim_duration_seconds",
-		Help:    "Latency of Claim calls, including the backend round trip.",
-		Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
-	}, []string{"backend"}))
+	latency := r.seconds("idem_claim_duration_seconds",
+		"Latency of Claim calls, including the backend round trip.",
+		0.00005, "backend")
 	swept := sweptTotal(r)
 	if r.err != nil {
 		return nil, r.err
@@ -55,10 +52,9 @@ func NewStore(reg prometheus.Registerer, backend string) (*Store, error) {
 // duplicates registers idem_duplicates_total{backend,scope}, shared by the stores
 // and the inbox (which counts under backend "inbox").
 func duplicates(r *registrar) *prometheus.CounterVec {
-	return add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_duplicates_total",
-		Help: "Claims that found the key already taken (replayed, in_progress or mismatch): duplicates suppressed.",
-	}, []string{"backend", "scope"}))
+	return r.counters("idem_duplicates_total",
+		"Claims that found the key already taken (replayed, in_progress or mismatch): duplicates suppressed.",
+		"backend", "scope")
 }
 
 // RecordsFunc registers idem_records{backend}, read from count at each scrape.
@@ -115,6 +111,28 @@ type registrar struct {
 }
 
 // add registers c as Register does, unless r has failed before.
+// Counters registers the counter vector name{labels…}, described by help, on reg,
+// or returns the one already there (see Register). A nil reg registers nothing
+// and returns nil, which a component keeps as "no metrics".
+func Counters(reg prometheus.Registerer, name, help string, labels ...string) (*prometheus.CounterVec, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	return Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+// counters registers the counter vector name{labels…}, described by help.
+func (r *registrar) counters(name, help string, labels ...string) *prometheus.CounterVec {
+	return add(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+// seconds registers the histogram vector name{labels…} of durations, described by
+// help: ten buckets from first seconds up, each four times the one before.
+func (r *registrar) seconds(name, help string, first float64, labels ...string) *prometheus.HistogramVec {
+	return add(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: name, Help: help, Buckets: prometheus.ExponentialBuckets(first, 4, 10)}, labels))
+}
+
 func add[C prometheus.Collector](r *registrar, c C) C {
 	if r.err == nil {
 		c, r.err = Register(r.reg, c)

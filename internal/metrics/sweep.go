@@ -9,10 +9,9 @@ import (
 // sweptTotal registers idem_swept_total{backend}: the rows sweeps removed, of the
 // stores' records and of the tables with a retention (backend effect, saga).
 func sweptTotal(r *registrar) *prometheus.CounterVec {
-	return add(r, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_swept_total",
-		Help: "Expired records removed by sweeps.",
-	}, []string{"backend"}))
+	return r.counters("idem_swept_total",
+		"Expired records removed by sweeps.",
+		"backend")
 }
 
 // Sweep records the sweeps of one table with a retention: what they removed, and

@@ -2,12 +2,14 @@ package otelx
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/storekit"
 )
 
 // Span names of the stores: one span per call, whatever the backend.
@@ -73,6 +75,47 @@ func (s *StoreTracer) Op(ctx context.Context, name string, k idem.Key, token uin
 	return s.start(ctx, name, k, tx, token, true)
 }
 
+// Finish runs do, the body of a Complete or Release (name: SpanStoreComplete or
+// SpanStoreRelease) of k by the holder of token, in its span, once
+// storekit.CheckFinish accepts the call: every store's Complete, Release and their
+// Tx forms begin alike, so they begin here. tx marks a call in the caller's
+// transaction.
+func (s *StoreTracer) Finish(ctx context.Context, name string, k idem.Key, token uint64, tx bool,
+	do func(ctx context.Context) error) (err error) {
+	ctx, span := s.Op(ctx, name, k, token, tx)
+	defer func() { End(span, err) }()
+	if err := storekit.CheckFinish(ctx, k, token); err != nil {
+		return err
+	}
+	return do(ctx)
+}
+
+// ClaimBatch runs do, the body of a ClaimBatch of claims, in its span, once
+// storekit.CheckBatch accepts the claims; the span ends with do's results.
+func (s *StoreTracer) ClaimBatch(ctx context.Context, claims []idem.Claim,
+	do func(ctx context.Context) ([]idem.Result, error)) (out []idem.Result, err error) {
+	ctx, span := s.Batch(ctx, claims)
+	defer func() { EndBatch(span, out, err) }()
+	if err := storekit.CheckBatch(ctx, claims); err != nil {
+		return nil, err
+	}
+	return do(ctx)
+}
+
+// Renew runs do, the body of a Renew of k by the holder of token, with the lease
+// storekit.CheckRenew accepts (a call it refuses starts no span), in a
+// SpanStoreRenew span.
+func (s *StoreTracer) Renew(ctx context.Context, k idem.Key, token uint64, lease time.Duration,
+	do func(ctx context.Context, lease time.Duration) error) (err error) {
+	lease, err = storekit.CheckRenew(ctx, k, token, lease)
+	if err != nil {
+		return err
+	}
+	ctx, span := s.Op(ctx, SpanStoreRenew, k, token, false)
+	defer func() { End(span, err) }()
+	return do(ctx, lease)
+}
+
 // off reports whether no span can record (or s is the zero value).
 func (s *StoreTracer) off() bool { return s.tr.tracer == nil || s.tr.Off() }
 
@@ -130,19 +173,14 @@ func EndRecord(span trace.Span, out []idem.Outcome, err error) {
 // acquired, idem.duplicate when the key was taken) or its error.
 func EndClaim(span trace.Span, res idem.Result, err error) {
 	if span == nil {
-		return
+		return // tracing is off: not even the closure
 	}
-	if span.IsRecording() {
-		if err != nil {
-			Fail(span, err)
-		} else {
-			SetOutcome(span, res.Outcome, res.Token)
-			if res.Outcome.Duplicate() {
-				span.SetAttributes(KeyDuplicate.Bool(true))
-			}
+	endWith(span, err, func(span trace.Span) {
+		SetOutcome(span, res.Outcome, res.Token)
+		if res.Outcome.Duplicate() {
+			span.SetAttributes(KeyDuplicate.Bool(true))
 		}
-	}
-	span.End()
+	})
 }
 
 // EndBatch ends a batch's span with how many of its claims were duplicates, or
@@ -152,6 +190,20 @@ func EndBatch(span trace.Span, out []idem.Result, err error) {
 }
 
 func endBatch[T any](span trace.Span, out []T, err error, outcome func(T) idem.Outcome) {
+	endWith(span, err, func(span trace.Span) {
+		dups := 0
+		for _, r := range out {
+			if outcome(r).Duplicate() {
+				dups++
+			}
+		}
+		span.SetAttributes(KeyBatchDuplicates.Int(dups))
+	})
+}
+
+// endWith ends span (nil while tracing is off): when it records, marked failed
+// with err, or else with what done sets.
+func endWith(span trace.Span, err error, done func(trace.Span)) {
 	if span == nil {
 		return
 	}
@@ -159,13 +211,7 @@ func endBatch[T any](span trace.Span, out []T, err error, outcome func(T) idem.O
 		if err != nil {
 			Fail(span, err)
 		} else {
-			dups := 0
-			for _, r := range out {
-				if outcome(r).Duplicate() {
-					dups++
-				}
-			}
-			span.SetAttributes(KeyBatchDuplicates.Int(dups))
+			done(span)
 		}
 	}
 	span.End()
