@@ -11,7 +11,10 @@ import (
 	"unicode"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/effect/saga"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/outbox"
 )
 
 func newMem(t *testing.T) *idemmem.Store {
@@ -225,5 +228,17 @@ func TestDoReportsMismatchWithoutRunning(t *testing.T) {
 	})
 	if err != nil || o != idem.Mismatch {
 		t.Fatalf("Do = %v, %v; want Mismatch", o, err)
+	}
+}
+
+// Every package's "no such item" error matches the one sentinel.
+func TestNotFoundIsOneName(t *testing.T) {
+	for _, err := range []error{outbox.ErrNotParked, inbox.ErrNoDeadLetter, saga.ErrNotFound, fmt.Errorf("wrapped: %w", outbox.ErrNotParked)} {
+		if !errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("%v does not match idem.ErrNotFound", err)
+		}
+	}
+	if errors.Is(outbox.ErrNotParked, inbox.ErrNoDeadLetter) {
+		t.Error("outbox.ErrNotParked matches inbox.ErrNoDeadLetter: each keeps its own identity")
 	}
 }

@@ -5,8 +5,20 @@ import (
 	"errors"
 )
 
-// ErrNotFound is returned by Inspector.Inspect and Evict for a key that has no record.
+// ErrNotFound is returned by Inspector.Inspect and Evict for a key that has no
+// record. It is also the one name of "no such item" across idem: every package's
+// not-found error (outbox.ErrNotParked, inbox.ErrNoDeadLetter, saga.ErrNotFound)
+// matches it with errors.Is, so a caller checks one sentinel.
 var ErrNotFound = errors.New("idem: no record for this key")
+
+// NotFoundError is a package's own "no such item" error, with its own message,
+// which errors.Is reports as ErrNotFound.
+type NotFoundError struct{ Msg string }
+
+func (e *NotFoundError) Error() string { return e.Msg }
+
+// Is reports whether target is ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
 // Inspector is implemented by stores whose records an operator can look at and act
 // on: the admin API's and `idem keys`' view of a store. Every store of this module

@@ -141,8 +141,9 @@ func scanDeadLetter(r idemsql.Row) (DeadLetter, error) {
 }
 
 // ErrNoDeadLetter is returned by Replay for an id that is not an open dead letter of
-// this consumer, and by DeadLetterAdmin.Get and Discard for an unknown id.
-var ErrNoDeadLetter = errors.New("inbox: no pending dead letter with this id for this consumer")
+// this consumer, and by DeadLetterAdmin.Get and Discard for an unknown id. It
+// matches idem.ErrNotFound.
+var ErrNoDeadLetter error = &idem.NotFoundError{Msg: "inbox: no pending dead letter with this id for this consumer"}
 
 // Replay applies dead letter id again, exactly once: in one transaction it claims the
 // message's key, runs the handler and marks the dead letter replayed. It does not go

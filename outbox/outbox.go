@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"sync/atomic"
@@ -242,7 +241,8 @@ func (o *Outbox[Tx]) Parked(ctx context.Context, limit int) ([]Parked, error) {
 
 // ErrNotParked is returned by Retry for an id that is not a parked message (or was
 // discarded), and by Admin.Discard for one that is not parked or discarded already.
-var ErrNotParked = errors.New("outbox: no parked message with this id")
+// It matches idem.ErrNotFound.
+var ErrNotParked error = &idem.NotFoundError{Msg: "outbox: no parked message with this id"}
 
 // Retry puts parked message id back in line, with its attempts reset (one the
 // log-based relay parked as a new row: see Admin.Retry).

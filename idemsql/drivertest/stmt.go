@@ -106,22 +106,6 @@ func (r stmtRunner) rows(field, stmt string, args []any, scan func(rows idemsql.
 	r.inTx(field, func(q idemsql.Querier) error { return idemsql.EachRow(r.ctx, q, stmt, args, scan) })
 }
 
-// ids runs field's query stmt, whose one column is an id, and returns the ids of
-// its rows in order.
-func (r stmtRunner) ids(field, stmt string, args ...any) []int64 {
-	r.t.Helper()
-	var out []int64
-	r.rows(field, stmt, args, func(rows idemsql.Rows) error {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		out = append(out, id)
-		return nil
-	})
-	return out
-}
-
 // lockWait is how long holds gives a second transaction to get past a lock the
 // first one holds. A slow machine can only make the check pass when it should
 // not, never fail when it should pass.
