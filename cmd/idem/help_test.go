@@ -99,7 +99,7 @@ func TestHelpURLExamplesParse(t *testing.T) {
 	t.Parallel()
 	_, relay, _ := run(t, "relay", "--help")
 	_, serve, _ := run(t, "serve", "--help")
-	secret := &relayOptions{webhookSecret: strings.Repeat("s", 32)}
+	secret := &sinkFlags{webhookSecret: strings.Repeat("s", 32)}
 	n := 0
 	for _, c := range []struct {
 		help, section string

@@ -95,7 +95,7 @@ func withRelay[Tx any](rd *relayDB, ob *outbox.Outbox[Tx], db idemsql.TxDB[Tx], 
 
 // open connects the sink and checks that it answers (sinkDown); close releases
 // what open acquired.
-func (s sinkSpec) open(ctx context.Context, o *relayOptions) (sink idem.Sink, close func(), err error) {
+func (s sinkSpec) open(ctx context.Context, o *sinkFlags) (sink idem.Sink, close func(), err error) {
 	switch s.kind {
 	case "nats":
 		return openNATSSink(ctx, s, o)

@@ -16,7 +16,7 @@ import (
 
 // openAMQPSink is relay's --sink amqp://…: RabbitMQ, redialed when the connection
 // dies.
-func openAMQPSink(s sinkSpec, o *relayOptions) (idem.Sink, func(), error) {
+func openAMQPSink(s sinkSpec, o *sinkFlags) (idem.Sink, func(), error) {
 	a := &amqpSink{url: s.raw, cfg: idemamqp.SinkConfig{Exchange: o.amqpExchange, Mandatory: o.amqpMandatory}}
 	if err := a.connect(); err != nil {
 		return nil, nil, sinkDown(s, err)

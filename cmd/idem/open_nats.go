@@ -34,7 +34,7 @@ func connectNATS(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStre
 
 // openNATSSink is relay's --sink nats://… (tls://…): JetStream, with the stream of
 // --nats-stream created or updated first.
-func openNATSSink(ctx context.Context, s sinkSpec, o *relayOptions) (idem.Sink, func(), error) {
+func openNATSSink(ctx context.Context, s sinkSpec, o *sinkFlags) (idem.Sink, func(), error) {
 	nc, js, err := connectNATS(s.raw, nats.Name("idem relay"), nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, nil, sinkDown(s, err)

@@ -73,7 +73,7 @@ func TestParseSQSSink(t *testing.T) {
 		{raw: "sqs://localhost", err: "is not host:port"},
 		{raw: "sqs://?region=eu-west-1&endpoint=x", err: "unknown parameter"},
 	} {
-		s, err := parseSink(tc.raw, &relayOptions{})
+		s, err := parseSink(tc.raw, &sinkFlags{})
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) || strings.Contains(err.Error(), "s3cr3t") {
 				t.Errorf("parseSink(%q) = %v, want an error saying %q (and no secret)", tc.raw, err, tc.err)

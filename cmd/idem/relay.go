@@ -26,19 +26,25 @@ const defaultRelayListen = "127.0.0.1:9464"
 
 // relayOptions are the flags of idem relay.
 type relayOptions struct {
-	db, sink, listen         string
-	batch, maxAttempts       int
-	roundBatches             int
-	poll, retention          time.Duration
-	stallAfter               time.Duration
+	db, sink, listen   string
+	batch, maxAttempts int
+	roundBatches       int
+	poll, retention    time.Duration
+	stallAfter         time.Duration
+	adminToken         string
+	schema             bool
+	cdc                cdcOptions // --cdc: relay_cdc.go
+	sinkFlags
+}
+
+// sinkFlags are relay's flags of its sink's kind: what parseSink checks and
+// sinkSpec.open uses besides the URL.
+type sinkFlags struct {
 	natsStream, natsSubjects string
 	amqpExchange             string
 	amqpMandatory            bool
 	webhookSecret            string
-	adminToken               string
 	webhookTimeout           time.Duration
-	schema                   bool
-	cdc                      cdcOptions // --cdc: relay_cdc.go
 }
 
 const relaySynopsis = `Publishes the transactional outbox (the table idem_outbox, written by
@@ -165,7 +171,7 @@ func (o *relayOptions) check() (dbSpec, sinkSpec, error) {
 	if err != nil {
 		return db, sinkSpec{}, err
 	}
-	sink, err := parseSink(o.sink, o)
+	sink, err := parseSink(o.sink, &o.sinkFlags)
 	if err == nil && o.stallAfter <= 0 {
 		err = fmt.Errorf("--stall-after must be positive, such as 1m (got %v)", o.stallAfter)
 	}
@@ -268,7 +274,7 @@ func (o *relayOptions) serving(stderr io.Writer) relay.Serving {
 
 // openSink connects the sink of ss, whose publications feed the health it returns.
 func (o *relayOptions) openSink(ctx context.Context, ss sinkSpec, log *slog.Logger) (idem.Sink, *relay.Health, func(), error) {
-	sink, closeSink, err := ss.open(ctx, o)
+	sink, closeSink, err := ss.open(ctx, &o.sinkFlags)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -85,7 +85,7 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 		fmt.Fprintf(m.Stdout, "idem relay: dropped replication slot %s of %s\n", o.cdc.slot, db.desc)
 		return nil
 	}
-	ss, err := parseSink(o.sink, o)
+	ss, err := parseSink(o.sink, &o.sinkFlags)
 	if o.sink == "" {
 		err = errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
 	}

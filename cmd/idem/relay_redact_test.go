@@ -99,8 +99,9 @@ func TestRelayRefusesShortWebhookSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, secret := range []string{"x", strings.Repeat("y", 31)} {
-		o := &relayOptions{db: "sqlite:" + file, sink: "https://example.com/hook", webhookSecret: secret,
-			batch: 1, roundBatches: 1, poll: time.Second, maxAttempts: 1, retention: time.Hour, webhookTimeout: time.Second}
+		o := &relayOptions{db: "sqlite:" + file, sink: "https://example.com/hook",
+			batch: 1, roundBatches: 1, poll: time.Second, maxAttempts: 1, retention: time.Hour,
+			sinkFlags: sinkFlags{webhookSecret: secret, webhookTimeout: time.Second}}
 		_, _, err := o.check()
 		var ie *idem.InputError
 		if !errors.As(err, &ie) || !strings.Contains(ie.Field, "--webhook-secret") || !strings.Contains(ie.Field, "$IDEM_WEBHOOK_SECRET") ||

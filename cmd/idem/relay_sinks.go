@@ -34,7 +34,7 @@ type sinkSpec struct {
 
 // parseSink checks --sink and the flags of its kind. Its errors are usage errors:
 // they name the flag and the fix.
-func parseSink(raw string, o *relayOptions) (sinkSpec, error) {
+func parseSink(raw string, o *sinkFlags) (sinkSpec, error) {
 	s := sinkSpec{raw: raw, desc: redact.URL(raw)}
 	if err := cli.CheckURL("--sink", raw); err != nil {
 		return s, err
@@ -96,7 +96,7 @@ func parseKafkaSink(s sinkSpec) (sinkSpec, error) {
 
 // parseWebhookSink checks --sink https://… and its signing secret, and makes the
 // webhook sink (it connects per request).
-func parseWebhookSink(s sinkSpec, o *relayOptions) (sinkSpec, error) {
+func parseWebhookSink(s sinkSpec, o *sinkFlags) (sinkSpec, error) {
 	s.kind = "webhook"
 	if o.webhookSecret == "" {
 		return s, errors.New("--sink " + s.desc + " is a webhook and needs a signing secret: set $IDEM_WEBHOOK_SECRET " +

@@ -86,7 +86,7 @@ var urlUses = []urlUse{
 		}},
 	{"relay --sink", []string{"nats", "tls", "kafka", "redis", "rediss", "amqp", "amqps", "http", "https", "pubsub", "sqs"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			o := &relayOptions{webhookSecret: strings.Repeat("k", 32), webhookTimeout: 5 * time.Second, amqpMandatory: true}
+			o := &sinkFlags{webhookSecret: strings.Repeat("k", 32), webhookTimeout: 5 * time.Second, amqpMandatory: true}
 			s, err := parseSink(raw, o)
 			if err != nil || !slices.Contains([]string{"nats", "redis", "amqp", "webhook"}, s.kind) {
 				return []string{s.desc}, []error{err}
