@@ -96,7 +96,7 @@ func (m *Main) runAdmin(ctx context.Context, args []string) error {
 
 // check validates the flags before anything connects; its errors name the flag
 // and never quote a token.
-func (o *adminOptions) check() (*dbSpec, error) {
+func (o *adminOptions) check() (*DBSpec, error) {
 	cfg := admin.Config{Token: o.token, ReadToken: o.readToken, Insecure: o.insecure}
 	if err := o.metricsFrom.check(); err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func (o *adminOptions) check() (*dbSpec, error) {
 		return nil, err
 	}
 	for _, s := range o.stores {
-		if s.spec.kind == "memory" {
+		if s.spec.Kind == "memory" {
 			return nil, fmt.Errorf("--store %s=memory: a memory store lives in its gateway's process: "+
 				"run idem serve --admin-token to inspect it", s.name)
 		}
@@ -134,7 +134,7 @@ func (o *adminOptions) check() (*dbSpec, error) {
 	if o.db == "" {
 		return nil, nil
 	}
-	db, err := parseDB(o.db)
+	db, err := ParseDB(o.db)
 	return &db, err
 }
 
@@ -174,13 +174,13 @@ type storeFlags []namedStore
 
 type namedStore struct {
 	name string
-	spec storeSpec
+	spec StoreSpec
 }
 
 func (f *storeFlags) String() string {
 	names := make([]string, len(*f))
 	for i, s := range *f {
-		names[i] = s.name + "=" + s.spec.desc
+		names[i] = s.name + "=" + s.spec.Desc
 	}
 	return strings.Join(names, ",")
 }
@@ -198,7 +198,7 @@ func (f *storeFlags) Set(v string) error {
 	if slices.ContainsFunc(*f, func(s namedStore) bool { return s.name == name }) {
 		return fmt.Errorf("two stores named %q: name each, as in --store a=URL --store b=URL", name)
 	}
-	spec, err := parseStore(raw)
+	spec, err := ParseStore(raw)
 	if err != nil {
 		return errors.New(redact.String(err.Error()))
 	}
@@ -207,7 +207,7 @@ func (f *storeFlags) Set(v string) error {
 }
 
 // admin connects the stores and the database, then serves until ctx ends.
-func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
+func (m *Main) admin(ctx context.Context, o *adminOptions, db *DBSpec) error {
 	log, reg, stopTracing, err := cli.StartDaemon(ctx, m.Stderr, "admin")
 	if err != nil {
 		return err
@@ -217,14 +217,14 @@ func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
 		Stores: map[string]idem.Inspector{}}
 	var pings []func(context.Context) error
 	for _, s := range o.stores {
-		store, closeStore, err := s.spec.open(ctx, nil)
+		store, closeStore, err := s.spec.Open(ctx, nil)
 		if err != nil {
 			return err
 		}
 		defer closeStore()
 		in, ok := store.(idem.Inspector)
 		if !ok {
-			return fmt.Errorf("--store %s: this store cannot be inspected", s.spec.desc)
+			return fmt.Errorf("--store %s: this store cannot be inspected", s.spec.Desc)
 		}
 		cfg.Stores[s.name] = in
 		pings = append(pings, inspectPing(in))
@@ -234,13 +234,13 @@ func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
 		what += fmt.Sprintf("; the console's charts read %d /metrics source(s)", len(o.metricsFrom))
 	}
 	if db != nil {
-		ping, closeDB, skipped, err := openAdminDB(ctx, *db, &cfg)
+		ping, closeDB, skipped, err := AdminDB(ctx, *db, &cfg)
 		if err != nil {
 			return err
 		}
 		defer closeDB()
 		pings = append(pings, ping)
-		what += ", " + db.desc
+		what += ", " + db.Desc
 		for _, area := range slices.Sorted(maps.Keys(skipped)) {
 			log.Warn("idem admin: area off: its tables are missing or behind", "area", area, "err", skipped[area])
 		}
@@ -283,12 +283,12 @@ func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
 	return err
 }
 
-// openAdminDB connects --db and sets cfg's areas of the components whose tables it
+// AdminDB connects --db and sets cfg's areas of the components whose tables it
 // holds (admin.ForSQL: no DDL); skipped names the others.
-func openAdminDB(ctx context.Context, db dbSpec, cfg *admin.Config) (ping func(context.Context) error, close func(), skipped map[string]error, err error) {
-	switch db.dialect {
+func AdminDB(ctx context.Context, db DBSpec, cfg *admin.Config) (ping func(context.Context) error, close func(), skipped map[string]error, err error) {
+	switch db.Dialect {
 	case "postgres":
-		pool, err := openPostgres(ctx, "--db", db.desc, db.raw)
+		pool, err := Postgres(ctx, "--db", db.Desc, db.Raw)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -296,7 +296,7 @@ func openAdminDB(ctx context.Context, db dbSpec, cfg *admin.Config) (ping func(c
 		skipped, err = admin.ForSQL(ctx, idempg.TxDB(pool), cfg)
 		return adminDBOpened(db, ping, close, skipped, err)
 	case "mysql":
-		mdb, err := openMySQL(ctx, "--db", db.desc, db.raw)
+		mdb, err := openMySQL(ctx, "--db", db.Desc, db.Raw)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -304,9 +304,9 @@ func openAdminDB(ctx context.Context, db dbSpec, cfg *admin.Config) (ping func(c
 		skipped, err = admin.ForSQL(ctx, idemmysql.TxDB(mdb), cfg)
 		return adminDBOpened(db, ping, close, skipped, err)
 	case "sqlite":
-		sdb, err := openSQLite(db.path)
+		sdb, err := SQLite(db.Path)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("--db %s: %w", db.desc, err)
+			return nil, nil, nil, fmt.Errorf("--db %s: %w", db.Desc, err)
 		}
 		ping, close = sdb.PingContext, func() { sdb.Close() }
 		txdb, err := idemsql.SQLDB(ctx, sdb)
@@ -315,14 +315,14 @@ func openAdminDB(ctx context.Context, db dbSpec, cfg *admin.Config) (ping func(c
 		}
 		return adminDBOpened(db, ping, close, skipped, err)
 	}
-	return nil, nil, nil, fmt.Errorf("--db %s: unknown database", db.desc)
+	return nil, nil, nil, fmt.Errorf("--db %s: unknown database", db.Desc)
 }
 
-// adminDBOpened closes what openAdminDB opened if err is set.
-func adminDBOpened(db dbSpec, ping func(context.Context) error, close func(), skipped map[string]error, err error) (func(context.Context) error, func(), map[string]error, error) {
+// adminDBOpened closes what AdminDB opened if err is set.
+func adminDBOpened(db DBSpec, ping func(context.Context) error, close func(), skipped map[string]error, err error) (func(context.Context) error, func(), map[string]error, error) {
 	if err != nil {
 		close()
-		return nil, nil, nil, fmt.Errorf("--db %s: %w", db.desc, redact.Error(err))
+		return nil, nil, nil, fmt.Errorf("--db %s: %w", db.Desc, redact.Error(err))
 	}
 	return ping, close, skipped, nil
 }
@@ -404,8 +404,8 @@ func relayAdminAPI(token string, ob admin.Outbox, reg prometheus.Registerer, log
 	return adminAPI(token, admin.Config{Outbox: ob, Registerer: reg, Logger: log}, next)
 }
 
-// outboxArea is the admin area of relay's outbox.
-func outboxArea[Tx any](db idemsql.TxDB[Tx]) admin.Outbox {
+// OutboxArea is the admin area of relay's outbox.
+func OutboxArea[Tx any](db idemsql.TxDB[Tx]) admin.Outbox {
 	return admin.OutboxFrom(outbox.NewAdmin(db))
 }
 

@@ -71,7 +71,7 @@ func benchSQLite(ctx context.Context, o benchOptions) ([]benchRow, error) {
 
 	// Baseline: the same pragmas as idemsqlite (WAL, synchronous=FULL), one INSERT … ON CONFLICT per
 	// transaction, as a plain application would write.
-	raw, err := openSQLite(filepath.Join(dir, "raw.db"))
+	raw, err := SQLite(filepath.Join(dir, "raw.db"))
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func benchSQLite(ctx context.Context, o benchOptions) ([]benchRow, error) {
 }
 
 func benchPostgres(ctx context.Context, o benchOptions) ([]benchRow, error) {
-	schema := "idem_bench_" + randomHex(4)
+	schema := "idem_bench_" + RandomHex(4)
 	admin, err := pgxpool.New(ctx, o.postgres)
 	if err != nil {
 		return nil, err
@@ -170,7 +170,7 @@ func benchRedis(ctx context.Context, o benchOptions) ([]benchRow, error) {
 	if err := client.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis at %s: %w (start it with `make services`)", o.redis, err)
 	}
-	run := randomHex(4)
+	run := RandomHex(4)
 	base, err := measure(ctx, o, 1, func(ctx context.Context, n uint64) error {
 		err := client.SetArgs(ctx, fmt.Sprintf("idembench:%s:raw:%d", run, n), "1",
 			redis.SetArgs{Mode: "NX", TTL: time.Minute}).Err()

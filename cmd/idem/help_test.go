@@ -99,15 +99,15 @@ func TestHelpURLExamplesParse(t *testing.T) {
 	t.Parallel()
 	_, relay, _ := run(t, "relay", "--help")
 	_, serve, _ := run(t, "serve", "--help")
-	secret := &sinkFlags{webhookSecret: strings.Repeat("s", 32)}
+	secret := &SinkFlags{WebhookSecret: strings.Repeat("s", 32)}
 	n := 0
 	for _, c := range []struct {
 		help, section string
 		parse         func(string) error
 	}{
-		{relay, "Sinks (--sink):", func(raw string) error { _, err := parseSink(raw, secret); return err }},
-		{relay, "Databases (--db):", func(raw string) error { _, err := parseDB(raw); return err }},
-		{serve, "Stores (--store):", func(raw string) error { _, err := parseStore(raw); return err }},
+		{relay, "Sinks (--sink):", func(raw string) error { _, err := ParseSink(raw, secret); return err }},
+		{relay, "Databases (--db):", func(raw string) error { _, err := ParseDB(raw); return err }},
+		{serve, "Stores (--store):", func(raw string) error { _, err := ParseStore(raw); return err }},
 	} {
 		examples := sectionExamples(c.help, c.section)
 		if len(examples) < 3 {

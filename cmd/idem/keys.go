@@ -112,16 +112,16 @@ func (m *Main) openStoreInspector(ctx context.Context, cmd string, o keysOptions
 	if o.store == "" {
 		return nil, "", nil, m.usagef(cmd, "--store is required: the store serve uses (sqlite:PATH, postgres://…, mysql://…, redis://…)")
 	}
-	spec, err := parseStore(o.store)
+	spec, err := ParseStore(o.store)
 	if err != nil {
 		return nil, "", nil, m.usagef(cmd, "%v", err)
 	}
-	switch spec.kind {
+	switch spec.Kind {
 	case "memory":
 		return nil, "", nil, m.usagef(cmd, "--store memory: lives inside the serve process: this command cannot reach it; use its admin API")
 	case "sqlite":
-		if _, err := os.Stat(spec.path); err != nil {
-			return nil, "", nil, fmt.Errorf("--store %s: %w: name the file serve uses", spec.desc, errors.Unwrap(err))
+		if _, err := os.Stat(spec.Path); err != nil {
+			return nil, "", nil, fmt.Errorf("--store %s: %w: name the file serve uses", spec.Desc, errors.Unwrap(err))
 		}
 	}
 	if withScope && o.scope == "" {
@@ -139,41 +139,41 @@ func (m *Main) openStoreInspector(ctx context.Context, cmd string, o keysOptions
 	in, ok := store.(idem.Inspector)
 	if !ok {
 		closeStore()
-		return nil, "", nil, fmt.Errorf("--store %s: this store cannot be inspected", spec.desc)
+		return nil, "", nil, fmt.Errorf("--store %s: this store cannot be inspected", spec.Desc)
 	}
-	return in, spec.desc, closeStore, nil
+	return in, spec.Desc, closeStore, nil
 }
 
 // openKeysStore opens the store of --store as serve does, but changes no schema
 // (SkipMigrate): a mistyped database gets an error naming the missing table's
 // migration, not a new empty table.
-func openKeysStore(ctx context.Context, spec storeSpec) (idem.Store, func(), error) {
-	switch spec.kind {
+func openKeysStore(ctx context.Context, spec StoreSpec) (idem.Store, func(), error) {
+	switch spec.Kind {
 	case "sqlite":
-		st, err := idemsqlite.Open(ctx, spec.path, idemsqlite.Config{SkipMigrate: true})
+		st, err := idemsqlite.Open(ctx, spec.Path, idemsqlite.Config{SkipMigrate: true})
 		if err != nil {
-			return nil, nil, fmt.Errorf("--store %s: %w", spec.desc, err)
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.Desc, err)
 		}
 		return st, func() { _ = st.Close() }, nil
 	case "postgres":
-		pool, err := openPostgres(ctx, "--store", spec.desc, spec.raw)
+		pool, err := Postgres(ctx, "--store", spec.Desc, spec.Raw)
 		if err != nil {
 			return nil, nil, err
 		}
 		st, err := idempg.New(ctx, pool, idempg.Config{SkipMigrate: true})
 		if err != nil {
 			pool.Close()
-			return nil, nil, fmt.Errorf("--store %s: %w", spec.desc, err)
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.Desc, err)
 		}
 		return st, pool.Close, nil
 	case "mysql":
-		st, err := idemmysql.Open(ctx, spec.raw, idemmysql.Config{SkipMigrate: true})
+		st, err := idemmysql.Open(ctx, spec.Raw, idemmysql.Config{SkipMigrate: true})
 		if err != nil {
-			return nil, nil, fmt.Errorf("--store %s: %w", spec.desc, err)
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.Desc, err)
 		}
 		return st, func() { st.Close() }, nil
 	}
-	return spec.open(ctx, prometheus.NewRegistry()) // redis: no schema
+	return spec.Open(ctx, prometheus.NewRegistry()) // redis: no schema
 }
 
 func checkKeyPart(m *Main, cmd, name, v string) error {

@@ -150,7 +150,7 @@ func TestKeysCreatesNoTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCode(t, 1, "idem migrate", "keys", "list", "--store", "sqlite:"+path, "--scope", "anonymous")
-	db, err := openSQLite(path)
+	db, err := SQLite(path)
 	if err != nil {
 		t.Fatal(err)
 	}

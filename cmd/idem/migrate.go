@@ -178,7 +178,7 @@ func (m *Main) migratePrint(o migrateOptions) error {
 func printDialect(o migrateOptions) (idemsql.Dialect, error) {
 	name := o.dialect
 	if name == "" {
-		name = dialectOf(o.db)
+		name = DialectOf(o.db)
 	}
 	switch name {
 	case "postgres", "postgresql":
@@ -242,14 +242,14 @@ func openMigrateDB(ctx context.Context, raw string) (idemsql.TxDB[*sql.Tx], func
 			return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db: %w", derr)
 		}
 		db, err = sql.Open("mysql", dsn)
-	case dialectOf(raw) == "postgres":
+	case DialectOf(raw) == "postgres":
 		db, err = sql.Open("pgx", raw)
-	case dialectOf(raw) == "sqlite":
+	case DialectOf(raw) == "sqlite":
 		path := strings.TrimPrefix(raw, "sqlite:")
 		if path == "" {
 			return idemsql.TxDB[*sql.Tx]{}, nil, errors.New("--db sqlite: needs a path, such as sqlite:./app.db")
 		}
-		db, err = openSQLite(path)
+		db, err = SQLite(path)
 	default:
 		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redact.URL(raw))
 	}

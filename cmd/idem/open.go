@@ -22,21 +22,21 @@ import (
 // small opener per URL scheme. The openers of a scheme live in its own file
 // (open_postgres.go, open_mysql.go, open_sqlite.go, open_redis.go, open_nats.go, open_kafka.go,
 // open_amqp.go, open_pubsub.go, open_sqs.go) with the connection helper serve, relay, verify and bench share.
-// A command's parse checks its flag without connecting (parseStore, parseDB,
-// parseSink); the openers connect, and their errors name the flag.
+// A command's parse checks its flag without connecting (ParseStore, ParseDB,
+// ParseSink); the openers connect, and their errors name the flag.
 //
 //	serve  --store   sqlite:PATH, postgres://, mysql://, redis://, redis-cluster://, memory:  storeSpec.open
-//	relay  --db      sqlite:PATH, postgres://, mysql://              openRelayDB
-//	admin  --db      sqlite:PATH, postgres://, mysql:// (no DDL)  openAdminDB
-//	relay  --sink    nats://, kafka://, redis://, amqp://, pubsub://, sqs://, https://  sinkSpec.open
-//	verify --db      sqlite:[PATH], postgres://, mysql://            openVerifyDB
-//	verify --broker  nats:[//…], kafka:[//…], redis://, amqp://, pubsub:[//…], sqs:  openVerifyBroker
-//	bench            the same SQLite DSN (openSQLite)
+//	relay  --db      sqlite:PATH, postgres://, mysql://              Relay
+//	admin  --db      sqlite:PATH, postgres://, mysql:// (no DDL)  AdminDB
+//	relay  --sink    nats://, kafka://, redis://, amqp://, pubsub://, sqs://, https://  SinkSpec.open
+//	verify --db      sqlite:[PATH], postgres://, mysql://            VerifyDatabase
+//	verify --broker  nats:[//…], kafka:[//…], redis://, amqp://, pubsub:[//…], sqs:  VerifyBroker
+//	bench            the same SQLite DSN (SQLite)
 
 // open connects the store and registers its metrics on reg; close releases what
 // it acquired, after the last request that used the store.
-func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store idem.Store, close func(), err error) {
-	switch s.kind {
+func (s StoreSpec) Open(ctx context.Context, reg prometheus.Registerer) (store idem.Store, close func(), err error) {
+	switch s.Kind {
 	case "memory":
 		return openMemoryStore(s, reg)
 	case "sqlite":
@@ -50,28 +50,28 @@ func (s storeSpec) open(ctx context.Context, reg prometheus.Registerer) (store i
 	case "mysql":
 		return openMySQLStore(ctx, s, reg)
 	}
-	return nil, nil, fmt.Errorf("--store %s: unknown store kind %q", s.desc, s.kind)
+	return nil, nil, fmt.Errorf("--store %s: unknown store kind %q", s.Desc, s.Kind)
 }
 
 // openMemoryStore is serve's --store memory:[?max_bytes=N].
-func openMemoryStore(s storeSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
-	st, err := idemmem.New(idemmem.Config{Registerer: reg, MaxBytes: s.maxBytes, KeepKeys: s.keepKeys})
+func openMemoryStore(s StoreSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
+	st, err := idemmem.New(idemmem.Config{Registerer: reg, MaxBytes: s.maxBytes, KeepKeys: s.KeepKeys})
 	return st, func() {}, err
 }
 
-// relayDB is the outbox relay on relay's --db: run publishes until its context
+// RelayDB is the outbox relay on relay's --db: run publishes until its context
 // ends, stall measures how long messages have waited unpublished (a query that
 // also shows the database answers), close releases the connections.
-type relayDB struct {
-	run    func(context.Context) error
-	stall  func(context.Context) (time.Duration, error)
-	close  func()
-	outbox admin.Outbox // the admin API's outbox area on the same database
+type RelayDB struct {
+	Run    func(context.Context) error
+	Stall  func(context.Context) (time.Duration, error)
+	Close  func()
+	Outbox admin.Outbox // the admin API's outbox area on the same database
 }
 
-// openRelayDB opens the outbox of --db and its relay publishing to sink.
-func openRelayDB(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
-	switch db.dialect {
+// Relay opens the outbox of --db and its relay publishing to sink.
+func Relay(ctx context.Context, db DBSpec, sink idem.Sink, cfg outbox.RelayConfig) (*RelayDB, error) {
+	switch db.Dialect {
 	case "postgres":
 		return openPostgresRelay(ctx, db, sink, cfg)
 	case "mysql":
@@ -79,24 +79,24 @@ func openRelayDB(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.Rela
 	case "sqlite":
 		return openSQLiteRelay(ctx, db, sink, cfg)
 	}
-	return nil, fmt.Errorf("--db %s: unknown database", db.desc)
+	return nil, fmt.Errorf("--db %s: unknown database", db.Desc)
 }
 
 // withRelay sets rd.run to the relay of ob to sink, or closes rd.
-func withRelay[Tx any](rd *relayDB, ob *outbox.Outbox[Tx], db idemsql.TxDB[Tx], sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
+func withRelay[Tx any](rd *RelayDB, ob *outbox.Outbox[Tx], db idemsql.TxDB[Tx], sink idem.Sink, cfg outbox.RelayConfig) (*RelayDB, error) {
 	r, err := ob.Relay(sink, cfg)
 	if err != nil {
-		rd.close()
+		rd.Close()
 		return nil, err
 	}
-	rd.run, rd.stall, rd.outbox = r.Run, r.Stall, outboxArea(db)
+	rd.Run, rd.Stall, rd.Outbox = r.Run, r.Stall, OutboxArea(db)
 	return rd, nil
 }
 
 // open connects the sink and checks that it answers (sinkDown); close releases
 // what open acquired.
-func (s sinkSpec) open(ctx context.Context, o *sinkFlags) (sink idem.Sink, close func(), err error) {
-	switch s.kind {
+func (s SinkSpec) Open(ctx context.Context, o *SinkFlags) (sink idem.Sink, close func(), err error) {
+	switch s.Kind {
 	case "nats":
 		return openNATSSink(ctx, s, o)
 	case "kafka":
@@ -115,10 +115,10 @@ func (s sinkSpec) open(ctx context.Context, o *sinkFlags) (sink idem.Sink, close
 		}
 		return s.webhook, func() {}, nil
 	}
-	return nil, nil, fmt.Errorf("--sink %s: unknown sink", s.desc)
+	return nil, nil, fmt.Errorf("--sink %s: unknown sink", s.Desc)
 }
 
-// openVerifyDB maps verify's --db to a database the run owns:
+// VerifyDatabase maps verify's --db to a database the run owns:
 //
 //	sqlite:        a SQLite file in a temporary directory, removed after
 //	sqlite:PATH    a new SQLite file at PATH, kept (it must not exist)
@@ -126,7 +126,7 @@ func (s sinkSpec) open(ctx context.Context, o *sinkFlags) (sink idem.Sink, close
 //	               fresh schema, dropped after unless keep
 //	mysql://…      MySQL or MariaDB, through a chaos.Proxy; the run's tables go
 //	               into a fresh database, dropped after unless keep
-func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
+func VerifyDatabase(ctx context.Context, raw string, keep bool) (*Database, error) {
 	if err := cli.CheckURL("--db", raw); err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error)
 	return nil, fmt.Errorf("--db %q: unknown database; use sqlite: (temporary), sqlite:PATH, postgres://user@host/db or mysql://user@host:3306/db", redact.URL(raw))
 }
 
-// openVerifyBroker maps verify's --broker to a broker for the run:
+// VerifyBroker maps verify's --broker to a broker for the run:
 //
 //	nats:                 embedded NATS JetStream in a temporary directory (default)
 //	nats://host:4222      a NATS server with JetStream
@@ -156,11 +156,11 @@ func openVerifyDB(ctx context.Context, raw string, keep bool) (*verifyDB, error)
 //
 // Every run uses its own stream, topic or queue, named after run. Connections to
 // NATS, Redis and RabbitMQ go through a chaos.Proxy, so the run can cut them.
-func openVerifyBroker(ctx context.Context, raw, run string, logger *slog.Logger) (*verifyBroker, error) {
+func VerifyBroker(ctx context.Context, raw, run string, logger *slog.Logger) (*Broker, error) {
 	if err := cli.CheckURL("--broker", raw); err != nil {
 		return nil, err
 	}
-	b := &verifyBroker{}
+	b := &Broker{}
 	var err error
 	switch scheme, _, _ := strings.Cut(raw, ":"); scheme {
 	case "nats":
@@ -182,7 +182,7 @@ func openVerifyBroker(ctx context.Context, raw, run string, logger *slog.Logger)
 			"kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process), pubsub://PROJECT or sqs: (in-process)", redact.URL(raw))
 	}
 	if err != nil {
-		b.close()
+		b.Close()
 		return nil, err
 	}
 	return b, nil

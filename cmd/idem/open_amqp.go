@@ -16,8 +16,8 @@ import (
 
 // openAMQPSink is relay's --sink amqp://…: RabbitMQ, redialed when the connection
 // dies.
-func openAMQPSink(s sinkSpec, o *sinkFlags) (idem.Sink, func(), error) {
-	a := &amqpSink{url: s.raw, cfg: idemamqp.SinkConfig{Exchange: o.amqpExchange, Mandatory: o.amqpMandatory}}
+func openAMQPSink(s SinkSpec, o *SinkFlags) (idem.Sink, func(), error) {
+	a := &amqpSink{url: s.Raw, cfg: idemamqp.SinkConfig{Exchange: o.AMQPExchange, Mandatory: o.AMQPMandatory}}
 	if err := a.connect(); err != nil {
 		return nil, nil, sinkDown(s, err)
 	}
@@ -26,7 +26,7 @@ func openAMQPSink(s sinkSpec, o *sinkFlags) (idem.Sink, func(), error) {
 
 // openAMQPBroker is verify's --broker amqp://…: the run's own quorum queue, every
 // connection through a chaos.Proxy.
-func openAMQPBroker(b *verifyBroker, raw, run string) error {
+func openAMQPBroker(b *Broker, raw, run string) error {
 	u, err := amqp.ParseURI(raw)
 	if err != nil {
 		return fmt.Errorf("--broker %q: %s: use amqp://user:pass@host:5672/[vhost]", redact.URL(raw), redact.String(err.Error()))

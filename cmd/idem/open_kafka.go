@@ -16,10 +16,10 @@ import (
 
 // openKafkaSink is relay's --sink kafka://host:9092[,host:9092]: the idempotent
 // producer, acks=all.
-func openKafkaSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
+func openKafkaSink(ctx context.Context, s SinkSpec) (idem.Sink, func(), error) {
 	k, err := idemkafka.NewSink(idemkafka.SinkConfig{Brokers: s.brokers})
 	if err != nil {
-		return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
+		return nil, nil, fmt.Errorf("--sink %s: %w", s.Desc, redact.Error(err))
 	}
 	// The producer connects lazily: ask the brokers now.
 	pctx, cancel := context.WithTimeout(ctx, sinkCheckTimeout)
@@ -34,7 +34,7 @@ func openKafkaSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
 // openKafkaBroker is verify's --broker kafka:[//host:9092,…]: an in-process
 // cluster (kfake) when no address is given, the run's own topic and group. Kafka
 // has no proxy: its client reconnects through its own metadata.
-func openKafkaBroker(b *verifyBroker, raw, run string) error {
+func openKafkaBroker(b *Broker, raw, run string) error {
 	_, rest, _ := strings.Cut(raw, ":")
 	addrs := strings.TrimPrefix(rest, "//")
 	if strings.Contains(addrs, "@") {

@@ -20,12 +20,12 @@ import (
 
 // parseMySQLStore checks --store mysql://user:pass@host:3306/db[?param=…] without
 // connecting.
-func parseMySQLStore(s storeSpec) (storeSpec, error) {
-	s.kind = "mysql"
-	if _, err := idemmysql.DSN(s.raw); err != nil {
-		return s, fmt.Errorf("--store %s: %w", s.desc, err)
+func parseMySQLStore(s StoreSpec) (StoreSpec, error) {
+	s.Kind = "mysql"
+	if _, err := idemmysql.DSN(s.Raw); err != nil {
+		return s, fmt.Errorf("--store %s: %w", s.Desc, err)
 	}
-	s.desc = mysqlDesc(s.raw)
+	s.Desc = mysqlDesc(s.Raw)
 	return s, nil
 }
 
@@ -38,20 +38,20 @@ func mysqlDesc(raw string) string {
 }
 
 // openMySQLStore is serve's --store mysql://…: an idemmysql.Store on its own pool.
-func openMySQLStore(ctx context.Context, s storeSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
-	st, err := idemmysql.Open(ctx, s.raw, idemmysql.Config{Registerer: reg})
+func openMySQLStore(ctx context.Context, s StoreSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
+	st, err := idemmysql.Open(ctx, s.Raw, idemmysql.Config{Registerer: reg})
 	if err != nil {
-		return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
+		return nil, nil, fmt.Errorf("--store %s: %w", s.Desc, err)
 	}
 	return st, func() { st.Close() }, nil
 }
 
 // parseMySQLDB checks relay's --db mysql://… without connecting.
-func parseMySQLDB(d dbSpec) (dbSpec, error) {
-	if _, err := idemmysql.DSN(d.raw); err != nil {
-		return d, fmt.Errorf("--db %s: %s", d.desc, redact.String(err.Error()))
+func parseMySQLDB(d DBSpec) (DBSpec, error) {
+	if _, err := idemmysql.DSN(d.Raw); err != nil {
+		return d, fmt.Errorf("--db %s: %s", d.Desc, redact.String(err.Error()))
 	}
-	d.desc = mysqlDesc(d.raw)
+	d.Desc = mysqlDesc(d.Raw)
 	return d, nil
 }
 
@@ -76,17 +76,17 @@ func openMySQL(ctx context.Context, flag, desc, raw string) (*sql.DB, error) {
 
 // openMySQLRelay is relay's --db mysql://…: the outbox on a pool, polled every
 // --poll (MySQL has no LISTEN/NOTIFY; services in other processes cannot wake it).
-func openMySQLRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
-	mdb, err := openMySQL(ctx, "--db", db.desc, db.raw)
+func openMySQLRelay(ctx context.Context, db DBSpec, sink idem.Sink, cfg outbox.RelayConfig) (*RelayDB, error) {
+	mdb, err := openMySQL(ctx, "--db", db.Desc, db.Raw)
 	if err != nil {
 		return nil, err
 	}
-	rd := &relayDB{close: func() { mdb.Close() }}
+	rd := &RelayDB{Close: func() { mdb.Close() }}
 	txdb := idemmysql.TxDB(mdb)
 	ob, err := outbox.New(ctx, txdb, outbox.Config{})
 	if err != nil {
-		rd.close()
-		return nil, fmt.Errorf("--db %s: %w", db.desc, redact.Error(err))
+		rd.Close()
+		return nil, fmt.Errorf("--db %s: %w", db.Desc, redact.Error(err))
 	}
 	return withRelay(rd, ob, txdb, sink, cfg)
 }
@@ -94,7 +94,7 @@ func openMySQLRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.R
 // openVerifyMySQL is verify's --db mysql://…: a fresh database on that server,
 // dropped after unless keep, reached through a chaos.Proxy so the run can cut the
 // connections.
-func openVerifyMySQL(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
+func openVerifyMySQL(ctx context.Context, raw string, keep bool) (*Database, error) {
 	desc := mysqlDesc(raw)
 	admin, err := openMySQL(ctx, "--db", desc, raw)
 	if err != nil {
@@ -106,7 +106,7 @@ func openVerifyMySQL(ctx context.Context, raw string, keep bool) (*verifyDB, err
 		admin.Close()
 		return nil, fmt.Errorf("--db %s: %s", desc, redact.String(err.Error()))
 	}
-	name := "idem_verify_" + randomHex(6)
+	name := "idem_verify_" + RandomHex(6)
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		admin.Close()
 		return nil, fmt.Errorf("--db %s: create the run's database: %w", desc, redact.Error(err))

@@ -34,19 +34,19 @@ func connectNATS(url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStre
 
 // openNATSSink is relay's --sink nats://… (tls://…): JetStream, with the stream of
 // --nats-stream created or updated first.
-func openNATSSink(ctx context.Context, s sinkSpec, o *sinkFlags) (idem.Sink, func(), error) {
-	nc, js, err := connectNATS(s.raw, nats.Name("idem relay"), nats.MaxReconnects(-1))
+func openNATSSink(ctx context.Context, s SinkSpec, o *SinkFlags) (idem.Sink, func(), error) {
+	nc, js, err := connectNATS(s.Raw, nats.Name("idem relay"), nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, nil, sinkDown(s, err)
 	}
-	if o.natsStream != "" {
+	if o.NATSStream != "" {
 		var subjects []string
-		for _, subj := range strings.Split(o.natsSubjects, ",") {
+		for _, subj := range strings.Split(o.NATSSubjects, ",") {
 			if subj = strings.TrimSpace(subj); subj != "" {
 				subjects = append(subjects, subj)
 			}
 		}
-		_, err = idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: o.natsStream, Subjects: subjects})
+		_, err = idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: o.NATSStream, Subjects: subjects})
 	}
 	var sink idem.Sink
 	if err == nil {
@@ -54,7 +54,7 @@ func openNATSSink(ctx context.Context, s sinkSpec, o *sinkFlags) (idem.Sink, fun
 	}
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
+		return nil, nil, fmt.Errorf("--sink %s: %w", s.Desc, redact.Error(err))
 	}
 	return sink, nc.Close, nil
 }
@@ -62,7 +62,7 @@ func openNATSSink(ctx context.Context, s sinkSpec, o *sinkFlags) (idem.Sink, fun
 // openNATSBroker is verify's --broker nats:[//host:4222]: an embedded server when
 // no address is given, the run's own stream, every connection through a
 // chaos.Proxy.
-func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logger *slog.Logger) error {
+func openNATSBroker(ctx context.Context, b *Broker, raw, run string, logger *slog.Logger) error {
 	_, rest, _ := strings.Cut(raw, ":")
 	addr, user := strings.TrimPrefix(rest, "//"), ""
 	if u, err := url.Parse(raw); err == nil && u.Host != "" { // checkURL refused what does not parse
@@ -96,7 +96,7 @@ func openNATSBroker(ctx context.Context, b *verifyBroker, raw, run string, logge
 
 // natsConnect connects b's first client with connect, closed at b's cleanup, and
 // names the stream and the topic of run.
-func (b *verifyBroker) natsConnect(connect func() (*nats.Conn, jetstream.JetStream, error), run string) (jetstream.JetStream, string, error) {
+func (b *Broker) natsConnect(connect func() (*nats.Conn, jetstream.JetStream, error), run string) (jetstream.JetStream, string, error) {
 	stream := "IDEM_VERIFY_" + strings.ToUpper(run)
 	b.topic = "idem.verify." + run + ".orders"
 	nc, js, err := connect()
@@ -124,7 +124,7 @@ func verifyNATSConnect(servers, raw string, logger *slog.Logger) func() (*nats.C
 
 // natsOpeners sets b's sink and source openers on stream, each on a connection of
 // its own that closes with it.
-func (b *verifyBroker) natsOpeners(connect func() (*nats.Conn, jetstream.JetStream, error), stream string) {
+func (b *Broker) natsOpeners(connect func() (*nats.Conn, jetstream.JetStream, error), stream string) {
 	b.openSink = func(ctx context.Context) (idem.Sink, error) {
 		nc, js, err := connect()
 		if err != nil {
@@ -154,7 +154,7 @@ func (b *verifyBroker) natsOpeners(connect func() (*nats.Conn, jetstream.JetStre
 
 // natsStream creates the run's stream over b.topic, deleted by b.close, and
 // counts the messages it stores.
-func (b *verifyBroker) natsStream(ctx context.Context, js jetstream.JetStream, name string) error {
+func (b *Broker) natsStream(ctx context.Context, js jetstream.JetStream, name string) error {
 	st, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: name, Subjects: []string{b.topic}})
 	if err != nil {
 		return err
@@ -172,7 +172,7 @@ func (b *verifyBroker) natsStream(ctx context.Context, js jetstream.JetStream, n
 
 // embedNATS starts an embedded NATS server with JetStream in a temporary
 // directory, both removed by b.close, and returns its address.
-func (b *verifyBroker) embedNATS() (string, error) {
+func (b *Broker) embedNATS() (string, error) {
 	dir, err := os.MkdirTemp("", "idem-verify-nats-")
 	if err != nil {
 		return "", err

@@ -20,7 +20,7 @@ import (
 // a chaos.Proxy, so broker cuts still apply) and move to another when theirs is
 // killed. The run kills and restarts nodes and cuts routes between them
 // (verify.NodeFaulter).
-func openNATSClusterBroker(ctx context.Context, b *verifyBroker, raw, run string, logger *slog.Logger) error {
+func openNATSClusterBroker(ctx context.Context, b *Broker, raw, run string, logger *slog.Logger) error {
 	if _, rest, _ := strings.Cut(raw, ":"); rest != "" {
 		return fmt.Errorf("--broker %q: nats-cluster: takes no address (it starts its own three nodes); for a cluster of yours, use nats://host:4222", raw)
 	}

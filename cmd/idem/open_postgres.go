@@ -18,9 +18,9 @@ import (
 	"github.com/idemhq/idem/outbox"
 )
 
-// openPostgres connects a pool to the postgres:// URL raw and checks that the
+// Postgres connects a pool to the postgres:// URL raw and checks that the
 // server answers; flag and desc name the URL in errors.
-func openPostgres(ctx context.Context, flag, desc, raw string) (*pgxpool.Pool, error) {
+func Postgres(ctx context.Context, flag, desc, raw string) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.New(ctx, raw)
 	if err == nil {
 		err = pool.Ping(ctx)
@@ -35,28 +35,28 @@ func openPostgres(ctx context.Context, flag, desc, raw string) (*pgxpool.Pool, e
 }
 
 // openPostgresStore is serve's --store postgres://…: an idempg.Store on a pool.
-func openPostgresStore(ctx context.Context, s storeSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
-	pool, err := openPostgres(ctx, "--store", s.desc, s.raw)
+func openPostgresStore(ctx context.Context, s StoreSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
+	pool, err := Postgres(ctx, "--store", s.Desc, s.Raw)
 	if err != nil {
 		return nil, nil, err
 	}
 	st, err := idempg.New(ctx, pool, idempg.Config{Registerer: reg})
 	if err != nil {
 		pool.Close()
-		return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
+		return nil, nil, fmt.Errorf("--store %s: %w", s.Desc, err)
 	}
 	return st, pool.Close, nil
 }
 
 // openPostgresRelay is relay's --db postgres://…: the outbox on a pool, the relay
 // woken by LISTEN/NOTIFY.
-func openPostgresRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
-	pool, err := openPostgres(ctx, "--db", db.desc, db.raw)
+func openPostgresRelay(ctx context.Context, db DBSpec, sink idem.Sink, cfg outbox.RelayConfig) (*RelayDB, error) {
+	pool, err := Postgres(ctx, "--db", db.Desc, db.Raw)
 	if err != nil {
 		return nil, err
 	}
 	n := idempg.NewNotifier(pool, idempg.DefaultChannel)
-	rd := &relayDB{close: func() { n.Close(); pool.Close() }}
+	rd := &RelayDB{Close: func() { n.Close(); pool.Close() }}
 	txdb := idempg.TxDB(pool)
 	ob, err := outbox.New(ctx, txdb, outbox.Config{})
 	if err == nil {
@@ -65,8 +65,8 @@ func openPostgresRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbo
 		err = n.Listen(ctx)
 	}
 	if err != nil {
-		rd.close()
-		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
+		rd.Close()
+		return nil, fmt.Errorf("--db %s: %w", db.Desc, err)
 	}
 	cfg.Notifier = n
 	return withRelay(rd, ob, txdb, sink, cfg)
@@ -74,7 +74,7 @@ func openPostgresRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbo
 
 // openVerifyPostgres is verify's --db postgres://…: a fresh schema, dropped after
 // unless keep, reached through a chaos.Proxy so the run can cut the connections.
-func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
+func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*Database, error) {
 	u, err := url.Parse(raw)
 	if err != nil { // checkURL refused it already
 		return nil, fmt.Errorf("--db %q: not a URL: use postgres://user@host:5432/db", redact.URL(raw))
@@ -83,7 +83,7 @@ func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*verifyDB, 
 	if err != nil {
 		return nil, fmt.Errorf("--db %s: %w", redact.URL(raw), redact.Error(err))
 	}
-	schema := "idem_verify_" + randomHex(6)
+	schema := "idem_verify_" + RandomHex(6)
 	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
 		admin.Close()
 		return nil, fmt.Errorf("--db %s: create the run's schema: %w", redact.URL(raw), redact.Error(err))

@@ -30,19 +30,19 @@ const verifyPubSubLease = 10 * time.Second
 // parsePubSubSink checks --sink pubsub://PROJECT. Topics come from each outbox
 // row, as subjects do for NATS; credentials are Google's Application Default
 // Credentials, and PUBSUB_EMULATOR_HOST points the client at an emulator.
-func parsePubSubSink(s sinkSpec) (sinkSpec, error) {
-	s.kind = "pubsub"
-	u, err := url.Parse(s.raw)
+func parsePubSubSink(s SinkSpec) (SinkSpec, error) {
+	s.Kind = "pubsub"
+	u, err := url.Parse(s.Raw)
 	const use = "use pubsub://PROJECT (the topic is each outbox row's; credentials come from GOOGLE_APPLICATION_CREDENTIALS, an emulator from PUBSUB_EMULATOR_HOST)"
 	switch {
 	case err != nil:
-		return s, fmt.Errorf("--sink %q: not a URL: %s", s.desc, use) // checkURL refused it already
+		return s, fmt.Errorf("--sink %q: not a URL: %s", s.Desc, use) // checkURL refused it already
 	case u.User != nil:
-		return s, fmt.Errorf("--sink %q: credentials in a pubsub:// URL are not supported: %s", s.desc, use)
+		return s, fmt.Errorf("--sink %q: credentials in a pubsub:// URL are not supported: %s", s.Desc, use)
 	case u.Host == "" || u.Port() != "":
-		return s, fmt.Errorf("--sink %q: no project ID: %s", s.desc, use)
+		return s, fmt.Errorf("--sink %q: no project ID: %s", s.Desc, use)
 	case strings.Trim(u.Path, "/") != "" || u.RawQuery != "":
-		return s, fmt.Errorf("--sink %q: a path or query is not supported: %s", s.desc, use)
+		return s, fmt.Errorf("--sink %q: a path or query is not supported: %s", s.Desc, use)
 	}
 	s.project = u.Host
 	return s, nil
@@ -50,10 +50,10 @@ func parsePubSubSink(s sinkSpec) (sinkSpec, error) {
 
 // openPubSubSink is relay's --sink pubsub://PROJECT: Publish requests carrying the
 // outbox key as the Idem-Msg-Id attribute and the row's ordering key.
-func openPubSubSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
+func openPubSubSink(ctx context.Context, s SinkSpec) (idem.Sink, func(), error) {
 	client, err := pubsub.NewClient(ctx, s.project)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
+		return nil, nil, fmt.Errorf("--sink %s: %w", s.Desc, redact.Error(err))
 	}
 	sink, err := idempubsub.NewSink(client, idempubsub.SinkConfig{})
 	if err == nil {
@@ -71,7 +71,7 @@ func openPubSubSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) 
 // takes the credentials; anything else (unreachable, unauthenticated, timed out)
 // is sinkDown. The client connects lazily: without it a bad endpoint would only
 // show at the first message.
-func probePubSub(ctx context.Context, s sinkSpec, client *pubsub.Client) error {
+func probePubSub(ctx context.Context, s SinkSpec, client *pubsub.Client) error {
 	pctx, cancel := context.WithTimeout(ctx, sinkCheckTimeout)
 	defer cancel()
 	// No retries: an endpoint that does not answer fails the start at once, as a
@@ -90,7 +90,7 @@ func probePubSub(ctx context.Context, s sinkSpec, client *pubsub.Client) error {
 // emulator PUBSUB_EMULATOR_HOST names. The run gets its own topic and an
 // exactly-once subscription, deleted after. Pub/Sub has no proxy here: the client
 // retries through its own connection.
-func openPubSubBroker(ctx context.Context, b *verifyBroker, raw, run string) error {
+func openPubSubBroker(ctx context.Context, b *Broker, raw, run string) error {
 	_, rest, _ := strings.Cut(raw, ":")
 	project := strings.Trim(strings.TrimPrefix(rest, "//"), "/")
 	b.topic = "idem-verify-" + run

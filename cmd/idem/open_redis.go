@@ -25,21 +25,21 @@ func openRedis(ctx context.Context, flag, desc string, opts *redis.Options) (*re
 }
 
 // openRedisStore is serve's --store redis://…[?prefix=P].
-func openRedisStore(ctx context.Context, s storeSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
-	client, err := openRedis(ctx, "--store", s.desc, s.redis)
+func openRedisStore(ctx context.Context, s StoreSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
+	client, err := openRedis(ctx, "--store", s.Desc, s.redis)
 	if err != nil {
 		return nil, nil, err
 	}
 	st, err := idemredis.New(client, idemredis.Config{Prefix: s.prefix, Registerer: reg})
 	if err != nil {
 		_ = client.Close()
-		return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
+		return nil, nil, fmt.Errorf("--store %s: %w", s.Desc, err)
 	}
 	return st, func() { _ = client.Close() }, nil
 }
 
 // openRedisSink is relay's --sink redis://…: Redis Streams, one stream per topic.
-func openRedisSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
+func openRedisSink(ctx context.Context, s SinkSpec) (idem.Sink, func(), error) {
 	client := redis.NewClient(s.redis)
 	pctx, cancel := context.WithTimeout(ctx, sinkCheckTimeout)
 	defer cancel()
@@ -50,14 +50,14 @@ func openRedisSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
 	r, err := idemredis.NewStreamSink(client, idemredis.StreamSinkConfig{})
 	if err != nil {
 		_ = client.Close()
-		return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, redact.Error(err))
+		return nil, nil, fmt.Errorf("--sink %s: %w", s.Desc, redact.Error(err))
 	}
 	return r, func() { _ = client.Close() }, nil
 }
 
 // openRedisBroker is verify's --broker redis://…: the run's own stream, every
 // connection through a chaos.Proxy.
-func openRedisBroker(ctx context.Context, b *verifyBroker, raw, run string) error {
+func openRedisBroker(ctx context.Context, b *Broker, raw, run string) error {
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
 		return fmt.Errorf("--broker %q: %s: use redis://host:6379[/db]", redact.URL(raw), redact.String(err.Error()))

@@ -17,38 +17,38 @@ import (
 	"github.com/idemhq/idem/outbox"
 )
 
-// openSQLite opens the SQLite file at path as idemsqlite.Open does
+// SQLite opens the SQLite file at path as idemsqlite.Open does
 // (idemsqlite.DSN): WAL, so a service's writes and the relay's reads do not block
 // each other, a busy timeout, immediate transactions.
-func openSQLite(path string) (*sql.DB, error) {
+func SQLite(path string) (*sql.DB, error) {
 	return sql.Open("sqlite", idemsqlite.DSN(path, idemsqlite.Config{}))
 }
 
 // openSQLiteStore is serve's --store sqlite:PATH.
-func openSQLiteStore(ctx context.Context, s storeSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
-	st, err := idemsqlite.Open(ctx, s.path, idemsqlite.Config{Registerer: reg})
+func openSQLiteStore(ctx context.Context, s StoreSpec, reg prometheus.Registerer) (idem.Store, func(), error) {
+	st, err := idemsqlite.Open(ctx, s.Path, idemsqlite.Config{Registerer: reg})
 	if err != nil {
-		return nil, nil, fmt.Errorf("--store %s: %w", s.desc, err)
+		return nil, nil, fmt.Errorf("--store %s: %w", s.Desc, err)
 	}
 	return st, func() { _ = st.Close() }, nil
 }
 
 // openSQLiteRelay is relay's --db sqlite:PATH: the outbox of the service's file,
 // polled.
-func openSQLiteRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.RelayConfig) (*relayDB, error) {
-	sdb, err := openSQLite(db.path)
+func openSQLiteRelay(ctx context.Context, db DBSpec, sink idem.Sink, cfg outbox.RelayConfig) (*RelayDB, error) {
+	sdb, err := SQLite(db.Path)
 	if err != nil {
-		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
+		return nil, fmt.Errorf("--db %s: %w", db.Desc, err)
 	}
-	rd := &relayDB{close: func() { sdb.Close() }}
+	rd := &RelayDB{Close: func() { sdb.Close() }}
 	txdb, err := idemsql.SQLDB(ctx, sdb)
 	var ob *outbox.Outbox[*sql.Tx]
 	if err == nil {
 		ob, err = outbox.New(ctx, txdb, outbox.Config{})
 	}
 	if err != nil {
-		rd.close()
-		return nil, fmt.Errorf("--db %s: %w", db.desc, err)
+		rd.Close()
+		return nil, fmt.Errorf("--db %s: %w", db.Desc, err)
 	}
 	return withRelay(rd, ob, txdb, sink, cfg)
 }
@@ -56,7 +56,7 @@ func openSQLiteRelay(ctx context.Context, db dbSpec, sink idem.Sink, cfg outbox.
 // openVerifySQLite is verify's --db sqlite:[PATH]: a new file (a temporary one,
 // removed after unless keep, when PATH is empty) whose store runs on a chaos.Clock
 // the run makes jump.
-func openVerifySQLite(ctx context.Context, raw string, keep bool) (*verifyDB, error) {
+func openVerifySQLite(ctx context.Context, raw string, keep bool) (*Database, error) {
 	path := strings.TrimPrefix(raw, "sqlite:")
 	name := "sqlite " + path
 	cleanup := func() {}
@@ -84,5 +84,5 @@ func openVerifySQLite(ctx context.Context, raw string, keep bool) (*verifyDB, er
 	// connections queue in database/sql (FIFO) instead of sleeping in
 	// SQLite's busy handler, which backs off up to 100 ms per try.
 	s.DB().SetMaxOpenConns(3)
-	return &verifyDB{name: name, db: s.DB(), store: s, clock: clock, close: func() { s.Close(); cleanup() }}, nil
+	return &Database{Name: name, DB: s.DB(), Store: s, Clock: clock, Close: func() { s.Close(); cleanup() }}, nil
 }

@@ -37,29 +37,29 @@ type sqsSpec struct {
 }
 
 // parseSQSSink checks --sink sqs://… without connecting.
-func parseSQSSink(s sinkSpec) (sinkSpec, error) {
-	s.kind = "sqs"
-	u, err := url.Parse(s.raw)
+func parseSQSSink(s SinkSpec) (SinkSpec, error) {
+	s.Kind = "sqs"
+	u, err := url.Parse(s.Raw)
 	if err != nil {
-		return s, fmt.Errorf("--sink %q: not a URL: use sqs://?region=eu-west-1 or sqs://host:port", s.desc) // checkURL refused it already
+		return s, fmt.Errorf("--sink %q: not a URL: use sqs://?region=eu-west-1 or sqs://host:port", s.Desc) // checkURL refused it already
 	}
 	if u.User != nil {
 		return s, fmt.Errorf("--sink %q: credentials do not go in the URL: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "+
-			"AWS_PROFILE, or run with an instance or task role", s.desc)
+			"AWS_PROFILE, or run with an instance or task role", s.Desc)
 	}
 	if u.Path != "" && u.Path != "/" {
 		return s, fmt.Errorf("--sink %q: the queue is not part of the sink URL: each message's topic names its queue "+
-			"(\"orders.fifo\" or the queue URL); use sqs://?region=eu-west-1 or sqs://host:port", s.desc)
+			"(\"orders.fifo\" or the queue URL); use sqs://?region=eu-west-1 or sqs://host:port", s.Desc)
 	}
 	spec := &sqsSpec{region: u.Query().Get("region")}
 	for k := range u.Query() {
 		if k != "region" {
-			return s, fmt.Errorf("--sink %q: unknown parameter %q; sqs:// takes ?region= only", s.desc, k)
+			return s, fmt.Errorf("--sink %q: unknown parameter %q; sqs:// takes ?region= only", s.Desc, k)
 		}
 	}
 	if u.Host != "" {
 		if _, port, err := net.SplitHostPort(u.Host); err != nil || port == "" {
-			return s, fmt.Errorf("--sink %q: %q is not host:port: use sqs://host:9324 for a local SQS-compatible endpoint", s.desc, u.Host)
+			return s, fmt.Errorf("--sink %q: %q is not host:port: use sqs://host:9324 for a local SQS-compatible endpoint", s.Desc, u.Host)
 		}
 		spec.endpoint = "http://" + u.Host
 		if spec.region == "" {
@@ -72,17 +72,17 @@ func parseSQSSink(s sinkSpec) (sinkSpec, error) {
 
 // openSQSSink is relay's --sink sqs://…: an idemsqs.Sink on a client from the
 // standard AWS configuration.
-func openSQSSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
+func openSQSSink(ctx context.Context, s SinkSpec) (idem.Sink, func(), error) {
 	var opts []func(*config.LoadOptions) error
 	if s.sqs.region != "" {
 		opts = append(opts, config.WithRegion(s.sqs.region))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--sink %s: load the AWS configuration: %w", s.desc, redact.Error(err))
+		return nil, nil, fmt.Errorf("--sink %s: load the AWS configuration: %w", s.Desc, redact.Error(err))
 	}
 	if cfg.Region == "" {
-		return nil, nil, fmt.Errorf("--sink %s: no AWS region: set AWS_REGION, or use sqs://?region=eu-west-1", s.desc)
+		return nil, nil, fmt.Errorf("--sink %s: no AWS region: set AWS_REGION, or use sqs://?region=eu-west-1", s.Desc)
 	}
 	client := sqs.NewFromConfig(cfg, func(o *sqs.Options) {
 		if s.sqs.endpoint != "" {
@@ -91,7 +91,7 @@ func openSQSSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
 	})
 	sink, err := idemsqs.NewSink(client, idemsqs.SinkConfig{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("--sink %s: %w", s.desc, err)
+		return nil, nil, fmt.Errorf("--sink %s: %w", s.Desc, err)
 	}
 	if err := probeSQS(ctx, s, client); err != nil {
 		return nil, nil, err
@@ -104,7 +104,7 @@ func openSQSSink(ctx context.Context, s sinkSpec) (idem.Sink, func(), error) {
 // answers and takes the credentials; anything else (unreachable, no or bad
 // credentials, timed out) is sinkDown. The client connects lazily: without it a
 // bad endpoint would only show at the first message.
-func probeSQS(ctx context.Context, s sinkSpec, client *sqs.Client) error {
+func probeSQS(ctx context.Context, s SinkSpec, client *sqs.Client) error {
 	pctx, cancel := context.WithTimeout(ctx, sinkCheckTimeout)
 	defer cancel()
 	_, err := client.GetQueueUrl(pctx, &sqs.GetQueueUrlInput{QueueName: aws.String("idem-relay-start-check")})
@@ -120,7 +120,7 @@ func probeSQS(ctx context.Context, s sinkSpec, client *sqs.Client) error {
 // the run's own FIFO queue, reached through a chaos.Proxy so the run can cut its
 // connections. Each order is its own message group; sources use a visibility
 // timeout of verifyAckWait.
-func openSQSBroker(ctx context.Context, b *verifyBroker, raw, run string) error {
+func openSQSBroker(ctx context.Context, b *Broker, raw, run string) error {
 	if raw != "sqs:" {
 		return fmt.Errorf("--broker %q: verify runs SQS in-process only: use sqs:", redact.URL(raw))
 	}

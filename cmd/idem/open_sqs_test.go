@@ -73,15 +73,15 @@ func TestParseSQSSink(t *testing.T) {
 		{raw: "sqs://localhost", err: "is not host:port"},
 		{raw: "sqs://?region=eu-west-1&endpoint=x", err: "unknown parameter"},
 	} {
-		s, err := parseSink(tc.raw, &sinkFlags{})
+		s, err := ParseSink(tc.raw, &SinkFlags{})
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) || strings.Contains(err.Error(), "s3cr3t") {
-				t.Errorf("parseSink(%q) = %v, want an error saying %q (and no secret)", tc.raw, err, tc.err)
+				t.Errorf("ParseSink(%q) = %v, want an error saying %q (and no secret)", tc.raw, err, tc.err)
 			}
 			continue
 		}
-		if err != nil || s.kind != "sqs" || s.sqs.endpoint != tc.endpoint || s.sqs.region != tc.region {
-			t.Errorf("parseSink(%q) = %+v, %v; want endpoint %q region %q", tc.raw, s.sqs, err, tc.endpoint, tc.region)
+		if err != nil || s.Kind != "sqs" || s.sqs.endpoint != tc.endpoint || s.sqs.region != tc.region {
+			t.Errorf("ParseSink(%q) = %+v, %v; want endpoint %q region %q", tc.raw, s.sqs, err, tc.endpoint, tc.region)
 		}
 	}
 }

@@ -34,17 +34,17 @@ type relayOptions struct {
 	adminToken         string
 	schema             bool
 	cdc                cdcOptions // --cdc: relay_cdc.go
-	sinkFlags
+	SinkFlags
 }
 
-// sinkFlags are relay's flags of its sink's kind: what parseSink checks and
-// sinkSpec.open uses besides the URL.
-type sinkFlags struct {
-	natsStream, natsSubjects string
-	amqpExchange             string
-	amqpMandatory            bool
-	webhookSecret            string
-	webhookTimeout           time.Duration
+// SinkFlags are relay's flags of its sink's kind: what ParseSink checks and
+// SinkSpec.open uses besides the URL.
+type SinkFlags struct {
+	NATSStream, NATSSubjects string
+	AMQPExchange             string
+	AMQPMandatory            bool
+	WebhookSecret            string
+	WebhookTimeout           time.Duration
 }
 
 const relaySynopsis = `Publishes the transactional outbox (the table idem_outbox, written by
@@ -113,12 +113,12 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.stallAfter, "stall-after", time.Minute, "/healthz turns 503 when messages have waited this long with none published "+
 		"(polling: at least 3 --poll intervals; --cdc: also when the relay could not stream the slot this long)")
 	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "how long published messages stay in the table")
-	fs.StringVar(&o.natsStream, "nats-stream", "", "create or update this JetStream stream at start (with --nats-subjects)")
-	fs.StringVar(&o.natsSubjects, "nats-subjects", "", "comma-separated subjects of --nats-stream, such as 'orders.>' (default: the stream's name)")
-	fs.StringVar(&o.amqpExchange, "amqp-exchange", "", "RabbitMQ exchange to publish to, with the topic as routing key (default: the default exchange)")
-	fs.BoolVar(&o.amqpMandatory, "amqp-mandatory", true, "fail (and retry, then park) messages no RabbitMQ queue is bound to, instead of losing them")
-	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "HMAC secret of webhook signatures (Standard Webhooks): whsec_<base64 of 24+ random bytes>, or 32+ random bytes (openssl rand -hex 32); prefer the environment  [$IDEM_WEBHOOK_SECRET]")
-	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "time limit of one webhook request")
+	fs.StringVar(&o.NATSStream, "nats-stream", "", "create or update this JetStream stream at start (with --nats-subjects)")
+	fs.StringVar(&o.NATSSubjects, "nats-subjects", "", "comma-separated subjects of --nats-stream, such as 'orders.>' (default: the stream's name)")
+	fs.StringVar(&o.AMQPExchange, "amqp-exchange", "", "RabbitMQ exchange to publish to, with the topic as routing key (default: the default exchange)")
+	fs.BoolVar(&o.AMQPMandatory, "amqp-mandatory", true, "fail (and retry, then park) messages no RabbitMQ queue is bound to, instead of losing them")
+	fs.StringVar(&o.WebhookSecret, "webhook-secret", "", "HMAC secret of webhook signatures (Standard Webhooks): whsec_<base64 of 24+ random bytes>, or 32+ random bytes (openssl rand -hex 32); prefer the environment  [$IDEM_WEBHOOK_SECRET]")
+	fs.DurationVar(&o.WebhookTimeout, "webhook-timeout", 10*time.Second, "time limit of one webhook request")
 	fs.StringVar(&o.adminToken, "admin-token", "", "serve the admin API (the outbox) at /api/ of --listen with this bearer token, 16+ random bytes; prefer the environment  [$IDEM_ADMIN_TOKEN]")
 	fs.BoolVar(&o.schema, "schema", false, "print the outbox table and the insert contract for services in other languages, and exit")
 	o.cdc.flags(fs)
@@ -128,10 +128,10 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	// The environment is read after parsing so that --help never prints a secret.
 	o.db = cmp.Or(o.db, os.Getenv("IDEM_DB"))
 	o.sink = cmp.Or(o.sink, os.Getenv("IDEM_SINK"))
-	o.webhookSecret = cmp.Or(o.webhookSecret, os.Getenv("IDEM_WEBHOOK_SECRET"))
+	o.WebhookSecret = cmp.Or(o.WebhookSecret, os.Getenv("IDEM_WEBHOOK_SECRET"))
 	o.adminToken = cmp.Or(o.adminToken, os.Getenv("IDEM_ADMIN_TOKEN"))
 	if o.schema {
-		printSchema(m.Stdout, dialectOf(o.db))
+		printSchema(m.Stdout, DialectOf(o.db))
 		return nil
 	}
 	if o.cdc.on || o.cdc.dropSlot {
@@ -148,45 +148,45 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 }
 
 // check validates the flags before anything connects; its errors name the flag.
-func (o *relayOptions) check() (dbSpec, sinkSpec, error) {
+func (o *relayOptions) check() (DBSpec, SinkSpec, error) {
 	switch {
 	case o.db == "":
-		return dbSpec{}, sinkSpec{}, errors.New("--db is required: pass postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH (or set $IDEM_DB)")
+		return DBSpec{}, SinkSpec{}, errors.New("--db is required: pass postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH (or set $IDEM_DB)")
 	case o.sink == "":
-		return dbSpec{}, sinkSpec{}, errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
+		return DBSpec{}, SinkSpec{}, errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
 	case o.batch < 1 || o.batch > 10_000:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--batch must be 1 to 10000 (got %d)", o.batch)
+		return DBSpec{}, SinkSpec{}, fmt.Errorf("--batch must be 1 to 10000 (got %d)", o.batch)
 	case o.roundBatches < 1 || o.roundBatches > 1000:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--round-batches must be 1 to 1000 (got %d)", o.roundBatches)
+		return DBSpec{}, SinkSpec{}, fmt.Errorf("--round-batches must be 1 to 1000 (got %d)", o.roundBatches)
 	case o.poll <= 0:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--poll must be positive, such as 1s (got %v)", o.poll)
+		return DBSpec{}, SinkSpec{}, fmt.Errorf("--poll must be positive, such as 1s (got %v)", o.poll)
 	case o.maxAttempts < 1:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--max-attempts must be at least 1 (got %d)", o.maxAttempts)
+		return DBSpec{}, SinkSpec{}, fmt.Errorf("--max-attempts must be at least 1 (got %d)", o.maxAttempts)
 	case o.retention <= 0:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--retention must be positive, such as 168h (got %v)", o.retention)
-	case o.webhookTimeout <= 0:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--webhook-timeout must be positive, such as 10s (got %v)", o.webhookTimeout)
+		return DBSpec{}, SinkSpec{}, fmt.Errorf("--retention must be positive, such as 168h (got %v)", o.retention)
+	case o.WebhookTimeout <= 0:
+		return DBSpec{}, SinkSpec{}, fmt.Errorf("--webhook-timeout must be positive, such as 10s (got %v)", o.WebhookTimeout)
 	}
-	db, err := parseDB(o.db)
+	db, err := ParseDB(o.db)
 	if err != nil {
-		return db, sinkSpec{}, err
+		return db, SinkSpec{}, err
 	}
-	sink, err := parseSink(o.sink, &o.sinkFlags)
+	sink, err := ParseSink(o.sink, &o.SinkFlags)
 	if err == nil && o.stallAfter <= 0 {
 		err = fmt.Errorf("--stall-after must be positive, such as 1m (got %v)", o.stallAfter)
 	}
 	return db, sink, err
 }
 
-// dbSpec is a --db URL, checked without connecting.
-type dbSpec struct {
-	dialect string // "postgres", "mysql" or "sqlite"
-	raw     string
-	path    string // sqlite
-	desc    string
+// DBSpec is a --db URL, checked without connecting.
+type DBSpec struct {
+	Dialect string // "postgres", "mysql" or "sqlite"
+	Raw     string
+	Path    string // sqlite
+	Desc    string
 }
 
-func dialectOf(raw string) string {
+func DialectOf(raw string) string {
 	switch {
 	case strings.HasPrefix(raw, "sqlite:"):
 		return "sqlite"
@@ -198,29 +198,29 @@ func dialectOf(raw string) string {
 	return ""
 }
 
-func parseDB(raw string) (dbSpec, error) {
-	d := dbSpec{dialect: dialectOf(raw), raw: raw, desc: redact.URL(raw)}
+func ParseDB(raw string) (DBSpec, error) {
+	d := DBSpec{Dialect: DialectOf(raw), Raw: raw, Desc: redact.URL(raw)}
 	if err := cli.CheckURL("--db", raw); err != nil {
 		return d, err
 	}
-	switch d.dialect {
+	switch d.Dialect {
 	case "sqlite":
-		d.path = strings.TrimPrefix(raw, "sqlite:")
-		if d.path == "" {
+		d.Path = strings.TrimPrefix(raw, "sqlite:")
+		if d.Path == "" {
 			return d, errors.New("--db sqlite: needs the path of the service's database, such as sqlite:./app.db")
 		}
-		if _, err := os.Stat(d.path); err != nil {
+		if _, err := os.Stat(d.Path); err != nil {
 			// Not the error's text: it quotes the path, which is the flag's value.
-			return d, fmt.Errorf("--db %s: %s: pass the SQLite file the service writes its outbox to", d.desc, cli.FileProblem(err))
+			return d, fmt.Errorf("--db %s: %s: pass the SQLite file the service writes its outbox to", d.Desc, cli.FileProblem(err))
 		}
 	case "postgres":
 		cfg, err := pgxpool.ParseConfig(raw)
 		if err != nil {
 			// pgx quotes the URL in its errors (masking the password, not a
 			// password=… query parameter).
-			return d, fmt.Errorf("--db %s: %s: use postgres://user:pass@host:5432/db", d.desc, redact.String(err.Error()))
+			return d, fmt.Errorf("--db %s: %s: use postgres://user:pass@host:5432/db", d.Desc, redact.String(err.Error()))
 		}
-		d.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+		d.Desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	case "mysql":
 		return parseMySQLDB(d)
 	default:
@@ -237,7 +237,7 @@ func (o *relayOptions) relayConfig() outbox.RelayConfig {
 		MaxAttempts: o.maxAttempts, Retention: o.retention}
 }
 
-func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpec) error {
+func (m *Main) relay(ctx context.Context, o *relayOptions, db DBSpec, ss SinkSpec) error {
 	log, reg, stopTracing, err := cli.StartDaemon(ctx, m.Stderr, "relay")
 	if err != nil {
 		return err
@@ -253,18 +253,18 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 	defer closeSink()
 	h.StallAfter = max(o.stallAfter, 3*o.poll)
 
-	rd, err := openRelayDB(ctx, db, tracked, cfg)
+	rd, err := Relay(ctx, db, tracked, cfg)
 	if err != nil {
 		return err
 	}
-	defer rd.close()
+	defer rd.Close()
 	handler := relay.Handler(reg, h)
 	if o.adminToken != "" {
-		if handler, err = relayAdminAPI(o.adminToken, rd.outbox, reg, log, handler); err != nil {
+		if handler, err = relayAdminAPI(o.adminToken, rd.Outbox, reg, log, handler); err != nil {
 			return err
 		}
 	}
-	return relay.Serve(ctx, o.serving(m.Stderr), h, handler, rd.run, h.WatchStall(rd.stall), fmt.Sprintf("%s → %s", db.desc, ss.desc))
+	return relay.Serve(ctx, o.serving(m.Stderr), h, handler, rd.Run, h.WatchStall(rd.Stall), fmt.Sprintf("%s → %s", db.Desc, ss.Desc))
 }
 
 // serving is how relay.Serve runs the relay of these flags.
@@ -273,8 +273,8 @@ func (o *relayOptions) serving(stderr io.Writer) relay.Serving {
 }
 
 // openSink connects the sink of ss, whose publications feed the health it returns.
-func (o *relayOptions) openSink(ctx context.Context, ss sinkSpec, log *slog.Logger) (idem.Sink, *relay.Health, func(), error) {
-	sink, closeSink, err := ss.open(ctx, &o.sinkFlags)
+func (o *relayOptions) openSink(ctx context.Context, ss SinkSpec, log *slog.Logger) (idem.Sink, *relay.Health, func(), error) {
+	sink, closeSink, err := ss.Open(ctx, &o.SinkFlags)
 	if err != nil {
 		return nil, nil, nil, err
 	}

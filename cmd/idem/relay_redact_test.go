@@ -101,7 +101,7 @@ func TestRelayRefusesShortWebhookSecret(t *testing.T) {
 	for _, secret := range []string{"x", strings.Repeat("y", 31)} {
 		o := &relayOptions{db: "sqlite:" + file, sink: "https://example.com/hook",
 			batch: 1, roundBatches: 1, poll: time.Second, maxAttempts: 1, retention: time.Hour,
-			sinkFlags: sinkFlags{webhookSecret: secret, webhookTimeout: time.Second}}
+			SinkFlags: SinkFlags{WebhookSecret: secret, WebhookTimeout: time.Second}}
 		_, _, err := o.check()
 		var ie *idem.InputError
 		if !errors.As(err, &ie) || !strings.Contains(ie.Field, "--webhook-secret") || !strings.Contains(ie.Field, "$IDEM_WEBHOOK_SECRET") ||
@@ -140,14 +140,14 @@ func TestVerifyDBHidesCredentials(t *testing.T) {
 		"postgres://app:" + pw + "@db:notaport/orders",
 		"postgresql://app:" + pw + "@" + testsvc.ClosedAddr(t) + "/orders?sslmode=disable&connect_timeout=5",
 	} {
-		db, err := openVerifyDB(context.Background(), raw, false)
+		db, err := VerifyDatabase(context.Background(), raw, false)
 		if err == nil {
-			db.close()
-			t.Errorf("openVerifyDB(%s) succeeded, want a failure", raw)
+			db.Close()
+			t.Errorf("VerifyDatabase(%s) succeeded, want a failure", raw)
 			continue
 		}
 		if strings.Contains(err.Error(), pw) {
-			t.Errorf("openVerifyDB: the secret leaked: %v", err)
+			t.Errorf("VerifyDatabase: the secret leaked: %v", err)
 		}
 	}
 }

@@ -123,7 +123,7 @@ func TestRelaySchemaMatchesOutboxSQLite(t *testing.T) {
 		return b.String()
 	}
 	open := func(name string) *sql.DB {
-		db, err := openSQLite(filepath.Join(t.TempDir(), name))
+		db, err := SQLite(filepath.Join(t.TempDir(), name))
 		if err != nil {
 			t.Fatal(err)
 		}

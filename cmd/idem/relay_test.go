@@ -132,7 +132,7 @@ func sqliteOutbox(t *testing.T, topic string) (string, *sql.DB, func(ids ...stri
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "app.db")
-	db, err := openSQLite(path)
+	db, err := SQLite(path)
 	if err != nil {
 		t.Fatal(err)
 	}

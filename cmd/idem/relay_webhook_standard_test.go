@@ -65,7 +65,7 @@ func TestRelayRefusesBadStandardSecret(t *testing.T) {
 	for _, secret := range []string{"whsec_not!base64!secretvalue-0123456789", "whsec_" + base64.StdEncoding.EncodeToString([]byte("short-key"))} {
 		o := &relayOptions{db: "sqlite:" + file, sink: "https://example.com/hook",
 			batch: 1, roundBatches: 1, poll: time.Second, maxAttempts: 1, retention: time.Hour,
-			sinkFlags: sinkFlags{webhookSecret: secret, webhookTimeout: time.Second}}
+			SinkFlags: SinkFlags{WebhookSecret: secret, WebhookTimeout: time.Second}}
 		_, _, err := o.check()
 		var ie *idem.InputError
 		if !errors.As(err, &ie) || !strings.Contains(ie.Field, "--webhook-secret") || !strings.Contains(ie.Field, "$IDEM_WEBHOOK_SECRET") ||

@@ -23,7 +23,7 @@ import (
 // without its store, registry and logger, which serve supplies.
 type serveSpec struct {
 	upstream *url.URL
-	store    storeSpec
+	store    StoreSpec
 	cfg      idemhttp.Config
 	webhook  *webhookSpec // nil without --webhook
 }
@@ -49,7 +49,7 @@ func (o *serveOptions) check() (serveSpec, error) {
 			return s, fmt.Errorf("%s %q: %v: use host:port, such as 127.0.0.1:8080 or :8080", a[0], a[1], err)
 		}
 	}
-	if s.store, err = parseStore(o.store); err != nil {
+	if s.store, err = ParseStore(o.store); err != nil {
 		return s, err
 	}
 	switch {

@@ -31,12 +31,12 @@ func TestServeHealthHidesStoreDetails(t *testing.T) {
 	}
 	t.Cleanup(proxy.Close)
 	u.Host = proxy.Addr()
-	spec, err := parseStore(u.String())
+	spec, err := ParseStore(u.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	store, closeStore, err := spec.open(ctx, prometheus.NewRegistry())
+	store, closeStore, err := spec.Open(ctx, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,12 @@ import (
 	"github.com/idemhq/idem/internal/redact"
 )
 
-// storeSpec is a --store URL, checked without connecting: open connects.
-type storeSpec struct {
-	kind   string // sqlite, postgres, redis, memory
-	raw    string
-	desc   string // for logs, without passwords
-	path   string // sqlite
+// StoreSpec is a --store URL, checked without connecting: open connects.
+type StoreSpec struct {
+	Kind   string // sqlite, postgres, redis, memory
+	Raw    string
+	Desc   string // for logs, without passwords
+	Path   string // sqlite
 	redis  *redis.Options
 	prefix string // redis key prefix (?prefix=), empty for idemredis.DefaultPrefix
 	// cluster is redis-cluster://'s client options and WAIT settings.
@@ -30,12 +30,12 @@ type storeSpec struct {
 	maxBytes int64
 	// keepKeys makes the memory store remember its keys, so the admin API can list
 	// them (serve --admin-token).
-	keepKeys bool
+	KeepKeys bool
 }
 
-// parseStore checks --store. Its errors are usage errors: they name the flag and the fix.
-func parseStore(raw string) (storeSpec, error) {
-	s := storeSpec{raw: raw, desc: redact.URL(raw)}
+// ParseStore checks --store. Its errors are usage errors: they name the flag and the fix.
+func ParseStore(raw string) (StoreSpec, error) {
+	s := StoreSpec{Raw: raw, Desc: redact.URL(raw)}
 	if err := cli.CheckURL("--store", raw); err != nil {
 		return s, err
 	}
@@ -43,18 +43,18 @@ func parseStore(raw string) (storeSpec, error) {
 	case raw == "memory:" || strings.HasPrefix(raw, "memory:?"):
 		return parseMemoryStore(s)
 	case strings.HasPrefix(raw, "sqlite:"):
-		s.kind, s.path = "sqlite", strings.TrimPrefix(raw, "sqlite:")
-		if s.path == "" {
+		s.Kind, s.Path = "sqlite", strings.TrimPrefix(raw, "sqlite:")
+		if s.Path == "" {
 			return s, errors.New("--store sqlite: needs a file path, such as sqlite:idem-gateway.db (created if missing)")
 		}
-		s.desc = "sqlite (" + strings.TrimPrefix(s.desc, "sqlite:") + ")"
+		s.Desc = "sqlite (" + strings.TrimPrefix(s.Desc, "sqlite:") + ")"
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
-		s.kind = "postgres"
+		s.Kind = "postgres"
 		cfg, err := pgxpool.ParseConfig(raw)
 		if err != nil {
-			return s, fmt.Errorf("--store %s: %s: use postgres://user:pass@host:5432/db", s.desc, redact.String(err.Error()))
+			return s, fmt.Errorf("--store %s: %s: use postgres://user:pass@host:5432/db", s.Desc, redact.String(err.Error()))
 		}
-		s.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+		s.Desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	case strings.HasPrefix(raw, "redis://"), strings.HasPrefix(raw, "rediss://"):
 		return parseRedisStore(s)
 	case strings.HasPrefix(raw, "redis-cluster://"):
@@ -63,15 +63,15 @@ func parseStore(raw string) (storeSpec, error) {
 		return parseMySQLStore(s)
 	default:
 		return s, fmt.Errorf("--store %q: unknown store; use sqlite:PATH, postgres://user@host:5432/db, "+
-			"mysql://user@host:3306/db, redis://host:6379[/db] or memory:", s.desc)
+			"mysql://user@host:3306/db, redis://host:6379[/db] or memory:", s.Desc)
 	}
 	return s, nil
 }
 
 // parseMemoryStore checks --store memory:[?max_bytes=N].
-func parseMemoryStore(s storeSpec) (storeSpec, error) {
-	raw := s.raw
-	s.kind = "memory"
+func parseMemoryStore(s StoreSpec) (StoreSpec, error) {
+	raw := s.Raw
+	s.Kind = "memory"
 	q, err := url.ParseQuery(strings.TrimPrefix(raw, "memory:?"))
 	if raw == "memory:" {
 		q, err = url.Values{}, nil
@@ -94,18 +94,18 @@ func parseMemoryStore(s storeSpec) (storeSpec, error) {
 	case s.maxBytes > 0:
 		budget = strconv.FormatInt(s.maxBytes, 10) + " bytes"
 	}
-	s.desc = "memory (lost on restart, not shared between gateways; at most " + budget + ")"
+	s.Desc = "memory (lost on restart, not shared between gateways; at most " + budget + ")"
 	return s, nil
 }
 
 // parseRedisStore checks --store redis://…[?prefix=P].
-func parseRedisStore(s storeSpec) (storeSpec, error) {
-	s.kind = "redis"
+func parseRedisStore(s StoreSpec) (StoreSpec, error) {
+	s.Kind = "redis"
 	// prefix is ours, not go-redis's: take it out before ParseURL, which refuses
 	// options it does not know.
-	u, err := url.Parse(s.raw)
+	u, err := url.Parse(s.Raw)
 	if err != nil { // checkURL refused it already
-		return s, fmt.Errorf("--store %s: not a URL: use redis://host:6379[/db][?prefix=idem:]", s.desc)
+		return s, fmt.Errorf("--store %s: not a URL: use redis://host:6379[/db][?prefix=idem:]", s.Desc)
 	}
 	q := u.Query()
 	s.prefix = q.Get("prefix")
@@ -113,9 +113,9 @@ func parseRedisStore(s storeSpec) (storeSpec, error) {
 	u.RawQuery = q.Encode()
 	opts, err := redis.ParseURL(u.String())
 	if err != nil {
-		return s, fmt.Errorf("--store %s: %s: use redis://host:6379[/db][?prefix=idem:]", s.desc, redact.String(err.Error()))
+		return s, fmt.Errorf("--store %s: %s: use redis://host:6379[/db][?prefix=idem:]", s.Desc, redact.String(err.Error()))
 	}
 	s.redis = opts
-	s.desc = fmt.Sprintf("redis (%s db %d)", opts.Addr, opts.DB)
+	s.Desc = fmt.Sprintf("redis (%s db %d)", opts.Addr, opts.DB)
 	return s, nil
 }

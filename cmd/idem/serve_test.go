@@ -379,7 +379,7 @@ func TestServeFlagsAndEnvironmentMapToConfig(t *testing.T) {
 		c.Oversize != idemhttp.PassThrough || fmt.Sprint(c.Methods) != "[POST PUT]" || c.Lease != time.Minute ||
 		c.Retention != 2*time.Hour || fmt.Sprint(c.FingerprintHeaders) != "[X-Account]" ||
 		fmt.Sprint(c.ReplayHeaders) != "[Content-Type X-Request-Id]" || c.Scope == nil || o.admin != "" ||
-		spec.upstream.String() != env["IDEM_UPSTREAM"] || spec.store.kind != "memory" || c.MaxInFlight != 7 ||
+		spec.upstream.String() != env["IDEM_UPSTREAM"] || spec.store.Kind != "memory" || c.MaxInFlight != 7 ||
 		o.upstreamTimeout != 20*time.Second || o.writeTimeout != 30*time.Second+20*time.Second+3*time.Second+5*time.Second {
 		t.Fatalf("options %+v, config %+v: want the flags, and the environment where no flag was given", o, c)
 	}

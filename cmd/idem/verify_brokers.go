@@ -41,8 +41,8 @@ func (s *ownedSource) Close() error {
 	return errors.Join(s.Source.Close(), s.closer.Close())
 }
 
-// verifyBroker is a verify.Broker and what closes it.
-type verifyBroker struct {
+// Broker is a verify.Broker and what closes it.
+type Broker struct {
 	name, topic string
 	proxy       *chaos.Proxy
 	openSink    func(ctx context.Context) (idem.Sink, error)
@@ -54,23 +54,23 @@ type verifyBroker struct {
 	cleanup     []func()
 }
 
-func (b *verifyBroker) Name() string                                        { return b.name }
-func (b *verifyBroker) Topic() string                                       { return b.topic }
-func (b *verifyBroker) OpenSink(ctx context.Context) (idem.Sink, error)     { return b.openSink(ctx) }
-func (b *verifyBroker) OpenSource(ctx context.Context) (idem.Source, error) { return b.openSource(ctx) }
-func (b *verifyBroker) AckWait() time.Duration {
+func (b *Broker) Name() string                                        { return b.name }
+func (b *Broker) Topic() string                                       { return b.topic }
+func (b *Broker) OpenSink(ctx context.Context) (idem.Sink, error)     { return b.openSink(ctx) }
+func (b *Broker) OpenSource(ctx context.Context) (idem.Source, error) { return b.openSource(ctx) }
+func (b *Broker) AckWait() time.Duration {
 	if b.ackWait > 0 {
 		return b.ackWait
 	}
 	return verifyAckWait
 }
-func (b *verifyBroker) Proxy() *chaos.Proxy { return b.proxy }
+func (b *Broker) Proxy() *chaos.Proxy { return b.proxy }
 
 // CumulativeAcks tells the run that acks are offsets (Kafka): a lost ack is not a
 // fault it can inject there, since no broker redelivers the one record (it would
 // only hold the partition's commits back until the consumer restarts).
-func (b *verifyBroker) CumulativeAcks() bool { return b.cumulative }
-func (b *verifyBroker) Stored(ctx context.Context) (int, bool) {
+func (b *Broker) CumulativeAcks() bool { return b.cumulative }
+func (b *Broker) Stored(ctx context.Context) (int, bool) {
 	if b.stored == nil {
 		return 0, false
 	}
@@ -78,15 +78,15 @@ func (b *verifyBroker) Stored(ctx context.Context) (int, bool) {
 }
 
 // NodeFaults is the broker's verify.NodeFaulter, nil unless it has several nodes.
-func (b *verifyBroker) NodeFaults() verify.NodeFaulter { return b.nodes }
+func (b *Broker) NodeFaults() verify.NodeFaulter { return b.nodes }
 
-func (b *verifyBroker) close() {
+func (b *Broker) Close() {
 	for i := len(b.cleanup) - 1; i >= 0; i-- {
 		b.cleanup[i]()
 	}
 }
 
-func (b *verifyBroker) proxyTo(name, addr string) error {
+func (b *Broker) proxyTo(name, addr string) error {
 	p, err := chaos.NewProxy(name, addr)
 	if err != nil {
 		return err

@@ -31,7 +31,7 @@ func (m *Main) verifyCDCDB(ctx context.Context, o *verifyOptions) (stop func(), 
 		}
 		o.db = c.URL
 		return func() { _ = c.Stop(context.WithoutCancel(ctx)) }, nil
-	case dialectOf(o.db) != "postgres":
+	case DialectOf(o.db) != "postgres":
 		return nil, fmt.Errorf("--relay cdc reads PostgreSQL's WAL: pass --db postgres://… (a server with wal_level=logical), or no --db for a private one (got %s)", redact.URL(o.db))
 	}
 	return func() {}, nil
