@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemmem"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemredis"
@@ -71,7 +72,7 @@ func benchSQLite(ctx context.Context, o benchOptions) ([]benchRow, error) {
 
 	// Baseline: the same pragmas as idemsqlite (WAL, synchronous=FULL), one INSERT … ON CONFLICT per
 	// transaction, as a plain application would write.
-	raw, err := SQLite(filepath.Join(dir, "raw.db"))
+	raw, err := open.SQLite(filepath.Join(dir, "raw.db"))
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func benchSQLite(ctx context.Context, o benchOptions) ([]benchRow, error) {
 }
 
 func benchPostgres(ctx context.Context, o benchOptions) ([]benchRow, error) {
-	schema := "idem_bench_" + RandomHex(4)
+	schema := "idem_bench_" + open.RandomHex(4)
 	admin, err := pgxpool.New(ctx, o.postgres)
 	if err != nil {
 		return nil, err
@@ -170,7 +171,7 @@ func benchRedis(ctx context.Context, o benchOptions) ([]benchRow, error) {
 	if err := client.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis at %s: %w (start it with `make services`)", o.redis, err)
 	}
-	run := RandomHex(4)
+	run := open.RandomHex(4)
 	base, err := measure(ctx, o, 1, func(ctx context.Context, n uint64) error {
 		err := client.SetArgs(ctx, fmt.Sprintf("idembench:%s:raw:%d", run, n), "1",
 			redis.SetArgs{Mode: "NX", TTL: time.Minute}).Err()

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 )
 
 // helps returns the --help of every command and action the dispatcher knows,
@@ -99,15 +101,15 @@ func TestHelpURLExamplesParse(t *testing.T) {
 	t.Parallel()
 	_, relay, _ := run(t, "relay", "--help")
 	_, serve, _ := run(t, "serve", "--help")
-	secret := &SinkFlags{WebhookSecret: strings.Repeat("s", 32)}
+	secret := &open.SinkFlags{WebhookSecret: strings.Repeat("s", 32)}
 	n := 0
 	for _, c := range []struct {
 		help, section string
 		parse         func(string) error
 	}{
-		{relay, "Sinks (--sink):", func(raw string) error { _, err := ParseSink(raw, secret); return err }},
-		{relay, "Databases (--db):", func(raw string) error { _, err := ParseDB(raw); return err }},
-		{serve, "Stores (--store):", func(raw string) error { _, err := ParseStore(raw); return err }},
+		{relay, "Sinks (--sink):", func(raw string) error { _, err := open.ParseSink(raw, secret); return err }},
+		{relay, "Databases (--db):", func(raw string) error { _, err := open.ParseDB(raw); return err }},
+		{serve, "Stores (--store):", func(raw string) error { _, err := open.ParseStore(raw); return err }},
 	} {
 		examples := sectionExamples(c.help, c.section)
 		if len(examples) < 3 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin/view"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsqlite"
@@ -112,7 +113,7 @@ func (m *Main) openStoreInspector(ctx context.Context, cmd string, o keysOptions
 	if o.store == "" {
 		return nil, "", nil, m.usagef(cmd, "--store is required: the store serve uses (sqlite:PATH, postgres://…, mysql://…, redis://…)")
 	}
-	spec, err := ParseStore(o.store)
+	spec, err := open.ParseStore(o.store)
 	if err != nil {
 		return nil, "", nil, m.usagef(cmd, "%v", err)
 	}
@@ -147,7 +148,7 @@ func (m *Main) openStoreInspector(ctx context.Context, cmd string, o keysOptions
 // openKeysStore opens the store of --store as serve does, but changes no schema
 // (SkipMigrate): a mistyped database gets an error naming the missing table's
 // migration, not a new empty table.
-func openKeysStore(ctx context.Context, spec StoreSpec) (idem.Store, func(), error) {
+func openKeysStore(ctx context.Context, spec open.StoreSpec) (idem.Store, func(), error) {
 	switch spec.Kind {
 	case "sqlite":
 		st, err := idemsqlite.Open(ctx, spec.Path, idemsqlite.Config{SkipMigrate: true})
@@ -156,7 +157,7 @@ func openKeysStore(ctx context.Context, spec StoreSpec) (idem.Store, func(), err
 		}
 		return st, func() { _ = st.Close() }, nil
 	case "postgres":
-		pool, err := Postgres(ctx, "--store", spec.Desc, spec.Raw)
+		pool, err := open.Postgres(ctx, "--store", spec.Desc, spec.Raw)
 		if err != nil {
 			return nil, nil, err
 		}

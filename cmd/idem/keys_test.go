@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
@@ -150,7 +151,7 @@ func TestKeysCreatesNoTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCode(t, 1, "idem migrate", "keys", "list", "--store", "sqlite:"+path, "--scope", "anonymous")
-	db, err := SQLite(path)
+	db, err := open.SQLite(path)
 	if err != nil {
 		t.Fatal(err)
 	}

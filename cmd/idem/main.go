@@ -8,7 +8,8 @@
 // few) per subcommand that maps its flags to the packages doing the work. Those
 // are idemhttp/gateway (what serve runs, importable), internal/cli (the kit every
 // subcommand shares: flag sets and their errors, URL flags, a daemon's log, traces,
-// metrics and /healthz), internal/relay (the relay's health and serving loop) and
+// metrics and /healthz), internal/open (the URL flags' parsers and openers: stores,
+// databases, sinks, verify's brokers), internal/relay (the relay's health and serving loop) and
 // internal/verify (the verify run).
 package main
 

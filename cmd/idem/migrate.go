@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/redact"
@@ -178,7 +179,7 @@ func (m *Main) migratePrint(o migrateOptions) error {
 func printDialect(o migrateOptions) (idemsql.Dialect, error) {
 	name := o.dialect
 	if name == "" {
-		name = DialectOf(o.db)
+		name = open.DialectOf(o.db)
 	}
 	switch name {
 	case "postgres", "postgresql":
@@ -242,14 +243,14 @@ func openMigrateDB(ctx context.Context, raw string) (idemsql.TxDB[*sql.Tx], func
 			return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db: %w", derr)
 		}
 		db, err = sql.Open("mysql", dsn)
-	case DialectOf(raw) == "postgres":
+	case open.DialectOf(raw) == "postgres":
 		db, err = sql.Open("pgx", raw)
-	case DialectOf(raw) == "sqlite":
+	case open.DialectOf(raw) == "sqlite":
 		path := strings.TrimPrefix(raw, "sqlite:")
 		if path == "" {
 			return idemsql.TxDB[*sql.Tx]{}, nil, errors.New("--db sqlite: needs a path, such as sqlite:./app.db")
 		}
-		db, err = SQLite(path)
+		db, err = open.SQLite(path)
 	default:
 		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redact.URL(raw))
 	}

@@ -8,13 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/cmd/idem/internal/relay"
 	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
@@ -34,17 +32,7 @@ type relayOptions struct {
 	adminToken         string
 	schema             bool
 	cdc                cdcOptions // --cdc: relay_cdc.go
-	SinkFlags
-}
-
-// SinkFlags are relay's flags of its sink's kind: what ParseSink checks and
-// SinkSpec.open uses besides the URL.
-type SinkFlags struct {
-	NATSStream, NATSSubjects string
-	AMQPExchange             string
-	AMQPMandatory            bool
-	WebhookSecret            string
-	WebhookTimeout           time.Duration
+	open.SinkFlags
 }
 
 const relaySynopsis = `Publishes the transactional outbox (the table idem_outbox, written by
@@ -131,7 +119,7 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	o.WebhookSecret = cmp.Or(o.WebhookSecret, os.Getenv("IDEM_WEBHOOK_SECRET"))
 	o.adminToken = cmp.Or(o.adminToken, os.Getenv("IDEM_ADMIN_TOKEN"))
 	if o.schema {
-		printSchema(m.Stdout, DialectOf(o.db))
+		printSchema(m.Stdout, open.DialectOf(o.db))
 		return nil
 	}
 	if o.cdc.on || o.cdc.dropSlot {
@@ -148,85 +136,34 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 }
 
 // check validates the flags before anything connects; its errors name the flag.
-func (o *relayOptions) check() (DBSpec, SinkSpec, error) {
+func (o *relayOptions) check() (open.DBSpec, open.SinkSpec, error) {
 	switch {
 	case o.db == "":
-		return DBSpec{}, SinkSpec{}, errors.New("--db is required: pass postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH (or set $IDEM_DB)")
+		return open.DBSpec{}, open.SinkSpec{}, errors.New("--db is required: pass postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH (or set $IDEM_DB)")
 	case o.sink == "":
-		return DBSpec{}, SinkSpec{}, errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
+		return open.DBSpec{}, open.SinkSpec{}, errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
 	case o.batch < 1 || o.batch > 10_000:
-		return DBSpec{}, SinkSpec{}, fmt.Errorf("--batch must be 1 to 10000 (got %d)", o.batch)
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--batch must be 1 to 10000 (got %d)", o.batch)
 	case o.roundBatches < 1 || o.roundBatches > 1000:
-		return DBSpec{}, SinkSpec{}, fmt.Errorf("--round-batches must be 1 to 1000 (got %d)", o.roundBatches)
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--round-batches must be 1 to 1000 (got %d)", o.roundBatches)
 	case o.poll <= 0:
-		return DBSpec{}, SinkSpec{}, fmt.Errorf("--poll must be positive, such as 1s (got %v)", o.poll)
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--poll must be positive, such as 1s (got %v)", o.poll)
 	case o.maxAttempts < 1:
-		return DBSpec{}, SinkSpec{}, fmt.Errorf("--max-attempts must be at least 1 (got %d)", o.maxAttempts)
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--max-attempts must be at least 1 (got %d)", o.maxAttempts)
 	case o.retention <= 0:
-		return DBSpec{}, SinkSpec{}, fmt.Errorf("--retention must be positive, such as 168h (got %v)", o.retention)
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--retention must be positive, such as 168h (got %v)", o.retention)
 	case o.WebhookTimeout <= 0:
-		return DBSpec{}, SinkSpec{}, fmt.Errorf("--webhook-timeout must be positive, such as 10s (got %v)", o.WebhookTimeout)
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--webhook-timeout must be positive, such as 10s (got %v)", o.WebhookTimeout)
 	}
-	db, err := ParseDB(o.db)
+	db, err := open.ParseDB(o.db)
 	if err != nil {
-		return db, SinkSpec{}, err
+		return db, open.SinkSpec{}, err
 	}
-	sink, err := ParseSink(o.sink, &o.SinkFlags)
+	sink, err := open.ParseSink(o.sink, &o.SinkFlags)
 	if err == nil && o.stallAfter <= 0 {
 		err = fmt.Errorf("--stall-after must be positive, such as 1m (got %v)", o.stallAfter)
 	}
 	return db, sink, err
-}
-
-// DBSpec is a --db URL, checked without connecting.
-type DBSpec struct {
-	Dialect string // "postgres", "mysql" or "sqlite"
-	Raw     string
-	Path    string // sqlite
-	Desc    string
-}
-
-func DialectOf(raw string) string {
-	switch {
-	case strings.HasPrefix(raw, "sqlite:"):
-		return "sqlite"
-	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
-		return "postgres"
-	case strings.HasPrefix(raw, "mysql://"):
-		return "mysql"
-	}
-	return ""
-}
-
-func ParseDB(raw string) (DBSpec, error) {
-	d := DBSpec{Dialect: DialectOf(raw), Raw: raw, Desc: redact.URL(raw)}
-	if err := cli.CheckURL("--db", raw); err != nil {
-		return d, err
-	}
-	switch d.Dialect {
-	case "sqlite":
-		d.Path = strings.TrimPrefix(raw, "sqlite:")
-		if d.Path == "" {
-			return d, errors.New("--db sqlite: needs the path of the service's database, such as sqlite:./app.db")
-		}
-		if _, err := os.Stat(d.Path); err != nil {
-			// Not the error's text: it quotes the path, which is the flag's value.
-			return d, fmt.Errorf("--db %s: %s: pass the SQLite file the service writes its outbox to", d.Desc, cli.FileProblem(err))
-		}
-	case "postgres":
-		cfg, err := pgxpool.ParseConfig(raw)
-		if err != nil {
-			// pgx quotes the URL in its errors (masking the password, not a
-			// password=… query parameter).
-			return d, fmt.Errorf("--db %s: %s: use postgres://user:pass@host:5432/db", d.Desc, redact.String(err.Error()))
-		}
-		d.Desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
-	case "mysql":
-		return parseMySQLDB(d)
-	default:
-		return d, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redact.URL(raw))
-	}
-	return d, nil
 }
 
 // relay runs the relay until ctx ends, then stops it, the HTTP server and the
@@ -237,7 +174,7 @@ func (o *relayOptions) relayConfig() outbox.RelayConfig {
 		MaxAttempts: o.maxAttempts, Retention: o.retention}
 }
 
-func (m *Main) relay(ctx context.Context, o *relayOptions, db DBSpec, ss SinkSpec) error {
+func (m *Main) relay(ctx context.Context, o *relayOptions, db open.DBSpec, ss open.SinkSpec) error {
 	log, reg, stopTracing, err := cli.StartDaemon(ctx, m.Stderr, "relay")
 	if err != nil {
 		return err
@@ -253,7 +190,7 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db DBSpec, ss SinkSpe
 	defer closeSink()
 	h.StallAfter = max(o.stallAfter, 3*o.poll)
 
-	rd, err := Relay(ctx, db, tracked, cfg)
+	rd, err := open.Relay(ctx, db, tracked, cfg)
 	if err != nil {
 		return err
 	}
@@ -273,7 +210,7 @@ func (o *relayOptions) serving(stderr io.Writer) relay.Serving {
 }
 
 // openSink connects the sink of ss, whose publications feed the health it returns.
-func (o *relayOptions) openSink(ctx context.Context, ss SinkSpec, log *slog.Logger) (idem.Sink, *relay.Health, func(), error) {
+func (o *relayOptions) openSink(ctx context.Context, ss open.SinkSpec, log *slog.Logger) (idem.Sink, *relay.Health, func(), error) {
 	sink, closeSink, err := ss.Open(ctx, &o.SinkFlags)
 	if err != nil {
 		return nil, nil, nil, err

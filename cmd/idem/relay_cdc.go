@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/cmd/idem/internal/relay"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idempg/pgcdc"
@@ -37,8 +38,8 @@ func (c *cdcOptions) flags(fs *flag.FlagSet) {
 
 // cdcConfig checks the flags of --cdc before anything connects, and returns the
 // relay's configuration; its errors name the flag.
-func (o *relayOptions) cdcConfig() (DBSpec, pgcdc.Config, error) {
-	db, err := ParseDB(o.db)
+func (o *relayOptions) cdcConfig() (open.DBSpec, pgcdc.Config, error) {
+	db, err := open.ParseDB(o.db)
 	switch {
 	case o.db == "":
 		return db, pgcdc.Config{}, errors.New("--cdc needs --db postgres://user@host:5432/db (or $IDEM_DB), a server with wal_level=logical")
@@ -85,7 +86,7 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 		fmt.Fprintf(m.Stdout, "idem relay: dropped replication slot %s of %s\n", o.cdc.slot, db.Desc)
 		return nil
 	}
-	ss, err := ParseSink(o.sink, &o.SinkFlags)
+	ss, err := open.ParseSink(o.sink, &o.SinkFlags)
 	if o.sink == "" {
 		err = errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
 	}
@@ -125,7 +126,7 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 	if o.adminToken != "" {
 		// Parked messages are rows of the outbox table: its area lists them, and
 		// retries one as a new row, which the relay reads.
-		if handler, err = relayAdminAPI(o.adminToken, OutboxArea(idempg.TxDB(pool)), reg, log, handler); err != nil {
+		if handler, err = relayAdminAPI(o.adminToken, open.OutboxArea(idempg.TxDB(pool)), reg, log, handler); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -101,7 +102,7 @@ func TestRelayRefusesShortWebhookSecret(t *testing.T) {
 	for _, secret := range []string{"x", strings.Repeat("y", 31)} {
 		o := &relayOptions{db: "sqlite:" + file, sink: "https://example.com/hook",
 			batch: 1, roundBatches: 1, poll: time.Second, maxAttempts: 1, retention: time.Hour,
-			SinkFlags: SinkFlags{WebhookSecret: secret, WebhookTimeout: time.Second}}
+			SinkFlags: open.SinkFlags{WebhookSecret: secret, WebhookTimeout: time.Second}}
 		_, _, err := o.check()
 		var ie *idem.InputError
 		if !errors.As(err, &ie) || !strings.Contains(ie.Field, "--webhook-secret") || !strings.Contains(ie.Field, "$IDEM_WEBHOOK_SECRET") ||
@@ -140,7 +141,7 @@ func TestVerifyDBHidesCredentials(t *testing.T) {
 		"postgres://app:" + pw + "@db:notaport/orders",
 		"postgresql://app:" + pw + "@" + testsvc.ClosedAddr(t) + "/orders?sslmode=disable&connect_timeout=5",
 	} {
-		db, err := VerifyDatabase(context.Background(), raw, false)
+		db, err := open.VerifyDatabase(context.Background(), raw, false)
 		if err == nil {
 			db.Close()
 			t.Errorf("VerifyDatabase(%s) succeeded, want a failure", raw)

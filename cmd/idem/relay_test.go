@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idempg"
@@ -132,7 +133,7 @@ func sqliteOutbox(t *testing.T, topic string) (string, *sql.DB, func(ids ...stri
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "app.db")
-	db, err := SQLite(path)
+	db, err := open.SQLite(path)
 	if err != nil {
 		t.Fatal(err)
 	}

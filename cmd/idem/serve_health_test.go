@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemhttp/gateway"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -31,7 +32,7 @@ func TestServeHealthHidesStoreDetails(t *testing.T) {
 	}
 	t.Cleanup(proxy.Close)
 	u.Host = proxy.Addr()
-	spec, err := ParseStore(u.String())
+	spec, err := open.ParseStore(u.String())
 	if err != nil {
 		t.Fatal(err)
 	}

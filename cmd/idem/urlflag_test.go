@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -53,7 +54,7 @@ type urlUse struct {
 var urlUses = []urlUse{
 	{"serve --store", []string{"postgres", "postgresql", "mysql", "sqlite", "redis", "rediss", "redis-cluster"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			s, err := ParseStore(raw)
+			s, err := open.ParseStore(raw)
 			if err != nil || s.Kind == "sqlite" { // a SQLite file would be created
 				return []string{s.Desc}, []error{err}
 			}
@@ -65,7 +66,7 @@ var urlUses = []urlUse{
 		}},
 	{"relay and admin --db", []string{"postgres", "postgresql", "mysql", "sqlite"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			d, err := ParseDB(raw)
+			d, err := open.ParseDB(raw)
 			return []string{d.Desc}, []error{err}
 		}},
 	{"migrate, keys, dlq, outbox, sagas --db", []string{"postgres", "postgresql", "mysql"},
@@ -78,7 +79,7 @@ var urlUses = []urlUse{
 		}},
 	{"verify --db", []string{"postgres", "postgresql", "mysql"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			db, err := VerifyDatabase(ctx, raw, false)
+			db, err := open.VerifyDatabase(ctx, raw, false)
 			if err == nil {
 				db.Close()
 			}
@@ -86,8 +87,8 @@ var urlUses = []urlUse{
 		}},
 	{"relay --sink", []string{"nats", "tls", "kafka", "redis", "rediss", "amqp", "amqps", "http", "https", "pubsub", "sqs"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			o := &SinkFlags{WebhookSecret: strings.Repeat("k", 32), WebhookTimeout: 5 * time.Second, AMQPMandatory: true}
-			s, err := ParseSink(raw, o)
+			o := &open.SinkFlags{WebhookSecret: strings.Repeat("k", 32), WebhookTimeout: 5 * time.Second, AMQPMandatory: true}
+			s, err := open.ParseSink(raw, o)
 			if err != nil || !slices.Contains([]string{"nats", "redis", "amqp", "webhook"}, s.Kind) {
 				return []string{s.Desc}, []error{err}
 			}
@@ -100,12 +101,12 @@ var urlUses = []urlUse{
 		}},
 	{"verify --broker", []string{"nats", "kafka", "redis", "rediss", "amqp", "amqps"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			b, err := VerifyBroker(ctx, raw, "leak", slog.New(slog.DiscardHandler))
+			b, err := open.VerifyBroker(ctx, raw, "leak", slog.New(slog.DiscardHandler))
 			if err != nil {
 				return nil, []error{err}
 			}
 			defer b.Close()
-			return []string{b.name}, nil
+			return []string{b.Name()}, nil
 		}},
 	{"serve --upstream", []string{"http", "https"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/cmd/idem/internal/verify"
 )
 
@@ -120,7 +121,7 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 		}
 		defer stop()
 	}
-	vdb, err := VerifyDatabase(ctx, o.db, o.keep)
+	vdb, err := open.VerifyDatabase(ctx, o.db, o.keep)
 	if err != nil {
 		return err
 	}
@@ -129,7 +130,7 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 	if o.verbose {
 		logger = slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	b, err := VerifyBroker(ctx, o.broker, RandomHex(4), logger)
+	b, err := open.VerifyBroker(ctx, o.broker, open.RandomHex(4), logger)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package open
 
 import (
 	"context"
@@ -80,6 +80,7 @@ func (b *Broker) Stored(ctx context.Context) (int, bool) {
 // NodeFaults is the broker's verify.NodeFaulter, nil unless it has several nodes.
 func (b *Broker) NodeFaults() verify.NodeFaulter { return b.nodes }
 
+// Close releases what the broker's openers acquired, the last first.
 func (b *Broker) Close() {
 	for i := len(b.cleanup) - 1; i >= 0; i-- {
 		b.cleanup[i]()

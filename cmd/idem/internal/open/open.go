@@ -1,4 +1,19 @@
-package main
+// Package open turns the URL flags of idem's commands into connected backends:
+// one switch per kind of backend, to one small opener per URL scheme. The openers
+// of a scheme live in its own file (postgres.go, mysql.go, sqlite.go, redis.go,
+// rediscluster.go, nats.go, natscluster.go, kafka.go, amqp.go, pubsub.go, sqs.go)
+// with the connection helper serve, relay, verify, bench and the operator commands
+// share. A command's check parses its flag without connecting (ParseStore,
+// ParseDB, ParseSink); the openers connect, and their errors name the flag.
+//
+//	serve  --store   sqlite:PATH, postgres://, mysql://, redis://, redis-cluster://, memory:  StoreSpec.Open
+//	relay  --db      sqlite:PATH, postgres://, mysql://              Relay
+//	admin  --db      sqlite:PATH, postgres://, mysql:// (no DDL)  AdminDB
+//	relay  --sink    nats://, kafka://, redis://, amqp://, pubsub://, sqs://, https://  SinkSpec.Open
+//	verify --db      sqlite:[PATH], postgres://, mysql://            VerifyDatabase
+//	verify --broker  nats:[//…], kafka:[//…], redis://, amqp://, pubsub:[//…], sqs:  VerifyBroker
+//	bench            the same SQLite DSN (SQLite)
+package open
 
 import (
 	"context"
@@ -18,22 +33,7 @@ import (
 	"github.com/idemhq/idem/outbox"
 )
 
-// The URL flags of every command map here, one switch per kind of backend, to one
-// small opener per URL scheme. The openers of a scheme live in its own file
-// (open_postgres.go, open_mysql.go, open_sqlite.go, open_redis.go, open_nats.go, open_kafka.go,
-// open_amqp.go, open_pubsub.go, open_sqs.go) with the connection helper serve, relay, verify and bench share.
-// A command's parse checks its flag without connecting (ParseStore, ParseDB,
-// ParseSink); the openers connect, and their errors name the flag.
-//
-//	serve  --store   sqlite:PATH, postgres://, mysql://, redis://, redis-cluster://, memory:  storeSpec.open
-//	relay  --db      sqlite:PATH, postgres://, mysql://              Relay
-//	admin  --db      sqlite:PATH, postgres://, mysql:// (no DDL)  AdminDB
-//	relay  --sink    nats://, kafka://, redis://, amqp://, pubsub://, sqs://, https://  SinkSpec.open
-//	verify --db      sqlite:[PATH], postgres://, mysql://            VerifyDatabase
-//	verify --broker  nats:[//…], kafka:[//…], redis://, amqp://, pubsub:[//…], sqs:  VerifyBroker
-//	bench            the same SQLite DSN (SQLite)
-
-// open connects the store and registers its metrics on reg; close releases what
+// Open connects the store and registers its metrics on reg; close releases what
 // it acquired, after the last request that used the store.
 func (s StoreSpec) Open(ctx context.Context, reg prometheus.Registerer) (store idem.Store, close func(), err error) {
 	switch s.Kind {
@@ -82,7 +82,7 @@ func Relay(ctx context.Context, db DBSpec, sink idem.Sink, cfg outbox.RelayConfi
 	return nil, fmt.Errorf("--db %s: unknown database", db.Desc)
 }
 
-// withRelay sets rd.run to the relay of ob to sink, or closes rd.
+// withRelay sets rd.Run to the relay of ob to sink, or closes rd.
 func withRelay[Tx any](rd *RelayDB, ob *outbox.Outbox[Tx], db idemsql.TxDB[Tx], sink idem.Sink, cfg outbox.RelayConfig) (*RelayDB, error) {
 	r, err := ob.Relay(sink, cfg)
 	if err != nil {
@@ -93,7 +93,7 @@ func withRelay[Tx any](rd *RelayDB, ob *outbox.Outbox[Tx], db idemsql.TxDB[Tx], 
 	return rd, nil
 }
 
-// open connects the sink and checks that it answers (sinkDown); close releases
+// Open connects the sink and checks that it answers (sinkDown); close releases
 // what open acquired.
 func (s SinkSpec) Open(ctx context.Context, o *SinkFlags) (sink idem.Sink, close func(), err error) {
 	switch s.Kind {

@@ -1,4 +1,4 @@
-package main
+package open
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"github.com/idemhq/idem/internal/redact"
 )
 
-// SinkSpec is a --sink URL, checked without connecting: open connects.
+// SinkSpec is a --sink URL, checked without connecting: Open connects.
 type SinkSpec struct {
 	Kind    string // nats, kafka, redis, amqp, pubsub, sqs, webhook
 	Raw     string
@@ -164,4 +164,14 @@ func probeWebhook(ctx context.Context, s SinkSpec) error {
 		return tls.Client(conn, &tls.Config{ServerName: u.Hostname()}).HandshakeContext(ctx)
 	}
 	return nil
+}
+
+// SinkFlags are relay's flags of its sink's kind: what ParseSink checks and
+// SinkSpec.Open uses besides the URL.
+type SinkFlags struct {
+	NATSStream, NATSSubjects string
+	AMQPExchange             string
+	AMQPMandatory            bool
+	WebhookSecret            string
+	WebhookTimeout           time.Duration
 }

@@ -1,4 +1,4 @@
-package main
+package open
 
 import (
 	"crypto/rand"
@@ -38,6 +38,8 @@ func proxiedVerifyDB(name, desc string, db *sql.DB, store idem.TxStore[*sql.Tx],
 		Close: func() { db.Close(); proxy.Close(); drop() }}, nil
 }
 
+// RandomHex is n random bytes in hex: the name of a run's own schema, database,
+// stream or key space.
 func RandomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)

@@ -1,4 +1,4 @@
-package main
+package open
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 	"github.com/idemhq/idem/internal/redact"
 )
 
-// StoreSpec is a --store URL, checked without connecting: open connects.
+// StoreSpec is a --store URL, checked without connecting: Open connects.
 type StoreSpec struct {
 	Kind   string // sqlite, postgres, redis, memory
 	Raw    string
