@@ -9,14 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin/view"
 	"github.com/idemhq/idem/cmd/idem/internal/open"
-	"github.com/idemhq/idem/idemmysql"
-	"github.com/idemhq/idem/idempg"
-	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/cursor"
 )
 
@@ -133,7 +128,7 @@ func (m *Main) openStoreInspector(ctx context.Context, cmd string, o keysOptions
 			return nil, "", nil, err
 		}
 	}
-	store, closeStore, err := openKeysStore(ctx, spec)
+	store, closeStore, err := open.ExistingStore(ctx, spec)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -143,38 +138,6 @@ func (m *Main) openStoreInspector(ctx context.Context, cmd string, o keysOptions
 		return nil, "", nil, fmt.Errorf("--store %s: this store cannot be inspected", spec.Desc)
 	}
 	return in, spec.Desc, closeStore, nil
-}
-
-// openKeysStore opens the store of --store as serve does, but changes no schema
-// (SkipMigrate): a mistyped database gets an error naming the missing table's
-// migration, not a new empty table.
-func openKeysStore(ctx context.Context, spec open.StoreSpec) (idem.Store, func(), error) {
-	switch spec.Kind {
-	case "sqlite":
-		st, err := idemsqlite.Open(ctx, spec.Path, idemsqlite.Config{SkipMigrate: true})
-		if err != nil {
-			return nil, nil, fmt.Errorf("--store %s: %w", spec.Desc, err)
-		}
-		return st, func() { _ = st.Close() }, nil
-	case "postgres":
-		pool, err := open.Postgres(ctx, "--store", spec.Desc, spec.Raw)
-		if err != nil {
-			return nil, nil, err
-		}
-		st, err := idempg.New(ctx, pool, idempg.Config{SkipMigrate: true})
-		if err != nil {
-			pool.Close()
-			return nil, nil, fmt.Errorf("--store %s: %w", spec.Desc, err)
-		}
-		return st, pool.Close, nil
-	case "mysql":
-		st, err := idemmysql.Open(ctx, spec.Raw, idemmysql.Config{SkipMigrate: true})
-		if err != nil {
-			return nil, nil, fmt.Errorf("--store %s: %w", spec.Desc, err)
-		}
-		return st, func() { st.Close() }, nil
-	}
-	return spec.Open(ctx, prometheus.NewRegistry()) // redis: no schema
 }
 
 func checkKeyPart(m *Main, cmd, name, v string) error {

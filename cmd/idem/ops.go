@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin/view"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/migrate"
 )
@@ -331,7 +332,7 @@ func (m *Main) openOpsDB(ctx context.Context, cmd, raw string, sets ...migrate.S
 			return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %s: name the file your service uses", redactURL(raw), fileProblem(err))
 		}
 	}
-	db, closeDB, err := openMigrateDB(ctx, raw)
+	db, closeDB, err := open.SQLDB(ctx, raw)
 	if err != nil {
 		return db, nil, err
 	}

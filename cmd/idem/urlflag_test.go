@@ -71,7 +71,7 @@ var urlUses = []urlUse{
 		}},
 	{"migrate, keys, dlq, outbox, sagas --db", []string{"postgres", "postgresql", "mysql"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			_, closeDB, err := openMigrateDB(ctx, raw)
+			_, closeDB, err := open.SQLDB(ctx, raw)
 			if err == nil {
 				closeDB()
 			}

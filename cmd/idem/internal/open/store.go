@@ -1,6 +1,7 @@
 package open
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -8,10 +9,15 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/redact"
 )
 
@@ -118,4 +124,36 @@ func parseRedisStore(s StoreSpec) (StoreSpec, error) {
 	s.redis = opts
 	s.Desc = fmt.Sprintf("redis (%s db %d)", opts.Addr, opts.DB)
 	return s, nil
+}
+
+// ExistingStore opens the store of --store as serve does (for idem keys), but changes no schema
+// (SkipMigrate): a mistyped database gets an error naming the missing table's
+// migration, not a new empty table.
+func ExistingStore(ctx context.Context, spec StoreSpec) (idem.Store, func(), error) {
+	switch spec.Kind {
+	case "sqlite":
+		st, err := idemsqlite.Open(ctx, spec.Path, idemsqlite.Config{SkipMigrate: true})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.Desc, err)
+		}
+		return st, func() { _ = st.Close() }, nil
+	case "postgres":
+		pool, err := Postgres(ctx, "--store", spec.Desc, spec.Raw)
+		if err != nil {
+			return nil, nil, err
+		}
+		st, err := idempg.New(ctx, pool, idempg.Config{SkipMigrate: true})
+		if err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.Desc, err)
+		}
+		return st, pool.Close, nil
+	case "mysql":
+		st, err := idemmysql.Open(ctx, spec.Raw, idemmysql.Config{SkipMigrate: true})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--store %s: %w", spec.Desc, err)
+		}
+		return st, func() { st.Close() }, nil
+	}
+	return spec.Open(ctx, prometheus.NewRegistry()) // redis: no schema
 }
