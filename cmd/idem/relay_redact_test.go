@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -110,12 +111,12 @@ func TestRelayRefusesShortWebhookSecret(t *testing.T) {
 			t.Errorf("%d-byte secret: check = %v, want an *idem.InputError naming --webhook-secret, $IDEM_WEBHOOK_SECRET and the fix", len(secret), err)
 		}
 		_, stderr, err := run(t, "relay", "--db", "sqlite:"+file, "--sink", "https://example.com/hook", "--webhook-secret", secret)
-		if !errors.Is(err, errUsage) || !strings.Contains(stderr, "openssl rand -hex 32") || strings.Contains(stderr, "yyyy") {
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, "openssl rand -hex 32") || strings.Contains(stderr, "yyyy") {
 			t.Errorf("%d-byte secret: relay err %v, stderr %q; want a usage error with the fix, without the secret", len(secret), err, stderr)
 		}
 	}
 	t.Setenv("IDEM_WEBHOOK_SECRET", "z")
-	if _, stderr, err := run(t, "relay", "--db", "sqlite:"+file, "--sink", "https://example.com/hook"); !errors.Is(err, errUsage) ||
+	if _, stderr, err := run(t, "relay", "--db", "sqlite:"+file, "--sink", "https://example.com/hook"); !errors.Is(err, cli.ErrUsage) ||
 		!strings.Contains(stderr, "IDEM_WEBHOOK_SECRET") {
 		t.Errorf("short $IDEM_WEBHOOK_SECRET: err %v, stderr %q; want a usage error naming it", err, stderr)
 	}

@@ -325,7 +325,7 @@ func TestRelayMySQLToNATS(t *testing.T) {
 	r.stop(t)
 }
 
-// Flag errors exit with errUsage (exit status 2) and name the flag and the fix.
+// Flag errors exit with cli.ErrUsage (exit status 2) and name the flag and the fix.
 func TestRelayFlagErrors(t *testing.T) {
 	for _, env := range []string{"IDEM_DB", "IDEM_SINK", "IDEM_WEBHOOK_SECRET"} {
 		t.Setenv(env, "")
@@ -368,8 +368,8 @@ func TestRelayFlagErrors(t *testing.T) {
 		{[]string{"--db", db, "--sink", sink, "extra"}, `unexpected argument "extra"`},
 	} {
 		_, stderr, err := run(t, append([]string{"relay"}, c.args...)...)
-		if !errors.Is(err, errUsage) || !strings.Contains(stderr, c.want) {
-			t.Errorf("relay %v: err %v, stderr %q; want errUsage and %q", c.args, err, stderr, c.want)
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, c.want) {
+			t.Errorf("relay %v: err %v, stderr %q; want cli.ErrUsage and %q", c.args, err, stderr, c.want)
 		}
 	}
 }

@@ -336,7 +336,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--upstream", up, "extra"}, `unexpected argument "extra"`},
 	} {
 		_, stderr, err := run(t, append([]string{"serve"}, tc.args...)...)
-		if !errors.Is(err, errUsage) || !strings.Contains(stderr, tc.want) {
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, tc.want) {
 			t.Errorf("serve %q: err %v, stderr %q; want a usage error naming %s", tc.args, err, stderr, tc.want)
 		}
 	}
@@ -348,7 +348,7 @@ func TestServeFlagErrors(t *testing.T) {
 	}
 	defer ln.Close()
 	_, _, err = run(t, "serve", "--upstream", up, "--store", "memory:", "--listen", ln.Addr().String())
-	if err == nil || errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--listen") {
+	if err == nil || errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), "--listen") {
 		t.Fatalf("listen on a busy address: %v, want an error naming --listen", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/cmd/idem/internal/open"
+	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -118,7 +119,7 @@ var urlUses = []urlUse{
 			if err != nil {
 				return nil, []error{err}
 			}
-			return []string{redactURL(spec.upstream.String())}, nil // what serve prints at start
+			return []string{redact.URL(spec.upstream.String())}, nil // what serve prints at start
 		}},
 	{"$OTEL_EXPORTER_OTLP_ENDPOINT", []string{"http", "https"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {

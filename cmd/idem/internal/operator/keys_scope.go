@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"bufio"
@@ -20,14 +20,13 @@ const maxHeadersFile = 64 << 10
 // flags, stores the keys of a request carrying the headers of --headers-file. The
 // credentials come from a file (or stdin), never from the command line, where
 // they would land in the shell's history and the process list.
-func (m *Main) keysScope(_ context.Context, o keysScopeOptions) error {
+func (m *Cmd) keysScope(_ context.Context, o keysScopeOptions) error {
 	const cmd = "keys scope"
 	if o.headersFile == "" {
 		return m.usagef(cmd, "--headers-file is required: a file of the caller's request headers, one 'Name: value' a line, or - for stdin")
 	}
-	so := serveOptions{oversize: "reject", methods: "POST", scopeHeader: o.scopeHeader, trustScope: o.trustScope,
-		credentialHeaders: o.credentialHeaders, credentialCookies: o.credentialCookies}
-	cfg, err := so.middlewareConfig()
+	cfg, err := m.ServeScope(ScopeFlags{Header: o.scopeHeader, Trust: o.trustScope,
+		CredentialHeaders: o.credentialHeaders, CredentialCookies: o.credentialCookies})
 	if err != nil {
 		return m.usagef(cmd, "%v", err)
 	}

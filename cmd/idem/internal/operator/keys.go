@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"context"
@@ -54,7 +54,7 @@ type keysOptions struct {
 	json, full, force                bool
 }
 
-func (m *Main) runKeys(ctx context.Context, args []string) error {
+func (m *Cmd) Keys(ctx context.Context, args []string) error {
 	var o keysOptions
 	store := func(fs *flag.FlagSet) {
 		fs.StringVar(&o.store, "store", "", "the store: sqlite:PATH, postgres://…, mysql://… or redis://… (as given to serve)")
@@ -98,13 +98,13 @@ func (m *Main) runKeys(ctx context.Context, args []string) error {
 }
 
 // openInspector checks --scope and opens --store for `idem keys`.
-func (m *Main) openInspector(ctx context.Context, cmd string, o keysOptions) (idem.Inspector, string, func(), error) {
+func (m *Cmd) openInspector(ctx context.Context, cmd string, o keysOptions) (idem.Inspector, string, func(), error) {
 	return m.openStoreInspector(ctx, cmd, o, true)
 }
 
 // openStoreInspector opens --store for `idem keys`, after checking --scope if
 // withScope.
-func (m *Main) openStoreInspector(ctx context.Context, cmd string, o keysOptions, withScope bool) (idem.Inspector, string, func(), error) {
+func (m *Cmd) openStoreInspector(ctx context.Context, cmd string, o keysOptions, withScope bool) (idem.Inspector, string, func(), error) {
 	if o.store == "" {
 		return nil, "", nil, m.usagef(cmd, "--store is required: the store serve uses (sqlite:PATH, postgres://…, mysql://…, redis://…)")
 	}
@@ -140,7 +140,7 @@ func (m *Main) openStoreInspector(ctx context.Context, cmd string, o keysOptions
 	return in, spec.Desc, closeStore, nil
 }
 
-func checkKeyPart(m *Main, cmd, name, v string) error {
+func checkKeyPart(m *Cmd, cmd, name, v string) error {
 	if v == "" {
 		return m.usagef(cmd, "--%s is required", name)
 	}
@@ -157,7 +157,7 @@ func checkKeyPart(m *Main, cmd, name, v string) error {
 	return nil
 }
 
-func (m *Main) keysList(ctx context.Context, o keysOptions) error {
+func (m *Cmd) keysList(ctx context.Context, o keysOptions) error {
 	if err := m.checkLimit("keys list", o.limit, idem.MaxListLimit, "--cursor"); err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func (m *Main) keysList(ctx context.Context, o keysOptions) error {
 	return m.endTable(tw, summary, moreCursor(page.Next))
 }
 
-func (m *Main) keysGet(ctx context.Context, o keysOptions) error {
+func (m *Cmd) keysGet(ctx context.Context, o keysOptions) error {
 	if err := checkKeyPart(m, "keys get", "id", o.id); err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func (m *Main) keysGet(ctx context.Context, o keysOptions) error {
 	return nil
 }
 
-func (m *Main) printKey(r view.KeyRecord) {
+func (m *Cmd) printKey(r view.KeyRecord) {
 	tw := newTable(m.Stdout)
 	for _, row := range [][2]string{
 		{"scope", view.Cell(r.Scope, 0)}, {"id", view.Cell(r.ID, 0)}, {"state", r.StateText()},
@@ -269,7 +269,7 @@ func (m *Main) printKey(r view.KeyRecord) {
 	tw.Flush()
 }
 
-func (m *Main) keysEvict(ctx context.Context, o keysOptions) error {
+func (m *Cmd) keysEvict(ctx context.Context, o keysOptions) error {
 	if err := checkKeyPart(m, "keys evict", "id", o.id); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 // keysScopes prints a page of the scopes --store holds records in: the way in when
 // no caller's scope is known (behind serve, scopes are hashes of credentials).
-func (m *Main) keysScopes(ctx context.Context, o keysOptions) error {
+func (m *Cmd) keysScopes(ctx context.Context, o keysOptions) error {
 	const cmd = "keys scopes"
 	if err := m.checkLimit(cmd, o.limit, idem.MaxListLimit, "--cursor"); err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"context"
@@ -55,7 +55,7 @@ type sagasOptions struct {
 	olderThan               time.Duration
 }
 
-func (m *Main) runSagas(ctx context.Context, args []string) error {
+func (m *Cmd) Sagas(ctx context.Context, args []string) error {
 	var o sagasOptions
 	id := func(fs *flag.FlagSet) { fs.StringVar(&o.id, "id", "", "the saga's id") }
 	return m.runOps(ctx, opsCommand{name: "sagas", synopsis: sagasSynopsis, common: o.declare, actions: []opsAction{
@@ -80,7 +80,7 @@ func (m *Main) runSagas(ctx context.Context, args []string) error {
 	}}, args)
 }
 
-func (m *Main) openSagaAdmin(ctx context.Context, cmd string, o sagasOptions) (*saga.Admin[*sql.Tx], func(), error) {
+func (m *Cmd) openSagaAdmin(ctx context.Context, cmd string, o sagasOptions) (*saga.Admin[*sql.Tx], func(), error) {
 	db, closeDB, err := m.openOpsDB(ctx, cmd, o.db, migrate.Saga, migrate.Effect)
 	if err != nil {
 		return nil, nil, err
@@ -93,7 +93,7 @@ func (m *Main) openSagaAdmin(ctx context.Context, cmd string, o sagasOptions) (*
 	return a, closeDB, nil
 }
 
-func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
+func (m *Cmd) sagasList(ctx context.Context, o sagasOptions) error {
 	if err := m.checkLimit("sagas list", o.limit, idem.MaxListLimit, "--cursor"); err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func (m *Main) sagasList(ctx context.Context, o sagasOptions) error {
 	return m.endTable(tw, fmt.Sprintf("%d sagas", len(out.Sagas)), moreCursor(page.Next), bad.notes...)
 }
 
-func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
+func (m *Cmd) sagasShow(ctx context.Context, o sagasOptions) error {
 	if o.id == "" {
 		return m.usagef("sagas show", "--id is required: name the saga (sagas list shows them)")
 	}
@@ -212,7 +212,7 @@ func (m *Main) sagasShow(ctx context.Context, o sagasOptions) error {
 }
 
 // sagasChange is retry (flagName reason) and resolve (note).
-func (m *Main) sagasChange(ctx context.Context, o sagasOptions, op, flagName string) error {
+func (m *Cmd) sagasChange(ctx context.Context, o sagasOptions, op, flagName string) error {
 	cmd := "sagas " + op
 	if o.id == "" {
 		return m.usagef(cmd, "--id is required: name the saga (sagas list shows them)")
@@ -241,7 +241,7 @@ func (m *Main) sagasChange(ctx context.Context, o sagasOptions, op, flagName str
 	case errors.Is(err, saga.ErrNotFound):
 		return notFoundf("no saga with id %q: nothing done", view.Cell(o.id, 0))
 	case errors.As(err, &se):
-		return &codeError{exitConflict, fmt.Errorf("%w; nothing done", se)}
+		return &codeError{ExitConflict, fmt.Errorf("%w; nothing done", se)}
 	case err != nil:
 		return badInput(err)
 	}

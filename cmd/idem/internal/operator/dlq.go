@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"context"
@@ -47,7 +47,7 @@ type dlqOptions struct {
 	ids                                  idList
 }
 
-func (m *Main) runDLQ(ctx context.Context, args []string) error {
+func (m *Cmd) DLQ(ctx context.Context, args []string) error {
 	var o dlqOptions
 	run := func(f func(context.Context, dlqOptions) error) func(context.Context) error {
 		return func(ctx context.Context) error { return f(ctx, o) }
@@ -77,7 +77,7 @@ func (m *Main) runDLQ(ctx context.Context, args []string) error {
 	}}, args)
 }
 
-func (m *Main) openDeadLetters(ctx context.Context, cmd string, o dlqOptions) (*inbox.DeadLetterAdmin[*sql.Tx], func(), error) {
+func (m *Cmd) openDeadLetters(ctx context.Context, cmd string, o dlqOptions) (*inbox.DeadLetterAdmin[*sql.Tx], func(), error) {
 	db, closeDB, err := m.openOpsDB(ctx, cmd, o.db, migrate.Inbox)
 	if err != nil {
 		return nil, nil, err
@@ -85,7 +85,7 @@ func (m *Main) openDeadLetters(ctx context.Context, cmd string, o dlqOptions) (*
 	return inbox.NewDeadLetterAdmin(db), closeDB, nil
 }
 
-func (m *Main) dlqList(ctx context.Context, o dlqOptions) error {
+func (m *Cmd) dlqList(ctx context.Context, o dlqOptions) error {
 	const cmd = "dlq list"
 	now := time.Now()
 	f := inbox.DeadLetterFilter{Consumer: o.consumer, Kind: o.kind, ReasonContains: o.reason, AfterID: o.after,
@@ -133,7 +133,7 @@ func (m *Main) dlqList(ctx context.Context, o dlqOptions) error {
 	return m.endTable(tw, fmt.Sprintf("%d dead letters", len(out.DeadLetters)), moreAfter(out.NextAfter), bad.notes...)
 }
 
-func (m *Main) dlqShow(ctx context.Context, o dlqOptions) error {
+func (m *Cmd) dlqShow(ctx context.Context, o dlqOptions) error {
 	id, err := m.oneID("dlq show", o.ids)
 	if err != nil {
 		return err
@@ -192,7 +192,7 @@ func (m *Main) dlqShow(ctx context.Context, o dlqOptions) error {
 	return nil
 }
 
-func (m *Main) dlqReplay(ctx context.Context, o dlqOptions) error {
+func (m *Cmd) dlqReplay(ctx context.Context, o dlqOptions) error {
 	const cmd = "dlq replay"
 	if len(o.ids) == 0 {
 		return m.usagef(cmd, "--id is required: name the dead letters to replay (--id 7 --id 9, or --id 7,9)")
@@ -258,7 +258,7 @@ func (m *Main) dlqReplay(ctx context.Context, o dlqOptions) error {
 	return nil
 }
 
-func (m *Main) dlqDiscard(ctx context.Context, o dlqOptions) error {
+func (m *Cmd) dlqDiscard(ctx context.Context, o dlqOptions) error {
 	const cmd = "dlq discard"
 	id, err := m.idAndReason(cmd, o.ids, o.reason)
 	if err != nil {

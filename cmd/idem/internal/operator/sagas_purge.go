@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"context"
@@ -15,14 +15,14 @@ import (
 // sagasPurgeAction is `idem sagas purge`: the finished sagas older than
 // --older-than go, each with its step effects; with --effects, the complete
 // effects older than it too.
-func (m *Main) sagasPurgeAction(o *sagasOptions) opsAction {
+func (m *Cmd) sagasPurgeAction(o *sagasOptions) opsAction {
 	return opsAction{"purge", func(fs *flag.FlagSet) {
 		fs.DurationVar(&o.olderThan, "older-than", 0, fmt.Sprintf("delete finished sagas last changed longer ago than this, at least %v (such as 720h)", admin.MinPurgeAge))
 		fs.BoolVar(&o.effects, "effects", false, "also delete the complete effects last changed longer ago")
 	}, func(ctx context.Context) error { return m.sagasPurge(ctx, *o) }}
 }
 
-func (m *Main) sagasPurge(ctx context.Context, o sagasOptions) error {
+func (m *Cmd) sagasPurge(ctx context.Context, o sagasOptions) error {
 	if o.olderThan < admin.MinPurgeAge {
 		return m.usagef("sagas purge", "--older-than %v: use at least %v, so what a caller may still retry is kept", o.olderThan, admin.MinPurgeAge)
 	}

@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"context"
@@ -38,7 +38,7 @@ type outboxOptions struct {
 	reason string
 }
 
-func (m *Main) runOutbox(ctx context.Context, args []string) error {
+func (m *Cmd) Outbox(ctx context.Context, args []string) error {
 	var o outboxOptions
 	run := func(f func(context.Context, outboxOptions) error) func(context.Context) error {
 		return func(ctx context.Context) error { return f(ctx, o) }
@@ -55,7 +55,7 @@ func (m *Main) runOutbox(ctx context.Context, args []string) error {
 	}}, args)
 }
 
-func (m *Main) openOutboxAdmin(ctx context.Context, cmd string, o outboxOptions) (*outbox.Admin[*sql.Tx], func(), error) {
+func (m *Cmd) openOutboxAdmin(ctx context.Context, cmd string, o outboxOptions) (*outbox.Admin[*sql.Tx], func(), error) {
 	db, closeDB, err := m.openOpsDB(ctx, cmd, o.db, migrate.Outbox)
 	if err != nil {
 		return nil, nil, err
@@ -63,7 +63,7 @@ func (m *Main) openOutboxAdmin(ctx context.Context, cmd string, o outboxOptions)
 	return outbox.NewAdmin(db), closeDB, nil
 }
 
-type partitionJSON struct {
+type PartitionJSON struct {
 	Topic         string  `json:"topic"`
 	Partition     int     `json:"partition"`
 	Unpublished   int64   `json:"unpublished"`
@@ -72,7 +72,7 @@ type partitionJSON struct {
 	Discarded     int64   `json:"discarded"`
 }
 
-type relayJSON struct {
+type RelayJSON struct {
 	Instance         string    `json:"instance"`
 	Host             string    `json:"host"`
 	PID              int64     `json:"pid"`
@@ -84,7 +84,7 @@ type relayJSON struct {
 	Stale            bool      `json:"stale"`
 }
 
-func (m *Main) outboxStatus(ctx context.Context, o outboxOptions) error {
+func (m *Cmd) outboxStatus(ctx context.Context, o outboxOptions) error {
 	a, closeDB, err := m.openOutboxAdmin(ctx, "outbox status", o)
 	if err != nil {
 		return err
@@ -96,19 +96,19 @@ func (m *Main) outboxStatus(ctx context.Context, o outboxOptions) error {
 	}
 	if o.json {
 		out := struct {
-			Partitions    []partitionJSON `json:"partitions"`
+			Partitions    []PartitionJSON `json:"partitions"`
 			Unpublished   int64           `json:"unpublished"`
 			Parked        int64           `json:"parked"`
 			Discarded     int64           `json:"discarded"`
 			OldestAgeSecs float64         `json:"oldest_age_seconds"`
-			Relays        []relayJSON     `json:"relays"`
-		}{Partitions: []partitionJSON{}, Unpublished: st.Unpublished, Parked: st.Parked, Discarded: st.Discarded,
-			OldestAgeSecs: st.OldestAge.Seconds(), Relays: []relayJSON{}}
+			Relays        []RelayJSON     `json:"relays"`
+		}{Partitions: []PartitionJSON{}, Unpublished: st.Unpublished, Parked: st.Parked, Discarded: st.Discarded,
+			OldestAgeSecs: st.OldestAge.Seconds(), Relays: []RelayJSON{}}
 		for _, p := range st.Partitions {
-			out.Partitions = append(out.Partitions, partitionJSON{p.Topic, p.Partition, p.Unpublished, p.OldestAge.Seconds(), p.Parked, p.Discarded})
+			out.Partitions = append(out.Partitions, PartitionJSON{p.Topic, p.Partition, p.Unpublished, p.OldestAge.Seconds(), p.Parked, p.Discarded})
 		}
 		for _, r := range st.Relays {
-			out.Relays = append(out.Relays, relayJSON{r.Instance, r.Host, r.PID, r.StartedAt, r.LastRoundAt,
+			out.Relays = append(out.Relays, RelayJSON{r.Instance, r.Host, r.PID, r.StartedAt, r.LastRoundAt,
 				r.PollInterval.Seconds(), r.PublishedTotal, r.LastError, r.Stale})
 		}
 		return writeJSON(m.Stdout, out)
@@ -140,7 +140,7 @@ func (m *Main) outboxStatus(ctx context.Context, o outboxOptions) error {
 	return tw.Flush()
 }
 
-func (m *Main) outboxParked(ctx context.Context, o outboxOptions) error {
+func (m *Cmd) outboxParked(ctx context.Context, o outboxOptions) error {
 	if err := m.checkLimit("outbox parked", o.limit, outbox.MaxListLimit, "--after"); err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func (m *Main) outboxParked(ctx context.Context, o outboxOptions) error {
 	return m.endTable(tw, fmt.Sprintf("%d parked messages", len(out.Parked)), moreAfter(out.NextAfter), bad.notes...)
 }
 
-func (m *Main) outboxRetry(ctx context.Context, o outboxOptions) error {
+func (m *Cmd) outboxRetry(ctx context.Context, o outboxOptions) error {
 	id, err := m.oneID("outbox retry", o.ids)
 	if err != nil {
 		return err
@@ -200,7 +200,7 @@ func (m *Main) outboxRetry(ctx context.Context, o outboxOptions) error {
 	return nil
 }
 
-func (m *Main) outboxDiscard(ctx context.Context, o outboxOptions) error {
+func (m *Cmd) outboxDiscard(ctx context.Context, o outboxOptions) error {
 	const cmd = "outbox discard"
 	id, err := m.idAndReason(cmd, o.ids, o.reason)
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"context"
@@ -17,8 +17,10 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin/view"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -30,8 +32,8 @@ import (
 
 // Exit codes of the operator commands, besides 0 (ok), 1 (failure) and 2 (usage).
 const (
-	exitNotFound = 3 // the key, dead letter, parked message or saga does not exist
-	exitConflict = 4 // its state does not allow the action
+	ExitNotFound = 3 // the key, dead letter, parked message or saga does not exist
+	ExitConflict = 4 // its state does not allow the action
 )
 
 const opsExitCodes = `Exit codes: 0 ok, 1 failure (database unreachable…), 2 usage or bad input,
@@ -47,11 +49,11 @@ func (e *codeError) Error() string { return e.err.Error() }
 func (e *codeError) Unwrap() error { return e.err }
 
 func notFoundf(format string, args ...any) error {
-	return &codeError{exitNotFound, fmt.Errorf(format, args...)}
+	return &codeError{ExitNotFound, fmt.Errorf(format, args...)}
 }
 
 func conflictf(format string, args ...any) error {
-	return &codeError{exitConflict, fmt.Errorf(format, args...)}
+	return &codeError{ExitConflict, fmt.Errorf(format, args...)}
 }
 
 // badInput maps a library's *idem.InputError to exit code 2; other errors pass.
@@ -63,8 +65,8 @@ func badInput(err error) error {
 	return err
 }
 
-// exitCode is the process's exit code for an error Run returned that main prints.
-func exitCode(err error) int {
+// ExitCode is the process's exit code for an error Run returned that main prints.
+func ExitCode(err error) int {
 	var ce *codeError
 	if errors.As(err, &ce) {
 		return ce.code
@@ -89,7 +91,7 @@ type opsAction struct {
 }
 
 // run parses `idem <name> <action> [flags]` and runs the action.
-func (m *Main) runOps(ctx context.Context, c opsCommand, args []string) error {
+func (m *Cmd) runOps(ctx context.Context, c opsCommand, args []string) error {
 	names := make([]string, len(c.actions))
 	for i, a := range c.actions {
 		names[i] = a.name
@@ -105,12 +107,12 @@ func (m *Main) runOps(ctx context.Context, c opsCommand, args []string) error {
 		}
 		fmt.Fprintf(m.Stderr, "idem %s: name an action: %s\n\n", c.name, strings.Join(names, ", "))
 		usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	i := slices.IndexFunc(c.actions, func(a opsAction) bool { return a.name == args[0] })
 	if i < 0 {
-		fmt.Fprintf(m.Stderr, "idem %s: unknown action %q: use %s%s\n", c.name, args[0], strings.Join(names, ", "), didYouMean(args[0], names, ""))
-		return errUsage
+		fmt.Fprintf(m.Stderr, "idem %s: unknown action %q: use %s%s\n", c.name, args[0], strings.Join(names, ", "), cli.DidYouMean(args[0], names, ""))
+		return cli.ErrUsage
 	}
 	name := c.name + " " + c.actions[i].name
 	fs := m.newFlagSet(name, c.synopsis)
@@ -123,16 +125,16 @@ func (m *Main) runOps(ctx context.Context, c opsCommand, args []string) error {
 			declare(fs)
 		}
 	}
-	if err := parse(fs, args[1:]); err != nil {
+	if err := cli.Parse(fs, args[1:]); err != nil {
 		return err
 	}
 	return c.actions[i].run(ctx)
 }
 
-// usagef reports a bad command line on m.Stderr and returns errUsage (exit 2).
-func (m *Main) usagef(cmd, format string, args ...any) error {
+// usagef reports a bad command line on m.Stderr and returns cli.ErrUsage (exit 2).
+func (m *Cmd) usagef(cmd, format string, args ...any) error {
 	fmt.Fprintf(m.Stderr, "idem %s: %s\n", cmd, fmt.Sprintf(format, args...))
-	return errUsage
+	return cli.ErrUsage
 }
 
 // writeJSON writes v as one indented JSON document.
@@ -148,7 +150,7 @@ func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 
 // endTable flushes a listing's table and prints the notes of its undecodable rows
 // (undecodable.notes), its summary line, then, when another page follows, the flag
 // that asks for it (more: "--cursor C", "--after N").
-func (m *Main) endTable(tw *tabwriter.Writer, summary, more string, notes ...string) error {
+func (m *Cmd) endTable(tw *tabwriter.Writer, summary, more string, notes ...string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -206,7 +208,7 @@ func age(d time.Duration) string {
 
 // printDiscarded prints what a discard did to the item id (what: "dead letter"),
 // which is then never done (never: "replayed").
-func (m *Main) printDiscarded(asJSON bool, what, never string, id int64, reason string) error {
+func (m *Cmd) printDiscarded(asJSON bool, what, never string, id int64, reason string) error {
 	if asJSON {
 		return writeJSON(m.Stdout, struct {
 			Discarded int64  `json:"discarded"`
@@ -221,7 +223,7 @@ func (m *Main) printDiscarded(asJSON bool, what, never string, id int64, reason 
 const maxNote = 1024
 
 // checkNote checks a required --reason or --note.
-func (m *Main) checkNote(cmd, flagName, text string) error {
+func (m *Cmd) checkNote(cmd, flagName, text string) error {
 	switch {
 	case strings.TrimSpace(text) == "":
 		return m.usagef(cmd, "--%s is required: say why, it is kept for audit", flagName)
@@ -272,7 +274,7 @@ func (l *idList) Set(v string) error {
 }
 
 // oneID checks that ids holds exactly one id.
-func (m *Main) oneID(cmd string, ids idList) (int64, error) {
+func (m *Cmd) oneID(cmd string, ids idList) (int64, error) {
 	if len(ids) != 1 {
 		return 0, m.usagef(cmd, "--id is required, once: name one id (a list shows them)")
 	}
@@ -292,7 +294,7 @@ func (p *afterPage) declarePage(fs *flag.FlagSet, what string, max int) {
 
 // checkLimit checks a listing's --limit; next is the flag that asks for the next
 // page.
-func (m *Main) checkLimit(cmd string, limit, max int, next string) error {
+func (m *Cmd) checkLimit(cmd string, limit, max int, next string) error {
 	if limit < 1 || limit > max {
 		return m.usagef(cmd, "--limit %d: use 1 to %d, and %s for the next page", limit, max, next)
 	}
@@ -301,7 +303,7 @@ func (m *Main) checkLimit(cmd string, limit, max int, next string) error {
 
 // idAndReason checks the --id (once) and the required --reason of an action on
 // one item.
-func (m *Main) idAndReason(cmd string, ids idList, reason string) (int64, error) {
+func (m *Cmd) idAndReason(cmd string, ids idList, reason string) (int64, error) {
 	id, err := m.oneID(cmd, ids)
 	if err != nil {
 		return 0, err
@@ -323,13 +325,13 @@ func (f *sqlFlags) declare(fs *flag.FlagSet) {
 // openOpsDB opens --db for an operator command, and checks that the schema of sets
 // is there (`idem migrate up` applies it). Unlike migrate's, a SQLite file must
 // exist: an operator who mistyped its path gets an error, not a new empty file.
-func (m *Main) openOpsDB(ctx context.Context, cmd, raw string, sets ...migrate.Set) (idemsql.TxDB[*sql.Tx], func(), error) {
+func (m *Cmd) openOpsDB(ctx context.Context, cmd, raw string, sets ...migrate.Set) (idemsql.TxDB[*sql.Tx], func(), error) {
 	if raw == "" {
 		return idemsql.TxDB[*sql.Tx]{}, nil, m.usagef(cmd, "--db is required: postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db or sqlite:PATH")
 	}
 	if path, ok := strings.CutPrefix(raw, "sqlite:"); ok && path != "" {
 		if _, err := os.Stat(path); err != nil {
-			return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %s: name the file your service uses", redactURL(raw), fileProblem(err))
+			return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %s: name the file your service uses", redact.URL(raw), cli.FileProblem(err))
 		}
 	}
 	db, closeDB, err := open.SQLDB(ctx, raw)
@@ -338,7 +340,7 @@ func (m *Main) openOpsDB(ctx context.Context, cmd, raw string, sets ...migrate.S
 	}
 	if err := migrate.Require(ctx, db, sets...); err != nil {
 		closeDB()
-		return db, nil, fmt.Errorf("--db %s: %w", redactURL(raw), err)
+		return db, nil, fmt.Errorf("--db %s: %w", redact.URL(raw), err)
 	}
 	return db, closeDB, nil
 }
