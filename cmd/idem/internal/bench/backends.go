@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -20,7 +20,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func benchMemory(ctx context.Context, o benchOptions) ([]benchRow, error) {
+// Memory measures the memory store's claims beside a sharded map insert.
+func Memory(ctx context.Context, o Options) ([]Row, error) {
 	// No budget: a figure measures millions of fresh keys, which would fill the
 	// default 512 MiB within seconds, and the raw baseline has no bound either.
 	s, err := idemmem.New(idemmem.Config{MaxBytes: -1})
@@ -57,13 +58,15 @@ func benchMemory(ctx context.Context, o benchOptions) ([]benchRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []benchRow{
+	return []Row{
 		versus("memory", "claim", claim, "sharded map insert", base, o),
 		versus("memory", "claim+complete pair", pair, "", 0, o),
 	}, nil
 }
 
-func benchSQLite(ctx context.Context, o benchOptions) ([]benchRow, error) {
+// SQLite measures the SQLite store in a temporary directory beside a raw
+// INSERT … ON CONFLICT DO NOTHING on a file of its own.
+func SQLite(ctx context.Context, o Options) ([]Row, error) {
 	dir, err := os.MkdirTemp("", "idem-bench-")
 	if err != nil {
 		return nil, err
@@ -98,39 +101,41 @@ func benchSQLite(ctx context.Context, o benchOptions) ([]benchRow, error) {
 		return nil, err
 	}
 	single := o
-	single.concurrency = 1
+	single.Concurrency = 1
 	one, err := measure(ctx, single, 1, claimOp(s, "s1"))
 	if err != nil {
 		return nil, err
 	}
-	batch, err := measure(ctx, o, o.batch, batchOp(s, "sb", o.batch))
+	batch, err := measure(ctx, o, o.Batch, batchOp(s, "sb", o.Batch))
 	if err != nil {
 		return nil, err
 	}
-	return []benchRow{
+	return []Row{
 		versus("sqlite", "claim (durable, group commit)", claim, "INSERT … ON CONFLICT, 1 per tx", base, o),
 		versus("sqlite", "claim, 1 client", one, "", 0, single),
-		versus("sqlite", fmt.Sprintf("claim in batches of %d", o.batch), batch, "claim (unbatched)", claim, o),
+		versus("sqlite", fmt.Sprintf("claim in batches of %d", o.Batch), batch, "claim (unbatched)", claim, o),
 	}, nil
 }
 
-func benchPostgres(ctx context.Context, o benchOptions) ([]benchRow, error) {
+// Postgres measures the PostgreSQL store at o.Postgres, in a schema of its own,
+// beside a raw INSERT … ON CONFLICT DO NOTHING.
+func Postgres(ctx context.Context, o Options) ([]Row, error) {
 	schema := "idem_bench_" + open.RandomHex(4)
-	admin, err := pgxpool.New(ctx, o.postgres)
+	admin, err := pgxpool.New(ctx, o.Postgres)
 	if err != nil {
 		return nil, err
 	}
 	defer admin.Close()
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		return nil, fmt.Errorf("postgres at %s: %w (start it with `make services`)", o.postgres, err)
+		return nil, fmt.Errorf("postgres at %s: %w (start it with `make services`)", o.Postgres, err)
 	}
 	defer admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
 
-	cfg, err := pgxpool.ParseConfig(o.postgres)
+	cfg, err := pgxpool.ParseConfig(o.Postgres)
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxConns = int32(o.concurrency)
+	cfg.MaxConns = int32(o.Concurrency)
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -155,21 +160,22 @@ func benchPostgres(ctx context.Context, o benchOptions) ([]benchRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	batch, err := measure(ctx, o, o.batch, batchOp(s, "pb", o.batch))
+	batch, err := measure(ctx, o, o.Batch, batchOp(s, "pb", o.Batch))
 	if err != nil {
 		return nil, err
 	}
-	return []benchRow{
+	return []Row{
 		versus("postgres", "claim", claim, "INSERT … ON CONFLICT DO NOTHING", base, o),
-		versus("postgres", fmt.Sprintf("claim in batches of %d", o.batch), batch, "claim (unbatched)", claim, o),
+		versus("postgres", fmt.Sprintf("claim in batches of %d", o.Batch), batch, "claim (unbatched)", claim, o),
 	}, nil
 }
 
-func benchRedis(ctx context.Context, o benchOptions) ([]benchRow, error) {
-	client := redis.NewClient(&redis.Options{Addr: o.redis, PoolSize: o.concurrency})
+// Redis measures the Redis store at o.Redis beside raw SET NX PX.
+func Redis(ctx context.Context, o Options) ([]Row, error) {
+	client := redis.NewClient(&redis.Options{Addr: o.Redis, PoolSize: o.Concurrency})
 	defer client.Close()
 	if err := client.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("redis at %s: %w (start it with `make services`)", o.redis, err)
+		return nil, fmt.Errorf("redis at %s: %w (start it with `make services`)", o.Redis, err)
 	}
 	run := open.RandomHex(4)
 	base, err := measure(ctx, o, 1, func(ctx context.Context, n uint64) error {
@@ -192,12 +198,12 @@ func benchRedis(ctx context.Context, o benchOptions) ([]benchRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	batch, err := measure(ctx, o, o.batch, batchOp(s, "rb", o.batch))
+	batch, err := measure(ctx, o, o.Batch, batchOp(s, "rb", o.Batch))
 	if err != nil {
 		return nil, err
 	}
-	return []benchRow{
+	return []Row{
 		versus("redis", "claim", claim, "SET NX PX", base, o),
-		versus("redis", fmt.Sprintf("claim in batches of %d", o.batch), batch, "claim (unbatched)", claim, o),
+		versus("redis", fmt.Sprintf("claim in batches of %d", o.Batch), batch, "claim (unbatched)", claim, o),
 	}, nil
 }
