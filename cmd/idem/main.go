@@ -70,7 +70,7 @@ type Main struct {
 	// is a terminal. Nil: Stderr.
 	rawStderr io.Writer
 	// terminal reports whether w is a terminal (verify's progress line); nil:
-	// isTerminal. Tests set it.
+	// verify.IsTerminal. Tests set it.
 	terminal func(w io.Writer) bool
 }
 

@@ -157,13 +157,13 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 	}
 	// The terminal is asked of stderr as given, not of Run's redacting wrapper.
 	// With -v the log lines share stderr: plain progress lines, not a \r line.
-	isTerm := isTerminal
+	isTerm := verify.IsTerminal
 	if m.terminal != nil {
 		isTerm = m.terminal
 	}
 	terminal := isTerm(m.help()) && !o.verbose
-	bar := newProgressWriter(m.Stderr, terminal, time.Now)
-	flow.Progress = bar.update
+	bar := verify.NewProgressWriter(m.Stderr, terminal, time.Now)
+	flow.Progress = bar.Update
 	if o.cpuProfile != "" {
 		stop, err := startCPUProfile(o.cpuProfile)
 		if err != nil {
@@ -172,7 +172,7 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 		defer stop()
 	}
 	report, err := flow.Run(ctx)
-	bar.clear()
+	bar.Clear()
 	if err != nil {
 		return fmt.Errorf("idem verify: %w", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package verify
 
 import (
 	"fmt"
@@ -6,8 +6,6 @@ import (
 	"os"
 	"strings"
 	"time"
-
-	"github.com/idemhq/idem/cmd/idem/internal/verify"
 )
 
 // verify's progress goes to stderr: stdout carries the report, which is
@@ -22,8 +20,8 @@ const (
 	barWidth      = 30
 )
 
-// progressWriter writes verify's progress to w.
-type progressWriter struct {
+// ProgressWriter writes verify's progress to w.
+type ProgressWriter struct {
 	w        io.Writer
 	terminal bool
 	now      func() time.Time
@@ -31,15 +29,15 @@ type progressWriter struct {
 	drawn    bool      // an in-place line is on the terminal
 }
 
-// newProgressWriter returns a writer of in-place lines if terminal, else of plain
+// NewProgressWriter returns a writer of in-place lines if terminal, else of plain
 // lines; now is its clock.
-func newProgressWriter(w io.Writer, terminal bool, now func() time.Time) *progressWriter {
-	return &progressWriter{w: w, terminal: terminal, now: now, last: now()}
+func NewProgressWriter(w io.Writer, terminal bool, now func() time.Time) *ProgressWriter {
+	return &ProgressWriter{w: w, terminal: terminal, now: now, last: now()}
 }
 
-// isTerminal reports whether w is a terminal (a character device: /dev/null is
+// IsTerminal reports whether w is a terminal (a character device: /dev/null is
 // one too, where the lines are harmless).
-func isTerminal(w io.Writer) bool {
+func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
@@ -48,8 +46,8 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// update is verify.Flow's Progress: it writes p if the last line is old enough.
-func (b *progressWriter) update(p verify.Progress) {
+// Update is Flow's Progress: it writes p if the last line is old enough.
+func (b *ProgressWriter) Update(p Progress) {
 	t := b.now()
 	every := plainEvery
 	if b.terminal {
@@ -73,8 +71,8 @@ func (b *progressWriter) update(p verify.Progress) {
 	b.drawn = true
 }
 
-// clear erases the in-place line before the report is written.
-func (b *progressWriter) clear() {
+// Clear erases the in-place line before the report is written.
+func (b *ProgressWriter) Clear() {
 	if b.drawn {
 		fmt.Fprint(b.w, "\r\033[K")
 		b.drawn = false
