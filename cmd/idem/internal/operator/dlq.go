@@ -47,6 +47,7 @@ type dlqOptions struct {
 	ids                                  idList
 }
 
+// DLQ runs `idem dlq <action>`: the inbox's dead letters (list, show, replay, discard).
 func (m *Cmd) DLQ(ctx context.Context, args []string) error {
 	var o dlqOptions
 	run := func(f func(context.Context, dlqOptions) error) func(context.Context) error {

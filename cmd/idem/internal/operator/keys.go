@@ -54,6 +54,7 @@ type keysOptions struct {
 	json, full, force                bool
 }
 
+// Keys runs `idem keys <action>`: the records of a store (scopes, list, get, evict, scope).
 func (m *Cmd) Keys(ctx context.Context, args []string) error {
 	var o keysOptions
 	store := func(fs *flag.FlagSet) {

@@ -38,6 +38,7 @@ type outboxOptions struct {
 	reason string
 }
 
+// Outbox runs `idem outbox <action>`: backlog, parked messages and relays (status, parked, retry, discard).
 func (m *Cmd) Outbox(ctx context.Context, args []string) error {
 	var o outboxOptions
 	run := func(f func(context.Context, outboxOptions) error) func(context.Context) error {
@@ -63,6 +64,7 @@ func (m *Cmd) openOutboxAdmin(ctx context.Context, cmd string, o outboxOptions) 
 	return outbox.NewAdmin(db), closeDB, nil
 }
 
+// PartitionJSON is one partition of `idem outbox status --json`.
 type PartitionJSON struct {
 	Topic         string  `json:"topic"`
 	Partition     int     `json:"partition"`
@@ -72,6 +74,7 @@ type PartitionJSON struct {
 	Discarded     int64   `json:"discarded"`
 }
 
+// RelayJSON is one relay of `idem outbox status --json`.
 type RelayJSON struct {
 	Instance         string    `json:"instance"`
 	Host             string    `json:"host"`

@@ -55,6 +55,7 @@ type sagasOptions struct {
 	olderThan               time.Duration
 }
 
+// Sagas runs `idem sagas <action>`: list, show, retry, resolve or purge sagas.
 func (m *Cmd) Sagas(ctx context.Context, args []string) error {
 	var o sagasOptions
 	id := func(fs *flag.FlagSet) { fs.StringVar(&o.id, "id", "", "the saga's id") }
