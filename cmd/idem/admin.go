@@ -19,13 +19,10 @@ import (
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/admin/console"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemhttp/gateway"
-	"github.com/idemhq/idem/idemmysql"
-	"github.com/idemhq/idem/idempg"
-	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/httpd"
 	"github.com/idemhq/idem/internal/redact"
-	"github.com/idemhq/idem/outbox"
 )
 
 // defaultAdminListen is idem admin's address: loopback, as every daemon's default.
@@ -96,7 +93,7 @@ func (m *Main) runAdmin(ctx context.Context, args []string) error {
 
 // check validates the flags before anything connects; its errors name the flag
 // and never quote a token.
-func (o *adminOptions) check() (*dbSpec, error) {
+func (o *adminOptions) check() (*open.DBSpec, error) {
 	cfg := admin.Config{Token: o.token, ReadToken: o.readToken, Insecure: o.insecure}
 	if err := o.metricsFrom.check(); err != nil {
 		return nil, err
@@ -126,7 +123,7 @@ func (o *adminOptions) check() (*dbSpec, error) {
 		return nil, err
 	}
 	for _, s := range o.stores {
-		if s.spec.kind == "memory" {
+		if s.spec.Kind == "memory" {
 			return nil, fmt.Errorf("--store %s=memory: a memory store lives in its gateway's process: "+
 				"run idem serve --admin-token to inspect it", s.name)
 		}
@@ -134,7 +131,7 @@ func (o *adminOptions) check() (*dbSpec, error) {
 	if o.db == "" {
 		return nil, nil
 	}
-	db, err := parseDB(o.db)
+	db, err := open.ParseDB(o.db)
 	return &db, err
 }
 
@@ -174,13 +171,13 @@ type storeFlags []namedStore
 
 type namedStore struct {
 	name string
-	spec storeSpec
+	spec open.StoreSpec
 }
 
 func (f *storeFlags) String() string {
 	names := make([]string, len(*f))
 	for i, s := range *f {
-		names[i] = s.name + "=" + s.spec.desc
+		names[i] = s.name + "=" + s.spec.Desc
 	}
 	return strings.Join(names, ",")
 }
@@ -198,7 +195,7 @@ func (f *storeFlags) Set(v string) error {
 	if slices.ContainsFunc(*f, func(s namedStore) bool { return s.name == name }) {
 		return fmt.Errorf("two stores named %q: name each, as in --store a=URL --store b=URL", name)
 	}
-	spec, err := parseStore(raw)
+	spec, err := open.ParseStore(raw)
 	if err != nil {
 		return errors.New(redact.String(err.Error()))
 	}
@@ -207,7 +204,7 @@ func (f *storeFlags) Set(v string) error {
 }
 
 // admin connects the stores and the database, then serves until ctx ends.
-func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
+func (m *Main) admin(ctx context.Context, o *adminOptions, db *open.DBSpec) error {
 	log, reg, stopTracing, err := cli.StartDaemon(ctx, m.Stderr, "admin")
 	if err != nil {
 		return err
@@ -217,14 +214,14 @@ func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
 		Stores: map[string]idem.Inspector{}}
 	var pings []func(context.Context) error
 	for _, s := range o.stores {
-		store, closeStore, err := s.spec.open(ctx, nil)
+		store, closeStore, err := s.spec.Open(ctx, nil)
 		if err != nil {
 			return err
 		}
 		defer closeStore()
 		in, ok := store.(idem.Inspector)
 		if !ok {
-			return fmt.Errorf("--store %s: this store cannot be inspected", s.spec.desc)
+			return fmt.Errorf("--store %s: this store cannot be inspected", s.spec.Desc)
 		}
 		cfg.Stores[s.name] = in
 		pings = append(pings, inspectPing(in))
@@ -234,13 +231,13 @@ func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
 		what += fmt.Sprintf("; the console's charts read %d /metrics source(s)", len(o.metricsFrom))
 	}
 	if db != nil {
-		ping, closeDB, skipped, err := openAdminDB(ctx, *db, &cfg)
+		ping, closeDB, skipped, err := open.AdminDB(ctx, *db, &cfg)
 		if err != nil {
 			return err
 		}
 		defer closeDB()
 		pings = append(pings, ping)
-		what += ", " + db.desc
+		what += ", " + db.Desc
 		for _, area := range slices.Sorted(maps.Keys(skipped)) {
 			log.Warn("idem admin: area off: its tables are missing or behind", "area", area, "err", skipped[area])
 		}
@@ -281,50 +278,6 @@ func (m *Main) admin(ctx context.Context, o *adminOptions, db *dbSpec) error {
 		fmt.Fprintln(m.Stderr, "idem admin: stopped")
 	}
 	return err
-}
-
-// openAdminDB connects --db and sets cfg's areas of the components whose tables it
-// holds (admin.ForSQL: no DDL); skipped names the others.
-func openAdminDB(ctx context.Context, db dbSpec, cfg *admin.Config) (ping func(context.Context) error, close func(), skipped map[string]error, err error) {
-	switch db.dialect {
-	case "postgres":
-		pool, err := openPostgres(ctx, "--db", db.desc, db.raw)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		ping, close = pool.Ping, pool.Close
-		skipped, err = admin.ForSQL(ctx, idempg.TxDB(pool), cfg)
-		return adminDBOpened(db, ping, close, skipped, err)
-	case "mysql":
-		mdb, err := openMySQL(ctx, "--db", db.desc, db.raw)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		ping, close = mdb.PingContext, func() { mdb.Close() }
-		skipped, err = admin.ForSQL(ctx, idemmysql.TxDB(mdb), cfg)
-		return adminDBOpened(db, ping, close, skipped, err)
-	case "sqlite":
-		sdb, err := openSQLite(db.path)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("--db %s: %w", db.desc, err)
-		}
-		ping, close = sdb.PingContext, func() { sdb.Close() }
-		txdb, err := idemsql.SQLDB(ctx, sdb)
-		if err == nil {
-			skipped, err = admin.ForSQL(ctx, txdb, cfg)
-		}
-		return adminDBOpened(db, ping, close, skipped, err)
-	}
-	return nil, nil, nil, fmt.Errorf("--db %s: unknown database", db.desc)
-}
-
-// adminDBOpened closes what openAdminDB opened if err is set.
-func adminDBOpened(db dbSpec, ping func(context.Context) error, close func(), skipped map[string]error, err error) (func(context.Context) error, func(), map[string]error, error) {
-	if err != nil {
-		close()
-		return nil, nil, nil, fmt.Errorf("--db %s: %w", db.desc, redact.Error(err))
-	}
-	return ping, close, skipped, nil
 }
 
 // inspectPing checks a store by inspecting serve's health key: a read, never a
@@ -402,11 +355,6 @@ func serveAdminAPI(token string, store idem.Store, reg prometheus.Registerer, lo
 // relayAdminAPI mounts the outbox area of relay's --db on its --listen.
 func relayAdminAPI(token string, ob admin.Outbox, reg prometheus.Registerer, log *slog.Logger, next http.Handler) (http.Handler, error) {
 	return adminAPI(token, admin.Config{Outbox: ob, Registerer: reg, Logger: log}, next)
-}
-
-// outboxArea is the admin area of relay's outbox.
-func outboxArea[Tx any](db idemsql.TxDB[Tx]) admin.Outbox {
-	return admin.OutboxFrom(outbox.NewAdmin(db))
 }
 
 // startServer listens on addr and serves h in the background; a failure of Serve

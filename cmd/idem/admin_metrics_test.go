@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/internal/cdp"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -126,7 +127,7 @@ func TestAdminMetricsFromRefused(t *testing.T) {
 		var stderr strings.Builder
 		args := []string{"admin", "--insecure", "--store", "sqlite:" + path, "--metrics-from", c.value}
 		err := (&Main{Stdout: io.Discard, Stderr: &stderr}).run(context.Background(), args)
-		if !errors.Is(err, errUsage) || !strings.Contains(stderr.String(), "-metrics-from") || !strings.Contains(stderr.String(), c.want) {
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr.String(), "-metrics-from") || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("--metrics-from %s: %v, stderr %q, want a usage error with %q", c.value, err, stderr.String(), c.want)
 		}
 		if strings.Contains(stderr.String(), "s3cret-pass") {

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemnats/natsserver"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -215,7 +216,7 @@ func TestAdminRefusals(t *testing.T) {
 		var stderr strings.Builder
 		args := append([]string{"admin", "--store", "sqlite:" + path}, c.args...)
 		err := (&Main{Stdout: io.Discard, Stderr: &stderr}).run(context.Background(), args)
-		if !errors.Is(err, errUsage) || !strings.Contains(stderr.String(), c.want) {
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("idem %v: %v, stderr %q, want usage error with %q", args, err, stderr.String(), c.want)
 		}
 		if strings.Contains(stderr.String(), "short-secret") || strings.Contains(stderr.String(), testAdminToken) {
@@ -236,7 +237,7 @@ func TestServeAdminTokenChecked(t *testing.T) {
 	var stderr strings.Builder
 	err := (&Main{Stdout: io.Discard, Stderr: &stderr}).run(context.Background(),
 		[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "memory:", "--admin-token", "short-secret"})
-	if !errors.Is(err, errUsage) || !strings.Contains(stderr.String(), "--admin-token is shorter") || strings.Contains(stderr.String(), "short-secret") {
+	if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr.String(), "--admin-token is shorter") || strings.Contains(stderr.String(), "short-secret") {
 		t.Fatalf("%v: %s", err, stderr.String())
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/operator"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -180,7 +181,7 @@ func TestDLQ(t *testing.T) {
 		if string(dl.Payload.Full) != string(msgs[0].Payload) || dl.Headers["why"] != msgs[0].Headers["why"] {
 			t.Fatalf("dlq show --full --json: %+v", dl)
 		}
-		wantCode(t, exitNotFound, "no dead letter with id 999999", dlq("show", "--id", "999999")...)
+		wantCode(t, operator.ExitNotFound, "no dead letter with id 999999", dlq("show", "--id", "999999")...)
 
 		// replay: requested here, performed by the running consumer, once.
 		fixed.Store(true)
@@ -203,8 +204,8 @@ func TestDLQ(t *testing.T) {
 			} `json:"replays"`
 			Note string `json:"note"`
 		}
-		wantCode(t, exitConflict, "replayed or discarded already", dlq("replay", "--id", id1)...)
-		out = wantCode(t, exitNotFound, "no dead letter with id 999999", dlq("replay", "--id", id1+",999999", "--json")...)
+		wantCode(t, operator.ExitConflict, "replayed or discarded already", dlq("replay", "--id", id1)...)
+		out = wantCode(t, operator.ExitNotFound, "no dead letter with id 999999", dlq("replay", "--id", id1+",999999", "--json")...)
 		decode(t, out, &rep)
 		if len(rep.Replays) != 2 || rep.Replays[0].Outcome != inbox.ReplayAlreadyDone || rep.Replays[1].Outcome != inbox.ReplayNotFound {
 			t.Fatalf("dlq replay of a replayed and an unknown id: %+v", rep)
@@ -221,9 +222,9 @@ func TestDLQ(t *testing.T) {
 		if dl.State != inbox.StateDiscarded || dl.DiscardReason != "order cancelled\x07" {
 			t.Fatalf("discarded letter: %+v", dl)
 		}
-		wantCode(t, exitConflict, "nothing discarded", dlq("discard", "--id", id2, "--reason", "again")...)
-		wantCode(t, exitNotFound, "nothing discarded", dlq("discard", "--id", "999999", "--reason", "gone")...)
-		wantCode(t, exitConflict, "already", dlq("replay", "--id", id2)...)
+		wantCode(t, operator.ExitConflict, "nothing discarded", dlq("discard", "--id", id2, "--reason", "again")...)
+		wantCode(t, operator.ExitNotFound, "nothing discarded", dlq("discard", "--id", "999999", "--reason", "gone")...)
+		wantCode(t, operator.ExitConflict, "already", dlq("replay", "--id", id2)...)
 		if _, ok := applied.Load("m-2"); ok {
 			t.Fatal("the discarded letter was applied")
 		}

@@ -7,6 +7,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 )
 
 // helps returns the --help of every command and action the dispatcher knows,
@@ -99,15 +102,15 @@ func TestHelpURLExamplesParse(t *testing.T) {
 	t.Parallel()
 	_, relay, _ := run(t, "relay", "--help")
 	_, serve, _ := run(t, "serve", "--help")
-	secret := &relayOptions{webhookSecret: strings.Repeat("s", 32)}
+	secret := &open.SinkFlags{WebhookSecret: strings.Repeat("s", 32)}
 	n := 0
 	for _, c := range []struct {
 		help, section string
 		parse         func(string) error
 	}{
-		{relay, "Sinks (--sink):", func(raw string) error { _, err := parseSink(raw, secret); return err }},
-		{relay, "Databases (--db):", func(raw string) error { _, err := parseDB(raw); return err }},
-		{serve, "Stores (--store):", func(raw string) error { _, err := parseStore(raw); return err }},
+		{relay, "Sinks (--sink):", func(raw string) error { _, err := open.ParseSink(raw, secret); return err }},
+		{relay, "Databases (--db):", func(raw string) error { _, err := open.ParseDB(raw); return err }},
+		{serve, "Stores (--store):", func(raw string) error { _, err := open.ParseStore(raw); return err }},
 	} {
 		examples := sectionExamples(c.help, c.section)
 		if len(examples) < 3 {
@@ -175,8 +178,8 @@ func TestMistypedFlag(t *testing.T) {
 			cmd = "keys list"
 		}
 		switch {
-		case !errors.Is(err, errUsage):
-			t.Errorf("%v: err %v, want errUsage (exit 2)", c.args, err)
+		case !errors.Is(err, cli.ErrUsage):
+			t.Errorf("%v: err %v, want cli.ErrUsage (exit 2)", c.args, err)
 		case len(lines) > 3:
 			t.Errorf("%v: %d lines, want at most 3:\n%s", c.args, len(lines), stderr)
 		case !strings.Contains(stderr, "unknown flag "+c.typed):
@@ -189,16 +192,16 @@ func TestMistypedFlag(t *testing.T) {
 			t.Errorf("%v: does not point at idem %s --help:\n%s", c.args, cmd, stderr)
 		}
 	}
-	if _, stderr, err := run(t, "verfy"); !errors.Is(err, errUsage) || !strings.Contains(stderr, "did you mean verify?") ||
+	if _, stderr, err := run(t, "verfy"); !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, "did you mean verify?") ||
 		strings.Count(stderr, "\n") > 3 {
 		t.Errorf("unknown command verfy: err %v, stderr:\n%s", err, stderr)
 	}
 	// A bad value is quoted by the flag package: through the redacting stderr.
-	if _, stderr, err := run(t, "verify", "--ops", "postgres://u:s3cret@h/db"); !errors.Is(err, errUsage) ||
+	if _, stderr, err := run(t, "verify", "--ops", "postgres://u:s3cret@h/db"); !errors.Is(err, cli.ErrUsage) ||
 		strings.Contains(stderr, "s3cret") || !strings.Contains(stderr, "-ops") || strings.Count(stderr, "\n") != 2 {
 		t.Errorf("bad --ops value: err %v, stderr:\n%s", err, stderr)
 	}
-	if _, stderr, err := run(t, "sagas", "retyr"); !errors.Is(err, errUsage) || !strings.HasSuffix(stderr, "; did you mean retry?\n") ||
+	if _, stderr, err := run(t, "sagas", "retyr"); !errors.Is(err, cli.ErrUsage) || !strings.HasSuffix(stderr, "; did you mean retry?\n") ||
 		strings.Count(stderr, "\n") != 1 {
 		t.Errorf("unknown action retyr: err %v, stderr:\n%s", err, stderr)
 	}

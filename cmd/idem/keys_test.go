@@ -15,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
+	"github.com/idemhq/idem/cmd/idem/internal/operator"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
@@ -150,7 +152,7 @@ func TestKeysCreatesNoTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCode(t, 1, "idem migrate", "keys", "list", "--store", "sqlite:"+path, "--scope", "anonymous")
-	db, err := openSQLite(path)
+	db, err := open.SQLite(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,10 +305,10 @@ func TestKeysGetListEvict(t *testing.T) {
 			if rec.ID != "k-done" || string(rec.Result.Full) != "\x1b[2J\x1b[31mok\r\n" || rec.CreatedAt.IsZero() && name != "redis" {
 				t.Fatalf("keys get --json --full: %+v", rec)
 			}
-			wantCode(t, exitNotFound, "no record for key", keys("get", "--id", "k-none")...)
+			wantCode(t, operator.ExitNotFound, "no record for key", keys("get", "--id", "k-none")...)
 
 			// evict: in progress without --force is a conflict, and leaves it there.
-			wantCode(t, exitConflict, "pass --force", keys("evict", "--id", "k-busy", "--reason", "stuck")...)
+			wantCode(t, operator.ExitConflict, "pass --force", keys("evict", "--id", "k-busy", "--reason", "stuck")...)
 			decode(t, mustRun(t, keys("get", "--id", "k-busy", "--json")...), &rec)
 			if rec.State != "in_progress" {
 				t.Fatalf("after a refused eviction: %+v", rec)
@@ -320,7 +322,7 @@ func TestKeysGetListEvict(t *testing.T) {
 			if !ev.Forced || ev.Reason != "holder crashed" || ev.Evicted.State != "in_progress" || ev.Evicted.ID != "k-busy" {
 				t.Fatalf("keys evict --force --json: %+v", ev)
 			}
-			wantCode(t, exitNotFound, "no record for key", keys("get", "--id", "k-busy")...)
+			wantCode(t, operator.ExitNotFound, "no record for key", keys("get", "--id", "k-busy")...)
 			if err := ks.store.Complete(ctx, busy, held.Token, []byte("late")); err == nil {
 				t.Fatal("the evicted holder's Complete succeeded: it was not fenced out")
 			}
@@ -328,7 +330,7 @@ func TestKeysGetListEvict(t *testing.T) {
 			if !strings.Contains(out, "evicted key scope=tenant:acme id=k-done") || !strings.Contains(out, "customer asked for a rerun") {
 				t.Fatalf("keys evict:\n%s", out)
 			}
-			wantCode(t, exitNotFound, "nothing evicted", keys("evict", "--id", "k-done", "--reason", "again")...)
+			wantCode(t, operator.ExitNotFound, "nothing evicted", keys("evict", "--id", "k-done", "--reason", "again")...)
 		})
 	}
 }

@@ -8,7 +8,9 @@
 // few) per subcommand that maps its flags to the packages doing the work. Those
 // are idemhttp/gateway (what serve runs, importable), internal/cli (the kit every
 // subcommand shares: flag sets and their errors, URL flags, a daemon's log, traces,
-// metrics and /healthz), internal/relay (the relay's health and serving loop) and
+// metrics and /healthz), internal/open (the URL flags' parsers and openers: stores,
+// databases, sinks, verify's brokers), internal/operator (keys, dlq, outbox and
+// sagas), internal/relay (the relay's health and serving loop) and
 // internal/verify (the verify run).
 package main
 
@@ -27,6 +29,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/operator"
 	"github.com/idemhq/idem/internal/redact"
 )
 
@@ -47,7 +50,7 @@ func main() {
 		if !errors.As(err, &fail) {
 			fmt.Fprintln(os.Stderr, err)
 		}
-		os.Exit(exitCode(err)) // 3 not found, 4 conflict (ops.go)
+		os.Exit(operator.ExitCode(err)) // 3 not found, 4 conflict
 	}
 }
 
@@ -67,7 +70,7 @@ type Main struct {
 	// is a terminal. Nil: Stderr.
 	rawStderr io.Writer
 	// terminal reports whether w is a terminal (verify's progress line); nil:
-	// isTerminal. Tests set it.
+	// verify.IsTerminal. Tests set it.
 	terminal func(w io.Writer) bool
 }
 

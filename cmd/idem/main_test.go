@@ -43,10 +43,10 @@ func TestHelpListsCommands(t *testing.T) {
 
 func TestUnknownCommandAndBadFlags(t *testing.T) {
 	t.Parallel()
-	if _, stderr, err := run(t, "frobnicate"); !errors.Is(err, errUsage) || !strings.Contains(stderr, `unknown command "frobnicate"`) {
+	if _, stderr, err := run(t, "frobnicate"); !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, `unknown command "frobnicate"`) {
 		t.Fatalf("unknown command: err %v, stderr %q", err, stderr)
 	}
-	if _, stderr, err := run(t, "verify", "--fault-rate", "2"); !errors.Is(err, errUsage) || !strings.Contains(stderr, "--fault-rate") {
+	if _, stderr, err := run(t, "verify", "--fault-rate", "2"); !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, "--fault-rate") {
 		t.Fatalf("bad --fault-rate: err %v, stderr %q", err, stderr)
 	}
 	if _, _, err := run(t, "verify", "--db", "oracle://x"); err == nil || !strings.Contains(err.Error(), "--db") || !strings.Contains(err.Error(), "mysql://user@host:3306/db") {
@@ -56,7 +56,7 @@ func TestUnknownCommandAndBadFlags(t *testing.T) {
 		!strings.Contains(err.Error(), "names no database") || strings.Contains(err.Error(), "Pa55w0rd") {
 		t.Fatalf("mysql --db without a database: err %v, want one naming --db and the fix, without the password", err)
 	}
-	if _, stderr, err := run(t, "serve"); !errors.Is(err, errUsage) || !strings.Contains(stderr, "--upstream is required") {
+	if _, stderr, err := run(t, "serve"); !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, "--upstream is required") {
 		t.Fatalf("serve without --upstream: err %v, stderr %q", err, stderr)
 	}
 }

@@ -11,9 +11,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
-	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemsql"
-	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -72,7 +71,7 @@ func (m *Main) runMigrate(ctx context.Context, args []string) error {
 	if o.db == "" {
 		return errors.New("idem migrate " + action + ": --db is required: postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db or sqlite:PATH")
 	}
-	db, closeDB, err := openMigrateDB(ctx, o.db)
+	db, closeDB, err := open.SQLDB(ctx, o.db)
 	if err != nil {
 		return err
 	}
@@ -178,7 +177,7 @@ func (m *Main) migratePrint(o migrateOptions) error {
 func printDialect(o migrateOptions) (idemsql.Dialect, error) {
 	name := o.dialect
 	if name == "" {
-		name = dialectOf(o.db)
+		name = open.DialectOf(o.db)
 	}
 	switch name {
 	case "postgres", "postgresql":
@@ -225,41 +224,4 @@ func migrateSets(d idemsql.Dialect, o migrateOptions) ([]migrate.Set, error) {
 		return nil, fmt.Errorf("--component %q: %s has no such component; use %s", c, d, strings.Join(names, ", "))
 	}
 	return out, nil
-}
-
-// openMigrateDB opens the database of --db. Unlike the relay's, a SQLite file need
-// not exist yet: up creates it.
-func openMigrateDB(ctx context.Context, raw string) (idemsql.TxDB[*sql.Tx], func(), error) {
-	if err := cli.CheckURL("--db", raw); err != nil {
-		return idemsql.TxDB[*sql.Tx]{}, nil, err
-	}
-	var db *sql.DB
-	var err error
-	switch {
-	case strings.HasPrefix(raw, "mysql://"):
-		dsn, derr := idemmysql.DSN(raw)
-		if derr != nil {
-			return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db: %w", derr)
-		}
-		db, err = sql.Open("mysql", dsn)
-	case dialectOf(raw) == "postgres":
-		db, err = sql.Open("pgx", raw)
-	case dialectOf(raw) == "sqlite":
-		path := strings.TrimPrefix(raw, "sqlite:")
-		if path == "" {
-			return idemsql.TxDB[*sql.Tx]{}, nil, errors.New("--db sqlite: needs a path, such as sqlite:./app.db")
-		}
-		db, err = openSQLite(path)
-	default:
-		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redact.URL(raw))
-	}
-	if err != nil {
-		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redact.URL(raw), err)
-	}
-	tdb, err := idemsql.SQLDB(ctx, db)
-	if err != nil {
-		db.Close()
-		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redact.URL(raw), err)
-	}
-	return tdb, func() { db.Close() }, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"net/url"
-	"strings"
 	"testing"
 
 	"github.com/idemhq/idem/internal/testsvc"
@@ -20,32 +19,4 @@ func TestServeRedisClusterStore(t *testing.T) {
 	g := startGateway(t, up.URL, "--store", raw)
 	checkReplay(t, g, up, "cluster-1")
 	g.stop(t)
-}
-
-// --store redis-cluster:// is checked before anything connects; errors name the
-// option and the fix.
-func TestParseRedisClusterStore(t *testing.T) {
-	t.Parallel()
-	s, err := parseStore("redis-cluster://u:secret@10.0.0.1:6379?addr=10.0.0.2:6379&prefix=p:&wait=1&wait_timeout=250ms&dial_timeout=1s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.kind != "redis-cluster" || s.prefix != "p:" || s.cluster.wait != 1 || s.cluster.waitTimeout.String() != "250ms" ||
-		len(s.cluster.opts.Addrs) != 2 || s.cluster.opts.Password != "secret" || strings.Contains(s.desc, "secret") {
-		t.Fatalf("parsed %+v (desc %q, opts %+v)", s, s.desc, s.cluster.opts)
-	}
-	for _, raw := range []string{
-		"redis-cluster://h:1?wait=-1",
-		"redis-cluster://h:1?wait=two",
-		"redis-cluster://h:1?wait=1&wait_timeout=soon",
-		"redis-cluster://h:1?wait=1&wait_timeout=1h",
-		"redis-cluster://h:1?prefix=%7Bt%7D:",
-		"redis-cluster://h:1?colour=red",
-		"redis-cluster://u:secret@h:1?wait=x",
-	} {
-		_, err := parseStore(raw)
-		if err == nil || !strings.Contains(err.Error(), "--store") || strings.Contains(err.Error(), "secret") {
-			t.Errorf("parseStore(%q) = %v, want an error naming --store, without the password", raw, err)
-		}
-	}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/operator"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsql"
@@ -26,10 +28,10 @@ func runCode(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return stdout, stderr, 0
-	case errors.Is(err, errUsage):
+	case errors.Is(err, cli.ErrUsage):
 		return stdout, stderr, 2
 	}
-	return stdout, stderr + err.Error(), exitCode(err)
+	return stdout, stderr + err.Error(), operator.ExitCode(err)
 }
 
 // mustRun runs `idem args…` and fails t unless it exits 0.

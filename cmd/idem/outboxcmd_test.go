@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/operator"
 	"github.com/idemhq/idem/outbox"
 )
 
@@ -38,12 +39,12 @@ func (s *flakySink) Publish(_ context.Context, msgs ...idem.Message) error {
 func (s *flakySink) Close() error { return nil }
 
 type outboxStatusJSON struct {
-	Partitions    []partitionJSON `json:"partitions"`
-	Unpublished   int64           `json:"unpublished"`
-	Parked        int64           `json:"parked"`
-	Discarded     int64           `json:"discarded"`
-	OldestAgeSecs float64         `json:"oldest_age_seconds"`
-	Relays        []relayJSON     `json:"relays"`
+	Partitions    []operator.PartitionJSON `json:"partitions"`
+	Unpublished   int64                    `json:"unpublished"`
+	Parked        int64                    `json:"parked"`
+	Discarded     int64                    `json:"discarded"`
+	OldestAgeSecs float64                  `json:"oldest_age_seconds"`
+	Relays        []operator.RelayJSON     `json:"relays"`
 }
 
 type parkedPageJSON struct {
@@ -109,7 +110,7 @@ func TestOutboxStatusParkedRetry(t *testing.T) {
 
 		var st outboxStatusJSON
 		decode(t, mustRun(t, cmd("status", "--json")...), &st)
-		relays := map[string]relayJSON{}
+		relays := map[string]operator.RelayJSON{}
 		for _, r := range st.Relays {
 			relays[r.Instance] = r
 		}
@@ -148,7 +149,7 @@ func TestOutboxStatusParkedRetry(t *testing.T) {
 		if out = mustRun(t, cmd("retry", "--id", a1)...); !strings.Contains(out, "retried outbox message "+a1) {
 			t.Fatalf("outbox retry:\n%s", out)
 		}
-		wantCode(t, exitNotFound, "no parked message with id 999999", cmd("retry", "--id", "999999")...)
+		wantCode(t, operator.ExitNotFound, "no parked message with id 999999", cmd("retry", "--id", "999999")...)
 		sink.down.Store(false)
 		for i := 0; i < 50 && st.Unpublished > 0; i++ {
 			_, _ = relay.RunOnce(ctx)
@@ -160,7 +161,7 @@ func TestOutboxStatusParkedRetry(t *testing.T) {
 		if st.Unpublished != 0 || st.Parked != 2 || !strings.Contains(published, "a-1") || strings.Contains(published, "a-2") {
 			t.Fatalf("after the retry the relay published %q; status %+v", published, st)
 		}
-		wantCode(t, exitNotFound, "nothing retried", cmd("retry", "--id", a1)...)
+		wantCode(t, operator.ExitNotFound, "nothing retried", cmd("retry", "--id", a1)...)
 
 		// discard
 		b1 := strconv.FormatInt(ids["b-1"], 10)
@@ -172,8 +173,8 @@ func TestOutboxStatusParkedRetry(t *testing.T) {
 		if disc.Discarded != ids["b-1"] || disc.Reason != "mailbox closed" {
 			t.Fatalf("outbox discard --json: %+v", disc)
 		}
-		wantCode(t, exitNotFound, "nothing discarded", cmd("discard", "--id", b1, "--reason", "again")...)
-		wantCode(t, exitNotFound, "nothing retried", cmd("retry", "--id", b1)...)
+		wantCode(t, operator.ExitNotFound, "nothing discarded", cmd("discard", "--id", b1, "--reason", "again")...)
+		wantCode(t, operator.ExitNotFound, "nothing retried", cmd("retry", "--id", b1)...)
 		decode(t, mustRun(t, cmd("status", "--json")...), &st)
 		if st.Parked != 1 || st.Discarded != 1 {
 			t.Fatalf("status after a discard: %+v", st)

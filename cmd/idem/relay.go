@@ -8,13 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/cmd/idem/internal/relay"
 	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/outbox"
@@ -26,19 +24,15 @@ const defaultRelayListen = "127.0.0.1:9464"
 
 // relayOptions are the flags of idem relay.
 type relayOptions struct {
-	db, sink, listen         string
-	batch, maxAttempts       int
-	roundBatches             int
-	poll, retention          time.Duration
-	stallAfter               time.Duration
-	natsStream, natsSubjects string
-	amqpExchange             string
-	amqpMandatory            bool
-	webhookSecret            string
-	adminToken               string
-	webhookTimeout           time.Duration
-	schema                   bool
-	cdc                      cdcOptions // --cdc: relay_cdc.go
+	db, sink, listen   string
+	batch, maxAttempts int
+	roundBatches       int
+	poll, retention    time.Duration
+	stallAfter         time.Duration
+	adminToken         string
+	schema             bool
+	cdc                cdcOptions // --cdc: relay_cdc.go
+	open.SinkFlags
 }
 
 const relaySynopsis = `Publishes the transactional outbox (the table idem_outbox, written by
@@ -107,12 +101,12 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.stallAfter, "stall-after", time.Minute, "/healthz turns 503 when messages have waited this long with none published "+
 		"(polling: at least 3 --poll intervals; --cdc: also when the relay could not stream the slot this long)")
 	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "how long published messages stay in the table")
-	fs.StringVar(&o.natsStream, "nats-stream", "", "create or update this JetStream stream at start (with --nats-subjects)")
-	fs.StringVar(&o.natsSubjects, "nats-subjects", "", "comma-separated subjects of --nats-stream, such as 'orders.>' (default: the stream's name)")
-	fs.StringVar(&o.amqpExchange, "amqp-exchange", "", "RabbitMQ exchange to publish to, with the topic as routing key (default: the default exchange)")
-	fs.BoolVar(&o.amqpMandatory, "amqp-mandatory", true, "fail (and retry, then park) messages no RabbitMQ queue is bound to, instead of losing them")
-	fs.StringVar(&o.webhookSecret, "webhook-secret", "", "HMAC secret of webhook signatures (Standard Webhooks): whsec_<base64 of 24+ random bytes>, or 32+ random bytes (openssl rand -hex 32); prefer the environment  [$IDEM_WEBHOOK_SECRET]")
-	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 10*time.Second, "time limit of one webhook request")
+	fs.StringVar(&o.NATSStream, "nats-stream", "", "create or update this JetStream stream at start (with --nats-subjects)")
+	fs.StringVar(&o.NATSSubjects, "nats-subjects", "", "comma-separated subjects of --nats-stream, such as 'orders.>' (default: the stream's name)")
+	fs.StringVar(&o.AMQPExchange, "amqp-exchange", "", "RabbitMQ exchange to publish to, with the topic as routing key (default: the default exchange)")
+	fs.BoolVar(&o.AMQPMandatory, "amqp-mandatory", true, "fail (and retry, then park) messages no RabbitMQ queue is bound to, instead of losing them")
+	fs.StringVar(&o.WebhookSecret, "webhook-secret", "", "HMAC secret of webhook signatures (Standard Webhooks): whsec_<base64 of 24+ random bytes>, or 32+ random bytes (openssl rand -hex 32); prefer the environment  [$IDEM_WEBHOOK_SECRET]")
+	fs.DurationVar(&o.WebhookTimeout, "webhook-timeout", 10*time.Second, "time limit of one webhook request")
 	fs.StringVar(&o.adminToken, "admin-token", "", "serve the admin API (the outbox) at /api/ of --listen with this bearer token, 16+ random bytes; prefer the environment  [$IDEM_ADMIN_TOKEN]")
 	fs.BoolVar(&o.schema, "schema", false, "print the outbox table and the insert contract for services in other languages, and exit")
 	o.cdc.flags(fs)
@@ -122,10 +116,10 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	// The environment is read after parsing so that --help never prints a secret.
 	o.db = cmp.Or(o.db, os.Getenv("IDEM_DB"))
 	o.sink = cmp.Or(o.sink, os.Getenv("IDEM_SINK"))
-	o.webhookSecret = cmp.Or(o.webhookSecret, os.Getenv("IDEM_WEBHOOK_SECRET"))
+	o.WebhookSecret = cmp.Or(o.WebhookSecret, os.Getenv("IDEM_WEBHOOK_SECRET"))
 	o.adminToken = cmp.Or(o.adminToken, os.Getenv("IDEM_ADMIN_TOKEN"))
 	if o.schema {
-		printSchema(m.Stdout, dialectOf(o.db))
+		printSchema(m.Stdout, open.DialectOf(o.db))
 		return nil
 	}
 	if o.cdc.on || o.cdc.dropSlot {
@@ -142,85 +136,34 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 }
 
 // check validates the flags before anything connects; its errors name the flag.
-func (o *relayOptions) check() (dbSpec, sinkSpec, error) {
+func (o *relayOptions) check() (open.DBSpec, open.SinkSpec, error) {
 	switch {
 	case o.db == "":
-		return dbSpec{}, sinkSpec{}, errors.New("--db is required: pass postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH (or set $IDEM_DB)")
+		return open.DBSpec{}, open.SinkSpec{}, errors.New("--db is required: pass postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH (or set $IDEM_DB)")
 	case o.sink == "":
-		return dbSpec{}, sinkSpec{}, errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
+		return open.DBSpec{}, open.SinkSpec{}, errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
 	case o.batch < 1 || o.batch > 10_000:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--batch must be 1 to 10000 (got %d)", o.batch)
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--batch must be 1 to 10000 (got %d)", o.batch)
 	case o.roundBatches < 1 || o.roundBatches > 1000:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--round-batches must be 1 to 1000 (got %d)", o.roundBatches)
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--round-batches must be 1 to 1000 (got %d)", o.roundBatches)
 	case o.poll <= 0:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--poll must be positive, such as 1s (got %v)", o.poll)
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--poll must be positive, such as 1s (got %v)", o.poll)
 	case o.maxAttempts < 1:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--max-attempts must be at least 1 (got %d)", o.maxAttempts)
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--max-attempts must be at least 1 (got %d)", o.maxAttempts)
 	case o.retention <= 0:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--retention must be positive, such as 168h (got %v)", o.retention)
-	case o.webhookTimeout <= 0:
-		return dbSpec{}, sinkSpec{}, fmt.Errorf("--webhook-timeout must be positive, such as 10s (got %v)", o.webhookTimeout)
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--retention must be positive, such as 168h (got %v)", o.retention)
+	case o.WebhookTimeout <= 0:
+		return open.DBSpec{}, open.SinkSpec{}, fmt.Errorf("--webhook-timeout must be positive, such as 10s (got %v)", o.WebhookTimeout)
 	}
-	db, err := parseDB(o.db)
+	db, err := open.ParseDB(o.db)
 	if err != nil {
-		return db, sinkSpec{}, err
+		return db, open.SinkSpec{}, err
 	}
-	sink, err := parseSink(o.sink, o)
+	sink, err := open.ParseSink(o.sink, &o.SinkFlags)
 	if err == nil && o.stallAfter <= 0 {
 		err = fmt.Errorf("--stall-after must be positive, such as 1m (got %v)", o.stallAfter)
 	}
 	return db, sink, err
-}
-
-// dbSpec is a --db URL, checked without connecting.
-type dbSpec struct {
-	dialect string // "postgres", "mysql" or "sqlite"
-	raw     string
-	path    string // sqlite
-	desc    string
-}
-
-func dialectOf(raw string) string {
-	switch {
-	case strings.HasPrefix(raw, "sqlite:"):
-		return "sqlite"
-	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
-		return "postgres"
-	case strings.HasPrefix(raw, "mysql://"):
-		return "mysql"
-	}
-	return ""
-}
-
-func parseDB(raw string) (dbSpec, error) {
-	d := dbSpec{dialect: dialectOf(raw), raw: raw, desc: redact.URL(raw)}
-	if err := cli.CheckURL("--db", raw); err != nil {
-		return d, err
-	}
-	switch d.dialect {
-	case "sqlite":
-		d.path = strings.TrimPrefix(raw, "sqlite:")
-		if d.path == "" {
-			return d, errors.New("--db sqlite: needs the path of the service's database, such as sqlite:./app.db")
-		}
-		if _, err := os.Stat(d.path); err != nil {
-			// Not the error's text: it quotes the path, which is the flag's value.
-			return d, fmt.Errorf("--db %s: %s: pass the SQLite file the service writes its outbox to", d.desc, cli.FileProblem(err))
-		}
-	case "postgres":
-		cfg, err := pgxpool.ParseConfig(raw)
-		if err != nil {
-			// pgx quotes the URL in its errors (masking the password, not a
-			// password=… query parameter).
-			return d, fmt.Errorf("--db %s: %s: use postgres://user:pass@host:5432/db", d.desc, redact.String(err.Error()))
-		}
-		d.desc = fmt.Sprintf("postgres (%s:%d/%s)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
-	case "mysql":
-		return parseMySQLDB(d)
-	default:
-		return d, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redact.URL(raw))
-	}
-	return d, nil
 }
 
 // relay runs the relay until ctx ends, then stops it, the HTTP server and the
@@ -231,7 +174,7 @@ func (o *relayOptions) relayConfig() outbox.RelayConfig {
 		MaxAttempts: o.maxAttempts, Retention: o.retention}
 }
 
-func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpec) error {
+func (m *Main) relay(ctx context.Context, o *relayOptions, db open.DBSpec, ss open.SinkSpec) error {
 	log, reg, stopTracing, err := cli.StartDaemon(ctx, m.Stderr, "relay")
 	if err != nil {
 		return err
@@ -247,18 +190,18 @@ func (m *Main) relay(ctx context.Context, o *relayOptions, db dbSpec, ss sinkSpe
 	defer closeSink()
 	h.StallAfter = max(o.stallAfter, 3*o.poll)
 
-	rd, err := openRelayDB(ctx, db, tracked, cfg)
+	rd, err := open.Relay(ctx, db, tracked, cfg)
 	if err != nil {
 		return err
 	}
-	defer rd.close()
+	defer rd.Close()
 	handler := relay.Handler(reg, h)
 	if o.adminToken != "" {
-		if handler, err = relayAdminAPI(o.adminToken, rd.outbox, reg, log, handler); err != nil {
+		if handler, err = relayAdminAPI(o.adminToken, rd.Outbox, reg, log, handler); err != nil {
 			return err
 		}
 	}
-	return relay.Serve(ctx, o.serving(m.Stderr), h, handler, rd.run, h.WatchStall(rd.stall), fmt.Sprintf("%s → %s", db.desc, ss.desc))
+	return relay.Serve(ctx, o.serving(m.Stderr), h, handler, rd.Run, h.WatchStall(rd.Stall), fmt.Sprintf("%s → %s", db.Desc, ss.Desc))
 }
 
 // serving is how relay.Serve runs the relay of these flags.
@@ -267,8 +210,8 @@ func (o *relayOptions) serving(stderr io.Writer) relay.Serving {
 }
 
 // openSink connects the sink of ss, whose publications feed the health it returns.
-func (o *relayOptions) openSink(ctx context.Context, ss sinkSpec, log *slog.Logger) (idem.Sink, *relay.Health, func(), error) {
-	sink, closeSink, err := ss.open(ctx, o)
+func (o *relayOptions) openSink(ctx context.Context, ss open.SinkSpec, log *slog.Logger) (idem.Sink, *relay.Health, func(), error) {
+	sink, closeSink, err := ss.Open(ctx, &o.SinkFlags)
 	if err != nil {
 		return nil, nil, nil, err
 	}

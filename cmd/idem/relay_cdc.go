@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/cmd/idem/internal/relay"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idempg/pgcdc"
@@ -37,15 +38,15 @@ func (c *cdcOptions) flags(fs *flag.FlagSet) {
 
 // cdcConfig checks the flags of --cdc before anything connects, and returns the
 // relay's configuration; its errors name the flag.
-func (o *relayOptions) cdcConfig() (dbSpec, pgcdc.Config, error) {
-	db, err := parseDB(o.db)
+func (o *relayOptions) cdcConfig() (open.DBSpec, pgcdc.Config, error) {
+	db, err := open.ParseDB(o.db)
 	switch {
 	case o.db == "":
 		return db, pgcdc.Config{}, errors.New("--cdc needs --db postgres://user@host:5432/db (or $IDEM_DB), a server with wal_level=logical")
 	case err != nil:
 		return db, pgcdc.Config{}, err
-	case db.dialect != "postgres":
-		return db, pgcdc.Config{}, fmt.Errorf("--cdc reads PostgreSQL's WAL: --db must be postgres://… (got %s); MySQL and SQLite relay by polling, without --cdc", db.desc)
+	case db.Dialect != "postgres":
+		return db, pgcdc.Config{}, fmt.Errorf("--cdc reads PostgreSQL's WAL: --db must be postgres://… (got %s); MySQL and SQLite relay by polling, without --cdc", db.Desc)
 	case o.batch < 1 || o.batch > 10_000:
 		return db, pgcdc.Config{}, fmt.Errorf("--batch must be 1 to 10000 (got %d)", o.batch)
 	case o.maxAttempts < 1:
@@ -82,10 +83,10 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 		if err := r.DropSlot(ctx); err != nil {
 			return errors.New(redact.String(err.Error()))
 		}
-		fmt.Fprintf(m.Stdout, "idem relay: dropped replication slot %s of %s\n", o.cdc.slot, db.desc)
+		fmt.Fprintf(m.Stdout, "idem relay: dropped replication slot %s of %s\n", o.cdc.slot, db.Desc)
 		return nil
 	}
-	ss, err := parseSink(o.sink, o)
+	ss, err := open.ParseSink(o.sink, &o.SinkFlags)
 	if o.sink == "" {
 		err = errors.New("--sink is required: pass nats://host:4222, kafka://host:9092, redis://host:6379, amqp://… or https://… (or set $IDEM_SINK)")
 	}
@@ -125,14 +126,14 @@ func (m *Main) runRelayCDC(ctx context.Context, fs *flag.FlagSet, o *relayOption
 	if o.adminToken != "" {
 		// Parked messages are rows of the outbox table: its area lists them, and
 		// retries one as a new row, which the relay reads.
-		if handler, err = relayAdminAPI(o.adminToken, outboxArea(idempg.TxDB(pool)), reg, log, handler); err != nil {
+		if handler, err = relayAdminAPI(o.adminToken, open.OutboxArea(idempg.TxDB(pool)), reg, log, handler); err != nil {
 			return err
 		}
 	}
 	// /healthz pings the database every --poll; the relay itself sends no query per
 	// message.
 	return relay.Serve(ctx, o.serving(m.Stderr), h, handler, r.Run, pool.Ping,
-		fmt.Sprintf("%s → %s from the WAL (slot %s)", db.desc, ss.desc, o.cdc.slot))
+		fmt.Sprintf("%s → %s from the WAL (slot %s)", db.Desc, ss.Desc, o.cdc.slot))
 }
 
 // cdcCheck is /healthz of relay --cdc: the database answers (h), no message has

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -99,8 +101,9 @@ func TestRelayRefusesShortWebhookSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, secret := range []string{"x", strings.Repeat("y", 31)} {
-		o := &relayOptions{db: "sqlite:" + file, sink: "https://example.com/hook", webhookSecret: secret,
-			batch: 1, roundBatches: 1, poll: time.Second, maxAttempts: 1, retention: time.Hour, webhookTimeout: time.Second}
+		o := &relayOptions{db: "sqlite:" + file, sink: "https://example.com/hook",
+			batch: 1, roundBatches: 1, poll: time.Second, maxAttempts: 1, retention: time.Hour,
+			SinkFlags: open.SinkFlags{WebhookSecret: secret, WebhookTimeout: time.Second}}
 		_, _, err := o.check()
 		var ie *idem.InputError
 		if !errors.As(err, &ie) || !strings.Contains(ie.Field, "--webhook-secret") || !strings.Contains(ie.Field, "$IDEM_WEBHOOK_SECRET") ||
@@ -108,12 +111,12 @@ func TestRelayRefusesShortWebhookSecret(t *testing.T) {
 			t.Errorf("%d-byte secret: check = %v, want an *idem.InputError naming --webhook-secret, $IDEM_WEBHOOK_SECRET and the fix", len(secret), err)
 		}
 		_, stderr, err := run(t, "relay", "--db", "sqlite:"+file, "--sink", "https://example.com/hook", "--webhook-secret", secret)
-		if !errors.Is(err, errUsage) || !strings.Contains(stderr, "openssl rand -hex 32") || strings.Contains(stderr, "yyyy") {
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, "openssl rand -hex 32") || strings.Contains(stderr, "yyyy") {
 			t.Errorf("%d-byte secret: relay err %v, stderr %q; want a usage error with the fix, without the secret", len(secret), err, stderr)
 		}
 	}
 	t.Setenv("IDEM_WEBHOOK_SECRET", "z")
-	if _, stderr, err := run(t, "relay", "--db", "sqlite:"+file, "--sink", "https://example.com/hook"); !errors.Is(err, errUsage) ||
+	if _, stderr, err := run(t, "relay", "--db", "sqlite:"+file, "--sink", "https://example.com/hook"); !errors.Is(err, cli.ErrUsage) ||
 		!strings.Contains(stderr, "IDEM_WEBHOOK_SECRET") {
 		t.Errorf("short $IDEM_WEBHOOK_SECRET: err %v, stderr %q; want a usage error naming it", err, stderr)
 	}
@@ -139,14 +142,14 @@ func TestVerifyDBHidesCredentials(t *testing.T) {
 		"postgres://app:" + pw + "@db:notaport/orders",
 		"postgresql://app:" + pw + "@" + testsvc.ClosedAddr(t) + "/orders?sslmode=disable&connect_timeout=5",
 	} {
-		db, err := openVerifyDB(context.Background(), raw, false)
+		db, err := open.VerifyDatabase(context.Background(), raw, false)
 		if err == nil {
-			db.close()
-			t.Errorf("openVerifyDB(%s) succeeded, want a failure", raw)
+			db.Close()
+			t.Errorf("VerifyDatabase(%s) succeeded, want a failure", raw)
 			continue
 		}
 		if strings.Contains(err.Error(), pw) {
-			t.Errorf("openVerifyDB: the secret leaked: %v", err)
+			t.Errorf("VerifyDatabase: the secret leaked: %v", err)
 		}
 	}
 }

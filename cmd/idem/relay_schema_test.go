@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsql"
@@ -123,7 +124,7 @@ func TestRelaySchemaMatchesOutboxSQLite(t *testing.T) {
 		return b.String()
 	}
 	open := func(name string) *sql.DB {
-		db, err := openSQLite(filepath.Join(t.TempDir(), name))
+		db, err := open.SQLite(filepath.Join(t.TempDir(), name))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -86,7 +87,7 @@ func TestRelayUnreachableSinks(t *testing.T) {
 			if err == nil {
 				return // relayStartErr failed t
 			}
-			if errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--sink ") || !strings.Contains(err.Error(), c.names) ||
+			if errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), "--sink ") || !strings.Contains(err.Error(), c.names) ||
 				!strings.Contains(err.Error(), "that this host can reach it") {
 				t.Errorf("unreachable %s: %v\n%s\nwant a runtime error naming --sink, %q and the fix", c.kind, err, stderr, c.names)
 			}

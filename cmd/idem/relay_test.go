@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idemnats/natsserver"
@@ -133,7 +134,7 @@ func sqliteOutbox(t *testing.T, topic string) (string, *sql.DB, func(ids ...stri
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "app.db")
-	db, err := openSQLite(path)
+	db, err := open.SQLite(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +326,7 @@ func TestRelayMySQLToNATS(t *testing.T) {
 	r.stop(t)
 }
 
-// Flag errors exit with errUsage (exit status 2) and name the flag and the fix.
+// Flag errors exit with cli.ErrUsage (exit status 2) and name the flag and the fix.
 func TestRelayFlagErrors(t *testing.T) {
 	for _, env := range []string{"IDEM_DB", "IDEM_SINK", "IDEM_WEBHOOK_SECRET"} {
 		t.Setenv(env, "")
@@ -368,8 +369,8 @@ func TestRelayFlagErrors(t *testing.T) {
 		{[]string{"--db", db, "--sink", sink, "extra"}, `unexpected argument "extra"`},
 	} {
 		_, stderr, err := run(t, append([]string{"relay"}, c.args...)...)
-		if !errors.Is(err, errUsage) || !strings.Contains(stderr, c.want) {
-			t.Errorf("relay %v: err %v, stderr %q; want errUsage and %q", c.args, err, stderr, c.want)
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, c.want) {
+			t.Errorf("relay %v: err %v, stderr %q; want cli.ErrUsage and %q", c.args, err, stderr, c.want)
 		}
 	}
 }

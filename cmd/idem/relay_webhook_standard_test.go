@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 )
 
 // The relay's webhook sink with a whsec_ secret from the environment delivers
@@ -63,8 +64,9 @@ func TestRelayRefusesBadStandardSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, secret := range []string{"whsec_not!base64!secretvalue-0123456789", "whsec_" + base64.StdEncoding.EncodeToString([]byte("short-key"))} {
-		o := &relayOptions{db: "sqlite:" + file, sink: "https://example.com/hook", webhookSecret: secret,
-			batch: 1, roundBatches: 1, poll: time.Second, maxAttempts: 1, retention: time.Hour, webhookTimeout: time.Second}
+		o := &relayOptions{db: "sqlite:" + file, sink: "https://example.com/hook",
+			batch: 1, roundBatches: 1, poll: time.Second, maxAttempts: 1, retention: time.Hour,
+			SinkFlags: open.SinkFlags{WebhookSecret: secret, WebhookTimeout: time.Second}}
 		_, _, err := o.check()
 		var ie *idem.InputError
 		if !errors.As(err, &ie) || !strings.Contains(ie.Field, "--webhook-secret") || !strings.Contains(ie.Field, "$IDEM_WEBHOOK_SECRET") ||

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/cmd/idem/internal/operator"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/effect/saga"
 )
@@ -123,7 +124,7 @@ func TestSagas(t *testing.T) {
 		if !strings.Contains(out, "undo:reserve") || !strings.Contains(out, `slot\x1b[7`) || !strings.Contains(out, "full data:") {
 			t.Fatalf("sagas show --full:\n%s", out)
 		}
-		wantCode(t, exitNotFound, `no saga with id "o-9"`, cmd("show", "--id", "o-9")...)
+		wantCode(t, operator.ExitNotFound, `no saga with id "o-9"`, cmd("show", "--id", "o-9")...)
 
 		// retry: the orchestrator compensates it again, once.
 		out = mustRun(t, cmd("retry", "--id", "o-1", "--reason", "stock service fixed")...)
@@ -135,9 +136,9 @@ func TestSagas(t *testing.T) {
 		if c.count("release") != releases+1 {
 			t.Fatalf("release called %d times after the retry, want once", c.count("release")-releases)
 		}
-		wantCode(t, exitConflict, "cannot retry", cmd("retry", "--id", "o-1", "--reason", "again")...)
-		wantCode(t, exitConflict, "cannot retry", cmd("retry", "--id", "o-3", "--reason", "why not")...)
-		wantCode(t, exitNotFound, "nothing done", cmd("retry", "--id", "o-9", "--reason", "ghost")...)
+		wantCode(t, operator.ExitConflict, "cannot retry", cmd("retry", "--id", "o-1", "--reason", "again")...)
+		wantCode(t, operator.ExitConflict, "cannot retry", cmd("retry", "--id", "o-3", "--reason", "why not")...)
+		wantCode(t, operator.ExitNotFound, "nothing done", cmd("retry", "--id", "o-9", "--reason", "ghost")...)
 
 		// resolve
 		var res struct {
@@ -155,8 +156,8 @@ func TestSagas(t *testing.T) {
 		if show.Resolution == nil || show.Resolution.PreviousState != saga.Failed || show.Resolution.Note != res.Text {
 			t.Fatalf("resolved saga: %+v", show)
 		}
-		wantCode(t, exitConflict, "cannot resolve", cmd("resolve", "--id", "o-2", "--note", "twice")...)
-		wantCode(t, exitNotFound, "nothing done", cmd("resolve", "--id", "o-9", "--note", "ghost")...)
+		wantCode(t, operator.ExitConflict, "cannot resolve", cmd("resolve", "--id", "o-2", "--note", "twice")...)
+		wantCode(t, operator.ExitNotFound, "nothing done", cmd("resolve", "--id", "o-9", "--note", "ghost")...)
 	})
 }
 

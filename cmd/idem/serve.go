@@ -124,7 +124,7 @@ func (m *Main) runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return cli.UsageErr(fs, "%v", err)
 	}
-	spec.store.keepKeys = o.adminToken != ""
+	spec.store.KeepKeys = o.adminToken != ""
 	return m.serve(ctx, o, spec)
 }
 
@@ -178,7 +178,7 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 	// The store's own metrics label claims by scope, which behind the gateway is one
 	// value per caller (an Authorization hash or a tenant): unbounded. The gateway
 	// exports the middleware's metrics, labelled by outcome only.
-	store, closeStore, err := spec.store.open(ctx, nil)
+	store, closeStore, err := spec.store.Open(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func (m *Main) serve(ctx context.Context, o *serveOptions, spec serveSpec) error
 		adminAddr = adminLn.Addr().String()
 	}
 	fmt.Fprintf(m.Stderr, "idem serve: listening on %s (admin %s)\n", ln.Addr(), adminAddr)
-	fmt.Fprintf(m.Stderr, "idem serve: proxying to %s, keys in %s\n", redact.URL(spec.upstream.String()), spec.store.desc)
+	fmt.Fprintf(m.Stderr, "idem serve: proxying to %s, keys in %s\n", redact.URL(spec.upstream.String()), spec.store.Desc)
 	if w := spec.webhook; w != nil {
 		fmt.Fprintf(m.Stderr, "idem serve: verifying %s webhooks with %d secret(s) from $%s, one upstream call per event id\n", w.kind, w.secrets, envWebhookSecret)
 	}

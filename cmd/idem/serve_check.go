@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemhttp/gateway"
 	"github.com/idemhq/idem/internal/redact"
@@ -23,7 +24,7 @@ import (
 // without its store, registry and logger, which serve supplies.
 type serveSpec struct {
 	upstream *url.URL
-	store    storeSpec
+	store    open.StoreSpec
 	cfg      idemhttp.Config
 	webhook  *webhookSpec // nil without --webhook
 }
@@ -49,7 +50,7 @@ func (o *serveOptions) check() (serveSpec, error) {
 			return s, fmt.Errorf("%s %q: %v: use host:port, such as 127.0.0.1:8080 or :8080", a[0], a[1], err)
 		}
 	}
-	if s.store, err = parseStore(o.store); err != nil {
+	if s.store, err = open.ParseStore(o.store); err != nil {
 		return s, err
 	}
 	switch {

@@ -98,7 +98,7 @@ func TestServeKeyAgeFlags(t *testing.T) {
 			spec.cfg.MaxKeyAge, spec.cfg.RequireTimedKeys)
 	}
 	_, stderr, err := run(t, "serve", "--upstream", "http://127.0.0.1:1", "--key-max-age", "-1s", "--require-timed-keys")
-	if !errors.Is(err, errUsage) || !strings.Contains(stderr, "--require-timed-keys") || !strings.Contains(stderr, "--key-max-age") {
+	if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, "--require-timed-keys") || !strings.Contains(stderr, "--key-max-age") {
 		t.Errorf("contradictory flags: %v %q; want a usage error naming both", err, stderr)
 	}
 	stdout, stderr, _ := run(t, "serve", "--help")

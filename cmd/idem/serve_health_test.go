@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemhttp/gateway"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -31,12 +32,12 @@ func TestServeHealthHidesStoreDetails(t *testing.T) {
 	}
 	t.Cleanup(proxy.Close)
 	u.Host = proxy.Addr()
-	spec, err := parseStore(u.String())
+	spec, err := open.ParseStore(u.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	store, closeStore, err := spec.open(ctx, prometheus.NewRegistry())
+	store, closeStore, err := spec.Open(ctx, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -336,7 +336,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--upstream", up, "extra"}, `unexpected argument "extra"`},
 	} {
 		_, stderr, err := run(t, append([]string{"serve"}, tc.args...)...)
-		if !errors.Is(err, errUsage) || !strings.Contains(stderr, tc.want) {
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, tc.want) {
 			t.Errorf("serve %q: err %v, stderr %q; want a usage error naming %s", tc.args, err, stderr, tc.want)
 		}
 	}
@@ -348,7 +348,7 @@ func TestServeFlagErrors(t *testing.T) {
 	}
 	defer ln.Close()
 	_, _, err = run(t, "serve", "--upstream", up, "--store", "memory:", "--listen", ln.Addr().String())
-	if err == nil || errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--listen") {
+	if err == nil || errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), "--listen") {
 		t.Fatalf("listen on a busy address: %v, want an error naming --listen", err)
 	}
 }
@@ -379,7 +379,7 @@ func TestServeFlagsAndEnvironmentMapToConfig(t *testing.T) {
 		c.Oversize != idemhttp.PassThrough || fmt.Sprint(c.Methods) != "[POST PUT]" || c.Lease != time.Minute ||
 		c.Retention != 2*time.Hour || fmt.Sprint(c.FingerprintHeaders) != "[X-Account]" ||
 		fmt.Sprint(c.ReplayHeaders) != "[Content-Type X-Request-Id]" || c.Scope == nil || o.admin != "" ||
-		spec.upstream.String() != env["IDEM_UPSTREAM"] || spec.store.kind != "memory" || c.MaxInFlight != 7 ||
+		spec.upstream.String() != env["IDEM_UPSTREAM"] || spec.store.Kind != "memory" || c.MaxInFlight != 7 ||
 		o.upstreamTimeout != 20*time.Second || o.writeTimeout != 30*time.Second+20*time.Second+3*time.Second+5*time.Second {
 		t.Fatalf("options %+v, config %+v: want the flags, and the environment where no flag was given", o, c)
 	}

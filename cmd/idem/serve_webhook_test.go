@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/webhook"
 )
@@ -111,7 +112,7 @@ func TestServeWebhookFlagErrors(t *testing.T) {
 	} {
 		m := NewMain(io.Discard, io.Discard)
 		fs, o := m.serveFlags()
-		if err := parse(fs, append([]string{"--upstream", "http://127.0.0.1:9"}, tc.args...)); err != nil {
+		if err := cli.Parse(fs, append([]string{"--upstream", "http://127.0.0.1:9"}, tc.args...)); err != nil {
 			t.Fatal(err)
 		}
 		_, err := checkWebhook(fs, o, func(name string) (string, bool) {
@@ -125,7 +126,7 @@ func TestServeWebhookFlagErrors(t *testing.T) {
 	for _, args := range [][]string{{"--webhook", "stripe"}, {"--webhook", "stripe", "--retention", "96h"}} {
 		m := NewMain(io.Discard, io.Discard)
 		fs, o := m.serveFlags()
-		if err := parse(fs, append([]string{"--upstream", "http://127.0.0.1:9"}, args...)); err != nil {
+		if err := cli.Parse(fs, append([]string{"--upstream", "http://127.0.0.1:9"}, args...)); err != nil {
 			t.Fatal(err)
 		}
 		spec, err := checkWebhook(fs, o, func(string) (string, bool) { return "whsec_a,whsec_b", true })

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhq/idem/cmd/idem/internal/operator"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/migrate"
 )
@@ -55,7 +56,7 @@ func TestOpsRowsWrittenByHand(t *testing.T) {
 		wantLines(t, mustRun(t, cmd("sagas", "list")...), "s-bad", "2 sagas")
 		out = mustRun(t, cmd("sagas", "show", "--id", "s-bad")...)
 		wantLines(t, out, "DECODE ERROR", "results: not a JSON object")
-		wantCode(t, exitConflict, "cannot be decoded", cmd("sagas", "retry", "--id", "s-bad", "--reason", "try")...)
+		wantCode(t, operator.ExitConflict, "cannot be decoded", cmd("sagas", "retry", "--id", "s-bad", "--reason", "try")...)
 		mustRun(t, cmd("sagas", "resolve", "--id", "s-bad", "--note", "refunded by hand")...)
 	})
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
+	"github.com/idemhq/idem/internal/redact"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -53,24 +55,24 @@ type urlUse struct {
 var urlUses = []urlUse{
 	{"serve --store", []string{"postgres", "postgresql", "mysql", "sqlite", "redis", "rediss", "redis-cluster"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			s, err := parseStore(raw)
-			if err != nil || s.kind == "sqlite" { // a SQLite file would be created
-				return []string{s.desc}, []error{err}
+			s, err := open.ParseStore(raw)
+			if err != nil || s.Kind == "sqlite" { // a SQLite file would be created
+				return []string{s.Desc}, []error{err}
 			}
-			_, closeStore, err := s.open(ctx, prometheus.NewRegistry())
+			_, closeStore, err := s.Open(ctx, prometheus.NewRegistry())
 			if err == nil {
 				closeStore()
 			}
-			return []string{s.desc}, []error{err}
+			return []string{s.Desc}, []error{err}
 		}},
 	{"relay and admin --db", []string{"postgres", "postgresql", "mysql", "sqlite"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			d, err := parseDB(raw)
-			return []string{d.desc}, []error{err}
+			d, err := open.ParseDB(raw)
+			return []string{d.Desc}, []error{err}
 		}},
 	{"migrate, keys, dlq, outbox, sagas --db", []string{"postgres", "postgresql", "mysql"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			_, closeDB, err := openMigrateDB(ctx, raw)
+			_, closeDB, err := open.SQLDB(ctx, raw)
 			if err == nil {
 				closeDB()
 			}
@@ -78,34 +80,34 @@ var urlUses = []urlUse{
 		}},
 	{"verify --db", []string{"postgres", "postgresql", "mysql"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			db, err := openVerifyDB(ctx, raw, false)
+			db, err := open.VerifyDatabase(ctx, raw, false)
 			if err == nil {
-				db.close()
+				db.Close()
 			}
 			return nil, []error{err}
 		}},
 	{"relay --sink", []string{"nats", "tls", "kafka", "redis", "rediss", "amqp", "amqps", "http", "https", "pubsub", "sqs"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			o := &relayOptions{webhookSecret: strings.Repeat("k", 32), webhookTimeout: 5 * time.Second, amqpMandatory: true}
-			s, err := parseSink(raw, o)
-			if err != nil || !slices.Contains([]string{"nats", "redis", "amqp", "webhook"}, s.kind) {
-				return []string{s.desc}, []error{err}
+			o := &open.SinkFlags{WebhookSecret: strings.Repeat("k", 32), WebhookTimeout: 5 * time.Second, AMQPMandatory: true}
+			s, err := open.ParseSink(raw, o)
+			if err != nil || !slices.Contains([]string{"nats", "redis", "amqp", "webhook"}, s.Kind) {
+				return []string{s.Desc}, []error{err}
 			}
-			sink, closeSink, err := s.open(ctx, o)
+			sink, closeSink, err := s.Open(ctx, o)
 			if err == nil {
 				err = sink.Publish(ctx, idem.Message{ID: "m-1", Topic: "t"})
 				closeSink()
 			}
-			return []string{s.desc}, []error{err}
+			return []string{s.Desc}, []error{err}
 		}},
 	{"verify --broker", []string{"nats", "kafka", "redis", "rediss", "amqp", "amqps"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
-			b, err := openVerifyBroker(ctx, raw, "leak", slog.New(slog.DiscardHandler))
+			b, err := open.VerifyBroker(ctx, raw, "leak", slog.New(slog.DiscardHandler))
 			if err != nil {
 				return nil, []error{err}
 			}
-			defer b.close()
-			return []string{b.name}, nil
+			defer b.Close()
+			return []string{b.Name()}, nil
 		}},
 	{"serve --upstream", []string{"http", "https"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {
@@ -117,7 +119,7 @@ var urlUses = []urlUse{
 			if err != nil {
 				return nil, []error{err}
 			}
-			return []string{redactURL(spec.upstream.String())}, nil // what serve prints at start
+			return []string{redact.URL(spec.upstream.String())}, nil // what serve prints at start
 		}},
 	{"$OTEL_EXPORTER_OTLP_ENDPOINT", []string{"http", "https"},
 		func(ctx context.Context, t *testing.T, raw string) ([]string, []error) {

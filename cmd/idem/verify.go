@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/cmd/idem/internal/verify"
 )
 
@@ -120,23 +121,23 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 		}
 		defer stop()
 	}
-	vdb, err := openVerifyDB(ctx, o.db, o.keep)
+	vdb, err := open.VerifyDatabase(ctx, o.db, o.keep)
 	if err != nil {
 		return err
 	}
-	defer vdb.close()
+	defer vdb.Close()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if o.verbose {
 		logger = slog.New(slog.NewTextHandler(m.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	b, err := openVerifyBroker(ctx, o.broker, randomHex(4), logger)
+	b, err := open.VerifyBroker(ctx, o.broker, open.RandomHex(4), logger)
 	if err != nil {
 		return err
 	}
-	defer b.close()
+	defer b.Close()
 
 	flow := &verify.Flow{
-		DB: vdb.db, Store: vdb.store, Broker: b, Clock: vdb.clock, DBProxy: vdb.proxy,
+		DB: vdb.DB, Store: vdb.Store, Broker: b, Clock: vdb.Clock, DBProxy: vdb.Proxy,
 		Orders: o.ops, Clients: o.clients, Consumers: o.consumers, FaultRate: o.rate, Seed: o.seed,
 		Unsafe: o.unsafe, Timeout: o.timeout, Logger: logger,
 	}
@@ -149,20 +150,20 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 	}
 	if !o.asJSON {
 		// The header as soon as it is known: the run takes seconds to minutes.
-		head := &verify.Report{Ops: o.ops, Store: vdb.name, Broker: b.Name(), Seed: o.seed, Unsafe: o.unsafe}
+		head := &verify.Report{Ops: o.ops, Store: vdb.Name, Broker: b.Name(), Seed: o.seed, Unsafe: o.unsafe}
 		if err := head.WriteHeader(m.Stdout); err != nil {
 			return err
 		}
 	}
 	// The terminal is asked of stderr as given, not of Run's redacting wrapper.
 	// With -v the log lines share stderr: plain progress lines, not a \r line.
-	isTerm := isTerminal
+	isTerm := verify.IsTerminal
 	if m.terminal != nil {
 		isTerm = m.terminal
 	}
 	terminal := isTerm(m.help()) && !o.verbose
-	bar := newProgressWriter(m.Stderr, terminal, time.Now)
-	flow.Progress = bar.update
+	bar := verify.NewProgressWriter(m.Stderr, terminal, time.Now)
+	flow.Progress = bar.Update
 	if o.cpuProfile != "" {
 		stop, err := startCPUProfile(o.cpuProfile)
 		if err != nil {
@@ -171,11 +172,11 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 		defer stop()
 	}
 	report, err := flow.Run(ctx)
-	bar.clear()
+	bar.Clear()
 	if err != nil {
 		return fmt.Errorf("idem verify: %w", err)
 	}
-	report.Store = vdb.name
+	report.Store = vdb.Name
 	if o.asJSON {
 		err = report.WriteJSON(m.Stdout)
 	} else {

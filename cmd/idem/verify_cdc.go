@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/cmd/idem/internal/verify"
 	"github.com/idemhq/idem/idempg/pgcdc"
 	"github.com/idemhq/idem/idemsql"
@@ -31,7 +32,7 @@ func (m *Main) verifyCDCDB(ctx context.Context, o *verifyOptions) (stop func(), 
 		}
 		o.db = c.URL
 		return func() { _ = c.Stop(context.WithoutCancel(ctx)) }, nil
-	case dialectOf(o.db) != "postgres":
+	case open.DialectOf(o.db) != "postgres":
 		return nil, fmt.Errorf("--relay cdc reads PostgreSQL's WAL: pass --db postgres://… (a server with wal_level=logical), or no --db for a private one (got %s)", redact.URL(o.db))
 	}
 	return func() {}, nil

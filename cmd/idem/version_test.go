@@ -39,7 +39,7 @@ func TestVersionCommand(t *testing.T) {
 	if err != nil || flagOut != out {
 		t.Errorf("idem --version = %q, %v; want what idem version prints:\n%s", flagOut, err, out)
 	}
-	if _, err := run("version", "extra"); !errors.Is(err, errUsage) {
+	if _, err := run("version", "extra"); !errors.Is(err, cli.ErrUsage) {
 		t.Errorf("idem version extra: %v, want a usage error", err)
 	}
 }
