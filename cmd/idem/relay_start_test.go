@@ -25,9 +25,9 @@ import (
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
-// relayStartErr runs `idem relay args…` and returns its error and stderr once it
+// relayStartErr runs `idem relay args…` and returns its stderr and error once it
 // exits. A relay that starts relaying instead fails t (and is stopped).
-func relayStartErr(t *testing.T, args ...string) (error, string) {
+func relayStartErr(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -38,14 +38,14 @@ func relayStartErr(t *testing.T, args ...string) (error, string) {
 	for {
 		select {
 		case err := <-done:
-			return err, stderr.String()
+			return stderr.String(), err
 		case <-time.After(10 * time.Millisecond):
 		}
 		if strings.Contains(stderr.String(), "idem relay: relaying") {
 			cancel()
 			<-done
 			t.Errorf("relay %v started although its sink does not answer:\n%s", args, stderr)
-			return nil, stderr.String()
+			return stderr.String(), nil
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("relay %v neither failed nor started within 2 minutes:\n%s", args, stderr)
@@ -83,7 +83,7 @@ func TestRelayUnreachableSinks(t *testing.T) {
 		{"webhook-certificate", untrusted.URL + "/hook", "the webhook receiver does not answer: tls: failed to verify certificate"},
 	} {
 		t.Run(c.kind, func(t *testing.T) {
-			err, stderr := relayStartErr(t, "--db", "sqlite:"+file, "--sink", c.sink, "--webhook-secret", secret, "--listen", "")
+			stderr, err := relayStartErr(t, "--db", "sqlite:"+file, "--sink", c.sink, "--webhook-secret", secret, "--listen", "")
 			if err == nil {
 				return // relayStartErr failed t
 			}

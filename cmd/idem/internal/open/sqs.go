@@ -33,7 +33,6 @@ import (
 type sqsSpec struct {
 	endpoint string // "" for AWS itself
 	region   string // "" to take the config chain's
-	maxSize  int
 }
 
 // parseSQSSink checks --sink sqs://… without connecting.
@@ -122,6 +121,7 @@ func probeSQS(ctx context.Context, s SinkSpec, client *sqs.Client) error {
 // timeout of verifyAckWait.
 func openSQSBroker(ctx context.Context, b *Broker, raw, run string) error {
 	if raw != "sqs:" {
+		//lint:ignore ST1005 the message ends with what to type, the scheme "sqs:"
 		return fmt.Errorf("--broker %q: verify runs SQS in-process only: use sqs:", redact.URL(raw))
 	}
 	srv, err := sqsfake.Start(sqsfake.Config{})

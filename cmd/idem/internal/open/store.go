@@ -68,6 +68,7 @@ func ParseStore(raw string) (StoreSpec, error) {
 	case strings.HasPrefix(raw, "mysql://"):
 		return parseMySQLStore(s)
 	default:
+		//lint:ignore ST1005 the message ends with what to type, the URL "memory:"
 		return s, fmt.Errorf("--store %q: unknown store; use sqlite:PATH, postgres://user@host:5432/db, "+
 			"mysql://user@host:3306/db, redis://host:6379[/db] or memory:", s.Desc)
 	}
