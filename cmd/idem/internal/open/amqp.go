@@ -26,7 +26,7 @@ func openAMQPSink(s SinkSpec, o *SinkFlags) (idem.Sink, func(), error) {
 
 // openAMQPBroker is verify's --broker amqp://…: the run's own quorum queue, every
 // connection through a chaos.Proxy.
-func openAMQPBroker(b *Broker, raw, run string) error {
+func openAMQPBroker(ctx context.Context, b *Broker, raw, run string) error {
 	u, err := amqp.ParseURI(raw)
 	if err != nil {
 		return fmt.Errorf("--broker %q: %s: use amqp://user:pass@host:5672/[vhost]", redact.URL(raw), redact.String(err.Error()))
@@ -45,7 +45,7 @@ func openAMQPBroker(b *Broker, raw, run string) error {
 		return fmt.Errorf("--broker %s: %w", redact.URL(raw), err)
 	}
 	b.cleanup = append(b.cleanup, func() { admin.Close() })
-	if err := idemamqp.EnsureQueue(context.TODO(), admin, b.topic, idemamqp.QueueConfig{Quorum: true}); err != nil {
+	if err := idemamqp.EnsureQueue(ctx, admin, b.topic, idemamqp.QueueConfig{Quorum: true}); err != nil {
 		return fmt.Errorf("--broker %s: %w", redact.URL(raw), err)
 	}
 	b.cleanup = append(b.cleanup, func() {

@@ -172,7 +172,7 @@ func VerifyBroker(ctx context.Context, raw, run string, logger *slog.Logger) (*B
 	case "redis", "rediss":
 		err = openRedisBroker(ctx, b, raw, run)
 	case "amqp", "amqps":
-		err = openAMQPBroker(b, raw, run)
+		err = openAMQPBroker(ctx, b, raw, run)
 	case "pubsub":
 		err = openPubSubBroker(ctx, b, raw, run)
 	case "sqs":
