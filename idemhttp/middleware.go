@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/heartbeat"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/wait"
@@ -364,18 +365,18 @@ func (c *mwCore) execute(next http.Handler, w http.ResponseWriter, r *http.Reque
 	hr := q.handlerRequest(context.WithoutCancel(r.Context()), r)
 	q.snapshotHeader(w.Header())
 	returned := false
-	hb := c.startHeartbeat(k, token)
+	hb := heartbeat.Start(c.renewer, k, token, c.cfg.Lease, c.cfg.Logger)
 	defer func() {
 		if !returned {
 			// The handler panicked (net/http recovers it): give the key back so a
 			// retry runs the request again rather than waiting out the lease.
-			hb.stop()
+			hb.Stop()
 			c.release(r, k, token)
 		}
 	}()
 	next.ServeHTTP(rec, hr)
 	returned = true
-	hb.stop()
+	hb.Stop()
 
 	rec.finishHeader()
 	var stored []byte

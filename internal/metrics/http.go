@@ -79,18 +79,34 @@ type HTTP struct {
 // idem_http_request_duration_seconds{outcome} on reg. A nil reg returns a nil *HTTP.
 // Several middlewares (or a gateway) on one registry share the collectors.
 func NewHTTP(reg prometheus.Registerer) (*HTTP, error) {
+	return newRequests(reg, "idem_http", "Requests through the idempotency middleware",
+		"Time from the request entering the idempotency middleware to its response, by outcome.",
+		"Requests the idempotency middleware refused without running them")
+}
+
+// NewGRPC registers the same series for the gRPC server interceptor, named
+// idem_grpc_requests_total{outcome}, idem_grpc_request_duration_seconds{outcome}
+// and idem_grpc_refused_total{reason}; the outcomes mean what they mean for HTTP
+// (conflict: the key was in progress; mismatch: used for another request).
+func NewGRPC(reg prometheus.Registerer) (*HTTP, error) {
+	return newRequests(reg, "idem_grpc", "Unary calls through the gRPC idempotency interceptor",
+		"Time from the call entering the gRPC idempotency interceptor to its response, by outcome.",
+		"Calls the gRPC idempotency interceptor refused without running them")
+}
+
+func newRequests(reg prometheus.Registerer, prefix, requestsHelp, durationHelp, refusedHelp string) (*HTTP, error) {
 	if reg == nil {
 		return nil, nil
 	}
 	r := &registrar{reg: reg}
-	requests := r.counters("idem_http_requests_total",
-		"Requests through the idempotency middleware, by outcome (executed, replayed, conflict, mismatch, rejected, passthrough, error).",
+	requests := r.counters(prefix+"_requests_total",
+		requestsHelp+", by outcome (executed, replayed, conflict, mismatch, rejected, passthrough, error).",
 		"outcome")
-	duration := r.seconds("idem_http_request_duration_seconds",
-		"Time from the request entering the idempotency middleware to its response, by outcome.",
+	duration := r.seconds(prefix+"_request_duration_seconds",
+		durationHelp,
 		0.0001, "outcome")
-	refused := r.counters("idem_http_refused_total",
-		"Requests the idempotency middleware refused without running them, by reason (stale_key, future_key, untimed_key, deadline); each is also counted as outcome rejected.",
+	refused := r.counters(prefix+"_refused_total",
+		refusedHelp+", by reason (stale_key, future_key, untimed_key, deadline); each is also counted as outcome rejected.",
 		"reason")
 	if r.err != nil {
 		return nil, r.err

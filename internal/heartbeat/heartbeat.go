@@ -1,4 +1,6 @@
-package idemhttp
+// Package heartbeat renews the lease of a claimed key while its handler runs: the
+// one renewal loop of the request middlewares (idemhttp, idemgrpc).
+package heartbeat
 
 import (
 	"context"
@@ -10,12 +12,12 @@ import (
 	"github.com/idemhq/idem"
 )
 
-// heartbeat renews the lease of a key while its handler runs, so a live holder
+// Heartbeat renews the lease of a key while its handler runs, so a live holder
 // keeps its key however long the handler takes: the lease only protects against a
 // holder that died. It costs one runtime timer per request and no goroutine: the
 // timer's function runs (on a goroutine of its own) only when the handler outlives a
 // third of the lease, and a handler that returns sooner just stops the timer.
-type heartbeat struct {
+type Heartbeat struct {
 	renewer  idem.Renewer
 	k        idem.Key
 	token    uint64
@@ -28,21 +30,22 @@ type heartbeat struct {
 	t       *time.Timer
 }
 
-// startHeartbeat renews k's lease every lease/3 until stop is called; it returns nil
-// (and stop of a nil heartbeat does nothing) when the store cannot renew.
-func (c *mwCore) startHeartbeat(k idem.Key, token uint64) *heartbeat {
-	if c.renewer == nil {
+// Start renews k's lease (held with token) every lease/3 until Stop is called; it
+// returns nil (and Stop of a nil Heartbeat does nothing) when renewer is nil: a
+// store that cannot renew.
+func Start(renewer idem.Renewer, k idem.Key, token uint64, lease time.Duration, log *slog.Logger) *Heartbeat {
+	if renewer == nil {
 		return nil
 	}
-	h := &heartbeat{renewer: c.renewer, k: k, token: token, lease: c.cfg.Lease,
-		interval: max(c.cfg.Lease/3, time.Millisecond), log: c.cfg.Logger}
+	h := &Heartbeat{renewer: renewer, k: k, token: token, lease: lease,
+		interval: max(lease/3, time.Millisecond), log: log}
 	h.mu.Lock()
 	h.t = time.AfterFunc(h.interval, h.beat)
 	h.mu.Unlock()
 	return h
 }
 
-func (h *heartbeat) beat() {
+func (h *Heartbeat) beat() {
 	// A renewal that takes longer than the interval is as good as lost: the next
 	// one is due.
 	ctx, cancel := context.WithTimeout(context.Background(), h.interval)
@@ -71,9 +74,9 @@ func (h *heartbeat) beat() {
 	h.t.Reset(h.interval)
 }
 
-// stop ends the renewals. A renewal already under way may still land; it only
+// Stop ends the renewals. A renewal already under way may still land; it only
 // extends a lease the caller is about to complete or release.
-func (h *heartbeat) stop() {
+func (h *Heartbeat) Stop() {
 	if h == nil {
 		return
 	}
