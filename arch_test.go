@@ -132,3 +132,21 @@ func TestClientsLinkNoServer(t *testing.T) {
 	}
 	walk("idemnats")
 }
+
+// requestLayers guard requests and calls through any Store or TxStore: they reach a
+// database only through idemsql.TxDB, never a driver of their own.
+var requestLayers = []string{"idemhttp", "idemhttp/gateway", "idemgrpc", "webhook"}
+
+func TestRequestLayersImportNoDriver(t *testing.T) {
+	for _, c := range requestLayers {
+		p := parseDir(t, c)
+		if len(p.files) == 0 {
+			t.Fatalf("no Go files in %s", c)
+		}
+		for _, d := range append(drivers, "idemmem", "idemredis") {
+			if p.imports[module+"/"+d] {
+				t.Errorf("%s imports %s: a request layer takes its store as an idem.Store or idem.TxStore", c, d)
+			}
+		}
+	}
+}
