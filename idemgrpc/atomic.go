@@ -4,12 +4,14 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 )
 
 // AtomicUnaryServerInterceptor is UnaryServerInterceptor for handlers whose
@@ -91,6 +93,9 @@ func (a *atomicRunner[Tx]) run(ctx context.Context, req any, mi *methodInfo, han
 			return nil, metrics.HTTPError, a.s.storeFailed(ctx, "begin", c.Key, err)
 		}
 		res, err := a.store.ClaimTx(dctx, tx, c)
+		if err == nil {
+			otelx.SetOutcome(trace.SpanFromContext(ctx), res.Outcome, res.Token)
+		}
 		if err == nil && res.Outcome == idem.Acquired {
 			return a.execute(ctx, req, mi, handler, c.Key, tx, res.Token)
 		}

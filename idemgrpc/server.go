@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,6 +26,7 @@ import (
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/heartbeat"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/wait"
 )
 
@@ -171,6 +173,9 @@ func (s *server) serve(ctx context.Context, req any, mi *methodInfo, handler grp
 		return nil, metrics.HTTPRejected, err
 	}
 	c := idem.Claim{Key: idem.Key{Scope: scope, ID: key}, Fingerprint: fp[:], Lease: s.cfg.Lease, Retention: s.retention}
+	// The call's span, if a tracing stats handler (otelgrpc) made one, gets the key
+	// and the claim's outcome, as the HTTP middleware's span does.
+	otelx.SetKey(trace.SpanFromContext(ctx), c.Key)
 	return s.run(ctx, req, mi, handler, c)
 }
 
@@ -234,10 +239,11 @@ func (s *server) runPlain(ctx context.Context, req any, mi *methodInfo, handler 
 	if err == nil && res.Outcome == idem.InProgress && s.cfg.Wait > 0 {
 		res, err = s.wait(ctx, res, func() (idem.Result, error) { return s.cfg.Store.Claim(ctx, c) })
 	}
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, metrics.HTTPError, s.storeFailed(ctx, "claim", c.Key, err)
-	case res.Outcome != idem.Acquired:
+	}
+	otelx.SetOutcome(trace.SpanFromContext(ctx), res.Outcome, res.Token)
+	if res.Outcome != idem.Acquired {
 		return s.answerDuplicate(ctx, mi, c.Key, res)
 	}
 	return s.execute(ctx, req, mi, handler, c.Key, res.Token)
@@ -581,4 +587,3 @@ func (h *heldStream) flush() {
 }
 
 func ptr[T any](v T) *T { return &v }
-
