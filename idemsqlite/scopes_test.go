@@ -35,7 +35,7 @@ func TestScopesPlanSeeksPrimaryKey(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	for _, q := range []string{
-		`WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 100000)
+		`WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 20000)
 		INSERT INTO idem_records (scope, id, state, token, result, retention_ns, created_ns, expires_ns)
 		SELECT printf('scope-%03d', n % 100), printf('key-%06d', n), 2, n, x'', 0, 0, 9e18 FROM g`,
 		`ANALYZE`,
