@@ -11,7 +11,7 @@ import (
 )
 
 // TestScopesPlanSeeksPrimaryKey proves that a Scopes page costs seeks of the primary
-// key, not a scan of the records: on 100,000 records over 100 scopes, analyzed, every
+// key, not a scan of the records: on 20,000 records over 100 scopes, analyzed, every
 // step of the plan searches the primary key by scope and none scans the table. The
 // plan it printed:
 //
