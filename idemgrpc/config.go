@@ -135,12 +135,10 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 	if cfg.CredentialMetadata == nil {
 		cfg.CredentialMetadata = DefaultCredentialMetadata
 	}
-	for i, k := range cfg.CredentialMetadata {
-		cfg.CredentialMetadata[i] = strings.ToLower(k)
-	}
-	for i, k := range cfg.FingerprintMetadata {
-		cfg.FingerprintMetadata[i] = strings.ToLower(k)
-	}
+	// Lowered into new slices: the caller's (or DefaultCredentialMetadata, shared by
+	// every interceptor) must not be written to.
+	cfg.CredentialMetadata = lowered(cfg.CredentialMetadata)
+	cfg.FingerprintMetadata = lowered(cfg.FingerprintMetadata)
 	if cfg.Scope == nil {
 		cfg.Scope = CredentialScope(cfg.CredentialMetadata...)
 	}
@@ -185,4 +183,16 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 			Fix: "leave MaxKeyAge 0 (the Retention) or positive, or drop RequireTimedKeys"}
 	}
 	return cfg, nil
+}
+
+// lowered returns a copy of keys in lower case, as metadata keys arrive.
+func lowered(keys []string) []string {
+	if keys == nil {
+		return nil
+	}
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = strings.ToLower(k)
+	}
+	return out
 }
