@@ -581,4 +581,3 @@ func (h *heldStream) flush() {
 }
 
 func ptr[T any](v T) *T { return &v }
-
