@@ -27,6 +27,7 @@ const placeOrder = "/idem.orders.v1.Orders/PlaceOrder"
 // rig is one loopback server with the idem interceptor and one client to it.
 type rig struct {
 	t      *testing.T
+	addr   string
 	store  idem.Store
 	orders *grpctest.Orders
 	conn   *grpc.ClientConn
@@ -72,7 +73,7 @@ func newRig(t *testing.T, cfg idemgrpc.Config, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &rig{t: t, store: cfg.Store, orders: orders, conn: conn, client: orderspb.NewOrdersClient(conn)}
+	return &rig{t: t, addr: addr, store: cfg.Store, orders: orders, conn: conn, client: orderspb.NewOrdersClient(conn)}
 }
 
 func newMem(t testing.TB) *idemmem.Store {
