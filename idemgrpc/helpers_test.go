@@ -44,6 +44,8 @@ type rigOpts struct {
 	dial []grpc.DialOption
 	// orders replaces the default service.
 	orders *grpctest.Orders
+	// mw replaces UnaryServerInterceptor(cfg) (the atomic interceptor).
+	mw grpc.UnaryServerInterceptor
 }
 
 // newRig serves grpctest.Orders behind UnaryServerInterceptor(cfg) on cfg.Store
@@ -51,12 +53,15 @@ type rigOpts struct {
 // policy unless o.dial adds them, so every status the server answers is seen as is.
 func newRig(t *testing.T, cfg idemgrpc.Config, o rigOpts) *rig {
 	t.Helper()
-	if cfg.Store == nil {
-		cfg.Store = newMem(t)
-	}
-	mw, err := idemgrpc.UnaryServerInterceptor(cfg)
-	if err != nil {
-		t.Fatal(err)
+	mw := o.mw
+	if mw == nil {
+		if cfg.Store == nil {
+			cfg.Store = newMem(t)
+		}
+		var err error
+		if mw, err = idemgrpc.UnaryServerInterceptor(cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
 	orders := o.orders
 	if orders == nil {
