@@ -5,10 +5,12 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -44,6 +46,7 @@ func TestRefusedKeys(t *testing.T) {
 		{"older than MaxKeyAge", idemgrpc.Config{MaxKeyAge: time.Hour}, []string{old}, codes.FailedPrecondition, idemgrpc.ReasonKeyExpired},
 		{"from the future", idemgrpc.Config{}, []string{future}, codes.InvalidArgument, idemgrpc.ReasonKeyFromFuture},
 		{"untimed with RequireTimedKeys", idemgrpc.Config{RequireTimedKeys: true}, []string{"order-42"}, codes.InvalidArgument, idemgrpc.ReasonUntimedKey},
+		{"request without RequestField", idemgrpc.Config{RequestField: "idempotency_key"}, []string{"k-1"}, codes.InvalidArgument, idemgrpc.ReasonInvalidKey},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -159,6 +162,64 @@ func TestWaitTurnsInProgressIntoReplay(t *testing.T) {
 	}
 	if n := r.orders.Executions(); n != 1 {
 		t.Fatalf("the handler ran %d times", n)
+	}
+}
+
+// A Wait that runs out while the first call still runs ends as without Wait:
+// Unavailable, key in progress.
+func TestWaitRunsOut(t *testing.T) {
+	t.Parallel()
+	g := newGate("slow")
+	r := newRig(t, idemgrpc.Config{Wait: time.Millisecond}, rigOpts{orders: &grpctest.Orders{Before: g.before}})
+	defer g.release()
+	key := idemkey.NewV7()
+	first := make(chan call, 1)
+	go func() { first <- r.place(context.Background(), key, "slow", 5) }()
+	<-g.started
+	c := r.place(context.Background(), key, "slow", 5)
+	wantStatus(t, c.err, codes.Unavailable, idemgrpc.ReasonKeyInProgress)
+	g.release()
+	if f := <-first; f.err != nil {
+		t.Fatal(f.err)
+	}
+}
+
+// The handler runs detached from the call: a caller that gives up does not
+// cancel it, and its retry is answered with the result.
+func TestHandlerOutlivesCaller(t *testing.T) {
+	t.Parallel()
+	g := newGate("slow")
+	handlerErr := make(chan error, 1)
+	orders := &grpctest.Orders{Before: func(ctx context.Context, req *orderspb.PlaceOrderRequest) {
+		g.before(ctx, req)
+		handlerErr <- ctx.Err()
+	}}
+	// gone is closed once the server has seen the caller's cancellation.
+	gone := make(chan struct{})
+	var once sync.Once
+	watch := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		go func() { <-ctx.Done(); once.Do(func() { close(gone) }) }()
+		return h(ctx, req)
+	}
+	r := newRig(t, idemgrpc.Config{Wait: time.Hour}, rigOpts{orders: orders, outer: []grpc.UnaryServerInterceptor{watch}})
+	defer g.release()
+	key := idemkey.NewV7()
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan call, 1)
+	go func() { first <- r.place(ctx, key, "slow", 5) }()
+	<-g.started
+	cancel()
+	if f := <-first; status.Code(f.err) != codes.Canceled {
+		t.Fatalf("the caller that gave up: %v", f.err)
+	}
+	<-gone
+	g.release()
+	if err := <-handlerErr; err != nil {
+		t.Fatalf("the handler's context ended with its caller: %v", err)
+	}
+	retry := r.place(context.Background(), key, "slow", 5)
+	if retry.err != nil || !idemgrpc.Replayed(retry.header) || r.orders.Executions() != 1 {
+		t.Fatalf("retry: %v, header %v, %d executions: want the replay", retry.err, retry.header, r.orders.Executions())
 	}
 }
 
