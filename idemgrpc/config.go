@@ -135,10 +135,10 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 	if cfg.CredentialMetadata == nil {
 		cfg.CredentialMetadata = DefaultCredentialMetadata
 	}
-	// Lower-cased into new slices: the caller's (or DefaultCredentialMetadata) is
-	// never written.
-	cfg.CredentialMetadata = lower(cfg.CredentialMetadata)
-	cfg.FingerprintMetadata = lower(cfg.FingerprintMetadata)
+	// Lowered into new slices: the caller's (or DefaultCredentialMetadata, shared by
+	// every interceptor) must not be written to.
+	cfg.CredentialMetadata = lowered(cfg.CredentialMetadata)
+	cfg.FingerprintMetadata = lowered(cfg.FingerprintMetadata)
 	if cfg.Scope == nil {
 		cfg.Scope = CredentialScope(cfg.CredentialMetadata...)
 	}
@@ -185,8 +185,8 @@ func (cfg Config) withDefaults(needStore bool) (Config, error) {
 	return cfg, nil
 }
 
-// lower returns keys lower-cased (gRPC metadata keys are), in a new slice.
-func lower(keys []string) []string {
+// lowered returns a copy of keys in lower case, as metadata keys arrive.
+func lowered(keys []string) []string {
 	if keys == nil {
 		return nil
 	}
