@@ -79,7 +79,9 @@ func UnaryClientInterceptor(cfg ClientConfig) (grpc.UnaryClientInterceptor, erro
 		}
 		key := ""
 		if len(keys) == 1 {
-			key = keys[0]
+			if key = keys[0]; key == "" {
+				return fmt.Errorf("idemgrpc: the call to %s carries an empty %s: set the call's key, or no %s to have one made", method, MetadataKey, MetadataKey)
+			}
 		}
 		var field protoreflect.FieldDescriptor
 		var msg protoreflect.Message

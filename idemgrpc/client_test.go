@@ -2,6 +2,7 @@ package idemgrpc_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -213,6 +214,14 @@ func TestClientMethodsAndTwoKeys(t *testing.T) {
 	}
 	if keys, _ := rec.seen(); len(keys) != 1 {
 		t.Fatalf("the call with two keys reached the server: %q", keys)
+	}
+	// An empty key set on purpose is a mistake, not "no key": the call is not sent.
+	ctx = metadata.AppendToOutgoingContext(context.Background(), idemgrpc.MetadataKey, "")
+	if c := all.place(ctx, "", "c", 5); c.err == nil || !strings.Contains(c.err.Error(), "empty") {
+		t.Fatalf("a call with an empty key: %v", c.err)
+	}
+	if keys, _ := rec.seen(); len(keys) != 1 {
+		t.Fatalf("the call with an empty key reached the server: %q", keys)
 	}
 }
 

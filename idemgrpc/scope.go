@@ -18,7 +18,7 @@ import (
 
 // CredentialScope returns a Config.Scope that hashes who the caller is, as the
 // transport and the call prove it: the identity of a verified TLS client
-// certificate (mutual TLS: its subject and subject alternative names), then the
+// certificate (mutual TLS: its issuer, subject and subject alternative names), then the
 // values of the metadata keys (default DefaultCredentialMetadata: authorization,
 // x-api-key), each length-prefixed, under SHA-256. The scope is "cred:" and 32 hex
 // digits, or "anonymous" for a call that carries none of them. No credential is
@@ -64,7 +64,7 @@ func CredentialScope(keys ...string) func(ctx context.Context) (string, error) {
 }
 
 // peerIdentity returns the identity of the caller's verified TLS client
-// certificate: its subject and subject alternative names.
+// certificate: its issuer, subject and subject alternative names.
 func peerIdentity(ctx context.Context) (string, bool) {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.AuthInfo == nil {
@@ -75,8 +75,11 @@ func peerIdentity(ctx context.Context) (string, bool) {
 		return "", false
 	}
 	leaf := tlsInfo.State.VerifiedChains[0][0]
+	// The issuer too: a server that trusts several CAs must not let one CA's
+	// certificate share the scope of another CA's with the same subject.
 	var sb strings.Builder
-	sb.WriteString(leaf.Subject.String())
+	sb.WriteString(leaf.Issuer.String())
+	sb.WriteString("\x00subject:" + leaf.Subject.String())
 	for _, n := range leaf.DNSNames {
 		sb.WriteString("\x00dns:" + n)
 	}
