@@ -4,9 +4,12 @@ import (
 	"context"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -83,6 +86,77 @@ func (k *benchKeys) next(buf []byte) string {
 	return string(strconv.AppendInt(append(buf[:0], "order-"...), k.seq.Add(1), 10))
 }
 
+// benchTarget is one benchmarked mode, ready to call.
+type benchTarget struct {
+	mode benchMode
+	call func(key string) // one call, checked
+	keys *benchKeys
+	// clients is the number of goroutines that call it at once.
+	clients int
+}
+
+// run makes n calls from t.clients goroutines.
+func (t *benchTarget) run(n int) {
+	var left atomic.Int64
+	left.Store(int64(n))
+	var wg sync.WaitGroup
+	for range t.clients {
+		wg.Go(func() {
+			var buf []byte
+			for left.Add(-1) >= 0 {
+				t.call(t.keys.next(buf))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// parallel measures t alone with RunParallel, t.clients goroutines at once.
+func (t *benchTarget) parallel(b *testing.B) {
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism(max(1, (t.clients+procs-1)/procs))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var buf []byte
+		for pb.Next() {
+			t.call(t.keys.next(buf))
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
+
+// interleaved runs targets in alternation: each iteration is a round in which
+// every target makes perRound calls, the one going first rotating from round to
+// round. A round is short, so its targets see the same load on the machine; the
+// ratios reported (mode/bare: the bare target's time over the mode's, so 0.9 is
+// 10% fewer calls a second) are the medians of the rounds' ratios, which a burst
+// of load elsewhere does not skew. targets[0] is the bare one.
+func interleaved(b *testing.B, targets []*benchTarget, perRound int) {
+	for _, t := range targets {
+		t.run(perRound / 4) // warm up connections, pools and maps
+	}
+	ratios := make([][]float64, len(targets))
+	b.ResetTimer()
+	for round := range b.N {
+		spent := make([]time.Duration, len(targets))
+		for j := range targets {
+			i := (round + j) % len(targets)
+			start := time.Now()
+			targets[i].run(perRound)
+			spent[i] = time.Since(start)
+		}
+		for i := range targets {
+			ratios[i] = append(ratios[i], spent[0].Seconds()/spent[i].Seconds())
+		}
+	}
+	for i, t := range targets[1:] {
+		r := ratios[i+1]
+		slices.Sort(r)
+		b.ReportMetric(r[len(r)/2], t.mode.name+"/bare")
+	}
+}
+
 // BenchmarkUnaryServerInterceptor measures the server interceptor beside the bare
 // handler in the same run, two ways:
 //
@@ -90,24 +164,38 @@ func (k *benchKeys) next(buf []byte) string {
 //     (benchClients goroutines over benchConns connections), with the bare server
 //     (no interceptor), the interceptor with a new key per call, and the
 //     interceptor replaying one key; on idemmem and on a durable idemsqlite.
-//   - inproc/*: the interceptor function called directly with a handler that
-//     returns a fixed order, so its own cost shows without the network.
+//   - inproc/*: the interceptor function called directly (one goroutine per P)
+//     with a handler that returns a fixed order, so its own cost shows without
+//     the network.
 //
-// Run the rounds alternately (see BENCHMARKS.md) and compare with benchstat:
-//
-//	go test -c -o /tmp/idemgrpc.test ./idemgrpc
-//	for r in 1 2 3 4 5 6; do /tmp/idemgrpc.test -test.run '^$' \
-//	  -test.bench BenchmarkUnaryServerInterceptor -test.benchmem -test.cpu 1,2; done
+// Each mode alone (ns/op, allocs/op) is for profiles and allocations; the
+// */interleaved sub-benchmarks alternate the modes in short rounds and report the
+// median ratio of the rounds, which holds on a machine whose load changes during
+// the run. See BENCHMARKS.md for the command.
 func BenchmarkUnaryServerInterceptor(b *testing.B) {
 	for _, m := range benchModes {
-		b.Run("loopback/"+m.name, func(b *testing.B) { benchLoopback(b, m) })
+		b.Run("loopback/"+m.name, func(b *testing.B) { newLoopbackTarget(b, m).parallel(b) })
 	}
+	b.Run("loopback/interleaved", func(b *testing.B) {
+		targets := make([]*benchTarget, len(benchModes))
+		for i, m := range benchModes {
+			targets[i] = newLoopbackTarget(b, m)
+		}
+		interleaved(b, targets, 400)
+	})
 	for _, m := range benchModes[:3] {
-		b.Run("inproc/"+m.name, func(b *testing.B) { benchInProcess(b, m) })
+		b.Run("inproc/"+m.name, func(b *testing.B) { newInProcessTarget(b, m).parallel(b) })
 	}
+	b.Run("inproc/interleaved", func(b *testing.B) {
+		targets := make([]*benchTarget, 3)
+		for i, m := range benchModes[:3] {
+			targets[i] = newInProcessTarget(b, m)
+		}
+		interleaved(b, targets, 20000)
+	})
 }
 
-func benchLoopback(b *testing.B, m benchMode) {
+func newLoopbackTarget(b *testing.B, m benchMode) *benchTarget {
 	var opts []grpc.ServerOption
 	if store := benchStore(b, m.store); store != nil {
 		mw, err := idemgrpc.UnaryServerInterceptor(idemgrpc.Config{Store: store})
@@ -127,30 +215,18 @@ func benchLoopback(b *testing.B, m benchMode) {
 		clients[i] = orderspb.NewOrdersClient(conn)
 	}
 	req := &orderspb.PlaceOrderRequest{Customer: "tea-shop", Amount: 3}
-	place := func(client orderspb.OrdersClient, key string) {
+	var next atomic.Int64
+	call := func(key string) {
 		ctx := metadata.AppendToOutgoingContext(context.Background(), idemgrpc.MetadataKey, key)
-		o, err := client.PlaceOrder(ctx, req)
+		o, err := clients[int(next.Add(1))%benchConns].PlaceOrder(ctx, req)
 		if err != nil || o.GetCustomer() != req.Customer {
 			b.Errorf("%s: %v, %v", m.name, o, err)
 		}
 	}
-	for _, c := range clients {
-		place(c, benchReplayedKey) // opens the connection; the key replay modes replay
+	for range benchConns {
+		call(benchReplayedKey) // opens the connections; the key the replay modes replay
 	}
-	keys := &benchKeys{replay: m.replay}
-	var next atomic.Int64
-	procs := runtime.GOMAXPROCS(0)
-	b.SetParallelism(max(1, (benchClients+procs-1)/procs))
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		client := clients[int(next.Add(1))%benchConns]
-		var buf []byte
-		for pb.Next() {
-			place(client, keys.next(buf))
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+	return &benchTarget{mode: m, call: call, keys: &benchKeys{replay: m.replay}, clients: benchClients}
 }
 
 // benchStream is the transport stream of an in-process call: it takes the
@@ -162,7 +238,7 @@ func (benchStream) SetHeader(md metadata.MD) error  { return nil }
 func (benchStream) SendHeader(md metadata.MD) error { return nil }
 func (benchStream) SetTrailer(md metadata.MD) error { return nil }
 
-func benchInProcess(b *testing.B, m benchMode) {
+func newInProcessTarget(b *testing.B, m benchMode) *benchTarget {
 	order := &orderspb.Order{OrderId: "0196f1c2-9d7e-7c3a-8b1e-5f2a4c6d8e90", Customer: "tea-shop", Amount: 3, Execution: 1}
 	handler := func(ctx context.Context, req any) (any, error) { return order, nil }
 	intercept := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -187,13 +263,5 @@ func benchInProcess(b *testing.B, m benchMode) {
 		}
 	}
 	call(benchReplayedKey)
-	keys := &benchKeys{replay: m.replay}
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		var buf []byte
-		for pb.Next() {
-			call(keys.next(buf))
-		}
-	})
+	return &benchTarget{mode: m, call: call, keys: &benchKeys{replay: m.replay}, clients: runtime.GOMAXPROCS(0)}
 }
