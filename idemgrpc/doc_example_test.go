@@ -8,12 +8,16 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -25,6 +29,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemgrpc"
+	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idemmem"
 	"github.com/idemhq/idem/idemsql"
@@ -275,6 +280,123 @@ func Example_docsConfigs() {
 	userFrom := func(context.Context) (string, bool) { return "ada", true }
 	fmt.Println(docsScope(ctx, store, userFrom), docsRequestField(ctx, store))
 	// Output: <nil> <nil>
+}
+
+// lineageOrders is the middle of the lineage example: a gRPC handler that books
+// a shipment with an HTTP API through idemhttp.Transport.
+type lineageOrders struct {
+	orderspb.UnimplementedOrdersServer
+	shipments string // the HTTP API's URL
+	client    *http.Client
+	runs      *atomic.Int64
+}
+
+func (o lineageOrders) PlaceOrder(ctx context.Context, req *orderspb.PlaceOrderRequest) (*orderspb.Order, error) {
+	o.runs.Add(1)
+	// ctx carries the call's key lineage: the Transport derives the shipment's key from it.
+	hreq, err := http.NewRequestWithContext(ctx, "POST", o.shipments, strings.NewReader(req.GetCustomer()))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := o.client.Do(hreq)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	defer resp.Body.Close()
+	shipment, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return &orderspb.Order{OrderId: string(shipment), Customer: req.GetCustomer(), Amount: req.GetAmount()}, nil
+}
+
+// The lineage docs/grpc.md describes, HTTP → gRPC → HTTP: an HTTP API behind
+// idemhttp.Middleware calls a gRPC service behind the interceptor, whose handler
+// calls a shipments API through idemhttp.Transport. The whole request is made
+// twice with one Idempotency-Key, against two deployments of the first two tiers
+// whose stores hold nothing (the second lost the first one's records, as a crash
+// before they were stored would): both tiers run again, and the shipments API sees
+// the same key both times, so it ships once.
+func Example_docsLineage() {
+	var shipped atomic.Int64
+	shipStore, err := idemmem.New(idemmem.Config{})
+	if err != nil {
+		panic(err)
+	}
+	shipOnce, err := idemhttp.Middleware(idemhttp.Config{Store: shipStore})
+	if err != nil {
+		panic(err)
+	}
+	shipments := httptest.NewServer(shipOnce(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "shipment-%d", shipped.Add(1))
+	})))
+	defer shipments.Close()
+
+	var grpcRuns atomic.Int64
+	deploy := func() (string, func()) {
+		grpcStore, err := idemmem.New(idemmem.Config{})
+		if err != nil {
+			panic(err)
+		}
+		once, err := idemgrpc.UnaryServerInterceptor(idemgrpc.Config{Store: grpcStore, RequireKey: true})
+		if err != nil {
+			panic(err)
+		}
+		orders := lineageOrders{shipments: shipments.URL, client: &http.Client{Transport: &idemhttp.Transport{}}, runs: &grpcRuns}
+		addr, stopGRPC := docsLoopback(func(lis net.Listener) error {
+			srv := grpc.NewServer(grpc.UnaryInterceptor(once))
+			orderspb.RegisterOrdersServer(srv, orders)
+			return srv.Serve(lis)
+		})
+		keys, err := idemgrpc.UnaryClientInterceptor(idemgrpc.ClientConfig{})
+		if err != nil {
+			panic(err)
+		}
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(keys))
+		if err != nil {
+			panic(err)
+		}
+		client := orderspb.NewOrdersClient(conn)
+		apiStore, err := idemmem.New(idemmem.Config{})
+		if err != nil {
+			panic(err)
+		}
+		apiOnce, err := idemhttp.Middleware(idemhttp.Config{Store: apiStore})
+		if err != nil {
+			panic(err)
+		}
+		api := httptest.NewServer(apiOnce(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// r.Context() carries the request's key lineage: the gRPC call's key derives from it.
+			order, err := client.PlaceOrder(r.Context(), &orderspb.PlaceOrderRequest{Customer: "tea-shop", Amount: 3})
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			fmt.Fprint(w, order.GetOrderId())
+		})))
+		return api.URL, func() { api.Close(); conn.Close(); stopGRPC() }
+	}
+	for run := 1; run <= 2; run++ {
+		url, stop := deploy()
+		req, err := http.NewRequest("POST", url+"/orders", strings.NewReader("tea"))
+		if err != nil {
+			panic(err)
+		}
+		req.Header.Set(idemhttp.HeaderKey, "order-7f1c")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Printf("deployment %d: %s\n", run, body)
+		stop()
+	}
+	fmt.Println("gRPC handler runs:", grpcRuns.Load(), "shipments:", shipped.Load())
+	// Output:
+	// deployment 1: shipment-1
+	// deployment 2: shipment-1
+	// gRPC handler runs: 2 shipments: 1
 }
 
 // docsBlockRE finds the ```go blocks of a Markdown page.
