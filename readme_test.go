@@ -58,6 +58,13 @@ var readmeEnvs = []struct{ has, params string }{
 	{"saga.New(ctx, txdb,", "ctx context.Context, txdb idemsql.TxDB[*sql.Tx], src idem.Source, store *idemsqlite.Store, payments interface {\n\tCharge(context.Context, string) ([]byte, error)\n\tRefund(context.Context, string) error\n}"},
 	// docs/stream.md
 	{"stream.NewSQLStore(", "ctx context.Context, sqlDB *sql.DB, userOf func(*http.Request) string"},
+	// docs/grpc.md: each is also the body of a function of idemgrpc/doc_example_test.go
+	{"grpc.ChainUnaryInterceptor(auth, once)", "ctx context.Context, store idem.Store, auth grpc.UnaryServerInterceptor, orders orderspb.OrdersServer, lis net.Listener"},
+	{"grpc.WithDefaultServiceConfig(retryPolicy)", "ctx context.Context, addr string, creds credentials.TransportCredentials"},
+	{"metadata.AppendToOutgoingContext(ctx, idemgrpc.MetadataKey", "ctx context.Context, orders orderspb.OrdersClient, orderKey string"},
+	{"idemgrpc.AtomicUnaryServerInterceptor(db, store,", "ctx context.Context, store *idemsqlite.Store, orders orderspb.OrdersServer, lis net.Listener"},
+	{"Scope: func(ctx context.Context)", "ctx context.Context, store idem.Store, userFrom func(context.Context) (string, bool)"},
+	{`RequestField: "request_id",`, "ctx context.Context, store idem.Store"},
 	// docs/webhooks.md
 	{"webhook.Receiver(webhook.Config{", "ctx context.Context, store idem.Store, mux *http.ServeMux, fulfil func(context.Context, string, []byte) error"},
 	{"webhook.AtomicReceiver(txdb, store,", "ctx context.Context, store *idemsqlite.Store, mux *http.ServeMux"},
@@ -75,6 +82,10 @@ var readmeImports = map[string]string{
 	"idemkey": "github.com/idemhq/idem/idemkey", "webhook": "github.com/idemhq/idem/webhook", "os": "os",
 	"stream": "github.com/idemhq/idem/stream", "pgx": "github.com/jackc/pgx/v5",
 	"pgxpool": "github.com/jackc/pgx/v5/pgxpool", "jetstream": "github.com/nats-io/nats.go/jetstream",
+	"net": "net", "grpc": "google.golang.org/grpc", "codes": "google.golang.org/grpc/codes",
+	"credentials": "google.golang.org/grpc/credentials", "metadata": "google.golang.org/grpc/metadata",
+	"status": "google.golang.org/grpc/status", "idemgrpc": "github.com/idemhq/idem/idemgrpc",
+	"orderspb": "github.com/idemhq/idem/internal/orderspb",
 }
 
 var goBlockRE = regexp.MustCompile("(?s)```go\n(.*?)```")

@@ -80,7 +80,7 @@ func registered(t *testing.T) *recorder {
 		}
 	}
 	// Stores (every backend registers through these), the inbox, the relay (with
-	// the outbox's backlog gauges) and the HTTP middleware.
+	// the outbox's backlog gauges), the HTTP middleware and the gRPC interceptor.
 	_, err := metrics.NewStore(r, "test")
 	check("store metrics", err)
 	check("records gauge", metrics.RecordsFunc(r, "test", func() float64 { return 0 }))
@@ -90,6 +90,8 @@ func registered(t *testing.T) *recorder {
 	check("relay metrics", err)
 	_, err = metrics.NewHTTP(r)
 	check("http metrics", err)
+	_, err = metrics.NewGRPC(r)
+	check("grpc metrics", err)
 	check("build info", metrics.NewBuild(r, "v0.0.0", "", "go"))
 	_, err = idemmem.New(idemmem.Config{Registerer: r})
 	check("idemmem", err)

@@ -46,9 +46,8 @@ func CredentialScope(keys ...string) func(ctx context.Context) (string, error) {
 		} else {
 			b = binary.AppendUvarint(b, 0)
 		}
-		md, _ := metadata.FromIncomingContext(ctx)
 		for _, name := range names {
-			vs := md[name]
+			vs := metadata.ValueFromIncomingContext(ctx, name)
 			found = found || len(vs) > 0
 			b = binary.AppendUvarint(b, uint64(len(vs)))
 			for _, v := range vs {
@@ -102,8 +101,7 @@ func peerIdentity(ctx context.Context) (string, bool) {
 func TenantScope(key string, creds func(ctx context.Context) (string, error)) func(ctx context.Context) (string, error) {
 	key = strings.ToLower(key)
 	return func(ctx context.Context) (string, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		vs := md[key]
+		vs := metadata.ValueFromIncomingContext(ctx, key)
 		if len(vs) != 1 || vs[0] == "" {
 			return "", &idem.InputError{Field: "metadata " + key, Reason: fmt.Sprintf("is sent %d times", len(vs)),
 				Fix: "send the tenant exactly once"}

@@ -139,7 +139,8 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 // serve runs the checks that need no store (key, age, scope, in-flight cap),
 // fingerprints the call and hands it to run.
 func (s *server) serve(ctx context.Context, req any, mi *methodInfo, handler grpc.UnaryHandler) (any, metrics.HTTPOutcome, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
+	md := metadata.MD{} // on the stack: incoming fills it, nothing keeps it
+	incoming(ctx, md, s.cfg.FingerprintMetadata)
 	key, found, err := callKey(md, req, s.cfg.RequestField)
 	if err != nil {
 		return nil, metrics.HTTPRejected, err
@@ -177,6 +178,17 @@ func (s *server) serve(ctx context.Context, req any, mi *methodInfo, handler grp
 	// and the claim's outcome, as the HTTP middleware's span does.
 	otelx.SetKey(trace.SpanFromContext(ctx), c.Key)
 	return s.run(ctx, req, mi, handler, c)
+}
+
+// incoming sets md to the call's metadata under MetadataKey and keys, the only
+// keys the interceptor reads. It copies those values alone, where
+// metadata.FromIncomingContext copies every key the call carries (a map and a
+// slice per key, on every call, twice with CredentialScope).
+func incoming(ctx context.Context, md metadata.MD, keys []string) {
+	md[MetadataKey] = metadata.ValueFromIncomingContext(ctx, MetadataKey)
+	for _, k := range keys {
+		md[k] = metadata.ValueFromIncomingContext(ctx, k)
+	}
 }
 
 // scopeError is the status of a scope Config.Scope refused.
