@@ -35,10 +35,11 @@ type ClientConfig struct {
 
 // UnaryClientInterceptor returns the client interceptor that gives each logical
 // call one idempotency key, sent as the idempotency-key metadata. It runs above
-// grpc-go's retries and hedging (a ClientConn's service config retryPolicy and
-// hedgingPolicy resend the same call, metadata and all), so every retry and every
-// hedged copy of one call carries the same key, and a server behind
-// UnaryServerInterceptor runs it once.
+// grpc-go's retries (a ClientConn's service config retryPolicy resends the same
+// call, metadata and all) and above any hedging interceptor chained after it
+// (grpc-go implements no hedgingPolicy), so every retry and every hedged copy of
+// one call carries the same key, and a server behind UnaryServerInterceptor runs
+// it once.
 //
 // The key is, in order: the one the call already carries (set with
 // metadata.AppendToOutgoingContext, or in ClientConfig.RequestField); else,

@@ -1,11 +1,13 @@
 // Package idemgrpc makes gRPC calls take effect once: a client interceptor that
 // gives each logical call one idempotency key, reused by every retry and hedged
-// copy grpc-go sends, and a server interceptor that runs a key's handler once and
+// copy of the call, and a server interceptor that runs a key's handler once and
 // answers every other copy with the stored result.
 //
 // A unary call whose response is lost on the wire (a connection reset, a proxy
-// timeout) is retried by grpc-go's retry policy, and hedging sends up to five
-// copies on purpose; without a key the server acts on each. With the interceptors:
+// timeout) is retried by grpc-go's retry policy, and hedging (gRFC A6: grpc-java
+// and gRPC C-core implement its hedgingPolicy; grpc-go, as of v1.84, parses none
+// and sends no hedges) sends up to five copies on purpose; without a key the
+// server acts on each. With the interceptors:
 //
 //	// server
 //	idem, err := idemgrpc.UnaryServerInterceptor(idemgrpc.Config{Store: store})
