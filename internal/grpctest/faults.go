@@ -93,6 +93,7 @@ func (d *Dropper) Interceptor() grpc.UnaryServerInterceptor {
 // Arrivals counts the PlaceOrder calls (retries and hedged copies included)
 // that reach a server, per customer, so a handler can wait until every copy of
 // a call has arrived: progress, not time. Chain Interceptor first (outermost).
+// Add counts anything else a test waits for (answers of some status, say).
 type Arrivals struct {
 	mu      sync.Mutex
 	n       map[string]int
@@ -103,15 +104,20 @@ type Arrivals struct {
 func (a *Arrivals) Interceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if r, ok := req.(*orderspb.PlaceOrderRequest); ok {
-			a.mu.Lock()
-			a.init()
-			a.n[r.GetCustomer()]++
-			close(a.changed)
-			a.changed = make(chan struct{})
-			a.mu.Unlock()
+			a.Add(r.GetCustomer())
 		}
 		return handler(ctx, req)
 	}
+}
+
+// Add counts one arrival of customer.
+func (a *Arrivals) Add(customer string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.init()
+	a.n[customer]++
+	close(a.changed)
+	a.changed = make(chan struct{})
 }
 
 func (a *Arrivals) init() {
