@@ -145,7 +145,9 @@ func proofPlainEnv(store idem.Store) *proofEnv {
 			}
 			return idemgrpc.UnaryServerInterceptor(cfg)
 		},
-		placed: func(_ *testing.T, orders *grpctest.Orders, customer string) []string { return orders.OrdersOf(customer) },
+		placed: func(_ *testing.T, orders *grpctest.Orders, customer string) []string {
+			return orders.OrdersOf(customer)
+		},
 	}
 }
 
