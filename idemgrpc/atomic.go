@@ -82,6 +82,12 @@ func (a *atomicRunner[Tx]) run(ctx context.Context, req any, mi *methodInfo, han
 	// Detached from the caller for the reason given at execute, and because
 	// database/sql rolls back a transaction when the context of its BeginTx ends.
 	dctx := context.WithoutCancel(ctx)
+	// The claim is held by the transaction, not by its lease: no other call sees
+	// it before the commit, which completes it, and a crash rolls it back. Nothing
+	// renews it either, so a lease of Config.Lease would make CompleteTx refuse
+	// the result of a handler slower than that (idem.ErrLeaseLost) on every
+	// attempt. Hold it as long as a result is kept.
+	c.Lease = max(c.Lease, c.Retention)
 	var deadline time.Time
 	if a.s.cfg.Wait > 0 {
 		deadline = time.Now().Add(a.s.cfg.Wait)

@@ -86,7 +86,8 @@ type Config struct {
 	// Lease is how long a key stays claimed after its holder was last heard of.
 	// While the handler runs the lease is renewed every Lease/3 (stores that
 	// implement idem.Renewer: all of this module's), so a slow handler keeps its
-	// key. Default idem.DefaultLease.
+	// key. Default idem.DefaultLease. AtomicUnaryServerInterceptor does not use
+	// it: its claim is held by the call's transaction, however long it runs.
 	Lease time.Duration
 	// Retention is how long a result is replayed. Default idem.DefaultRetention.
 	Retention time.Duration
