@@ -37,7 +37,7 @@ func proofAwait(t *testing.T, counter *grpctest.Arrivals, customer string, n int
 // once too.
 func TestProofHedging(t *testing.T) {
 	t.Parallel()
-	proofForEach(t, false, func(t *testing.T, _ proofTarget, _ string, env *proofEnv) {
+	proofForEach(t, proofBoth, func(t *testing.T, _ proofTarget, _ string, env *proofEnv) {
 		arrivals := &grpctest.Arrivals{}
 		orders := &grpctest.Orders{Before: func(_ context.Context, req *orderspb.PlaceOrderRequest) {
 			if strings.HasPrefix(req.GetCustomer(), "together") {
@@ -75,7 +75,7 @@ func TestProofHedging(t *testing.T) {
 // arrive.
 func TestProofConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
-	proofForEach(t, false, func(t *testing.T, tg proofTarget, _ string, env *proofEnv) {
+	proofForEach(t, proofBoth, func(t *testing.T, tg proofTarget, _ string, env *proofEnv) {
 		for _, wait := range []bool{true, false} {
 			name, cfg := "retry", idemgrpc.Config{RequireKey: true}
 			if wait {

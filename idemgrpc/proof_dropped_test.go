@@ -43,7 +43,7 @@ func proofDropper(t *testing.T, env *proofEnv, cfg idemgrpc.Config, orders *grpc
 // callers whose first response was lost see idempotent-replayed: true.
 func TestProofDroppedResponses(t *testing.T) {
 	t.Parallel()
-	proofForEach(t, false, func(t *testing.T, _ proofTarget, _ string, env *proofEnv) {
+	proofForEach(t, proofBoth, func(t *testing.T, _ proofTarget, _ string, env *proofEnv) {
 		orders := &grpctest.Orders{}
 		drop := &grpctest.Dropper{Drop: func(c string) bool { return strings.HasSuffix(c, "-lost") }}
 		addr := proofDropper(t, env, idemgrpc.Config{RequireKey: true}, orders, drop)
@@ -73,7 +73,7 @@ func TestProofDroppedResponses(t *testing.T) {
 // and metadata carry different keys is InvalidArgument and does not run.
 func TestProofRequestField(t *testing.T) {
 	t.Parallel()
-	proofForEach(t, false, func(t *testing.T, _ proofTarget, _ string, env *proofEnv) {
+	proofForEach(t, proofBoth, func(t *testing.T, _ proofTarget, _ string, env *proofEnv) {
 		orders := &grpctest.Orders{}
 		drop := &grpctest.Dropper{Drop: func(string) bool { return true }}
 		var fieldKeys sync.Map // customer → the request_id the server saw first

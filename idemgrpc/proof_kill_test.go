@@ -47,7 +47,7 @@ const proofKillLease = 500 * time.Millisecond
 // no store left for a new server to share.
 func TestProofKilledServer(t *testing.T) {
 	t.Parallel()
-	proofForEach(t, false, func(t *testing.T, tg proofTarget, loc string, env *proofEnv) {
+	proofForEach(t, proofBoth, func(t *testing.T, tg proofTarget, loc string, env *proofEnv) {
 		if loc == "" {
 			t.Skip("the memory store dies with the killed process: no other process can share it")
 		}

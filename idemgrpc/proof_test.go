@@ -198,11 +198,20 @@ func proofAtomicEnv[Tx any](t *testing.T, db idemsql.TxDB[Tx], store idem.TxStor
 	}
 }
 
-// proofForEach runs fn as a parallel subtest per target (the plain ones only
-// when plainOnly), each on a fresh store.
-func proofForEach(t *testing.T, plainOnly bool, fn func(t *testing.T, tg proofTarget, loc string, env *proofEnv)) {
+// proofModes picks the targets of a scenario by interceptor mode.
+type proofModes int
+
+const (
+	proofBoth       proofModes = iota // every target
+	proofPlainOnly                    // UnaryServerInterceptor
+	proofAtomicOnly                   // AtomicUnaryServerInterceptor
+)
+
+// proofForEach runs fn as a parallel subtest per target of modes, each on a
+// fresh store.
+func proofForEach(t *testing.T, modes proofModes, fn func(t *testing.T, tg proofTarget, loc string, env *proofEnv)) {
 	for _, tg := range proofTargets {
-		if plainOnly && tg.atomic {
+		if modes == proofPlainOnly && tg.atomic || modes == proofAtomicOnly && !tg.atomic {
 			continue
 		}
 		t.Run(tg.name, func(t *testing.T) {
