@@ -30,8 +30,10 @@ const (
 )
 
 // proofKillLease is the lease of the killed server's claims: how long the new
-// server waits before it may run the call again.
-const proofKillLease = 500 * time.Millisecond
+// server waits before it may run the call again. The killed server renews it
+// while it lives, and the test reads the claim right after the kill: a third of
+// it (a renewal's time budget) must be ample for the slowest store.
+const proofKillLease = 1500 * time.Millisecond
 
 // A server killed (SIGKILL) while its handler runs: the server is a child
 // process on a store that outlives it; once the call has reached its handler
