@@ -42,8 +42,9 @@ const proofKillLease = 1500 * time.Millisecond
 // the killed server's claim stays in progress until its lease runs out (the new
 // server waits for it: Config.Wait), then the call runs again, once; in atomic
 // mode the killed transaction is rolled back by the database, leaving no row and
-// no claim, and the call runs once: one row. The client gets the new server's
-// order either way.
+// no claim (a claim left behind would hold the key for the retention, and the new
+// server would give up after Config.Wait), and the call runs at once, once: one
+// row. The client gets the new server's order either way.
 //
 // The memory store is skipped: it lives and dies with its process, so there is
 // no store left for a new server to share.
