@@ -62,8 +62,11 @@ func Hedge(copies int, delay time.Duration) grpc.UnaryClientInterceptor {
 		}
 		want := copies // lowered by a negative pushback
 		answers := make(chan *answer, want)
+		// The type is read here, once: a copy may start after the winner has
+		// written the caller's reply.
+		mt := out.ProtoReflect().Type()
 		send := func() {
-			a := &answer{reply: out.ProtoReflect().New().Interface()}
+			a := &answer{reply: mt.New().Interface()}
 			o := append(rest[:len(rest):len(rest)], grpc.Header(&a.header), grpc.Trailer(&a.trailer))
 			a.err = invoker(ctx, method, req, a.reply, cc, o...)
 			answers <- a
