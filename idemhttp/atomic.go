@@ -82,6 +82,13 @@ func (a *atomicRunner[Tx]) run(next http.Handler, w http.ResponseWriter, r *http
 	// database/sql rolls back a transaction when the context of its BeginTx ends.
 	ctx := context.WithoutCancel(r.Context())
 	k := q.claim.Key
+	// The claim is held by the transaction, not by its lease: no other request
+	// sees it before the commit, which completes it, and a crash rolls it back.
+	// Nothing renews it either, so a lease of Config.Lease would make CompleteTx
+	// refuse the response of a handler slower than that (idem.ErrLeaseLost), and
+	// every retry would be rolled back the same way. Hold it as long as a response
+	// is kept.
+	q.claim.Lease = max(q.claim.Lease, q.claim.Retention)
 	var deadline time.Time
 	if a.c.cfg.Wait > 0 {
 		deadline = time.Now().Add(a.c.cfg.Wait)

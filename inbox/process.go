@@ -251,8 +251,12 @@ func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item, final bool) e
 		}
 		res.Outcome = out[0]
 	default:
+		// Held by the transaction, not by a lease nobody renews: a handler slower
+		// than the default lease must not see CompleteTx refuse its key.
+		cl := it.claim
+		cl.Lease = max(cl.Lease, cl.Retention)
 		var err error
-		if res, err = c.store.ClaimTx(ctx, tx, it.claim); err != nil {
+		if res, err = c.store.ClaimTx(ctx, tx, cl); err != nil {
 			return err
 		}
 	}
