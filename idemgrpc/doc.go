@@ -44,6 +44,8 @@
 //	  sent twice, malformed
 //	key too old                  FailedPrecondition, ReasonKeyExpired
 //	key from the future          InvalidArgument, ReasonKeyFromFuture
+//	call ended before its claim  DeadlineExceeded or Canceled, ReasonCallEnded
+//	  (deadline passed, canceled)  (not run)
 //	store unavailable            Unavailable, ReasonStoreUnavailable (not run)
 //	over MaxInFlight             ResourceExhausted, ReasonOverloaded (not run)
 //	result too large to store    Internal, ReasonNotStored (run once, not again)

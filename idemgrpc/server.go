@@ -157,6 +157,10 @@ func (s *server) serve(ctx context.Context, req any, mi *methodInfo, handler grp
 		resp, err := handler(ctx, req)
 		return resp, metrics.HTTPPassthrough, err
 	}
+	if err := ended(ctx); err != nil {
+		s.m.Refused(metrics.RefusedDeadline)
+		return nil, metrics.HTTPRejected, err
+	}
 	if err := s.refuse(key); err != nil {
 		return nil, metrics.HTTPRejected, err
 	}
@@ -189,6 +193,28 @@ func incoming(ctx context.Context, md metadata.MD, keys []string) {
 	for _, k := range keys {
 		md[k] = metadata.ValueFromIncomingContext(ctx, k)
 	}
+}
+
+// ended returns the status of a call that ended before it was claimed: its
+// deadline passed while it waited in the server (gRPC's form of idemhttp's
+// Idem-Deadline refusal), or its caller cancelled it. Its caller has given up
+// and may have made the call again under another key, so it must not run. Once
+// claimed, the handler runs detached from the call (see execute). Which of the
+// two a call meets first is a race (the caller's cancellation, sent as its
+// deadline passes, often ends the server's context first), so both are refused
+// alike. The deadline is wall-clock time, as grpc-go's are, not Config.Now.
+func ended(ctx context.Context) error {
+	d, hasDeadline := ctx.Deadline()
+	passed := hasDeadline && !time.Now().Before(d)
+	if ctx.Err() == nil && !passed {
+		return nil
+	}
+	code, why := codes.Canceled, "its caller cancelled it"
+	if passed || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code, why = codes.DeadlineExceeded, "its deadline passed"
+	}
+	return statusf(code, ReasonCallEnded, nil,
+		"idem: the call had ended (%s) before it was claimed, so it was not run: its caller had given up; call again with a later deadline if it is still wanted", why)
 }
 
 // scopeError is the status of a scope Config.Scope refused.

@@ -38,6 +38,11 @@ const (
 	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
 	// ReasonKeyExpired: FailedPrecondition; the key is older than Config.MaxKeyAge.
 	ReasonKeyExpired = "IDEMPOTENCY_KEY_EXPIRED"
+	// ReasonCallEnded: DeadlineExceeded or Canceled; the call had ended when it
+	// reached the interceptor (its deadline passed while it waited in the server,
+	// or its caller cancelled it), so it was neither claimed nor run. Counted in
+	// idem_grpc_refused_total{reason="deadline"}.
+	ReasonCallEnded = "IDEMPOTENCY_CALL_ENDED"
 	// ReasonKeyFromFuture: InvalidArgument; the key is dated ahead of the server's
 	// clock by more than idemkey.MaxSkew.
 	ReasonKeyFromFuture = "IDEMPOTENCY_KEY_FROM_FUTURE"
