@@ -78,7 +78,7 @@ func rows(t *testing.T, r *verify.Report) map[string]verify.Row {
 	for _, row := range r.Rows {
 		m[row.Boundary] = row
 	}
-	for _, b := range []string{verify.BoundaryHTTP, verify.BoundaryOutbox, verify.BoundaryRelay, verify.BoundaryInbox, verify.BoundaryPayment, verify.BoundaryPush} {
+	for _, b := range []string{apiNames(r).boundary, verify.BoundaryOutbox, verify.BoundaryRelay, verify.BoundaryInbox, verify.BoundaryPayment, verify.BoundaryPush} {
 		if _, ok := m[b]; !ok {
 			t.Fatalf("report has no row %q: %+v", b, r.Rows)
 		}
@@ -86,9 +86,20 @@ func rows(t *testing.T, r *verify.Report) map[string]verify.Row {
 	return m
 }
 
+// names are the row and the client → API faults of a report's API.
+type names struct{ boundary, drop, dup, pastDeadline string }
+
+func apiNames(r *verify.Report) names {
+	if r.API == verify.APIGRPC {
+		return names{verify.BoundaryGRPC, verify.FaultGRPCDropResponse, verify.FaultGRPCDuplicateCall, verify.FaultGRPCPastDeadline}
+	}
+	return names{verify.BoundaryHTTP, chaos.FaultDropResponse, chaos.FaultDuplicateRequest, verify.FaultPastDeadline}
+}
+
 // checkHolds asserts a run that kept the guarantee under faults at every boundary.
 func checkHolds(t *testing.T, r *verify.Report, err error, ops int) {
 	t.Helper()
+	api := apiNames(r)
 	if err == nil && r.Unsettled > 0 {
 		// Not a loss shown, nor one ruled out: the run ran out of time first.
 		t.Fatalf("verify did not settle within its timeout (%d steps pending, %.0f s): the machine is too slow for this run, "+
@@ -100,9 +111,9 @@ func checkHolds(t *testing.T, r *verify.Report, err error, ops int) {
 	m := rows(t, r)
 	// Late requests (retries past the retention, requests past their deadline) are
 	// refused, each at least once (a copy of one is refused again), never applied.
-	lateFaults := r.Faults[verify.FaultLateRetry] + r.Faults[verify.FaultPastDeadline]
-	if row := m[verify.BoundaryHTTP]; row.LateDuplicates != 0 || row.Refused < lateFaults {
-		t.Errorf("HTTP row %+v: want 0 late applied and at least %d refused (%v)", row, lateFaults, r.Faults)
+	lateFaults := r.Faults[verify.FaultLateRetry] + r.Faults[api.pastDeadline]
+	if row := m[api.boundary]; row.LateDuplicates != 0 || row.Refused < lateFaults {
+		t.Errorf("%s row %+v: want 0 late applied and at least %d refused (%v)", api.boundary, row, lateFaults, r.Faults)
 	}
 	// Events written past their deadline are refused by the inbox, each at least
 	// once, never applied: dead-lettered as "deadline" (the only dead letters of a
@@ -120,7 +131,7 @@ func checkHolds(t *testing.T, r *verify.Report, err error, ops int) {
 			t.Errorf("row %+v failed", row)
 		}
 	}
-	if n := m[verify.BoundaryHTTP].EffectsApplied; n != orders {
+	if n := m[api.boundary].EffectsApplied; n != orders {
 		t.Errorf("orders = %d, want %d", n, orders)
 	}
 	if n := m[verify.BoundaryOutbox].EffectsApplied; n != orders {
@@ -139,7 +150,7 @@ func checkHolds(t *testing.T, r *verify.Report, err error, ops int) {
 		t.Errorf("balance %d, orders sum %d", r.Balance, r.OrderSum)
 	}
 	// The faults really happened, and duplicates really arrived and were absorbed.
-	for _, b := range []string{verify.BoundaryHTTP, verify.BoundaryRelay, verify.BoundaryInbox, verify.BoundaryPayment} {
+	for _, b := range []string{api.boundary, verify.BoundaryRelay, verify.BoundaryInbox, verify.BoundaryPayment} {
 		if b == verify.BoundaryRelay && r.Faults[string(chaos.FaultRelayCrash)] == 0 {
 			// A relay that keeps up publishes few, large batches on a loaded machine, and
 			// a short run may draw no crash among them: nothing to duplicate then.
@@ -150,13 +161,13 @@ func checkHolds(t *testing.T, r *verify.Report, err error, ops int) {
 			t.Errorf("%s: no duplicates delivered: %+v", b, row)
 		}
 	}
-	if m[verify.BoundaryHTTP].DuplicatesSuppressed == 0 || m[verify.BoundaryInbox].DuplicatesSuppressed == 0 || m[verify.BoundaryPayment].DuplicatesSuppressed == 0 {
+	if m[api.boundary].DuplicatesSuppressed == 0 || m[verify.BoundaryInbox].DuplicatesSuppressed == 0 || m[verify.BoundaryPayment].DuplicatesSuppressed == 0 {
 		t.Errorf("no duplicates suppressed: %+v", r.Rows)
 	}
 	if pct := float64(r.Faulted) / float64(r.Operations); pct < 0.15 {
 		t.Errorf("%d of %d operations faulted (%.0f%%), want about the fault rate", r.Faulted, r.Operations, 100*pct)
 	}
-	for _, k := range []string{chaos.FaultDropResponse, chaos.FaultDuplicateRequest, chaos.FaultDuplicateDelivery, verify.FaultRestart,
+	for _, k := range []string{api.drop, api.dup, chaos.FaultDuplicateDelivery, verify.FaultRestart,
 		verify.FaultPaymentResponseDropped, verify.FaultPaymentWorkerKilled, verify.FaultPushKicked} {
 		if r.Faults[k] == 0 {
 			t.Errorf("no %s fault in %v", k, r.Faults)

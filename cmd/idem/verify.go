@@ -22,6 +22,7 @@ type verifyOptions struct {
 	rate                          float64
 	seed                          int64
 	db, broker, relay, cpuProfile string
+	api                           string
 	unsafe, asJSON, keep, verbose bool
 	timeout                       time.Duration
 }
@@ -44,6 +45,12 @@ their Idem-Deadline while their client places the order again, and, at the end,
 a few retries after the retention window. The keys are UUIDv7s: idem refuses
 those late requests (410, 412) instead of applying them, and counts them as
 refused; --unsafe applies them (late applied).
+
+--api grpc places the orders over gRPC instead (idemgrpc's interceptors,
+grpc-go's retry policy), with the same faults in their gRPC form: responses
+answered UNAVAILABLE after the service ran, calls sent twice at once, calls held
+in the server past their deadline (refused DEADLINE_EXCEEDED), late retries
+refused FAILED_PRECONDITION; its row is "client → gRPC API".
 
 The table has one row per boundary (below: what each checks, what each column
 counts, and the faults by the names the table gives them). Exit status 0 only
@@ -89,6 +96,7 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.BoolVar(&o.asJSON, "json", false, "write the report as JSON instead of a table")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived by then is counted lost, and the report says the run did not settle")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's database (temporary SQLite file, Postgres schema or MySQL database) for inspection")
+	fs.StringVar(&o.api, "api", verify.APIHTTP, "the order API the clients call: http (POST /orders with Idempotency-Key, idemhttp) or grpc (Orders.PlaceOrder with idempotency-key metadata, idemgrpc, grpc-go's retry policy); the first row is then \"client → gRPC API\"")
 	fs.StringVar(&o.relay, "relay", "outbox", "the outbox relay: outbox (polls the table, woken by NOTIFY) or cdc (reads PostgreSQL's WAL; without --db it starts a private PostgreSQL in a temporary directory)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the flow (go tool pprof) to this file")
 	fs.BoolVar(&o.verbose, "v", false, "log the warnings of relays and consumers (many, under faults) to stderr")
@@ -108,6 +116,8 @@ func (o *verifyOptions) check() error {
 		return fmt.Errorf("--fault-rate must be between 0 and 1 (got %g)", o.rate)
 	case o.relay != "outbox" && o.relay != "cdc":
 		return fmt.Errorf("--relay must be outbox or cdc (got %q)", o.relay)
+	case o.api != verify.APIHTTP && o.api != verify.APIGRPC:
+		return fmt.Errorf("--api must be http or grpc (got %q)", o.api)
 	}
 	return nil
 }
@@ -139,7 +149,7 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 	flow := &verify.Flow{
 		DB: vdb.DB, Store: vdb.Store, Broker: b, Clock: vdb.Clock, DBProxy: vdb.Proxy,
 		Orders: o.ops, Clients: o.clients, Consumers: o.consumers, FaultRate: o.rate, Seed: o.seed,
-		Unsafe: o.unsafe, Timeout: o.timeout, Logger: logger,
+		Unsafe: o.unsafe, Timeout: o.timeout, Logger: logger, API: o.api,
 	}
 	if o.relay == "cdc" {
 		done, err := setupVerifyCDC(ctx, flow, o.db)
@@ -150,7 +160,7 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 	}
 	if !o.asJSON {
 		// The header as soon as it is known: the run takes seconds to minutes.
-		head := &verify.Report{Ops: o.ops, Store: vdb.Name, Broker: b.Name(), Seed: o.seed, Unsafe: o.unsafe}
+		head := &verify.Report{Ops: o.ops, Store: vdb.Name, Broker: b.Name(), Seed: o.seed, Unsafe: o.unsafe, API: o.api}
 		if err := head.WriteHeader(m.Stdout); err != nil {
 			return err
 		}

@@ -9,7 +9,9 @@ import (
 
 // Boundary names, one Row each.
 const (
-	BoundaryHTTP   = "client → HTTP API"
+	BoundaryHTTP = "client → HTTP API"
+	// BoundaryGRPC replaces BoundaryHTTP when the orders go over gRPC (--api grpc).
+	BoundaryGRPC   = "client → gRPC API"
 	BoundaryOutbox = "order → outbox (one tx)"
 	BoundaryRelay  = "outbox → broker (relay)"
 	// BoundaryRelayCDC replaces BoundaryRelay when the relay reads the WAL (--relay cdc).
@@ -110,7 +112,7 @@ func (r *run) query(ctx context.Context, what, q string, scan func(scan func(...
 	return rows.Err()
 }
 
-// checkOrders reads the orders, by request key and by id, and builds the HTTP row:
+// checkOrders reads the orders, by request key and by id, and builds the API's row:
 // one order per accepted request key. It counts the accepted and unanswered
 // requests into rep.
 func (r *run) checkOrders(ctx context.Context, intents []intent, rep *Report) (orderSet, Row, error) {
@@ -134,8 +136,12 @@ func (r *run) checkOrders(ctx context.Context, intents []intent, rep *Report) (o
 	}
 	r.lateEvents = len(orders.lateEvent)
 	row := Row{Boundary: BoundaryHTTP, Attempts: r.received.Total(), EffectsApplied: len(orders.amount)}
+	refused := "idem_http_refused_total"
+	if r.f.API == APIGRPC {
+		row.Boundary, refused = BoundaryGRPC, "idem_grpc_refused_total"
+	}
 	row.DuplicatesDelivered = r.received.Total() - r.received.Distinct()
-	row.Refused = r.metric("idem_http_refused_total", "reason", "stale_key") + r.metric("idem_http_refused_total", "reason", "deadline")
+	row.Refused = r.metric(refused, "reason", "stale_key") + r.metric(refused, "reason", "deadline")
 	row.DuplicatesSuppressed = max(0, r.received.Total()-int(r.executions.Load())-row.Refused)
 	// Orders made by requests sent past their deadline: each is a second order of
 	// an order placed again under its own key.

@@ -76,9 +76,19 @@ type CumulativeAcker interface {
 	CumulativeAcks() bool
 }
 
+// The order APIs a Flow can place its orders through (Flow.API).
+const (
+	// APIHTTP: POST /orders with Idempotency-Key (idemhttp), the default.
+	APIHTTP = "http"
+	// APIGRPC: Orders.PlaceOrder (internal/orderspb) with the idempotency-key
+	// metadata (idemgrpc).
+	APIGRPC = "grpc"
+)
+
 // Flow is the whole exactly-once flow of idem verify, with faults at every
 // boundary: clients place orders over HTTP with Idempotency-Key (idemhttp
-// Transport and AtomicMiddleware); the order service writes each order and an
+// Transport and AtomicMiddleware), or over gRPC (idemgrpc's interceptors and
+// grpc-go's retry policy); the order service writes each order and an
 // outbox message in one transaction (outbox); a relay publishes the outbox to the
 // broker (outbox.Relay); consumers apply each order to a ledger and a running
 // balance in one transaction with the message key (inbox). At the end Run reads
@@ -98,6 +108,10 @@ type Flow struct {
 	Clock *chaos.Clock
 	// DBProxy, if set, is the proxy DB's connections go through: cuts are injected.
 	DBProxy *chaos.Proxy
+
+	// API is the order API the clients call: APIHTTP (the default) or APIGRPC.
+	// Its row is BoundaryHTTP or BoundaryGRPC.
+	API string
 
 	Orders    int     // orders to place; default 10,000
 	Clients   int     // concurrent clients; default 16
@@ -158,15 +172,19 @@ type run struct {
 	// order's key (FaultPastDeadline).
 	pastDeadline sync.Map
 	executions   atomic.Int64 // order handler runs
-	placed       atomic.Int64
-	published    chaos.Tally // messages handed to the broker, by id
-	stored       storedSet   // messages the broker acknowledged, by id (CDC)
-	delivered    chaos.Tally // deliveries to consumers, by id
-	restarts     atomic.Int64
-	lateEvents   int // orders written whose event carries a passed deadline (check)
-	paysvc       *paymentService
-	push         *pusher
-	cutting      sync.Map // *chaos.Proxy → *atomic.Bool, held while the proxy is being cut
+	// heldCopies holds the keys of the gRPC calls sent past their deadline that
+	// reached the server (FaultGRPCPastDeadline); dropped the tokens of the calls
+	// whose response was dropped once (FaultGRPCDropResponse).
+	heldCopies, dropped sync.Map
+	placed              atomic.Int64
+	published           chaos.Tally // messages handed to the broker, by id
+	stored              storedSet   // messages the broker acknowledged, by id (CDC)
+	delivered           chaos.Tally // deliveries to consumers, by id
+	restarts            atomic.Int64
+	lateEvents          int // orders written whose event carries a passed deadline (check)
+	paysvc              *paymentService
+	push                *pusher
+	cutting             sync.Map // *chaos.Proxy → *atomic.Bool, held while the proxy is being cut
 }
 
 // intent is one order a client means to place once.
@@ -179,6 +197,9 @@ type intent struct {
 }
 
 func (f *Flow) defaults() {
+	if f.API == "" {
+		f.API = APIHTTP
+	}
 	if f.Orders <= 0 {
 		f.Orders = 10000
 	}
@@ -208,11 +229,11 @@ func (f *Flow) Run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	start := time.Now()
-	srv, url, err := r.startServer()
+	api, err := r.startAPI()
 	if err != nil {
 		return nil, err
 	}
-	defer srv.Close()
+	defer api.close()
 	stop, closeAll, err := r.startBackground(ctx)
 	if err != nil {
 		return nil, err
@@ -220,10 +241,16 @@ func (f *Flow) Run(ctx context.Context) (*Report, error) {
 	defer closeAll()
 
 	intents := r.intents()
-	r.placeAll(ctx, url, intents)
+	if err := r.placeAll(ctx, api, intents); err != nil {
+		stop()
+		return nil, err
+	}
 	settled := r.settle(ctx, start)
 	if settled && f.Clock != nil && f.FaultRate > 0 && ctx.Err() == nil {
-		r.retryLate(ctx, url, intents)
+		if err := r.retryLate(ctx, api, intents); err != nil {
+			stop()
+			return nil, err
+		}
 		settled = r.settle(ctx, time.Now())
 	}
 	elapsed := time.Since(start)
@@ -247,6 +274,8 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 		return nil, errors.New("verify: Flow needs DB and Broker")
 	case !f.Unsafe && f.Store == nil:
 		return nil, errors.New("verify: Flow.Store is nil; set it, or set Unsafe for the negative control")
+	case f.API != APIHTTP && f.API != APIGRPC:
+		return nil, fmt.Errorf("verify: Flow.API is %q; want %q or %q", f.API, APIHTTP, APIGRPC)
 	}
 	txdb, err := idemsql.SQLDB(ctx, f.DB)
 	if err != nil {
@@ -327,7 +356,7 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 		return nil, err
 	}
 	rep.Seed, rep.FaultRate, rep.Ops, rep.Unsafe, rep.Elapsed = f.Seed, f.FaultRate, f.Orders, f.Unsafe, elapsed
-	rep.Broker = f.Broker.Name()
+	rep.Broker, rep.API = f.Broker.Name(), f.API
 	rep.Operations, rep.Faulted = r.inj.Ops(), r.inj.Faulted()
 	rep.Faults = r.inj.Counts()
 	if r.lateEvents > 0 {

@@ -28,7 +28,8 @@ var Columns = []Column{
 	{"lost", "orders with no effect at this boundary (must be 0)"},
 	{"dup effects", "effects beyond one per order within the key's retention window (must be 0)"},
 	{"refused", "late requests and messages idem refused instead of applying: retries whose key is older than the retention " +
-		"window (410), requests that arrived past their Idem-Deadline (412), and deliveries of messages past theirs " +
+		"window (410; gRPC: FAILED_PRECONDITION), requests that arrived past their Idem-Deadline (412; gRPC: calls past their " +
+		"deadline, DEADLINE_EXCEEDED), and deliveries of messages past theirs " +
 		"(dead-lettered as \"deadline\"; their orders are not expected in the ledger, payments or push)"},
 	{"late applied", "effects of late requests and messages: a retry after the retention window, a request past its deadline whose " +
 		"order was placed again, or a message applied past its deadline (must be 0; --unsafe applies them)"},
@@ -42,6 +43,7 @@ type Term struct{ Name, Meaning string }
 // BoundaryRelayCDC).
 var Boundaries = []Term{
 	{BoundaryHTTP, "each order request, sent with an Idempotency-Key and retried, made one order (idemhttp)"},
+	{BoundaryGRPC, "with --api grpc: each PlaceOrder call, sent with idempotency-key metadata and retried by grpc-go, made one order (idemgrpc)"},
 	{BoundaryOutbox, "each order wrote one outbox message in its transaction (outbox)"},
 	{BoundaryRelay, "each outbox message reached the broker (outbox.Relay)"},
 	{BoundaryInbox, "each message was applied to the ledger and the balance once (inbox)"},
@@ -53,6 +55,9 @@ var Boundaries = []Term{
 var Faults = []Term{
 	{chaos.FaultDropResponse, "the service ran the request, the client never got the answer and retries"},
 	{chaos.FaultDuplicateRequest, "the client sends the same request twice, at once"},
+	{FaultGRPCDropResponse, "(--api grpc) the service ran the call, the server answers UNAVAILABLE instead of its response, grpc-go retries"},
+	{FaultGRPCDuplicateCall, "(--api grpc) the client sends the same call twice, at once"},
+	{FaultGRPCPastDeadline, "(--api grpc) a call waits in the server past its deadline, and its client has placed the order again (refused, or cancelled)"},
 	{FaultLateRetry, "a request retried after the key's retention window (refused, or late applied)"},
 	{FaultPastDeadline, "a request reaches the service after its deadline, and its client has placed the order again (refused, or late applied)"},
 	{FaultMessagePastDeadline, "an order's event is read by the consumer after its deadline, as if it waited in the outbox past it (refused, or late applied)"},

@@ -37,7 +37,60 @@ type orderEvent struct {
 	Amount   int64  `json:"amount"`
 }
 
-func (r *run) startServer() (*http.Server, string, error) {
+// orderAPI is the order service behind one API (HTTP, gRPC) and the clients
+// that place orders on it: the client → API boundary.
+type orderAPI interface {
+	// client returns a client of the API; faulty puts it behind the fault
+	// injectors of the boundary.
+	client(faulty bool) (orderClient, error)
+	close()
+}
+
+// orderClient places orders on the order service.
+type orderClient interface {
+	// place places in's order with in's key, retrying with the same key, and
+	// sets in.accepted when the service accepted it. Before the first attempt it
+	// may send a copy past its deadline (FaultPastDeadline, FaultGRPCPastDeadline).
+	place(ctx context.Context, in *intent)
+	// close waits for the copies place sent on their own and closes the client.
+	close()
+}
+
+// startAPI starts the order service behind the flow's API.
+func (r *run) startAPI() (orderAPI, error) {
+	if r.f.API == APIGRPC {
+		return r.startGRPC()
+	}
+	return r.startHTTP()
+}
+
+// httpAPI is the order service over HTTP, behind idemhttp.AtomicMiddleware.
+type httpAPI struct {
+	r   *run
+	srv *http.Server
+	url string
+}
+
+func (a *httpAPI) close() { a.srv.Close() }
+
+func (a *httpAPI) client(faulty bool) (orderClient, error) {
+	c := &http.Client{Transport: &idemhttp.Transport{MaxAttempts: 8, MinBackoff: 2 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Logger: a.r.log}}
+	if faulty {
+		c = a.r.client()
+	}
+	return &httpClient{r: a.r, c: c, url: a.url}, nil
+}
+
+type httpClient struct {
+	r   *run
+	c   *http.Client
+	url string
+}
+
+func (c *httpClient) place(ctx context.Context, in *intent) { c.r.place(ctx, c.c, c.url, in) }
+func (c *httpClient) close()                                { c.c.CloseIdleConnections() }
+
+func (r *run) startHTTP() (orderAPI, error) {
 	handler := http.Handler(http.HandlerFunc(r.placeOrder))
 	if !r.f.Unsafe {
 		// The middleware judges key ages and deadlines on the flow's clock, the one
@@ -46,7 +99,7 @@ func (r *run) startServer() (*http.Server, string, error) {
 			RequireKey: true, Retention: r.f.Retention, Registerer: r.reg, Logger: r.log, Now: r.now,
 		})
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		handler = mw(handler)
 	}
@@ -64,15 +117,14 @@ func (r *run) startServer() (*http.Server, string, error) {
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	srv := &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelWarn)}
 	go func() { _ = srv.Serve(ln) }()
-	return srv, "http://" + ln.Addr().String() + "/orders", nil
+	return &httpAPI{r: r, srv: srv, url: "http://" + ln.Addr().String() + "/orders"}, nil
 }
 
-// placeOrder is the order service: the order and its event in one transaction
-// (the middleware's, or its own in unsafe mode).
+// placeOrder is the order service over HTTP.
 func (r *run) placeOrder(w http.ResponseWriter, req *http.Request) {
 	r.executions.Add(1)
 	var in orderRequest
@@ -80,28 +132,8 @@ func (r *run) placeOrder(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "body: want {\"customer\": non-empty, \"amount\": > 0}", http.StatusBadRequest)
 		return
 	}
-	id := idemkey.NewV7()
-	write := func(tx *sql.Tx) error {
-		if _, err := r.txdb.Querier(tx).Exec(req.Context(), "INSERT INTO "+tableOrders+" (id, request_key, customer, amount, created_at) VALUES ($1, $2, $3, $4, $5)",
-			id, req.Header.Get(idemhttp.HeaderKey), in.Customer, in.Amount, r.now().UnixNano()); err != nil {
-			return err
-		}
-		payload, _ := json.Marshal(orderEvent{OrderID: id, Customer: in.Customer, Amount: in.Amount})
-		msg := idem.Message{ID: id, Topic: r.f.Broker.Topic(), Payload: payload}
-		if r.lateEvent(req.Header.Get(idemhttp.HeaderKey)) {
-			// Dated deadlineBudget back on the service's clock: passed on the
-			// consumer's however far the flow's clock has jumped (±10 min).
-			msg = outbox.WithDeadline(msg, r.now().Add(-deadlineBudget))
-		}
-		_, err := r.ob.EnqueueTx(req.Context(), tx, msg)
-		return err
-	}
-	var err error
-	if tx, ok := idemhttp.TxFrom[*sql.Tx](req.Context()); ok {
-		err = write(tx)
-	} else {
-		err = r.txdb.InTx(req.Context(), write)
-	}
+	tx, _ := idemhttp.TxFrom[*sql.Tx](req.Context())
+	id, err := r.writeOrder(req.Context(), tx, req.Header.Get(idemhttp.HeaderKey), in)
 	if err != nil {
 		http.Error(w, "order service: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -109,6 +141,33 @@ func (r *run) placeOrder(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	_ = json.NewEncoder(w).Encode(map[string]string{"order_id": id})
+}
+
+// writeOrder is the order service, whatever its API: the order placed under
+// key and its event, in one transaction: tx (the idempotency middleware's or
+// interceptor's) or, when tx is nil (unsafe mode), its own. It returns the
+// order's id.
+func (r *run) writeOrder(ctx context.Context, tx *sql.Tx, key string, in orderRequest) (string, error) {
+	id := idemkey.NewV7()
+	write := func(tx *sql.Tx) error {
+		if _, err := r.txdb.Querier(tx).Exec(ctx, "INSERT INTO "+tableOrders+" (id, request_key, customer, amount, created_at) VALUES ($1, $2, $3, $4, $5)",
+			id, key, in.Customer, in.Amount, r.now().UnixNano()); err != nil {
+			return err
+		}
+		payload, _ := json.Marshal(orderEvent{OrderID: id, Customer: in.Customer, Amount: in.Amount})
+		msg := idem.Message{ID: id, Topic: r.f.Broker.Topic(), Payload: payload}
+		if r.lateEvent(key) {
+			// Dated deadlineBudget back on the service's clock: passed on the
+			// consumer's however far the flow's clock has jumped (±10 min).
+			msg = outbox.WithDeadline(msg, r.now().Add(-deadlineBudget))
+		}
+		_, err := r.ob.EnqueueTx(ctx, tx, msg)
+		return err
+	}
+	if tx != nil {
+		return id, write(tx)
+	}
+	return id, r.txdb.InTx(ctx, write)
 }
 
 // lateEvent reports whether the order placed under key has its event written
@@ -162,7 +221,16 @@ func timedKey(rng *rand.Rand, t time.Time) string {
 
 func (r *run) client() *http.Client {
 	base := &http.Transport{MaxIdleConnsPerHost: r.f.Clients * 2, ResponseHeaderTimeout: 30 * time.Second}
-	faults := []chaos.Fault{{Kind: chaos.FaultDropResponse, Weight: 4}, {Kind: chaos.FaultDuplicateRequest, Weight: 3}}
+	ct := &chaos.Transport{Base: base, Injector: r.inj, Faults: r.clientFaults(chaos.FaultDropResponse, chaos.FaultDuplicateRequest), OnFault: r.onFault}
+	return &http.Client{Transport: &idemhttp.Transport{Base: ct, MaxAttempts: 8, MinBackoff: 2 * time.Millisecond,
+		MaxBackoff: 200 * time.Millisecond, MaxElapsed: time.Minute, Logger: r.log}}
+}
+
+// clientFaults are the faults of the client → API boundary, drop and dup naming
+// the API's dropped response and duplicate request, with the flow's clock jumps
+// and connection cuts.
+func (r *run) clientFaults(drop, dup string) []chaos.Fault {
+	faults := []chaos.Fault{{Kind: drop, Weight: 4}, {Kind: dup, Weight: 3}}
 	if r.f.Clock != nil {
 		faults = append(faults, chaos.Fault{Kind: FaultClockJump, Weight: 0.2})
 	}
@@ -172,23 +240,24 @@ func (r *run) client() *http.Client {
 	if r.f.Broker.Proxy() != nil {
 		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3})
 	}
-	ct := &chaos.Transport{Base: base, Injector: r.inj, Faults: faults, OnFault: r.onFault}
-	return &http.Client{Transport: &idemhttp.Transport{Base: ct, MaxAttempts: 8, MinBackoff: 2 * time.Millisecond,
-		MaxBackoff: 200 * time.Millisecond, MaxElapsed: time.Minute, Logger: r.log}}
+	return faults
 }
 
 // placeAll runs the client fleet: each order is placed with its own key, retried
-// by idemhttp.Transport and, when the Transport gives up, by the client itself
-// with the same key, up to 5 times.
-func (r *run) placeAll(ctx context.Context, url string, intents []intent) {
-	client := r.client()
-	defer client.CloseIdleConnections()
+// by the API's client (idemhttp.Transport, grpc-go's retry policy) and, when that
+// gives up, by the client itself with the same key, up to 5 times.
+func (r *run) placeAll(ctx context.Context, api orderAPI, intents []intent) error {
+	client, err := api.client(true)
+	if err != nil {
+		return err
+	}
+	defer client.close()
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range r.f.Clients {
 		wg.Go(func() {
 			for i := range next {
-				r.place(ctx, client, url, &intents[i])
+				client.place(ctx, &intents[i])
 				r.placed.Add(1)
 			}
 		})
@@ -204,6 +273,7 @@ func (r *run) placeAll(ctx context.Context, url string, intents []intent) {
 	}
 	close(next)
 	wg.Wait()
+	return nil
 }
 
 func (r *run) place(ctx context.Context, client *http.Client, url string, in *intent) (id string, ok bool) {
@@ -294,9 +364,9 @@ func discard(resp *http.Response) {
 
 // retryLate moves the clock past the retention window and retries a few accepted
 // orders with their original keys: the server no longer remembers them.
-func (r *run) retryLate(ctx context.Context, url string, intents []intent) {
+func (r *run) retryLate(ctx context.Context, api orderAPI, intents []intent) error {
 	n := max(1, len(intents)/1000)
-	// No more faults: this phase shows the window's documented limit at HTTP. A
+	// No more faults: this phase shows the window's documented limit at the API. A
 	// consumer restart now would make Kafka replay old messages from its last
 	// committed offset, past their keys' retention too, and the run would count
 	// them as applied again: the same limit, where the checker of the later
@@ -304,8 +374,11 @@ func (r *run) retryLate(ctx context.Context, url string, intents []intent) {
 	r.inj.Calm()
 	// Past the window from every key, whatever the earlier jumps (±10 min) did.
 	r.f.Clock.Jump(r.f.Retention + 15*time.Minute - r.f.Clock.Offset())
-	client := &http.Client{Transport: &idemhttp.Transport{MaxAttempts: 8, MinBackoff: 2 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Logger: r.log}}
-	defer client.CloseIdleConnections()
+	client, err := api.client(false)
+	if err != nil {
+		return err
+	}
+	defer client.close()
 	rng := rand.New(rand.NewPCG(uint64(r.f.Seed), 0x1a7e))
 	for range n {
 		in := intents[rng.IntN(len(intents))]
@@ -313,8 +386,9 @@ func (r *run) retryLate(ctx context.Context, url string, intents []intent) {
 			continue
 		}
 		r.inj.Count(FaultLateRetry)
-		r.place(ctx, client, url, &in)
+		client.place(ctx, &in)
 	}
+	return nil
 }
 
 // rngReader adapts a math/rand/v2 source to io.Reader for seeded UUIDs.

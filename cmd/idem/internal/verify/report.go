@@ -50,6 +50,7 @@ type Report struct {
 	Ops         int            `json:"orders"`
 	Store       string         `json:"store"`
 	Broker      string         `json:"broker"`
+	API         string         `json:"api"` // the order API: APIHTTP or APIGRPC
 	Unsafe      bool           `json:"unsafe"`
 	Accepted    int            `json:"accepted"`   // orders the service answered 201
 	Unanswered  int            `json:"unanswered"` // orders whose client gave up (may exist at most once)
@@ -141,7 +142,11 @@ func (r *Report) WriteHeader(w io.Writer) error {
 	if r.Unsafe {
 		mode = "UNSAFE: idem's protection off, plain at-least-once (negative control)"
 	}
-	_, err := fmt.Fprintf(w, "idem verify: %d orders, %s + %s, seed %d, %s\n", r.Ops, r.Store, r.Broker, r.Seed, mode)
+	api := ""
+	if r.API == APIGRPC {
+		api = ", orders over gRPC"
+	}
+	_, err := fmt.Fprintf(w, "idem verify: %d orders%s, %s + %s, seed %d, %s\n", r.Ops, api, r.Store, r.Broker, r.Seed, mode)
 	return err
 }
 
@@ -182,8 +187,12 @@ func (r *Report) WriteResults(w io.Writer) error {
 		notes = append(notes, fmt.Sprintf("%d late request(s) or message(s) applied: retried after the key's retention window or arrived after their deadline, and run again", late))
 	}
 	if refused := r.refused(); refused > 0 {
-		notes = append(notes, fmt.Sprintf("%d late request(s) or message(s) refused, not applied: retries past the key's retention window (410), requests past their deadline (412), "+
-			"messages past their deadline (dead-lettered as \"deadline\"; their orders are not charged)", refused))
+		codes := "(410), requests past their deadline (412)"
+		if r.API == APIGRPC {
+			codes = "(FAILED_PRECONDITION), calls past their deadline (DEADLINE_EXCEEDED)"
+		}
+		notes = append(notes, fmt.Sprintf("%d late request(s) or message(s) refused, not applied: retries past the key's retention window %s, "+
+			"messages past their deadline (dead-lettered as \"deadline\"; their orders are not charged)", refused, codes))
 	}
 	if r.Unanswered > 0 {
 		notes = append(notes, fmt.Sprintf("%d order(s) never answered: the client gave up; each may exist at most once", r.Unanswered))
