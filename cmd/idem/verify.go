@@ -86,7 +86,7 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs := m.newFlagSet("verify", verifySynopsis+"\n\n"+strings.TrimSuffix(legend.String(), "\n"))
 	o := &verifyOptions{}
 	fs.IntVar(&o.ops, "ops", 10000, "orders to place")
-	fs.IntVar(&o.clients, "clients", 16, "concurrent HTTP clients")
+	fs.IntVar(&o.clients, "clients", 16, "concurrent clients of the order API (HTTP or gRPC)")
 	fs.IntVar(&o.consumers, "consumers", 2, "concurrent consumer processes")
 	fs.Float64Var(&o.rate, "fault-rate", 0.25, "fraction of operations (requests, publishes, deliveries) hit by a fault, 0 to 1")
 	fs.Int64Var(&o.seed, "seed", 0, "seed for orders and faults (0: pick one and print it)")
