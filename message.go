@@ -124,6 +124,22 @@ type Features struct {
 	Attempts bool
 }
 
+// Lag is how far a consumer is behind its broker, as the broker counts it.
+type Lag struct {
+	// Messages is the number of messages the broker holds for this consumer (its
+	// group, subscription or queue) that it has not acknowledged: not yet
+	// delivered, plus delivered and not yet settled. 0 means caught up.
+	Messages int64
+}
+
+// LagReporter is implemented by sources that can ask their broker how far behind
+// their consumer is (idemnats, idemkafka, idemredis, idemamqp, idemsqs). The inbox
+// exports it as idem_inbox_lag_messages{consumer}. Lag asks the broker: it is a
+// network call, made every few seconds, never per message.
+type LagReporter interface {
+	Lag(ctx context.Context) (Lag, error)
+}
+
 // FeatureReporter is implemented by sources and sinks that declare their Features.
 type FeatureReporter interface {
 	Features() Features
