@@ -27,12 +27,19 @@ func checkGRPC(t *testing.T, r *verify.Report, err error, ops int) {
 		t.Fatalf("a run over gRPC has the row %q: %+v", verify.BoundaryHTTP, r.Rows)
 	}
 	row := m[verify.BoundaryGRPC]
-	copies := r.Faults[verify.FaultGRPCDropResponse] + r.Faults[verify.FaultGRPCDuplicateCall] + r.Faults[verify.FaultGRPCPastDeadline]
-	if row.DuplicatesDelivered < copies || row.Attempts != ops+row.DuplicatesDelivered {
-		t.Errorf("gRPC row %+v: want at least %d copies delivered, one per dropped response, duplicate call and late call (%v)", row, copies, r.Faults)
+	// Every dropped response brings the server a retry of its call (grpc-go's, or
+	// the client's own when a replay's headers had committed the call). The
+	// duplicate and late copies add more, but not one each for certain: a copy
+	// cut short by a call that gave up (a loaded machine) never arrives, so they
+	// are only required to happen.
+	drops := r.Faults[verify.FaultGRPCDropResponse]
+	if row.DuplicatesDelivered < drops || row.Attempts != ops+row.DuplicatesDelivered {
+		t.Errorf("gRPC row %+v: want at least %d copies delivered, one per dropped response, and attempts = orders + copies (%v)", row, drops, r.Faults)
 	}
-	if r.Faults[verify.FaultGRPCPastDeadline] == 0 {
-		t.Errorf("no call held past its deadline: %v", r.Faults)
+	for _, k := range []string{verify.FaultGRPCDropResponse, verify.FaultGRPCDuplicateCall, verify.FaultGRPCPastDeadline} {
+		if r.Faults[k] == 0 {
+			t.Errorf("no %s fault: %v", k, r.Faults)
+		}
 	}
 }
 
@@ -41,8 +48,12 @@ func checkGRPC(t *testing.T, r *verify.Report, err error, ops int) {
 // holds.
 func TestVerifyGRPCHoldsOnSQLite(t *testing.T) {
 	t.Parallel()
-	r, err := verifyReport(t, 400, "--fault-rate", "0.3", "--api", "grpc")
-	checkGRPC(t, r, err, 400)
+	// 800 orders: a gRPC run draws one client fault per call (grpc-go's retries are
+	// below the fault interceptor), where HTTP draws one per attempt, and the draws
+	// follow the keys, which carry the hour: 400 calls left a run with no clock
+	// jump about one hour in twenty.
+	r, err := verifyReport(t, 800, "--fault-rate", "0.3", "--api", "grpc")
+	checkGRPC(t, r, err, 800)
 	if r.Faults[verify.FaultClockJump] == 0 || r.Faults[verify.FaultLateRetry] == 0 {
 		t.Errorf("SQLite run over gRPC without clock jumps or late retries: %v", r.Faults)
 	}
