@@ -28,6 +28,12 @@ type InboxSQL struct {
 	// OpenDeadLetters reads up to $2 open letters (replayed_at NULL) of consumer
 	// $1, in id order.
 	OpenDeadLetters string
+	// CountOpenDeadLetters counts the open letters (replayed_at NULL) of consumer
+	// $1, counting no further than $2: one row, one integer column, the count or
+	// $2 if there are more. It is the gauge idem_inbox_dead_letters_open, polled
+	// by the consumer, so it must read through the index on (consumer, id)
+	// rather than the whole table.
+	CountOpenDeadLetters string
 	// OpenDeadLetter reads dead letter $1 (id) if it is open and of consumer $2.
 	OpenDeadLetter string
 	// RequestedDeadLetter reads as OpenDeadLetter does, and only a letter whose
