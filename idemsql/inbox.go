@@ -28,6 +28,14 @@ type InboxSQL struct {
 	// OpenDeadLetters reads up to $2 open letters (replayed_at NULL) of consumer
 	// $1, in id order.
 	OpenDeadLetters string
+	// CountOpenDeadLetters counts the open letters (replayed_at NULL) of consumer
+	// $1, counting no further than $2: one row, one integer column, the count or
+	// $2 if there are more. It is the gauge idem_inbox_dead_letters_open, polled
+	// by the consumer, so it must search an index by consumer that holds the open
+	// letters alone or first (idem_dead_letters_open, or MySQL's
+	// idem_dead_letters_consumer on (consumer, replayed_at, id)), never read
+	// the closed letters, which are kept for ever.
+	CountOpenDeadLetters string
 	// OpenDeadLetter reads dead letter $1 (id) if it is open and of consumer $2.
 	OpenDeadLetter string
 	// RequestedDeadLetter reads as OpenDeadLetter does, and only a letter whose

@@ -66,7 +66,10 @@ type Config struct {
 	// idem_inbox_refused_total{consumer,reason} (stale_key, future_key, untimed_key,
 	// deadline, bad_deadline),
 	// idem_inbox_replays_total{consumer,outcome} (requested replays: applied,
-	// already_applied, failed, gave_up) and idem_inbox_batch_duration_seconds.
+	// already_applied, failed, gave_up), idem_inbox_batch_duration_seconds, and
+	// the gauges idem_inbox_dead_letters_open{consumer} and, for a Source that
+	// reports lag (idem.LagReporter), idem_inbox_lag_messages{consumer}, which Run
+	// keeps (GaugeInterval).
 	Registerer prometheus.Registerer
 	// Logger receives failures of acks and naks (which are harmless: see the package
 	// docs) at warn level. Default slog.Default().
@@ -75,6 +78,13 @@ type Config struct {
 	// letters that an operator requested (DeadLetterAdmin.RequestReplay) and performs
 	// them (ReplayRequested). Default 1 s; negative turns the poll off.
 	ReplayPollInterval time.Duration
+	// GaugeInterval is how often Run, given a Registerer, counts the consumer's
+	// open dead letters (idem_inbox_dead_letters_open) and, when the Source is an
+	// idem.LagReporter, asks it for its lag (idem_inbox_lag_messages). Run also
+	// counts at start and soon after it dead-letters or replays a message. Each
+	// read is bounded (10 s); one that fails leaves its gauge as it was and is
+	// logged. Default 30 s; negative turns both gauges off.
+	GaugeInterval time.Duration
 	// MaxReplayAttempts is how many failed tries of one requested replay are made
 	// before the request is given up (recorded in the letter, which is pending
 	// again). Default 5.
@@ -97,6 +107,8 @@ const (
 	DefaultMaxAttempts = 10
 	// DefaultReplayPollInterval is Config.ReplayPollInterval when zero.
 	DefaultReplayPollInterval = time.Second
+	// DefaultGaugeInterval is Config.GaugeInterval when zero.
+	DefaultGaugeInterval = 30 * time.Second
 	// DefaultMaxReplayAttempts is Config.MaxReplayAttempts when zero.
 	DefaultMaxReplayAttempts = 5
 	// DefaultRetention is Config.Retention when zero.
@@ -115,6 +127,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxKeyAge = cmp.Or(c.MaxKeyAge, c.Retention)
 	c.ReplayPollInterval = cmp.Or(c.ReplayPollInterval, DefaultReplayPollInterval)
 	c.MaxReplayAttempts = cmp.Or(c.MaxReplayAttempts, DefaultMaxReplayAttempts)
+	c.GaugeInterval = cmp.Or(c.GaugeInterval, DefaultGaugeInterval)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff

@@ -226,5 +226,8 @@ func (c *Consumer[Tx]) replay(ctx context.Context, span trace.Span, id int64, re
 		_, err = q.Exec(ctx, c.sql.NoteReplay, id, c.cfg.Consumer, note)
 		return err
 	})
+	if err == nil {
+		c.deadLettersChanged()
+	}
 	return applied, err
 }

@@ -51,6 +51,13 @@
 // object of strings) is listed and shown with its DecodeError, never failing the
 // page around it; its replay gives up at once, saying why, and it can be discarded.
 //
+// With a Config.Registerer, Run keeps the gauge idem_inbox_dead_letters_open (the
+// open letters, counted at start, every Config.GaugeInterval and soon after it
+// dead-letters or replays) and, for a Source that is an idem.LagReporter,
+// idem_inbox_lag_messages (what the broker holds for the consumer unacknowledged).
+// Both are read by Run, with a bounded timeout, never by a scrape; a failed read
+// leaves its gauge as it was.
+//
 // # Batches
 //
 // With Config.BatchSize > 1 up to that many messages share one transaction, each

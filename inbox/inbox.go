@@ -43,6 +43,8 @@ type Consumer[Tx any] struct {
 	tr       otelx.Tracer
 	sys      string // the source's messaging.system, "" if it does not say
 
+	recount chan struct{} // deadLettersChanged's requests to watchGauges
+
 	mu       sync.Mutex
 	failures map[string]*failure // by message key: counts for brokers that do not count
 }
@@ -80,7 +82,7 @@ func New[Tx any](ctx context.Context, src idem.Source, db idemsql.TxDB[Tx], stor
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer[Tx]{src: src, db: db, sql: db.Driver.Inbox(), store: store, handle: handle, cfg: cfg, metrics: m, failures: map[string]*failure{},
+	c := &Consumer[Tx]{src: src, db: db, sql: db.Driver.Inbox(), store: store, handle: handle, cfg: cfg, metrics: m, failures: map[string]*failure{}, recount: make(chan struct{}, 1),
 		tr: otelx.New(cfg.TracerProvider, cfg.Propagator), sys: otelx.System(src)}
 	c.recorder, _ = store.(idem.TxRecorder[Tx])
 	c.results, _ = store.(idem.TxResultRecorder[Tx])
@@ -103,19 +105,22 @@ func New[Tx any](ctx context.Context, src idem.Source, db idemsql.TxDB[Tx], stor
 
 // Run receives and processes batches until ctx ends, then returns ctx's error.
 // Meanwhile it performs the replays operators request (ReplayRequested), every
-// Config.ReplayPollInterval. A
+// Config.ReplayPollInterval, and with a Config.Registerer keeps the gauges of open
+// dead letters and of the source's lag, every Config.GaugeInterval. A
 // source error that is not retryable (a closed source, bad configuration) ends Run
 // with that error; retryable ones (a broker restarting) are retried with backoff.
 //
 // The acks of one batch are sent while the next batch is processed (never before its
 // own commit), so a broker that confirms each ack does not hold the database idle.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
+	bctx, stop := context.WithCancel(ctx) // of the loops beside the receiving one
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
 	if c.cfg.ReplayPollInterval > 0 {
-		pctx, stop := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); c.pollReplays(pctx) }()
-		defer func() { stop(); wg.Wait() }()
+		wg.Go(func() { c.pollReplays(bctx) })
+	}
+	if c.cfg.GaugeInterval > 0 && c.metrics != nil {
+		wg.Go(func() { c.watchGauges(bctx) })
 	}
 	failures := 0
 	var settling chan struct{} // closed when the previous batch is settled

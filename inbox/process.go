@@ -455,4 +455,7 @@ func (c *Consumer[Tx]) settle(ctx context.Context, items []item) {
 	c.metrics.Settled("processed", counts[processed])
 	c.metrics.Settled("duplicate", counts[duplicate])
 	c.metrics.Settled("retried", counts[retry])
+	if counts[dead] > 0 {
+		c.deadLettersChanged()
+	}
 }

@@ -130,7 +130,22 @@ func (r inboxRunner) insertLetters() []int64 {
 	if len(c2) != 1 {
 		r.fatal("OpenDeadLetters", "consumer c2 has open letters %v, want 1", c2)
 	}
+	r.count("c1", 10, 4)
+	r.count("c1", 3, 3)
+	r.count("c2", 10, 1)
+	r.count("c3", 10, 0)
 	return append(ids, c2[0])
+}
+
+// count checks that CountOpenDeadLetters counts want open letters of consumer,
+// counting up to limit.
+func (r inboxRunner) count(consumer string, limit, want int64) {
+	r.t.Helper()
+	r.need("CountOpenDeadLetters", r.s.CountOpenDeadLetters)
+	var n int64
+	if !r.row("CountOpenDeadLetters", r.s.CountOpenDeadLetters, []any{consumer, limit}, &n) || n != want {
+		r.errorf("CountOpenDeadLetters", "counted %d open letters of %s (up to %d), want %d", n, consumer, limit, want)
+	}
 }
 
 // readLetters checks the reads of one letter.
@@ -285,6 +300,8 @@ func (r inboxRunner) closing(ids []int64) {
 
 // list checks ListDeadLetters. By now letters 1 and 4 are open, 2, 3 and 5 closed.
 func (r inboxRunner) list(ids []int64) {
+	r.count("c1", 10, 2) // closed letters are not counted
+	r.count("c2", 10, 0)
 	type C = idemsql.DeadLetterConds
 	all := func(ix ...int) []int64 {
 		out := make([]int64, len(ix))

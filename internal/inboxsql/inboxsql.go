@@ -35,8 +35,12 @@ const InsertDeadLetter = `INSERT INTO idem_dead_letters
 // InsertDeadLetter and the LSN writes to the driver.
 func Inbox(lock string, upsert func(cols ...string) string) idemsql.InboxSQL {
 	return idemsql.InboxSQL{
-		DeadLetter:          selectDeadLetter + "WHERE d.id = $1",
-		OpenDeadLetters:     selectDeadLetter + "WHERE d.consumer = $1 AND d.replayed_at IS NULL ORDER BY d.id LIMIT $2",
+		DeadLetter:      selectDeadLetter + "WHERE d.id = $1",
+		OpenDeadLetters: selectDeadLetter + "WHERE d.consumer = $1 AND d.replayed_at IS NULL ORDER BY d.id LIMIT $2",
+		// The LIMIT inside bounds the rows read: a consumer with a million open
+		// letters costs the poll no more than the bound.
+		CountOpenDeadLetters: `SELECT COUNT(*) FROM (SELECT 1 FROM idem_dead_letters
+			WHERE consumer = $1 AND replayed_at IS NULL LIMIT $2) AS open_letters`,
 		OpenDeadLetter:      selectDeadLetter + "WHERE d.id = $1 AND d.consumer = $2 AND d.replayed_at IS NULL",
 		RequestedDeadLetter: selectDeadLetter + "WHERE d.id = $1 AND d.consumer = $2 AND d.replayed_at IS NULL AND o.replay_requested_at IS NOT NULL",
 		ListDeadLetters:     listDeadLetters,

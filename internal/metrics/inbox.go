@@ -12,6 +12,8 @@ type Inbox struct {
 	latency  prometheus.Observer
 	replays  *prometheus.CounterVec
 	refused  *prometheus.CounterVec
+	open     *prometheus.GaugeVec // a series once counted: 0 is a count, not "not yet"
+	lag      *prometheus.GaugeVec // a series only for a source that reports lag
 }
 
 // NewInbox registers the inbox collectors on reg for consumer; nil reg, nil *Inbox.
@@ -37,11 +39,18 @@ func NewInbox(reg prometheus.Registerer, consumer string) (*Inbox, error) {
 	refused := r.counters("idem_inbox_refused_total",
 		"Deliveries refused before applying (acked and dead-lettered), by reason (stale_key, future_key, untimed_key, deadline, bad_deadline).",
 		"consumer", "reason")
+	open := r.gauges("idem_inbox_dead_letters_open",
+		"Open dead letters of the consumer (neither replayed nor discarded), counted from the table at start, every inbox.Config.GaugeInterval (30 s) and soon after the consumer dead-letters or replays; the count stops at 100000.",
+		"consumer")
+	lag := r.gauges("idem_inbox_lag_messages",
+		"Messages the broker holds for the consumer and has not had acknowledged (not yet delivered, or delivered and not settled), as its Source reports it every inbox.Config.GaugeInterval (30 s); only for sources that report lag (idem.LagReporter).",
+		"consumer")
 	if r.err != nil {
 		return nil, r.err
 	}
 	return &Inbox{consumer: consumer, messages: messages, dups: dups, dead: dead,
-		latency: latency.WithLabelValues(consumer), replays: replays, refused: refused}, nil
+		latency: latency.WithLabelValues(consumer), replays: replays, refused: refused,
+		open: open, lag: lag}, nil
 }
 
 // Settled counts n deliveries settled with outcome.
@@ -87,4 +96,20 @@ func (m *Inbox) Refused(reason string) {
 		return
 	}
 	m.refused.WithLabelValues(m.consumer, reason).Inc()
+}
+
+// OpenDeadLetters sets the gauge of open dead letters to n.
+func (m *Inbox) OpenDeadLetters(n int64) {
+	if m == nil {
+		return
+	}
+	m.open.WithLabelValues(m.consumer).Set(float64(n))
+}
+
+// Lag sets the gauge of the messages the broker holds unacknowledged to n.
+func (m *Inbox) Lag(n int64) {
+	if m == nil {
+		return
+	}
+	m.lag.WithLabelValues(m.consumer).Set(float64(n))
 }

@@ -126,6 +126,11 @@ func (r *registrar) counters(name, help string, labels ...string) *prometheus.Co
 	return add(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
 }
 
+// gauges registers the gauge vector name{labels…}, described by help.
+func (r *registrar) gauges(name, help string, labels ...string) *prometheus.GaugeVec {
+	return add(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels))
+}
+
 // seconds registers the histogram vector name{labels…} of durations, described by
 // help: ten buckets from first seconds up, each four times the one before.
 func (r *registrar) seconds(name, help string, first float64, labels ...string) *prometheus.HistogramVec {
