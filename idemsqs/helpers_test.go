@@ -64,5 +64,5 @@ func (f fixture) source(t testing.TB, cfg idemsqs.SourceConfig) *idemsqs.Source 
 func (f fixture) env() idemtest.BrokerEnv {
 	return idemtest.BrokerEnv{Topic: f.queue, Sink: f.sink, Features: f.sink.Features(), Redelivery: 3 * time.Second, InFlightPerKey: 10,
 		LagApproximate: true, // SQS counts approximately; sqsfake exactly, but the suite asks what SQS promises
-		NewSource: func(t *testing.T) idem.Source { return f.source(t, idemsqs.SourceConfig{}) }}
+		NewSource:      func(t *testing.T) idem.Source { return f.source(t, idemsqs.SourceConfig{}) }}
 }
