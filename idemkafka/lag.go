@@ -2,6 +2,7 @@ package idemkafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/idemhq/idem"
@@ -147,7 +148,9 @@ func (s *Source) committed(ctx context.Context, parts map[string][]int32) (map[t
 	if err != nil {
 		return nil, err
 	}
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+	if err := kerr.ErrorForCode(resp.ErrorCode); errors.Is(err, kerr.GroupIDNotFound) {
+		return nil, nil // not joined yet (kfake, newer brokers): nothing committed
+	} else if err != nil {
 		return nil, fmt.Errorf("group %q: %w", s.cfg.Group, err)
 	}
 	out := make(map[topicPartition]int64)
