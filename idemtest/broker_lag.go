@@ -65,20 +65,22 @@ func awaitLag(t *testing.T, env BrokerEnv, lr idem.LagReporter, done func(int64)
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), env.wait())
 	defer cancel()
+	last := int64(-1)
 	for {
 		lag, err := lr.Lag(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				t.Fatalf("Lag did not settle within %v", env.wait())
+				return last // the bound passed during the call
 			}
 			t.Fatalf("Lag: %v", err)
 		}
-		if done(lag.Messages) {
-			return lag.Messages
+		last = lag.Messages
+		if done(last) {
+			return last
 		}
 		select {
 		case <-ctx.Done():
-			return lag.Messages
+			return last
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
