@@ -172,8 +172,8 @@ func (s *Source) open() (*session, error) {
 // count forwards the broker's deliveries from in to out, counting each as it
 // arrives, so Lag knows what the channel holds before Receive hands it out. out
 // has room for Prefetch deliveries, more than the broker sends unacknowledged, so
-// count keeps up with the broker; it stops when in closes (the channel ended) or
-// the source closes.
+// count keeps up with the broker; it stops when in closes (the channel ended),
+// draining it once the source closes.
 func (sess *session) count(in <-chan amqp.Delivery, out chan<- amqp.Delivery, done <-chan struct{}) {
 	defer close(out)
 	for d := range in {
@@ -181,6 +181,8 @@ func (sess *session) count(in <-chan amqp.Delivery, out chan<- amqp.Delivery, do
 		select {
 		case out <- d:
 		case <-done:
+			for range in { // until Close's channel close ends in: the client never waits on it
+			}
 			return
 		}
 	}
