@@ -22,8 +22,10 @@ var _ idem.LagReporter = (*Source)(nil)
 // whole group, not just this member's partitions.
 //
 // A partition the group has no committed offset for counts from where the group
-// would start: the log start under the default reset offset, nothing under
-// kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()). Offsets count records of a
+// would start: the log start under the default reset offset, the end under
+// kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), which then counts nothing on
+// that partition until the group's first commit there, though records published
+// after the group joined wait to be consumed. Offsets count records of a
 // plain producer exactly; transaction markers each take an offset, so on a
 // transactional topic Lag overcounts by the markers not yet committed past.
 // Acknowledged records count until their commit lands, which the source sends as
