@@ -52,6 +52,13 @@
 // Declare queues durable (EnsureQueue does) so persistent messages survive a broker
 // restart; prefer quorum queues for replication and delivery counts.
 //
+// # Lag
+//
+// Source.Lag (idem.LagReporter) is the queue's ready messages (a passive declare)
+// plus the deliveries this source's channel holds unacknowledged. AMQP does not
+// report a queue's unacknowledged count, so deliveries other consumers hold are
+// not in it: exact with one source per queue.
+//
 // # When an ack means stored
 //
 // A publisher confirm (what Publish waits for) means stored when the message is

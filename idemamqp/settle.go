@@ -34,6 +34,7 @@ func (st *settler) Ack(ctx context.Context) error {
 		st.once.Undo()
 		return st.failed("ack", err)
 	}
+	st.sess.settled.Add(1)
 	return nil
 }
 
@@ -57,6 +58,7 @@ func (st *settler) Nak(ctx context.Context, delay time.Duration) error {
 			st.once.Undo()
 			return st.failed("nak", err)
 		}
+		st.sess.settled.Add(1)
 		return nil
 	}
 	if st.sess.ch.IsClosed() {
@@ -92,7 +94,10 @@ func (s *Source) requeueAfter(st *settler, d time.Duration) error {
 		if !due {
 			return
 		}
-		if err := st.d.Nack(false, true); err != nil && s.cfg.Logger != nil {
+		err := st.d.Nack(false, true)
+		if err == nil {
+			st.sess.settled.Add(1)
+		} else if s.cfg.Logger != nil {
 			s.cfg.Logger.Warn("idemamqp: delayed nak failed; the broker requeues the message when the channel closes",
 				"position", st.position, "error", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -37,8 +38,12 @@ var _ brokerkit.Source = (*Source)(nil)
 // session is one channel consuming the queue.
 type session struct {
 	ch         *amqp.Channel
-	deliveries <-chan amqp.Delivery
-	closes     chan *amqp.Error // the reason, when the broker or the connection closes ch
+	deliveries <-chan amqp.Delivery // what count forwards, as it arrives from the broker
+	closes     chan *amqp.Error     // the reason, when the broker or the connection closes ch
+
+	// arrived counts the deliveries the broker sent on ch, settled those acked or
+	// nacked on it: their difference is what ch holds unacknowledged, for Lag.
+	arrived, settled atomic.Int64
 
 	failOnce sync.Once
 	failErr  error
@@ -153,11 +158,34 @@ func (s *Source) open() (*session, error) {
 		_ = ch.Close()
 		return nil, fmt.Errorf("set prefetch %d: %w", s.cfg.Prefetch, err)
 	}
-	if sess.deliveries, err = ch.Consume(s.cfg.Queue, s.cfg.ConsumerTag, false, false, false, false, nil); err != nil {
+	in, err := ch.Consume(s.cfg.Queue, s.cfg.ConsumerTag, false, false, false, false, nil)
+	if err != nil {
 		_ = ch.Close()
 		return nil, fmt.Errorf("consume from queue %q: %w", s.cfg.Queue, err)
 	}
+	out := make(chan amqp.Delivery, s.cfg.Prefetch)
+	sess.deliveries = out
+	go sess.count(in, out, s.done)
 	return sess, nil
+}
+
+// count forwards the broker's deliveries from in to out, counting each as it
+// arrives, so Lag knows what the channel holds before Receive hands it out. out
+// has room for Prefetch deliveries, more than the broker sends unacknowledged, so
+// count keeps up with the broker; it stops when in closes (the channel ended),
+// draining it once the source closes.
+func (sess *session) count(in <-chan amqp.Delivery, out chan<- amqp.Delivery, done <-chan struct{}) {
+	defer close(out)
+	for d := range in {
+		sess.arrived.Add(1)
+		select {
+		case out <- d:
+		case <-done:
+			for range in { // until Close's channel close ends in: the client never waits on it
+			}
+			return
+		}
+	}
 }
 
 // lost handles the end of sess's delivery stream: the channel or connection died,

@@ -81,6 +81,16 @@
 //     source would start over at every rebalance or restart, so Delivery.Attempt is
 //     always 0 and the inbox counts attempts itself.
 //
+// # Lag
+//
+// Source.Lag (idem.LagReporter) sums, over the partitions of SourceConfig.Topics,
+// the end offset minus the group's committed offset (where nothing is committed,
+// minus where the group would start), in three requests whatever the partition
+// count. Since the source commits up to a partition's first unacknowledged record,
+// that is the records not delivered plus those delivered and not acknowledged, for
+// the whole group. Transaction markers take offsets, so on a transactional topic it
+// overcounts by those ahead of the commit.
+//
 // # Offsets in the database
 //
 // For effects in a SQL database, the inbox can store a record's next offset (see

@@ -49,6 +49,12 @@
 // after the window, or into a recreated stream, is stored again; the inbox's
 // dedup covers that case (or the DedupForever mode below).
 //
+// # Lag
+//
+// Source.Lag (idem.LagReporter) is the durable consumer's NumPending plus
+// NumAckPending from one consumer-info request: JetStream's exact count of the
+// messages it has not delivered to the durable or has delivered and not had acked.
+//
 // # Dedup forever
 //
 // JetStream's duplicate window is a time bound: an outbox relay that republishes

@@ -98,6 +98,14 @@
 // deadline, no ordering, no counts: Features has only DelayedNak) and names the
 // subscription as Delivery.Topic.
 //
+// # No consumer lag
+//
+// The Source does not implement idem.LagReporter, so the inbox exports no lag for
+// it: the Pub/Sub API has no call that counts a subscription's backlog. Its
+// unacknowledged messages (subscription/num_undelivered_messages) and the age of
+// the oldest (subscription/oldest_unacked_message_age) are Cloud Monitoring
+// metrics; alert on those.
+//
 // # What pstest does not do
 //
 // The tests run on pstest, which differs from the service where it matters here:

@@ -212,6 +212,15 @@
 // receive the entry after the answer, so a failover can lose it even then: a
 // StreamSink's ack does not survive a failover.
 //
+// # Streams lag
+//
+// StreamSource.Lag (idem.LagReporter) is XINFO GROUPS' lag plus pending for the
+// group (XLEN before the group exists), Redis 7's exact counts. When Redis cannot
+// compute the lag (entries deleted after the group's position, XGROUP SETID), Lag
+// returns an error saying so instead of an estimate; after it has read past them,
+// Redis 7.0's lag still counts the deleted entries, except that Lag reports 0 once
+// the group has delivered the stream's last entry.
+//
 // # Push channels
 //
 // PushStore is the Redis stream.Store: the numbered channels a stream.Server

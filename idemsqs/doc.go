@@ -46,6 +46,13 @@
 // with an empty ID and the header Idem-Decode-Error, for the inbox to dead-letter:
 // nothing is dropped.
 //
+// # Lag
+//
+// Source.Lag (idem.LagReporter) is the queue's ApproximateNumberOfMessages plus
+// ApproximateNumberOfMessagesNotVisible plus ApproximateNumberOfMessagesDelayed
+// (one GetQueueAttributes): every message not yet deleted. SQS's counts are
+// approximate and trail changes; a Client wrapper needs GetQueueAttributes.
+//
 // # What SQS FIFO guarantees (Features), and what it does not
 //
 //   - Dedup: yes, but only for 5 minutes. SQS drops a message sent with a

@@ -30,10 +30,18 @@ type BrokerEnv struct {
 	// most 10 per message group). Where the suite receives more of one key, it then
 	// acknowledges each receive before the next.
 	InFlightPerKey int
+	// LagApproximate says the source's Lag (idem.LagReporter) is the broker's
+	// estimate (SQS's approximate counts): the suite then asks it to reach at least
+	// the number of messages published, and 0 after they are acknowledged, not
+	// exactly that number.
+	LagApproximate bool
 }
 
 // BrokerSuite runs the Source/Sink contract against a broker adapter: every adapter
 // runs it unchanged, and it checks a Features promise only where the adapter makes it.
+// Where the adapter's Source implements idem.LagReporter, "Lag" checks that Lag
+// counts published messages not yet acknowledged (exactly, unless
+// BrokerEnv.LagApproximate) and comes back to 0 once they are; elsewhere it skips.
 func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
 	runParallel(t, newEnv, []subtest[BrokerEnv]{
 		{"PublishReceiveAck", testBrokerPublishReceive},
@@ -52,6 +60,7 @@ func BrokerSuite(t *testing.T, newEnv func(t *testing.T) BrokerEnv) {
 		{"Attempts", testBrokerAttempts},
 		{"CloseWithUnsettled", testBrokerCloseUnsettled},
 		{"ConcurrentReceive", testBrokerConcurrentReceive},
+		{"Lag", testBrokerLag},
 	})
 }
 
