@@ -12,6 +12,7 @@ import (
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // AtomicUnaryServerInterceptor is UnaryServerInterceptor for handlers whose
@@ -92,7 +93,7 @@ func (a *atomicRunner[Tx]) run(ctx context.Context, req any, mi *methodInfo, han
 	if a.s.cfg.Wait > 0 {
 		deadline = time.Now().Add(a.s.cfg.Wait)
 	}
-	pause := 2 * time.Millisecond
+	pause := wait.FirstPause
 	for {
 		tx, err := a.db.Begin(dctx)
 		if err != nil {
@@ -109,10 +110,10 @@ func (a *atomicRunner[Tx]) run(ctx context.Context, req any, mi *methodInfo, han
 		if err != nil {
 			return nil, metrics.HTTPError, a.s.storeFailed(ctx, "claim", c.Key, err)
 		}
-		if res.Outcome != idem.InProgress || !sleepUntil(ctx, pause, deadline) {
+		if res.Outcome != idem.InProgress || !wait.SleepUntil(ctx, time.Duration(pause), deadline) {
 			return a.s.answerDuplicate(ctx, mi, c.Key, res)
 		}
-		pause = min(2*pause, 100*time.Millisecond)
+		pause = pause.Next()
 	}
 }
 

@@ -390,29 +390,10 @@ func (s *server) release(ctx context.Context, k idem.Key, token uint64) {
 	}
 }
 
-// wait polls with try, with a growing pause, while the key is in progress and
-// Config.Wait has not run out, or until the caller leaves.
+// wait polls with try while the key is in progress and Config.Wait has not run
+// out, or until the caller leaves.
 func (s *server) wait(ctx context.Context, res idem.Result, try func() (idem.Result, error)) (idem.Result, error) {
-	deadline := time.Now().Add(s.cfg.Wait)
-	pause := 2 * time.Millisecond
-	for res.Outcome == idem.InProgress {
-		if !sleepUntil(ctx, pause, deadline) {
-			return res, nil
-		}
-		pause = min(2*pause, 100*time.Millisecond)
-		var err error
-		if res, err = try(); err != nil {
-			return res, err
-		}
-	}
-	return res, nil
-}
-
-// sleepUntil sleeps for d, but not past deadline, and reports whether the caller
-// may try again.
-func sleepUntil(ctx context.Context, d time.Duration, deadline time.Time) bool {
-	left := time.Until(deadline)
-	return left > 0 && wait.Sleep(ctx, min(d, left))
+	return wait.While(ctx, s.cfg.Wait, res, func(r idem.Result) bool { return r.Outcome == idem.InProgress }, try)
 }
 
 // answerDuplicate answers a claim that was not acquired: the replay, in progress

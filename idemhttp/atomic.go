@@ -9,6 +9,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // AtomicMiddleware is Middleware for handlers whose effects live in the SQL database
@@ -93,7 +94,7 @@ func (a *atomicRunner[Tx]) run(next http.Handler, w http.ResponseWriter, r *http
 	if a.c.cfg.Wait > 0 {
 		deadline = time.Now().Add(a.c.cfg.Wait)
 	}
-	pause := 2 * time.Millisecond
+	pause := wait.FirstPause
 	for {
 		tx, err := a.db.Begin(ctx)
 		if err != nil {
@@ -107,10 +108,10 @@ func (a *atomicRunner[Tx]) run(next http.Handler, w http.ResponseWriter, r *http
 		if err != nil {
 			return a.c.storeFailed(w, r, "claim", k, err)
 		}
-		if res.Outcome != idem.InProgress || !sleepUntil(r.Context(), pause, deadline) {
+		if res.Outcome != idem.InProgress || !wait.SleepUntil(r.Context(), time.Duration(pause), deadline) {
 			return a.c.answerDuplicate(w, r, k, res)
 		}
-		pause = min(2*pause, 100*time.Millisecond)
+		pause = pause.Next()
 	}
 }
 

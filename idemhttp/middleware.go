@@ -428,30 +428,13 @@ func (c *mwCore) release(r *http.Request, k idem.Key, token uint64) {
 	}
 }
 
-// wait polls with try, with a growing pause, while the key is in progress and
-// Config.Wait has not run out, or until the client leaves.
+// wait polls with try while the key is in progress and Config.Wait has not run
+// out, or until the client leaves.
 func (c *mwCore) wait(ctx context.Context, res idem.Result, try func() (idem.Result, error)) (idem.Result, error) {
-	deadline := time.Now().Add(c.cfg.Wait)
-	pause := 2 * time.Millisecond
-	for res.Outcome == idem.InProgress {
-		if !sleepUntil(ctx, pause, deadline) {
-			return res, nil
-		}
-		pause = min(2*pause, 100*time.Millisecond)
-		var err error
-		if res, err = try(); err != nil {
-			return res, err
-		}
-	}
-	return res, nil
+	return wait.While(ctx, c.cfg.Wait, res, inProgress, try)
 }
 
-// sleepUntil sleeps for d, but not past deadline, and reports whether the caller
-// may try again: false once the deadline has passed or ctx has ended.
-func sleepUntil(ctx context.Context, d time.Duration, deadline time.Time) bool {
-	left := time.Until(deadline)
-	return left > 0 && wait.Sleep(ctx, min(d, left))
-}
+func inProgress(res idem.Result) bool { return res.Outcome == idem.InProgress }
 
 // answerDuplicate answers a claim that was not acquired: the replay, 409 or 422.
 func (c *mwCore) answerDuplicate(w http.ResponseWriter, r *http.Request, k idem.Key, res idem.Result) metrics.HTTPOutcome {

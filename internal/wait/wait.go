@@ -33,3 +33,38 @@ func Every(ctx context.Context, d time.Duration, fn func()) {
 		}
 	}
 }
+
+// SleepUntil sleeps for d, but not past deadline, and reports whether the caller
+// may try again: false once deadline has passed or ctx has ended.
+func SleepUntil(ctx context.Context, d time.Duration, deadline time.Time) bool {
+	left := time.Until(deadline)
+	return left > 0 && Sleep(ctx, min(d, left))
+}
+
+// Pause is the growing pause of a caller that polls for something another holds:
+// 2 ms, doubling up to 100 ms.
+type Pause time.Duration
+
+// Next returns the pause after p.
+func (p Pause) Next() Pause { return min(2*p, Pause(100*time.Millisecond)) }
+
+// FirstPause is the first Pause.
+const FirstPause = Pause(2 * time.Millisecond)
+
+// While calls try again, with a growing pause, while busy(v) holds and window has
+// not run out, and returns the last value: the request middlewares' wait for a
+// key another request holds (Config.Wait). It ends early when ctx does, or when
+// try fails.
+func While[T any](ctx context.Context, window time.Duration, v T, busy func(T) bool, try func() (T, error)) (T, error) {
+	deadline := time.Now().Add(window)
+	for p := FirstPause; busy(v); p = p.Next() {
+		if !SleepUntil(ctx, time.Duration(p), deadline) {
+			return v, nil
+		}
+		var err error
+		if v, err = try(); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
