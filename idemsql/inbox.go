@@ -104,6 +104,13 @@ type InboxSQL struct {
 	LSNSet string
 	// LSNWatermark reads epoch and next of scope $1 and producer $2, without a lock.
 	LSNWatermark string
+
+	// DeadLettered returns the statement the audit (package audit) reads which of
+	// n message ids a consumer dead-lettered with: $1 consumer, $2..$n+1 msg_ids.
+	// Returns msg_id and the earliest dead_at of its letters, open or closed, one
+	// row per msg_id that has any. An index on (consumer, msg_id) serves it
+	// (idem_dead_letters_msg).
+	DeadLettered func(n int) string
 }
 
 // DeadLetterConds says which conditions an operator's listing of dead letters

@@ -11,6 +11,9 @@ const (
 	// OutboxMaxHeadersBytes bounds headers as a claim reads them. Payload's bound is
 	// idem.MaxPayload.
 	OutboxMaxHeadersBytes = 1 << 20
+	// OutboxAuditMaxTextBytes bounds msg_id and topic as the audit reads them: a
+	// longer one is no key of any inbox (idem.MaxKeyLen), read as NULL.
+	OutboxAuditMaxTextBytes = 1024
 )
 
 // OutboxSQL is the outbox family of a Driver: every statement package outbox runs
@@ -194,4 +197,35 @@ type OutboxSQL struct {
 	DeleteRow string
 	// UnmarkCDCParked deletes MarkCDCParked's record of row $1.
 	UnmarkCDCParked string
+
+	// The audit's statements (package audit): it reads the published messages
+	// of a window, and repairs a message a consumer never got by publishing a
+	// copy of its row under the same msg_id, recorded in idem_outbox_repairs.
+
+	// AuditPublished reads up to $4 published messages (published_at NOT NULL)
+	// in keyset order (published_at, id): those after ($1, $2) — published_at >
+	// $1, or published_at = $1 and id > $2 — and published before $3. One index
+	// range scan per page: an index on (published_at, id) of the published rows
+	// (idem_outbox_published_id; on MySQL and SQLite an index on published_at,
+	// whose entries carry the row id). Returns id, msg_id (NULL when longer
+	// than OutboxAuditMaxTextBytes), topic (likewise), created_at,
+	// published_at, and the id of the row it repairs when the row is a
+	// repair's copy (NULL otherwise; from idem_outbox_repairs.copy_id).
+	AuditPublished string
+	// RepairCopy writes a copy of published row $2 as a new pending row (msg_id,
+	// topic, ordering_key, part, headers and payload as they are; created_at
+	// and available_at $1, attempts 0), and returns the new row's id unless
+	// LastInsertID is set; it writes nothing when row $2 is not published.
+	RepairCopy string
+	// RecordRepair records a repair, in RepairCopy's transaction: copy_id,
+	// orig_id, msg_id, topic, consumers (the consumers that missed it,
+	// comma-separated), reason, repaired_at.
+	RecordRepair string
+	// RepairsOf returns the statement reading the repairs of n original rows,
+	// $1..$n: orig_id, the number of its repairs, the latest repaired_at. One
+	// row per original that has repairs; an index on orig_id serves it.
+	RepairsOf func(n int) string
+	// Repairs reads up to $2 recorded repairs with copy_id below $1, newest
+	// first: copy_id, orig_id, msg_id, topic, consumers, reason, repaired_at.
+	Repairs string
 }

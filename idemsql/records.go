@@ -85,6 +85,12 @@ type RecordsSQL struct {
 	// (or NULL), $7 retention, $8 created, $9 expires (all three in microseconds,
 	// the times since the Unix epoch).
 	InsertFull string
+
+	// Applied returns the statement the audit (package audit) reads which of n
+	// keys of one scope have a record with: $1 scope, $2..$n+1 ids. Returns id,
+	// state, created (a time, see TimeUnit), one row per id that has a record:
+	// n lookups of the primary key.
+	Applied func(n int) string
 }
 
 // ForTable returns a copy of r with {{table}} filled in as table: a store's
@@ -94,6 +100,9 @@ func (r *RecordsSQL) ForTable(table string) RecordsSQL {
 	for _, s := range []*string{&out.Inspect, &out.List, &out.Scopes, &out.Evict, &out.State,
 		&out.Lock, &out.Delete, &out.Sweep, &out.Count, &out.InsertFull} {
 		*s = strings.ReplaceAll(*s, "{{table}}", table)
+	}
+	if r.Applied != nil {
+		out.Applied = func(n int) string { return strings.ReplaceAll(r.Applied(n), "{{table}}", table) }
 	}
 	return out
 }

@@ -131,6 +131,11 @@ func (r *registrar) gauges(name, help string, labels ...string) *prometheus.Gaug
 	return add(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels))
 }
 
+// gauge registers the gauge name, described by help.
+func (r *registrar) gauge(name, help string) prometheus.Gauge {
+	return add(r, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
+}
+
 // seconds registers the histogram vector name{labels…} of durations, described by
 // help: ten buckets from first seconds up, each four times the one before.
 func (r *registrar) seconds(name, help string, first float64, labels ...string) *prometheus.HistogramVec {
