@@ -15,9 +15,9 @@ const (
 )
 
 type hist struct {
-	n       [histBuckets]int64
-	count   int64
-	max     time.Duration
+	n     [histBuckets]int64
+	count int64
+	max   time.Duration
 }
 
 func (h *hist) observe(d time.Duration) {
