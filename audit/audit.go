@@ -545,7 +545,11 @@ func dedupe(ids []string) []string {
 func metricRows(rows []Row) []metrics.AuditRow {
 	out := make([]metrics.AuditRow, len(rows))
 	for i, r := range rows {
-		out[i] = metrics.AuditRow{Topic: r.Topic, Consumer: r.Consumer,
+		ratio := -1.0
+		if d := r.Deliveries; d != nil && d.Processed+d.Duplicates > 0 {
+			ratio = float64(d.Duplicates) / float64(d.Processed+d.Duplicates)
+		}
+		out[i] = metrics.AuditRow{Topic: r.Topic, Consumer: r.Consumer, DupRatio: ratio,
 			Counts: map[string]int64{"published": r.Published, "applied": r.Applied, "dead_lettered": r.DeadLettered,
 				"missing": r.Missing, "in_flight": r.InFlight, "republished": r.Republished},
 			Latency: map[string]time.Duration{"0.5": r.Latency.P50, "0.9": r.Latency.P90, "0.99": r.Latency.P99, "1": r.Latency.Max}}

@@ -11,6 +11,9 @@ type AuditRow struct {
 	Topic, Consumer string
 	Counts          map[string]int64         // by state
 	Latency         map[string]time.Duration // by quantile label
+	// DupRatio is the consumer's duplicate deliveries ÷ all its deliveries,
+	// negative when not measured.
+	DupRatio float64
 }
 
 // Audit records the runs of an audit (package audit). Its methods are safe on
@@ -23,6 +26,7 @@ type Audit struct {
 	last     prometheus.Gauge
 	blind    prometheus.Gauge
 	duration prometheus.Gauge
+	dups     *prometheus.GaugeVec
 }
 
 // NewAudit registers the audit's collectors on reg; nil reg, nil *Audit.
@@ -50,6 +54,9 @@ func NewAudit(reg prometheus.Registerer) (*Audit, error) {
 			"Consumers the last audit could not see (no key records: not running, keyed by something else than the message id, or a sequence/LSN consumer)."),
 		duration: r.gauge("idem_audit_run_duration_seconds",
 			"How long the last audit run took."),
+		dups: r.gauges("idem_audit_duplicate_delivery_ratio",
+			"Deliveries the consumer dropped as duplicates of a key it held, as a fraction of all its deliveries since its processes started, as the last audit read them from their idem_inbox_messages_total (only with audit.Config.Deliveries).",
+			"consumer"),
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -77,6 +84,9 @@ func (m *Audit) Run(rows []AuditRow, blind int, seconds float64, err error) {
 		}
 		for q, d := range row.Latency {
 			m.latency.WithLabelValues(row.Topic, row.Consumer, q).Set(d.Seconds())
+		}
+		if row.DupRatio >= 0 {
+			m.dups.WithLabelValues(row.Consumer).Set(row.DupRatio)
 		}
 	}
 }
