@@ -56,6 +56,8 @@ var readmeEnvs = []struct{ has, params string }{
 	{"effect.Config{Lease: 30 * time.Second}", "ctx context.Context, sqlDB *sql.DB, orderID string, amount int64, payments interface{ Charge(context.Context, string, int64) ([]byte, error) }"},
 	{"fence.Do(callCtx,", "ctx context.Context, pool *pgxpool.Pool, src idem.Source, store *idempg.Store, payments interface{ Charge(context.Context, string) ([]byte, error) }"},
 	{"saga.New(ctx, txdb,", "ctx context.Context, txdb idemsql.TxDB[*sql.Tx], src idem.Source, store *idemsqlite.Store, payments interface {\n\tCharge(context.Context, string) ([]byte, error)\n\tRefund(context.Context, string) error\n}"},
+	// docs/audit.md
+	{"audit.ConsumersIn(ledgerDB,", "ctx context.Context, ledgerSQL *sql.DB, pool *pgxpool.Pool"},
 	// docs/stream.md
 	{"stream.NewSQLStore(", "ctx context.Context, sqlDB *sql.DB, userOf func(*http.Request) string"},
 	// docs/grpc.md: each is also the body of a function of idemgrpc/doc_example_test.go
@@ -85,7 +87,7 @@ var readmeImports = map[string]string{
 	"net": "net", "grpc": "google.golang.org/grpc", "codes": "google.golang.org/grpc/codes",
 	"credentials": "google.golang.org/grpc/credentials", "metadata": "google.golang.org/grpc/metadata",
 	"status": "google.golang.org/grpc/status", "idemgrpc": "github.com/idemhq/idem/idemgrpc",
-	"orderspb": "github.com/idemhq/idem/internal/orderspb",
+	"orderspb": "github.com/idemhq/idem/internal/orderspb", "audit": "github.com/idemhq/idem/audit",
 }
 
 var goBlockRE = regexp.MustCompile("(?s)```go\n(.*?)```")
