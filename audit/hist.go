@@ -11,7 +11,7 @@ import (
 const (
 	histBase    = time.Millisecond
 	histPerOct  = 4
-	histBuckets = 25*histPerOct + 1 // up to 2^25 ms ≈ 9.3 h; beyond counts in the last
+	histBuckets = 30*histPerOct + 1 // up to 2^30 ms ≈ 12.4 days; the last bucket holds what is longer
 )
 
 type hist struct {
@@ -41,6 +41,9 @@ func (h *hist) quantile(q float64) time.Duration {
 	var seen int64
 	for i, n := range h.n {
 		if seen += n; seen >= want {
+			if i == histBuckets-1 {
+				return h.max // the overflow bucket has no bound of its own
+			}
 			return min(h.bound(i), h.max)
 		}
 	}
