@@ -234,6 +234,19 @@ func (q sqlQuerier) Exec(ctx context.Context, query string, args ...any) (int64,
 	if err != nil {
 		return 0, err
 	}
+	return rowsAffected(r)
+}
+
+// rowsAffected is r.RowsAffected(), and 0 where the driver gave database/sql no
+// result at all: modernc.org/sqlite answers a text with no statement in it (a
+// migration of comments only) with a nil driver.Result, which sql.Result wraps
+// and then dereferences.
+func rowsAffected(r sql.Result) (n int64, err error) {
+	defer func() {
+		if recover() != nil {
+			n, err = 0, nil
+		}
+	}()
 	return r.RowsAffected()
 }
 
