@@ -139,7 +139,7 @@ var routes = []route{
 		body: []param{pReason}, resp: AuditReport{}, serve: serveAuditRepair},
 	{method: "GET", path: "/api/audit/repairs", area: areaAudit, summary: "list audit repairs",
 		query: []param{{name: "cursor", typ: "string", doc: "the next cursor of the previous page (repairs go newest first); empty for the first"}, pLimit},
-		resp: AuditRepairPage{}, serve: serveAuditRepairs},
+		resp:  AuditRepairPage{}, serve: serveAuditRepairs},
 
 	{method: "GET", path: "/api/metrics", area: areaMetrics, summary: "metrics summary", resp: MetricsSummary{}, serve: serveMetrics},
 }
