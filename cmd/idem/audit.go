@@ -159,6 +159,8 @@ func (o *auditOptions) check(fs *flag.FlagSet) ([]open.ConsumerSpec, error) {
 		return nil, fmt.Errorf("--grace must be positive and shorter than --window (%v), such as 5m (got %v)", o.window, o.grace)
 	case o.retention <= 0:
 		return nil, fmt.Errorf("--retention must be positive, the consumers' inbox.Config.Retention, such as 168h (got %v)", o.retention)
+	case o.window > o.retention/2:
+		return nil, fmt.Errorf("--window (%v) is more than half of --retention (%v): a key the consumers forgot after their retention would read as missing, and --repair would apply its message again; audit at most %v back, or give the consumers' retention", o.window, o.retention, o.retention/2)
 	case o.pageSize < 1 || o.pageSize > audit.MaxPageSize:
 		return nil, fmt.Errorf("--page-size must be 1 to %d (got %d)", audit.MaxPageSize, o.pageSize)
 	case o.limit < 1 || o.limit > audit.MaxPageSize:

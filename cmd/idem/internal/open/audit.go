@@ -121,14 +121,14 @@ type AuditFlags struct {
 func Auditor(ctx context.Context, db string, specs []ConsumerSpec, f AuditFlags, cfg audit.Config) (a *audit.Auditor, close func(), err error) {
 	dbs := map[string]idemsql.TxDB[*sql.Tx]{}
 	var closers []func()
-	close = func() {
+	closeAll := func() {
 		for _, c := range closers {
 			c()
 		}
 	}
 	defer func() {
 		if err != nil {
-			close()
+			closeAll() // close is nil: the return set it
 		}
 	}()
 	get := func(raw, flag string) (idemsql.TxDB[*sql.Tx], error) {
@@ -179,7 +179,7 @@ func Auditor(ctx context.Context, db string, specs []ConsumerSpec, f AuditFlags,
 	if err != nil {
 		return nil, nil, err
 	}
-	return a, close, nil
+	return a, closeAll, nil
 }
 
 func consumerNames(cs []audit.Consumer) string {
