@@ -215,9 +215,17 @@ func auditOpenErr(fs *flag.FlagSet, err error) error {
 // print writes the report as text or JSON.
 func (o *auditOptions) print(w io.Writer, rep *audit.Report) error {
 	if o.json {
+		// Empty lists as [], not null, as the admin API writes them.
+		r := *rep
+		if r.Blind == nil {
+			r.Blind = []audit.Blind{}
+		}
+		if r.Repaired == nil {
+			r.Repaired = []audit.Repair{}
+		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return enc.Encode(&r)
 	}
 	return rep.WriteText(w)
 }

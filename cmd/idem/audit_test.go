@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -129,6 +130,15 @@ func lossyFlow(t *testing.T, d opsDB) {
 	}
 }
 
+// decodeAudit parses idem audit --json's one document into v, which reads part
+// of it.
+func decodeAudit(t *testing.T, out string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("--json output %q: %v", out, err)
+	}
+}
+
 // countRows runs a SELECT COUNT(*) without arguments on d.
 func countRows(t *testing.T, d opsDB, query string) int64 {
 	t.Helper()
@@ -157,7 +167,7 @@ func TestAuditFindsAndRepairsMissing(t *testing.T) {
 			t.Fatalf("audit exited %d, want 1:\n%s%s", code, out, stderr)
 		}
 		var rep auditJSON
-		decode(t, out, &rep)
+		decodeAudit(t, out, &rep)
 		if len(rep.Rows) != 1 {
 			t.Fatalf("rows %+v", rep.Rows)
 		}
@@ -175,7 +185,7 @@ func TestAuditFindsAndRepairsMissing(t *testing.T) {
 			t.Fatalf("audit --repair exited %d, want 1 saying what it republished:\n%s%s", code, out, stderr)
 		}
 		rep = auditJSON{}
-		decode(t, out, &rep)
+		decodeAudit(t, out, &rep)
 		if len(rep.Repaired) != 1 || rep.Repaired[0].MsgID != "m-4" || rep.Repaired[0].CopyID <= rep.Repaired[0].OrigID {
 			t.Fatalf("repaired %+v, want one copy of m-4", rep.Repaired)
 		}
@@ -207,7 +217,7 @@ func TestAuditFindsAndRepairsMissing(t *testing.T) {
 		// Repaired less than --grace ago: in flight, not missing; exit 0.
 		out = mustRun(t, append(base, "--json")...)
 		rep = auditJSON{}
-		decode(t, out, &rep)
+		decodeAudit(t, out, &rep)
 		if r := rep.Rows[0]; r.Missing != 0 || r.InFlight != 1 || r.Repairing != 1 || len(rep.Repaired) != 0 {
 			t.Fatalf("after the repair: %+v, want m-4 in flight (repairing)", r)
 		}
@@ -226,7 +236,7 @@ func TestAuditConsumerElsewhere(t *testing.T) {
 	out, stderr, code := runCode(t, "audit", "--db", producer.url, "--grace", "5m", "--json",
 		"--consumer", "billing=orders@"+consumer.url, "--consumer", "mail=orders@"+consumer.url)
 	var rep auditJSON
-	decode(t, out, &rep)
+	decodeAudit(t, out, &rep)
 	if code != 1 || len(rep.Rows) != 2 || rep.Rows[0].Applied != 2 || rep.Rows[0].Missing != 1 {
 		t.Fatalf("exit %d, rows %+v\n%s", code, rep.Rows, stderr)
 	}
