@@ -113,6 +113,12 @@ func (o *adminOptions) check() (*open.DBSpec, error) {
 	if err := o.metricsFrom.check(); err != nil {
 		return nil, err
 	}
+	if len(o.consumers) > 0 && o.db == "" {
+		return nil, errors.New("--consumer without --db: the audit reads the outbox of --db; pass it")
+	}
+	if _, err := o.consumers.Specs(); err != nil {
+		return nil, err
+	}
 	switch {
 	case o.db == "" && len(o.stores) == 0:
 		return nil, errors.New("nothing to serve: pass --db (the inbox, outbox, effects and sagas) and/or --store (idempotency keys)")
@@ -142,12 +148,6 @@ func (o *adminOptions) check() (*open.DBSpec, error) {
 			return nil, fmt.Errorf("--store %s=memory: a memory store lives in its gateway's process: "+
 				"run idem serve --admin-token to inspect it", s.name)
 		}
-	}
-	if len(o.consumers) > 0 && o.db == "" {
-		return nil, errors.New("--consumer without --db: the audit reads the outbox of --db; pass it")
-	}
-	if _, err := o.consumers.Specs(); err != nil {
-		return nil, err
 	}
 	if o.db == "" {
 		return nil, nil

@@ -396,3 +396,29 @@ func TestAuditHealth(t *testing.T) {
 		t.Fatalf("4 intervals after the last success: %v %q", ok, msg)
 	}
 }
+
+// TestAdminAuditArea: idem admin --consumer (parsed as idem audit parses it)
+// serves the audit area over --db: GET /api/audit finds the lost message, and the
+// audit's metrics are on its /metrics; --consumer without --db, or a bad one, is
+// a usage error.
+func TestAdminAuditArea(t *testing.T) {
+	t.Parallel()
+	d := newOpsDB(t, "sqlite")
+	lossyFlow(t, d)
+	dm, addrs := startDaemon(t, adminListeningRE, "admin", "--listen", "127.0.0.1:0", "--db", d.url,
+		"--consumer", "billing=orders", "--audit-grace", "5m", "--token", testAdminToken, "--read-token", testReadToken)
+	base := "http://" + addrs[0]
+	code, body := apiGet(t, base+"/api/audit", testReadToken)
+	var rep auditJSON
+	decodeAudit(t, body, &rep)
+	if code != 200 || len(rep.Rows) != 1 || rep.Rows[0].Missing != 1 || rep.Rows[0].MissingIDs[0] != "m-4" {
+		t.Fatalf("GET /api/audit: %d %s", code, body)
+	}
+	if code, body := apiGet(t, base+"/metrics", ""); code != 200 || !strings.Contains(body, `idem_audit_messages{consumer="billing",state="missing",topic="orders"} 1`) {
+		t.Fatalf("/metrics after an audit: %d\n%s", code, body)
+	}
+	dm.stop(t)
+
+	wantCode(t, 2, "--consumer without --db", "admin", "--insecure", "--consumer", "billing=orders")
+	wantCode(t, 2, "no consumer name", "admin", "--insecure", "--db", d.url, "--consumer", "billing")
+}
