@@ -115,7 +115,9 @@ func (m *Main) runAudit(ctx context.Context, args []string) error {
 	if o.every > 0 {
 		return m.auditLoop(ctx, fs, o, specs)
 	}
-	a, closeDBs, err := open.Auditor(ctx, o.db, specs, o.auditFlags(), o.config())
+	cfg := o.config()
+	cfg.Logger = cli.Log(m.Stderr) // a /metrics source that does not answer, each repair
+	a, closeDBs, err := open.Auditor(ctx, o.db, specs, o.auditFlags(), cfg)
 	if err != nil {
 		return auditOpenErr(fs, err)
 	}

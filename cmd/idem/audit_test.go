@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -421,4 +422,26 @@ func TestAdminAuditArea(t *testing.T) {
 
 	wantCode(t, 2, "--consumer without --db", "admin", "--insecure", "--consumer", "billing=orders")
 	wantCode(t, 2, "no consumer name", "admin", "--insecure", "--db", d.url, "--consumer", "billing")
+}
+
+// TestAuditDeliveries: --deliveries reads the consumers' /metrics, and the
+// sentence says how many duplicate deliveries their inboxes suppressed; a source
+// that does not answer leaves the audit standing, unmeasured.
+func TestAuditDeliveries(t *testing.T) {
+	t.Parallel()
+	d := newOpsDB(t, "sqlite")
+	lossyFlow(t, d)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "# TYPE idem_inbox_messages_total counter\n"+
+			`idem_inbox_messages_total{consumer="billing",outcome="processed"} 98`+"\n"+
+			`idem_inbox_messages_total{consumer="billing",outcome="duplicate"} 2`+"\n")
+	}))
+	defer srv.Close()
+	out := wantCode(t, 1, "1 messages missing", "audit", "--db", d.url, "--consumer", "billing=orders", "--grace", "5m", "--deliveries", srv.URL+"/metrics")
+	wantLines(t, out, "2 duplicate deliveries suppressed (2.00% of the consumer's deliveries since it started)")
+	out, stderr, code := runCode(t, "audit", "--db", d.url, "--consumer", "billing=orders", "--grace", "5m", "--deliveries", "http://"+freeAddr(t)+"/metrics")
+	if code != 1 || !strings.Contains(stderr, "reading the consumers' delivery counts") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	wantLines(t, out, "duplicate deliveries not measured")
 }
