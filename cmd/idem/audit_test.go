@@ -21,6 +21,7 @@ import (
 	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
 )
 
@@ -444,4 +445,22 @@ func TestAuditDeliveries(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 	wantLines(t, out, "duplicate deliveries not measured")
+}
+
+// TestAuditUnreachableIsRedacted: a database that does not answer, the
+// producer's or a consumer's, is an error (exit 1) that never quotes a password.
+func TestAuditUnreachableIsRedacted(t *testing.T) {
+	t.Parallel()
+	d := newOpsDB(t, "sqlite")
+	closed := "postgres://root:Secr3t@" + testsvc.ClosedAddr(t) + "/test?connect_timeout=2"
+	for _, args := range [][]string{
+		{"audit", "--db", closed, "--consumer", "billing=orders"},
+		{"audit", "--db", d.url, "--consumer", "billing=orders@" + closed},
+		{"audit", "--db", closed, "--repairs"},
+	} {
+		_, stderr, code := runCode(t, args...)
+		if code != 1 || strings.Contains(stderr, "Secr3t") || stderr == "" {
+			t.Errorf("%v: exit %d, stderr %q: want 1, without the password", args, code, stderr)
+		}
+	}
 }

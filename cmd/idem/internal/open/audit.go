@@ -135,11 +135,8 @@ func Auditor(ctx context.Context, db string, specs []ConsumerSpec, f AuditFlags,
 		if d, ok := dbs[raw]; ok {
 			return d, nil
 		}
-		d, c, err := SQLDB(ctx, raw)
+		d, c, err := sqlDB(ctx, flag, raw)
 		if err != nil {
-			if flag != "--db" {
-				err = fmt.Errorf("%s: %w", flag, err)
-			}
 			return d, err
 		}
 		closers = append(closers, c)
@@ -165,7 +162,7 @@ func Auditor(ctx context.Context, db string, specs []ConsumerSpec, f AuditFlags,
 	}
 	sides := make([]*audit.Side, 0, len(order))
 	for _, raw := range order {
-		d, err := get(raw, "--consumer "+consumerNames(byDB[raw]))
+		d, err := get(raw, "--consumer "+consumerNames(byDB[raw])+":")
 		if err != nil {
 			return nil, nil, err
 		}
