@@ -39,6 +39,11 @@ type Config struct {
 	Sagas Sagas
 	// Stream shows the stream server's channels and clients.
 	Stream Stream
+	// Audit runs the end-to-end audit of the outbox's flow (AuditFrom): GET
+	// /api/audit reads, POST /api/audit/repair republishes what is missing.
+	// Each call runs a whole audit within Timeout: give the admin API a Timeout
+	// above the audit's run time (idem_audit_run_duration_seconds).
+	Audit Audit
 	// Gatherer is read by GET /api/metrics, which sums its idem_* metrics over
 	// their labels (the console's charts); usually the registry given to idem's
 	// components as their Registerer.

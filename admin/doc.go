@@ -22,15 +22,19 @@
 //	POST /api/sagas/{id}/retry {reason}   POST /api/sagas/{id}/resolve {note}
 //	POST /api/sagas/purge                {older_than, reason}: delete finished sagas
 //	GET  /api/stream                     channels and connected clients
+//	GET  /api/audit                      a read-only end-to-end audit: the audit.Report
+//	POST /api/audit/repair               {reason}: an audit that republishes what is missing
+//	GET  /api/audit/repairs?cursor&limit the recorded repairs, newest first
 //	GET  /api/metrics                    idem_* metrics of Config.Gatherer and of the
 //	                                     Config.Metrics sources, summed over labels and sources
 //
 // Each area is an interface of this package (DeadLetters, Outbox, Effects, Sagas,
-// Stream; the keys area is idem.Inspector, the metrics area a prometheus.Gatherer),
+// Stream, Audit; the keys area is idem.Inspector, the metrics area a prometheus.Gatherer),
 // so any implementation can be mounted; an area left nil in Config answers 404
 // ProblemNotConfigured. The adapters to idem's own backends are DeadLettersFrom
-// (inbox), OutboxFrom, EffectsFrom, SagasFrom and StreamFrom; ForSQL sets every area
-// whose tables a database holds. A replay through the inbox is requested (outcome
+// (inbox), OutboxFrom, EffectsFrom, SagasFrom, StreamFrom and AuditFrom (an
+// audit.Auditor, which names the consumers: ForSQL cannot); ForSQL sets every
+// other area whose tables a database holds. A replay through the inbox is requested (outcome
 // "requested"): the letter's running Consumer performs it, exactly once, at its next
 // poll. A purge (Purger, which EffectsFrom and SagasFrom implement) deletes only
 // finished rows older than older_than (at least MinPurgeAge), never one in

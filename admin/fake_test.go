@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
+	"github.com/idemhq/idem/audit"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -246,6 +247,50 @@ type fakeStream struct {
 
 func (f *fakeStream) Status(ctx context.Context) (admin.StreamStatus, error) { return f.status(ctx) }
 
+// fakeAudit answers a report with one row, missing one message; a repair run
+// republishes it. It records the runs it was asked for.
+type fakeAudit struct {
+	mu   sync.Mutex
+	runs []bool // the repair argument of each Run
+}
+
+func (f *fakeAudit) Run(_ context.Context, repair bool) (*admin.AuditReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.runs = append(f.runs, repair)
+	rep := &admin.AuditReport{At: t0, From: t0.Add(-time.Hour), To: t0, Grace: 5 * time.Minute, Scanned: 10, Pages: 1,
+		Rows: []audit.Row{{Topic: "orders", Consumer: "billing", Published: 10, Applied: 8, DeadLettered: 1, Missing: 1,
+			MissingIDs: []string{"m9"}, Latency: audit.Latency{Count: 8, P99: 40 * time.Millisecond}}}}
+	if repair {
+		rep.Repaired = []admin.AuditRepair{{CopyID: 11, OrigID: 9, MsgID: "m9", Topic: "orders", Consumers: []string{"billing"}, At: t0}}
+	}
+	return rep, nil
+}
+
+// Repairs lists copies 5, 4, … 1, newest first, before the cursor's id.
+func (f *fakeAudit) Repairs(_ context.Context, cursor string, limit int) (admin.AuditRepairPage, error) {
+	before := int64(6)
+	if cursor != "" {
+		if _, err := fmt.Sscan(cursor, &before); err != nil {
+			return admin.AuditRepairPage{}, &idem.InputError{Field: "cursor", Reason: "is not a cursor", Fix: "pass back next"}
+		}
+	}
+	var page admin.AuditRepairPage
+	for id := before - 1; id >= 1 && len(page.Repairs) < limit; id-- {
+		page.Repairs = append(page.Repairs, admin.AuditRepair{CopyID: id, OrigID: id + 100, MsgID: fmt.Sprint("m", id), Topic: "orders"})
+	}
+	if len(page.Repairs) == limit && page.Repairs[limit-1].CopyID > 1 {
+		page.Next = fmt.Sprint(page.Repairs[limit-1].CopyID)
+	}
+	return page, nil
+}
+
+func (f *fakeAudit) asked() []bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.runs)
+}
+
 // bundle is a handler over fakes, with its log and metrics.
 type bundle struct {
 	h    http.Handler
@@ -257,6 +302,7 @@ type bundle struct {
 	ef   *fakeEffects
 	sg   *fakeSagas
 	st   *fakeStream
+	au   *fakeAudit
 }
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
@@ -305,6 +351,7 @@ func setup(t testing.TB, mod func(*admin.Config)) *bundle {
 			},
 			resolve: func(_ context.Context, id, _ string) error { return notFoundUnless(len(id), 2) },
 		},
+		au: &fakeAudit{},
 		st: &fakeStream{status: func(context.Context) (admin.StreamStatus, error) {
 			return admin.StreamStatus{Channels: []admin.StreamChannel{{Name: "orders", LastSeq: 10}},
 				Clients: []admin.StreamClient{{ID: "c1", Channel: "orders", AckedSeq: 7, Lag: 3}}}, nil
@@ -313,7 +360,7 @@ func setup(t testing.TB, mod func(*admin.Config)) *bundle {
 	cfg := admin.Config{
 		Token: fullToken, ReadToken: readToken,
 		Stores:      map[string]idem.Inspector{"main": b.ins},
-		DeadLetters: b.dl, Outbox: b.ob, Effects: b.ef, Sagas: b.sg, Stream: b.st, Gatherer: b.reg,
+		DeadLetters: b.dl, Outbox: b.ob, Effects: b.ef, Sagas: b.sg, Stream: b.st, Audit: b.au, Gatherer: b.reg,
 		Logger:     slog.New(slog.NewJSONHandler(b.logs, nil)),
 		Registerer: b.reg,
 	}

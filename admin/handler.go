@@ -76,6 +76,7 @@ func New(cfg Config) (http.Handler, error) {
 		areaEffects:     cfg.Effects != nil,
 		areaSagas:       cfg.Sagas != nil,
 		areaStream:      cfg.Stream != nil,
+		areaAudit:       cfg.Audit != nil,
 		areaMetrics:     cfg.Gatherer != nil || cfg.Metrics != nil,
 	}
 	if cfg.Registerer != nil {

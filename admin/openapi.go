@@ -64,7 +64,7 @@ func openAPI() []byte {
 	doc := map[string]any{
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "idem admin API", "version": "1",
-			"description": "Inspect and act on idem's state: keys, dead letters, outbox, effects, sagas, stream."},
+			"description": "Inspect and act on idem's state: keys, dead letters, outbox, effects, sagas, stream, the end-to-end audit."},
 		"paths":    paths,
 		"security": []any{map[string]any{"bearer": []string{}}},
 		"components": map[string]any{

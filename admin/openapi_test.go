@@ -21,6 +21,7 @@ var served = []string{
 	"GET /api/effects", "GET /api/sagas", "GET /api/sagas/{id}", "POST /api/sagas/{id}/retry", "POST /api/sagas/{id}/resolve",
 	"GET /api/stream", "GET /api/metrics",
 	"POST /api/effects/purge", "POST /api/sagas/purge",
+	"GET /api/audit", "POST /api/audit/repair", "GET /api/audit/repairs",
 }
 
 type openAPIDoc struct {

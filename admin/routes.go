@@ -17,6 +17,7 @@ const (
 	areaSagas       = "sagas"
 	areaStream      = "stream"
 	areaMetrics     = "metrics"
+	areaAudit       = "audit"
 )
 
 // route is one endpoint: the table both registers the handlers and feeds the
@@ -131,6 +132,14 @@ var routes = []route{
 	purgeRoute("/api/sagas/purge", areaSagas, "sagas", func(h *handler) any { return h.cfg.Sagas }),
 
 	{method: "GET", path: "/api/stream", area: areaStream, summary: "stream status", serve: serveStream},
+
+	{method: "GET", path: "/api/audit", area: areaAudit, summary: "audit the flow",
+		resp: AuditReport{}, serve: serveAudit},
+	{method: "POST", path: "/api/audit/repair", area: areaAudit, mutates: true, summary: "repair missing messages",
+		body: []param{pReason}, resp: AuditReport{}, serve: serveAuditRepair},
+	{method: "GET", path: "/api/audit/repairs", area: areaAudit, summary: "list audit repairs",
+		query: []param{{name: "cursor", typ: "string", doc: "the next cursor of the previous page (repairs go newest first); empty for the first"}, pLimit},
+		resp:  AuditRepairPage{}, serve: serveAuditRepairs},
 
 	{method: "GET", path: "/api/metrics", area: areaMetrics, summary: "metrics summary", resp: MetricsSummary{}, serve: serveMetrics},
 }

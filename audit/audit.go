@@ -95,6 +95,16 @@ func New[Tx any](producer idemsql.TxDB[Tx], cfg Config, sides ...*Side) (*Audito
 	return a, nil
 }
 
+// WithRepair returns an Auditor like a whose runs repair (Config.Repair) when
+// on, and only read when not. It shares a's consumers and metrics: an operator's
+// surface (the admin API) audits read-only and repairs on request through one
+// Auditor.
+func (a *Auditor) WithRepair(on bool) *Auditor {
+	b := *a
+	b.cfg.Repair = on
+	return &b
+}
+
 // published is one outbox row as the audit reads it.
 type published struct {
 	id          int64

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -93,6 +94,9 @@ func registered(t *testing.T) *recorder {
 	_, err = metrics.NewGRPC(r)
 	check("grpc metrics", err)
 	check("build info", metrics.NewBuild(r, "v0.0.0", "", "go"))
+	_, err = metrics.NewAudit(r) // package audit's runs
+	check("audit metrics", err)
+	check("audit interval", metrics.AuditInterval(r, time.Minute)) // idem audit --every
 	_, err = idemmem.New(idemmem.Config{Registerer: r})
 	check("idemmem", err)
 	_, err = pgcdc.New("postgres://relay@127.0.0.1:5432/db", nopSink{}, pgcdc.Config{Registerer: r}) // connects only when run
@@ -354,7 +358,8 @@ func TestAlertsUseExportedMetrics(t *testing.T) {
 		checkExpr(t, r, where, rl.expr)
 	}
 	for _, want := range []string{"IdemOutboxBacklogOld", "IdemOutboxParked", "IdemDeadLettersRising", "IdemDuplicateRatioSpike",
-		"IdemRelayAbsent", "IdemRelayStalled", "IdemLeaseTakeoversRising", "IdemStreamLag", "IdemCDCParked", "IdemCDCStalled"} {
+		"IdemRelayAbsent", "IdemRelayStalled", "IdemLeaseTakeoversRising", "IdemStreamLag", "IdemCDCParked", "IdemCDCStalled",
+		"IdemAuditMissing", "IdemAuditStale"} {
 		if !seen[want] {
 			t.Errorf("no alert %s", want)
 		}

@@ -155,3 +155,42 @@ func TestMountedInAdmin(t *testing.T) {
 		t.Errorf("GET /nothing: %d", w.Code)
 	}
 }
+
+// TestAuditPanel: the page has the audit area's panel with the rows an operator
+// reads (published, applied, dead-lettered, missing, in flight, p99), and its
+// script calls the audit routes the admin API documents, the repair as a POST
+// with the reason the confirmation dialog asks for.
+func TestAuditPanel(t *testing.T) {
+	t.Parallel()
+	page := serve(console.Handler(), "GET", "/").Body.String()
+	sec := regexp.MustCompile(`(?s)<section id="area-audit"[^>]*data-area="audit">.*?</section>`).FindString(page)
+	if sec == "" {
+		t.Fatal("the page has no section of the audit area")
+	}
+	for _, h := range []string{"<th>published</th>", "<th>applied</th>", "<th>dead-lettered</th>", "<th>missing</th>", "<th>in flight</th>", "<th>p99</th>", `id="audit-run"`} {
+		if !strings.Contains(sec, h) {
+			t.Errorf("the audit panel lacks %s:\n%s", h, sec)
+		}
+	}
+	js := serve(console.Handler(), "GET", "/console.js").Body.String()
+	for _, call := range []string{`api('GET', 'audit')`, `api('POST', 'audit/repair', { reason: a.reason })`, `api('GET', 'audit/repairs'`,
+		`actionButton('Repair missing', 'repair'`} {
+		if !strings.Contains(js, call) {
+			t.Errorf("console.js lacks %s", call)
+		}
+	}
+	h, err := admin.New(admin.Config{Token: "full-token-0123456789abcdef", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/api/openapi.json", nil)
+	r.Header.Set("Authorization", "Bearer full-token-0123456789abcdef")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	doc := w.Body.String()
+	for _, path := range []string{`"/api/audit"`, `"/api/audit/repair"`, `"/api/audit/repairs"`} {
+		if !strings.Contains(doc, path) {
+			t.Errorf("the admin API does not document %s, which the console calls", path)
+		}
+	}
+}

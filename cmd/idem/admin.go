@@ -18,6 +18,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/admin/console"
+	"github.com/idemhq/idem/audit"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemhttp/gateway"
@@ -36,6 +37,10 @@ type adminOptions struct {
 	insecure         bool
 	drainLimit       time.Duration
 	metricsFrom      metricsFlags
+	consumers        open.ConsumerFlags // the audit area's consumers
+	audit            open.AuditFlags
+	auditWindow      time.Duration
+	auditGrace       time.Duration
 }
 
 const adminSynopsis = `Serves idem's operator API (package admin) on --listen: JSON under /api/ to
@@ -62,6 +67,11 @@ The console's charts read the metrics of the processes idem admin operates:
 across them; each is read at most once a second, within 2 s and 4 MiB, and one
 that does not answer is shown as down in GET /api/metrics and the console.
 
+The audit area (GET /api/audit, POST /api/audit/repair, GET /api/audit/repairs,
+the console's audit panel) is on when --consumer names the consumers of the
+--db outbox's topics, as idem audit takes them (NAME=TOPIC[,TOPIC...][@DB-URL],
+repeatable), with --records-table, --retention, --audit-window and --audit-grace.
+
 SIGINT or SIGTERM stops taking connections and finishes the requests in flight.
 Traces go over OTLP when $OTEL_EXPORTER_OTLP_ENDPOINT (and the other standard OTEL_*
 variables) is set; log lines under a span carry its trace_id and span_id.`
@@ -77,6 +87,11 @@ func (m *Main) runAdmin(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.insecure, "insecure", false, "serve without a token: loopback --listen only, for development")
 	fs.DurationVar(&o.drainLimit, "shutdown-timeout", 10*time.Second, "how long a stop waits for requests in flight")
 	fs.Var(&o.metricsFrom, "metrics-from", "a /metrics URL of a process the console's charts read (http://127.0.0.1:9464/metrics: the relay's); repeatable")
+	fs.Var(&o.consumers, "consumer", "the audit area: a consumer of the --db outbox's topics, "+open.ConsumerSyntax+" (as idem audit); repeatable")
+	fs.StringVar(&o.audit.RecordsTable, "records-table", "", "the audit area: the consumers' records table (default idem_records)")
+	fs.DurationVar(&o.audit.Retention, "retention", audit.DefaultRetention, "the audit area: the consumers' key retention; --audit-window may be at most half of it")
+	fs.DurationVar(&o.auditWindow, "audit-window", audit.DefaultWindow, "the audit area: how far back an audit reads")
+	fs.DurationVar(&o.auditGrace, "audit-grace", audit.DefaultGrace, "the audit area: how long a message may be on its way before it counts as missing")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -96,6 +111,12 @@ func (m *Main) runAdmin(ctx context.Context, args []string) error {
 func (o *adminOptions) check() (*open.DBSpec, error) {
 	cfg := admin.Config{Token: o.token, ReadToken: o.readToken, Insecure: o.insecure}
 	if err := o.metricsFrom.check(); err != nil {
+		return nil, err
+	}
+	if len(o.consumers) > 0 && o.db == "" {
+		return nil, errors.New("--consumer without --db: the audit reads the outbox of --db; pass it")
+	}
+	if _, err := o.consumers.Specs(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -241,6 +262,17 @@ func (m *Main) admin(ctx context.Context, o *adminOptions, db *open.DBSpec) erro
 		for _, area := range slices.Sorted(maps.Keys(skipped)) {
 			log.Warn("idem admin: area off: its tables are missing or behind", "area", area, "err", skipped[area])
 		}
+	}
+	if len(o.consumers) > 0 {
+		specs, _ := o.consumers.Specs() // checked
+		a, closeAudit, err := open.Auditor(ctx, o.db, specs, o.audit,
+			audit.Config{Window: o.auditWindow, Grace: o.auditGrace, Registerer: reg, Logger: log})
+		if err != nil {
+			return fmt.Errorf("idem admin: the audit area: %w", err)
+		}
+		defer closeAudit()
+		cfg.Audit = admin.AuditFrom(a)
+		what += fmt.Sprintf("; the audit of %d consumer(s)", len(specs))
 	}
 	cfg.Console, cfg.Gatherer = console.Handler(), reg
 	cfg.Metrics = &admin.MetricsSources{URLs: o.metricsFrom} // listed even when empty: the console says how to add one

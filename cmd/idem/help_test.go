@@ -102,6 +102,7 @@ func TestHelpURLExamplesParse(t *testing.T) {
 	t.Parallel()
 	_, relay, _ := run(t, "relay", "--help")
 	_, serve, _ := run(t, "serve", "--help")
+	_, auditHelp, _ := run(t, "audit", "--help")
 	secret := &open.SinkFlags{WebhookSecret: strings.Repeat("s", 32)}
 	n := 0
 	for _, c := range []struct {
@@ -111,6 +112,7 @@ func TestHelpURLExamplesParse(t *testing.T) {
 		{relay, "Sinks (--sink):", func(raw string) error { _, err := open.ParseSink(raw, secret); return err }},
 		{relay, "Databases (--db):", func(raw string) error { _, err := open.ParseDB(raw); return err }},
 		{serve, "Stores (--store):", func(raw string) error { _, err := open.ParseStore(raw); return err }},
+		{auditHelp, "Databases (--db, the producer's outbox):", func(raw string) error { _, err := open.ParseDB(raw); return err }},
 	} {
 		examples := sectionExamples(c.help, c.section)
 		if len(examples) < 3 {

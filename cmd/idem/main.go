@@ -1,8 +1,8 @@
 // Command idem runs idem's daemons and checks: verify (the end-to-end proof under
 // faults), bench (store figures beside raw baselines), serve (HTTP idempotency
-// gateway), relay (outbox relay), migrate (idem's SQL schema), admin (the operator
-// API and web console), and keys, dlq, outbox and sagas (the same operations from a
-// shell).
+// gateway), relay (outbox relay), audit (a live flow's end-to-end audit and
+// repair), migrate (idem's SQL schema), admin (the operator API and web console),
+// and keys, dlq, outbox and sagas (the same operations from a shell).
 //
 // This package is the command line: flag dispatch, exit codes and one file (or a
 // few) per subcommand that maps its flags to the packages doing the work. Those
@@ -87,6 +87,7 @@ var commands = []command{
 	{"bench", "measure store throughput beside raw baselines (SET NX, INSERT … ON CONFLICT)", (*Main).runBench},
 	{"serve", "HTTP Idempotency-Key gateway: a reverse proxy that runs each keyed POST once and replays it", (*Main).runServe},
 	{"relay", "publish the transactional outbox to NATS, Kafka, Redis, RabbitMQ or a webhook", (*Main).runRelay},
+	{"audit", "reconcile what the outbox published with what each consumer applied; repair what is missing", (*Main).runAudit},
 	{"migrate", "apply, roll back, show or print idem's SQL schema (up, down, status, print)", (*Main).runMigrate},
 	{"keys", "list the scopes and records of a store, show or evict one (scopes, list, get, evict, scope)", (*Main).runKeys},
 	{"dlq", "list, show, replay or discard the inbox's dead letters (list, show, replay, discard)", (*Main).runDLQ},

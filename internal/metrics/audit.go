@@ -98,3 +98,15 @@ func (m *Audit) Repaired(topic string) {
 	}
 	m.repaired.WithLabelValues(topic).Inc()
 }
+
+// AuditInterval exports the interval of a continuous audit (idem audit
+// --every), so that an alert can tell a stale audit from a slow schedule.
+func AuditInterval(reg prometheus.Registerer, every time.Duration) error {
+	r := &registrar{reg: reg}
+	g := r.gauge("idem_audit_interval_seconds", "The interval of a continuous audit (idem audit --every): idem_audit_last_success_timestamp_seconds older than 3 intervals means the audit is stale.")
+	if r.err != nil {
+		return r.err
+	}
+	g.Set(every.Seconds())
+	return nil
+}

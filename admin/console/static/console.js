@@ -156,6 +156,7 @@
     buildCharts();
     await section('keys', loadStores).catch(function () { /* a 401 has signed out */ });
     state.ready = true;
+    runAudit().catch(function () { /* a 401 has signed out */ });
     session++;
     pollMetrics(session);
     refreshLoop(session);
@@ -579,6 +580,68 @@
       return [c.id, c.channel, String(c.acked_seq), String(c.lag), timeCell(c.connected_at)];
     }, (st.channels || []).length + ' channels, no clients connected.');
   }
+
+  // ---- audit ----
+
+  // An audit reads a whole window of the outbox and every consumer's keys: it runs
+  // when asked (Audit now), not at each refresh. Repair missing republishes what
+  // the last audit found missing, with a reason, as the parked messages' retry.
+  function nanos(ns) {
+    if (!ns) return '0';
+    if (ns < 1e6) return (ns / 1e3).toFixed(0) + 'µs';
+    if (ns < 1e9) return (ns / 1e6).toFixed(1) + 'ms';
+    return (ns / 1e9).toFixed(2) + 's';
+  }
+
+  function showAudit(rep) {
+    if (!state.ready) return;
+    const rows = rep.rows || [];
+    const missing = rows.reduce(function (a, r) { return a + r.missing; }, 0);
+    count('audit-count', missing, false);
+    $('audit-window').textContent = 'published ' + rep.from + ' .. ' + rep.to + ', grace ' + nanos(rep.grace_ns) + ', ' + rep.scanned + ' rows read' +
+      (rep.truncated ? ' (stopped before the end of the window)' : '');
+    fill('audit', rows.map(function (r) { return Object.assign({ key: r.topic + '\u0000' + r.consumer }, r); }), function (r) {
+      return [r.topic, r.consumer, String(r.published), String(r.applied), String(r.dead_lettered),
+        el('td', { className: r.missing ? 'state failed' : '', title: (r.missing_ids || []).join(', ') }, String(r.missing)),
+        String(r.in_flight), nanos(r.latency && r.latency.p99_ns)];
+    }, 'No consumer rows.');
+    const notes = $('audit-notes');
+    clear(notes);
+    for (const r of rows) {
+      if (r.missing_ids && r.missing_ids.length) notes.appendChild(el('li', null, 'missing at ' + r.consumer + ' (' + r.topic + '): ' + r.missing_ids.join(', ')));
+    }
+    for (const b of rep.blind || []) notes.appendChild(el('li', { className: 'muted' }, b.consumer + ': not audited: ' + b.reason));
+    const acts = $('audit-actions');
+    clear(acts);
+    acts.appendChild(actionButton('Repair missing', 'repair', repairMissing, true, missing ? '' : 'nothing is missing'));
+  }
+
+  async function loadAuditRepairs() {
+    const page = await api('GET', 'audit/repairs' + q({ limit: 20 }));
+    fill('audit-repairs', page.repairs.map(function (r) { return Object.assign({ id: r.copy_id }, r); }), function (r) {
+      return [String(r.copy_id), String(r.orig_id), r.msg_id, r.topic, (r.consumers || []).join(', '), timeCell(r.at)];
+    }, 'No repairs recorded.');
+  }
+
+  async function runAudit() {
+    await section('audit', async function () {
+      showAudit(await api('GET', 'audit'));
+      await loadAuditRepairs();
+    });
+  }
+
+  async function repairMissing() {
+    const a = await ask('Repair missing messages', 'Republish every message the audit finds missing, under its id: a consumer that did get it drops the copy by its key. Never one a consumer dead-lettered.');
+    if (!a) return;
+    await act('repair missing messages', async function () {
+      const rep = await api('POST', 'audit/repair', { reason: a.reason });
+      showAudit(rep);
+      await loadAuditRepairs();
+      return (rep.repaired || []).length + ' republished';
+    });
+  }
+
+  $('audit-run').addEventListener('click', function () { runAudit(); });
 
   // ---- keys ----
 

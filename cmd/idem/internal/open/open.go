@@ -9,6 +9,7 @@
 //	serve  --store   sqlite:PATH, postgres://, mysql://, redis://, redis-cluster://, memory:  StoreSpec.Open
 //	relay  --db      sqlite:PATH, postgres://, mysql://              Relay
 //	admin  --db      sqlite:PATH, postgres://, mysql:// (no DDL)  AdminDB
+//	audit  --db, --consumer …@URL  sqlite:PATH, postgres://, mysql:// (no DDL)  Auditor, AuditRepairs
 //	relay  --sink    nats://, kafka://, redis://, amqp://, pubsub://, sqs://, https://  SinkSpec.Open
 //	verify --db      sqlite:[PATH], postgres://, mysql://            VerifyDatabase
 //	verify --broker  nats:[//…], kafka:[//…], redis://, amqp://, pubsub:[//…], sqs:  VerifyBroker

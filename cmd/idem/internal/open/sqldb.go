@@ -3,7 +3,6 @@ package open
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -16,7 +15,12 @@ import (
 // SQLDB opens the database of --db for migrate and the operator commands. Unlike
 // the relay's, a SQLite file need not exist yet: migrate up creates it.
 func SQLDB(ctx context.Context, raw string) (idemsql.TxDB[*sql.Tx], func(), error) {
-	if err := cli.CheckURL("--db", raw); err != nil {
+	return sqlDB(ctx, "--db", raw)
+}
+
+// sqlDB is SQLDB for the flag named flag.
+func sqlDB(ctx context.Context, flag, raw string) (idemsql.TxDB[*sql.Tx], func(), error) {
+	if err := cli.CheckURL(flag, raw); err != nil {
 		return idemsql.TxDB[*sql.Tx]{}, nil, err
 	}
 	var db *sql.DB
@@ -25,7 +29,7 @@ func SQLDB(ctx context.Context, raw string) (idemsql.TxDB[*sql.Tx], func(), erro
 	case strings.HasPrefix(raw, "mysql://"):
 		dsn, derr := idemmysql.DSN(raw)
 		if derr != nil {
-			return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db: %w", derr)
+			return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("%s: %w", flag, derr)
 		}
 		db, err = sql.Open("mysql", dsn)
 	case DialectOf(raw) == "postgres":
@@ -33,19 +37,19 @@ func SQLDB(ctx context.Context, raw string) (idemsql.TxDB[*sql.Tx], func(), erro
 	case DialectOf(raw) == "sqlite":
 		path := strings.TrimPrefix(raw, "sqlite:")
 		if path == "" {
-			return idemsql.TxDB[*sql.Tx]{}, nil, errors.New("--db sqlite: needs a path, such as sqlite:./app.db")
+			return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("%s sqlite: needs a path, such as sqlite:./app.db", flag)
 		}
 		db, err = SQLite(path)
 	default:
-		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", redact.URL(raw))
+		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("%s %q: unknown database; use postgres://user@host:5432/db, mysql://user@host:3306/db or sqlite:PATH", flag, redact.URL(raw))
 	}
 	if err != nil {
-		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redact.URL(raw), err)
+		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("%s %s: %w", flag, redact.URL(raw), err)
 	}
 	tdb, err := idemsql.SQLDB(ctx, db)
 	if err != nil {
 		db.Close()
-		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("--db %s: %w", redact.URL(raw), err)
+		return idemsql.TxDB[*sql.Tx]{}, nil, fmt.Errorf("%s %s: %w", flag, redact.URL(raw), err)
 	}
 	return tdb, func() { db.Close() }, nil
 }
