@@ -51,6 +51,14 @@ func testBoundedPages(t *testing.T, kind string) {
 		prod.exec(t, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at,
 			attempts, published_at) VALUES `+strings.Join(values, ", "), args...)
 	}
+	scanned := n
+	if kind != "mysql" { // whose topic column holds 255 characters
+		// A row written by hand with a topic too long to be audited, inside the
+		// first page: read and skipped, not the end of the run.
+		prod.exec(t, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at,
+			attempts, published_at) VALUES ('long', $1, '', 0, '{}', $2, $3, $3, 1, $4)`, strings.Repeat("t", 1100), []byte("p"), base-1000, base+5)
+		scanned++
+	}
 	// The consumer applied all but every tenth.
 	applied := 0
 	err := cons.tx.InTx(ctx, func(tx *sql.Tx) error {
@@ -87,8 +95,8 @@ func testBoundedPages(t *testing.T, kind string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Scanned != n || rep.Pages != n/pageSize+1 {
-		t.Errorf("read %d rows in %d pages, want %d in %d", rep.Scanned, rep.Pages, n, n/pageSize+1)
+	if rep.Scanned != int64(scanned) || rep.Pages != n/pageSize+1 {
+		t.Errorf("read %d rows in %d pages, want %d in %d", rep.Scanned, rep.Pages, scanned, n/pageSize+1)
 	}
 	row := onlyRow(t, rep, topic, "ledger")
 	checkCounts(t, "paged audit", row, audit.Row{Published: n, Applied: int64(applied), Missing: n - int64(applied)})
