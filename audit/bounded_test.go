@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/audit"
+	"github.com/idemhq/idem/migrate"
 	"github.com/idemhq/idem/outbox"
 )
 
@@ -58,6 +59,9 @@ func testBoundedPages(t *testing.T, kind string) {
 		prod.exec(t, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at,
 			attempts, published_at) VALUES ('long', $1, '', 0, '{}', $2, $3, $3, 1, $4)`, strings.Repeat("t", 1100), []byte("p"), base-1000, base+5)
 		scanned++
+	}
+	if err := migrate.Ensure(ctx, cons.tx, false, migrate.Inbox); err != nil { // its dead letters, as an inbox would
+		t.Fatal(err)
 	}
 	// The consumer applied all but every tenth.
 	applied := 0

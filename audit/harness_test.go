@@ -176,7 +176,11 @@ func newFlow(t *testing.T, prod *database, lose func(id string) bool) *flow {
 	ctx := context.Background()
 	js := testsvc.JetStream(t, "nats://127.0.0.1:4222")
 	f := &flow{t: t, prod: prod, js: js, stream: testsvc.UniqueName("AUDIT_"), topic: testsvc.UniqueName("audit.")}
-	if _, err := idemnats.EnsureStream(ctx, js, idemnats.StreamConfig{Name: f.stream, Subjects: []string{f.topic}}); err != nil {
+	// A dedup window well below the audits' grace (as Config.Grace asks): a
+	// repair's copy of a message the stream stored, under the same id, is
+	// published after it, not dropped as a duplicate.
+	cfg := idemnats.StreamConfig{Name: f.stream, Subjects: []string{f.topic}, Duplicates: 200 * time.Millisecond}
+	if _, err := idemnats.EnsureStream(ctx, js, cfg); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { js.DeleteStream(context.Background(), f.stream) })
