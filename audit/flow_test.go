@@ -12,8 +12,7 @@ import (
 )
 
 // grace is the audits' Config.Grace in the flow tests. Their clock is set past
-// it, so nothing waits for it; a repair's copy is written available at the
-// audit's clock, so the relay publishes it that much later in real time.
+// it, so nothing waits for it (but the stream's dedup window: relayOnForCopies).
 const grace = time.Second
 
 // past returns the audit instant at which everything published so far is
@@ -133,7 +132,7 @@ func testFlow(t *testing.T, producerKind, consumerKind string) {
 		audit.Row{Published: n, Applied: int64(n - k), InFlight: int64(k), Repairing: int64(k)})
 
 	// The relay publishes the copies; the consumer applies each once.
-	f.relayOn()
+	f.relayOnForCopies()
 	ledger.waitLedger(t, n)
 	waitPublished(t, f)
 	clk.set(past())

@@ -143,7 +143,7 @@ func TestSafety(t *testing.T) {
 
 	// The relay publishes the copies: alpha applies both, beta msg-0007 and
 	// drops msg-0013 by its key.
-	f.relayOn()
+	f.relayOnForCopies()
 	alpha.waitLedger(t, n-1)
 	beta.waitLedger(t, n)
 	eventually(t, "beta to drop the copy of msg-0013 as a duplicate", func() bool {
