@@ -27,9 +27,9 @@ func lostEvery17th(id string) bool {
 
 // TestFlowAcrossDatabases runs a real flow with its producer and its consumer in
 // databases of different kinds: an outbox, a real relay to JetStream through a
-// broker that acknowledges and loses every 17th message, an inbox consumer. The
-// audit finds exactly the lost messages, the repair republishes exactly them,
-// once, and the consumer applies each once.
+// broker that acknowledges and loses every 17th message, an inbox consumer that
+// dead-letters one message. The audit finds exactly the lost messages, the
+// repair republishes exactly them, once, and the consumer applies each once.
 func TestFlowAcrossDatabases(t *testing.T) {
 	for _, pair := range []struct{ producer, consumer string }{
 		{"sqlite", "postgres"},
@@ -56,9 +56,15 @@ func testFlow(t *testing.T, producerKind, consumerKind string) {
 		}
 	}
 	k := len(lost)
-	ledger := f.consume("ledger", cons, consumerOpts{})
+	// The consumer also refuses one message for good: dead-lettered, never
+	// missing, never republished.
+	const refused = "msg-0005"
+	ledger := f.consume("ledger", cons, consumerOpts{deadLeter: func(id string) bool { return id == refused }})
 	f.relayOn()
-	ledger.waitLedger(t, n-k)
+	ledger.waitLedger(t, n-k-1)
+	eventually(t, "the consumer to dead-letter "+refused, func() bool {
+		return cons.count(t, "SELECT COUNT(*) FROM idem_dead_letters WHERE consumer = 'ledger' AND msg_id = $1", refused) == 1
+	})
 	waitPublished(t, f)
 
 	side, err := audit.ConsumersIn(cons.tx, audit.Consumer{Name: "ledger", Topics: []string{f.topic}})
@@ -77,13 +83,13 @@ func testFlow(t *testing.T, producerKind, consumerKind string) {
 		t.Fatal(err)
 	}
 	row := onlyRow(t, rep, f.topic, "ledger")
-	want := audit.Row{Topic: f.topic, Consumer: "ledger", Published: n, Applied: int64(n - k), Missing: int64(k)}
+	want := audit.Row{Topic: f.topic, Consumer: "ledger", Published: n, Applied: int64(n - k - 1), DeadLettered: 1, Missing: int64(k)}
 	checkCounts(t, "first audit", row, want)
 	if !slices.Equal(sorted(row.MissingIDs), lost) {
 		t.Errorf("MissingIDs = %v, want the lost %v", row.MissingIDs, lost)
 	}
-	if row.Latency.Count != int64(n-k) || row.Latency.Max <= 0 || row.Latency.P50 > row.Latency.Max {
-		t.Errorf("latency %+v: want a count of %d, a positive max", row.Latency, n-k)
+	if row.Latency.Count != int64(n-k-1) || row.Latency.Max <= 0 || row.Latency.P50 > row.Latency.Max {
+		t.Errorf("latency %+v: want a count of %d, a positive max", row.Latency, n-k-1)
 	}
 	if rep.Missing() != int64(k) || len(rep.Repaired) != 0 || len(rep.Blind) != 0 || rep.Truncated {
 		t.Errorf("report: missing %d, repaired %d, blind %v, truncated %v; want %d missing and nothing else", rep.Missing(), len(rep.Repaired), rep.Blind, rep.Truncated, k)
@@ -129,11 +135,11 @@ func testFlow(t *testing.T, producerKind, consumerKind string) {
 		t.Errorf("a second repair run within grace republished %v", repairedIDs(rep.Repaired))
 	}
 	checkCounts(t, "second repairing audit", onlyRow(t, rep, f.topic, "ledger"),
-		audit.Row{Published: n, Applied: int64(n - k), InFlight: int64(k), Repairing: int64(k)})
+		audit.Row{Published: n, Applied: int64(n - k - 1), DeadLettered: 1, InFlight: int64(k), Repairing: int64(k)})
 
 	// The relay publishes the copies; the consumer applies each once.
 	f.relayOnForCopies()
-	ledger.waitLedger(t, n)
+	ledger.waitLedger(t, n-1)
 	waitPublished(t, f)
 	clk.set(past())
 	rep, err = repairer.Run(ctx)
@@ -144,7 +150,7 @@ func testFlow(t *testing.T, producerKind, consumerKind string) {
 		t.Errorf("the audit after the repair republished %v", repairedIDs(rep.Repaired))
 	}
 	checkCounts(t, "audit after the repair", onlyRow(t, rep, f.topic, "ledger"),
-		audit.Row{Published: n, Applied: n, Republished: int64(k)})
+		audit.Row{Published: n, Applied: n - 1, DeadLettered: 1, Republished: int64(k)})
 	if recorded, _ := repairer.Repairs(ctx, 0, 1000); len(recorded) != k {
 		t.Errorf("%d repairs recorded in all, want %d", len(recorded), k)
 	}
