@@ -59,7 +59,7 @@ func testFlow(t *testing.T, producerKind, consumerKind string) {
 	// The consumer also refuses one message for good: dead-lettered, never
 	// missing, never republished.
 	const refused = "msg-0005"
-	ledger := f.consume("ledger", cons, consumerOpts{deadLeter: func(id string) bool { return id == refused }})
+	ledger := f.consume("ledger", cons, consumerOpts{deadLetter: func(id string) bool { return id == refused }})
 	f.relayOn()
 	ledger.waitLedger(t, n-k-1)
 	eventually(t, "the consumer to dead-letter "+refused, func() bool {

@@ -291,7 +291,7 @@ type consumer struct {
 
 type consumerOpts struct {
 	lose      func(id string) bool // the deliveries this consumer loses once
-	deadLeter func(id string) bool // the messages its handler refuses for good
+	deadLetter func(id string) bool // the messages its handler refuses for good
 }
 
 func (f *flow) consume(name string, d *database, o consumerOpts) *consumer {
@@ -309,7 +309,7 @@ func (f *flow) consume(name string, d *database, o consumerOpts) *consumer {
 		src = &lossySource{Source: nsrc, lose: o.lose, lost: map[string]bool{}}
 	}
 	cons, err := inbox.New(ctx, src, d.tx, d.store, func(ctx context.Context, tx *sql.Tx, m idem.Message) error {
-		if o.deadLeter != nil && o.deadLeter(m.ID) {
+		if o.deadLetter != nil && o.deadLetter(m.ID) {
 			return inbox.Permanent(fmt.Errorf("%s refuses %s", name, m.ID))
 		}
 		_, err := tx.ExecContext(ctx, "INSERT INTO "+c.table+" (msg_id) VALUES ($1)", m.ID)

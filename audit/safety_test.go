@@ -29,7 +29,7 @@ func TestSafety(t *testing.T) {
 	prod, dbA, dbB := openDB(t, "sqlite"), openDB(t, "postgres"), openDB(t, "sqlite")
 	f := newFlow(t, prod, is("msg-0007"))
 	f.enqueue(n)
-	alpha := f.consume("alpha", dbA, consumerOpts{lose: is("msg-0013"), deadLeter: is("msg-0021")})
+	alpha := f.consume("alpha", dbA, consumerOpts{lose: is("msg-0013"), deadLetter: is("msg-0021")})
 	beta := f.consume("beta", dbB, consumerOpts{})
 	f.relayOn()
 	alpha.waitLedger(t, n-3)
