@@ -163,16 +163,17 @@ func (a *Auditor) run(ctx context.Context) (*Report, error) {
 		budget = 0
 	}
 	for {
-		page, err := a.page(ctx, afterAt, afterID, until)
+		page, read, err := a.page(ctx, afterAt, afterID, until)
 		if err != nil {
 			rep.Truncated = ctx.Err() != nil
 			return rep, err
 		}
 		rep.Pages++
-		rep.Scanned += int64(len(page))
+		rep.Scanned += int64(read.n)
+		if read.n > 0 {
+			afterAt, afterID = read.lastAt, read.lastID
+		}
 		if len(page) > 0 {
-			last := page[len(page)-1]
-			afterAt, afterID = last.publishedAt, last.id
 			repaired, err := a.audit(ctx, page, rows, blind, missBefore, &budget)
 			rep.Repaired = append(rep.Repaired, repaired...)
 			if err != nil {
@@ -180,7 +181,7 @@ func (a *Auditor) run(ctx context.Context) (*Report, error) {
 				return rep, err
 			}
 		}
-		if len(page) < a.cfg.PageSize {
+		if read.n < a.cfg.PageSize {
 			break
 		}
 	}
@@ -216,10 +217,20 @@ func (a *Auditor) blind(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-func (a *Auditor) page(ctx context.Context, afterAt, afterID, until int64) ([]published, error) {
-	var out []published
+// pageRead is where a page ended: the rows it read, including those page drops
+// (a topic too long to be audited), and the keyset position of the last one.
+type pageRead struct {
+	n              int
+	lastAt, lastID int64
+}
+
+func (a *Auditor) page(ctx context.Context, afterAt, afterID, until int64) ([]published, pageRead, error) {
+	var (
+		out  []published
+		read pageRead
+	)
 	err := a.read(ctx, func(q idemsql.Querier) error {
-		out = out[:0]
+		out, read = out[:0], pageRead{}
 		rows, err := q.Query(ctx, a.stmts.AuditPublished, afterAt, afterID, until, a.cfg.PageSize)
 		if err != nil {
 			return err
@@ -236,6 +247,7 @@ func (a *Auditor) page(ctx context.Context, afterAt, afterID, until int64) ([]pu
 				return err
 			}
 			p.created, p.publishedAt, p.repairOf = created, pubd, repairOf.Int64
+			read = pageRead{read.n + 1, pubd, p.id}
 			if msgID.Valid && len(msgID.String) <= idem.MaxKeyLen {
 				p.msgID = msgID.String
 			}
@@ -248,9 +260,9 @@ func (a *Auditor) page(ctx context.Context, afterAt, afterID, until int64) ([]pu
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("audit: reading the outbox (%s): %w", a.producerD, err)
+		return nil, pageRead{}, fmt.Errorf("audit: reading the outbox (%s): %w", a.producerD, err)
 	}
-	return out, nil
+	return out, read, nil
 }
 
 // audit classifies one page for every consumer of its topics, and repairs what
