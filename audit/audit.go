@@ -56,7 +56,7 @@ func New[Tx any](producer idemsql.TxDB[Tx], cfg Config, sides ...*Side) (*Audito
 		return nil, &idem.InputError{Field: "audit.New sides", Reason: "is empty or holds a nil Side", Fix: "pass the consumers' databases, each from audit.ConsumersIn"}
 	}
 	st := producer.Driver.Outbox()
-	if st.AuditPublished == "" || st.RepairCopy == "" || st.RepairsOf == nil {
+	if st.AuditPublished == "" || st.RepairCopy == "" || st.RepairsOf == nil || st.LockPublished == "" || st.RecordRepair == "" || st.Repairs == "" {
 		return nil, &idem.InputError{Field: "audit.New producer", Reason: fmt.Sprintf("the %s driver has no audit statements (OutboxSQL.AuditPublished)", producer.Dialect()),
 			Fix: "use a driver that fills them: idempg, idemsqlite, idemmysql"}
 	}
@@ -470,6 +470,23 @@ func (a *Auditor) repair(ctx context.Context, rp Repair) (copyID int64, err erro
 	at := rp.At.UnixMilli()
 	err = a.inTx(ctx, func(q idemsql.Querier) error {
 		copyID = 0
+		// Another audit (idem audit --every beside an operator's repair) may be
+		// repairing the same message: the row's lock makes them take turns, and
+		// the second finds the first one's repair and leaves it.
+		var locked int64
+		if err := q.QueryRow(ctx, a.stmts.LockPublished, rp.OrigID).Scan(&locked); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil // no longer published (an operator, a cleanup): nothing to copy
+			}
+			return err
+		}
+		var orig, count, last int64
+		switch err := q.QueryRow(ctx, a.stmts.RepairsOf(1), rp.OrigID).Scan(&orig, &count, &last); {
+		case err == nil && (count >= int64(a.cfg.MaxRepairsPerMessage) || rp.At.Sub(time.UnixMilli(last)) < a.cfg.Grace):
+			return nil // repaired meanwhile
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
 		if a.stmts.LastInsertID != "" {
 			n, err := q.Exec(ctx, a.stmts.RepairCopy, at, rp.OrigID)
 			if err != nil || n == 0 {
@@ -495,7 +512,7 @@ func (a *Auditor) repair(ctx context.Context, rp Repair) (copyID int64, err erro
 // the newest), newest first: what every run with Config.Repair republished.
 func (a *Auditor) Repairs(ctx context.Context, before int64, limit int) ([]Repair, error) {
 	if limit <= 0 || limit > MaxPageSize {
-		return nil, &idem.InputError{Field: "limit", Reason: fmt.Sprintf("is %d", limit), Fix: fmt.Sprintf("give 1 to %d", MaxPageSize)}
+		return nil, &idem.InputError{Field: "audit.Auditor.Repairs limit", Reason: fmt.Sprintf("is %d", limit), Fix: fmt.Sprintf("give 1 to %d", MaxPageSize)}
 	}
 	if before <= 0 {
 		before = math.MaxInt64
@@ -532,7 +549,7 @@ func (a *Auditor) Repairs(ctx context.Context, before int64, limit int) ([]Repai
 // its error) to each, which may be nil. It returns ctx's error.
 func (a *Auditor) Loop(ctx context.Context, interval time.Duration, each func(*Report, error)) error {
 	if interval <= 0 {
-		return &idem.InputError{Field: "interval", Reason: fmt.Sprintf("is %v", interval), Fix: "give a positive duration, e.g. 1m"}
+		return &idem.InputError{Field: "audit.Auditor.Loop interval", Reason: fmt.Sprintf("is %v", interval), Fix: "give a positive duration, e.g. 1m"}
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

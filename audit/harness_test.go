@@ -290,7 +290,7 @@ type consumer struct {
 }
 
 type consumerOpts struct {
-	lose      func(id string) bool // the deliveries this consumer loses once
+	lose       func(id string) bool // the deliveries this consumer loses once
 	deadLetter func(id string) bool // the messages its handler refuses for good
 }
 

@@ -97,9 +97,9 @@ func TestNewRefuses(t *testing.T) {
 		t.Fatalf("a window of half the retention: %v", err)
 	}
 	_, err = a.Repairs(ctx, 0, 0)
-	wantInputError(t, "Repairs with limit 0", err, "limit")
+	wantInputError(t, "Repairs with limit 0", err, "audit.Auditor.Repairs limit")
 	err = a.Loop(ctx, 0, nil)
-	wantInputError(t, "Loop with interval 0", err, "interval")
+	wantInputError(t, "Loop with interval 0", err, "audit.Auditor.Loop interval")
 	if _, err := audit.New(idemsql.TxDB[*sql.Tx]{}, audit.Config{}, ledger); err == nil {
 		t.Error("New took a producer TxDB without a driver")
 	}

@@ -218,6 +218,12 @@ type OutboxSQL struct {
 	// and available_at $1, attempts 0), and returns the new row's id unless
 	// LastInsertID is set; it writes nothing when row $2 is not published.
 	RepairCopy string
+	// LockPublished returns the id of row $1 when it is published (no row
+	// otherwise), and holds the row until the transaction ends, so that two
+	// audits repairing one message take turns: the second then finds the first
+	// one's repair (RepairsOf) and leaves it. Without a lock clause on a database
+	// whose transactions hold its write lock from BEGIN (SQLite).
+	LockPublished string
 	// RecordRepair records a repair, in RepairCopy's transaction: copy_id,
 	// orig_id, msg_id, topic, consumers (the consumers that missed it,
 	// comma-separated), reason, repaired_at.

@@ -15,5 +15,6 @@ var outboxStmts = func() idemsql.OutboxSQL {
 	s.Claim = outboxsql.Due + `
 ORDER BY o.id LIMIT $2`
 	s.LockParked = "SELECT id FROM idem_outbox WHERE id = $1 AND parked_at IS NOT NULL AND published_at IS NULL"
+	s.LockPublished = "SELECT id FROM idem_outbox WHERE id = $1 AND published_at IS NOT NULL"
 	return s
 }()

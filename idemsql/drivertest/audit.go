@@ -15,7 +15,7 @@ import (
 )
 
 // The audit's statements (package audit): OutboxSQL's AuditPublished,
-// RepairCopy, RecordRepair, RepairsOf and Repairs, InboxSQL's DeadLettered and
+// LockPublished, RepairCopy, RecordRepair, RepairsOf and Repairs, InboxSQL's DeadLettered and
 // RecordsSQL's Applied.
 
 // audited is a row of AuditPublished.
@@ -170,6 +170,12 @@ func (o *outboxT) audit() {
 		t.Errorf("OutboxSQL.AuditPublished after the last row read %v", got)
 	}
 	o.auditLong(t40)
+
+	// LockPublished: the row of a published message, none of another.
+	o.lockPublished(a, true)
+	for _, id := range []int64{pending, parked, parked + 1000} {
+		o.lockPublished(id, false)
+	}
 
 	// RepairCopy: a pending copy of a published row, as it is.
 	copyA := o.repairCopy(a, now+50, "a", "c1,c2")
@@ -412,5 +418,23 @@ func (r *recordsBench[Tx]) testApplied(t *testing.T) {
 	}
 	if got := read("dt-z", "k1"); len(got) != 0 {
 		t.Errorf("RecordsSQL.Applied of a scope without records read %v", got)
+	}
+}
+
+// lockPublished checks LockPublished of id, which is published or not.
+func (o *outboxT) lockPublished(id int64, published bool) {
+	o.t.Helper()
+	if o.s.LockPublished == "" {
+		o.t.Fatal("OutboxSQL.LockPublished is empty")
+	}
+	var got int64
+	err := o.db.InTx(o.ctx, func(tx *sql.Tx) error {
+		return o.db.Querier(tx).QueryRow(o.ctx, o.s.LockPublished, id).Scan(&got)
+	})
+	switch {
+	case published && (err != nil || got != id):
+		o.t.Errorf("OutboxSQL.LockPublished of published row %d: %d, %v", id, got, err)
+	case !published && !errors.Is(err, sql.ErrNoRows):
+		o.t.Errorf("OutboxSQL.LockPublished of row %d, not published: %d, %v; want no row", id, got, err)
 	}
 }

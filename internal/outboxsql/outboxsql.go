@@ -187,7 +187,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`,
 		AuditPublished: AuditCols + `
 	WHERE o.published_at IS NOT NULL AND (o.published_at, o.id) > ($1, $2) AND o.published_at < $3
 	ORDER BY o.published_at, o.id LIMIT $4`,
-		RepairCopy: RepairCopy + " RETURNING id",
+		RepairCopy:    RepairCopy + " RETURNING id",
+		LockPublished: "SELECT id FROM idem_outbox WHERE id = $1 AND published_at IS NOT NULL FOR UPDATE",
 		RecordRepair: `INSERT INTO idem_outbox_repairs (copy_id, orig_id, msg_id, topic, consumers, reason, repaired_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 		RepairsOf: repairsOf,
