@@ -511,16 +511,41 @@ func (a *Auditor) repair(ctx context.Context, rp Repair) (copyID int64, err erro
 // Repairs returns up to limit recorded repairs with copy ids below before (0 for
 // the newest), newest first: what every run with Config.Repair republished.
 func (a *Auditor) Repairs(ctx context.Context, before int64, limit int) ([]Repair, error) {
+	return listRepairs(ctx, a.read, a.stmts, a.producerD, "audit.Auditor.Repairs limit", before, limit)
+}
+
+// ListRepairs is Auditor.Repairs without an Auditor: it reads the repairs
+// recorded in producer's outbox, and nothing else.
+func ListRepairs[Tx any](ctx context.Context, producer idemsql.TxDB[Tx], before int64, limit int) ([]Repair, error) {
+	if err := producer.Validate(); err != nil {
+		return nil, err
+	}
+	st := producer.Driver.Outbox()
+	if st.Repairs == "" {
+		return nil, &idem.InputError{Field: "audit.ListRepairs producer", Reason: fmt.Sprintf("the %s driver has no audit statements (OutboxSQL.Repairs)", producer.Dialect()),
+			Fix: "use a driver that fills them: idempg, idemsqlite, idemmysql"}
+	}
+	read := func(ctx context.Context, fn func(idemsql.Querier) error) error {
+		if producer.Read != nil {
+			return producer.Read(ctx, fn)
+		}
+		return producer.Auto(ctx, fn)
+	}
+	return listRepairs(ctx, read, st, producer.Dialect().String(), "audit.ListRepairs limit", before, limit)
+}
+
+func listRepairs(ctx context.Context, read func(context.Context, func(idemsql.Querier) error) error, st *idemsql.OutboxSQL,
+	dialect, field string, before int64, limit int) ([]Repair, error) {
 	if limit <= 0 || limit > MaxPageSize {
-		return nil, &idem.InputError{Field: "audit.Auditor.Repairs limit", Reason: fmt.Sprintf("is %d", limit), Fix: fmt.Sprintf("give 1 to %d", MaxPageSize)}
+		return nil, &idem.InputError{Field: field, Reason: fmt.Sprintf("is %d", limit), Fix: fmt.Sprintf("give 1 to %d", MaxPageSize)}
 	}
 	if before <= 0 {
 		before = math.MaxInt64
 	}
 	var out []Repair
-	err := a.read(ctx, func(q idemsql.Querier) error {
+	err := read(ctx, func(q idemsql.Querier) error {
 		out = out[:0]
-		rows, err := q.Query(ctx, a.stmts.Repairs, before, limit)
+		rows, err := q.Query(ctx, st.Repairs, before, limit)
 		if err != nil {
 			return err
 		}
@@ -540,7 +565,7 @@ func (a *Auditor) Repairs(ctx context.Context, before int64, limit int) ([]Repai
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("audit: reading the repairs (%s): %w", a.producerD, err)
+		return nil, fmt.Errorf("audit: reading the repairs (%s): %w", dialect, err)
 	}
 	return out, nil
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem/audit"
+	_ "github.com/idemhq/idem/idemmysql" // idem's statements for MySQL, which idemsql.SQLDB finds
+	_ "github.com/idemhq/idem/idempg"    // and for PostgreSQL
 	"github.com/idemhq/idem/idemsql"
 )
 

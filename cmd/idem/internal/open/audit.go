@@ -195,15 +195,5 @@ func AuditRepairs(ctx context.Context, db string, limit int) ([]audit.Repair, er
 		return nil, err
 	}
 	defer close()
-	// Listing reads the producer's table only; the Auditor wants a consumer to
-	// audit, so it is given one it never reads (New runs no statement).
-	side, err := audit.ConsumersIn(producer, audit.Consumer{Name: "idem-audit-repairs", Topics: []string{"-"}})
-	if err != nil {
-		return nil, err
-	}
-	a, err := audit.New(producer, audit.Config{}, side)
-	if err != nil {
-		return nil, err
-	}
-	return a.Repairs(ctx, 0, limit)
+	return audit.ListRepairs(ctx, producer, 0, limit)
 }
