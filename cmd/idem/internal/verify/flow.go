@@ -192,8 +192,8 @@ type run struct {
 	lateEvents          int // orders written whose event carries a passed deadline (check)
 	paysvc              *paymentService
 	push                *pusher
-	cutting             sync.Map // *chaos.Proxy → *atomic.Bool, held while the proxy is being cut
-	losses              *losses  // the messages the broker lost (Flow.BrokerLoss), or nil
+	cutting             sync.Map  // *chaos.Proxy → *atomic.Bool, held while the proxy is being cut
+	losses              *losses   // the messages the broker lost (Flow.BrokerLoss), or nil
 	audit               *auditing // nil when it could not be set up (auditErr)
 	auditErr            error
 }
