@@ -53,5 +53,14 @@ ORDER BY o.id LIMIT $2 FOR UPDATE SKIP LOCKED`
 	s.MarkCDCParked = "INSERT INTO idem_outbox_cdc_parked (id) VALUES ($1) ON DUPLICATE KEY UPDATE id = id"
 	s.InsertParked = outboxsql.InsertParked
 	s.LastInsertID = "SELECT LAST_INSERT_ID()"
+
+	// The keyset as a range of published_at and a condition on its first value:
+	// MySQL's range optimizer reads no range of a row value. The entries of
+	// idem_outbox_published (published_at) end with the primary key, id, so the
+	// range comes in the page's order and the LIMIT ends the read.
+	s.AuditPublished = outboxsql.AuditCols + `
+	WHERE o.published_at >= $1 AND o.published_at < $3 AND (o.published_at > $1 OR o.id > $2)
+	ORDER BY o.published_at, o.id LIMIT $4`
+	s.RepairCopy = outboxsql.RepairCopy
 	return s
 }()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsql/sqlstore"
+	"github.com/idemhq/idem/internal/recordsql"
 )
 
 func (driver) Records() *idemsql.RecordsSQL { return &recordsStmts }
@@ -43,4 +44,8 @@ var recordsStmts = idemsql.RecordsSQL{
 	Count: "SELECT TABLE_ROWS FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = '{{table}}'",
 	InsertFull: "INSERT INTO `{{table}}` (scope, id, state, fingerprint, token, result, retention_us, created_us, expires_us)" +
 		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+	// n probes of the primary key (scope, id).
+	Applied: func(n int) string {
+		return "SELECT id, state, created_us FROM `{{table}}` WHERE scope = $1 AND id IN (" + recordsql.IDs(n, "") + ")"
+	},
 }

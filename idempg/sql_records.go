@@ -3,6 +3,7 @@ package idempg
 import (
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsql/sqlstore"
+	"github.com/idemhq/idem/internal/recordsql"
 )
 
 func (driver) Records() *idemsql.RecordsSQL { return &recordsStmts }
@@ -57,4 +58,8 @@ WHERE ctid = ANY (ARRAY(
 	InsertFull: `INSERT INTO "{{table}}" (scope, id, state, fingerprint, token, result, retention, created_at, expires_at)
 		VALUES ($1::text, $2::text, $3::smallint, $4::bytea, $5::bigint, $6::bytea, $7::bigint * interval '1 microsecond',
 			timestamptz 'epoch' + $8::bigint * interval '1 microsecond', timestamptz 'epoch' + $9::bigint * interval '1 microsecond')`,
+	// n probes of the primary key (scope, id).
+	Applied: func(n int) string {
+		return `SELECT id, state, created_at FROM "{{table}}" WHERE scope = $1::text AND id IN (` + recordsql.IDs(n, "::text") + ")"
+	},
 }

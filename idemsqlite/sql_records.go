@@ -5,6 +5,7 @@ import (
 
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsql/sqlstore"
+	"github.com/idemhq/idem/internal/recordsql"
 )
 
 func (driver) Records() *idemsql.RecordsSQL { return &recordsStmts }
@@ -44,4 +45,8 @@ SELECT scope FROM s WHERE scope IS NOT NULL`,
 	Count: `SELECT COUNT(*) FROM "{{table}}"`,
 	InsertFull: `INSERT INTO "{{table}}" (scope, id, state, fingerprint, token, result, retention_ns, created_ns, expires_ns)
 		VALUES ($1, $2, $3, $4, $5, $6, $7 * 1000, $8 * 1000, $9 * 1000)`,
+	// n probes of the primary key (scope, id).
+	Applied: func(n int) string {
+		return `SELECT id, state, created_ns FROM "{{table}}" WHERE scope = $1 AND id IN (` + recordsql.IDs(n, "") + ")"
+	},
 }

@@ -33,7 +33,7 @@ func TestMigrateUpStatusDown(t *testing.T) {
 		t.Fatalf("migrate down --component outbox = %v:\n%s", err, out)
 	}
 	out, _, _ = run(t, "migrate", "status", "--db", db, "--component", "outbox,records")
-	if !strings.Contains(out, "003_cdc_parked") || strings.Contains(out, "001_records") {
+	if !strings.Contains(out, "004_audit") || strings.Contains(out, "001_records") {
 		t.Fatalf("status after rolling back the outbox:\n%s", out)
 	}
 }

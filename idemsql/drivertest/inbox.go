@@ -26,6 +26,10 @@ func Inbox(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 		r.closing(ids)
 		r.list(ids)
 	})
+	t.Run("DeadLettered", func(t *testing.T) {
+		t.Parallel()
+		newInboxRunner(t, db).deadLettered()
+	})
 	t.Run("LSN", func(t *testing.T) {
 		t.Parallel()
 		r := newInboxRunner(t, db)

@@ -14,8 +14,9 @@ import (
 
 // Outbox checks a driver's idemsql.OutboxSQL against a real database: enqueue,
 // the claims of its way of taking partitions, the marks, stall, backlog and
-// cleanup, the relay instances, and the operator's parked messages (park, list,
-// discard, retry, and the log-based relay's parking). db opens a fresh database
+// cleanup, the relay instances, the operator's parked messages (park, list,
+// discard, retry, and the log-based relay's parking), and the audit's reads and
+// repairs. db opens a fresh database
 // for each subtest; the outbox's migrations are applied to it.
 func Outbox(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 	for _, c := range []struct {
@@ -29,6 +30,7 @@ func Outbox(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 		{"Relays", (*outboxT).relays},
 		{"Parked", (*outboxT).parked},
 		{"ParkedByCDC", (*outboxT).parkedByCDC},
+		{"Audit", (*outboxT).audit},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

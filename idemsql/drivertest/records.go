@@ -26,6 +26,7 @@ func Records[Tx any](t *testing.T, db func(t *testing.T) idemsql.TxDB[Tx]) {
 	t.Run("List", r.testList)
 	t.Run("Scopes", r.testScopes)
 	t.Run("Count", r.testCount)
+	t.Run("Applied", r.testApplied)
 	t.Run("Evict", r.testEvict)
 	t.Run("Sweep", r.testSweep)
 }

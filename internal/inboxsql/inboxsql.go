@@ -63,6 +63,8 @@ func Inbox(lock string, upsert func(cols ...string) string) idemsql.InboxSQL {
 			replay_requested_at = NULL WHERE id = $2 AND replay_requested_at IS NOT NULL`,
 
 		LSNWatermark: `SELECT epoch, next FROM idem_sequences WHERE scope = $1 AND producer = $2`,
+
+		DeadLettered: deadLettered,
 	}
 }
 
@@ -88,6 +90,21 @@ func Assign(cols []string, form string) string {
 		set[i] = c + " = " + strings.ReplaceAll(form, "%s", c)
 	}
 	return strings.Join(set, ", ")
+}
+
+// deadLettered reads which of n message ids ($2..$n+1) consumer $1
+// dead-lettered, from idem_dead_letters_msg (consumer, msg_id): n probes.
+func deadLettered(n int) string {
+	var b strings.Builder
+	b.WriteString("SELECT msg_id, MIN(dead_at) FROM idem_dead_letters WHERE consumer = $1 AND msg_id IN (")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("$" + strconv.Itoa(i+2))
+	}
+	b.WriteString(") GROUP BY msg_id")
+	return b.String()
 }
 
 // listDeadLetters is idemsql.InboxSQL.ListDeadLetters in SQL that PostgreSQL,

@@ -92,6 +92,28 @@ const parked = `SELECT o.id, o.msg_id, o.topic, o.ordering_key, o.headers, o.pay
 const InsertParked = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at,
 	attempts, last_error, parked_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7, 1, $8, $7)`
 
+// AuditCols are the columns AuditPublished reads of idem_outbox o and
+// idem_outbox_repairs r (joined on the copy's id), up to its FROM.
+var AuditCols = "SELECT o.id, " + auditText("msg_id") + ", " + auditText("topic") + `, o.created_at, o.published_at, r.orig_id
+	FROM idem_outbox o LEFT JOIN idem_outbox_repairs r ON r.copy_id = o.id`
+
+// auditText selects column c of o when it is at most OutboxAuditMaxTextBytes
+// long, NULL otherwise.
+func auditText(c string) string {
+	return fmt.Sprintf("CASE WHEN octet_length(o.%[1]s) <= %[2]d THEN o.%[1]s END", c, idemsql.OutboxAuditMaxTextBytes)
+}
+
+// RepairCopy is OutboxSQL.RepairCopy without its RETURNING.
+const RepairCopy = `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at)
+	SELECT msg_id, topic, ordering_key, part, headers, payload, $1, $1 FROM idem_outbox WHERE id = $2 AND published_at IS NOT NULL`
+
+// repairsOf reads the repairs of n original rows, $1..$n, from the index
+// idem_outbox_repairs_orig (orig_id, repaired_at) alone.
+func repairsOf(n int) string {
+	return "SELECT orig_id, COUNT(*), MAX(repaired_at) FROM idem_outbox_repairs WHERE orig_id IN (" +
+		Placeholders(1, n) + ") GROUP BY orig_id"
+}
+
 // Common returns the outbox statements most databases speak alike, without those
 // of a round's partitions (each database takes them its own way). A conflict is
 // ON CONFLICT, a new row's id comes from RETURNING, and LockParked locks FOR
@@ -156,5 +178,20 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`,
 		SELECT msg_id, topic, ordering_key, part, headers, payload, $1, $1 FROM idem_outbox WHERE id = $2`,
 		DeleteRow:       "DELETE FROM idem_outbox WHERE id = $1",
 		UnmarkCDCParked: "DELETE FROM idem_outbox_cdc_parked WHERE id = $1",
+
+		// A row value compared with the keyset: one seek of
+		// idem_outbox_published_id (PostgreSQL) or idem_outbox_published (SQLite,
+		// whose entries end with the rowid, id) to the page's first row, then
+		// the index in order until the LIMIT. published_at IS NOT NULL, a term
+		// of its own, lets a partial index of the published rows serve.
+		AuditPublished: AuditCols + `
+	WHERE o.published_at IS NOT NULL AND (o.published_at, o.id) > ($1, $2) AND o.published_at < $3
+	ORDER BY o.published_at, o.id LIMIT $4`,
+		RepairCopy: RepairCopy + " RETURNING id",
+		RecordRepair: `INSERT INTO idem_outbox_repairs (copy_id, orig_id, msg_id, topic, consumers, reason, repaired_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		RepairsOf: repairsOf,
+		Repairs: `SELECT copy_id, orig_id, msg_id, topic, consumers, reason, repaired_at FROM idem_outbox_repairs
+	WHERE copy_id < $1 ORDER BY copy_id DESC LIMIT $2`,
 	}
 }

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS idem_dead_letters_msg;
