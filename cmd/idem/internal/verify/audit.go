@@ -19,14 +19,17 @@ import (
 const BoundaryAudit = "outbox → consumer (audit)"
 
 // Audit timing: a run every auditInterval; a message published longer ago than
-// auditGrace and not applied is missing. The grace is well above what a message
-// in flight takes here (the brokers redeliver after a second, a paused consumer
-// stalls about as long), so a needless republish is rare; one is harmless (the
-// inbox drops it by key, the broker's duplicate window first where it has one)
-// and counted apart (Audit.Needless).
+// Flow.AuditGrace (DefaultAuditGrace) and not applied is missing.
 const (
 	auditInterval = time.Second
-	auditGrace    = 5 * time.Second
+	// DefaultAuditGrace is Flow.AuditGrace when 0: well above what a message in
+	// flight takes in a run on an idle machine (the clients place orders faster
+	// than the consumers apply them, so the consumers' backlog holds a message a
+	// few seconds at most; the brokers redeliver after a second), so a needless
+	// republish is rare; one is harmless (the inbox drops it by key, the broker's
+	// duplicate window first where it has one) and counted apart
+	// (Audit.Needless).
+	DefaultAuditGrace = 10 * time.Second
 )
 
 // Audit is what the run's audit found and did.
@@ -88,7 +91,7 @@ func (r *run) newAuditing() (*auditing, error) {
 	cfg := audit.Config{
 		// The run's messages, all of them, within half the keys' retention.
 		Window: min(audit.DefaultWindow, f.Retention/2),
-		Grace:  auditGrace, Repair: f.Repair && !f.Unsafe,
+		Grace:  f.AuditGrace, Repair: f.Repair && !f.Unsafe,
 		// Every message of the run may be repaired in one audit.
 		MaxRepairs: max(audit.DefaultMaxRepairs, f.Orders),
 		Deliveries: audit.GatherDeliveries(r.reg), Logger: r.log,

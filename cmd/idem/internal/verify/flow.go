@@ -143,6 +143,11 @@ type Flow struct {
 	// only reads, and a message the broker lost is lost. With Unsafe the audit
 	// only reads: the consumer keeps no keys, it is blind.
 	Repair bool
+	// AuditGrace is the audit's grace: a message published longer ago and not
+	// applied is missing (and, with Repair, republished). Default
+	// DefaultAuditGrace; keep it above the consumers' lag, or messages merely
+	// behind are republished (needlessly: the inbox drops the copies by key).
+	AuditGrace time.Duration
 }
 
 // Progress is the state of a running flow.
@@ -225,6 +230,9 @@ func (f *Flow) defaults() {
 	}
 	if f.Timeout <= 0 {
 		f.Timeout = 2 * time.Minute
+	}
+	if f.AuditGrace <= 0 {
+		f.AuditGrace = DefaultAuditGrace
 	}
 	if f.Logger == nil {
 		f.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -50,7 +50,7 @@ var Boundaries = []Term{
 	{BoundaryPayment, "each applied order was charged once by a payment API that is not transactional (effect.Fence)"},
 	{BoundaryPush, "each ledger event was shown once, in order, to the browsers watching over WebSocket (stream)"},
 	{BoundaryAudit, "(the section under the table) the audit (package audit), every second over the run's database: " +
-		"published messages the consumer had not applied 5 s later are missing, and --repair republishes them under their ids; " +
+		"published messages the consumer had not applied --audit-grace later are missing, and --repair republishes them under their ids; " +
 		"its figures at the end, the repairs (of messages the broker lost, and needless ones the inbox dropped by key) and its sentence"},
 }
 

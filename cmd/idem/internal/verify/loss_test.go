@@ -110,7 +110,7 @@ func TestLossSink(t *testing.T) {
 // legend lists the fault and the section.
 func TestAuditSection(t *testing.T) {
 	r := &Report{Rows: []Row{{Boundary: BoundaryInbox}}, Faults: map[string]int{FaultBrokerLoss: 12}, BrokerLoss: 0.02,
-		Audit: &Audit{Repair: true, Runs: 30, Grace: auditGrace, Published: 600, Applied: 600, Republished: 13, RepairedLost: 12, Needless: 1,
+		Audit: &Audit{Repair: true, Runs: 30, Grace: DefaultAuditGrace, Published: 600, Applied: 600, Republished: 13, RepairedLost: 12, Needless: 1,
 			Sentence: "orders → ledger: outbox … 600 applied once.\n"}}
 	var buf bytes.Buffer
 	if err := r.WriteTable(&buf); err != nil {
