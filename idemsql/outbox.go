@@ -16,11 +16,12 @@ const (
 	OutboxAuditMaxTextBytes = 1024
 )
 
-// OutboxSQL is the outbox family of a Driver: every statement package outbox runs
-// on the tables of the migration set "outbox" (idem_outbox, the messages;
-// idem_outbox_discarded, the parked messages an operator gave up on;
-// idem_outbox_cdc_parked, those the log-based relay parked; idem_outbox_relays, the
-// relay instances), with the arguments each takes, in order, and the columns each
+// OutboxSQL is the outbox family of a Driver: every statement package outbox (and
+// package audit) runs on the tables of the migration set "outbox" (idem_outbox,
+// the messages; idem_outbox_discarded, the parked messages an operator gave up
+// on; idem_outbox_cdc_parked, those the log-based relay parked;
+// idem_outbox_relays, the relay instances; idem_outbox_repairs, the audit's
+// repairs), with the arguments each takes, in order, and the columns each
 // returns. Times are Unix milliseconds in BIGINT columns. A row is pending while
 // published_at and parked_at are NULL.
 //

@@ -130,8 +130,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`,
 		MarkFailed:    `UPDATE idem_outbox SET attempts = $1, last_error = $2, available_at = $3, parked_at = $4 WHERE id = $5`,
 
 		// Counts up to one pending row (idem_outbox_pending) and reads the newest
-		// publication (idem_outbox_published; MySQL's pending index leads with
-		// published_at).
+		// publication (idem_outbox_published_id on PostgreSQL,
+		// idem_outbox_published elsewhere).
 		Stall: `SELECT
 	(SELECT COUNT(*) FROM (SELECT 1 FROM idem_outbox WHERE published_at IS NULL AND parked_at IS NULL LIMIT 1) w),
 	(SELECT MAX(published_at) FROM idem_outbox WHERE published_at IS NOT NULL)`,
