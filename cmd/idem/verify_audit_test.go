@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
@@ -129,4 +130,19 @@ func hostOf(t *testing.T, raw string) string {
 		t.Fatal(err)
 	}
 	return u.Host
+}
+
+// --broker-loss takes 0 to 1 and --audit-grace a positive duration, and say so.
+func TestVerifyBrokerLossFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ flag, value, want string }{
+		{"--broker-loss", "1.5", "--broker-loss must be between 0 and 1 (got 1.5)"},
+		{"--broker-loss", "-0.1", "--broker-loss must be between 0 and 1 (got -0.1)"},
+		{"--audit-grace", "0s", "--audit-grace must be positive (got 0s)"},
+	} {
+		_, stderr, err := run(t, "verify", tc.flag, tc.value)
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s %s: %v %q", tc.flag, tc.value, err, stderr)
+		}
+	}
 }
