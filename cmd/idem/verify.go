@@ -52,10 +52,11 @@ refused; --unsafe applies them (late applied).
 --broker-loss F makes the broker acknowledge a fraction F of the messages and
 lose them (broker_acked_lost), as JetStream loses unsynced writes on power
 failure: the outbox marks them published and no consumer gets them. The run's
-audit (package audit, every second over the run's database, as idem audit)
-finds them missing after its grace (--audit-grace) and, with --repair (the
-default), republishes them under their ids: nothing is lost. With
---repair=false the audit only reads, and the run must fail with exactly those
+audit (package audit, every second over the run's database, as an operator
+would run it) finds them missing after its grace (--audit-grace) and, with
+--repair (the default), republishes them under their ids: nothing is lost.
+With --repair=false the audit only reads, the run settles once all that is
+left is what the audit finds missing, and it must fail with exactly those
 messages lost. The report ends with the audit's section: its figures, its
 repairs and its sentence.
 
