@@ -25,6 +25,9 @@ type verifyOptions struct {
 	api                           string
 	unsafe, asJSON, keep, verbose bool
 	timeout                       time.Duration
+	brokerLoss                    float64
+	repair                        bool
+	auditGrace                    time.Duration
 }
 
 const verifySynopsis = `Runs a whole exactly-once flow under injected faults and checks, from the
@@ -45,6 +48,17 @@ their Idem-Deadline while their client places the order again, and, at the end,
 a few retries after the retention window. The keys are UUIDv7s: idem refuses
 those late requests (410, 412) instead of applying them, and counts them as
 refused; --unsafe applies them (late applied).
+
+--broker-loss F makes the broker acknowledge a fraction F of the messages and
+lose them (broker_acked_lost), as JetStream loses unsynced writes on power
+failure: the outbox marks them published and no consumer gets them. The run's
+audit (package audit, every second over the run's database, as an operator
+would run it) finds them missing after its grace (--audit-grace) and, with
+--repair (the default), republishes them under their ids: nothing is lost.
+With --repair=false the audit only reads, the run settles once all that is
+left is what the audit finds missing, and it must fail with exactly those
+messages lost. The report ends with the audit's section: its figures, its
+repairs and its sentence.
 
 --api grpc places the orders over gRPC instead (idemgrpc's interceptors,
 grpc-go's retry policy), with the same faults in their gRPC form: responses
@@ -98,6 +112,9 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's database (temporary SQLite file, Postgres schema or MySQL database) for inspection")
 	fs.StringVar(&o.api, "api", verify.APIHTTP, "the order API the clients call: http (POST /orders with Idempotency-Key, idemhttp) or grpc (Orders.PlaceOrder with idempotency-key metadata, idemgrpc, grpc-go's retry policy); the first row is then \"client → gRPC API\"")
 	fs.StringVar(&o.relay, "relay", "outbox", "the outbox relay: outbox (polls the table, woken by NOTIFY) or cdc (reads PostgreSQL's WAL; without --db it starts a private PostgreSQL in a temporary directory)")
+	fs.Float64Var(&o.brokerLoss, "broker-loss", 0, "fraction of messages the broker acknowledges and then loses (broker_acked_lost), 0 to 1: found missing by the audit and, with --repair, republished")
+	fs.BoolVar(&o.repair, "repair", true, "let the run's audit republish the messages it finds missing (under their ids); --repair=false: the audit only reads, and a lost message stays lost")
+	fs.DurationVar(&o.auditGrace, "audit-grace", verify.DefaultAuditGrace, "the audit's grace: a message published longer ago and not applied is missing (and republished with --repair); above the consumers' lag, or messages merely behind are republished needlessly (the inbox drops the copies)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the flow (go tool pprof) to this file")
 	fs.BoolVar(&o.verbose, "v", false, "log the warnings of relays and consumers (many, under faults) to stderr")
 	return fs, o
@@ -114,6 +131,10 @@ func (o *verifyOptions) check() error {
 		return fmt.Errorf("--consumers must be positive (got %d)", o.consumers)
 	case o.rate < 0 || o.rate > 1:
 		return fmt.Errorf("--fault-rate must be between 0 and 1 (got %g)", o.rate)
+	case o.brokerLoss < 0 || o.brokerLoss > 1:
+		return fmt.Errorf("--broker-loss must be between 0 and 1 (got %g)", o.brokerLoss)
+	case o.auditGrace <= 0:
+		return fmt.Errorf("--audit-grace must be positive (got %v)", o.auditGrace)
 	case o.relay != "outbox" && o.relay != "cdc":
 		return fmt.Errorf("--relay must be outbox or cdc (got %q)", o.relay)
 	case o.api != verify.APIHTTP && o.api != verify.APIGRPC:
@@ -150,6 +171,7 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 		DB: vdb.DB, Store: vdb.Store, Broker: b, Clock: vdb.Clock, DBProxy: vdb.Proxy,
 		Orders: o.ops, Clients: o.clients, Consumers: o.consumers, FaultRate: o.rate, Seed: o.seed,
 		Unsafe: o.unsafe, Timeout: o.timeout, Logger: logger, API: o.api,
+		BrokerLoss: o.brokerLoss, Repair: o.repair, AuditGrace: o.auditGrace,
 	}
 	if o.relay == "cdc" {
 		done, err := setupVerifyCDC(ctx, flow, o.db)

@@ -173,13 +173,18 @@ func (r *run) checkOrders(ctx context.Context, intents []intent, rep *Report) (o
 func (r *run) checkOutbox(ctx context.Context, orders orderSet) (obRow, relayRow Row, err error) {
 	outboxRows := map[string]int{}
 	published := map[string]bool{}
-	if err := r.query(ctx, "the outbox", "SELECT msg_id, published_at IS NOT NULL FROM idem_outbox", func(scan func(...any) error) error {
+	// A repair's copy (the audit's, under the message's id) is a publish of its
+	// message, not a second message of its order.
+	if err := r.query(ctx, "the outbox", "SELECT o.msg_id, o.published_at IS NOT NULL, r.copy_id IS NOT NULL FROM idem_outbox o "+
+		"LEFT JOIN idem_outbox_repairs r ON r.copy_id = o.id", func(scan func(...any) error) error {
 		var id string
-		var pub bool
-		if err := scan(&id, &pub); err != nil {
+		var pub, repair bool
+		if err := scan(&id, &pub, &repair); err != nil {
 			return err
 		}
-		outboxRows[id]++
+		if !repair {
+			outboxRows[id]++
+		}
 		published[id] = published[id] || pub
 		return nil
 	}); err != nil {
@@ -189,7 +194,13 @@ func (r *run) checkOutbox(ctx context.Context, orders orderSet) (obRow, relayRow
 	relayRow = Row{Boundary: BoundaryRelay, Attempts: r.published.Total()}
 	relayRow.DuplicatesDelivered = r.published.Total() - r.published.Distinct()
 	if stored, ok := r.f.Broker.Stored(ctx); ok {
-		relayRow.DuplicatesSuppressed = min(relayRow.DuplicatesDelivered, max(0, relayRow.DuplicatesDelivered-(stored-r.published.Distinct())))
+		// The broker keeps stored-distinct copies; what it lost (FaultBrokerLoss)
+		// it neither kept nor suppressed.
+		lost := 0
+		if r.losses != nil {
+			lost = r.losses.dropped()
+		}
+		relayRow.DuplicatesSuppressed = min(relayRow.DuplicatesDelivered, max(0, relayRow.DuplicatesDelivered-(stored-r.published.Distinct())-lost))
 	}
 	if r.f.CDC != nil {
 		// The CDC relay marks nothing in the table: published means the broker

@@ -135,6 +135,19 @@ type Flow struct {
 	// CDC, if set, relays the outbox from PostgreSQL's WAL (idempg/pgcdc) instead of
 	// polling the table; the relay row is then "outbox → broker (cdc)".
 	CDC *CDC
+	// BrokerLoss is the fraction of messages the broker acknowledges and then
+	// loses (FaultBrokerLoss), 0 to 1; 0 loses none.
+	BrokerLoss float64
+	// Repair lets the run's audit (package audit, every second over the run's
+	// database) republish the messages it finds missing. Without it the audit
+	// only reads, and a message the broker lost is lost. With Unsafe the audit
+	// only reads: the consumer keeps no keys, it is blind.
+	Repair bool
+	// AuditGrace is the audit's grace: a message published longer ago and not
+	// applied is missing (and, with Repair, republished). Default
+	// DefaultAuditGrace; keep it above the consumers' lag, or messages merely
+	// behind are republished (needlessly: the inbox drops the copies by key).
+	AuditGrace time.Duration
 }
 
 // Progress is the state of a running flow.
@@ -184,7 +197,10 @@ type run struct {
 	lateEvents          int // orders written whose event carries a passed deadline (check)
 	paysvc              *paymentService
 	push                *pusher
-	cutting             sync.Map // *chaos.Proxy → *atomic.Bool, held while the proxy is being cut
+	cutting             sync.Map  // *chaos.Proxy → *atomic.Bool, held while the proxy is being cut
+	losses              *losses   // the messages the broker lost (Flow.BrokerLoss), or nil
+	audit               *auditing // nil when it could not be set up (auditErr)
+	auditErr            error
 }
 
 // intent is one order a client means to place once.
@@ -214,6 +230,9 @@ func (f *Flow) defaults() {
 	}
 	if f.Timeout <= 0 {
 		f.Timeout = 2 * time.Minute
+	}
+	if f.AuditGrace <= 0 {
+		f.AuditGrace = DefaultAuditGrace
 	}
 	if f.Logger == nil {
 		f.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -276,6 +295,8 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 		return nil, errors.New("verify: Flow.Store is nil; set it, or set Unsafe for the negative control")
 	case f.API != APIHTTP && f.API != APIGRPC:
 		return nil, fmt.Errorf("verify: Flow.API is %q; want %q or %q", f.API, APIHTTP, APIGRPC)
+	case f.BrokerLoss < 0 || f.BrokerLoss > 1:
+		return nil, fmt.Errorf("verify: Flow.BrokerLoss is %g; want 0 to 1", f.BrokerLoss)
 	}
 	txdb, err := idemsql.SQLDB(ctx, f.DB)
 	if err != nil {
@@ -290,6 +311,9 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 	}
 	if r.ob, err = outbox.New(ctx, txdb, outbox.Config{}); err != nil {
 		return nil, err
+	}
+	if f.BrokerLoss > 0 {
+		r.losses = newLosses(f.BrokerLoss, f.Seed, repairedIn(txdb), func() { r.inj.Count(FaultBrokerLoss) })
 	}
 	return r, nil
 }
@@ -329,6 +353,9 @@ func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err e
 		return fail(err)
 	}
 	closers = append(closers, r.push.close)
+	// An audit that cannot be set up (a driver without its statements) is said
+	// in the report; the run goes on without it.
+	r.audit, r.auditErr = r.newAuditing()
 
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -336,6 +363,9 @@ func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err e
 	wg.Go(func() { r.push.watch(bg) })
 	wg.Go(func() { r.superviseRelay(bg) })
 	wg.Go(func() { r.nodeFaults(bg) })
+	if r.audit != nil {
+		wg.Go(func() { r.audit.loop(bg) })
+	}
 	for range r.f.Consumers {
 		wg.Go(func() { r.superviseConsumer(bg) })
 	}
@@ -364,6 +394,14 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 	}
 	if n := int(r.restarts.Load()); n > 0 {
 		rep.Faults[FaultRestart] = n
+	}
+	rep.BrokerLoss = f.BrokerLoss
+	var lost map[string]bool
+	if r.losses != nil {
+		lost = r.losses.ids()
+	}
+	if rep.Audit, err = r.auditSummary(context.WithoutCancel(ctx), lost); err != nil {
+		rep.Audit = &Audit{Repair: f.Repair && !f.Unsafe, Error: err.Error()}
 	}
 	if ctx.Err() != nil {
 		return rep, ctx.Err()

@@ -49,6 +49,9 @@ var Boundaries = []Term{
 	{BoundaryInbox, "each message was applied to the ledger and the balance once (inbox)"},
 	{BoundaryPayment, "each applied order was charged once by a payment API that is not transactional (effect.Fence)"},
 	{BoundaryPush, "each ledger event was shown once, in order, to the browsers watching over WebSocket (stream)"},
+	{BoundaryAudit, "(the section under the table) the audit (package audit), every second over the run's database: " +
+		"published messages the consumer had not applied --audit-grace later are missing, and --repair republishes them under their ids; " +
+		"its figures at the end, the repairs (of messages the broker lost, and needless ones the inbox dropped by key) and its sentence"},
 }
 
 // Faults are the faults a run injects, as the table names them.
@@ -63,6 +66,8 @@ var Faults = []Term{
 	{FaultMessagePastDeadline, "an order's event is read by the consumer after its deadline, as if it waited in the outbox past it (refused, or late applied)"},
 	{chaos.FaultRelayCrash, "the relay dies after publishing, before marking the message published"},
 	{chaos.FaultPublishError, "a publish fails and is retried"},
+	{FaultBrokerLoss, "(--broker-loss) the broker acknowledges a message and loses it, as JetStream an unsynced write on power failure: " +
+		"the outbox marks it published, no consumer gets it until the audit republishes it (lost without --repair)"},
 	{chaos.FaultDuplicateDelivery, "the broker delivers a message twice"},
 	{chaos.FaultLostAck, "a consumer's ack is lost: the message comes again"},
 	{chaos.FaultCrashBeforeEffect, "a consumer dies before applying the message"},

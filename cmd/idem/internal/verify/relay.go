@@ -34,8 +34,9 @@ func (r *run) superviseRelay(ctx context.Context) {
 
 // supervise runs a relay (run) until ctx ends, restarted after each crash, as a
 // supervised relay process would be: each incarnation gets a fresh broker sink,
-// wrapped by wrap and then by the run's fault injector, which kills it (cancels its
-// context) on a relay crash and cuts its broker connection on a broker cut.
+// wrapped by the broker's loss (Flow.BrokerLoss), by wrap and then by the run's
+// fault injector, which kills it (cancels its context) on a relay crash and cuts
+// its broker connection on a broker cut.
 func (r *run) supervise(ctx context.Context, what string, wrap func(idem.Sink) idem.Sink, run func(rctx context.Context, sink idem.Sink) error) {
 	faults := []chaos.Fault{{Kind: chaos.FaultRelayCrash, Weight: 2}, {Kind: chaos.FaultPublishError, Weight: 1}}
 	if r.f.Broker.Proxy() != nil {
@@ -53,7 +54,13 @@ func (r *run) supervise(ctx context.Context, what string, wrap func(idem.Sink) i
 			wait.Sleep(ctx, 100*time.Millisecond)
 			continue
 		}
-		cs := &chaos.Sink{Sink: wrap(sink), Injector: r.inj, Faults: faults, Kill: kill, OnFault: r.onFault, Tally: &r.published}
+		// The broker's loss is below the injector: the relay and its faults see
+		// every publish acknowledged.
+		var inner idem.Sink = sink
+		if r.losses != nil {
+			inner = lossSink{sink, r.losses}
+		}
+		cs := &chaos.Sink{Sink: wrap(inner), Injector: r.inj, Faults: faults, Kill: kill, OnFault: r.onFault, Tally: &r.published}
 		err = run(rctx, cutSink{cs, r})
 		kill()
 		if err != nil && ctx.Err() == nil && rctx.Err() == nil {

@@ -67,6 +67,12 @@ type Report struct {
 	// loss.
 	Unsettled int           `json:"unsettled,omitempty"`
 	Elapsed   time.Duration `json:"elapsed_ns"`
+	// BrokerLoss is Flow.BrokerLoss: the fraction of messages the broker
+	// acknowledged and lost.
+	BrokerLoss float64 `json:"broker_loss,omitempty"`
+	// Audit is what the run's audit found and republished (nil for a report
+	// built without a run).
+	Audit *Audit `json:"audit,omitempty"`
 }
 
 // OK reports whether every boundary kept its promise.
@@ -209,6 +215,9 @@ func (r *Report) WriteResults(w io.Writer) error {
 	}
 	for _, n := range notes {
 		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if r.Audit != nil {
+		r.Audit.write(w)
 	}
 	verdict := "OK: nothing lost, nothing doubled"
 	if !r.OK() {

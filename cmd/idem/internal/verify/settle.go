@@ -11,7 +11,10 @@ import (
 
 // settle waits until every order is published and applied and the deliveries have
 // stopped for longer than the broker's ack wait (so late redeliveries are counted),
-// or until the timeout. It reports whether the flow settled.
+// or until the timeout. It reports whether the flow settled. While the audit
+// repairs, the orders it republishes are waited for like any other; an audit that
+// only reads (Flow.Repair off) settles the flow once all that is left is the
+// messages it finds missing: nothing will bring them.
 func (r *run) settle(ctx context.Context, since time.Time) bool {
 	deadline := time.Now().Add(r.f.Timeout)
 	quiet := r.f.Broker.AckWait() + time.Second
@@ -20,13 +23,25 @@ func (r *run) settle(ctx context.Context, since time.Time) bool {
 		if n := r.delivered.Total(); n != last {
 			last, lastChange = n, time.Now()
 		}
-		pending, err := r.pending(ctx)
-		if err == nil && pending == 0 && time.Since(lastChange) >= quiet {
+		b, err := r.backlog(ctx)
+		if err == nil && (b.total() == 0 || r.onlyMissing(b)) && time.Since(lastChange) >= quiet {
 			return true
 		}
 		wait.Sleep(ctx, 100*time.Millisecond)
 	}
 	return false
+}
+
+// onlyMissing reports whether the backlog is the orders whose messages a
+// read-only audit finds missing, and nothing else: each such order unapplied
+// and unpaid, and no message in flight.
+func (r *run) onlyMissing(b backlog) bool {
+	if r.audit == nil || r.audit.repairing {
+		return false
+	}
+	missing, inFlight, ok := r.audit.last()
+	return ok && missing > 0 && inFlight == 0 && b.unpublished == 0 && b.unshown == 0 &&
+		int64(b.unapplied) == missing && int64(b.unpaid) == missing
 }
 
 // refusedForDeadline excludes, in a query over the orders o, those whose event the
@@ -35,29 +50,39 @@ func (r *run) settle(ctx context.Context, since time.Time) bool {
 const refusedForDeadline = " AND NOT EXISTS (SELECT 1 FROM idem_dead_letters d WHERE d.consumer = '" + consumerName +
 	"' AND d.msg_id = o.id AND d.kind = 'deadline' AND d.replayed_at IS NULL)"
 
-// pending counts orders not yet published, applied to the ledger or paid.
+// pending counts orders not yet published, applied to the ledger, paid or shown,
+// each step once.
 func (r *run) pending(ctx context.Context) (int, error) {
-	var unpublished, unapplied int
+	b, err := r.backlog(ctx)
+	return b.total(), err
+}
+
+// backlog is what the flow has still to do, by step.
+type backlog struct{ unpublished, unapplied, unpaid, unshown int }
+
+func (b backlog) total() int { return b.unpublished + b.unapplied + b.unpaid + b.unshown }
+
+func (r *run) backlog(ctx context.Context) (backlog, error) {
+	var b backlog
 	var err error
 	if r.f.CDC != nil { // the CDC relay marks nothing: published means the broker acknowledged it
-		unpublished, err = r.unstored(ctx)
+		b.unpublished, err = r.unstored(ctx)
 	} else {
-		err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_outbox WHERE published_at IS NULL").Scan(&unpublished)
+		err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_outbox WHERE published_at IS NULL").Scan(&b.unpublished)
 	}
 	if err != nil {
-		return 0, err
+		return b, err
 	}
-	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tableLedger+" l WHERE l.order_id = o.id)"+refusedForDeadline).Scan(&unapplied)
+	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tableLedger+" l WHERE l.order_id = o.id)"+refusedForDeadline).Scan(&b.unapplied)
 	if err != nil {
-		return 0, err
+		return b, err
 	}
-	var unpaid int
-	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id)"+refusedForDeadline).Scan(&unpaid)
+	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id)"+refusedForDeadline).Scan(&b.unpaid)
 	if err != nil {
-		return 0, err
+		return b, err
 	}
-	unshown, err := r.push.pending(ctx)
-	return unpublished + unapplied + unpaid + unshown, err
+	b.unshown, err = r.push.pending(ctx)
+	return b, err
 }
 
 func (r *run) reportProgress(ctx context.Context) <-chan struct{} {
