@@ -14,7 +14,16 @@ import (
 // line per topic and consumer.
 func (r *Report) Sentence() string {
 	var b strings.Builder
+	blind := map[string]bool{}
+	for _, bl := range r.Blind {
+		blind[bl.Consumer] = true
+	}
 	for _, row := range r.Rows {
+		if blind[row.Consumer] {
+			fmt.Fprintf(&b, "%s → %s: %d published over %s; what the consumer did with them is not known (see below).\n",
+				row.Topic, row.Consumer, row.Published, human(r.To.Sub(r.From)))
+			continue
+		}
 		fmt.Fprintf(&b, "%s → %s: outbox (in the producer's transaction) → relay and broker (at least once, the outbox id as message id) → inbox (the key in the consumer's transaction: once). Over %s: %d published, %d applied once, %d dead-lettered, %d missing, %d in flight",
 			row.Topic, row.Consumer, human(r.To.Sub(r.From)), row.Published, row.Applied, row.DeadLettered, row.Missing, row.InFlight)
 		if row.Republished > 0 {
