@@ -2,56 +2,28 @@ package audit_test
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/audit"
-	"github.com/idemhq/idem/migrate"
-	"github.com/idemhq/idem/outbox"
 )
 
 // TestBoundedPages audits more rows than a page holds, on each kind of producer
 // database: 2,500 published rows, seven at a time with one published_at (as a
 // relay marks a batch), read 100 a page, so that ties straddle page boundaries.
 // Each row is counted once: none skipped, none twice.
-func TestBoundedPages(t *testing.T) {
-	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			testBoundedPages(t, kind)
-		})
-	}
-}
+func TestBoundedPages(t *testing.T) { forEachKind(t, testBoundedPages) }
 
 func testBoundedPages(t *testing.T, kind string) {
 	const n, perInstant, pageSize = 2500, 7, 100
 	ctx := context.Background()
 	prod, cons := openDB(t, kind), openDB(t, "sqlite")
-	if _, err := outbox.New(ctx, prod.tx, outbox.Config{}); err != nil { // its migrations
-		t.Fatal(err)
-	}
 	const topic = "orders"
 	base := time.Now().Add(-10 * time.Minute).UnixMilli()
-	for from := 0; from < n; from += 250 {
-		var (
-			values []string
-			args   []any
-		)
-		for i := from; i < from+250; i++ {
-			at := base + int64(i/perInstant)
-			p := len(args)
-			values = append(values, fmt.Sprintf("($%d, $%d, '', 0, '{}', $%d, $%d, $%d, 1, $%d)", p+1, p+2, p+3, p+4, p+5, p+6))
-			args = append(args, msgID(i), topic, []byte("payload"), base-1000, base-1000, at)
-		}
-		prod.exec(t, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at,
-			attempts, published_at) VALUES `+strings.Join(values, ", "), args...)
-	}
+	seedPublished(t, prod, topic, n, base-1000, func(i int) int64 { return base + int64(i/perInstant) })
 	scanned := n
 	if kind != "mysql" { // whose topic column holds 255 characters
 		// A row written by hand with a topic too long to be audited, inside the
@@ -60,31 +32,8 @@ func testBoundedPages(t *testing.T, kind string) {
 			attempts, published_at) VALUES ('long', $1, '', 0, '{}', $2, $3, $3, 1, $4)`, strings.Repeat("t", 1100), []byte("p"), base-1000, base+5)
 		scanned++
 	}
-	if err := migrate.Ensure(ctx, cons.tx, false, migrate.Inbox); err != nil { // its dead letters, as an inbox would
-		t.Fatal(err)
-	}
 	// The consumer applied all but every tenth.
-	applied := 0
-	err := cons.tx.InTx(ctx, func(tx *sql.Tx) error {
-		for i := 0; i < n; i++ {
-			if i%10 == 0 {
-				continue
-			}
-			k := idem.Key{Scope: "ledger", ID: msgID(i)}
-			res, err := cons.store.ClaimTx(ctx, tx, idem.Claim{Key: k, Lease: time.Minute, Retention: 24 * time.Hour})
-			if err != nil {
-				return err
-			}
-			if err := cons.store.CompleteTx(ctx, tx, k, res.Token, nil); err != nil {
-				return err
-			}
-			applied++
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	applied := applyKeys(t, cons, "ledger", n, func(i int) bool { return i%10 != 0 })
 	side, err := audit.ConsumersIn(cons.tx, audit.Consumer{Name: "ledger", Topics: []string{topic}})
 	if err != nil {
 		t.Fatal(err)

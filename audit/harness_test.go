@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/idemhq/idem/migrate"
 	"github.com/idemhq/idem/outbox"
 )
 
@@ -353,4 +355,70 @@ func (c *consumer) waitLedger(t testing.TB, want int) {
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	testsvc.Eventually(t, waitLong, what, cond)
+}
+
+// seedPublished writes n published messages of topic straight into prod's outbox
+// (its migrations applied first), msgID(i) created at created and published at
+// at(i), 250 rows a statement.
+func seedPublished(t testing.TB, prod *database, topic string, n int, created int64, at func(i int) int64) {
+	t.Helper()
+	if _, err := outbox.New(context.Background(), prod.tx, outbox.Config{}); err != nil { // its migrations
+		t.Fatal(err)
+	}
+	for from := 0; from < n; from += 250 {
+		var (
+			values []string
+			args   []any
+		)
+		for i := from; i < min(from+250, n); i++ {
+			p := len(args)
+			values = append(values, fmt.Sprintf("($%d, $%d, '', 0, '{}', $%d, $%d, $%d, 1, $%d)", p+1, p+2, p+3, p+4, p+5, p+6))
+			args = append(args, msgID(i), topic, []byte("payload"), created, created, at(i))
+		}
+		prod.exec(t, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at,
+			attempts, published_at) VALUES `+strings.Join(values, ", "), args...)
+	}
+}
+
+// applyKeys records, in one transaction of cons (its inbox migrations applied
+// first, as an inbox would), that consumer applied msgID(i) for each i where
+// applied(i), and returns how many.
+func applyKeys(t testing.TB, cons *database, consumer string, n int, applied func(i int) bool) (count int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := migrate.Ensure(ctx, cons.tx, false, migrate.Inbox); err != nil {
+		t.Fatal(err)
+	}
+	err := cons.tx.InTx(ctx, func(tx *sql.Tx) error {
+		count = 0
+		for i := range n {
+			if !applied(i) {
+				continue
+			}
+			k := idem.Key{Scope: consumer, ID: msgID(i)}
+			res, err := cons.store.ClaimTx(ctx, tx, idem.Claim{Key: k, Lease: time.Minute, Retention: 24 * time.Hour})
+			if err != nil {
+				return err
+			}
+			if err := cons.store.CompleteTx(ctx, tx, k, res.Token, nil); err != nil {
+				return err
+			}
+			count++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return count
+}
+
+// forEachKind runs test once per kind of producer database, in parallel.
+func forEachKind(t *testing.T, test func(t *testing.T, kind string)) {
+	for _, kind := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			test(t, kind)
+		})
+	}
 }
