@@ -27,7 +27,7 @@ type Auditor struct {
 
 	// The producer's database, through closures so that the Auditor is not
 	// generic in its transaction type.
-	read      func(ctx context.Context, fn func(idemsql.Querier) error) error
+	read      reader
 	inTx      func(ctx context.Context, fn func(idemsql.Querier) error) error
 	stmts     *idemsql.OutboxSQL
 	producerD string
@@ -83,12 +83,7 @@ func New[Tx any](producer idemsql.TxDB[Tx], cfg Config, sides ...*Side) (*Audito
 	if a.m, err = metrics.NewAudit(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	a.read = func(ctx context.Context, fn func(idemsql.Querier) error) error {
-		if producer.Read != nil {
-			return producer.Read(ctx, fn)
-		}
-		return producer.Auto(ctx, fn)
-	}
+	a.read = readerOf(producer)
 	a.inTx = func(ctx context.Context, fn func(idemsql.Querier) error) error {
 		return producer.InTx(ctx, func(tx Tx) error { return fn(producer.Querier(tx)) })
 	}
@@ -229,35 +224,29 @@ func (a *Auditor) page(ctx context.Context, afterAt, afterID, until int64) ([]pu
 		out  []published
 		read pageRead
 	)
-	err := a.read(ctx, func(q idemsql.Querier) error {
+	err := a.read.each(ctx, a.stmts.AuditPublished, []any{afterAt, afterID, until, a.cfg.PageSize}, func() {
 		out, read = out[:0], pageRead{}
-		rows, err := q.Query(ctx, a.stmts.AuditPublished, afterAt, afterID, until, a.cfg.PageSize)
-		if err != nil {
+	}, func(rows idemsql.Rows) error {
+		var (
+			p             published
+			msgID, topic  sql.NullString
+			repairOf      sql.NullInt64
+			created, pubd int64
+		)
+		if err := rows.Scan(&p.id, &msgID, &topic, &created, &pubd, &repairOf); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				p             published
-				msgID, topic  sql.NullString
-				repairOf      sql.NullInt64
-				created, pubd int64
-			)
-			if err := rows.Scan(&p.id, &msgID, &topic, &created, &pubd, &repairOf); err != nil {
-				return err
-			}
-			p.created, p.publishedAt, p.repairOf = created, pubd, repairOf.Int64
-			read = pageRead{read.n + 1, pubd, p.id}
-			if msgID.Valid && len(msgID.String) <= idem.MaxKeyLen {
-				p.msgID = msgID.String
-			}
-			if !topic.Valid {
-				continue // no audited topic is that long
-			}
-			p.topic = topic.String
-			out = append(out, p)
+		p.created, p.publishedAt, p.repairOf = created, pubd, repairOf.Int64
+		read = pageRead{read.n + 1, pubd, p.id}
+		if msgID.Valid && len(msgID.String) <= idem.MaxKeyLen {
+			p.msgID = msgID.String
 		}
-		return rows.Err()
+		if !topic.Valid {
+			return nil // no audited topic is that long
+		}
+		p.topic = topic.String
+		out = append(out, p)
+		return nil
 	})
 	if err != nil {
 		return nil, pageRead{}, fmt.Errorf("audit: reading the outbox (%s): %w", a.producerD, err)
@@ -441,22 +430,13 @@ func (a *Auditor) repairsOf(ctx context.Context, ids []int64) (map[int64]priorRe
 	for i, id := range ids {
 		args[i] = id
 	}
-	err := a.read(ctx, func(q idemsql.Querier) error {
-		rows, err := q.Query(ctx, a.stmts.RepairsOf(len(ids)), args...)
-		if err != nil {
+	err := a.read.each(ctx, a.stmts.RepairsOf(len(ids)), args, func() { clear(out) }, func(rows idemsql.Rows) error {
+		var id, count, last int64
+		if err := rows.Scan(&id, &count, &last); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				id, count, last int64
-			)
-			if err := rows.Scan(&id, &count, &last); err != nil {
-				return err
-			}
-			out[id] = priorRepairs{int(count), last}
-		}
-		return rows.Err()
+		out[id] = priorRepairs{int(count), last}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("audit: reading past repairs (%s): %w", a.producerD, err)
@@ -525,16 +505,10 @@ func ListRepairs[Tx any](ctx context.Context, producer idemsql.TxDB[Tx], before 
 		return nil, &idem.InputError{Field: "audit.ListRepairs producer", Reason: fmt.Sprintf("the %s driver has no audit statements (OutboxSQL.Repairs)", producer.Dialect()),
 			Fix: "use a driver that fills them: idempg, idemsqlite, idemmysql"}
 	}
-	read := func(ctx context.Context, fn func(idemsql.Querier) error) error {
-		if producer.Read != nil {
-			return producer.Read(ctx, fn)
-		}
-		return producer.Auto(ctx, fn)
-	}
-	return listRepairs(ctx, read, st, producer.Dialect().String(), "audit.ListRepairs limit", before, limit)
+	return listRepairs(ctx, readerOf(producer), st, producer.Dialect().String(), "audit.ListRepairs limit", before, limit)
 }
 
-func listRepairs(ctx context.Context, read func(context.Context, func(idemsql.Querier) error) error, st *idemsql.OutboxSQL,
+func listRepairs(ctx context.Context, read reader, st *idemsql.OutboxSQL,
 	dialect, field string, before int64, limit int) ([]Repair, error) {
 	if limit <= 0 || limit > MaxPageSize {
 		return nil, &idem.InputError{Field: field, Reason: fmt.Sprintf("is %d", limit), Fix: fmt.Sprintf("give 1 to %d", MaxPageSize)}
@@ -543,26 +517,18 @@ func listRepairs(ctx context.Context, read func(context.Context, func(idemsql.Qu
 		before = math.MaxInt64
 	}
 	var out []Repair
-	err := read(ctx, func(q idemsql.Querier) error {
-		out = out[:0]
-		rows, err := q.Query(ctx, st.Repairs, before, limit)
-		if err != nil {
+	err := read.each(ctx, st.Repairs, []any{before, limit}, func() { out = out[:0] }, func(rows idemsql.Rows) error {
+		var (
+			r         Repair
+			consumers string
+			at        int64
+		)
+		if err := rows.Scan(&r.CopyID, &r.OrigID, &r.MsgID, &r.Topic, &consumers, &r.Reason, &at); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				r         Repair
-				consumers string
-				at        int64
-			)
-			if err := rows.Scan(&r.CopyID, &r.OrigID, &r.MsgID, &r.Topic, &consumers, &r.Reason, &at); err != nil {
-				return err
-			}
-			r.Consumers, r.At = strings.Split(consumers, ","), time.UnixMilli(at)
-			out = append(out, r)
-		}
-		return rows.Err()
+		r.Consumers, r.At = strings.Split(consumers, ","), time.UnixMilli(at)
+		out = append(out, r)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("audit: reading the repairs (%s): %w", dialect, err)
@@ -619,4 +585,29 @@ func metricRows(rows []Row) []metrics.AuditRow {
 			Latency: map[string]time.Duration{"0.5": r.Latency.P50, "0.9": r.Latency.P90, "0.99": r.Latency.P99, "1": r.Latency.Max}}
 	}
 	return out
+}
+
+// reader runs reads on one database: outside any transaction where its TxDB can
+// (TxDB.Read: on SQLite they then queue behind no writer), else each statement
+// in its own autocommit.
+type reader func(ctx context.Context, fn func(idemsql.Querier) error) error
+
+func readerOf[Tx any](db idemsql.TxDB[Tx]) reader {
+	return func(ctx context.Context, fn func(idemsql.Querier) error) error {
+		if db.Read != nil {
+			return db.Read(ctx, fn)
+		}
+		return db.Auto(ctx, fn)
+	}
+}
+
+// each runs query and hands each row to scan; reset, if set, runs first (a read
+// may be tried again: what a try collected must start over).
+func (r reader) each(ctx context.Context, query string, args []any, reset func(), scan func(idemsql.Rows) error) error {
+	return r(ctx, func(q idemsql.Querier) error {
+		if reset != nil {
+			reset()
+		}
+		return idemsql.EachRow(ctx, q, query, args, scan)
+	})
 }

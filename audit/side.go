@@ -81,76 +81,53 @@ func ConsumersIn[Tx any](db idemsql.TxDB[Tx], consumers ...Consumer) (*Side, err
 			tables[c.Table] = recs.ForTable(c.Table)
 		}
 	}
-	read := func(ctx context.Context, fn func(idemsql.Querier) error) error {
-		if db.Read != nil {
-			return db.Read(ctx, fn)
-		}
-		return db.Auto(ctx, fn)
-	}
+	read := readerOf(db)
 	s.applied = func(ctx context.Context, c Consumer, ids []string) (map[string]record, error) {
 		q := tables[c.Table]
 		out := make(map[string]record, len(ids))
-		err := read(ctx, func(db idemsql.Querier) error {
-			rows, err := db.Query(ctx, q.Applied(len(ids)), argsOf(c.Name, ids)...)
+		err := read.each(ctx, q.Applied(len(ids)), argsOf(c.Name, ids), func() { clear(out) }, func(rows idemsql.Rows) error {
+			var (
+				id    string
+				state int64
+				at    time.Time
+				err   error
+			)
+			if q.TimeUnit == 0 {
+				err = rows.Scan(&id, &state, &at)
+			} else {
+				var n int64
+				err = rows.Scan(&id, &state, &n)
+				at = time.Unix(0, n*int64(q.TimeUnit))
+			}
 			if err != nil {
 				return err
 			}
-			defer rows.Close()
-			for rows.Next() {
-				var (
-					id    string
-					state int64
-					at    time.Time
-				)
-				if q.TimeUnit == 0 {
-					err = rows.Scan(&id, &state, &at)
-				} else {
-					var n int64
-					err = rows.Scan(&id, &state, &n)
-					at = time.Unix(0, n*int64(q.TimeUnit))
-				}
-				if err != nil {
-					return err
-				}
-				out[id] = record{done: state == 2, at: at}
-			}
-			return rows.Err()
+			out[id] = record{done: state == 2, at: at}
+			return nil
 		})
 		return out, err
 	}
 	s.dead = func(ctx context.Context, c Consumer, ids []string) (map[string]int64, error) {
 		out := make(map[string]int64)
-		err := read(ctx, func(db idemsql.Querier) error {
-			rows, err := db.Query(ctx, inbox.DeadLettered(len(ids)), argsOf(c.Name, ids)...)
-			if err != nil {
+		err := read.each(ctx, inbox.DeadLettered(len(ids)), argsOf(c.Name, ids), func() { clear(out) }, func(rows idemsql.Rows) error {
+			var (
+				id string
+				at int64
+			)
+			if err := rows.Scan(&id, &at); err != nil {
 				return err
 			}
-			defer rows.Close()
-			for rows.Next() {
-				var (
-					id string
-					at int64
-				)
-				if err := rows.Scan(&id, &at); err != nil {
-					return err
-				}
-				out[id] = at
-			}
-			return rows.Err()
+			out[id] = at
+			return nil
 		})
 		return out, err
 	}
 	s.hasKeys = func(ctx context.Context, c Consumer) (bool, error) {
 		q := tables[c.Table]
 		found := false
-		err := read(ctx, func(db idemsql.Querier) error {
-			rows, err := db.Query(ctx, q.List, c.Name, "", 1)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			found = rows.Next()
-			return rows.Err()
+		err := read.each(ctx, q.List, []any{c.Name, "", 1}, nil, func(idemsql.Rows) error {
+			found = true
+			return nil
 		})
 		return found, err
 	}
