@@ -28,6 +28,7 @@ SELECT pg_notify('idem_outbox', '') FROM (SELECT 1 FROM ins LIMIT 1) AS any_row`
   AND o.part = ANY($3::int[]) AND o.id > $4
 ORDER BY o.id LIMIT $2`
 	s.MarkPublishedArray = "UPDATE idem_outbox SET published_at = $1 WHERE id = ANY($2::bigint[])"
+	s.MarkPublishedIDs = "UPDATE idem_outbox SET published_at = $1 WHERE id = ANY($2::bigint[]) AND published_at IS NULL"
 	return s
 }()
 

@@ -112,6 +112,14 @@ type OutboxSQL struct {
 	// MarkPublished with the ids as one bigint[] ($2), used instead of it: one
 	// statement text whatever the batch's size.
 	MarkPublishedArray string
+	// MarkPublishedIDs, where the database has a log-based relay (PostgreSQL:
+	// idempg/pgcdc), sets published_at = $1 of the rows whose ids are in $2 (a
+	// bigint[]) and whose published_at is NULL, leaving a row published already
+	// as it was: that relay marks the rows the broker acknowledged, and marks
+	// them again when it republishes them after a crash before its confirm, so
+	// the first time stands (the audit pages on it). Parked or not, a given row
+	// is marked. "" where no log-based relay runs.
+	MarkPublishedIDs string
 	// MarkFailed records a failed attempt of row $5: attempts = $1,
 	// last_error = $2, available_at = $3, parked_at = $4 (NULL, or the time it was
 	// parked).

@@ -34,6 +34,16 @@ type Config struct {
 	// messages of EmitPrefix are not published: the relay counts them
 	// (idem_cdc_messages_ignored_total) and warns.
 	Messages bool
+	// SkipMarkPublished leaves the outbox rows the relay published unmarked. By
+	// default the relay sets published_at of the rows of each batch the broker
+	// acknowledged (one UPDATE of the batch's rows by id, before it confirms the
+	// batch to the slot), so that they are what the polling relay's rows are once
+	// published: read by the audit (package audit, which reads published rows
+	// only, and repairs what a consumer never got), deleted by the outbox's
+	// Cleanup, listed as published by `idem outbox`. Skipped, the relay writes to
+	// the outbox only to park, and the rows stay pending for SQL: no audit, and
+	// delete them on your schedule. EmitTx's messages have no row either way.
+	SkipMarkPublished bool
 	// MaxAttempts is how many times in a row a message may fail to publish with an
 	// error of the broker before it is parked; it is parked only once a message
 	// after it has been published, so a broker that refuses everything (down,
@@ -73,7 +83,8 @@ type Config struct {
 	// Registerer receives idem_cdc_published_total, idem_cdc_publish_duration_seconds,
 	// idem_cdc_commit_to_publish_seconds, idem_cdc_lag_bytes, idem_cdc_lag_seconds,
 	// idem_cdc_retained_wal_bytes, idem_cdc_active, idem_cdc_publish_failures_total,
-	// idem_cdc_parked_total and idem_cdc_messages_ignored_total.
+	// idem_cdc_parked_total, idem_cdc_marked_total and
+	// idem_cdc_messages_ignored_total.
 	Registerer prometheus.Registerer
 	// Logger receives session failures, lock changes and WAL warnings. Default
 	// slog.Default().

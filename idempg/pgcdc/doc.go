@@ -60,20 +60,40 @@
 //
 // wal_level = logical (a restart), a role with REPLICATION (or superuser), free
 // max_replication_slots and max_wal_senders, and the outbox table (its migrations
-// applied), on which the role may SELECT, INSERT and UPDATE to park messages. The
-// relay creates the publication (inserts only) and the slot when missing; every
-// setting it cannot work with is a *SetupError naming the fix, returned by Run
-// without retrying. Slot names are the cluster's: one slot per outbox database.
+// applied), on which the role may SELECT, INSERT and UPDATE to park messages and
+// mark them published. The relay creates the publication (inserts only) and the
+// slot when missing; every setting it cannot work with is a *SetupError naming the
+// fix, returned by Run without retrying. Slot names are the cluster's: one slot per outbox database.
 //
 // # What it costs
 //
 // A slot keeps the server's WAL from being recycled until the relay confirms it: a
 // stopped relay fills the server's disk (the usual Debezium outage). The relay
 // reports the retained WAL (idem_cdc_retained_wal_bytes) and warns above
-// Config.RetainedWALWarn; DropSlot retires a slot for good. Rows written by
-// EnqueueTx are not marked published: delete them on your schedule (not the parked
-// ones, which wait for an operator), or write with EmitTx (no rows; the messages
-// exist only in the WAL, invisible to SQL and to the outbox Admin until one is
-// parked). Do not run the polling relay (outbox.Relay) on the same table: it would
-// publish every message a second time.
+// Config.RetainedWALWarn; DropSlot retires a slot for good. Each published batch
+// costs one UPDATE of its outbox rows by id (below). Do not run the polling relay
+// (outbox.Relay) on the same table: it would publish every message a second time.
+//
+// # Rows marked published
+//
+// After the broker acknowledged a batch and before the slot's position moves past
+// it, the relay sets published_at of the batch's rows written by EnqueueTx (not of
+// the parked ones, and EmitTx's messages have no row), as the polling relay does:
+// the audit (package audit, which reads published rows only) sees them and repairs
+// what a broker acknowledged and lost, `idem outbox` shows them published, and the
+// outbox's Cleanup deletes them after its retention. What each crash gives:
+//
+//   - between the acknowledgement and the mark: nothing marked nor confirmed; the
+//     next relay publishes the batch again and marks it;
+//   - between the mark and the confirm: the rows are published (they were), and
+//     published again by the next relay, whose mark keeps their first published_at;
+//   - after the confirm: marked and confirmed.
+//
+// A mark that fails (tried three times while the connection lives) ends the
+// session unconfirmed: the batch is published again, and no confirmed message is
+// left unmarked. The publication carries inserts only, so the marks are not
+// streamed back. Config.SkipMarkPublished leaves the rows unmarked (no audit;
+// delete them on your schedule, not the parked ones). EmitTx's messages exist only
+// in the WAL, invisible to SQL, to the outbox Admin (until one is parked) and to
+// the audit.
 package pgcdc

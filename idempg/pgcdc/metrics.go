@@ -17,6 +17,7 @@ type relayMetrics struct {
 	active     prometheus.Gauge
 	failures   prometheus.Counter
 	parked     prometheus.Counter
+	marked     prometheus.Counter
 	ignored    prometheus.Counter
 }
 
@@ -48,6 +49,8 @@ func newMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
 	m.published = counter("idem_cdc_published_total", "Messages the CDC relay published and the broker acknowledged.")
 	m.failures = counter("idem_cdc_publish_failures_total", "Publish calls of the CDC relay that failed (a batch, or one message of a failed batch sent again alone).")
 	m.parked = counter("idem_cdc_parked_total", "Messages the CDC relay could not publish and parked in the outbox table for an operator (idem outbox, the admin API).")
+	m.marked = counter("idem_cdc_marked_total", "Outbox rows the CDC relay marked published (set published_at) after the broker acknowledged them and before it confirmed them to the slot "+
+		"(none with Config.SkipMarkPublished).")
 	m.ignored = counter("idem_cdc_messages_ignored_total",
 		"Logical decoding messages of the outbox's prefix the CDC relay did not publish because WAL messages are off (Config.Messages, --cdc-messages).")
 	h, _ := reg1(prometheus.NewHistogram(prometheus.HistogramOpts{Name: "idem_cdc_publish_duration_seconds",

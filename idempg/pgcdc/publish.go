@@ -29,6 +29,13 @@ func (s *stream) flush(ctx context.Context) error {
 	if ctx.Err() != nil { // killed between publish and confirm: confirm nothing
 		return ctx.Err()
 	}
+	if published > 0 {
+		// Before the confirm: a confirmed message is a marked one. A mark that fails
+		// ends the session unconfirmed, and the batch is published again.
+		if err := s.mark(ctx, n); err != nil {
+			return err
+		}
+	}
 	if err != nil {
 		if cerr := s.confirmTo(ctx, n); cerr != nil {
 			return cerr

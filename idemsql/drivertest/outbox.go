@@ -371,7 +371,8 @@ func (o *outboxT) markPublished(ids ...int64) {
 	o.exec("MarkPublished", o.s.MarkPublished(len(ids)), args...)
 }
 
-// marks: MarkPublished (or MarkPublishedArray) and MarkFailed set their columns.
+// marks: MarkPublished (or MarkPublishedArray), MarkPublishedIDs (where filled)
+// and MarkFailed set their columns.
 func (o *outboxT) marks() {
 	t := o.t
 	a, b, c := o.add("a", "", 1, "{}"), o.add("b", "", 1, "{}"), o.add("c", "", 1, "{}")
@@ -384,6 +385,7 @@ func (o *outboxT) marks() {
 	if s := o.state(c); s.published != nil {
 		t.Errorf("OutboxSQL.MarkPublished(Array) published row %d, which it was not given", c)
 	}
+	o.marksIDs(a)
 	o.exec("MarkFailed", o.s.MarkFailed, 3, "refused", now+500, nil, c)
 	if s := o.state(c); s.attempts != 3 || s.lastError != "refused" || s.available != now+500 || s.parked != nil {
 		t.Errorf("OutboxSQL.MarkFailed wrote %+v", s)
@@ -391,6 +393,29 @@ func (o *outboxT) marks() {
 	o.exec("MarkFailed", o.s.MarkFailed, 4, "parked", now+900, now+9, c)
 	if s := o.state(c); s.parked == nil || *s.parked != now+9 {
 		t.Errorf("OutboxSQL.MarkFailed with parked_at wrote %+v", s)
+	}
+}
+
+// marksIDs checks MarkPublishedIDs, where the driver fills it (a log-based
+// relay's mark), given published row pub: it publishes the rows given, by id,
+// and leaves a published row's time as it was.
+func (o *outboxT) marksIDs(pub int64) {
+	t := o.t
+	if o.s.MarkPublishedIDs == "" {
+		return
+	}
+	d, e := o.add("d", "", 1, "{}"), o.add("e", "", 1, "{}")
+	if n := o.exec("MarkPublishedIDs", o.s.MarkPublishedIDs, now+7, []int64{pub, d}); n != 1 {
+		t.Errorf("OutboxSQL.MarkPublishedIDs of a published row and a pending one affected %d rows, want 1: the pending one", n)
+	}
+	if s := o.state(d); s.published == nil || *s.published != now+7 {
+		t.Errorf("OutboxSQL.MarkPublishedIDs: row %d's published_at is %v, want %d", d, s.published, now+7)
+	}
+	if s := o.state(pub); s.published == nil || *s.published != now+1 {
+		t.Errorf("OutboxSQL.MarkPublishedIDs moved published row %d's published_at to %v, want it kept at %d", pub, s.published, now+1)
+	}
+	if s := o.state(e); s.published != nil {
+		t.Errorf("OutboxSQL.MarkPublishedIDs published row %d, which it was not given", e)
 	}
 }
 

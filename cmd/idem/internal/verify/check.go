@@ -203,8 +203,9 @@ func (r *run) checkOutbox(ctx context.Context, orders orderSet) (obRow, relayRow
 		relayRow.DuplicatesSuppressed = min(relayRow.DuplicatesDelivered, max(0, relayRow.DuplicatesDelivered-(stored-r.published.Distinct())-lost))
 	}
 	if r.f.CDC != nil {
-		// The CDC relay marks nothing in the table: published means the broker
-		// acknowledged it.
+		// Published means the broker acknowledged it: the CDC relay marks its rows
+		// after that, and a relay killed in between leaves them unmarked until the
+		// next one publishes them again.
 		relayRow.Boundary = BoundaryRelayCDC
 		for id := range outboxRows {
 			published[id] = r.stored.has(id)

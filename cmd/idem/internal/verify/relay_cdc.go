@@ -2,13 +2,11 @@ package verify
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg/pgcdc"
-	"github.com/idemhq/idem/internal/wait"
 )
 
 // CDC is the log-based relay of a Flow: the slot, publication and table in Config
@@ -22,9 +20,11 @@ type CDC struct {
 // superviseCDC runs the CDC relay, restarted after each crash. A relay crash
 // (FaultRelayCrash) kills it after the broker stored a batch and before it confirmed
 // the batch to the slot: the next relay streams again from the confirmed position
-// and republishes, with the same IDs and positions.
+// and republishes, with the same IDs and positions. The relay marks the rows it
+// published (pgcdc's default), so the audit sees its messages as the polling
+// relay's.
 func (r *run) superviseCDC(ctx context.Context) {
-	wrap := func(s idem.Sink) idem.Sink { return storingSink{s, &r.stored, r.markPublished} }
+	wrap := func(s idem.Sink) idem.Sink { return storingSink{s, &r.stored} }
 	r.supervise(ctx, "cdc relay", wrap, func(rctx context.Context, sink idem.Sink) error {
 		cfg := r.f.CDC.Config
 		cfg.Logger, cfg.LockRetry = r.log, 20*time.Millisecond
@@ -36,12 +36,13 @@ func (r *run) superviseCDC(ctx context.Context) {
 	})
 }
 
-// storingSink records the IDs the broker acknowledged, and marks their rows
-// published (mark).
+// storingSink records the IDs the broker acknowledged: the relay's boundary
+// counts what the broker stored, whatever the relay marked (a relay killed
+// between the broker's acknowledgement and its mark leaves the rows unmarked until
+// the next one republishes them).
 type storingSink struct {
 	idem.Sink
-	set  *storedSet
-	mark func(ctx context.Context, msgs []idem.Message)
+	set *storedSet
 }
 
 func (s storingSink) Publish(ctx context.Context, msgs ...idem.Message) error {
@@ -50,40 +51,8 @@ func (s storingSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 		for _, m := range msgs {
 			s.set.add(m.ID)
 		}
-		s.mark(ctx, msgs)
 	}
 	return err
-}
-
-// markPublished sets published_at on the outbox rows of msgs the broker
-// acknowledged. The log-based relay marks nothing (pgcdc: rows are never marked
-// published), and the audit reads the published rows only (published_at, by
-// which it pages and judges the grace; a repair copies a published row): this
-// stands in for a relay that would record its acknowledgements, so the audit sees
-// the CDC relay's messages. It retries through connection cuts for a while; a row
-// left unmarked is invisible to the audit (its loss is reported, not repaired).
-func (r *run) markPublished(ctx context.Context, msgs []idem.Message) {
-	if len(msgs) == 0 {
-		return
-	}
-	args := []any{time.Now().UnixMilli()}
-	in := ""
-	for i, m := range msgs {
-		if i > 0 {
-			in += ", "
-		}
-		args = append(args, m.ID)
-		in += "$" + strconv.Itoa(i+2)
-	}
-	q := "UPDATE idem_outbox SET published_at = $1 WHERE published_at IS NULL AND msg_id IN (" + in + ")"
-	var err error
-	for range 100 {
-		if _, err = r.f.DB.ExecContext(ctx, q, args...); err == nil || ctx.Err() != nil {
-			return
-		}
-		wait.Sleep(ctx, 20*time.Millisecond)
-	}
-	r.log.Warn("verify: mark the cdc relay's messages published", "err", err)
 }
 
 // storedSet is a set of message IDs, safe for concurrent use.
