@@ -34,7 +34,7 @@ import (
 func BenchmarkRelayCDCvsNotify(b *testing.B) {
 	const backlog = 5000
 	for range b.N {
-		for _, mode := range []string{"notify", "cdc"} {
+		for _, mode := range []string{"notify", "cdc", "cdc-nomark"} {
 			tp, p50, p99, qpm := measure(b, mode, backlog)
 			b.ReportMetric(tp, mode+"_msgs/s")
 			b.ReportMetric(p50, mode+"_p50_ms")
@@ -72,8 +72,8 @@ func measure(b *testing.B, mode string, backlog int) (throughput, p50, p99, stmt
 	}
 	slot := testsvc.UniqueName("bench_")
 	var run func(context.Context) error
-	if mode == "cdc" {
-		r, err := pgcdc.New(url, sink, pgcdc.Config{Slot: slot, Logger: quiet()})
+	if mode == "cdc" || mode == "cdc-nomark" {
+		r, err := pgcdc.New(url, sink, pgcdc.Config{Slot: slot, Logger: quiet(), SkipMarkPublished: mode == "cdc-nomark"})
 		if err != nil {
 			b.Fatal(err)
 		}
