@@ -20,9 +20,9 @@ import (
 
 // cdcOptions are the flags of idem relay --cdc.
 type cdcOptions struct {
-	on, dropSlot, messages bool
-	slot, publication, src string
-	walWarn                int64
+	on, dropSlot, messages, skipMark bool
+	slot, publication, src           string
+	walWarn                          int64
 }
 
 func (c *cdcOptions) flags(fs *flag.FlagSet) {
@@ -32,6 +32,7 @@ func (c *cdcOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.publication, "publication", "idem_outbox", "with --cdc: the publication of the outbox table, created if missing")
 	fs.StringVar(&c.src, "source", "", "with --cdc: the idem-source header of every message (default database/slot)")
 	fs.Int64Var(&c.walWarn, "wal-warn-bytes", 1<<30, "with --cdc: warn when the slot retains more WAL than this")
+	fs.BoolVar(&c.skipMark, "cdc-skip-mark", false, "with --cdc: do not mark the rows published (faster backlog; the audit, idem audit, then sees none of them, and they are never cleaned up)")
 	fs.BoolVar(&c.messages, "cdc-messages", false, "with --cdc: also publish WAL messages (pgcdc.EmitTx); refused while a role without INSERT on the outbox "+
 		"may execute pg_logical_emit_message, which PostgreSQL grants to PUBLIC")
 }
@@ -58,7 +59,8 @@ func (o *relayOptions) cdcConfig() (open.DBSpec, pgcdc.Config, error) {
 		return db, pgcdc.Config{}, err
 	}
 	cfg := pgcdc.Config{Slot: o.cdc.slot, Publication: o.cdc.publication, Source: o.cdc.src,
-		BatchSize: o.batch, RetainedWALWarn: o.cdc.walWarn, Messages: o.cdc.messages, MaxAttempts: o.maxAttempts}
+		BatchSize: o.batch, RetainedWALWarn: o.cdc.walWarn, Messages: o.cdc.messages, MaxAttempts: o.maxAttempts,
+		SkipMarkPublished: o.cdc.skipMark}
 	_, err = pgcdc.New(o.db, nopSink{}, cfg) // checks cfg, before the sink connects
 	return db, cfg, err
 }

@@ -105,6 +105,11 @@ func TestRelayCDCToNATS(t *testing.T) {
 			t.Fatalf("message %d headers %v", i, m.Header)
 		}
 	}
+	// The relay marks what it published, so the audit sees the rows.
+	testsvc.Eventually(t, 15*time.Second, "the published rows marked", func() bool {
+		var n int
+		return pool.QueryRow(ctx, "SELECT COUNT(*) FROM idem_outbox WHERE published_at IS NOT NULL").Scan(&n) == nil && n == 3
+	})
 	var body string
 	testsvc.Eventually(t, 15*time.Second, "/metrics with the CDC series", func() bool {
 		_, body = r.get(t, "/metrics")
