@@ -3,10 +3,12 @@ package admin_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,6 +110,31 @@ func TestAdaptAuditReal(t *testing.T) {
 		wantJSON(t, call("POST", "/api/audit/repair", fullToken, `{"reason":"broker lost m-2"}`), &rep)
 		if len(rep.Repaired) != 1 || rep.Repaired[0].MsgID != "m-2" || copies() != 1 {
 			t.Fatalf("repair: %+v, %d copies", rep.Repaired, copies())
+		}
+
+		// A burst of audits at once, read-only and repairing: each answers, one run
+		// at a time, and nothing is republished twice (m-2 was repaired less than
+		// the grace ago).
+		var wg sync.WaitGroup
+		for i := range 12 {
+			wg.Go(func() {
+				var w *httptest.ResponseRecorder
+				if i%4 == 0 {
+					w = call("POST", "/api/audit/repair", fullToken, `{"reason":"burst"}`)
+				} else {
+					w = call("GET", "/api/audit", readToken, "")
+				}
+				var got auditJSON
+				if w.Code != http.StatusOK {
+					t.Errorf("audit %d in a burst: %d %s", i, w.Code, w.Body)
+				} else if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || len(got.Rows) != 1 || len(got.Repaired) != 0 {
+					t.Errorf("audit %d in a burst: %+v, %v", i, got, err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := copies(); n != 1 {
+			t.Fatalf("%d copies of m-2 after the burst, want 1", n)
 		}
 
 		var page struct {

@@ -49,10 +49,11 @@ func serveAuditRepair(h *handler, r *http.Request, c *call) (any, error) {
 }
 
 // auditReport answers a run: its report, with empty lists written [].
-func auditReport(rep *AuditReport, err error) (any, error) {
+func auditReport(shared *AuditReport, err error) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep := *shared // shared with the other callers of one run (AuditFrom)
 	if rep.Rows == nil {
 		rep.Rows = []audit.Row{}
 	}
@@ -62,7 +63,7 @@ func auditReport(rep *AuditReport, err error) (any, error) {
 	if rep.Repaired == nil {
 		rep.Repaired = []audit.Repair{}
 	}
-	return rep, nil
+	return &rep, nil
 }
 
 func serveAuditRepairs(h *handler, r *http.Request, c *call) (any, error) {
