@@ -74,7 +74,7 @@ func TestRelayMarksWhatItPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := watch(t, r)
-	got := b.publishedIDs(t, w, n+1)
+	b.publishedIDs(t, w, n+1)
 	b.waitConfirmed(t, r, w)
 	if left := b.unmarked(t); len(left) > 0 {
 		t.Fatalf("rows %v are not marked published with the slot confirmed past them", left)
@@ -93,7 +93,7 @@ func TestRelayMarksWhatItPublished(t *testing.T) {
 	// A sentinel committed after the marks: once it is published, anything the marks
 	// caused would have been published before it.
 	b.enqueue(t, n, 1, 1)
-	got = b.publishedIDs(t, w, n+2)
+	got := b.publishedIDs(t, w, n+2)
 	b.waitConfirmed(t, r, w)
 	want := append(slices.Clone(ids), "emitted", fmt.Sprintf("m-%05d", n))
 	if len(got) != len(want) || !slices.Equal(sortedCopy(got), sortedCopy(want)) {
