@@ -8,7 +8,7 @@
 //     between publish and mark, fail publishes, duplicate deliveries, lose acks,
 //     and (with Handler) kill consumers before the effect, before the commit and
 //     before the ack, or pause them past their lease;
-//   - Proxy, an in-process TCP proxy (toxiproxy) that cuts database and broker
+//   - Proxy, an in-process TCP proxy that cuts database and broker
 //     connections;
 //   - Clock, a clock that jumps, for the component whose expiry it drives;
 //   - Injector, which decides from a seed which operation a fault hits.

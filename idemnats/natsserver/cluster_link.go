@@ -15,7 +15,7 @@ import (
 // bypasses the links.
 //
 // It is the cluster's own, not chaos.Proxy: natsserver must not depend on
-// toxiproxy, and a route cut must hold for as long as the test says while both
+// package chaos, and a route cut must hold for as long as the test says while both
 // directions of a pair are cut together.
 type link struct {
 	ln       net.Listener
