@@ -54,7 +54,7 @@ func TestProofDroppedResponses(t *testing.T) {
 				c += "-lost"
 			}
 			var header metadata.MD
-			o, err := client.PlaceOrder(context.Background(), &orderspb.PlaceOrderRequest{Customer: c, Amount: int64(i + 1)}, grpc.Header(&header))
+			o, err := client.PlaceOrder(proofCall(t), &orderspb.PlaceOrderRequest{Customer: c, Amount: int64(i + 1)}, grpc.Header(&header))
 			if err != nil {
 				t.Fatalf("%s: %v", c, err)
 			}
@@ -96,7 +96,7 @@ func TestProofRequestField(t *testing.T) {
 				req.RequestId = want
 			}
 			var header metadata.MD
-			o, err := client.PlaceOrder(context.Background(), req, grpc.Header(&header))
+			o, err := client.PlaceOrder(proofCall(t), req, grpc.Header(&header))
 			if err != nil {
 				t.Fatalf("%s: %v", c, err)
 			}

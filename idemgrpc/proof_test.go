@@ -15,6 +15,7 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
@@ -240,6 +241,15 @@ func proofDial(t *testing.T, addr, serviceConfig string, interceptors ...grpc.Un
 		grpc.WithChainUnaryInterceptor(interceptors...), grpc.WithDefaultServiceConfig(serviceConfig)))(t)
 	t.Cleanup(func() { conn.Close() })
 	return orderspb.NewOrdersClient(conn)
+}
+
+// proofCall is the context of one call through a proxy that cuts: bounded, so
+// that a proxy that never came back fails the test with the call's error
+// instead of hanging the package until its timeout.
+func proofCall(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // proofKeys is the client interceptor with the default ClientConfig.
