@@ -12,6 +12,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/metrics"
+	"github.com/idemhq/idem/internal/rowscan"
 )
 
 // Auditor reconciles one outbox with the consumers of its topics. It is safe for
@@ -98,6 +99,10 @@ func (a *Auditor) WithRepair(on bool) *Auditor {
 	b.cfg.Repair = on
 	return &b
 }
+
+// auditCols names the columns of OutboxSQL.AuditPublished, for a row that does
+// not read.
+var auditCols = []string{"id", "msg_id", "topic", "created_at", "published_at", "repair_of"}
 
 // published is one outbox row as the audit reads it.
 type published struct {
@@ -232,12 +237,18 @@ func (a *Auditor) page(ctx context.Context, afterAt, afterID, until int64) ([]pu
 			repairOf      sql.NullInt64
 			created, pubd int64
 		)
-		if err := rows.Scan(&p.id, &msgID, &topic, &created, &pubd, &repairOf); err != nil {
+		// A row another service wrote with a value of the wrong type (SQLite keeps
+		// text in an integer column) is read as far as it goes and counted as
+		// unauditable, never the end of the run. id and published_at always read:
+		// the keyset's comparisons leave out a row whose published_at is not a
+		// number, and id is the table's integer key.
+		bad, err := rowscan.Scan(rows, auditCols, &p.id, &msgID, &topic, &created, &pubd, &repairOf)
+		if err != nil {
 			return err
 		}
 		p.created, p.publishedAt, p.repairOf = created, pubd, repairOf.Int64
 		read = pageRead{read.n + 1, pubd, p.id}
-		if msgID.Valid && len(msgID.String) <= idem.MaxKeyLen {
+		if bad == "" && msgID.Valid && len(msgID.String) <= idem.MaxKeyLen {
 			p.msgID = msgID.String
 		}
 		if !topic.Valid {

@@ -72,3 +72,33 @@ func testBoundedPages(t *testing.T, kind string) {
 		t.Errorf("idem_audit_runs_total{outcome=ok} = %v, want 1", got)
 	}
 }
+
+// A row another service wrote with text where a time belongs (SQLite keeps it)
+// is counted as published and unauditable; the rows around it are audited, and
+// the run does not fail on it.
+func TestForeignRowDoesNotStopTheRun(t *testing.T) {
+	const n = 50
+	ctx := context.Background()
+	prod, cons := openDB(t, "sqlite"), openDB(t, "sqlite")
+	base := time.Now().Add(-10 * time.Minute).UnixMilli()
+	seedPublished(t, prod, "orders", n, base, func(i int) int64 { return base + int64(i) })
+	prod.exec(t, `INSERT INTO idem_outbox (msg_id, topic, ordering_key, part, headers, payload, created_at, available_at,
+		attempts, published_at) VALUES ('foreign', 'orders', '', 0, '{}', $1, 'yesterday', 0, 1, $2)`, []byte("p"), base+10)
+	applied := applyKeys(t, cons, "ledger", n, func(i int) bool { return i%5 != 0 })
+	side, err := audit.ConsumersIn(cons.tx, audit.Consumer{Name: "ledger", Topics: []string{"orders"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := audit.New(prod.tx, audit.Config{Grace: time.Minute, PageSize: 20, Logger: quiet}, side)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := a.Run(ctx)
+	if err != nil {
+		t.Fatalf("the run failed on the foreign row: %v", err)
+	}
+	row := onlyRow(t, rep, "orders", "ledger")
+	if rep.Scanned != n+1 || row.Published != n+1 || row.Unauditable != 1 || row.Applied != int64(applied) || row.Missing != int64(n-applied) {
+		t.Errorf("read %d rows: %+v; want %d published, 1 unauditable, %d applied, %d missing", rep.Scanned, row, n+1, applied, n-applied)
+	}
+}
