@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -317,7 +316,7 @@ func TestAuditEveryServesHealth(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr := freeAddr(t)
-	var out, errb syncBuffer
+	var out, errb testsvc.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- NewMain(&out, &errb).Run(ctx, []string{"audit", "--db", d.url, "--consumer", "billing=orders", "--grace", "5m",
@@ -359,23 +358,6 @@ func httpGet(t *testing.T, url string) string {
 	return string(b)
 }
 
-// syncBuffer is a bytes.Buffer a daemon writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestAuditHealth: /healthz turns 503 when the last run failed or none succeeded
 // within 3 intervals.
