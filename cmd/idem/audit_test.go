@@ -358,7 +358,6 @@ func httpGet(t *testing.T, url string) string {
 	return string(b)
 }
 
-
 // TestAuditHealth: /healthz turns 503 when the last run failed or none succeeded
 // within 3 intervals.
 func TestAuditHealth(t *testing.T) {
