@@ -146,11 +146,19 @@ func TestFailedMarkPublishesTheBatchAgain(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		testsvc.Eventually(t, 30*time.Second, "the relay's connection ended", func() bool {
+		// On the relay's goroutine: t.Error, not Eventually's t.Fatal (FailNow
+		// belongs to the test's own goroutine).
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 			var alive bool
 			err := b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", pid).Scan(&alive)
-			return err == nil && !alive
-		})
+			if err == nil && !alive {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the relay's connection %d did not end: %v", pid, err)
+				return
+			}
+		}
 	})
 	w := watch(t, r)
 	testsvc.Eventually(t, 60*time.Second, "every row marked published", func() bool {
