@@ -3,6 +3,7 @@ package idemsql
 import (
 	"context"
 	"database/sql"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -243,7 +244,10 @@ func (q sqlQuerier) Exec(ctx context.Context, query string, args ...any) (int64,
 // and then dereferences.
 func rowsAffected(r sql.Result) (n int64, err error) {
 	defer func() {
-		if recover() != nil {
+		if p := recover(); p != nil {
+			if re, ok := p.(runtime.Error); !ok || !strings.Contains(re.Error(), "nil pointer dereference") {
+				panic(p) // not the missing result: not ours to hide
+			}
 			n, err = 0, nil
 		}
 	}()
