@@ -21,6 +21,7 @@ func TxDB(pool *pgxpool.Pool) idemsql.TxDB[pgx.Tx] {
 		Read:     func(_ context.Context, fn func(idemsql.Querier) error) error { return fn(pgxQuerier{pool}) },
 		// BEGIN rides with the first statement: see pipeTx.
 		BeginPipelined: func(ctx context.Context) (pgx.Tx, error) { return beginPipelined(ctx, pool) },
+		Handle:         pool,
 	}
 }
 

@@ -43,6 +43,10 @@ type Driver interface {
 	Stream() *StreamSQL
 	// Seq is the statements of package idemseq's SQL sequence tracker.
 	Seq() *SeqSQL
+	// Queue is the statements of package queue: the database as the queue
+	// (enqueue, claims and their leases, retirement, cancellation, periodic
+	// schedules, retention, the operator's view).
+	Queue() *QueueSQL
 	// Migrate is how package migrate keeps idem_migrations and locks out other
 	// migrators.
 	Migrate() *MigrateSQL

@@ -86,7 +86,17 @@ type TxDB[Tx any] struct {
 	// first, so that statement is inside the transaction. idempg.TxDB sets it. A
 	// TxDB whose Begin is replaced (to wrap it) should replace or clear this too.
 	BeginPipelined func(ctx context.Context) (Tx, error)
+	// Handle is the handle the transactions are begun on (the *sql.DB, the
+	// *pgxpool.Pool), for identity only: a component given two TxDBs with one
+	// Handle knows they reach one database (package queue's Source retires a
+	// message in the inbox's own transaction then). SQLDB and idempg.TxDB set it;
+	// nil means unknown, never the same as another.
+	Handle any
 }
+
+// SameHandle reports whether d and o begin their transactions on one known
+// handle, and so reach one database.
+func (d TxDB[Tx]) SameHandle(o TxDB[Tx]) bool { return d.Handle != nil && d.Handle == o.Handle }
 
 // Dialect is the dialect of d's Driver, or 0 where it has none.
 func (d TxDB[Tx]) Dialect() Dialect {
@@ -186,6 +196,7 @@ func SQLDBFor(drv Driver, db *sql.DB) TxDB[*sql.Tx] {
 		Commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
 		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
 		Querier:  querierFor(d),
+		Handle:   db,
 	}
 	var direct Querier = sqlQuerier{db}
 	if d == MySQL {

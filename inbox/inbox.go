@@ -28,6 +28,7 @@ type Handler[Tx any] func(ctx context.Context, tx Tx, m idem.Message) error
 // transaction. Create it with New and start it with Run.
 type Consumer[Tx any] struct {
 	src      idem.Source
+	txs      TxSource[Tx] // src, when its messages live in db: settled in the effect's transaction
 	db       idemsql.TxDB[Tx]
 	sql      *idemsql.InboxSQL // db's statements for dead letters and replays
 	store    idem.TxStore[Tx]
@@ -87,6 +88,9 @@ func New[Tx any](ctx context.Context, src idem.Source, db idemsql.TxDB[Tx], stor
 	c.recorder, _ = store.(idem.TxRecorder[Tx])
 	c.results, _ = store.(idem.TxResultRecorder[Tx])
 	c.inspect, _ = store.(idem.Inspector)
+	if ts, ok := src.(TxSource[Tx]); ok && ts.Database().SameHandle(db) {
+		c.txs = ts
+	}
 	for _, o := range opts {
 		o(c)
 	}

@@ -139,15 +139,19 @@ func (c *Consumer[Tx]) prepare(d idem.Delivery, now time.Time) item {
 	return it
 }
 
-// applyAll runs every item in tx. A batch first runs without savepoints, the fast
+// applyAll runs every item in tx, then settles in tx those of a TxSource. A batch first runs without savepoints, the fast
 // path; if a handler fails it returns errSavepoints, the transaction rolls back, and
 // Process runs the batch again with a savepoint per message (guarded), so the failed
 // handler rolls back only its own writes. A single message needs no savepoint.
 func (c *Consumer[Tx]) applyAll(ctx context.Context, tx Tx, items []item, guarded bool) error {
+	apply := c.applyFast
 	if guarded {
-		return c.applyGuarded(ctx, tx, items)
+		apply = c.applyGuarded
 	}
-	return c.applyFast(ctx, tx, items)
+	if err := apply(ctx, tx, items); err != nil {
+		return err
+	}
+	return c.settleTx(ctx, tx, items)
 }
 
 // applyFast runs items without savepoints: their keys recorded in one statement
@@ -412,7 +416,13 @@ func (c *Consumer[Tx]) run(ctx context.Context, tx Tx, m idem.Message) (err erro
 // permanently, after its transaction rolled back.
 func (c *Consumer[Tx]) deadLetterAlone(ctx context.Context, it *item) {
 	it.v = dead
-	if err := c.db.InTx(ctx, func(tx Tx) error { return c.insertDeadLetter(ctx, c.db.Querier(tx), it) }); err != nil {
+	err := c.db.InTx(ctx, func(tx Tx) error {
+		if err := c.insertDeadLetter(ctx, c.db.Querier(tx), it); err != nil {
+			return err
+		}
+		return c.settleTx(ctx, tx, []item{*it})
+	})
+	if err != nil {
 		it.v, it.err = retry, fmt.Errorf("dead-lettering failed: %w (after: %v)", err, it.err)
 	}
 }

@@ -21,7 +21,7 @@ var files embed.FS
 // Set is one line of migrations: the tables of one component, recorded in
 // idem_migrations under Name.
 type Set struct {
-	// Component is the directory of its migrations: records, outbox, inbox, effect,
+	// Component is the directory of its migrations: records, outbox, queue, inbox, effect,
 	// saga, stream, sequences or hilo.
 	Component string
 	// Name is what the set is recorded under (the component column of
@@ -36,6 +36,7 @@ func (s Set) String() string { return s.Component + " (" + s.Name + ")" }
 // The sets under their default names.
 var (
 	Outbox    = Set{Component: "outbox", Name: "idem_outbox"}
+	Queue     = Set{Component: "queue", Name: "idem_queue"}
 	Inbox     = Set{Component: "inbox", Name: "idem_dead_letters"}
 	Effect    = Set{Component: "effect", Name: "idem_effects"}
 	Saga      = Set{Component: "saga", Name: "idem_sagas"}
@@ -52,7 +53,7 @@ func Records(table string) Set { return Set{Component: "records", Name: table} }
 
 // order is the order Up applies sets in and `idem migrate down` rolls them back in
 // reverse.
-var order = []string{"records", "outbox", "inbox", "effect", "saga", "stream", "sequences", "hilo"}
+var order = []string{"records", "outbox", "queue", "inbox", "effect", "saga", "stream", "sequences", "hilo"}
 
 // All returns every set d has, under its default name: what `idem migrate up`
 // applies.
@@ -63,7 +64,7 @@ func All(d idemsql.Dialect) []Set {
 			continue
 		}
 		s := Set{Component: c, Name: DefaultRecordsTable}
-		for _, known := range []Set{Outbox, Inbox, Effect, Saga, Stream, Sequences, HiLo} {
+		for _, known := range []Set{Outbox, Queue, Inbox, Effect, Saga, Stream, Sequences, HiLo} {
 			if known.Component == c {
 				s = known
 			}

@@ -41,6 +41,7 @@ const (
 	SpanHTTPServer    = "idem.http.request"    // idemhttp middleware, one keyed request
 	SpanHTTPClient    = "idem.http.attempt"    // idemhttp.Transport, one attempt
 	SpanOutboxEnqueue = "idem.outbox.enqueue"  // outbox.EnqueueTx, one call
+	SpanQueueEnqueue  = "idem.queue.enqueue"   // queue.InsertTx, one call
 	SpanRelayPublish  = "idem.outbox.publish"  // outbox relay, one message published
 	SpanInboxProcess  = "idem.inbox.process"   // inbox, one delivery: claim, apply, ack
 	SpanInboxApply    = "idem.inbox.apply"     // inbox, the handler of a new message

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS idem_queue_periodic;
+DROP TABLE IF EXISTS idem_queue;

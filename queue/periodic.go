@@ -1,0 +1,206 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsql"
+)
+
+// Periodic is a schedule whose messages Queue.Run enqueues: one per tick, once,
+// however many processes run it. A tick is a time the schedule names (10:05:00
+// for "*/5 * * * *"); the process that first moves the schedule's row in
+// idem_queue_periodic to that tick enqueues its message in the same transaction,
+// and the others find the row moved and enqueue nothing. Ticks missed while no
+// process ran are not made up: the next one runs.
+type Periodic struct {
+	// Name identifies the schedule across processes and restarts: its row, and
+	// its messages' IDs. Required; at most 200 bytes.
+	Name string
+	// Schedule is a cron expression of five fields (minute hour day-of-month
+	// month day-of-week, "*/5 * * * *"), a descriptor (@hourly, @daily,
+	// @weekly, @monthly, @yearly), or @every with a duration of at least a
+	// second ("@every 30s"), whose ticks are the multiples of the duration since
+	// the Unix epoch, the same in every process. Times are UTC.
+	Schedule string
+	// Message returns the message of the tick. Its ID defaults to
+	// "periodic:NAME:TICK" (TICK in Unix milliseconds); its Topic is required.
+	Message func(tick time.Time) idem.Message
+}
+
+// schedule is a parsed Periodic: the first tick after a time.
+type schedule interface{ Next(time.Time) time.Time }
+
+// every ticks at the multiples of d since the Unix epoch.
+type every time.Duration
+
+func (e every) Next(t time.Time) time.Time {
+	d := time.Duration(e)
+	return t.Truncate(d).Add(d)
+}
+
+// parseSchedule parses a Periodic's Schedule.
+func parseSchedule(spec string) (schedule, error) {
+	if rest, ok := strings.CutPrefix(spec, "@every "); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		if err != nil {
+			return nil, err
+		}
+		if d < time.Second {
+			return nil, fmt.Errorf("@every %v is below a second", d)
+		}
+		return every(d), nil
+	}
+	return cron.ParseStandard(spec)
+}
+
+// maxPeriodicName bounds Periodic.Name: the message IDs it makes stay keys.
+const maxPeriodicName = 200
+
+func checkPeriodic(ps []Periodic) error {
+	seen := map[string]bool{}
+	for i, p := range ps {
+		field := "Config.Periodic[" + strconv.Itoa(i) + "]"
+		switch {
+		case p.Name == "" || len(p.Name) > maxPeriodicName:
+			return &idem.InputError{Field: field + ".Name", Reason: fmt.Sprintf("must be 1 to %d bytes (got %d)", maxPeriodicName, len(p.Name)), Fix: "name the schedule, such as \"nightly-report\""}
+		case seen[p.Name]:
+			return &idem.InputError{Field: field + ".Name", Reason: fmt.Sprintf("%q names two schedules", p.Name), Fix: "give each schedule its own name"}
+		case p.Message == nil:
+			return &idem.InputError{Field: field + ".Message", Reason: "is nil", Fix: "return the message of a tick"}
+		}
+		seen[p.Name] = true
+		if _, err := parseSchedule(p.Schedule); err != nil {
+			return &idem.InputError{Field: field + ".Schedule", Reason: fmt.Sprintf("%q: %v", p.Schedule, err),
+				Fix: `use five cron fields ("*/5 * * * *"), @hourly/@daily/@weekly/@monthly/@yearly, or "@every 30s"`}
+		}
+	}
+	return nil
+}
+
+// ErrTickTaken is returned by EnqueueTick when the tick was enqueued already
+// (by this or another process) or a later one was.
+var ErrTickTaken = errors.New("queue: the tick was enqueued already")
+
+// EnqueueTick enqueues p's message of tick unless some process did: it moves
+// p's row to tick and enqueues in one transaction. It returns ErrTickTaken
+// when the row was at tick or past it. Run calls it at each tick; it is
+// exported for tests and for schedulers of one's own.
+func (q *Queue[Tx]) EnqueueTick(ctx context.Context, p Periodic, tick time.Time) (Enqueued, error) {
+	if err := checkPeriodic([]Periodic{p}); err != nil {
+		return Enqueued{}, err
+	}
+	m := p.Message(tick)
+	if m.ID == "" {
+		m.ID = "periodic:" + p.Name + ":" + strconv.FormatInt(tick.UnixMilli(), 10)
+	}
+	var res Enqueued
+	err := q.db.InTx(ctx, func(tx Tx) error {
+		qr := q.db.Querier(tx)
+		if _, err := qr.Exec(ctx, q.stmts.PeriodicEnsure, p.Name); err != nil {
+			return &idem.BackendError{Backend: q.db.Dialect().String(), Op: "queue.periodic", Err: err}
+		}
+		n, err := qr.Exec(ctx, q.stmts.PeriodicAdvance, tick.UnixMilli(), p.Name)
+		if err != nil {
+			return &idem.BackendError{Backend: q.db.Dialect().String(), Op: "queue.periodic", Err: err}
+		}
+		if n == 0 {
+			return ErrTickTaken
+		}
+		out, err := q.InsertTx(ctx, tx, Job{Message: m})
+		if err != nil {
+			return err
+		}
+		res = out[0]
+		return nil
+	})
+	return res, err
+}
+
+// SweepInterval is how often Run deletes finished messages past the
+// retention, SweepBatch rows a statement.
+const (
+	SweepInterval = time.Minute
+	SweepBatch    = 1000
+)
+
+// Run enqueues the periodic schedules' messages at their ticks and deletes
+// finished messages past Config.Retention, until ctx ends; it returns ctx's
+// error. Run it in one process or in all: each tick is enqueued once, and
+// sweeping twice deletes nothing twice. A failed tick or sweep is logged and
+// tried again at the next.
+func (q *Queue[Tx]) Run(ctx context.Context) error {
+	type sched struct {
+		p    Periodic
+		s    schedule
+		next time.Time
+	}
+	now := q.cfg.Now().UTC()
+	ss := make([]sched, len(q.cfg.Periodic))
+	for i, p := range q.cfg.Periodic {
+		s, _ := parseSchedule(p.Schedule) // checked by New
+		ss[i] = sched{p: p, s: s, next: s.Next(now)}
+	}
+	sweepAt := now
+	for {
+		now = q.cfg.Now().UTC()
+		if !now.Before(sweepAt) {
+			q.sweep(ctx, now)
+			sweepAt = now.Add(SweepInterval)
+		}
+		wake := sweepAt
+		for i := range ss {
+			if !now.Before(ss[i].next) {
+				tick := ss[i].next
+				if _, err := q.EnqueueTick(ctx, ss[i].p, tick); err != nil && !errors.Is(err, ErrTickTaken) && ctx.Err() == nil {
+					q.cfg.Logger.WarnContext(ctx, "queue: enqueueing a periodic tick failed; the next tick is tried", "schedule", ss[i].p.Name, "tick", tick, "err", err)
+				}
+				ss[i].next = ss[i].s.Next(now)
+			}
+			wake = minTime(wake, ss[i].next)
+		}
+		t := time.NewTimer(max(wake.Sub(q.cfg.Now()), time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// sweep deletes finished messages older than the retention, a batch at a time.
+func (q *Queue[Tx]) sweep(ctx context.Context, now time.Time) {
+	before := now.Add(-q.cfg.Retention).UnixMilli()
+	for ctx.Err() == nil {
+		var n int64
+		err := q.db.Auto(ctx, func(qr idemsql.Querier) error {
+			var err error
+			n, err = qr.Exec(ctx, q.stmts.Sweep, before, SweepBatch)
+			return err
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				q.cfg.Logger.WarnContext(ctx, "queue: sweeping finished messages failed; tried again later", "err", err)
+			}
+			return
+		}
+		if n < SweepBatch {
+			return
+		}
+	}
+}
