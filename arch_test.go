@@ -18,7 +18,7 @@ const module = "github.com/idemhq/idem"
 
 // components are the packages that run statements on idem's own tables through a
 // driver: they hold no SQL text and never ask which database they run on.
-var components = []string{"inbox", "outbox", "effect", "effect/saga", "stream", "idemseq", "audit"}
+var components = []string{"inbox", "outbox", "queue", "effect", "effect/saga", "stream", "idemseq", "audit"}
 
 // drivers own the statements of one database each.
 var drivers = []string{"idempg", "idemsqlite", "idemmysql"}

@@ -58,6 +58,8 @@ var readmeEnvs = []struct{ has, params string }{
 	{"saga.New(ctx, txdb,", "ctx context.Context, txdb idemsql.TxDB[*sql.Tx], src idem.Source, store *idemsqlite.Store, payments interface {\n\tCharge(context.Context, string) ([]byte, error)\n\tRefund(context.Context, string) error\n}"},
 	// docs/audit.md
 	{"audit.ConsumersIn(ledgerDB,", "ctx context.Context, ledgerSQL *sql.DB, pool *pgxpool.Pool"},
+	// docs/queue.md
+	{"q.Source(queue.SourceConfig{", "ctx context.Context, pool *pgxpool.Pool, customerID string, body []byte, store *idempg.Store, applyOrder inbox.Handler[pgx.Tx]"},
 	// docs/stream.md
 	{"stream.NewSQLStore(", "ctx context.Context, sqlDB *sql.DB, userOf func(*http.Request) string"},
 	// docs/grpc.md: each is also the body of a function of idemgrpc/doc_example_test.go
@@ -88,6 +90,7 @@ var readmeImports = map[string]string{
 	"credentials": "google.golang.org/grpc/credentials", "metadata": "google.golang.org/grpc/metadata",
 	"status": "google.golang.org/grpc/status", "idemgrpc": "github.com/idemhq/idem/idemgrpc",
 	"orderspb": "github.com/idemhq/idem/internal/orderspb", "audit": "github.com/idemhq/idem/audit",
+	"queue": "github.com/idemhq/idem/queue",
 }
 
 var goBlockRE = regexp.MustCompile("(?s)```go\n(.*?)```")
