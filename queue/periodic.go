@@ -77,7 +77,12 @@ func checkPeriodic(ps []Periodic) error {
 			return &idem.InputError{Field: field + ".Message", Reason: "is nil", Fix: "return the message of a tick"}
 		}
 		seen[p.Name] = true
-		if _, err := parseSchedule(p.Schedule); err != nil {
+		s, err := parseSchedule(p.Schedule)
+		if err == nil && s.Next(time.Now()).IsZero() {
+			// Such as "0 0 30 2 *": Run would find its next tick due at once, forever.
+			err = errors.New("it names no time in the next five years")
+		}
+		if err != nil {
 			return &idem.InputError{Field: field + ".Schedule", Reason: fmt.Sprintf("%q: %v", p.Schedule, err),
 				Fix: `use five cron fields ("*/5 * * * *"), @hourly/@daily/@weekly/@monthly/@yearly, or "@every 30s"`}
 		}
