@@ -58,6 +58,18 @@ func parseSchedule(spec string) (schedule, error) {
 		}
 		return every(d), nil
 	}
+	return parseCron(spec)
+}
+
+// parseCron parses a cron expression. robfig/cron v3.0.1 panics on some
+// (an index out of range on "TZ=" with nothing after it): a bad Schedule is the
+// caller's InputError, never a crash of the process that reads it.
+func parseCron(spec string) (s schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("not a cron expression (the parser failed: %v)", r)
+		}
+	}()
 	return cron.ParseStandard(spec)
 }
 
