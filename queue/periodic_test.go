@@ -133,6 +133,9 @@ func TestPeriodicConfigErrors(t *testing.T) {
 		{[]queue.Periodic{{Name: "n", Schedule: "@every soon", Message: report}}, "Config.Periodic[0].Schedule"},
 		{[]queue.Periodic{{Name: "n", Schedule: "61 * * * *", Message: report}}, "Config.Periodic[0].Schedule"},
 		{[]queue.Periodic{{Name: "n", Schedule: "* * * * * *", Message: report}}, "Config.Periodic[0].Schedule"},
+		// robfig/cron panics on these.
+		{[]queue.Periodic{{Name: "n", Schedule: "TZ=", Message: report}}, "Config.Periodic[0].Schedule"},
+		{[]queue.Periodic{{Name: "n", Schedule: "CRON_TZ=", Message: report}}, "Config.Periodic[0].Schedule"},
 		// February 30th never comes: Run would find it due at once, forever.
 		{[]queue.Periodic{{Name: "n", Schedule: "0 0 30 2 *", Message: report}}, "Config.Periodic[0].Schedule"},
 	} {
@@ -152,7 +155,7 @@ func TestPeriodicConfigErrors(t *testing.T) {
 // panic; a parsed schedule's next tick is after the time given, or none.
 func FuzzSchedule(f *testing.F) {
 	for _, s := range []string{"@every 30s", "*/5 * * * *", "@hourly", "@daily", "0 0 30 2 *", "@every 1500ms", "TZ=UTC 0 9 * * 1-5",
-		"@every 2562047h", "@every -1s", "@every", "@", "* * * * * *", "0-59/0 * * * *", "CRON_TZ=Nowhere/Land * * * * *", "1,2-5/2 L * * *"} {
+		"@every 2562047h", "@every -1s", "@every", "@", "* * * * * *", "0-59/0 * * * *", "CRON_TZ=Nowhere/Land * * * * *", "1,2-5/2 L * * *", "TZ=", "CRON_TZ="} {
 		f.Add(s)
 	}
 	t0 := time.Date(2026, 11, 27, 7, 0, 1, 0, time.UTC)
