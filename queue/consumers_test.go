@@ -62,6 +62,9 @@ func TestManyConsumers(t *testing.T) {
 				startInbox(t, d, src, handle, inbox.Config{BatchSize: 32})
 			}
 			progress(t, "every row finished", n, func() int {
+				if outOfOrder.Load() > 0 {
+					t.Fatalf("%d messages applied after a later one of their key", outOfOrder.Load())
+				}
 				return n - d.count(t, "SELECT count(*) FROM idem_queue WHERE finished_at IS NULL")
 			})
 			if got := d.count(t, "SELECT count(*) FROM ledger"); got != n {
