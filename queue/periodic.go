@@ -58,6 +58,18 @@ func parseSchedule(spec string) (schedule, error) {
 		}
 		return every(d), nil
 	}
+	return parseCron(spec)
+}
+
+// parseCron parses a cron expression. robfig/cron v3.0.1 panics on some
+// (an index out of range on "TZ=" with nothing after it): a bad Schedule is the
+// caller's InputError, never a crash of the process that reads it.
+func parseCron(spec string) (s schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("not a cron expression (the parser failed: %v)", r)
+		}
+	}()
 	return cron.ParseStandard(spec)
 }
 
@@ -77,7 +89,12 @@ func checkPeriodic(ps []Periodic) error {
 			return &idem.InputError{Field: field + ".Message", Reason: "is nil", Fix: "return the message of a tick"}
 		}
 		seen[p.Name] = true
-		if _, err := parseSchedule(p.Schedule); err != nil {
+		s, err := parseSchedule(p.Schedule)
+		if err == nil && s.Next(time.Now()).IsZero() {
+			// Such as "0 0 30 2 *": Run would find its next tick due at once, forever.
+			err = errors.New("it names no time in the next five years")
+		}
+		if err != nil {
 			return &idem.InputError{Field: field + ".Schedule", Reason: fmt.Sprintf("%q: %v", p.Schedule, err),
 				Fix: `use five cron fields ("*/5 * * * *"), @hourly/@daily/@weekly/@monthly/@yearly, or "@every 30s"`}
 		}

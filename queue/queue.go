@@ -165,6 +165,9 @@ func (q *Queue[Tx]) InsertTx(ctx context.Context, tx Tx, jobs ...Job) (res []Enq
 		if err := m.Validate(); err != nil {
 			return nil, fmt.Errorf("job %d of %d: %w", i+1, len(jobs), err)
 		}
+		if err := fitsColumns(m); err != nil {
+			return nil, fmt.Errorf("job %d of %d: %w", i+1, len(jobs), err)
+		}
 		if len(jobs) == 1 {
 			otelx.MessageAttrs(span, "", "create", m, "")
 		}
@@ -194,6 +197,23 @@ func (q *Queue[Tx]) InsertTx(ctx context.Context, tx Tx, jobs ...Job) (res []Enq
 	}
 	q.wakeLocal()
 	return res, nil
+}
+
+// maxColumn bounds a message's topic and ordering key, in bytes: MySQL's
+// idem_queue holds 255 (PostgreSQL and SQLite would take more, so a producer
+// that worked there would fail only on MySQL).
+const maxColumn = 255
+
+// fitsColumns checks what Message.Validate leaves to the table: the lengths of
+// the topic and the ordering key.
+func fitsColumns(m idem.Message) error {
+	for _, f := range []struct{ field, v string }{{"Message.Topic", m.Topic}, {"Message.OrderingKey", m.OrderingKey}} {
+		if len(f.v) > maxColumn {
+			return &idem.InputError{Field: f.field, Reason: fmt.Sprintf("is longer than %d bytes (got %d)", maxColumn, len(f.v)),
+				Fix: "shorten it, or hash it into a fixed-size name"}
+		}
+	}
+	return nil
 }
 
 // row is one message as InsertTx writes it.

@@ -97,7 +97,7 @@ type Source[Tx any] struct {
 // Notifier, listening; Close stops both.
 func (q *Queue[Tx]) Source(cfg SourceConfig) (*Source[Tx], error) {
 	var ie *idem.InputError
-	if err := (idem.Message{ID: "x", Topic: cfg.Topic}).Validate(); errors.As(err, &ie) {
+	if err := cmp.Or((idem.Message{ID: "x", Topic: cfg.Topic}).Validate(), fitsColumns(idem.Message{Topic: cfg.Topic})); errors.As(err, &ie) {
 		return nil, &idem.InputError{Field: "SourceConfig.Topic", Reason: ie.Reason, Fix: "name the topic the producers enqueue to"}
 	}
 	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)

@@ -24,5 +24,6 @@ func Run(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 	t.Run("Effect", func(t *testing.T) { Effect(t, db) })
 	t.Run("Saga", func(t *testing.T) { Saga(t, db) })
 	t.Run("Seq", func(t *testing.T) { Seq(t, db) })
+	t.Run("Queue", func(t *testing.T) { Queue(t, db) })
 	t.Run("Migrate", func(t *testing.T) { Migrate(t, db) })
 }
