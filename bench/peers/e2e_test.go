@@ -119,11 +119,11 @@ func e2eSystems() []e2eSystem {
 		{"idem/dbqueue/batch=64x2", func(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int)) func(context.Context, pgx.Tx, int) error {
 			return startDBQueue(b, ctx, pool, applied, 64, 2, false)
 		}},
-		{"idem/dbqueue/batch=64x4/prefetch", func(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int)) func(context.Context, pgx.Tx, int) error {
-			return startDBQueue(b, ctx, pool, applied, 64, 4, true)
-		}},
 		{"idem/dbqueue/batch=1x8", func(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int)) func(context.Context, pgx.Tx, int) error {
 			return startDBQueue(b, ctx, pool, applied, 1, 8, false)
+		}},
+		{"idem/dbqueue/batch=1x8/prefetch", func(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int)) func(context.Context, pgx.Tx, int) error {
+			return startDBQueue(b, ctx, pool, applied, 1, 8, true)
 		}},
 	}
 }
