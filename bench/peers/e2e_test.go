@@ -445,6 +445,16 @@ func startDBQueue(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied
 		_, err = tx.Exec(ctx, "INSERT INTO ledger (order_no, amount) VALUES ($1, $2)", order, len(m.Payload))
 		return err
 	}
+	b.Cleanup(func() { // after the consumers stopped: every row retired in its effect's transaction
+		var other int64
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM idem_queue WHERE finished_at IS NULL OR outcome <> $1", idemsql.QueueApplied).Scan(&other); err != nil {
+			b.Errorf("count queue outcomes: %v", err)
+		} else if other != 0 {
+			b.Errorf("%d queue rows unfinished or finished otherwise than applied (in the effect's transaction)", other)
+		}
+	})
 	var wg sync.WaitGroup
 	b.Cleanup(wg.Wait) // after the context's cancel (registered later, so run first)
 	for i := range consumers {
