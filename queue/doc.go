@@ -26,6 +26,14 @@
 // consumer took can no longer retire it, and its transaction, effect included,
 // rolls back. The inbox's key record is a second guard.
 //
+// # Throughput
+//
+// A Source alternates a claim (one statement, its own commit) and the batch the
+// inbox makes of what it returned; SourceConfig.Prefetch runs the next claim
+// while a batch is processed, and several consumers on one topic claim past
+// each other. Larger inbox batches (Config.BatchSize) share one claim, one
+// retire statement and one commit among their messages.
+//
 // # What a queue does
 //
 // Run-at times (Job.RunAt); retries with the inbox's backoff (a failed handler

@@ -51,6 +51,15 @@ type SourceConfig struct {
 	// idemsql.QueueNotifyChannel). Without it the Source polls, and is woken by
 	// InsertTx of its own Queue in this process.
 	Notifier Notifier
+	// Prefetch claims the next batch while the one Receive returned is being
+	// processed: as soon as a Receive returns messages, the Source claims up to
+	// as many again in the background, and the next Receive returns them
+	// without a round trip. A claim that finds nothing does not chain, so an
+	// idle Source claims only when Receive is called. The prefetched messages
+	// are this Source's like the ones handed out (leased, renewed, put back at
+	// Close), and their ordering keys wait for them; their attempt counts
+	// from the prefetch. Off by default.
+	Prefetch bool
 }
 
 const (
@@ -90,7 +99,14 @@ type Source[Tx any] struct {
 	loops  sync.WaitGroup
 
 	mu   sync.Mutex
-	held map[int64]*settler[Tx] // handed out, not yet settled: their leases are renewed
+	held map[int64]*settler[Tx] // handed out or prefetched, not yet settled: their leases are renewed
+	pre  chan prefetched        // the outstanding prefetch (SourceConfig.Prefetch), nil when none
+}
+
+// prefetched is what a prefetch claimed.
+type prefetched struct {
+	ds  []idem.Delivery
+	err error
 }
 
 // Source returns a Source of cfg.Topic. It starts renewing leases and, with a
@@ -140,6 +156,12 @@ func (s *Source[Tx]) Features() idem.Features {
 // some, ctx ends, or the Source is closed (idem.ErrClosed).
 func (s *Source[Tx]) Receive(ctx context.Context, limit int) ([]idem.Delivery, error) {
 	limit = min(max(limit, 1), inbox.MaxBatchSize)
+	if ds, ok, err := s.takePrefetched(ctx); ok {
+		if err == nil {
+			s.prefetch(limit)
+		}
+		return ds, err
+	}
 	quick := 0
 	idle := s.cfg.MinPollInterval
 	for {
@@ -155,6 +177,7 @@ func (s *Source[Tx]) Receive(ctx context.Context, limit int) ([]idem.Delivery, e
 			return nil, err
 		}
 		if len(ds) > 0 {
+			s.prefetch(limit)
 			return ds, nil
 		}
 		var d time.Duration
@@ -181,6 +204,53 @@ func (s *Source[Tx]) Receive(ctx context.Context, limit int) ([]idem.Delivery, e
 		}
 		t.Stop()
 	}
+}
+
+// takePrefetched waits for the outstanding prefetch, if any, and reports
+// whether Receive is to return what it brought: messages, or ctx's end (the
+// prefetch stays outstanding for the next Receive). A prefetch that found
+// nothing or failed leaves Receive to claim as usual.
+func (s *Source[Tx]) takePrefetched(ctx context.Context) ([]idem.Delivery, bool, error) {
+	s.mu.Lock()
+	pre := s.pre
+	s.pre = nil
+	s.mu.Unlock()
+	if pre == nil {
+		return nil, false, nil
+	}
+	select {
+	case r := <-pre:
+		return r.ds, r.err == nil && len(r.ds) > 0, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		if s.pre == nil {
+			s.pre = pre
+		}
+		s.mu.Unlock()
+		return nil, true, ctx.Err()
+	case <-s.ctx.Done():
+		return nil, true, idem.ErrClosed
+	}
+}
+
+// prefetch starts claiming up to limit messages in the background
+// (SourceConfig.Prefetch) unless a prefetch is outstanding or the Source is
+// closed. Close waits for it, and puts back what it claimed.
+func (s *Source[Tx]) prefetch(limit int) {
+	if !s.cfg.Prefetch {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pre != nil || s.ctx.Err() != nil {
+		return
+	}
+	ch := make(chan prefetched, 1)
+	s.pre = ch
+	s.loops.Go(func() {
+		ds, err := s.claim(s.ctx, limit)
+		ch <- prefetched{ds, err}
+	})
 }
 
 // claim leases up to max due messages and returns them as deliveries, parking
@@ -388,7 +458,9 @@ func (s *Source[Tx]) Close() error {
 	if s.ctx.Err() != nil {
 		return nil
 	}
+	s.mu.Lock() // no prefetch starts after this (prefetch checks s.ctx under mu)
 	s.cancel()
+	s.mu.Unlock()
 	s.loops.Wait()
 	s.mu.Lock()
 	held := make([]*settler[Tx], 0, len(s.held))

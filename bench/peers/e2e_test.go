@@ -21,9 +21,11 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/queue"
 )
 
 // The end-to-end workload both sides run: a producer commits an order's event in its
@@ -41,6 +43,12 @@ import (
 //	                      publishes to NATS JetStream; C inbox consumers on one durable
 //	                      apply K messages per transaction (claim keys + INSERT +
 //	                      complete keys, commit, then ack).
+//	idem/dbqueue/batch=K×C queue.EnqueueTx (the database as the queue, same
+//	                      Postgres); C inbox consumers, each on its own
+//	                      queue.Source (woken by NOTIFY idem_queue through its own
+//	                      idempg.Notifier) on the same pool, apply K messages per
+//	                      transaction: claim keys + INSERT + complete keys + retire
+//	                      the queue rows (SettleTx), one commit; no broker.
 //
 // BenchmarkEndToEnd: 16 producers commit b.N events, one per transaction, while the
 // workers run; msgs/s is b.N over the time from the first enqueue to the last
@@ -101,6 +109,21 @@ func e2eSystems() []e2eSystem {
 		}},
 		{"idem/batch=1x16", func(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int)) func(context.Context, pgx.Tx, int) error {
 			return startIdem(b, ctx, pool, applied, 1, 16)
+		}},
+		{"idem/dbqueue/batch=64x1", func(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int)) func(context.Context, pgx.Tx, int) error {
+			return startDBQueue(b, ctx, pool, applied, 64, 1, false)
+		}},
+		{"idem/dbqueue/batch=64x1/prefetch", func(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int)) func(context.Context, pgx.Tx, int) error {
+			return startDBQueue(b, ctx, pool, applied, 64, 1, true)
+		}},
+		{"idem/dbqueue/batch=64x2", func(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int)) func(context.Context, pgx.Tx, int) error {
+			return startDBQueue(b, ctx, pool, applied, 64, 2, false)
+		}},
+		{"idem/dbqueue/batch=1x8", func(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int)) func(context.Context, pgx.Tx, int) error {
+			return startDBQueue(b, ctx, pool, applied, 1, 8, false)
+		}},
+		{"idem/dbqueue/batch=1x8/prefetch", func(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int)) func(context.Context, pgx.Tx, int) error {
+			return startDBQueue(b, ctx, pool, applied, 1, 8, true)
 		}},
 	}
 }
@@ -398,4 +421,89 @@ type ackedSettler struct {
 func (s ackedSettler) Ack(ctx context.Context) error {
 	s.acked()
 	return s.Settler.Ack(ctx)
+}
+
+// ---- idem, the database as the queue ----
+
+func startDBQueue(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int), batch, consumers int, prefetch bool) func(context.Context, pgx.Tx, int) error {
+	db := idempg.TxDB(pool)
+	quiet := slog.New(slog.DiscardHandler)
+	q, err := queue.New(ctx, db, queue.Config{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := idempg.New(ctx, pool, idempg.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	topic := "orders"
+	insert := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
+		order, err := strconv.Atoi(strings.TrimPrefix(m.ID, "order-"))
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "INSERT INTO ledger (order_no, amount) VALUES ($1, $2)", order, len(m.Payload))
+		return err
+	}
+	b.Cleanup(func() { // after the consumers stopped: every row retired in its effect's transaction
+		var other int64
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM idem_queue WHERE finished_at IS NULL OR outcome <> $1", idemsql.QueueApplied).Scan(&other); err != nil {
+			b.Errorf("count queue outcomes: %v", err)
+		} else if other != 0 {
+			b.Errorf("%d queue rows unfinished or finished otherwise than applied (in the effect's transaction)", other)
+		}
+	})
+	var wg sync.WaitGroup
+	b.Cleanup(wg.Wait) // after the context's cancel (registered later, so run first)
+	for i := range consumers {
+		nt := idempg.NewNotifier(pool, idemsql.QueueNotifyChannel)
+		src, err := q.Source(queue.SourceConfig{Topic: topic, Notifier: nt, Prefetch: prefetch})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := inbox.New(ctx, ackedTxSource{src, applied}, db, store, insert,
+			inbox.Config{Consumer: "e2e", BatchSize: batch, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer nt.Close()
+			defer src.Close()
+			if err := c.Run(ctx); err != nil && ctx.Err() == nil {
+				b.Errorf("consumer %d: %v", i, err)
+			}
+		}()
+	}
+	return func(ctx context.Context, tx pgx.Tx, order int) error {
+		_, err := q.EnqueueTx(ctx, tx, idem.Message{ID: fmt.Sprintf("order-%d", order), Topic: topic, Payload: []byte(payload100)})
+		return err
+	}
+}
+
+// ackedTxSource is ackedSource for a queue.Source: still an inbox.TxSource (the
+// inbox retires each row in its effect's transaction), its deliveries report
+// the Ack the inbox makes after the commit.
+type ackedTxSource struct {
+	*queue.Source[pgx.Tx]
+	applied func(int)
+}
+
+func (s ackedTxSource) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
+	return ackedSource{s.Source, s.applied}.Receive(ctx, max)
+}
+
+// SettleTx hands the queue its own settlers back.
+func (s ackedTxSource) SettleTx(ctx context.Context, tx pgx.Tx, ds []idem.Delivery, outcomes []string) error {
+	inner := make([]idem.Delivery, len(ds))
+	for i, d := range ds {
+		inner[i] = d
+		if a, ok := d.Settler.(ackedSettler); ok {
+			inner[i].Settler = a.Settler
+		}
+	}
+	return s.Source.SettleTx(ctx, tx, inner, outcomes)
 }
