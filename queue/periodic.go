@@ -175,7 +175,7 @@ func (q *Queue[Tx]) Run(ctx context.Context) error {
 		wake := sweepAt
 		for i := range ss {
 			if !now.Before(ss[i].next) {
-				tick := ss[i].next
+				tick := latestTick(ss[i].s, ss[i].next, now)
 				if _, err := q.EnqueueTick(ctx, ss[i].p, tick); err != nil && !errors.Is(err, ErrTickTaken) && ctx.Err() == nil {
 					q.cfg.Logger.WarnContext(ctx, "queue: enqueueing a periodic tick failed; the next tick is tried", "schedule", ss[i].p.Name, "tick", tick, "err", err)
 				}
@@ -192,6 +192,24 @@ func (q *Queue[Tx]) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// latestTick returns the last tick of s at or before now, starting from tick
+// next (due): after a pause or a clock jump, the current tick, not the first
+// one missed (missed ticks are not made up). It walks at most maxTickWalk
+// ticks, and past that takes the last one it reached.
+func latestTick(s schedule, next, now time.Time) time.Time {
+	for range maxTickWalk {
+		n := s.Next(next)
+		if n.IsZero() || n.After(now) {
+			break
+		}
+		next = n
+	}
+	return next
+}
+
+// maxTickWalk bounds latestTick's walk (a day of minutes is 1,440).
+const maxTickWalk = 10_000
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {

@@ -85,11 +85,16 @@ func TestRunEnqueuesTicks(t *testing.T) {
 				wg.Go(func() { q.Run(ctx) })
 			}
 			eventually(t, "three ticks enqueued", func() bool { return d.count(t, "SELECT count(*) FROM idem_queue WHERE topic = 'reports'") >= 3 })
-			clock.Jump(time.Hour) // a jump makes one tick, not 3600
-			n := d.count(t, "SELECT count(*) FROM idem_queue WHERE topic = 'reports'")
-			eventually(t, "a tick after the jump", func() bool {
-				return d.count(t, "SELECT count(*) FROM idem_queue WHERE topic = 'reports'") > n
+			clock.Jump(time.Hour) // a jump makes one tick, not 3600, and that tick is the current one
+			jumped := clock.Now().Add(-time.Second).UnixMilli()
+			eventually(t, "the current tick after the jump", func() bool {
+				return d.count(t, "SELECT count(*) FROM idem_queue WHERE topic = 'reports' AND created_at >= $1 AND msg_id >= $2",
+					jumped, fmt.Sprintf("periodic:beat:%d", jumped)) > 0
 			})
+			if stale := d.count(t, "SELECT count(*) FROM idem_queue WHERE topic = 'reports' AND created_at >= $1 AND msg_id < $2",
+				jumped, fmt.Sprintf("periodic:beat:%d", jumped)); stale != 0 {
+				t.Errorf("%d ticks from before the jump enqueued after it: a missed tick was made up", stale)
+			}
 			cancel()
 			wg.Wait()
 			rows, err := d.db.Query("SELECT msg_id FROM idem_queue WHERE topic = 'reports'")

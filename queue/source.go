@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -101,6 +102,8 @@ type Source[Tx any] struct {
 	mu   sync.Mutex
 	held map[int64]*settler[Tx] // handed out or prefetched, not yet settled: their leases are renewed
 	pre  chan prefetched        // the outstanding prefetch (SourceConfig.Prefetch), nil when none
+
+	quick atomic.Int32 // polls left at MinPollInterval, after a wake or a claim that found messages
 }
 
 // prefetched is what a prefetch claimed.
@@ -162,7 +165,6 @@ func (s *Source[Tx]) Receive(ctx context.Context, limit int) ([]idem.Delivery, e
 		}
 		return ds, err
 	}
-	quick := 0
 	idle := s.cfg.MinPollInterval
 	for {
 		if s.ctx.Err() != nil {
@@ -177,12 +179,15 @@ func (s *Source[Tx]) Receive(ctx context.Context, limit int) ([]idem.Delivery, e
 			return nil, err
 		}
 		if len(ds) > 0 {
+			// More may follow (the next of an ordering key is due once this
+			// one is retired): the next Receive polls quickly for a while.
+			s.quick.Store(quickPolls)
 			s.prefetch(limit)
 			return ds, nil
 		}
 		var d time.Duration
-		if quick > 0 {
-			quick--
+		if s.quick.Load() > 0 {
+			s.quick.Add(-1)
 			d = s.cfg.MinPollInterval
 		} else {
 			idle = min(idle*2, s.cfg.PollInterval)
@@ -197,9 +202,11 @@ func (s *Source[Tx]) Receive(ctx context.Context, limit int) ([]idem.Delivery, e
 			t.Stop()
 			return nil, idem.ErrClosed
 		case <-kick:
-			quick, idle = quickPolls, s.cfg.MinPollInterval
+			s.quick.Store(quickPolls)
+			idle = s.cfg.MinPollInterval
 		case <-s.wake:
-			quick, idle = quickPolls, s.cfg.MinPollInterval
+			s.quick.Store(quickPolls)
+			idle = s.cfg.MinPollInterval
 		case <-t.C:
 		}
 		t.Stop()
