@@ -238,3 +238,82 @@ func TestOperatorView(t *testing.T) {
 		})
 	}
 }
+
+// TestMetricsOfTrouble: what the operator must hear about is counted: a
+// settle of a message no longer the Source's (cancelled meanwhile), in the
+// consumer's transaction and after it; a row that cannot be delivered; a
+// periodic tick, enqueued by one of two processes and found taken by the
+// other.
+func TestMetricsOfTrouble(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			d := openDB(t, kind)
+			reg := prometheus.NewRegistry()
+			tick := queue.Periodic{Name: "heartbeat", Schedule: "@every 1s",
+				Message: func(time.Time) idem.Message { return idem.Message{Topic: "beats"} }}
+			q := newQueue(t, d, queue.Config{Registerer: reg, Periodic: []queue.Periodic{tick}})
+			err := d.tx.InTx(ctx, func(tx *sql.Tx) error {
+				_, err := q.EnqueueTx(ctx, tx, idem.Message{ID: "t1", Topic: "t"}, idem.Message{ID: "t2", Topic: "t"})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := newSource(t, q, queue.SourceConfig{Topic: "t"})
+			ds, err := src.Receive(ctx, 2)
+			if err != nil || len(ds) != 2 {
+				t.Fatalf("claim %v, %v", ds, err)
+			}
+			for _, id := range []string{"t1", "t2"} {
+				if err := q.Cancel(ctx, "t", id, "operator"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = d.tx.InTx(ctx, func(tx *sql.Tx) error { return src.SettleTx(ctx, tx, ds[:1], []string{"applied"}) })
+			if !errors.Is(err, queue.ErrLeaseLost) {
+				t.Fatalf("SettleTx of a cancelled message: %v", err)
+			}
+			if err := ds[1].Settler.Ack(ctx); !errors.Is(err, queue.ErrLeaseLost) {
+				t.Fatalf("Ack of a cancelled message: %v", err)
+			}
+			wantMetric(t, reg, 2, "idem_queue_settled_total", "topic", "t", "outcome", "lease_lost")
+			if got, ok := metric(t, reg, "idem_queue_settled_total", "topic", "t", "outcome", "applied"); ok {
+				t.Errorf("applied counted %v for a settle that failed", got)
+			}
+
+			// A row written by something else than InsertTx, its headers not JSON.
+			d.exec(t, `INSERT INTO idem_queue (msg_id, topic, ordering_key, headers, payload, created_at, available_at)
+				VALUES ('bad', 'raw', '', 'not json', $1, 0, 0)`, []byte("x"))
+			raw := newSource(t, q, queue.SourceConfig{Topic: "raw"})
+			eventually(t, "the bad row parked", func() bool {
+				rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				defer rcancel()
+				if ds, _ := raw.Receive(rctx, 1); len(ds) != 0 { // the bad row is never delivered
+					t.Fatalf("delivered %v", ds)
+				}
+				got, _ := metric(t, reg, "idem_queue_parked_total", "topic", "raw")
+				return got == 1
+			})
+
+			// Two processes run the schedule: each tick is enqueued by one.
+			reg2 := prometheus.NewRegistry()
+			q2 := newQueue(t, d, queue.Config{Registerer: reg2, Periodic: []queue.Periodic{tick}})
+			go q.Run(ctx)
+			go q2.Run(ctx)
+			ticks := func(outcome string) float64 {
+				a, _ := metric(t, reg, "idem_queue_periodic_total", "schedule", "heartbeat", "outcome", outcome)
+				b, _ := metric(t, reg2, "idem_queue_periodic_total", "schedule", "heartbeat", "outcome", outcome)
+				return a + b
+			}
+			eventually(t, "ticks enqueued by one process, found taken by the other", func() bool {
+				return ticks("enqueued") >= 1 && ticks("taken") >= 1
+			})
+			if n := ticks("failed"); n != 0 {
+				t.Errorf("%v ticks failed", n)
+			}
+		})
+	}
+}
