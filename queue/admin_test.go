@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -207,7 +208,7 @@ func TestOperatorView(t *testing.T) {
 			go q.Run(ctx)
 			gauge := func(want float64, name string, labels ...string) {
 				t.Helper()
-				eventually(t, name+" is "+time.Duration(want).String(), func() bool {
+				eventually(t, fmt.Sprint(name, labels, " = ", want), func() bool {
 					got, ok := metric(t, reg, name, labels...)
 					return ok && got == want
 				})
