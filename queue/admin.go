@@ -90,7 +90,9 @@ func (i Info) State(now time.Time) string {
 	return "scheduled"
 }
 
-// Status returns the unfinished messages per topic with any, by topic.
+// Status returns the unfinished messages per topic with any, by topic. It
+// reads every unfinished row: with a large backlog it takes a while (see
+// Config.GaugeInterval).
 func (q *Queue[Tx]) Status(ctx context.Context) ([]TopicStatus, error) {
 	now := q.cfg.Now()
 	var out []TopicStatus

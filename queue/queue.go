@@ -80,8 +80,10 @@ type Config struct {
 	// database for the gauges, or read them with max by (topic): each process
 	// counts the whole table.
 	Registerer prometheus.Registerer
-	// GaugeInterval is how often Run counts the messages per topic and state for
-	// the gauges (one Status query). Default 30 s.
+	// GaugeInterval is how often Run, given a Registerer, counts the messages per
+	// topic and state for the gauges: one Status query, which reads every
+	// unfinished row (BenchmarkStatus: about 0.3 s on PostgreSQL, 0.6 s on
+	// SQLite and 1.1 s on MySQL for 100 000 of them). Default 30 s.
 	GaugeInterval time.Duration
 }
 
