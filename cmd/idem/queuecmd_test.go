@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -105,6 +106,13 @@ func TestQueueCommand(t *testing.T) {
 		if len(page.Messages) != 1 || page.Messages[0].MessageID != "o2" || page.Messages[0].State != "cancelled" ||
 			page.Messages[0].LastError != "customer withdrew" {
 			t.Fatalf("queue list --state finished: %+v", page)
+		}
+
+		// idem admin --db turns the queue area on: the database has idem_queue.
+		_, addrs := startDaemon(t, adminListeningRE, "admin", "--listen", "127.0.0.1:0", "--db", d.url, "--token", testAdminToken)
+		code, body := apiGet(t, "http://"+addrs[0]+"/api/queue", testAdminToken)
+		if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 || len(st.Topics) != 2 || st.Topics[1].Ready != 1 {
+			t.Fatalf("idem admin's /api/queue: %d %s", code, body)
 		}
 	})
 }
