@@ -105,14 +105,13 @@ func (st *settler[Tx]) finish(ctx context.Context, outcome, reason string) error
 func (st *settler[Tx]) park(reason string) {
 	ctx, cancel := context.WithTimeout(st.s.ctx, 10*time.Second)
 	defer cancel()
-	err := st.finish(ctx, idemsql.QueueDead, "undeliverable: "+reason)
-	if err == nil {
-		st.s.q.m.Parked(st.s.cfg.Topic)
-	}
-	if err != nil && st.s.ctx.Err() == nil {
-		st.s.q.cfg.Logger.Warn("queue: parking an undeliverable message failed; it comes again after its lease",
-			"topic", st.s.cfg.Topic, "row", st.id, "err", err)
+	if err := st.finish(ctx, idemsql.QueueDead, "undeliverable: "+reason); err != nil {
+		if st.s.ctx.Err() == nil { // else closed meanwhile: not parked, and nothing to say
+			st.s.q.cfg.Logger.Warn("queue: parking an undeliverable message failed; it comes again after its lease",
+				"topic", st.s.cfg.Topic, "row", st.id, "err", err)
+		}
 		return
 	}
+	st.s.q.m.Parked(st.s.cfg.Topic)
 	st.s.q.cfg.Logger.Warn("queue: message parked: it cannot be delivered", "topic", st.s.cfg.Topic, "row", st.id, "reason", reason)
 }
