@@ -10,9 +10,10 @@ import (
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/migrate"
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/queue"
 )
 
-// ForSQL sets cfg's DeadLetters, Outbox, Effects and Sagas to the areas of db, one
+// ForSQL sets cfg's DeadLetters, Outbox, Effects, Sagas and Queue to the areas of db, one
 // for each component whose tables db holds up to date; it changes no schema. The
 // areas of components whose tables are missing or behind (run `idem migrate up`)
 // are left as they were, and their names (areas of GET /api/) are returned in
@@ -60,6 +61,15 @@ func ForSQL[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg *Config) (skip
 		cfg.Sagas = SagasFrom(a)
 	} else if ok {
 		skipped[areaSagas] = skipped[areaEffects]
+	}
+	if ok, err := ready(areaQueue, migrate.Queue); err != nil {
+		return nil, err
+	} else if ok {
+		q, err := queue.New(ctx, db, queue.Config{SkipMigrate: true})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Queue = QueueFrom(q)
 	}
 	return skipped, nil
 }

@@ -203,7 +203,7 @@ func TestNoRouteAndNotConfigured(t *testing.T) {
 
 	var idx admin.Index
 	wantJSON(t, b.do(t, "GET", "/api/", readToken, ""), &idx)
-	want := map[string]bool{"keys": true, "deadletters": true, "outbox": false, "effects": true, "sagas": true, "stream": false, "metrics": true, "audit": true}
+	want := map[string]bool{"keys": true, "deadletters": true, "outbox": false, "effects": true, "sagas": true, "stream": false, "metrics": true, "audit": true, "queue": true}
 	if len(idx.Areas) != len(want) || idx.Access != "read" {
 		t.Fatalf("index %+v", idx)
 	}

@@ -44,6 +44,9 @@ type Config struct {
 	// Each call runs a whole audit within Timeout: give the admin API a Timeout
 	// above the audit's run time (idem_audit_run_duration_seconds).
 	Audit Audit
+	// Queue is the area of the database as the queue (QueueFrom): its messages
+	// per topic and state, listed, and cancelled on demand.
+	Queue Queue
 	// Gatherer is read by GET /api/metrics, which sums its idem_* metrics over
 	// their labels (the console's charts); usually the registry given to idem's
 	// components as their Registerer.

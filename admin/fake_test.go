@@ -213,6 +213,35 @@ func (f *fakeOutbox) Discard(ctx context.Context, id int64, reason string) error
 	return f.discard(ctx, id, reason)
 }
 
+// fakeQueue holds unfinished messages "m1" and "m2" of topic "orders"; Cancel
+// finishes one.
+type fakeQueue struct {
+	mu        sync.Mutex
+	cancelled map[string]string // id -> reason
+}
+
+func (f *fakeQueue) Status(context.Context) (admin.QueueStatus, error) {
+	return admin.QueueStatus{Topics: []admin.QueueTopic{{Topic: "orders", Ready: 1, Running: 1, OldestReadyAgeSeconds: 2.5}}}, nil
+}
+
+func (f *fakeQueue) Messages(_ context.Context, topic string, finished bool, cursor string, limit int) (admin.QueueMessagePage, error) {
+	if finished || (topic != "" && topic != "orders") || cursor != "" {
+		return admin.QueueMessagePage{}, nil
+	}
+	return admin.QueueMessagePage{Messages: []admin.QueueMessage{{ID: 1, MessageID: "m1", Topic: "orders", State: "ready", CreatedAt: t0, AvailableAt: t0},
+		{ID: 2, MessageID: "m2", Topic: "orders", State: "running", Attempts: 1, LeasedBy: "w1", CreatedAt: t0, AvailableAt: t0}}}, nil
+}
+
+func (f *fakeQueue) Cancel(_ context.Context, topic, id, reason string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, done := f.cancelled[id]; done || topic != "orders" || (id != "m1" && id != "m2") {
+		return idem.ErrNotFound
+	}
+	f.cancelled[id] = reason
+	return nil
+}
+
 type fakeEffects struct {
 	list func(ctx context.Context, f admin.EffectFilter) (admin.EffectPage, error)
 }
@@ -303,6 +332,7 @@ type bundle struct {
 	sg   *fakeSagas
 	st   *fakeStream
 	au   *fakeAudit
+	qu   *fakeQueue
 }
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
@@ -352,6 +382,7 @@ func setup(t testing.TB, mod func(*admin.Config)) *bundle {
 			resolve: func(_ context.Context, id, _ string) error { return notFoundUnless(len(id), 2) },
 		},
 		au: &fakeAudit{},
+		qu: &fakeQueue{cancelled: map[string]string{}},
 		st: &fakeStream{status: func(context.Context) (admin.StreamStatus, error) {
 			return admin.StreamStatus{Channels: []admin.StreamChannel{{Name: "orders", LastSeq: 10}},
 				Clients: []admin.StreamClient{{ID: "c1", Channel: "orders", AckedSeq: 7, Lag: 3}}}, nil
@@ -360,7 +391,7 @@ func setup(t testing.TB, mod func(*admin.Config)) *bundle {
 	cfg := admin.Config{
 		Token: fullToken, ReadToken: readToken,
 		Stores:      map[string]idem.Inspector{"main": b.ins},
-		DeadLetters: b.dl, Outbox: b.ob, Effects: b.ef, Sagas: b.sg, Stream: b.st, Audit: b.au, Gatherer: b.reg,
+		DeadLetters: b.dl, Outbox: b.ob, Effects: b.ef, Sagas: b.sg, Stream: b.st, Audit: b.au, Queue: b.qu, Gatherer: b.reg,
 		Logger:     slog.New(slog.NewJSONHandler(b.logs, nil)),
 		Registerer: b.reg,
 	}

@@ -77,6 +77,7 @@ func New(cfg Config) (http.Handler, error) {
 		areaSagas:       cfg.Sagas != nil,
 		areaStream:      cfg.Stream != nil,
 		areaAudit:       cfg.Audit != nil,
+		areaQueue:       cfg.Queue != nil,
 		areaMetrics:     cfg.Gatherer != nil || cfg.Metrics != nil,
 	}
 	if cfg.Registerer != nil {

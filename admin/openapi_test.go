@@ -22,6 +22,7 @@ var served = []string{
 	"GET /api/stream", "GET /api/metrics",
 	"POST /api/effects/purge", "POST /api/sagas/purge",
 	"GET /api/audit", "POST /api/audit/repair", "GET /api/audit/repairs",
+	"GET /api/queue", "GET /api/queue/messages", "POST /api/queue/cancel",
 }
 
 type openAPIDoc struct {

@@ -18,6 +18,7 @@ const (
 	areaStream      = "stream"
 	areaMetrics     = "metrics"
 	areaAudit       = "audit"
+	areaQueue       = "queue"
 )
 
 // route is one endpoint: the table both registers the handlers and feeds the
@@ -115,6 +116,17 @@ var routes = []route{
 		body: []param{pReason}, serve: serveRetryParked},
 	{method: "POST", path: "/api/outbox/parked/{id}/discard", area: areaOutbox, mutates: true, summary: "discard parked message",
 		body: []param{pReason}, serve: serveDiscardParked},
+
+	{method: "GET", path: "/api/queue", area: areaQueue, summary: "queue status", resp: QueueStatus{}, serve: serveQueue},
+	{method: "GET", path: "/api/queue/messages", area: areaQueue, summary: "list queue messages",
+		query: []param{{name: "topic", typ: "string", doc: "only this topic's messages (default: every topic)"},
+			{name: "state", typ: "string", doc: "unfinished (default: ready, running, retrying and scheduled, oldest first) or finished (applied, duplicate, dead, cancelled, acked; newest first, kept for the queue's retention)"},
+			pCursor, pLimit},
+		resp: QueueMessagePage{}, serve: serveQueueMessages},
+	{method: "POST", path: "/api/queue/cancel", area: areaQueue, mutates: true, summary: "cancel queue message",
+		body: []param{{name: "topic", typ: "string", required: true, doc: "the message's topic"},
+			{name: "id", typ: "string", required: true, doc: "the message's id (message_id of a listing)"}, pReason},
+		resp: QueueCancelled{}, serve: serveQueueCancel},
 
 	{method: "GET", path: "/api/effects", area: areaEffects, summary: "list effects",
 		query: []param{{name: "state", typ: "string", doc: "pending_past_lease or failed (default: both)"}, pCursor, pLimit},

@@ -22,6 +22,7 @@ import (
 	"github.com/idemhq/idem/idempg/pgcdc"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/sqltest"
+	"github.com/idemhq/idem/queue"
 	"github.com/idemhq/idem/stream"
 )
 
@@ -113,6 +114,8 @@ func registered(t *testing.T) *recorder {
 	check("saga sweeper", err)
 	_, err = admin.New(admin.Config{Insecure: true, Registerer: r})
 	check("admin", err)
+	_, err = queue.New(ctx, db, queue.Config{Registerer: r})
+	check("queue", err)
 	store, err := stream.NewSQLStore(ctx, db, stream.SQLConfig{})
 	check("stream store", err)
 	srv, err := stream.NewServer(store, stream.ServerConfig{AllowAnonymous: true, Registerer: r})
@@ -359,7 +362,7 @@ func TestAlertsUseExportedMetrics(t *testing.T) {
 	}
 	for _, want := range []string{"IdemOutboxBacklogOld", "IdemOutboxParked", "IdemDeadLettersRising", "IdemDuplicateRatioSpike",
 		"IdemRelayAbsent", "IdemRelayStalled", "IdemLeaseTakeoversRising", "IdemStreamLag", "IdemCDCParked", "IdemCDCStalled",
-		"IdemAuditMissing", "IdemAuditStale"} {
+		"IdemAuditMissing", "IdemAuditStale", "IdemQueueStuck"} {
 		if !seen[want] {
 			t.Errorf("no alert %s", want)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/metrics"
 )
 
 // Periodic is a schedule whose messages Queue.Run enqueues: one per tick, once,
@@ -165,7 +166,8 @@ func (q *Queue[Tx]) Run(ctx context.Context) error {
 		s, _ := parseSchedule(p.Schedule) // checked by New
 		ss[i] = sched{p: p, s: s, next: s.Next(now)}
 	}
-	sweepAt := now
+	sweepAt, gaugeAt := now, now
+	gauges := gaugeTopics{}
 	for {
 		now = q.cfg.Now().UTC()
 		if !now.Before(sweepAt) {
@@ -173,10 +175,24 @@ func (q *Queue[Tx]) Run(ctx context.Context) error {
 			sweepAt = now.Add(SweepInterval)
 		}
 		wake := sweepAt
+		if q.m != nil {
+			if !now.Before(gaugeAt) {
+				q.gauge(ctx, gauges)
+				gaugeAt = now.Add(q.cfg.GaugeInterval)
+			}
+			wake = minTime(wake, gaugeAt)
+		}
 		for i := range ss {
 			if !now.Before(ss[i].next) {
 				tick := latestTick(ss[i].s, ss[i].next, now)
-				if _, err := q.EnqueueTick(ctx, ss[i].p, tick); err != nil && !errors.Is(err, ErrTickTaken) && ctx.Err() == nil {
+				_, err := q.EnqueueTick(ctx, ss[i].p, tick)
+				switch {
+				case err == nil:
+					q.m.Periodic(ss[i].p.Name, "enqueued")
+				case errors.Is(err, ErrTickTaken):
+					q.m.Periodic(ss[i].p.Name, "taken")
+				case ctx.Err() == nil:
+					q.m.Periodic(ss[i].p.Name, "failed")
 					q.cfg.Logger.WarnContext(ctx, "queue: enqueueing a periodic tick failed; the next tick is tried", "schedule", ss[i].p.Name, "tick", tick, "err", err)
 				}
 				ss[i].next = ss[i].s.Next(now)
@@ -234,8 +250,45 @@ func (q *Queue[Tx]) sweep(ctx context.Context, now time.Time) {
 			}
 			return
 		}
+		q.m.Swept(n)
 		if n < SweepBatch {
 			return
 		}
+	}
+}
+
+// gaugeTopics are the topics the gauges were last set for.
+type gaugeTopics map[string]bool
+
+// gauge sets the gauges of the messages per topic and state from Status; a
+// topic listed before and drained since is set to 0. A failed read is logged
+// and the gauges keep their values until the next.
+func (q *Queue[Tx]) gauge(ctx context.Context, last gaugeTopics) {
+	st, err := q.Status(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			q.cfg.Logger.WarnContext(ctx, "queue: counting the messages for the gauges failed; tried again later", "err", err)
+		}
+		return
+	}
+	topics := make([]metrics.QueueTopic, len(st))
+	seen := make(map[string]bool, len(st))
+	for i, t := range st {
+		topics[i] = metrics.QueueTopic{Topic: t.Topic, Ready: t.Ready, Running: t.Running, Retrying: t.Retrying,
+			Scheduled: t.Scheduled, OldestReadySeconds: t.OldestReadyAge.Seconds()}
+		seen[t.Topic] = true
+	}
+	var gone []string
+	for t := range last {
+		if !seen[t] {
+			gone = append(gone, t)
+		}
+	}
+	q.m.Topics(topics, gone)
+	for _, t := range gone {
+		delete(last, t)
+	}
+	for t := range seen {
+		last[t] = true
 	}
 }

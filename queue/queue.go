@@ -10,12 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/sqltext"
 	"github.com/idemhq/idem/migrate"
@@ -29,6 +31,7 @@ type Queue[Tx any] struct {
 	stmts *idemsql.QueueSQL // db's, fetched once
 	cfg   Config
 	tr    otelx.Tracer
+	m     *metrics.Queue // nil without Config.Registerer
 
 	lastNotify atomic.Int64 // unix ns of the last InsertTx that sent NOTIFY
 
@@ -66,6 +69,22 @@ type Config struct {
 	// nil means the global one (otel.GetTextMapPropagator).
 	TracerProvider trace.TracerProvider
 	Propagator     propagation.TextMapPropagator
+	// Registerer, if set, receives the queue's metrics (docs/observability.md):
+	// idem_queue_enqueued_total{topic,outcome}, from InsertTx;
+	// idem_queue_claimed_total{topic}, idem_queue_settled_total{topic,outcome}
+	// and idem_queue_parked_total{topic}, from its Sources;
+	// idem_queue_periodic_total{schedule,outcome} and idem_queue_swept_total,
+	// from Run; and the gauges Run keeps every GaugeInterval,
+	// idem_queue_messages{topic,state} and
+	// idem_queue_oldest_ready_age_seconds{topic}. Run them in one process per
+	// database for the gauges, or read them with max by (topic): each process
+	// counts the whole table.
+	Registerer prometheus.Registerer
+	// GaugeInterval is how often Run, given a Registerer, counts the messages per
+	// topic and state for the gauges: one Status query, which reads every
+	// unfinished row (BenchmarkStatus: about 0.3 s on PostgreSQL, 0.6 s on
+	// SQLite and 1.1 s on MySQL for 100 000 of them). Default 30 s.
+	GaugeInterval time.Duration
 }
 
 const (
@@ -73,6 +92,8 @@ const (
 	DefaultNotifyEvery = 5 * time.Millisecond
 	// DefaultRetention is Config.Retention's default.
 	DefaultRetention = 24 * time.Hour
+	// DefaultGaugeInterval is Config.GaugeInterval's default.
+	DefaultGaugeInterval = 30 * time.Second
 )
 
 // New returns the queue of db, creating or upgrading its tables (package migrate).
@@ -83,20 +104,28 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config) (*Queue[T
 	cfg.NotifyEvery = cmp.Or(cfg.NotifyEvery, DefaultNotifyEvery)
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.GaugeInterval = cmp.Or(cfg.GaugeInterval, DefaultGaugeInterval)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Retention < 0 {
 		return nil, &idem.InputError{Field: "Config.Retention", Reason: "is negative", Fix: "leave it 0 for the default of 24 hours"}
 	}
+	if cfg.GaugeInterval < 0 {
+		return nil, &idem.InputError{Field: "Config.GaugeInterval", Reason: "is negative", Fix: "leave it 0 for the default of 30 seconds"}
+	}
 	if err := checkPeriodic(cfg.Periodic); err != nil {
 		return nil, err
+	}
+	m, err := metrics.NewQueue(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("queue: register metrics: %w", err)
 	}
 	if err := migrate.Ensure(ctx, db, cfg.SkipMigrate, migrate.Queue); err != nil {
 		return nil, err
 	}
 	return &Queue[Tx]{db: db, stmts: db.Driver.Queue(), cfg: cfg, tr: otelx.New(cfg.TracerProvider, cfg.Propagator),
-		kick: make(chan struct{})}, nil
+		m: m, kick: make(chan struct{})}, nil
 }
 
 // Job is a message with what only a queue does with it.
@@ -193,6 +222,7 @@ func (q *Queue[Tx]) InsertTx(ctx context.Context, tx Tx, jobs ...Job) (res []Enq
 		}
 		for i := range res {
 			res[i].Duplicate = dup[i]
+			q.countEnqueued(rows[i].topic, dup[i])
 		}
 	}
 	q.wakeLocal()
@@ -214,6 +244,15 @@ func fitsColumns(m idem.Message) error {
 		}
 	}
 	return nil
+}
+
+// countEnqueued counts one message of InsertTx (idem_queue_enqueued_total).
+func (q *Queue[Tx]) countEnqueued(topic string, dup bool) {
+	if dup {
+		q.m.Enqueued(topic, "duplicate", 1)
+	} else {
+		q.m.Enqueued(topic, "written", 1)
+	}
 }
 
 // row is one message as InsertTx writes it.

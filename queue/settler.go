@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -19,8 +20,15 @@ type settler[Tx any] struct {
 
 	mu      sync.Mutex
 	settled bool
-	inTx    bool // retired by SettleTx in a transaction that was to commit
+	inTx    bool   // retired by SettleTx in a transaction that was to commit
+	outcome string // SettleTx's, counted at the Ack that follows its commit
 }
+
+// The outcomes of idem_queue_settled_total besides idemsql's.
+const (
+	settledNacked    = "nacked"
+	settledLeaseLost = "lease_lost"
+)
 
 // Ack retires the message (outcome "acked": its consumer, in another
 // database, applied it, found it a duplicate or dead-lettered it). After
@@ -32,11 +40,17 @@ func (st *settler[Tx]) Ack(ctx context.Context) error {
 	if st.settled {
 		return fmt.Errorf("queue row %d: %w", st.id, idem.ErrSettled)
 	}
+	outcome := st.outcome
 	if !st.inTx {
 		if err := st.finish(ctx, idemsql.QueueAcked, ""); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				st.s.q.m.Settled(st.s.cfg.Topic, settledLeaseLost, 1)
+			}
 			return err
 		}
+		outcome = idemsql.QueueAcked
 	}
+	st.s.q.m.Settled(st.s.cfg.Topic, outcome, 1)
 	st.settled = true
 	st.s.forget(st)
 	return nil
@@ -62,6 +76,7 @@ func (st *settler[Tx]) Nak(ctx context.Context, delay time.Duration) error {
 	// A Nak that found the row no longer held (retired in a transaction whose
 	// commit seemed to fail but did not, taken by another claim) changed nothing.
 	st.settled, st.inTx = true, false
+	st.s.q.m.Settled(st.s.cfg.Topic, settledNacked, 1)
 	st.s.forget(st)
 	return nil
 }
@@ -90,10 +105,13 @@ func (st *settler[Tx]) finish(ctx context.Context, outcome, reason string) error
 func (st *settler[Tx]) park(reason string) {
 	ctx, cancel := context.WithTimeout(st.s.ctx, 10*time.Second)
 	defer cancel()
-	if err := st.finish(ctx, idemsql.QueueDead, "undeliverable: "+reason); err != nil && st.s.ctx.Err() == nil {
-		st.s.q.cfg.Logger.Warn("queue: parking an undeliverable message failed; it comes again after its lease",
-			"topic", st.s.cfg.Topic, "row", st.id, "err", err)
+	if err := st.finish(ctx, idemsql.QueueDead, "undeliverable: "+reason); err != nil {
+		if st.s.ctx.Err() == nil { // else closed meanwhile: not parked, and nothing to say
+			st.s.q.cfg.Logger.Warn("queue: parking an undeliverable message failed; it comes again after its lease",
+				"topic", st.s.cfg.Topic, "row", st.id, "err", err)
+		}
 		return
 	}
+	st.s.q.m.Parked(st.s.cfg.Topic)
 	st.s.q.cfg.Logger.Warn("queue: message parked: it cannot be delivered", "topic", st.s.cfg.Topic, "row", st.id, "reason", reason)
 }

@@ -305,6 +305,7 @@ func (s *Source[Tx]) claim(ctx context.Context, limit int) ([]idem.Delivery, err
 		s.held[r.id] = st
 		ds = append(ds, d)
 	}
+	s.q.m.Claimed(s.cfg.Topic, len(rows))
 	return ds, nil
 }
 
@@ -531,14 +532,15 @@ func (s *Source[Tx]) SettleTx(ctx context.Context, tx Tx, ds []idem.Delivery, ou
 			return &idem.BackendError{Backend: s.q.db.Dialect().String(), Op: "queue.retire", Err: err}
 		}
 		if done != int64(len(group)) {
+			s.q.m.Settled(s.cfg.Topic, settledLeaseLost, len(group)-int(done))
 			return fmt.Errorf("queue: %d of %d messages of topic %s are no longer this consumer's to retire (lease ran out and another consumer took them, or cancelled): %w",
 				int64(len(group))-done, len(group), s.cfg.Topic, ErrLeaseLost)
 		}
 	}
-	for _, group := range by {
+	for out, group := range by {
 		for _, st := range group {
 			st.mu.Lock()
-			st.inTx = true
+			st.inTx, st.outcome = true, out
 			st.mu.Unlock()
 		}
 	}

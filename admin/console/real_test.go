@@ -26,6 +26,7 @@ import (
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/queue"
 )
 
 // TestBrowserRealBackends loads the console in headless Chromium against the admin
@@ -137,6 +138,18 @@ func TestBrowserRealBackends(t *testing.T) {
 	}
 	declining.Store(false) // the card is fixed: a replay can apply
 
+	// A message waiting in the database as the queue, with metrics.
+	qu, err := queue.New(ctx, db, queue.Config{Registerer: reg, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.InTx(ctx, func(tx *sql.Tx) error {
+		_, err := qu.EnqueueTx(ctx, tx, idem.Message{ID: "job-1", Topic: "reports"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
 	// A parked message: a running relay whose broker is down.
 	ob, err := outbox.New(ctx, db, outbox.Config{})
 	if err != nil {
@@ -222,6 +235,8 @@ func TestBrowserRealBackends(t *testing.T) {
 	ui.wantText(pRow+` td:nth-child(3)`, "ship-1")
 	ui.wantTrue("the parked message's error", `document.querySelector('`+pRow+` td:nth-child(5)').textContent.includes('broker down')`)
 	ui.wantTrue("relay-a in the outbox status", `document.getElementById('outbox-status').textContent.includes('relay relay-a')`)
+	ui.wantText(`#queue-topics tr[data-id="reports"] td:nth-child(2)`, "1")
+	ui.wantTrue("the queued message", `[...document.querySelectorAll('#queue-messages tr[data-id] td:nth-child(3)')].map(td => td.textContent).join() === 'job-1'`)
 	ui.wantText(`#sagas tr[data-id="c-1"] td:nth-child(2)`, "checkout")
 	ui.wantText(`#sagas tr[data-id="c-1"] td:nth-child(3)`, "failed")
 	ui.wantTrue("the saga's failed effects, with their steps", `Array.from(document.querySelectorAll('#effects tr[data-id="c-1"]'),

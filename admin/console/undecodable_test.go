@@ -28,7 +28,7 @@ func TestBrowserUndecodableRows(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	db := sqltest.SQLite(t)
-	if err := migrate.Up(ctx, db, migrate.Inbox, migrate.Outbox, migrate.Effect, migrate.Saga); err != nil {
+	if err := migrate.Up(ctx, db, migrate.Inbox, migrate.Outbox, migrate.Effect, migrate.Saga, migrate.Queue); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UnixMilli()
@@ -43,7 +43,7 @@ func TestBrowserUndecodableRows(t *testing.T) {
 	sqltest.Effect(t, db, "e-bad", "charge", "seven")
 
 	ui, _ := openSQLConsole(ctx, t, db, admin.Config{})
-	for _, area := range []string{"deadletters", "outbox", "sagas", "effects"} {
+	for _, area := range []string{"deadletters", "outbox", "sagas", "effects", "queue"} {
 		ui.wantTrue(area+" loaded", `document.querySelector('#area-`+area+` .note').hidden`)
 	}
 	row := func(table string, id any) string { return fmt.Sprintf(`#%s tr[data-id="%v"]`, table, id) }

@@ -45,8 +45,8 @@ type adminOptions struct {
 
 const adminSynopsis = `Serves idem's operator API (package admin) on --listen: JSON under /api/ to
 see and act on the idempotency keys of the --store stores, and on the dead
-letters, outbox, effects and sagas of the --db database (each area whose tables
-are there; the others answer 404 not-configured). GET /api/openapi.json lists
+letters, outbox, queue, effects and sagas of the --db database (each area whose
+tables are there; the others answer 404 not-configured). GET /api/openapi.json lists
 the routes. /metrics (Prometheus) and /healthz (200 while the database and the
 stores answer) are served beside it, without a token.
 

@@ -2,14 +2,14 @@
 // faults), bench (store figures beside raw baselines), serve (HTTP idempotency
 // gateway), relay (outbox relay), audit (a live flow's end-to-end audit and
 // repair), migrate (idem's SQL schema), admin (the operator API and web console),
-// and keys, dlq, outbox and sagas (the same operations from a shell).
+// and keys, dlq, outbox, queue and sagas (the same operations from a shell).
 //
 // This package is the command line: flag dispatch, exit codes and one file (or a
 // few) per subcommand that maps its flags to the packages doing the work. Those
 // are idemhttp/gateway (what serve runs, importable), internal/cli (the kit every
 // subcommand shares: flag sets and their errors, URL flags, a daemon's log, traces,
 // metrics and /healthz), internal/open (the URL flags' parsers and openers: stores,
-// databases, sinks, verify's brokers), internal/operator (keys, dlq, outbox and
+// databases, sinks, verify's brokers), internal/operator (keys, dlq, outbox, queue and
 // sagas), internal/relay (the relay's health and serving loop) and
 // internal/verify (the verify run).
 package main
@@ -92,8 +92,9 @@ var commands = []command{
 	{"keys", "list the scopes and records of a store, show or evict one (scopes, list, get, evict, scope)", (*Main).runKeys},
 	{"dlq", "list, show, replay or discard the inbox's dead letters (list, show, replay, discard)", (*Main).runDLQ},
 	{"outbox", "outbox backlog, parked messages and relays (status, parked, retry, discard)", (*Main).runOutbox},
+	{"queue", "the database as the queue: messages per topic and state, listed, cancelled (status, list, cancel)", (*Main).runQueue},
 	{"sagas", "list, show, retry, resolve or purge sagas (list, show, retry, resolve, purge)", (*Main).runSagas},
-	{"admin", "operator API: inspect and act on keys, dead letters, outbox, effects and sagas", (*Main).runAdmin},
+	{"admin", "operator API: inspect and act on keys, dead letters, outbox, queue, effects and sagas", (*Main).runAdmin},
 	{"version", "print the version, VCS revision and Go version of this build", (*Main).runVersion},
 }
 

@@ -19,6 +19,9 @@ func (m *Main) runDLQ(ctx context.Context, args []string) error  { return m.oper
 func (m *Main) runOutbox(ctx context.Context, args []string) error {
 	return m.operator().Outbox(ctx, args)
 }
+func (m *Main) runQueue(ctx context.Context, args []string) error {
+	return m.operator().Queue(ctx, args)
+}
 func (m *Main) runSagas(ctx context.Context, args []string) error {
 	return m.operator().Sagas(ctx, args)
 }

@@ -541,6 +541,32 @@
     }, 'No parked messages.');
   }
 
+  // The database as the queue: its topics by state (the oldest ready message's age
+  // says whether consumers keep up), then the unfinished messages, oldest first,
+  // each with a Cancel.
+  async function loadQueue() {
+    const st = await api('GET', 'queue');
+    const topics = st.topics || [];
+    fill('queue-topics', topics.map(function (t) { return Object.assign({ key: t.topic }, t); }), function (t) {
+      const old = el('td', { className: t.oldest_ready_age_seconds > 300 ? 'stale' : '' }, fmt(t.oldest_ready_age_seconds) + 's');
+      return [t.topic, String(t.ready), String(t.running), String(t.retrying), String(t.scheduled), old];
+    }, 'No unfinished messages.');
+    const page = await api('GET', 'queue/messages' + q({ limit: 100 }));
+    const msgs = page.messages || [];
+    count('queue-count', msgs.length, page.next);
+    fill('queue-messages', msgs, function (m) {
+      return [String(m.id), m.topic, m.message_id, m.ordering_key || '', m.state, String(m.attempts), timeCell(m.available_at),
+        m.leased_by || '', el('td', { className: 'reason' }, m.last_error || ''),
+        el('td', { className: 'actions' }, actionButton('Cancel', 'cancel', function () { cancelQueued(m); }, true))];
+    }, 'No unfinished messages.');
+  }
+
+  function cancelQueued(m) {
+    return itemActionBody('cancel queue message ' + m.message_id,
+      'It will not run; a consumer running it cannot commit its effect.', 'queue/cancel',
+      { topic: m.topic, id: m.message_id }, 'cancelled');
+  }
+
   // The sagas needing a person: failed ones, those the orchestrators parked (they
   // cannot run them: the reason says why), and those compensating.
   async function loadSagas() {
@@ -846,6 +872,16 @@
     });
   }
 
+  // itemActionBody is itemAction for a route that names its item in the body.
+  async function itemActionBody(what, text, path, fields, done) {
+    const a = await ask(what.charAt(0).toUpperCase() + what.slice(1), text);
+    if (!a) return;
+    const body = Object.assign({ reason: a.reason }, fields);
+    await act(what, function () {
+      return api('POST', path, body).then(function () { return done; });
+    });
+  }
+
   function discardDeadLetter(d) {
     return itemAction('discard dead letter ' + d.id, 'Drop it for good: the message will not be processed.',
       'deadletters/' + encodeURIComponent(d.id) + '/discard', 'discarded');
@@ -901,7 +937,8 @@
       try {
         await Promise.all([
           section('deadletters', loadDeadLetters), section('outbox', loadOutbox), section('keys', loadKeys),
-          section('sagas', loadSagas), section('effects', loadEffects), section('stream', loadStream)]);
+          section('sagas', loadSagas), section('effects', loadEffects), section('stream', loadStream),
+          section('queue', loadQueue)]);
         banner('');
         state.refreshes++;
       } catch (e) {
