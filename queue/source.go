@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -91,6 +92,8 @@ type Source[Tx any] struct {
 
 	mu   sync.Mutex
 	held map[int64]*settler[Tx] // handed out, not yet settled: their leases are renewed
+
+	paused atomic.Int32 // PauseRenewals calls not yet resumed: renew skips its rounds
 }
 
 // Source returns a Source of cfg.Topic. It starts renewing leases and, with a
@@ -299,6 +302,9 @@ func (s *Source[Tx]) renew() {
 			return
 		case <-t.C:
 		}
+		if s.paused.Load() > 0 {
+			continue
+		}
 		s.mu.Lock()
 		held := make([]*settler[Tx], 0, len(s.held))
 		for _, st := range s.held {
@@ -402,6 +408,30 @@ func (s *Source[Tx]) Close() error {
 		_ = st.Nak(ctx, 0)
 	}
 	return nil
+}
+
+// Halt stops the Source as a process that dies stops: Receive returns
+// idem.ErrClosed and the leases are no longer renewed, but the messages it
+// holds are not put back: other Sources claim them once their leases run out,
+// and a settle of them fails with ErrLeaseLost from then on. It is for fault
+// injection (idem verify's killed consumers, tests); a process that stops on
+// purpose calls Close, which puts them back at once. Close after Halt does
+// nothing.
+func (s *Source[Tx]) Halt() {
+	s.cancel()
+	s.loops.Wait()
+}
+
+// PauseRenewals stops renewing the Source's leases until resume is called, as
+// a paused process (stopped, swapped out, frozen in a long GC) stops renewing
+// them: past their leases, other Sources claim its messages, and its settles
+// of them fail with ErrLeaseLost. It is for fault injection (idem verify's
+// consumers paused past their lease, tests). resume may be called more than
+// once; the renewals start again at the next round (every Lease/3).
+func (s *Source[Tx]) PauseRenewals() (resume func()) {
+	s.paused.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { s.paused.Add(-1) }) }
 }
 
 // Lag counts the topic's unfinished messages (idem.LagReporter).

@@ -73,6 +73,9 @@ type Report struct {
 	// Audit is what the run's audit found and republished (nil for a report
 	// built without a run).
 	Audit *Audit `json:"audit,omitempty"`
+	// Queue is what the queue boundary did, with the database as the queue
+	// (--broker db:); nil otherwise.
+	Queue *QueueStats `json:"queue,omitempty"`
 }
 
 // OK reports whether every boundary kept its promise.
@@ -216,6 +219,9 @@ func (r *Report) WriteResults(w io.Writer) error {
 	for _, n := range notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+	if r.Queue != nil {
+		r.Queue.write(w)
+	}
 	if r.Audit != nil {
 		r.Audit.write(w)
 	}
@@ -258,7 +264,7 @@ func (r *Report) failures() []string {
 		}
 		if row.LateDuplicates > 0 {
 			what := "request(s)"
-			if row.Boundary == BoundaryInbox {
+			if row.Boundary == BoundaryInbox || row.Boundary == BoundaryQueueConsumer {
 				what = "message(s)"
 			}
 			out = append(out, fmt.Sprintf("%s applied %d late %s", row.Boundary, row.LateDuplicates, what))
