@@ -106,10 +106,11 @@ func (r *Report) FaultTotal() int {
 // distinct messages. 1 means every message was delivered once; what is above
 // comes from the broker (redeliveries after a consumer crash, a lost ack or a
 // rebalance, and copies an outbox relay published again where the broker keeps
-// them all, as Kafka does). 0 when no message was delivered.
+// them all, as Kafka does). With the database as the queue it is the queue
+// consumer row's claims per message. 0 when no message was delivered.
 func (r *Report) DeliveriesPerOrder() float64 {
 	for _, row := range r.Rows {
-		if row.Boundary != BoundaryInbox {
+		if row.Boundary != BoundaryInbox && row.Boundary != BoundaryQueueConsumer {
 			continue
 		}
 		if distinct := row.Attempts - row.DuplicatesDelivered; distinct > 0 {
@@ -206,7 +207,9 @@ func (r *Report) WriteResults(w io.Writer) error {
 	if r.Unanswered > 0 {
 		notes = append(notes, fmt.Sprintf("%d order(s) never answered: the client gave up; each may exist at most once", r.Unanswered))
 	}
-	if d := r.DeliveriesPerOrder(); d > 0 {
+	if d := r.DeliveriesPerOrder(); d > 0 && r.Queue != nil {
+		notes = append(notes, fmt.Sprintf("%.2f claims per order reached the consumers (1 = each message claimed once)", d))
+	} else if d > 0 {
 		notes = append(notes, fmt.Sprintf("%.2f broker deliveries per order reached the consumers (1 = no redelivery; injected duplicates left out)", d))
 	}
 	if r.DeadLetters > 0 {
