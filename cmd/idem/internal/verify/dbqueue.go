@@ -178,9 +178,10 @@ func (s *dbSource) Receive(ctx context.Context, limit int) ([]idem.Delivery, err
 		ds[i].Settler = &dbSettler{inner: ds[i].Settler, st: st, src: s}
 	}
 	at := int(fnv64(ds[0].ID) % uint64(len(ds)))
-	// A batch fault per claim at the fault rate: a database queue has no faults
-	// of single deliveries (no duplicate deliveries, no acks to lose).
-	switch fault := s.r.inj.RollScaled("process "+ds[0].ID, ds[0].Attempt, 1, s.batch); fault {
+	// A batch fault per claim at twice the fault rate: a database queue has no
+	// faults of single deliveries (no duplicate deliveries, no acks to lose), so
+	// its claims carry the boundary's faults, and a short run gets each kind.
+	switch fault := s.r.inj.RollScaled("process "+ds[0].ID, ds[0].Attempt, 2, s.batch); fault {
 	case "":
 	case chaos.FaultCrashAfterCommit:
 		ds[at].Settler.(*dbSettler).kill = s.kill
