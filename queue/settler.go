@@ -46,6 +46,9 @@ func (st *settler[Tx]) Ack(ctx context.Context) error {
 			if errors.Is(err, ErrLeaseLost) {
 				st.s.q.m.Settled(st.s.cfg.Topic, settledLeaseLost, 1)
 			}
+			// Not renewed any more: the lease runs out and the message comes
+			// again, as a broker redelivers a message whose ack failed.
+			st.s.forget(st)
 			return err
 		}
 		outcome = idemsql.QueueAcked
@@ -71,6 +74,10 @@ func (st *settler[Tx]) Nak(ctx context.Context, delay time.Duration) error {
 		return err
 	})
 	if err != nil {
+		// Not renewed any more: the lease runs out and the message comes again
+		// (the inbox logs that the broker will redeliver it). Renewed, it would
+		// stay this Source's for as long as the Source lives.
+		st.s.forget(st)
 		return &idem.BackendError{Backend: q.db.Dialect().String(), Op: "queue.nak", Err: err}
 	}
 	// A Nak that found the row no longer held (retired in a transaction whose

@@ -103,7 +103,8 @@ type Source[Tx any] struct {
 	held map[int64]*settler[Tx] // handed out or prefetched, not yet settled: their leases are renewed
 	pre  chan prefetched        // the outstanding prefetch (SourceConfig.Prefetch), nil when none
 
-	quick atomic.Int32 // polls left at MinPollInterval, after a wake or a claim that found messages
+	paused atomic.Int32 // PauseRenewals calls not yet resumed: renew skips its rounds
+	quick  atomic.Int32 // polls left at MinPollInterval, after a wake or a claim that found messages
 }
 
 // prefetched is what a prefetch claimed.
@@ -377,6 +378,9 @@ func (s *Source[Tx]) renew() {
 			return
 		case <-t.C:
 		}
+		if s.paused.Load() > 0 {
+			continue
+		}
 		s.mu.Lock()
 		held := make([]*settler[Tx], 0, len(s.held))
 		for _, st := range s.held {
@@ -482,6 +486,32 @@ func (s *Source[Tx]) Close() error {
 		_ = st.Nak(ctx, 0)
 	}
 	return nil
+}
+
+// Halt stops the Source as a process that dies stops: Receive returns
+// idem.ErrClosed and the leases are no longer renewed, but the messages it
+// holds are not put back: other Sources claim them once their leases run out,
+// and a settle of them fails with ErrLeaseLost from then on. It is for fault
+// injection (idem verify's killed consumers, tests); a process that stops on
+// purpose calls Close, which puts them back at once. Close after Halt does
+// nothing.
+func (s *Source[Tx]) Halt() {
+	s.mu.Lock() // no prefetch starts after this (prefetch checks s.ctx under mu)
+	s.cancel()
+	s.mu.Unlock()
+	s.loops.Wait()
+}
+
+// PauseRenewals stops renewing the Source's leases until resume is called, as
+// a paused process (stopped, swapped out, frozen in a long GC) stops renewing
+// them: past their leases, other Sources claim its messages, and its settles
+// of them fail with ErrLeaseLost. It is for fault injection (idem verify's
+// consumers paused past their lease, tests). resume may be called more than
+// once; the renewals start again at the next round (every Lease/3).
+func (s *Source[Tx]) PauseRenewals() (resume func()) {
+	s.paused.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { s.paused.Add(-1) }) }
 }
 
 // Lag counts the topic's unfinished messages (idem.LagReporter).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -60,6 +61,17 @@ left is what the audit finds missing, and it must fail with exactly those
 messages lost. The report ends with the audit's section: its figures, its
 repairs and its sentence.
 
+--broker db: runs the flow with the database as the queue (package queue): the
+order service enqueues each event into idem_queue in the order's transaction,
+no relay runs, and the consumers claim from that table with a 2 s lease and
+retire each message in its effect's transaction. Its rows are "order → queue
+(one tx)" and "queue (database) → consumer", with the queue's claims,
+redeliveries and lease takeovers in a note. Consumers are killed before the
+effect, before and after the commit, and paused (renewals too) until another
+took their message over, whose retirement then fails and rolls the effect
+back. There is no ack to lose and no broker to lose messages (--broker-loss is
+refused), and no outbox to audit.
+
 --api grpc places the orders over gRPC instead (idemgrpc's interceptors,
 grpc-go's retry policy), with the same faults in their gRPC form: responses
 answered UNAVAILABLE after the service ran, calls sent twice at once, calls held
@@ -105,7 +117,7 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.Float64Var(&o.rate, "fault-rate", 0.25, "fraction of operations (requests, publishes, deliveries) hit by a fault, 0 to 1")
 	fs.Int64Var(&o.seed, "seed", 0, "seed for orders and faults (0: pick one and print it)")
 	fs.StringVar(&o.db, "db", cli.EnvOr("IDEM_DB", "sqlite:"), "database: sqlite: (temporary file), sqlite:PATH (new file), postgres://user@host/db (a fresh schema) or mysql://user@host:3306/db (a fresh database)  [$IDEM_DB]")
-	fs.StringVar(&o.broker, "broker", cli.EnvOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats-cluster: (3 embedded nodes, killed and cut), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process pstest), pubsub://PROJECT or sqs: (in-process SQS FIFO)  [$IDEM_BROKER]")
+	fs.StringVar(&o.broker, "broker", cli.EnvOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats-cluster: (3 embedded nodes, killed and cut), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process pstest), pubsub://PROJECT, sqs: (in-process SQS FIFO) or db: (no broker: the database as the queue, package queue)  [$IDEM_BROKER]")
 	fs.BoolVar(&o.unsafe, "unsafe", false, "turn idem's protection off (plain at-least-once): the negative control, expected to fail")
 	fs.BoolVar(&o.asJSON, "json", false, "write the report as JSON instead of a table")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived by then is counted lost, and the report says the run did not settle")
@@ -139,6 +151,10 @@ func (o *verifyOptions) check() error {
 		return fmt.Errorf("--relay must be outbox or cdc (got %q)", o.relay)
 	case o.api != verify.APIHTTP && o.api != verify.APIGRPC:
 		return fmt.Errorf("--api must be http or grpc (got %q)", o.api)
+	case o.broker == "db:" && o.brokerLoss > 0:
+		return fmt.Errorf("--broker-loss %g with --broker db:: there is no broker to lose messages (the order and its message commit in one transaction, and the consumers claim from that database); leave --broker-loss 0, or pick a broker", o.brokerLoss)
+	case o.broker == "db:" && o.relay == "cdc":
+		return errors.New("--relay cdc with --broker db:: no relay runs when the database is the queue; leave --relay at outbox")
 	}
 	return nil
 }

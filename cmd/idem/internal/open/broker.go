@@ -3,6 +3,7 @@ package open
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -51,6 +52,7 @@ type Broker struct {
 	cumulative  bool               // acks are offsets (Kafka)
 	ackWait     time.Duration      // 0: verifyAckWait
 	nodes       verify.NodeFaulter // kills nodes and cuts routes (nats-cluster:), or nil
+	dbQueue     bool               // db:: no broker, the run's database is the queue
 	cleanup     []func()
 }
 
@@ -77,6 +79,11 @@ func (b *Broker) Stored(ctx context.Context) (int, bool) {
 	return b.stored(ctx)
 }
 
+// DatabaseQueue tells the run that there is no broker (db:): the order
+// service enqueues into the run's database (package queue) and the consumers
+// claim from it (verify.DBQueue).
+func (b *Broker) DatabaseQueue() bool { return b.dbQueue }
+
 // NodeFaults is the broker's verify.NodeFaulter, nil unless it has several nodes.
 func (b *Broker) NodeFaults() verify.NodeFaulter { return b.nodes }
 
@@ -94,5 +101,28 @@ func (b *Broker) proxyTo(name, addr string) error {
 	}
 	b.proxy = p
 	b.cleanup = append(b.cleanup, p.Close)
+	return nil
+}
+
+// verifyQueueLease is the lease of the consumers' queue Sources in verify runs
+// (--broker db:): short, so that the messages of killed and paused consumers are
+// taken over within a run. It is the broker's AckWait: the run's settle waits
+// for it to pass quietly.
+const verifyQueueLease = 2 * time.Second
+
+// openDBQueueBroker is verify's --broker db:: no broker at all. The run's
+// database is the queue; the flow opens it (package queue) on the database it
+// was given, so the Broker only names the topic and says what it is.
+func openDBQueueBroker(b *Broker, raw, run string) error {
+	if raw != "db:" {
+		return fmt.Errorf("--broker %q: db: takes nothing after the colon: the queue is the run's database (--db)", raw)
+	}
+	b.name, b.topic, b.dbQueue, b.ackWait = "database queue (idem_queue in --db, no broker)", "verify.orders."+run, true, verifyQueueLease
+	b.openSink = func(context.Context) (idem.Sink, error) {
+		return nil, errors.New("verify: --broker db: has no sink: the order service enqueues into the database")
+	}
+	b.openSource = func(context.Context) (idem.Source, error) {
+		return nil, errors.New("verify: --broker db: has no broker source: the consumers claim from the database's queue")
+	}
 	return nil
 }

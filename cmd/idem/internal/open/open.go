@@ -154,6 +154,8 @@ func VerifyDatabase(ctx context.Context, raw string, keep bool) (*Database, erro
 //	pubsub:               an in-process Pub/Sub fake (pstest)
 //	pubsub://PROJECT      Google Pub/Sub (or the emulator at $PUBSUB_EMULATOR_HOST)
 //	sqs:                  an in-process SQS with a FIFO queue (idemsqs/sqsfake)
+//	db:                   no broker: the database as the queue (package queue,
+//	                      idem_queue in the run's database; verify.DBQueue)
 //
 // Every run uses its own stream, topic or queue, named after run. Connections to
 // NATS, Redis and RabbitMQ go through a chaos.Proxy, so the run can cut them.
@@ -178,9 +180,11 @@ func VerifyBroker(ctx context.Context, raw, run string, logger *slog.Logger) (*B
 		err = openPubSubBroker(ctx, b, raw, run)
 	case "sqs":
 		err = openSQSBroker(ctx, b, raw, run)
+	case "db":
+		err = openDBQueueBroker(b, raw, run)
 	default:
 		err = fmt.Errorf("--broker %q: unknown broker; use nats: (embedded), nats-cluster: (3 embedded nodes), nats://host:4222, kafka: (in-process), "+
-			"kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process), pubsub://PROJECT or sqs: (in-process)", redact.URL(raw))
+			"kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process), pubsub://PROJECT, sqs: (in-process) or db: (the database as the queue)", redact.URL(raw))
 	}
 	if err != nil {
 		b.Close()

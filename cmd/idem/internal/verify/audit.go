@@ -69,6 +69,8 @@ type Audit struct {
 	Sentence string `json:"sentence"`
 	// Error is why the final audit could not be read, if it could not.
 	Error string `json:"error,omitempty"`
+	// Skipped says why the run had no audit (--broker db:: no outbox).
+	Skipped string `json:"skipped,omitempty"`
 	// JumpedClock says the key records' times follow the flow's clock, which
 	// jumps (Flow.Clock): the latency is off by the jumps.
 	JumpedClock bool `json:"jumped_clock,omitempty"`
@@ -190,6 +192,10 @@ func (r *run) auditSummary(ctx context.Context, lost map[string]bool) (*Audit, e
 // write writes the audit's section of the report: its figures at the end, its
 // repairs, and its sentence (which says why a blind consumer is not audited).
 func (s *Audit) write(w io.Writer) {
+	if s.Skipped != "" {
+		fmt.Fprintf(w, "\n%s: not run: %s\n", BoundaryAudit, s.Skipped)
+		return
+	}
 	mode := "read-only (--repair=false)"
 	if s.Repair {
 		mode = "repairing"

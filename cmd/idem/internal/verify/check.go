@@ -52,9 +52,19 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	obRow, relayRow, err := r.checkOutbox(ctx, orders)
-	if err != nil {
-		return nil, err
+	var middle []Row // order → outbox, outbox → broker; or order → queue
+	if r.queue != nil {
+		qRow, st, err := r.checkQueue(ctx, orders)
+		if err != nil {
+			return nil, err
+		}
+		middle, rep.Queue = []Row{qRow}, st
+	} else {
+		obRow, relayRow, err := r.checkOutbox(ctx, orders)
+		if err != nil {
+			return nil, err
+		}
+		middle = []Row{obRow, relayRow}
 	}
 	inRow, err := r.checkLedger(ctx, orders, rep)
 	if err != nil {
@@ -67,7 +77,7 @@ func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the streams: %w", err)
 	}
-	rep.Rows = []Row{httpRow, obRow, relayRow, inRow, r.checkPayments(orders.applicable()), pushRow}
+	rep.Rows = append(append([]Row{httpRow}, middle...), inRow, r.checkPayments(orders.applicable()), pushRow)
 	return rep, nil
 }
 
@@ -263,6 +273,9 @@ func (r *run) checkLedger(ctx context.Context, orders orderSet, rep *Report) (Ro
 		return Row{}, err
 	}
 	row := Row{Boundary: BoundaryInbox, Attempts: r.delivered.Total()}
+	if r.queue != nil {
+		row.Boundary = BoundaryQueueConsumer
+	}
 	row.DuplicatesDelivered = r.delivered.Total() - r.delivered.Distinct()
 	row.DuplicatesSuppressed = r.metric("idem_inbox_messages_total", "outcome", "duplicate")
 	row.Refused = r.metric("idem_inbox_refused_total", "reason", "deadline")

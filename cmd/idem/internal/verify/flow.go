@@ -201,6 +201,7 @@ type run struct {
 	losses              *losses   // the messages the broker lost (Flow.BrokerLoss), or nil
 	audit               *auditing // nil when it could not be set up (auditErr)
 	auditErr            error
+	queue               *queueRun // the database as the queue (--broker db:), or nil; then ob is nil
 }
 
 // intent is one order a client means to place once.
@@ -297,6 +298,8 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 		return nil, fmt.Errorf("verify: Flow.API is %q; want %q or %q", f.API, APIHTTP, APIGRPC)
 	case f.BrokerLoss < 0 || f.BrokerLoss > 1:
 		return nil, fmt.Errorf("verify: Flow.BrokerLoss is %g; want 0 to 1", f.BrokerLoss)
+	case f.dbQueue() && (f.BrokerLoss > 0 || f.CDC != nil):
+		return nil, errors.New("verify: the database as the queue has no broker to lose messages (Flow.BrokerLoss) and no relay (Flow.CDC)")
 	}
 	txdb, err := idemsql.SQLDB(ctx, f.DB)
 	if err != nil {
@@ -309,7 +312,11 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 	if err := r.createTables(ctx); err != nil {
 		return nil, err
 	}
-	if r.ob, err = outbox.New(ctx, txdb, outbox.Config{}); err != nil {
+	if f.dbQueue() {
+		if err := r.newQueue(ctx); err != nil {
+			return nil, err
+		}
+	} else if r.ob, err = outbox.New(ctx, txdb, outbox.Config{}); err != nil {
 		return nil, err
 	}
 	if f.BrokerLoss > 0 {
@@ -354,20 +361,29 @@ func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err e
 	}
 	closers = append(closers, r.push.close)
 	// An audit that cannot be set up (a driver without its statements) is said
-	// in the report; the run goes on without it.
-	r.audit, r.auditErr = r.newAuditing()
+	// in the report; the run goes on without it. The audit reads the outbox,
+	// which the database as the queue does not use.
+	if r.queue == nil {
+		r.audit, r.auditErr = r.newAuditing()
+	}
 
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { r.payments(bg, fence, r.paysvc, 2) })
 	wg.Go(func() { r.push.watch(bg) })
-	wg.Go(func() { r.superviseRelay(bg) })
+	if r.queue == nil {
+		wg.Go(func() { r.superviseRelay(bg) })
+	}
 	wg.Go(func() { r.nodeFaults(bg) })
 	if r.audit != nil {
 		wg.Go(func() { r.audit.loop(bg) })
 	}
 	for range r.f.Consumers {
-		wg.Go(func() { r.superviseConsumer(bg) })
+		if r.queue != nil {
+			wg.Go(func() { r.superviseDBConsumer(bg) })
+		} else {
+			wg.Go(func() { r.superviseConsumer(bg) })
+		}
 	}
 	progressDone := r.reportProgress(bg)
 	stop = func() {
@@ -400,7 +416,9 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 	if r.losses != nil {
 		lost = r.losses.ids()
 	}
-	if rep.Audit, err = r.auditSummary(context.WithoutCancel(ctx), lost); err != nil {
+	if r.queue != nil {
+		rep.Audit = &Audit{Skipped: "the audit reads the outbox (idem_outbox), which the database as the queue does not use; the queue's rows and the checks above account for every message"}
+	} else if rep.Audit, err = r.auditSummary(context.WithoutCancel(ctx), lost); err != nil {
 		rep.Audit = &Audit{Repair: f.Repair && !f.Unsafe, Error: err.Error()}
 	}
 	if ctx.Err() != nil {

@@ -47,6 +47,8 @@ var Boundaries = []Term{
 	{BoundaryOutbox, "each order wrote one outbox message in its transaction (outbox)"},
 	{BoundaryRelay, "each outbox message reached the broker (outbox.Relay)"},
 	{BoundaryInbox, "each message was applied to the ledger and the balance once (inbox)"},
+	{BoundaryQueue, "with --broker db: (instead of the outbox and relay rows): each order wrote one message into the database's queue in its transaction (queue.EnqueueTx)"},
+	{BoundaryQueueConsumer, "with --broker db: (instead of the broker row): each message claimed from the queue was applied once, and retired in its effect's transaction (inbox, queue.Source)"},
 	{BoundaryPayment, "each applied order was charged once by a payment API that is not transactional (effect.Fence)"},
 	{BoundaryPush, "each ledger event was shown once, in order, to the browsers watching over WebSocket (stream)"},
 	{BoundaryAudit, "(the section under the table) the audit (package audit), every second over the run's database: " +
@@ -69,11 +71,11 @@ var Faults = []Term{
 	{FaultBrokerLoss, "(--broker-loss) the broker acknowledges a message and loses it, as JetStream an unsynced write on power failure: " +
 		"the outbox marks it published, no consumer gets it until the audit republishes it (lost without --repair)"},
 	{chaos.FaultDuplicateDelivery, "the broker delivers a message twice"},
-	{chaos.FaultLostAck, "a consumer's ack is lost: the message comes again"},
+	{chaos.FaultLostAck, "a consumer's ack is lost: the message comes again (not with --broker db:, whose retirement commits with the effect: no separate ack to lose)"},
 	{chaos.FaultCrashBeforeEffect, "a consumer dies before applying the message"},
 	{chaos.FaultCrashAfterEffect, "a consumer dies after applying it, before its commit"},
-	{chaos.FaultCrashAfterCommit, "a consumer dies after its commit, before the ack"},
-	{chaos.FaultPaused, "a consumer stalls past the ack wait while its message is redelivered"},
+	{chaos.FaultCrashAfterCommit, "a consumer dies after its commit, before the ack (--broker db: its leases run out)"},
+	{chaos.FaultPaused, "a consumer stalls past the ack wait while its message is redelivered (--broker db: with its claimed batch and its lease renewals, until another consumer took the message over)"},
 	{FaultRestart, "a killed relay or consumer started again"},
 	{FaultPaymentResponseDropped, "the payment API charged, its answer is lost"},
 	{FaultPaymentWorkerKilled, "a payment worker dies after the call, before recording it"},

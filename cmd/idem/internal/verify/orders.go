@@ -161,7 +161,12 @@ func (r *run) writeOrder(ctx context.Context, tx *sql.Tx, key string, in orderRe
 			// consumer's however far the flow's clock has jumped (±10 min).
 			msg = outbox.WithDeadline(msg, r.now().Add(-deadlineBudget))
 		}
-		_, err := r.ob.EnqueueTx(ctx, tx, msg)
+		var err error
+		if r.queue != nil {
+			_, err = r.queue.q.EnqueueTx(ctx, tx, msg)
+		} else {
+			_, err = r.ob.EnqueueTx(ctx, tx, msg)
+		}
 		return err
 	}
 	if tx != nil {

@@ -73,6 +73,9 @@ type Report struct {
 	// Audit is what the run's audit found and republished (nil for a report
 	// built without a run).
 	Audit *Audit `json:"audit,omitempty"`
+	// Queue is what the queue boundary did, with the database as the queue
+	// (--broker db:); nil otherwise.
+	Queue *QueueStats `json:"queue,omitempty"`
 }
 
 // OK reports whether every boundary kept its promise.
@@ -103,10 +106,11 @@ func (r *Report) FaultTotal() int {
 // distinct messages. 1 means every message was delivered once; what is above
 // comes from the broker (redeliveries after a consumer crash, a lost ack or a
 // rebalance, and copies an outbox relay published again where the broker keeps
-// them all, as Kafka does). 0 when no message was delivered.
+// them all, as Kafka does). With the database as the queue it is the queue
+// consumer row's claims per message. 0 when no message was delivered.
 func (r *Report) DeliveriesPerOrder() float64 {
 	for _, row := range r.Rows {
-		if row.Boundary != BoundaryInbox {
+		if row.Boundary != BoundaryInbox && row.Boundary != BoundaryQueueConsumer {
 			continue
 		}
 		if distinct := row.Attempts - row.DuplicatesDelivered; distinct > 0 {
@@ -203,7 +207,9 @@ func (r *Report) WriteResults(w io.Writer) error {
 	if r.Unanswered > 0 {
 		notes = append(notes, fmt.Sprintf("%d order(s) never answered: the client gave up; each may exist at most once", r.Unanswered))
 	}
-	if d := r.DeliveriesPerOrder(); d > 0 {
+	if d := r.DeliveriesPerOrder(); d > 0 && r.Queue != nil {
+		notes = append(notes, fmt.Sprintf("%.2f claims per order reached the consumers (1 = each message claimed once)", d))
+	} else if d > 0 {
 		notes = append(notes, fmt.Sprintf("%.2f broker deliveries per order reached the consumers (1 = no redelivery; injected duplicates left out)", d))
 	}
 	if r.DeadLetters > 0 {
@@ -215,6 +221,9 @@ func (r *Report) WriteResults(w io.Writer) error {
 	}
 	for _, n := range notes {
 		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if r.Queue != nil {
+		r.Queue.write(w)
 	}
 	if r.Audit != nil {
 		r.Audit.write(w)
@@ -258,7 +267,7 @@ func (r *Report) failures() []string {
 		}
 		if row.LateDuplicates > 0 {
 			what := "request(s)"
-			if row.Boundary == BoundaryInbox {
+			if row.Boundary == BoundaryInbox || row.Boundary == BoundaryQueueConsumer {
 				what = "message(s)"
 			}
 			out = append(out, fmt.Sprintf("%s applied %d late %s", row.Boundary, row.LateDuplicates, what))

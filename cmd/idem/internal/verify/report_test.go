@@ -37,3 +37,29 @@ func TestDeliveriesPerOrder(t *testing.T) {
 		t.Fatalf("without a consumer row: %v, want 0", got)
 	}
 }
+
+// TestQueueReport: a --broker db: report counts the queue consumer row's claims
+// per message, writes the queue's figures and the lost-ack legend, and says why
+// the audit did not run.
+func TestQueueReport(t *testing.T) {
+	r := &Report{Rows: []Row{
+		{Boundary: BoundaryHTTP, Attempts: 500, DuplicatesDelivered: 400},
+		{Boundary: BoundaryQueue, Attempts: 1000, EffectsApplied: 1000},
+		{Boundary: BoundaryQueueConsumer, Attempts: 1250, DuplicatesDelivered: 250},
+	}, Faults: map[string]int{},
+		Queue: &QueueStats{Claims: 1250, Redeliveries: 250, Takeovers: 200, LeaseLost: 3, Outcomes: map[string]int{"applied": 990, "dead": 10}},
+		Audit: &Audit{Skipped: "no outbox"}}
+	if got := r.DeliveriesPerOrder(); got != 1.25 {
+		t.Fatalf("DeliveriesPerOrder = %v, want 1.25", got)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"1.25 claims per order", "1250 claims, 250 redeliveries (200 lease takeovers", "3 transactions refused at retirement for a lost lease",
+		"applied 990, dead 10", "no ack_lost fault", BoundaryAudit + ": not run: no outbox"} {
+		if !bytes.Contains(buf.Bytes(), []byte(want)) {
+			t.Errorf("table lacks %q:\n%s", want, buf.String())
+		}
+	}
+}

@@ -65,9 +65,11 @@ func (b backlog) total() int { return b.unpublished + b.unapplied + b.unpaid + b
 func (r *run) backlog(ctx context.Context) (backlog, error) {
 	var b backlog
 	var err error
-	if r.f.CDC != nil { // published means the broker acknowledged it (the CDC relay marks its rows after)
+	switch {
+	case r.queue != nil: // enqueued with the order: nothing to publish
+	case r.f.CDC != nil: // published means the broker acknowledged it (the CDC relay marks its rows after)
 		b.unpublished, err = r.unstored(ctx)
-	} else {
+	default:
 		err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_outbox WHERE published_at IS NULL").Scan(&b.unpublished)
 	}
 	if err != nil {
