@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,11 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idemmysql"
 	"github.com/idemhq/idem/idemnats"
-	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsql"
-	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -44,33 +40,8 @@ type database struct {
 
 func openDB(t testing.TB, kind string) *database {
 	t.Helper()
-	ctx := context.Background()
-	d := &database{kind: kind}
-	var err error
-	switch kind {
-	case "sqlite":
-		s, err := idemsqlite.Open(ctx, filepath.Join(t.TempDir(), "audit.db"), idemsqlite.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		d.db, d.store = s.DB(), s
-	case "postgres":
-		d.db = testsvc.PostgresDB(t)
-		d.store, err = idempg.NewSQL(ctx, d.db, idempg.Config{})
-	case "mysql":
-		d.db = sqltest.MySQLDollarDB(t)
-		d.store, err = idemmysql.New(ctx, d.db, idemmysql.Config{})
-	default:
-		t.Fatalf("no database %q", kind)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.tx, err = idemsql.SQLDB(ctx, d.db); err != nil {
-		t.Fatal(err)
-	}
-	return d
+	o := sqltest.Open(t, kind)
+	return &database{kind: kind, db: o.DB, tx: o.Tx, store: o.Store}
 }
 
 func (d *database) exec(t testing.TB, query string, args ...any) {

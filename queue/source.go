@@ -312,15 +312,15 @@ func (s *Source[Tx]) claim(ctx context.Context, limit int) ([]idem.Delivery, err
 
 // claimed is one row a claim leased, as read.
 type claimed struct {
-	id                  int64
-	attempts            int
-	created             int64
-	msgID, orderingKey  string
-	headers             *string
-	headersLen          int64
-	payload             []byte
-	payloadLen          int64
-	payloadNull, hasHdr bool
+	id                 int64
+	attempts           int
+	created            int64
+	msgID, orderingKey string
+	headers            *string
+	headersLen         int64
+	payload            []byte
+	payloadLen         int64
+	payloadNull        bool
 }
 
 func readClaimed(ctx context.Context, qr idemsql.Querier, query string, args ...any) ([]claimed, error) {

@@ -5,10 +5,6 @@ package sqltest
 
 import (
 	// Every driver, so SQLDB finds the one of each database these helpers open.
-	_ "github.com/idemhq/idem/idemmysql"
-	_ "github.com/idemhq/idem/idempg"
-	_ "github.com/idemhq/idem/idemsqlite"
-
 	"context"
 	"database/sql"
 	"path/filepath"
@@ -16,7 +12,9 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
+	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemmysql"
+	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -75,5 +73,46 @@ func txdb(t testing.TB, db *sql.DB) idemsql.TxDB[*sql.Tx] {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// Database is one database of a test on one of the three kinds: its handle,
+// taking $1 placeholders on every kind (MySQL's through MySQLDollarDB), its
+// TxDB, and the key store of its kind in it.
+type Database struct {
+	Kind  string // sqlite, postgres or mysql
+	DB    *sql.DB
+	Tx    idemsql.TxDB[*sql.Tx]
+	Store idem.TxStore[*sql.Tx]
+}
+
+// Open opens a fresh database of kind (sqlite, postgres or mysql), closed or
+// dropped when t ends.
+func Open(t testing.TB, kind string) *Database {
+	t.Helper()
+	ctx := context.Background()
+	d := &Database{Kind: kind}
+	var err error
+	switch kind {
+	case "sqlite":
+		s, err := idemsqlite.Open(ctx, filepath.Join(t.TempDir(), "test.db"), idemsqlite.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		d.DB, d.Store = s.DB(), s
+	case "postgres":
+		d.DB = testsvc.PostgresDB(t)
+		d.Store, err = idempg.NewSQL(ctx, d.DB, idempg.Config{})
+	case "mysql":
+		d.DB = MySQLDollarDB(t)
+		d.Store, err = idemmysql.New(ctx, d.DB, idemmysql.Config{})
+	default:
+		t.Fatalf("no database %q", kind)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Tx = txdb(t, d.DB)
 	return d
 }
