@@ -52,9 +52,15 @@ func upToDate[Tx any](ctx context.Context, db idemsql.TxDB[Tx], plans []State) b
 		return false
 	}
 	var applied map[string]int
-	if err := db.Read(ctx, func(q idemsql.Querier) (err error) {
-		applied, err = readApplied(ctx, db.Driver.Migrate(), q)
-		return err
+	m := db.Driver.Migrate()
+	// A read that meets a busy database (SQLite can answer a reader SQLITE_BUSY
+	// while a checkpoint resets its log) is tried again: given up, it would send
+	// a restart to queue for the write lock behind every writer.
+	if err := retryBusy(ctx, m, func() error {
+		return db.Read(ctx, func(q idemsql.Querier) (err error) {
+			applied, err = readApplied(ctx, m, q)
+			return err
+		})
 	}); err != nil {
 		return false
 	}
