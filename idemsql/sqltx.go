@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/sqlitegate"
 )
 
 // Dialect is the SQL a transactional component speaks.
@@ -197,6 +198,12 @@ func SQLDBFor(drv Driver, db *sql.DB) TxDB[*sql.Tx] {
 		Rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
 		Querier:  querierFor(d),
 		Handle:   db,
+	}
+	if d == SQLite { // writers queue in the process instead of polling SQLite's lock
+		gate := sqlitegate.For(db)
+		t.Begin = func(ctx context.Context) (*sql.Tx, error) { return gate.Begin(ctx, db, nil) }
+		t.Commit = func(_ context.Context, tx *sql.Tx) error { defer gate.End(tx); return tx.Commit() }
+		t.Rollback = func(_ context.Context, tx *sql.Tx) error { defer gate.End(tx); return tx.Rollback() }
 	}
 	var direct Querier = sqlQuerier{db}
 	if d == MySQL {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/sqlitegate"
 	"modernc.org/sqlite"
 )
 
@@ -74,6 +75,7 @@ type reply struct {
 type writer struct {
 	s      *Store
 	conn   *sql.Conn
+	gate   *sqlitegate.Gate // taken before BEGIN: in-process writers queue in order
 	run    *groupRunner
 	begin  *sql.Stmt
 	end    *sql.Stmt // COMMIT
@@ -108,6 +110,7 @@ func startWriter(ctx context.Context, s *Store) (*writer, error) {
 	w := &writer{
 		s:      s,
 		conn:   conn,
+		gate:   sqlitegate.For(s.db),
 		run:    &groupRunner{s: s, st: st},
 		queue:  make(chan *op, s.cfg.MaxBatch),
 		max:    s.cfg.MaxBatch,
@@ -177,6 +180,9 @@ func (w *writer) collect(batch []*op) []*op {
 // fails the whole batch, which is what every op in it would have hit.
 func (w *writer) commit(batch []*op) {
 	ctx := context.Background() // a caller's cancellation must not cut a shared transaction
+	if held, _ := w.gate.Acquire(ctx); held {
+		defer w.gate.Release()
+	}
 	if _, err := w.begin.ExecContext(ctx); err != nil {
 		w.failAll(w.collect(batch), err)
 		return
