@@ -30,4 +30,10 @@
 // a store that also implements idem.ScopeLister, Scopes pagination (each scope once,
 // Redis at least once, the same prefixes and metacharacters, bad limits and garbage
 // cursors refused).
+//
+// SkewSuite is for a store that takes its callers' clock (idemsqlite): two handles
+// on one database whose clocks disagree by D, driven by a SkewClock that never reads
+// the wall clock, show that the one ahead takes a lease over, and forgets or sweeps
+// a record, exactly D early and no earlier, and that the fenced holder's late
+// Complete fails with idem.ErrLeaseLost.
 package idemtest
