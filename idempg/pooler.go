@@ -1,0 +1,156 @@
+package idempg
+
+import (
+	"context"
+	"database/sql"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idemhq/idem"
+)
+
+// A pooler in transaction mode (PgBouncer's pool_mode = transaction, and poolers
+// like it) gives a client connection a server session for one transaction at a
+// time: session state does not last from one transaction to the next. Named
+// prepared statements (pgx's default statement cache), LISTEN and session advisory
+// locks then break. idem detects such a pooler where it matters, in two steps:
+//
+//  1. A pooler answers the connection's startup with a cancel key of its own, so the
+//     process ID the client was given differs from the server's pg_backend_pid().
+//     A plain TCP proxy (a port mapping, HAProxy) passes the server's through.
+//  2. Of two client connections, one idle between statements, the other is served
+//     by the same server process: only transaction (or statement) pooling lends one
+//     session to two clients. A pooler in session mode never does, and is not
+//     reported: session state works there.
+//
+// A busy pooler may hand the second client another server session, so step 2 is
+// tried a few times; what it reports is always true, but a transaction pooler under
+// load can go unnoticed (and the statement cache then fails at its first reused
+// statement with "prepared statement … does not exist", not silently).
+
+// poolerProbes is how many times step 2 compares the two connections' sessions.
+const poolerProbes = 3
+
+// poolerTimeout bounds the whole check.
+const poolerTimeout = 10 * time.Second
+
+// transactionPooled reports whether c reaches PostgreSQL through a pooler in
+// transaction mode. It opens one more connection with c's configuration for step 2,
+// only when step 1 found a pooler.
+func transactionPooled(ctx context.Context, c *pgx.Conn) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, poolerTimeout)
+	defer cancel()
+	// Simple protocol: the probe must not leave a prepared statement behind, which
+	// is the very thing a transaction pooler loses.
+	pid := func(c *pgx.Conn) (uint32, error) {
+		var p uint32
+		err := c.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&p)
+		return p, err
+	}
+	p1, err := pid(c)
+	if err != nil || p1 == c.PgConn().PID() {
+		return false, err
+	}
+	other, err := pgx.ConnectConfig(ctx, c.Config())
+	if err != nil {
+		return false, err
+	}
+	defer closeConn(other)
+	for range poolerProbes {
+		p2, err := pid(other)
+		if err != nil || p2 == p1 {
+			return err == nil, err
+		}
+		if p1, err = pid(c); err != nil || p1 == p2 {
+			return err == nil, err
+		}
+	}
+	return false, nil
+}
+
+// cachesStatements reports whether cfg runs statements as named prepared
+// statements, which a transaction pooler loses between transactions.
+func cachesStatements(cfg *pgx.ConnConfig) bool {
+	return cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cfg.StatementCacheCapacity > 0
+}
+
+// statementCacheError is what a component on a pool (or database/sql handle)
+// whose statement cache a transaction pooler would break refuses to start with.
+func statementCacheError(field string) error {
+	return &idem.InputError{Field: field,
+		Reason: "reaches PostgreSQL through a pooler in transaction mode (such as PgBouncer pool_mode = transaction), " +
+			"and pgx's statement cache (default_query_exec_mode=cache_statement, the default) keeps named prepared statements that the pooler loses between transactions",
+		Fix: "add default_query_exec_mode=exec (or simple_protocol) to the connection string, " +
+			"or set ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec; or connect to the server directly"}
+}
+
+// checkPool refuses a pool whose statement cache runs behind a transaction pooler.
+// A pool that does not cache statements is not probed. probed is false when the
+// check could not run (no connection): the component's first statement then
+// reports the failure, and the check may be tried again.
+func checkPool(ctx context.Context, pool *pgxpool.Pool, field string) (refusal error, probed bool) {
+	if pool == nil || !cachesStatements(pool.Config().ConnConfig) {
+		return nil, true
+	}
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, false
+	}
+	defer c.Release()
+	pooled, err := transactionPooled(ctx, c.Conn())
+	if pooled {
+		return statementCacheError(field), true
+	}
+	return nil, err == nil
+}
+
+// checkSQLDB is checkPool for a database/sql handle on pgx's stdlib driver; a
+// handle on another driver is not probed.
+func checkSQLDB(ctx context.Context, db *sql.DB, field string) error {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return nil // the component's first statement reports it
+	}
+	defer c.Close()
+	var pooled bool
+	_ = c.Raw(func(dc any) error {
+		if sc, ok := dc.(*stdlib.Conn); ok && cachesStatements(sc.Conn().Config()) {
+			pooled, _ = transactionPooled(ctx, sc.Conn())
+		}
+		return nil
+	})
+	if pooled {
+		return statementCacheError(field)
+	}
+	return nil
+}
+
+// poolCheck runs checkPool once per TxDB, at its first transaction: the components
+// on a TxDB (outbox, inbox, queue, fences, sagas, audit) start by migrating in one,
+// so they refuse at New. A check that could not connect is tried again next time.
+type poolCheck struct {
+	pool *pgxpool.Pool
+	done atomic.Bool
+	err  atomic.Pointer[error]
+}
+
+func (p *poolCheck) check(ctx context.Context) error {
+	if p.done.Load() {
+		if e := p.err.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}
+	err, probed := checkPool(ctx, p.pool, "idempg.TxDB pool")
+	if err != nil {
+		p.err.Store(&err)
+	}
+	if probed {
+		p.done.Store(true)
+	}
+	return err
+}
