@@ -12,13 +12,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/idemtest"
+	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
+	"github.com/idemhq/idem/queue"
 )
 
 // The tests of this file run idem behind a real PgBouncer in transaction pooling
@@ -278,4 +282,100 @@ func (s *countSink) doubled() (n int) {
 		}
 	}
 	return n
+}
+
+// The database as a queue behind PgBouncer: producers enqueue through the pooler,
+// two consumers (queue Source + inbox on idempg.Store, all on pooled pools in exec
+// mode) apply every message exactly once. Their Notifiers are on the pooled pool,
+// so each Source logs that it cannot listen and finds the messages by polling.
+func TestPgBouncerQueueInbox(t *testing.T) {
+	t.Parallel()
+	pooled, _ := bounced(t)
+	ctx := ctxFor(t)
+	exec := withParam(t, pooled, "default_query_exec_mode", "exec")
+	pool := bouncerPool(t, exec)
+	if _, err := pool.Exec(ctx, "CREATE TABLE effects (msg_id text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	var logs testsvc.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	q, err := queue.New(ctx, idempg.TxDB(pool), queue.Config{Logger: log})
+	check(t, err)
+
+	const producers, each = 4, 50
+	const total = producers * each
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var consumers sync.WaitGroup
+	for c := range 2 {
+		cpool := bouncerPool(t, exec) // a process of its own, as it were
+		txdb := idempg.TxDB(cpool)
+		store, err := idempg.New(ctx, cpool, idempg.Config{})
+		check(t, err)
+		n := idempg.NewNotifier(cpool, idemsql.QueueNotifyChannel)
+		t.Cleanup(n.Close)
+		cq, err := queue.New(ctx, txdb, queue.Config{Logger: log})
+		check(t, err)
+		src, err := cq.Source(queue.SourceConfig{Topic: "orders", Notifier: n})
+		check(t, err)
+		t.Cleanup(func() { src.Close() })
+		consumer, err := inbox.New(ctx, src, txdb, store, func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
+			_, err := tx.Exec(ctx, "INSERT INTO effects (msg_id) VALUES ($1)", m.ID)
+			return err
+		}, inbox.Config{Consumer: "orders", Logger: log})
+		check(t, err)
+		consumers.Add(1)
+		go func() {
+			defer consumers.Done()
+			if err := consumer.Run(runCtx); err != nil && runCtx.Err() == nil {
+				t.Errorf("consumer %d: %v", c, err)
+			}
+		}()
+	}
+
+	var producing sync.WaitGroup
+	for p := range producers {
+		producing.Add(1)
+		go func() {
+			defer producing.Done()
+			for i := range each {
+				tx, err := pool.Begin(ctx)
+				if err == nil {
+					_, err = q.EnqueueTx(ctx, tx, idem.Message{ID: fmt.Sprintf("p%d-%03d", p, i), Topic: "orders", Payload: []byte("x")})
+					if err == nil {
+						err = tx.Commit(ctx)
+					} else {
+						_ = tx.Rollback(ctx)
+					}
+				}
+				if err != nil {
+					t.Errorf("enqueue through PgBouncer: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	producing.Wait()
+	// Progress, not time: wait until every message was applied (bounded by ctx).
+	var applied, distinct int
+	for {
+		if err := pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT msg_id) FROM effects").Scan(&applied, &distinct); err != nil {
+			t.Fatalf("count effects: %v", err)
+		}
+		if distinct == total || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	consumers.Wait()
+	if err := pool.QueryRow(context.Background(), "SELECT count(*), count(DISTINCT msg_id) FROM effects").Scan(&applied, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if distinct != total || applied != total {
+		t.Errorf("effects: %d applied, %d distinct; want each of the %d messages applied exactly once", applied, distinct, total)
+	}
+	if !strings.Contains(logs.String(), "polling only") || !strings.Contains(logs.String(), "direct connection") {
+		t.Errorf("the Sources' log does not say they poll only:\n%s", logs.String())
+	}
 }
