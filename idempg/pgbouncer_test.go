@@ -110,8 +110,9 @@ func TestPgBouncerStoreSuite(t *testing.T) {
 }
 
 // Behind a transaction pooler, a pool or handle that caches statements (pgx's
-// default) is refused at start with an error naming default_query_exec_mode=exec;
-// the same URL with exec mode, and the default mode on a direct connection, start.
+// default) or runs in describe_exec mode is refused at start with an error naming
+// default_query_exec_mode=exec; the same URL in exec, simple_protocol or
+// cache_describe mode, and the default mode on a direct connection, start.
 func TestPgBouncerRefusesStatementCache(t *testing.T) {
 	t.Parallel()
 	pooled, direct := bounced(t)
@@ -133,8 +134,16 @@ func TestPgBouncerRefusesStatementCache(t *testing.T) {
 	wantInputError(t, "outbox.New on idempg.TxDB behind PgBouncer with the statement cache", err,
 		"idempg.TxDB pool", "default_query_exec_mode=exec")
 
-	if _, err := idempg.New(ctx, bouncerPool(t, withParam(t, pooled, "default_query_exec_mode", "simple_protocol")), idempg.Config{}); err != nil {
-		t.Errorf("idempg.New behind PgBouncer in simple_protocol mode = %v; want it to start", err)
+	// describe_exec sends Parse and Bind in two round trips, which the pooler may
+	// give to two server sessions.
+	_, err = idempg.New(ctx, bouncerPool(t, withParam(t, pooled, "default_query_exec_mode", "describe_exec")), idempg.Config{})
+	wantInputError(t, "idempg.New behind PgBouncer in describe_exec mode", err,
+		"describe_exec", "default_query_exec_mode=exec")
+
+	for _, mode := range []string{"exec", "simple_protocol", "cache_describe"} {
+		if _, err := idempg.New(ctx, bouncerPool(t, withParam(t, pooled, "default_query_exec_mode", mode)), idempg.Config{}); err != nil {
+			t.Errorf("idempg.New behind PgBouncer in %s mode = %v; want it to start", mode, err)
+		}
 	}
 	if _, err := idempg.New(ctx, bouncerPool(t, direct), idempg.Config{}); err != nil {
 		t.Errorf("idempg.New on the server directly, default mode = %v; want it to start", err)

@@ -29,8 +29,8 @@ import (
 //
 // A busy pooler may hand the second client another server session, so step 2 is
 // tried a few times; what it reports is always true, but a transaction pooler under
-// load can go unnoticed (and the statement cache then fails at its first reused
-// statement with "prepared statement … does not exist", not silently).
+// load can go unnoticed. Only pools in a mode the pooler breaks are probed
+// (unpooledMode): with the advised exec mode, New sends nothing extra.
 
 // poolerProbes is how many times step 2 compares the two connections' sessions.
 const poolerProbes = 3
@@ -72,28 +72,48 @@ func transactionPooled(ctx context.Context, c *pgx.Conn) (bool, error) {
 	return false, nil
 }
 
-// cachesStatements reports whether cfg runs statements as named prepared
-// statements, which a transaction pooler loses between transactions.
-func cachesStatements(cfg *pgx.ConnConfig) bool {
-	return cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cfg.StatementCacheCapacity > 0
+// unpooledMode returns the name of cfg's query exec mode if it relies on a
+// statement outliving its round trip, which a transaction pooler breaks, and "" if
+// not. cache_statement (pgx's default) keeps named prepared statements, which the
+// next transaction's server session does not have ("prepared statement stmtcache_…
+// already exists" or "does not exist"). describe_exec sends the unnamed statement's
+// Parse and its Bind in two round trips, which the pooler may give to two server
+// sessions: the Bind then runs another client's unnamed statement ("bind message
+// supplies 5 parameters, but prepared statement "" requires 2"), or none.
+// exec, simple_protocol and cache_describe send each statement in one round trip.
+func unpooledMode(cfg *pgx.ConnConfig) string {
+	switch cfg.DefaultQueryExecMode {
+	case pgx.QueryExecModeCacheStatement:
+		return "cache_statement"
+	case pgx.QueryExecModeDescribeExec:
+		return "describe_exec"
+	}
+	return ""
 }
 
-// statementCacheError is what a component on a pool (or database/sql handle)
-// whose statement cache a transaction pooler would break refuses to start with.
-func statementCacheError(field string) error {
+// statementCacheError is what a component on a pool (or database/sql handle) whose
+// query exec mode a transaction pooler would break refuses to start with.
+func statementCacheError(field, mode string) error {
+	why := "pgx's statement cache (default_query_exec_mode=cache_statement, the default) keeps named prepared statements that the pooler loses between transactions"
+	if mode != "cache_statement" {
+		why = "default_query_exec_mode=" + mode + " sends a statement's Parse and Bind in two round trips, which the pooler may give to two server sessions"
+	}
 	return &idem.InputError{Field: field,
-		Reason: "reaches PostgreSQL through a pooler in transaction mode (such as PgBouncer pool_mode = transaction), " +
-			"and pgx's statement cache (default_query_exec_mode=cache_statement, the default) keeps named prepared statements that the pooler loses between transactions",
+		Reason: "reaches PostgreSQL through a pooler in transaction mode (such as PgBouncer pool_mode = transaction), and " + why,
 		Fix: "add default_query_exec_mode=exec (or simple_protocol) to the connection string, " +
 			"or set ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec; or connect to the server directly"}
 }
 
-// checkPool refuses a pool whose statement cache runs behind a transaction pooler.
-// A pool that does not cache statements is not probed. probed is false when the
+// checkPool refuses a pool whose query exec mode a transaction pooler in front of
+// it would break (unpooledMode). A pool in another mode is not probed. probed is false when the
 // check could not run (no connection): the component's first statement then
 // reports the failure, and the check may be tried again.
 func checkPool(ctx context.Context, pool *pgxpool.Pool, field string) (refusal error, probed bool) {
-	if pool == nil || !cachesStatements(pool.Config().ConnConfig) {
+	if pool == nil {
+		return nil, true
+	}
+	mode := unpooledMode(pool.Config().ConnConfig)
+	if mode == "" {
 		return nil, true
 	}
 	c, err := pool.Acquire(ctx)
@@ -103,7 +123,7 @@ func checkPool(ctx context.Context, pool *pgxpool.Pool, field string) (refusal e
 	defer c.Release()
 	pooled, err := transactionPooled(ctx, c.Conn())
 	if pooled {
-		return statementCacheError(field), true
+		return statementCacheError(field, mode), true
 	}
 	return nil, err == nil
 }
@@ -117,14 +137,17 @@ func checkSQLDB(ctx context.Context, db *sql.DB, field string) error {
 	}
 	defer c.Close()
 	var pooled bool
+	var mode string
 	_ = c.Raw(func(dc any) error {
-		if sc, ok := dc.(*stdlib.Conn); ok && cachesStatements(sc.Conn().Config()) {
-			pooled, _ = transactionPooled(ctx, sc.Conn())
+		if sc, ok := dc.(*stdlib.Conn); ok {
+			if mode = unpooledMode(sc.Conn().Config()); mode != "" {
+				pooled, _ = transactionPooled(ctx, sc.Conn())
+			}
 		}
 		return nil
 	})
 	if pooled {
-		return statementCacheError(field)
+		return statementCacheError(field, mode)
 	}
 	return nil
 }

@@ -13,9 +13,10 @@ import (
 // (inbox, outbox, idemseq) begin, commit and query pgx transactions.
 //
 // Behind a pooler in transaction mode (PgBouncer pool_mode = transaction) the pool
-// must not cache statements: the first transaction of the TxDB checks, and fails
-// with an *idem.InputError naming default_query_exec_mode=exec if it would (see
-// pooler.go), so the components refuse at New.
+// must not cache statements (pgx's default) nor run in describe_exec mode: the
+// first transaction of the TxDB checks, and fails with an *idem.InputError naming
+// default_query_exec_mode=exec if it would (see pooler.go), so the components
+// refuse at New.
 func TxDB(pool *pgxpool.Pool) idemsql.TxDB[pgx.Tx] {
 	chk := &poolCheck{pool: pool}
 	return idemsql.TxDB[pgx.Tx]{
