@@ -241,6 +241,9 @@ func TestPgBouncerOutboxRelay(t *testing.T) {
 	if n, err := r.RunOnce(ctx); err != nil || n != 0 {
 		t.Errorf("RunOnce after all were published = %d, %v; want 0, nil", n, err)
 	}
+	// The listening goroutine says it polls; on a loaded machine it may say so
+	// after the messages went out, so wait for it (bounded by ctx) before stopping.
+	waitForLog(ctx, &logs, "polling only")
 	stop()
 	<-done
 	if d := sink.doubled(); d != 0 {
@@ -251,6 +254,13 @@ func TestPgBouncerOutboxRelay(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "polling only") || !strings.Contains(logs.String(), "direct connection") {
 		t.Errorf("relay log does not say it polls only:\n%s", logs.String())
+	}
+}
+
+// waitForLog returns once logs contain want, or ctx ends.
+func waitForLog(ctx context.Context, logs *testsvc.Buffer, want string) {
+	for !strings.Contains(logs.String(), want) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -376,6 +386,7 @@ func TestPgBouncerQueueInbox(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	waitForLog(ctx, &logs, "polling only") // as in TestPgBouncerOutboxRelay
 	stop()
 	consumers.Wait()
 	if err := pool.QueryRow(context.Background(), "SELECT count(*), count(DISTINCT msg_id) FROM effects").Scan(&applied, &distinct); err != nil {

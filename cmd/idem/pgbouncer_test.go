@@ -56,6 +56,11 @@ func TestRelayAndServeBehindPgBouncer(t *testing.T) {
 	}
 	checkIDs(t, streamMessages(t, js, stream, 3), "p1", "p2", "p3")
 	r.checkHTTP(t, 3)
+	// The relay says so from its listening goroutine, maybe after publishing on a
+	// loaded machine: wait for the line (bounded).
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(r.stderr.String(), "polling only") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if out := r.stderr.String(); !strings.Contains(out, "polling only") || !strings.Contains(out, "direct connection") {
 		t.Errorf("relay output does not say it polls only:\n%s", out)
 	}
