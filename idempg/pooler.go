@@ -105,9 +105,9 @@ func statementCacheError(field, mode string) error {
 }
 
 // checkPool refuses a pool whose query exec mode a transaction pooler in front of
-// it would break (unpooledMode). A pool in another mode is not probed. probed is false when the
-// check could not run (no connection): the component's first statement then
-// reports the failure, and the check may be tried again.
+// it would break (unpooledMode). A pool in another mode is not probed. probed is
+// false when the check could not run (no connection): the component's first
+// statement then reports the failure, and the check may be tried again.
 func checkPool(ctx context.Context, pool *pgxpool.Pool, field string) (refusal error, probed bool) {
 	if pool == nil {
 		return nil, true
@@ -121,11 +121,13 @@ func checkPool(ctx context.Context, pool *pgxpool.Pool, field string) (refusal e
 		return nil, false
 	}
 	defer c.Release()
-	pooled, err := transactionPooled(ctx, c.Conn())
-	if pooled {
+	// A probe that fails half-way (its second connection refused, say) is not
+	// repeated at every transaction: the statement cache then fails at its first
+	// clash, loudly.
+	if pooled, _ := transactionPooled(ctx, c.Conn()); pooled {
 		return statementCacheError(field, mode), true
 	}
-	return nil, err == nil
+	return nil, true
 }
 
 // checkSQLDB is checkPool for a database/sql handle on pgx's stdlib driver; a
