@@ -39,6 +39,7 @@ type Notifier struct {
 	pool    *pgxpool.Pool
 	channel string
 	invalid error // a bad argument of NewNotifier, returned by every Wait
+	refused error // set under mu once the pool is found behind a transaction pooler
 	check   time.Duration
 
 	closed context.Context // done once Close is called
@@ -48,6 +49,15 @@ type Notifier struct {
 	conn *pgx.Conn  // nil until the first Wait, and after a connection error
 }
 
+// notifyPoolerError is what Listen and Wait return on a pool that reaches
+// PostgreSQL through a pooler in transaction mode. It is not retryable: a relay or
+// queue Source given such a Notifier logs it at start and polls.
+var notifyPoolerError = &idem.InputError{Field: "idempg.NewNotifier pool",
+	Reason: "reaches PostgreSQL through a pooler in transaction mode (such as PgBouncer pool_mode = transaction), " +
+		"where LISTEN does not outlast its transaction and notifications never arrive",
+	Fix: "give NewNotifier a pool on a direct connection to the server (the same database, not through the pooler); " +
+		"without one, leave the Notifier out and the relay or Source polls"}
+
 // channelRE is what a channel name may be: a lowercase identifier.
 var channelRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
@@ -56,6 +66,14 @@ var channelRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 // be a lowercase identifier (a-z, 0-9, _) of at most 63 bytes, so that NOTIFY channel
 // and pg_notify('channel', …) both reach it; otherwise every Wait returns an
 // *idem.InputError.
+//
+// The pool must reach the server directly or through a pooler in session mode: on
+// one in transaction mode (PgBouncer's pool_mode = transaction) LISTEN does not
+// outlast its transaction, and the first Listen or Wait returns an
+// *idem.InputError that says so (a relay or queue Source then logs it and polls).
+// The pool may differ from the one the outbox or queue uses, as long as it reaches
+// the same database: a small pool on a direct DSN for notifications beside a pooled
+// one for the work.
 func NewNotifier(pool *pgxpool.Pool, channel string) *Notifier {
 	if channel == "" {
 		channel = DefaultChannel
@@ -161,6 +179,9 @@ func (n *Notifier) listen(ctx context.Context) error {
 	if n.isClosed() {
 		return idem.ErrClosed
 	}
+	if n.refused != nil {
+		return n.refused
+	}
 	if n.conn != nil {
 		return nil
 	}
@@ -169,6 +190,17 @@ func (n *Notifier) listen(ctx context.Context) error {
 		return n.fail(ctx, err)
 	}
 	conn := pc.Hijack()
+	// LISTEN through a transaction pooler is accepted and then lost with the server
+	// session the pooler lends to the next client: refuse rather than wait for
+	// notifications that cannot come.
+	if pooled, err := transactionPooled(ctx, conn); pooled || err != nil {
+		closeConn(conn)
+		if pooled {
+			n.refused = notifyPoolerError
+			return n.refused
+		}
+		return n.fail(ctx, err)
+	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{n.channel}.Sanitize()); err != nil {
 		closeConn(conn) // not listening: never keep it
 		return n.fail(ctx, err)

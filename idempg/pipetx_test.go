@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -114,6 +115,9 @@ func TestBeginPipelinedSendsBeginWithFirstStatement(t *testing.T) {
 		}))
 		return out[0]
 	}
+	// A TxDB's first use checks once whether a transaction pooler sits in front of
+	// a pool that caches statements (pooler.go): not part of the transaction.
+	check(t, db.Read(ctx, func(idemsql.Querier) error { return nil }))
 	tr.take()
 	if o := apply(); o != idem.Acquired {
 		t.Fatalf("first record of %v: %v, want Acquired", c.Key, o)

@@ -26,9 +26,15 @@ var (
 
 // NewSQL returns an SQLStore on db, migrating as New does. Size db with
 // SetMaxOpenConns: database/sql opens a connection per concurrent call by default.
+// Behind a pooler in transaction mode, a handle on pgx's stdlib driver that caches
+// statements (the default) or runs in describe_exec mode is refused as New refuses
+// such a pool.
 func NewSQL(ctx context.Context, db *sql.DB, cfg Config) (*SQLStore, error) {
 	if db == nil {
 		return nil, &idem.InputError{Field: "db", Reason: "is nil", Fix: `pass a handle from sql.Open("pgx", url)`}
+	}
+	if err := checkSQLDB(ctx, db, "idempg.NewSQL db"); err != nil {
+		return nil, err
 	}
 	c, err := newCore(ctx, cfg, sqlConn{db}, sqlTxConn, idemsql.SQLDBFor(Driver(), db))
 	if err != nil {

@@ -29,10 +29,16 @@ var (
 // New returns a Store on pool. Unless cfg.SkipMigrate is set it first creates or
 // upgrades the table, serialized with other processes doing the same; a failure
 // there is an *idem.BackendError with Op "migrate". A bad cfg is an *idem.InputError
-// naming the field.
+// naming the field, as is a pool that caches statements (pgx's default) or runs in
+// describe_exec mode behind a pooler in transaction mode such as PgBouncer's: set
+// default_query_exec_mode=exec in its connection string there (docs/operating.md,
+// "Behind PgBouncer").
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, &idem.InputError{Field: "pool", Reason: "is nil", Fix: "pass a pool from pgxpool.New"}
+	}
+	if err, _ := checkPool(ctx, pool, "idempg.New pool"); err != nil {
+		return nil, err
 	}
 	c, err := newCore(ctx, cfg, pgxConn{pool}, pgxTxConn, TxDB(pool))
 	if err != nil {

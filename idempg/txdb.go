@@ -11,17 +11,39 @@ import (
 
 // TxDB returns the idemsql.TxDB of a pgx pool: how idem's transactional components
 // (inbox, outbox, idemseq) begin, commit and query pgx transactions.
+//
+// Behind a pooler in transaction mode (PgBouncer pool_mode = transaction) the pool
+// must not cache statements (pgx's default) nor run in describe_exec mode: the
+// first transaction of the TxDB checks, and fails with an *idem.InputError naming
+// default_query_exec_mode=exec if it would (see pooler.go), so the components
+// refuse at New.
 func TxDB(pool *pgxpool.Pool) idemsql.TxDB[pgx.Tx] {
+	chk := &poolCheck{pool: pool}
 	return idemsql.TxDB[pgx.Tx]{
-		Driver:   Driver(),
-		Begin:    func(ctx context.Context) (pgx.Tx, error) { return pool.Begin(ctx) },
+		Driver: Driver(),
+		Begin: func(ctx context.Context) (pgx.Tx, error) {
+			if err := chk.check(ctx); err != nil {
+				return nil, err
+			}
+			return pool.Begin(ctx)
+		},
 		Commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 		Rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
 		Querier:  Querier,
-		Read:     func(_ context.Context, fn func(idemsql.Querier) error) error { return fn(pgxQuerier{pool}) },
+		Read: func(ctx context.Context, fn func(idemsql.Querier) error) error {
+			if err := chk.check(ctx); err != nil {
+				return err
+			}
+			return fn(pgxQuerier{pool})
+		},
 		// BEGIN rides with the first statement: see pipeTx.
-		BeginPipelined: func(ctx context.Context) (pgx.Tx, error) { return beginPipelined(ctx, pool) },
-		Handle:         pool,
+		BeginPipelined: func(ctx context.Context) (pgx.Tx, error) {
+			if err := chk.check(ctx); err != nil {
+				return nil, err
+			}
+			return beginPipelined(ctx, pool)
+		},
+		Handle: pool,
 	}
 }
 

@@ -142,4 +142,15 @@ else
   log "ERROR: could not install chromium (the browser test needs /usr/bin/chromium)"
   status=1
 fi
+
+# PgBouncer for the transaction-pooling tests (testsvc.PgBouncer starts a private one
+# per test on a free port; it is not run as a service here).
+if [ -x /usr/sbin/pgbouncer ]; then
+  log "pgbouncer present"
+elif need /usr/sbin/pgbouncer pgbouncer && [ -x /usr/sbin/pgbouncer ]; then
+  log "pgbouncer installed"
+else
+  log "ERROR: could not install pgbouncer (the PgBouncer tests need /usr/sbin/pgbouncer)"
+  status=1
+fi
 exit $status

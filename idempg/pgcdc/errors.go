@@ -28,3 +28,10 @@ func (e *SetupError) Error() string {
 }
 
 func (e *SetupError) Unwrap() error { return e.Err }
+
+// errPooler is the refusal of a URL that reaches PostgreSQL through a connection
+// pooler such as PgBouncer.
+var errPooler = &SetupError{Check: "pooler",
+	Got: "the URL reaches PostgreSQL through a connection pooler (such as PgBouncer): the server process differs from the one the connection was given, " +
+		"and a pooler carries neither the replication protocol nor the slot's session advisory lock",
+	Fix: "connect the CDC relay to the server directly, not through the pooler (the outbox writers may stay behind it)"}

@@ -27,6 +27,16 @@ type slotInfo struct {
 // (checkPublication, ensureSlot): a standby would find the slot read by the active
 // relay, and two relays creating them at once would race.
 func (r *Relay) check(ctx context.Context, conn *pgx.Conn) error {
+	// A pooler (PgBouncer in any mode, and poolers like it) answers the startup with
+	// a process ID of its own; it cannot carry the replication protocol, and in
+	// transaction mode the slot's session advisory lock would not hold.
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		return err
+	}
+	if pid != conn.PgConn().PID() {
+		return errPooler
+	}
 	var level string
 	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
 		return err

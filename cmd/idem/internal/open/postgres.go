@@ -63,6 +63,11 @@ func openPostgresRelay(ctx context.Context, db DBSpec, sink idem.Sink, cfg outbo
 		// Listen before the first round: every commit after it wakes the relay, and
 		// every commit before it is seen by that round.
 		err = n.Listen(ctx)
+		if err != nil && !idem.IsRetryable(err) && ctx.Err() == nil {
+			// Behind a pooler in transaction mode LISTEN cannot work: the relay
+			// logs that at start and polls (correct, slower).
+			err = nil
+		}
 	}
 	if err != nil {
 		rd.Close()
