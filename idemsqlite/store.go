@@ -30,6 +30,7 @@ type Store struct {
 	db    *sql.DB
 	ownDB bool // Open made db, so Close closes it
 	cfg   Config
+	path  string // the database file, for errors that name its volume; "" if unknown
 	m     *metrics.Store
 	tr    otelx.StoreTracer
 
@@ -147,6 +148,9 @@ func newStore(ctx context.Context, db *sql.DB, cfg Config, ownDB bool) (*Store, 
 		return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
 	}
 	s.floor.Store(uint64(last))
+	// The main database's file, for an error that says which volume is full. An
+	// empty name (a temporary database) leaves the error without it.
+	_ = db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&s.path)
 	if s.st, err = prepare(ctx, db); err != nil {
 		return nil, &idem.BackendError{Backend: backend, Op: "open", Err: err}
 	}
@@ -223,7 +227,8 @@ func (s *Store) raiseFloor(t uint64) {
 	}
 }
 
-func backendErr(ctx context.Context, op string, err error) error {
+func (s *Store) backendErr(ctx context.Context, op string, err error) error {
+	err = explain(err, s.path)
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}

@@ -43,7 +43,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, c idem.Claim) (idem.Res
 	}
 	res, err := s.claimRecord(ctx, txRunner{s, tx}, c, s.nowNs())
 	if err != nil {
-		return idem.Result{}, backendErr(ctx, "claim", err)
+		return idem.Result{}, s.backendErr(ctx, "claim", err)
 	}
 	return res, nil
 }
@@ -54,7 +54,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, k idem.Key, token ui
 		if err := s.checkTx(ctx, tx); err != nil {
 			return err
 		}
-		return answer(ctx, "complete", completeRecordIn(ctx, txRunner{s, tx}, k, token, result, s.nowNs()))
+		return s.answer(ctx, "complete", completeRecordIn(ctx, txRunner{s, tx}, k, token, result, s.nowNs()))
 	})
 }
 
@@ -64,7 +64,7 @@ func (s *Store) ReleaseTx(ctx context.Context, tx *sql.Tx, k idem.Key, token uin
 		if err := s.checkTx(ctx, tx); err != nil {
 			return err
 		}
-		return answer(ctx, "release", releaseRecordIn(ctx, txRunner{s, tx}, k, token, s.nowNs()))
+		return s.answer(ctx, "release", releaseRecordIn(ctx, txRunner{s, tx}, k, token, s.nowNs()))
 	})
 }
 
@@ -84,9 +84,9 @@ func (s *Store) checkTx(ctx context.Context, tx *sql.Tx) error {
 }
 
 // answer passes the outcomes that are errors through and wraps database failures.
-func answer(ctx context.Context, op string, err error) error {
+func (s *Store) answer(ctx context.Context, op string, err error) error {
 	if err == nil || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrCompleted) {
 		return err
 	}
-	return backendErr(ctx, op, err)
+	return s.backendErr(ctx, op, err)
 }

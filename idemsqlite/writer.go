@@ -223,7 +223,7 @@ func (w *writer) commit(batch []*op) {
 			w.failAll(live, err)
 			return
 		}
-		live[failed].done <- reply{err: &idem.BackendError{Backend: backend, Op: live[failed].kind.name(), Err: err}}
+		live[failed].done <- reply{err: &idem.BackendError{Backend: backend, Op: live[failed].kind.name(), Err: explain(err, w.s.path)}}
 		live = slices.Delete(live, failed, failed+1)
 		replies = replies[:len(live)]
 		if len(live) == 0 {
@@ -289,7 +289,7 @@ func (w *writer) failAll(ops []*op, err error) {
 		if !o.state.CompareAndSwap(queued, taken) && o.state.Load() != taken {
 			continue
 		}
-		o.done <- reply{err: &idem.BackendError{Backend: backend, Op: o.kind.name(), Err: err}}
+		o.done <- reply{err: &idem.BackendError{Backend: backend, Op: o.kind.name(), Err: explain(err, w.s.path)}}
 	}
 }
 
