@@ -1,0 +1,187 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/idemhq/idem/outbox"
+)
+
+// countSink counts the publications of each message id.
+type countSink struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (s *countSink) Publish(_ context.Context, msgs ...idem.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range msgs {
+		s.n[m.ID]++
+	}
+	return nil
+}
+
+func (s *countSink) count(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[id]
+}
+
+func (s *countSink) total() (published, doubled int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.n {
+		published += n
+		doubled += n - 1
+	}
+	return published, doubled
+}
+
+// roundFailures reads idem_relay_round_failures_total from reg.
+func roundFailures(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "idem_relay_round_failures_total" {
+			sum := 0.0
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
+		}
+	}
+	return 0
+}
+
+// TestFullDisk runs orders (an order row and its outbox message in one
+// transaction) and a relay against a database whose disk fills, on SQLite (the
+// file on a small tmpfs) and on PostgreSQL (the tables in a tablespace on one),
+// until the disk refuses the orders. Checked: an order whose transaction failed
+// is neither stored nor published; every order that committed is published, none
+// lost; the relay neither exits nor spins (its failed rounds back off); and once
+// space returns, the same outbox takes orders and the relay catches up, without a
+// restart.
+func TestFullDisk(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		disk := testsvc.NewSmallDisk(t, 2<<20)
+		db, err := sql.Open("sqlite", idemsqlite.DSN(filepath.Join(disk.Dir, "outbox.db"), idemsqlite.Config{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		fullDiskOutbox(t, newEnv(t, "sqlite", db), disk)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		disk := testsvc.NewSmallDisk(t, 2<<20)
+		db, err := sql.Open("pgx", testsvc.PostgresOnSmallDisk(t, disk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		fullDiskOutbox(t, newEnv(t, "postgres", db), disk)
+	})
+}
+
+func fullDiskOutbox(t *testing.T, e env, disk *testsvc.SmallDisk) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sink := &countSink{n: map[string]int{}}
+	reg := prometheus.NewRegistry()
+	r, err := e.ob.Relay(sink, outbox.RelayConfig{BatchSize: 20, PollInterval: 50 * time.Millisecond, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-ran; err != context.Canceled {
+			t.Errorf("relay Run = %v, want context.Canceled", err)
+		}
+	}()
+
+	disk.FillLeaving(t, 256<<10)
+	var acked, refused []string
+	for i, inARow := 0, 0; inARow < 10; i++ {
+		if i == 100_000 {
+			t.Fatal("100,000 orders fitted on the small disk: it never filled")
+		}
+		id := fmt.Sprintf("o%06d", i)
+		err := placeOrder(ctx, e, id, fmt.Sprint("k", i%4), true)
+		if err == nil {
+			acked = append(acked, id)
+			inARow = 0
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "full") && !strings.Contains(msg, "No space left on device") {
+			t.Fatalf("order %s on a full disk: %v; want an error that says the disk is full", id, err)
+		}
+		if len(refused) == 0 {
+			t.Logf("%s: first refusal, after %d orders: %v", e.name, len(acked), err)
+		}
+		refused = append(refused, id)
+		inARow++
+	}
+	if len(acked) == 0 {
+		t.Fatal("no order committed before the disk filled: the ballast left no room")
+	}
+
+	// The relay is still failing: its rounds must back off (50 ms doubling), not
+	// spin. The bound holds on any machine: a slow one runs fewer rounds.
+	fullAt, failedBefore := time.Now(), roundFailures(t, reg)
+	testsvc.Eventually(t, time.Minute, "3 failed relay rounds on the full disk", func() bool {
+		return roundFailures(t, reg)-failedBefore >= 3
+	})
+	failed, elapsed := roundFailures(t, reg)-failedBefore, time.Since(fullAt)
+	if limit := 2 + float64(elapsed/(25*time.Millisecond)); failed > limit {
+		t.Fatalf("the relay failed %v rounds in %v on the full disk: it spins instead of backing off", failed, elapsed)
+	}
+	stall, stallErr := r.Stall(ctx)
+	pub, dup := sink.total()
+	t.Logf("%s: %d orders committed, %d refused; while full: %v failed rounds in %v, stall %v (err %v); %d publications so far, %d of them doubles",
+		e.name, len(acked), len(refused), failed, elapsed.Round(time.Millisecond), stall.Round(time.Millisecond), stallErr, pub, dup)
+
+	disk.Free(t) // space returns: the same outbox and relay, no restart
+	if err := placeOrder(ctx, e, "after", "k0", true); err != nil {
+		t.Fatalf("order after space returned: %v", err)
+	}
+	acked = append(acked, "after")
+	testsvc.Eventually(t, time.Minute, "every committed order published", func() bool {
+		for _, id := range acked {
+			if sink.count(id) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range refused {
+		if n := sink.count(id); n != 0 {
+			t.Fatalf("order %s was refused (its transaction failed) but was published %d times", id, n)
+		}
+	}
+	var stored int
+	if err := e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM orders").Scan(&stored); err != nil || stored != len(acked) {
+		t.Fatalf("%d orders stored (err %v), want the %d committed", stored, err, len(acked))
+	}
+	pub, dup = sink.total()
+	t.Logf("%s: after recovery %d publications of %d orders: lost 0, doubled %d (the consumers' inbox drops them)", e.name, pub, len(acked), dup)
+}
