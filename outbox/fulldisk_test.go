@@ -150,11 +150,17 @@ func fullDiskOutbox(t *testing.T, e env, disk *testsvc.SmallDisk) {
 			t.Errorf("relay Run = %v, want context.Canceled", err)
 		}
 	}()
-	testsvc.Eventually(t, time.Minute, "3 failed relay rounds on the full disk, or every order published", func() bool {
-		return roundFailures(t, reg) >= 3 || allPublished(sink, acked)
+	testsvc.Eventually(t, time.Minute, "6 failed relay rounds on the full disk, or every order published and marked", func() bool {
+		if roundFailures(t, reg) >= 6 {
+			return true
+		}
+		stall, err := r.Stall(ctx)
+		return err == nil && stall == 0 && allPublished(sink, acked)
 	})
+	// Every failed round is followed by at least 50 ms of backoff: n failures take
+	// (n-1)*50 ms or more. A relay that spins fails its rounds back to back.
 	failed, elapsed := roundFailures(t, reg), time.Since(fullAt)
-	if limit := 2 + float64(elapsed/(25*time.Millisecond)); failed > limit {
+	if limit := 1 + float64(elapsed/(40*time.Millisecond)); failed > limit {
 		t.Fatalf("the relay failed %v rounds in %v on the full disk: it spins instead of backing off", failed, elapsed)
 	}
 	stall, stallErr := r.Stall(ctx)
