@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemhttp/gateway"
 	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -154,7 +156,8 @@ func checkStored(t *testing.T, s *idemsqlite.Store, acked map[idem.Key][]byte) {
 
 // TestFullDiskHTTP: the idemhttp middleware on a store whose disk is full answers
 // 503 with Retry-After and does not run the handler, and once space returns the
-// same key runs the handler once and is replayed after.
+// same key runs the handler once and is replayed after. idem serve's /healthz
+// check (gateway.StoreHealth) reports the store unhealthy while the disk is full.
 func TestFullDiskHTTP(t *testing.T) {
 	t.Parallel()
 	disk := testsvc.NewSmallDisk(t, 1<<20)
@@ -209,8 +212,16 @@ func TestFullDiskHTTP(t *testing.T) {
 	if refused == "" {
 		t.Fatal("the store never refused a claim on a full disk")
 	}
+	// idem serve's /healthz claims a key: it must say the store fails while full.
+	health := gateway.StoreHealth(s, slog.New(slog.DiscardHandler), func(err error) string { return err.Error() })
+	if ok, msg := health(ctx); ok || !strings.Contains(msg, "disk is full") {
+		t.Fatalf("/healthz on a full disk = %v %q, want unhealthy, saying the disk is full", ok, msg)
+	}
 
 	disk.Free(t)
+	if ok, msg := health(ctx); !ok {
+		t.Fatalf("/healthz after space returned = %v %q, want healthy", ok, msg)
+	}
 	before := runs.Load()
 	if resp := post(refused); resp.StatusCode != http.StatusCreated || runs.Load() != before+1 {
 		t.Fatalf("%s after space returned: %d, handler runs %d; want 201 and one run", refused, resp.StatusCode, runs.Load()-before)

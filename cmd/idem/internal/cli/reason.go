@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemsqlite"
 )
 
 // ReasonOf names what failed in words that are idem's, not the downstream's: a
@@ -47,6 +48,10 @@ func ReasonOf(err error) string {
 		return "no responders: no JetStream stream holds the subject"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.As(err, &ne) && ne.Timeout():
 		return "timed out"
+	case errors.Is(err, idemsqlite.ErrDiskFull), errors.Is(err, syscall.ENOSPC):
+		return "disk full: free space on the database's volume"
+	case errors.As(err, &pg) && pg.Code == "53100": // disk_full: a table or index could not grow
+		return "postgres error SQLSTATE 53100 (disk full: free space on the volume of the table's tablespace)"
 	case errors.As(err, &pg):
 		return "postgres error SQLSTATE " + pg.Code
 	case errors.As(err, &ke):
