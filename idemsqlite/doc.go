@@ -37,6 +37,12 @@
 // the context ends meanwhile, which costs at most one commit of waiting: a claim that
 // succeeded is never reported as failed, so no lease is orphaned by a timeout.
 //
+// A full disk (SQLITE_FULL) fails the group with an error matching ErrDiskFull that
+// names the volume to free: nothing of those calls was stored, the writer keeps
+// running, and the same Store takes writes again once there is room (see
+// docs/operating.md, "Full disk"). A business transaction on Store.DB() gets
+// SQLite's own error from its statements or its Commit.
+//
 // # Transactions
 //
 // To commit the key with the effect, run the business transaction on Store.DB() (or
