@@ -102,11 +102,13 @@ func TestFullDisk(t *testing.T) {
 }
 
 func fullDiskOutbox(t *testing.T, e env, disk *testsvc.SmallDisk) {
+	const batch, roundBatches = 20, 2
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sink := &countSink{n: map[string]int{}}
 	reg := prometheus.NewRegistry()
-	r, err := e.ob.Relay(sink, outbox.RelayConfig{BatchSize: 20, PollInterval: 50 * time.Millisecond, Registerer: reg})
+	r, err := e.ob.Relay(sink, outbox.RelayConfig{BatchSize: batch, RoundBatches: roundBatches,
+		PollInterval: 50 * time.Millisecond, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,6 +186,14 @@ func fullDiskOutbox(t *testing.T, e env, disk *testsvc.SmallDisk) {
 		t.Fatalf("%d orders stored (err %v), want the %d committed", stored, err, len(acked))
 	}
 	pub, dup = sink.total()
+	// A round that published and then could not mark publishes its messages again
+	// in a later round. After a failed round the relay reads one message a round
+	// (doubling as rounds commit again), so a series of failed rounds doubles one
+	// full round and then about one message each, not a full round each.
+	if failedAll := int(roundFailures(t, reg)); dup > batch*roundBatches+4*failedAll {
+		t.Fatalf("%d doubled publications over %d failed rounds: more than one round (%d messages) and a few per failed round after it",
+			dup, failedAll, batch*roundBatches)
+	}
 	t.Logf("%s: after recovery %d publications of %d orders: lost 0, doubled %d (the consumers' inbox drops them)", e.name, pub, len(acked), dup)
 }
 

@@ -148,6 +148,10 @@ type Relay[Tx any] struct {
 	// listening, recording the instance, and the messages' failed attempts.
 	rounds, listening, beats, failing *warn.Repeats
 	idleAt                            atomic.Int64 // Unix ms when Stall last found nothing waiting
+	// probe is the most messages a round of Run reads after a failed round: 1 after
+	// the failure, doubling with each round that commits, 0 (cfg.BatchSize) once it
+	// reaches BatchSize again. See batchSize.
+	probe atomic.Int64
 }
 
 // Relay returns a relay of o's messages to sink.
@@ -174,7 +178,11 @@ func (o *Outbox[Tx]) Relay(sink idem.Sink, cfg RelayConfig) (*Relay[Tx], error) 
 
 // Run relays until ctx ends and returns ctx's error. Failed rounds are retried with
 // backoff, 50 ms doubling up to 5 s (or PollInterval when longer); they never end
-// Run, and a series of them logs a few lines, not one each (package warn). When ctx
+// Run, and a series of them logs a few lines, not one each (package warn). After a
+// failed round, which may have published what it could not mark, rounds read one
+// message, then twice as many after each round that commits, up to BatchSize: a
+// database that keeps refusing (a full disk) costs one doubled message a round,
+// not a whole round of doubles. When ctx
 // ends, Run removes this relay's row from idem_outbox_relays: a relay stopped
 // cleanly is no longer listed.
 func (r *Relay[Tx]) Run(ctx context.Context) error {
@@ -204,12 +212,19 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 		if err != nil {
 			// Back off, whatever wakes the relay.
 			r.rounds.Fail(ctx, err)
+			r.probe.Store(1)
 			if !wait.Sleep(ctx, roundBackoff(r.rounds.Failing(), r.cfg.PollInterval)) {
 				return ctx.Err()
 			}
 			continue
 		}
 		r.rounds.OK(ctx)
+		if p := r.probe.Load(); p > 0 {
+			if p *= 2; p >= int64(r.cfg.BatchSize) {
+				p = 0
+			}
+			r.probe.Store(p)
+		}
 		if n > 0 {
 			idle = attentive
 			continue // more may be waiting, in partitions this round did not take
@@ -324,15 +339,15 @@ func (r *Relay[Tx]) round(ctx context.Context) (int, error) {
 func (r *Relay[Tx]) claimEach(ctx context.Context, q idemsql.Querier, parts []int32) ([]row, error) {
 	var rows []row
 	for _, p := range parts {
-		if len(rows) >= r.cfg.BatchSize {
+		if len(rows) >= r.batchSize() {
 			break
 		}
 		var more []row
 		var err error
 		if p == strayPart {
-			more, err = r.claimLimit(ctx, q, r.o.stmts.ClaimStrays, r.cfg.BatchSize-len(rows))
+			more, err = r.claimLimit(ctx, q, r.o.stmts.ClaimStrays, r.batchSize()-len(rows))
 		} else {
-			more, err = r.claimLimit(ctx, q, r.o.stmts.ClaimPart, r.cfg.BatchSize-len(rows), p)
+			more, err = r.claimLimit(ctx, q, r.o.stmts.ClaimPart, r.batchSize()-len(rows), p)
 		}
 		if err != nil {
 			return nil, err
@@ -361,7 +376,7 @@ func (r *Relay[Tx]) roundLocked(ctx context.Context, inTx func(context.Context, 
 		if err != nil || len(rows) == 0 {
 			return err
 		}
-		if claimAfter == nil || r.cfg.RoundBatches == 1 || len(rows) < r.cfg.BatchSize {
+		if claimAfter == nil || r.cfg.RoundBatches == 1 || len(rows) < r.cfg.BatchSize || r.probe.Load() > 0 {
 			n, err = r.publish(ctx, q, rows)
 			return err
 		}
@@ -420,6 +435,19 @@ func (r *Relay[Tx]) pipeline(ctx context.Context, q idemsql.Querier, rows []row,
 		rows = more
 	}
 	return n + len(acked), r.markPublished(ctx, q, acked)
+}
+
+// batchSize is the most messages a round reads: BatchSize, or fewer while Run
+// recovers from a failed round. A round that fails after publishing (it could not
+// mark its rows or commit: a full disk, a lost connection) publishes its messages
+// again in the next round; reading one message after a failure, and twice as many
+// after each round that commits, keeps those doubles to one message per failed
+// round while the failure lasts, not a whole round (BatchSize × RoundBatches) each.
+func (r *Relay[Tx]) batchSize() int {
+	if p := r.probe.Load(); p > 0 {
+		return int(p)
+	}
+	return r.cfg.BatchSize
 }
 
 func (r *Relay[Tx]) wrapErr(err error) error {

@@ -29,7 +29,7 @@ func (r *Relay[Tx]) lockPartitions(ctx context.Context, q idemsql.Querier) ([]in
 }
 
 func (r *Relay[Tx]) claim(ctx context.Context, q idemsql.Querier, query string, extra ...any) ([]row, error) {
-	return r.claimLimit(ctx, q, query, r.cfg.BatchSize, extra...)
+	return r.claimLimit(ctx, q, query, r.batchSize(), extra...)
 }
 
 // claimLimit is claim with a limit of its own. Each row is decoded on its own
