@@ -217,7 +217,8 @@ func TestSlotLossRecoveryKilledMidway(t *testing.T) {
 
 	counted := &flakySink{Sink: b.sink}
 	second := b.relay(t, counted, cfg)
-	kctx, kill := context.WithCancel(ctx)
+	kctx, kill := context.WithTimeout(ctx, 60*time.Second) // bounded: a relay that recovers nothing publishes nothing
+	defer kill()
 	var batches atomic.Int32
 	second.SetAfterPublish(func() {
 		if batches.Add(1) == 2 {
@@ -225,7 +226,7 @@ func TestSlotLossRecoveryKilledMidway(t *testing.T) {
 		}
 	})
 	if err := second.Run(kctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run = %v, want context.Canceled", err)
+		t.Fatalf("Run = %v, want context.Canceled: killed after the second batch of the gap", err)
 	}
 	if l := second.Health().SlotLoss; l == nil || !l.Finished.IsZero() || l.Recovered != 8 {
 		t.Fatalf("SlotLoss after the kill = %+v; want a recovery under way with one batch marked", l)
