@@ -165,7 +165,10 @@ const lockSQL = "SELECT pg_try_advisory_lock(hashtext('idem_cdc'), hashtext($1))
 
 // DropSlot drops the relay's slot (and so the WAL it retains). Messages committed
 // since its confirmed position are then never relayed: do it when retiring the
-// relay. It fails with a *SetupError wrapping ErrSlotTaken while a reader holds it.
+// relay. It records the slot retired (idem_cdc_slots), so that a relay started
+// later creates a new one, of a new source epoch, without taking it for a lost
+// slot to recover. It fails with a *SetupError wrapping ErrSlotTaken while a
+// reader holds it.
 func (r *Relay) DropSlot(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, r.url)
 	if err != nil {
