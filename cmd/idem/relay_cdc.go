@@ -21,6 +21,7 @@ import (
 // cdcOptions are the flags of idem relay --cdc.
 type cdcOptions struct {
 	on, dropSlot, messages, skipMark bool
+	refuseSlotLoss                   bool
 	slot, publication, src           string
 	walWarn                          int64
 }
@@ -33,6 +34,8 @@ func (c *cdcOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.src, "source", "", "with --cdc: the idem-source header of every message (default database/slot)")
 	fs.Int64Var(&c.walWarn, "wal-warn-bytes", 1<<30, "with --cdc: warn when the slot retains more WAL than this")
 	fs.BoolVar(&c.skipMark, "cdc-skip-mark", false, "with --cdc: do not mark the rows published (faster backlog; the audit, idem audit, then sees none of them, and they are never cleaned up)")
+	fs.BoolVar(&c.refuseSlotLoss, "cdc-refuse-slot-loss", false, "with --cdc: stop when the slot this relay had is lost (dropped, a failover, "+
+		"invalidated by max_slot_wal_keep_size) instead of re-creating it and publishing the outbox rows not marked published")
 	fs.BoolVar(&c.messages, "cdc-messages", false, "with --cdc: also publish WAL messages (pgcdc.EmitTx); refused while a role without INSERT on the outbox "+
 		"may execute pg_logical_emit_message, which PostgreSQL grants to PUBLIC")
 }
@@ -60,7 +63,7 @@ func (o *relayOptions) cdcConfig() (open.DBSpec, pgcdc.Config, error) {
 	}
 	cfg := pgcdc.Config{Slot: o.cdc.slot, Publication: o.cdc.publication, Source: o.cdc.src,
 		BatchSize: o.batch, RetainedWALWarn: o.cdc.walWarn, Messages: o.cdc.messages, MaxAttempts: o.maxAttempts,
-		SkipMarkPublished: o.cdc.skipMark}
+		SkipMarkPublished: o.cdc.skipMark, RefuseSlotLoss: o.cdc.refuseSlotLoss}
 	_, err = pgcdc.New(o.db, nopSink{}, cfg) // checks cfg, before the sink connects
 	return db, cfg, err
 }

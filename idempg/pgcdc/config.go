@@ -44,6 +44,17 @@ type Config struct {
 	// the outbox only to park, and the rows stay pending for SQL: no audit, and
 	// delete them on your schedule. EmitTx's messages have no row either way.
 	SkipMarkPublished bool
+	// RefuseSlotLoss stops the relay (Run and Setup return a *SetupError of check
+	// "slot") when the slot it had is lost: missing (dropped, or the server is a
+	// promoted standby, where PostgreSQL 15 has no slot) or invalidated by
+	// max_slot_wal_keep_size. By default the relay recovers instead: it creates
+	// the slot again with an exported snapshot, publishes the outbox rows that
+	// committed before it and were never marked published (in id order, under a
+	// new source epoch, "source@2"), then streams. WAL-only messages (EmitTx)
+	// committed in the gap cannot be recovered either way. Set it to decide by
+	// hand; SkipMarkPublished refuses too, as the relay cannot then tell which
+	// rows it published.
+	RefuseSlotLoss bool
 	// MaxAttempts is how many times in a row a message may fail to publish with an
 	// error of the broker before it is parked; it is parked only once a message
 	// after it has been published, so a broker that refuses everything (down,
@@ -54,7 +65,9 @@ type Config struct {
 	MaxAttempts int
 	// Source names this log in the idem-source header of every message, the
 	// producer whose watermark a consumer keeps (inbox.WithLSN). Default the
-	// database name and the slot, "db/slot".
+	// database name and the slot, "db/slot". After a slot was lost or retired the
+	// relay appends the slot's epoch ("db/slot@2"), so that consumers keep a fresh
+	// watermark for the new slot's positions. At most 240 bytes.
 	Source string
 	// BatchSize is how many messages one Publish call carries at most. Default 500.
 	BatchSize int
@@ -83,8 +96,9 @@ type Config struct {
 	// Registerer receives idem_cdc_published_total, idem_cdc_publish_duration_seconds,
 	// idem_cdc_commit_to_publish_seconds, idem_cdc_lag_bytes, idem_cdc_lag_seconds,
 	// idem_cdc_retained_wal_bytes, idem_cdc_active, idem_cdc_publish_failures_total,
-	// idem_cdc_parked_total, idem_cdc_marked_total and
-	// idem_cdc_messages_ignored_total.
+	// idem_cdc_parked_total, idem_cdc_marked_total,
+	// idem_cdc_messages_ignored_total, idem_cdc_slot_lost_total and
+	// idem_cdc_slot_recovered_total.
 	Registerer prometheus.Registerer
 	// Logger receives session failures, lock changes and WAL warnings. Default
 	// slog.Default().
@@ -118,8 +132,9 @@ func (c Config) withDefaults() (Config, error) {
 	case !tableName.MatchString(c.Table):
 		return c, &idem.InputError{Field: "Config.Table", Reason: fmt.Sprintf("%q is not the outbox table idem_outbox", c.Table),
 			Fix: "use idem_outbox, or schema.idem_outbox in lower case (e.g. public.idem_outbox)"}
-	case len(c.Source) > 255:
-		return c, &idem.InputError{Field: "Config.Source", Reason: fmt.Sprintf("is longer than 255 bytes (got %d)", len(c.Source)), Fix: "use a short name"}
+	case len(c.Source) > 240:
+		return c, &idem.InputError{Field: "Config.Source", Reason: fmt.Sprintf("is longer than 240 bytes (got %d); the relay appends a slot epoch and consumers keep at most 255", len(c.Source)),
+			Fix: "use a short name"}
 	case c.BatchSize < 1 || c.BatchSize > 10_000:
 		return c, &idem.InputError{Field: "Config.BatchSize", Reason: fmt.Sprintf("must be 1 to 10000 (got %d)", c.BatchSize), Fix: "leave it 0 for 500"}
 	case c.MaxAttempts < 1:

@@ -64,6 +64,57 @@
 // mark them published. The relay creates the publication (inserts only) and the
 // slot when missing; every setting it cannot work with is a *SetupError naming the
 // fix, returned by Run without retrying. Slot names are the cluster's: one slot per outbox database.
+// The relay also keeps its state in idem_cdc_slots in the outbox's schema (Slot loss).
+//
+// # Slot loss
+//
+// A PostgreSQL 15 logical slot lives on the primary only: a standby promoted by a
+// failover has none, an operator may drop it, and max_slot_wal_keep_size
+// invalidates a slot that retained too much WAL (wal_status 'lost'). A slot made
+// again starts at the server's current position, so whatever committed between
+// the old slot's confirmed position and the new slot's start would never be
+// streamed. The relay keeps a row per slot in idem_cdc_slots, beside the outbox
+// table (created when missing: the role needs CREATE on the schema, or the table
+// made for it), and calls it a loss when the slot it had is missing or
+// invalidated, or when a recovery did not finish. A first start is no loss, nor a
+// slot retired with DropSlot. On a loss, by default, it:
+//
+//   - logs an ERROR naming the slot, why, and the last confirmed position it
+//     recorded (at most CheckInterval old), counts idem_cdc_slot_lost_total, and
+//     sets Health.SlotLoss (Stalled reports it while the recovery runs);
+//   - creates the slot again with an exported snapshot and reads, in a
+//     transaction on that snapshot, the outbox rows neither marked published nor
+//     parked: exactly the rows committed before the new slot's start that no relay
+//     marked, which the slot will not stream;
+//   - publishes them in id order (not commit order), under a new source epoch
+//     (HeaderSource "db/slot@2", then @3 …) at positions {start − 1, id − first
+//     id + 1}, just before the new slot's, marks them, logs the gap (its LSN range,
+//     the rows recovered), counts idem_cdc_slot_recovered_total; then streams.
+//
+// What the consumers see: every row committed in the gap once, and nothing
+// marked published before the loss again. A new source gives a WithLSN consumer
+// a fresh watermark: the lost slot's positions say nothing about the new one's
+// (after an asynchronous failover the promoted server's log reuses positions the
+// old primary's relay had published). What cannot be recovered or told apart:
+//
+//   - WAL-only messages (EmitTx, Config.Messages) committed in the gap and not
+//     yet published are lost: they have no row. The ERROR says so.
+//   - Rows the broker acknowledged but the relay had not marked when the slot was
+//     lost (the instant between a batch's acknowledgement and its mark, or marks
+//     a failover lost with the old primary's unreplicated WAL) are published again
+//     under the new source: consumers deduplicating by ID (inbox keys, JetStream's
+//     Nats-Msg-Id window) drop them, a WithLSN consumer does not.
+//   - A relay that dies during the recovery resumes it with the first attempt's
+//     positions: a batch stored and not marked goes out again where it was, and a
+//     WithLSN consumer drops it.
+//
+// Config.RefuseSlotLoss (--cdc-refuse-slot-loss) stops instead, with a
+// *SetupError that says what to do, for operators who want to decide by hand.
+// It is off by default because the recovery loses nothing the outbox holds and
+// says what it cannot recover, while a refusal stops every publication until
+// someone acts. SkipMarkPublished refuses too: the relay then cannot tell which
+// rows it published. DropSlot retires a slot on purpose: the next start creates
+// one (of a new source epoch) without recovering anything.
 //
 // # What it costs
 //

@@ -26,6 +26,10 @@ type Health struct {
 	LastError error
 	// Parked is how many messages this relay parked since it started.
 	Parked int64
+	// SlotLoss is the last replication slot this relay found lost (missing, or
+	// invalidated) and re-created: nil when none was. While SlotLoss.Finished is
+	// zero the relay is publishing the outbox rows committed in the gap.
+	SlotLoss *SlotLoss
 }
 
 // Stalled says what is stuck at now, if anything: messages that waited for longer
@@ -42,6 +46,9 @@ func (h Health) Stalled(now time.Time, bound time.Duration) (what string, d time
 		if now.Sub(since) > bound {
 			return "messages wait and none was published", now.Sub(since)
 		}
+	}
+	if l := h.SlotLoss; l != nil && l.Finished.IsZero() && now.Sub(l.Detected) > bound {
+		return "the replication slot was lost and its gap is not recovered yet", now.Sub(l.Detected)
 	}
 	if !h.FailingSince.IsZero() && now.Sub(h.FailingSince) > bound {
 		return "the relay cannot stream the slot", now.Sub(h.FailingSince)

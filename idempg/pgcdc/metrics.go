@@ -19,6 +19,9 @@ type relayMetrics struct {
 	parked     prometheus.Counter
 	marked     prometheus.Counter
 	ignored    prometheus.Counter
+
+	slotLost      prometheus.Counter
+	slotRecovered prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
@@ -53,6 +56,10 @@ func newMetrics(reg prometheus.Registerer) (*relayMetrics, error) {
 		"(none with Config.SkipMarkPublished).")
 	m.ignored = counter("idem_cdc_messages_ignored_total",
 		"Logical decoding messages of the outbox's prefix the CDC relay did not publish because WAL messages are off (Config.Messages, --cdc-messages).")
+	m.slotLost = counter("idem_cdc_slot_lost_total",
+		"Replication slots the CDC relay had and found lost (missing, or invalidated by max_slot_wal_keep_size) and re-created, recovering the gap from the outbox table.")
+	m.slotRecovered = counter("idem_cdc_slot_recovered_total",
+		"Outbox rows committed while the relay's slot was lost (not marked published, not parked) that the relay published when it re-created the slot.")
 	h, _ := reg1(prometheus.NewHistogram(prometheus.HistogramOpts{Name: "idem_cdc_publish_duration_seconds",
 		Help: "Time of one batch's Publish call to the broker.", Buckets: prometheus.ExponentialBuckets(0.0005, 3, 10)})).(prometheus.Histogram)
 	m.publish = h

@@ -73,7 +73,29 @@ func (r *Relay) Setup(ctx context.Context) error {
 	if err := r.checkWriters(ctx, conn); err != nil {
 		return err
 	}
-	_, err = r.ensureSlot(ctx, conn)
+	schema, _, err := r.qualified(ctx, conn)
+	if err != nil {
+		return backendErr("setup", err)
+	}
+	loss, st, err := r.detectLoss(ctx, conn, schema)
+	if err != nil {
+		return err
+	}
+	if loss != nil {
+		// Creating the slot here would hide the loss: Run recovers it, under the lock.
+		if r.cfg.RefuseSlotLoss || r.cfg.SkipMarkPublished {
+			_, err := r.recoverSlot(ctx, &stream{r: r, ctl: conn, schema: schema}, "", loss)
+			return err
+		}
+		r.cfg.Logger.WarnContext(ctx, "cdc relay: replication slot lost; Run re-creates it and publishes the outbox rows committed meanwhile",
+			"slot", r.cfg.Slot, "why", loss.why, "gap_from", FormatLSN(st.confirmed))
+		return nil
+	}
+	slot, err := r.ensureSlot(ctx, conn)
+	if err != nil {
+		return err
+	}
+	_, err = r.recordSlot(ctx, conn, schema, st, slot.start())
 	return err
 }
 
@@ -167,6 +189,29 @@ func (r *Relay) open(ctx context.Context) (_ *stream, err error) {
 	if err := r.checkWriters(ctx, ctl); err != nil {
 		return nil, err
 	}
+	base := r.cfg.Source
+	if base == "" {
+		var db string
+		if err := ctl.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+			return nil, backendErr("connect", err)
+		}
+		base = db + "/" + r.cfg.Slot
+	}
+	if s.schema, s.table, err = r.qualified(ctx, ctl); err != nil {
+		return nil, backendErr("connect", err)
+	}
+	// A slot the relay had and lost is re-created here, and the outbox rows
+	// committed meanwhile published, before streaming (slotloss.go).
+	loss, st, err := r.detectLoss(ctx, ctl, s.schema)
+	if err != nil {
+		return nil, err
+	}
+	epoch := st.epoch
+	if loss != nil {
+		if epoch, err = r.recoverSlot(ctx, s, base, loss); err != nil {
+			return nil, err
+		}
+	}
 	slot, err := r.ensureSlot(ctx, ctl)
 	if err != nil {
 		return nil, err
@@ -176,16 +221,12 @@ func (r *Relay) open(ctx context.Context) (_ *stream, err error) {
 			return nil, err
 		}
 	}
-	if s.source = r.cfg.Source; s.source == "" {
-		var db string
-		if err := ctl.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
-			return nil, backendErr("connect", err)
+	if loss == nil {
+		if epoch, err = r.recordSlot(ctx, ctl, s.schema, st, slot.start()); err != nil {
+			return nil, err
 		}
-		s.source = db + "/" + r.cfg.Slot
 	}
-	if s.schema, s.table, err = r.qualified(ctx, ctl); err != nil {
-		return nil, backendErr("connect", err)
-	}
+	s.source, s.recorded = epochSource(base, epoch), st.confirmed
 	if err := ctl.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&s.version); err != nil {
 		return nil, backendErr("connect", err)
 	}

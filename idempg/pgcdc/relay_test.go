@@ -75,8 +75,14 @@ func (s *noDedup) Publish(ctx context.Context, msgs ...idem.Message) error {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	return setupOn(t, testsvc.LogicalPostgres(t))
+}
+
+// setupOn is setup on the database at url.
+func setupOn(t *testing.T, url string) *bundle {
+	t.Helper()
 	ctx := context.Background()
-	b := &bundle{url: testsvc.LogicalPostgres(t), slot: testsvc.UniqueName("slot_")}
+	b := &bundle{url: url, slot: testsvc.UniqueName("slot_")}
 	var err error
 	if b.pool, err = pgxpool.New(ctx, b.url); err != nil {
 		t.Fatal(err)

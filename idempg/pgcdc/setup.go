@@ -21,6 +21,15 @@ type slotInfo struct {
 	confirmed *string
 }
 
+// start is where the slot's stream starts: its confirmed position.
+func (s slotInfo) start() uint64 {
+	if s.confirmed == nil {
+		return 0
+	}
+	lsn, _ := parseLSN(*s.confirmed)
+	return lsn
+}
+
 // check verifies the server settings logical decoding needs (wal_level, the role's
 // replication privilege). Every failure is a *SetupError naming the fix. The
 // publication and the slot are checked, and created, by the lock's holder only
@@ -166,13 +175,38 @@ const lockSQL = "SELECT pg_try_advisory_lock(hashtext('idem_cdc'), hashtext($1))
 
 // DropSlot drops the relay's slot (and so the WAL it retains). Messages committed
 // since its confirmed position are then never relayed: do it when retiring the
-// relay. It fails with a *SetupError wrapping ErrSlotTaken while a reader holds it.
+// relay. It records the slot retired (idem_cdc_slots), so that a relay started
+// later creates a new one, of a new source epoch, without taking it for a lost
+// slot to recover. It fails with a *SetupError wrapping ErrSlotTaken while a
+// reader holds it.
 func (r *Relay) DropSlot(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, r.url)
 	if err != nil {
 		return backendErr("drop slot", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if err := r.dropSlot(ctx, conn); err != nil {
+		return err
+	}
+	// Retired, not lost: the next start creates a slot of a new source epoch
+	// without calling it a loss.
+	schema, _, err := r.qualified(ctx, conn)
+	if err != nil {
+		return backendErr("drop slot", err)
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", r.slotsName(schema)).Scan(&exists); err != nil || !exists {
+		return backendErr("drop slot", err)
+	}
+	_, err = conn.Exec(ctx, fmt.Sprintf("UPDATE %s SET retired = TRUE, recovering = FALSE, updated_at = $2 WHERE slot = $1", r.slotsName(schema)),
+		r.cfg.Slot, time.Now().UnixMilli())
+	return backendErr("drop slot", err)
+}
+
+// dropSlot drops the slot if it exists, waiting a little for a reader that just
+// stopped.
+func (r *Relay) dropSlot(ctx context.Context, conn *pgx.Conn) error {
+	var err error
 	// A relay that just stopped leaves its server process reading for a moment.
 	for i := 0; ; i++ {
 		_, err = conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", r.cfg.Slot)

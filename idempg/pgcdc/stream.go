@@ -46,6 +46,7 @@ type stream struct {
 	retryAt time.Time
 
 	confirmed  uint64 // the slot's confirmed position, as this session reported it
+	recorded   uint64 // the confirmed position last written to the state row
 	walEnd     uint64 // the server's latest position as it told us
 	lastStatus time.Time
 	nextCheck  time.Time
@@ -299,6 +300,10 @@ func (s *stream) checkSlot(ctx context.Context) error {
 		if err := s.r.checkEmitters(ctx, s.ctl, pgx.Identifier{s.schema, s.table}.Sanitize()); err != nil {
 			return backendErr("check", err)
 		}
+	}
+	// Where the gap of a slot lost from now on would start: once per check.
+	if err := s.recordConfirmed(ctx); err != nil {
+		return err
 	}
 	if m := s.r.m; m != nil {
 		m.retained.Set(float64(st.RetainedBytes))
