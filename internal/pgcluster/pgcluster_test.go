@@ -2,6 +2,8 @@ package pgcluster_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -32,5 +34,47 @@ func TestStart(t *testing.T) {
 	}
 	if _, err := pgx.Connect(ctx, c.URL); err == nil {
 		t.Error("server still answers after Stop")
+	}
+}
+
+// TestKillRestart proves Kill leaves no process of the server behind (the port is
+// free) and Restart recovers the committed rows from the WAL on the same port.
+func TestKillRestart(t *testing.T) {
+	ctx := context.Background()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	conn, err := pgx.Connect(ctx, c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE t (n int); INSERT INTO t SELECT generate_series(1, 1000)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// The held connection's backend died with the postmaster.
+	if _, err := conn.Exec(ctx, "SELECT 1"); err == nil {
+		t.Error("a connection of the killed server still answers")
+	}
+	if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", c.Port)); err != nil {
+		t.Errorf("the port is still held after Kill: %v", err)
+	} else {
+		l.Close()
+	}
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err = pgx.Connect(ctx, c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 1000 {
+		t.Errorf("after Restart: %d rows, %v; want 1000", n, err)
 	}
 }
