@@ -16,12 +16,7 @@ import (
 // TestKillRestart proves a private server starts, loses no committed row to a
 // SIGKILL, frees its port, and comes back on the same port.
 func TestKillRestart(t *testing.T) {
-	if err := mariadbproc.Available(); err != nil {
-		if testsvc.Required() {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	testsvc.MariaDBServerBinaries(t)
 	ctx := context.Background()
 	s, err := mariadbproc.Start(ctx, mariadbproc.Options{})
 	if err != nil {

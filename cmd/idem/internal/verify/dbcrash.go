@@ -263,7 +263,7 @@ func (c *crashes) summary(r *run, ctx context.Context) *DBCrashStats {
 	s := c.stats
 	s.Outages = append([]Outage(nil), c.stats.Outages...)
 	if s.Error == "" && s.Kills < s.Asked {
-		s.Error = fmt.Sprintf("%d of %d kills: the run ended before %d orders were acknowledged", s.Kills, s.Asked, r.f.Orders*(s.Kills+1)/(s.Asked+1))
+		s.Error = fmt.Sprintf("%d of %d kills happened: the next was due at %d orders acknowledged, the run ended at %d", s.Kills, s.Asked, r.f.Orders*(s.Kills+1)/(s.Asked+1), r.placed.Load())
 	}
 	return &s
 }
