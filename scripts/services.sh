@@ -153,4 +153,13 @@ else
   log "ERROR: could not install pgbouncer (the PgBouncer tests need /usr/sbin/pgbouncer)"
   status=1
 fi
+
+# A private MariaDB (mariadb-install-db + mariadbd in a temporary directory) for
+# `idem verify --db mysql:` and the database-crash tests (internal/mariadbproc).
+if need mariadb-install-db mariadb-server && { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; }; then
+  log "mariadb server binaries present"
+else
+  log "ERROR: could not install mariadb-server (the database-crash tests need mariadb-install-db and mariadbd)"
+  status=1
+fi
 exit $status

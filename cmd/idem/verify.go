@@ -29,6 +29,7 @@ type verifyOptions struct {
 	brokerLoss                    float64
 	repair                        bool
 	auditGrace                    time.Duration
+	dbCrash                       int
 }
 
 const verifySynopsis = `Runs a whole exactly-once flow under injected faults and checks, from the
@@ -78,6 +79,17 @@ answered UNAVAILABLE after the service ran, calls sent twice at once, calls held
 in the server past their deadline (refused DEADLINE_EXCEEDED), late retries
 refused FAILED_PRECONDITION; its row is "client → gRPC API".
 
+--db-crash N kills the database server with SIGKILL N times while the clients
+place orders (after ops*i/(N+1) orders were acknowledged) and restarts it at
+once on its data: the server replays its log, and the order service, relay,
+consumers, payments and audit must carry on without a restart of their own. It
+needs a server the run owns: --db postgres: (a private PostgreSQL) or --db
+mysql: (a private MariaDB), each started in a temporary directory. The report
+ends with a "database crash" section: the kills, how long each outage lasted
+(measured), the warnings the components logged and the orders acknowledged
+and applied after each restart; the run fails if a kill did not happen or the
+flow did not resume.
+
 The table has one row per boundary (below: what each checks, what each column
 counts, and the faults by the names the table gives them). Exit status 0 only
 if nothing was lost, no effect was doubled and no late request was applied. With --unsafe the same flow runs
@@ -116,7 +128,7 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.IntVar(&o.consumers, "consumers", 2, "concurrent consumer processes")
 	fs.Float64Var(&o.rate, "fault-rate", 0.25, "fraction of operations (requests, publishes, deliveries) hit by a fault, 0 to 1")
 	fs.Int64Var(&o.seed, "seed", 0, "seed for orders and faults (0: pick one and print it)")
-	fs.StringVar(&o.db, "db", cli.EnvOr("IDEM_DB", "sqlite:"), "database: sqlite: (temporary file), sqlite:PATH (new file), postgres://user@host/db (a fresh schema) or mysql://user@host:3306/db (a fresh database)  [$IDEM_DB]")
+	fs.StringVar(&o.db, "db", cli.EnvOr("IDEM_DB", "sqlite:"), "database: sqlite: (temporary file), sqlite:PATH (new file), postgres://user@host/db (a fresh schema), mysql://user@host:3306/db (a fresh database), postgres: (a private PostgreSQL in a temporary directory) or mysql: (a private MariaDB in a temporary directory)  [$IDEM_DB]")
 	fs.StringVar(&o.broker, "broker", cli.EnvOr("IDEM_BROKER", "nats:"), "broker: nats: (embedded), nats-cluster: (3 embedded nodes, killed and cut), nats://host:4222, kafka: (in-process kfake), kafka://host:9092, redis://host:6379 (Streams), amqp://user:pass@host:5672/, pubsub: (in-process pstest), pubsub://PROJECT, sqs: (in-process SQS FIFO) or db: (no broker: the database as the queue, package queue)  [$IDEM_BROKER]")
 	fs.BoolVar(&o.unsafe, "unsafe", false, "turn idem's protection off (plain at-least-once): the negative control, expected to fail")
 	fs.BoolVar(&o.asJSON, "json", false, "write the report as JSON instead of a table")
@@ -127,6 +139,7 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.Float64Var(&o.brokerLoss, "broker-loss", 0, "fraction of messages the broker acknowledges and then loses (broker_acked_lost), 0 to 1: found missing by the audit and, with --repair, republished")
 	fs.BoolVar(&o.repair, "repair", true, "let the run's audit republish the messages it finds missing (under their ids); --repair=false: the audit only reads, and a lost message stays lost")
 	fs.DurationVar(&o.auditGrace, "audit-grace", verify.DefaultAuditGrace, "the audit's grace: a message published longer ago and not applied is missing (and republished with --repair); above the consumers' lag, or messages merely behind are republished needlessly (the inbox drops the copies)")
+	fs.IntVar(&o.dbCrash, "db-crash", 0, "kill the database server (SIGKILL) this many times while the orders are placed, restarting it at once; needs --db postgres: or --db mysql: (a private server the run owns)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the flow (go tool pprof) to this file")
 	fs.BoolVar(&o.verbose, "v", false, "log the warnings of relays and consumers (many, under faults) to stderr")
 	return fs, o
@@ -156,11 +169,16 @@ func (o *verifyOptions) check() error {
 	case o.broker == "db:" && o.relay == "cdc":
 		return errors.New("--relay cdc with --broker db:: no relay runs when the database is the queue; leave --relay at outbox")
 	}
-	return nil
+	return o.checkDBCrash()
 }
 
 // verify opens the run's database and broker, runs the flow and writes the report.
 func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
+	crasher, stopDB, err := m.privateDB(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer stopDB()
 	if o.relay == "cdc" {
 		stop, err := m.verifyCDCDB(ctx, o)
 		if err != nil {
@@ -188,6 +206,9 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 		Orders: o.ops, Clients: o.clients, Consumers: o.consumers, FaultRate: o.rate, Seed: o.seed,
 		Unsafe: o.unsafe, Timeout: o.timeout, Logger: logger, API: o.api,
 		BrokerLoss: o.brokerLoss, Repair: o.repair, AuditGrace: o.auditGrace,
+	}
+	if o.dbCrash > 0 {
+		flow.DBCrash, flow.Crasher = o.dbCrash, crasher
 	}
 	if o.relay == "cdc" {
 		done, err := setupVerifyCDC(ctx, flow, o.db)

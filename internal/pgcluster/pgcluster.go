@@ -45,9 +45,10 @@ type Cluster struct {
 	URL  string
 	Port int
 
-	dir  string // the temporary directory; data in dir/data
-	bin  string
-	cred *syscall.Credential
+	dir    string // the temporary directory; data in dir/data
+	bin    string
+	cred   *syscall.Credential
+	killed bool // Kill ran and Restart has not
 }
 
 // Start initdb's a cluster into a new temporary directory and starts it.
@@ -138,13 +139,147 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop")
+	var out []byte
+	var err error
+	if !c.killed {
+		out, err = c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop")
+	}
 	if rerr := os.RemoveAll(c.dir); err == nil {
 		err = rerr
 	} else {
 		err = fmt.Errorf("pgcluster: pg_ctl stop: %w\n%s", err, out)
 	}
 	return err
+}
+
+// Kill crashes the server: SIGKILL to the postmaster and, in the same moment, to
+// every process it started (backends, checkpointer, WAL writer…), as a power cut or
+// the OOM killer would. Nothing is shut down cleanly; Restart then replays the WAL
+// (crash recovery). Kill returns once none of those processes runs any more, so
+// no orphan backend holds the port or the shared memory; it waits at most 30 s.
+func (c *Cluster) Kill() error {
+	if c.killed {
+		return errors.New("pgcluster: Kill: the server is already killed; Restart it first")
+	}
+	data := filepath.Join(c.dir, "data")
+	pid, err := postmasterPID(data)
+	if err != nil {
+		return err
+	}
+	procs := append([]int{pid}, childrenOf(pid)...)
+	for _, p := range procs {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	c.killed = true
+	// A backend forked in the moment between the listing and the kill dies of the
+	// postmaster's death on its own; list again until none is left.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		alive := 0
+		for _, p := range append(procs, childrenOf(pid)...) {
+			if running(p) {
+				alive++
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+		if alive == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pgcluster: Kill: %d process(es) of the server still run 30 s after SIGKILL", alive)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The lock files (of the data directory and of the Unix socket) name a dead
+	// process, or a zombie its parent has not reaped, which the server's check
+	// would take for a live one: the processes are gone, so the files are stale.
+	sock := filepath.Join(c.dir, ".s.PGSQL."+strconv.Itoa(c.Port))
+	for _, f := range []string{filepath.Join(data, "postmaster.pid"), sock + ".lock", sock} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("pgcluster: Kill: %w", err)
+		}
+	}
+	return nil
+}
+
+// Restart starts a killed server again on its data directory and port: the server
+// replays its WAL from the last checkpoint (crash recovery) before it accepts
+// connections, and Restart returns once it does (at most 2 minutes, or ctx).
+func (c *Cluster) Restart(ctx context.Context) error {
+	if !c.killed {
+		return errors.New("pgcluster: Restart: the server runs; Kill it first")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "110", "start")
+	if err != nil {
+		log, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
+		return fmt.Errorf("pgcluster: Restart: pg_ctl start: %w\n%s\n%s", err, out, tail(log, 4000))
+	}
+	c.killed = false
+	return nil
+}
+
+// postmasterPID reads the postmaster's pid from the first line of postmaster.pid.
+func postmasterPID(data string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("pgcluster: the server's pid: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pgcluster: postmaster.pid does not start with a pid: %q", line)
+	}
+	return pid, nil
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := procStat(p); ok && ppid == pid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// running reports whether process p exists and is not a zombie.
+func running(p int) bool {
+	_, state, ok := procStat(p)
+	return ok && state != 'Z' && state != 'X'
+}
+
+// procStat reads the parent pid and the state of process p from /proc/p/stat.
+func procStat(p int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// "pid (comm) S ppid …": comm may hold spaces and parentheses; the last ')' ends it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return ppid, f[0][0], err == nil
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
 }
 
 // Dir is the cluster's temporary directory (its data directory is Dir/data).

@@ -2,6 +2,10 @@ package pgcluster_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -32,5 +36,81 @@ func TestStart(t *testing.T) {
 	}
 	if _, err := pgx.Connect(ctx, c.URL); err == nil {
 		t.Error("server still answers after Stop")
+	}
+}
+
+// TestKillRestart proves Kill leaves no process of the server behind (the port is
+// free) and Restart recovers the committed rows from the WAL on the same port.
+func TestKillRestart(t *testing.T) {
+	ctx := context.Background()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	conn, err := pgx.Connect(ctx, c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE t (n int); INSERT INTO t SELECT generate_series(1, 1000)"); err != nil {
+		t.Fatal(err)
+	}
+	// A backend busy in a CPU-bound query notices the postmaster's death only at
+	// its next wait: Kill must kill it too, or it keeps the shared memory and the
+	// restart fails.
+	busy, err := pgx.Connect(ctx, c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var busyPID int
+	if err := busy.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&busyPID); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		_, _ = busy.Exec(context.Background(), "SELECT count(*) FROM generate_series(1, 10000000000)")
+	}()
+	<-started
+	for i := 0; ; i++ { // until the query runs, by the server's word
+		var state string
+		if err := conn.QueryRow(ctx, "SELECT state FROM pg_stat_activity WHERE pid = $1", busyPID).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state == "active" {
+			break
+		}
+		if i == 5000 {
+			t.Fatal("the busy query never started")
+		}
+	}
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", busyPID)); err == nil {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", busyPID)); !strings.Contains(string(b), ") Z ") {
+			t.Errorf("backend %d still runs after Kill: %s", busyPID, b)
+		}
+	}
+	// The held connection's backend died with the postmaster.
+	if _, err := conn.Exec(ctx, "SELECT 1"); err == nil {
+		t.Error("a connection of the killed server still answers")
+	}
+	if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", c.Port)); err != nil {
+		t.Errorf("the port is still held after Kill: %v", err)
+	} else {
+		l.Close()
+	}
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err = pgx.Connect(ctx, c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 1000 {
+		t.Errorf("after Restart: %d rows, %v; want 1000", n, err)
 	}
 }

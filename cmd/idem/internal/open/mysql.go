@@ -111,6 +111,10 @@ func openVerifyMySQL(ctx context.Context, raw string, keep bool) (*Database, err
 		admin.Close()
 		return nil, fmt.Errorf("--db %s: create the run's database: %w", desc, redact.Error(err))
 	}
+	// The admin handle idles until the drop: keep no connection open meanwhile,
+	// which a restart of the server (--db-crash) would leave dead for the driver
+	// to log about ("closing bad idle connection").
+	admin.SetMaxIdleConns(0)
 	drop := func() {
 		if !keep {
 			_, _ = admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name)

@@ -148,6 +148,12 @@ type Flow struct {
 	// DefaultAuditGrace; keep it above the consumers' lag, or messages merely
 	// behind are republished (needlessly: the inbox drops the copies by key).
 	AuditGrace time.Duration
+	// DBCrash is how many times the database server is killed (SIGKILL) and
+	// restarted through Crasher while the clients place orders: after
+	// Orders*i/(DBCrash+1) orders were acknowledged, for i = 1…DBCrash. 0: none.
+	DBCrash int
+	// Crasher kills and restarts the database server; required when DBCrash > 0.
+	Crasher DBCrasher
 }
 
 // Progress is the state of a running flow.
@@ -202,6 +208,7 @@ type run struct {
 	audit               *auditing // nil when it could not be set up (auditErr)
 	auditErr            error
 	queue               *queueRun // the database as the queue (--broker db:), or nil; then ob is nil
+	crashes             *crashes  // the database crashes (Flow.DBCrash), or nil
 }
 
 // intent is one order a client means to place once.
@@ -298,6 +305,10 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 		return nil, fmt.Errorf("verify: Flow.API is %q; want %q or %q", f.API, APIHTTP, APIGRPC)
 	case f.BrokerLoss < 0 || f.BrokerLoss > 1:
 		return nil, fmt.Errorf("verify: Flow.BrokerLoss is %g; want 0 to 1", f.BrokerLoss)
+	case f.DBCrash < 0:
+		return nil, fmt.Errorf("verify: Flow.DBCrash is %d; want 0 or more", f.DBCrash)
+	case f.DBCrash > 0 && f.Crasher == nil:
+		return nil, errors.New("verify: Flow.DBCrash needs Flow.Crasher, what kills and restarts the database server")
 	case f.dbQueue() && (f.BrokerLoss > 0 || f.CDC != nil):
 		return nil, errors.New("verify: the database as the queue has no broker to lose messages (Flow.BrokerLoss) and no relay (Flow.CDC)")
 	}
@@ -308,6 +319,10 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 	r := &run{f: f, txdb: txdb, inj: chaos.NewInjector(f.Seed, f.FaultRate), reg: prometheus.NewRegistry(), log: f.Logger, store: f.Store}
 	if f.Unsafe {
 		r.store = noDedup{}
+	}
+	if f.DBCrash > 0 {
+		r.crashes = &crashes{stats: DBCrashStats{Asked: f.DBCrash}}
+		r.log = slog.New(countingHandler{f.Logger.Handler(), &r.crashes.warnings})
 	}
 	if err := r.createTables(ctx); err != nil {
 		return nil, err
@@ -375,6 +390,9 @@ func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err e
 		wg.Go(func() { r.superviseRelay(bg) })
 	}
 	wg.Go(func() { r.nodeFaults(bg) })
+	if r.crashes != nil {
+		wg.Go(func() { r.crashDB(bg) })
+	}
 	if r.audit != nil {
 		wg.Go(func() { r.audit.loop(bg) })
 	}
@@ -412,6 +430,9 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 		rep.Faults[FaultRestart] = n
 	}
 	rep.BrokerLoss = f.BrokerLoss
+	if r.crashes != nil {
+		rep.DBCrash = r.crashes.summary(r, context.WithoutCancel(ctx))
+	}
 	var lost map[string]bool
 	if r.losses != nil {
 		lost = r.losses.ids()

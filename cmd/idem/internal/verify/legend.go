@@ -83,6 +83,7 @@ var Faults = []Term{
 	{FaultPushKicked, "the server drops a browser's socket; it reconnects and resumes"},
 	{FaultPushCut, "every browser connection is cut in the network"},
 	{FaultDBCut, "the database connections are cut (TCP proxy; not SQLite)"},
+	{FaultDBCrash, "(--db-crash) the database server is killed (SIGKILL) and restarted at once on its data (--db postgres: or mysql:)"},
 	{FaultBrokerCut, "the broker connections are cut (TCP proxy: NATS, Redis, RabbitMQ)"},
 	{FaultNodeKill, "a broker node is killed and restarted (nats-cluster:)"},
 	{FaultRouteCut, "the routes between broker nodes are cut (nats-cluster:)"},

@@ -76,11 +76,14 @@ type Report struct {
 	// Queue is what the queue boundary did, with the database as the queue
 	// (--broker db:); nil otherwise.
 	Queue *QueueStats `json:"queue,omitempty"`
+	// DBCrash is what the database server's crashes did (Flow.DBCrash); nil
+	// without them.
+	DBCrash *DBCrashStats `json:"db_crash,omitempty"`
 }
 
 // OK reports whether every boundary kept its promise.
 func (r *Report) OK() bool {
-	if r.Unsettled > 0 {
+	if r.Unsettled > 0 || (r.DBCrash != nil && !r.DBCrash.ok()) {
 		return false
 	}
 	for _, row := range r.Rows {
@@ -228,6 +231,9 @@ func (r *Report) WriteResults(w io.Writer) error {
 	if r.Audit != nil {
 		r.Audit.write(w)
 	}
+	if r.DBCrash != nil {
+		r.DBCrash.write(w)
+	}
 	verdict := "OK: nothing lost, nothing doubled"
 	if !r.OK() {
 		verdict = "FAILED: " + strings.Join(r.failures(), "; ")
@@ -275,6 +281,9 @@ func (r *Report) failures() []string {
 		if row.BalanceOK != nil && !*row.BalanceOK {
 			out = append(out, row.Boundary+" balance wrong")
 		}
+	}
+	if r.DBCrash != nil && !r.DBCrash.ok() {
+		out = append(out, r.DBCrash.failure())
 	}
 	if len(out) == 0 {
 		out = append(out, "no boundary checked")
