@@ -148,6 +148,10 @@ type Flow struct {
 	// DefaultAuditGrace; keep it above the consumers' lag, or messages merely
 	// behind are republished (needlessly: the inbox drops the copies by key).
 	AuditGrace time.Duration
+	// Failover, if set, kills the database's primary once half the orders are
+	// answered and promotes a standby (idem verify --failover); the report then
+	// has its section. DB must reach the primary by a URL that follows it.
+	Failover *Failover
 }
 
 // Progress is the state of a running flow.
@@ -201,7 +205,10 @@ type run struct {
 	losses              *losses   // the messages the broker lost (Flow.BrokerLoss), or nil
 	audit               *auditing // nil when it could not be set up (auditErr)
 	auditErr            error
-	queue               *queueRun // the database as the queue (--broker db:), or nil; then ob is nil
+	queue               *queueRun       // the database as the queue (--broker db:), or nil; then ob is nil
+	accepted            atomic.Int64    // orders the service answered 201
+	warnings            atomic.Int64    // warnings logged by the run's components
+	fo                  *FailoverReport // Flow.Failover's, once it started
 }
 
 // intent is one order a client means to place once.
@@ -305,7 +312,8 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{f: f, txdb: txdb, inj: chaos.NewInjector(f.Seed, f.FaultRate), reg: prometheus.NewRegistry(), log: f.Logger, store: f.Store}
+	r := &run{f: f, txdb: txdb, inj: chaos.NewInjector(f.Seed, f.FaultRate), reg: prometheus.NewRegistry(), store: f.Store}
+	r.log = slog.New(countingHandler{f.Logger.Handler(), &r.warnings})
 	if f.Unsafe {
 		r.store = noDedup{}
 	}
@@ -375,6 +383,9 @@ func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err e
 		wg.Go(func() { r.superviseRelay(bg) })
 	}
 	wg.Go(func() { r.nodeFaults(bg) })
+	if r.f.Failover != nil {
+		wg.Go(func() { r.failover(bg) })
+	}
 	if r.audit != nil {
 		wg.Go(func() { r.audit.loop(bg) })
 	}
@@ -420,6 +431,12 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 		rep.Audit = &Audit{Skipped: "the audit reads the outbox (idem_outbox), which the database as the queue does not use; the queue's rows and the checks above account for every message"}
 	} else if rep.Audit, err = r.auditSummary(context.WithoutCancel(ctx), lost); err != nil {
 		rep.Audit = &Audit{Repair: f.Repair && !f.Unsafe, Error: err.Error()}
+	}
+	if r.fo != nil {
+		if err := r.failoverSummary(context.WithoutCancel(ctx), rep); err != nil {
+			return nil, err
+		}
+		rep.Failover = r.fo
 	}
 	if ctx.Err() != nil {
 		return rep, ctx.Err()

@@ -76,6 +76,9 @@ type Report struct {
 	// Queue is what the queue boundary did, with the database as the queue
 	// (--broker db:); nil otherwise.
 	Queue *QueueStats `json:"queue,omitempty"`
+	// Failover is what a primary failover of the database cost (--failover); nil
+	// without one.
+	Failover *FailoverReport `json:"failover,omitempty"`
 }
 
 // OK reports whether every boundary kept its promise.
@@ -227,6 +230,9 @@ func (r *Report) WriteResults(w io.Writer) error {
 	}
 	if r.Audit != nil {
 		r.Audit.write(w)
+	}
+	if r.Failover != nil {
+		r.Failover.write(w)
 	}
 	verdict := "OK: nothing lost, nothing doubled"
 	if !r.OK() {
