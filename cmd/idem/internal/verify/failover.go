@@ -146,7 +146,7 @@ func (st *FailoverReport) write(w io.Writer) {
 		return fmt.Sprintf("%.2fs", d.Seconds())
 	}
 	fmt.Fprintf(w, "  primary killed (SIGKILL) after %d orders answered (%d accepted); %s promoted\n", st.KilledAfter, st.AckedAtKill, st.Promoted)
-	fmt.Fprintf(w, "  outage: %s until the new primary accepted a write; after the kill, orders accepted again at %s, relay published at %s, consumers applied at %s\n",
+	fmt.Fprintf(w, "  outage: %s until the new primary accepted a write; after the kill, orders accepted again at %s, relay published at %s, consumers received at %s\n",
 		ms(st.Outage), ms(st.APIResumed), ms(st.RelayResumed), ms(st.ConsumersResumed))
 	fmt.Fprintf(w, "  what idem saw: %d warning(s) logged and %d relay/consumer restart(s) from the kill until all resumed; "+
 		"every component reconnected through the multi-host URL (none is restarted for the failover)\n", st.Warnings, st.Restarts)
