@@ -83,6 +83,7 @@ func (r *run) superviseConsumer(ctx context.Context) {
 		_ = src.Close()
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 			r.log.Warn("verify: consumer stopped", "err", err)
+			r.stopped.Add(1)
 			wait.Sleep(ctx, 50*time.Millisecond)
 		}
 	}

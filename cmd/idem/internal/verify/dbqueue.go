@@ -146,6 +146,7 @@ func (r *run) superviseDBConsumer(ctx context.Context) {
 		}
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, idem.ErrClosed) {
 			r.log.Warn("verify: consumer stopped", "err", err)
+			r.stopped.Add(1)
 			wait.Sleep(ctx, 50*time.Millisecond)
 		}
 	}

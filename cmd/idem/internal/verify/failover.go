@@ -45,6 +45,13 @@ type FailoverReport struct {
 	// none is restarted for the failover), from the kill until all resumed.
 	Warnings int `json:"warnings"`
 	Restarts int `json:"restarts"`
+	// Stopped counts the relays and consumers among Restarts that stopped on an
+	// error of their own (not an injected kill): those the failover made their
+	// supervisor start again. 0: every component rode the failover out.
+	Stopped int `json:"stopped"`
+	// NoRelay: the run has no relay (the database as the queue); RelayResumed
+	// stays 0.
+	NoRelay bool `json:"no_relay,omitempty"`
 	// AckedAbsent counts orders the service answered 201 that are not in the
 	// database after the failover: commits the old primary acknowledged and no
 	// standby had (asynchronous replication). Lost by the database, not by idem.
@@ -74,7 +81,8 @@ func (r *run) failover(ctx context.Context) {
 		}
 	}
 	st.KilledAfter, st.AckedAtKill = int(r.placed.Load()), int(r.accepted.Load())
-	w0, rs0 := r.warnings.Load(), r.restarts.Load()
+	w0, rs0, sp0 := r.warnings.Load(), r.restarts.Load(), r.stopped.Load()
+	st.NoRelay = r.queue != nil
 	t0 := time.Now()
 	if err := fo.Kill(ctx); err != nil {
 		st.Error = "kill the primary: " + err.Error()
@@ -89,7 +97,7 @@ func (r *run) failover(ctx context.Context) {
 	st.Promoted = name
 	acc, pub, del := r.accepted.Load(), r.published.Total(), r.delivered.Total()
 	deadline := time.Now().Add(time.Minute)
-	for (st.APIResumed == 0 || st.RelayResumed == 0 || st.ConsumersResumed == 0) && time.Now().Before(deadline) {
+	for (st.APIResumed == 0 || (st.RelayResumed == 0 && !st.NoRelay) || st.ConsumersResumed == 0) && time.Now().Before(deadline) {
 		if st.APIResumed == 0 && (r.accepted.Load() > acc || r.placed.Load() >= int64(r.f.Orders)) {
 			st.APIResumed = time.Since(t0)
 		}
@@ -103,7 +111,7 @@ func (r *run) failover(ctx context.Context) {
 			break
 		}
 	}
-	st.Warnings, st.Restarts = int(r.warnings.Load()-w0), int(r.restarts.Load()-rs0)
+	st.Warnings, st.Restarts, st.Stopped = int(r.warnings.Load()-w0), int(r.restarts.Load()-rs0), int(r.stopped.Load()-sp0)
 }
 
 // failoverSummary fills in what the databases say the failover cost.
@@ -146,10 +154,18 @@ func (st *FailoverReport) write(w io.Writer) {
 		return fmt.Sprintf("%.2fs", d.Seconds())
 	}
 	fmt.Fprintf(w, "  primary killed (SIGKILL) after %d orders answered (%d accepted); %s promoted\n", st.KilledAfter, st.AckedAtKill, st.Promoted)
-	fmt.Fprintf(w, "  outage: %s until the new primary accepted a write; after the kill, orders accepted again at %s, relay published at %s, consumers received at %s\n",
-		ms(st.Outage), ms(st.APIResumed), ms(st.RelayResumed), ms(st.ConsumersResumed))
-	fmt.Fprintf(w, "  what idem saw: %d warning(s) logged and %d relay/consumer restart(s) from the kill until all resumed; "+
-		"every component reconnected through the multi-host URL (none is restarted for the failover)\n", st.Warnings, st.Restarts)
+	relay := "relay published at " + ms(st.RelayResumed)
+	if st.NoRelay {
+		relay = "no relay (the database is the queue)"
+	}
+	fmt.Fprintf(w, "  outage: %s until the new primary accepted a write; after the kill, orders accepted again at %s, %s, consumers received at %s\n",
+		ms(st.Outage), ms(st.APIResumed), relay, ms(st.ConsumersResumed))
+	how := "every relay and consumer rode it out on its own connections, reconnected through the multi-host URL"
+	if st.Stopped > 0 {
+		how = fmt.Sprintf("%d relay/consumer process(es) stopped on an error of their own and were started again by their supervisor; the rest reconnected through the multi-host URL", st.Stopped)
+	}
+	fmt.Fprintf(w, "  what idem saw: %d warning(s) logged and %d relay/consumer restart(s) (injected crashes included) from the kill until all resumed; %s\n",
+		st.Warnings, st.Restarts, how)
 	fmt.Fprintf(w, "  acknowledged to clients, absent after the failover: %d; lost in all rows: %d; doubled: %d; charged for orders the database lost: %d\n",
 		st.AckedAbsent, st.Lost, st.Doubled, st.ChargedVanished)
 	switch {

@@ -208,6 +208,7 @@ type run struct {
 	queue               *queueRun       // the database as the queue (--broker db:), or nil; then ob is nil
 	accepted            atomic.Int64    // orders the service answered 201
 	warnings            atomic.Int64    // warnings logged by the run's components
+	stopped             atomic.Int64    // relays and consumers that stopped on an error of their own (not a kill) and were started again
 	fo                  *FailoverReport // Flow.Failover's, once it started
 }
 

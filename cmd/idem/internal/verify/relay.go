@@ -65,6 +65,7 @@ func (r *run) supervise(ctx context.Context, what string, wrap func(idem.Sink) i
 		kill()
 		if err != nil && ctx.Err() == nil && rctx.Err() == nil {
 			r.log.Warn("verify: "+what+" stopped", "err", err)
+			r.stopped.Add(1)
 			wait.Sleep(ctx, 50*time.Millisecond)
 		}
 		if c, ok := sink.(io.Closer); ok {
