@@ -114,3 +114,76 @@ func TestKillRestart(t *testing.T) {
 		t.Errorf("after Restart: %d rows, %v; want 1000", n, err)
 	}
 }
+
+// TestReplicatedFailover proves, for synchronous and asynchronous replication,
+// that the standbys stream, that the multi-host URL follows the primary through
+// KillPrimary and Promote, and (sync) that every commit acknowledged before the
+// kill is on the promoted standby, which accepts writes with the other standby
+// re-pointed at it.
+func TestReplicatedFailover(t *testing.T) {
+	for _, sync := range []bool{true, false} {
+		name := map[bool]string{true: "sync", false: "async"}[sync]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			r, err := pgcluster.StartReplicated(ctx, pgcluster.ReplicatedOptions{Sync: sync})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := r.Stop(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+			if r.Nodes() != 3 {
+				t.Fatalf("Nodes() = %d, want 3", r.Nodes())
+			}
+			conn, err := pgx.Connect(ctx, r.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Exec(ctx, "CREATE TABLE acked (n int PRIMARY KEY)"); err != nil {
+				t.Fatal(err)
+			}
+			const n = 200
+			for i := range n {
+				if _, err := conn.Exec(ctx, "INSERT INTO acked VALUES ($1)", i); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := r.KillPrimary(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Exec(ctx, "INSERT INTO acked VALUES (-1)"); err == nil {
+				t.Fatal("a write succeeded on the killed primary's connection")
+			}
+			conn.Close(ctx)
+			next, err := r.MostAdvanced(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Promote(ctx, next); err != nil {
+				t.Fatal(err)
+			}
+			if r.Primary() != next {
+				t.Fatalf("Primary() = %d after Promote(%d)", r.Primary(), next)
+			}
+			conn, err = pgx.Connect(ctx, r.URL()) // follows to the new primary
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			var got int
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM acked").Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if sync && got != n {
+				t.Errorf("sync: %d of %d acknowledged rows on the promoted standby", got, n)
+			}
+			t.Logf("%s: %d of %d acknowledged rows survived; promoted %s", name, got, n, r.Name(next))
+			if _, err := conn.Exec(ctx, "INSERT INTO acked VALUES (-2)"); err != nil {
+				t.Fatalf("write on the new primary: %v", err)
+			}
+		})
+	}
+}

@@ -80,6 +80,19 @@ func openPostgresRelay(ctx context.Context, db DBSpec, sink idem.Sink, cfg outbo
 // openVerifyPostgres is verify's --db postgres://…: a fresh schema, dropped after
 // unless keep, reached through a chaos.Proxy so the run can cut the connections.
 func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*Database, error) {
+	return openVerifyPostgresVia(ctx, raw, keep, true)
+}
+
+// VerifyPostgresDirect is a run's fresh schema on the servers of raw, reached
+// directly, not through a proxy: raw may name several hosts
+// (postgres://u@h1:p1,h2:p2/db?target_session_attrs=read-write), which pgx
+// follows to the primary, as verify --failover needs. The run injects no
+// connection cuts on it (Database.Proxy is nil).
+func VerifyPostgresDirect(ctx context.Context, raw string, keep bool) (*Database, error) {
+	return openVerifyPostgresVia(ctx, raw, keep, false)
+}
+
+func openVerifyPostgresVia(ctx context.Context, raw string, keep, proxied bool) (*Database, error) {
 	u, err := url.Parse(raw)
 	if err != nil { // checkURL refused it already
 		return nil, fmt.Errorf("--db %q: not a URL: use postgres://user@host:5432/db", redact.URL(raw))
@@ -99,16 +112,18 @@ func openVerifyPostgres(ctx context.Context, raw string, keep bool) (*Database, 
 		}
 		admin.Close()
 	}
-	host := u.Host
-	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "5432")
+	var proxy *chaos.Proxy
+	if proxied {
+		host := u.Host
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), "5432")
+		}
+		if proxy, err = chaos.NewProxy("postgres", host); err != nil {
+			drop()
+			return nil, err
+		}
+		u.Host = proxy.Addr()
 	}
-	proxy, err := chaos.NewProxy("postgres", host)
-	if err != nil {
-		drop()
-		return nil, err
-	}
-	u.Host = proxy.Addr()
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()

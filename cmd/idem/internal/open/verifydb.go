@@ -22,7 +22,7 @@ type Database struct {
 }
 
 // proxiedVerifyDB is the Database of a run's own schema or database on a server,
-// reached through proxy: drop removes the schema (unless kept) and closes the
+// reached through proxy (nil: directly): drop removes the schema (unless kept) and closes the
 // server's admin connection. If err is set (opening db or the store failed), it
 // closes what was opened and returns err as --db desc's.
 func proxiedVerifyDB(name, desc string, db *sql.DB, store idem.TxStore[*sql.Tx], proxy *chaos.Proxy, drop func(), err error) (*Database, error) {
@@ -30,12 +30,19 @@ func proxiedVerifyDB(name, desc string, db *sql.DB, store idem.TxStore[*sql.Tx],
 		if db != nil {
 			db.Close()
 		}
-		proxy.Close()
+		closeProxy(proxy)
 		drop()
 		return nil, fmt.Errorf("--db %s: %w", desc, redact.Error(err))
 	}
 	return &Database{Name: name, DB: db, Store: store, Proxy: proxy,
-		Close: func() { db.Close(); proxy.Close(); drop() }}, nil
+		Close: func() { db.Close(); closeProxy(proxy); drop() }}, nil
+}
+
+// closeProxy closes p, if the database is reached through one.
+func closeProxy(p *chaos.Proxy) {
+	if p != nil {
+		p.Close()
+	}
 }
 
 // RandomHex is n random bytes in hex: the name of a run's own schema, database,

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -100,48 +98,18 @@ func (s *DBCrashStats) write(w io.Writer) {
 
 // noteStop counts a relay or consumer incarnation that stopped on an error.
 func (r *run) noteStop() {
-	if r.crashes != nil {
-		r.crashes.stops.Add(1)
-	}
+	r.stopped.Add(1)
 }
 
 // crashes is the state of the database crashes of a run.
 type crashes struct {
-	mu       sync.Mutex
-	stats    DBCrashStats
-	warnings atomic.Int64 // warnings logged by the components, all run long
-	stops    atomic.Int64 // relay and consumer incarnations that stopped on an error
+	mu    sync.Mutex
+	stats DBCrashStats
 	// At the restart of the current outage: the counters its span starts from.
 	restartAt                        time.Time
 	placed0, applied0, warn0, stops0 int
 	killedAt                         time.Time
 	waitingAck                       bool
-}
-
-// countingHandler counts the records of level warn and above, and hands every
-// record on.
-type countingHandler struct {
-	slog.Handler
-	n *atomic.Int64
-}
-
-func (h countingHandler) Handle(ctx context.Context, rec slog.Record) error {
-	if rec.Level >= slog.LevelWarn {
-		h.n.Add(1)
-	}
-	return h.Handler.Handle(ctx, rec)
-}
-
-func (h countingHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn || h.Handler.Enabled(ctx, l)
-}
-
-func (h countingHandler) WithAttrs(a []slog.Attr) slog.Handler {
-	return countingHandler{h.Handler.WithAttrs(a), h.n}
-}
-
-func (h countingHandler) WithGroup(g string) slog.Handler {
-	return countingHandler{h.Handler.WithGroup(g), h.n}
 }
 
 // applied counts the orders in the ledger, -1 if the database does not answer.
@@ -195,7 +163,7 @@ func (r *run) crashDB(ctx context.Context) {
 		o := &c.stats.Outages[len(c.stats.Outages)-1]
 		o.Down = up.Sub(killed)
 		c.restartAt, c.killedAt, c.waitingAck = up, killed, true
-		c.placed0, c.warn0, c.stops0 = int(r.placed.Load()), int(c.warnings.Load()), int(c.stops.Load())
+		c.placed0, c.warn0, c.stops0 = int(r.placed.Load()), int(r.warnings.Load()), int(r.stopped.Load())
 		c.mu.Unlock()
 		// The ledger's count once the server answers again: a query of the restarted
 		// server through the flow's own pool.
@@ -244,8 +212,8 @@ func (c *crashes) closeSpan(r *run, placed, applied int) {
 	if applied >= 0 && c.applied0 >= 0 {
 		o.AppliedAfter = applied - c.applied0
 	}
-	o.Warnings = int(c.warnings.Load()) - c.warn0
-	o.Stops = int(c.stops.Load()) - c.stops0
+	o.Warnings = int(r.warnings.Load()) - c.warn0
+	o.Stops = int(r.stopped.Load()) - c.stops0
 	c.restartAt = time.Time{}
 }
 

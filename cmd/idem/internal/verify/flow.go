@@ -154,6 +154,10 @@ type Flow struct {
 	DBCrash int
 	// Crasher kills and restarts the database server; required when DBCrash > 0.
 	Crasher DBCrasher
+	// Failover, if set, kills the database's primary once half the orders are
+	// answered and promotes a standby (idem verify --failover); the report then
+	// has its section. DB must reach the primary by a URL that follows it.
+	Failover *Failover
 }
 
 // Progress is the state of a running flow.
@@ -207,8 +211,12 @@ type run struct {
 	losses              *losses   // the messages the broker lost (Flow.BrokerLoss), or nil
 	audit               *auditing // nil when it could not be set up (auditErr)
 	auditErr            error
-	queue               *queueRun // the database as the queue (--broker db:), or nil; then ob is nil
-	crashes             *crashes  // the database crashes (Flow.DBCrash), or nil
+	queue               *queueRun       // the database as the queue (--broker db:), or nil; then ob is nil
+	crashes             *crashes        // the database crashes (Flow.DBCrash), or nil
+	accepted            atomic.Int64    // orders the service answered 201
+	warnings            atomic.Int64    // warnings logged by the run's components
+	stopped             atomic.Int64    // relays and consumers that stopped on an error of their own (not a kill) and were started again
+	fo                  *FailoverReport // Flow.Failover's, once it started
 }
 
 // intent is one order a client means to place once.
@@ -316,13 +324,13 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{f: f, txdb: txdb, inj: chaos.NewInjector(f.Seed, f.FaultRate), reg: prometheus.NewRegistry(), log: f.Logger, store: f.Store}
+	r := &run{f: f, txdb: txdb, inj: chaos.NewInjector(f.Seed, f.FaultRate), reg: prometheus.NewRegistry(), store: f.Store}
+	r.log = slog.New(countingHandler{f.Logger.Handler(), &r.warnings})
 	if f.Unsafe {
 		r.store = noDedup{}
 	}
 	if f.DBCrash > 0 {
 		r.crashes = &crashes{stats: DBCrashStats{Asked: f.DBCrash}}
-		r.log = slog.New(countingHandler{f.Logger.Handler(), &r.crashes.warnings})
 	}
 	if err := r.createTables(ctx); err != nil {
 		return nil, err
@@ -393,6 +401,9 @@ func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err e
 	if r.crashes != nil {
 		wg.Go(func() { r.crashDB(bg) })
 	}
+	if r.f.Failover != nil {
+		wg.Go(func() { r.failover(bg) })
+	}
 	if r.audit != nil {
 		wg.Go(func() { r.audit.loop(bg) })
 	}
@@ -441,6 +452,12 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 		rep.Audit = &Audit{Skipped: "the audit reads the outbox (idem_outbox), which the database as the queue does not use; the queue's rows and the checks above account for every message"}
 	} else if rep.Audit, err = r.auditSummary(context.WithoutCancel(ctx), lost); err != nil {
 		rep.Audit = &Audit{Repair: f.Repair && !f.Unsafe, Error: err.Error()}
+	}
+	if r.fo != nil {
+		if err := r.failoverSummary(context.WithoutCancel(ctx), rep); err != nil {
+			return nil, err
+		}
+		rep.Failover = r.fo
 	}
 	if ctx.Err() != nil {
 		return rep, ctx.Err()

@@ -263,6 +263,9 @@ func (r *run) placeAll(ctx context.Context, api orderAPI, intents []intent) erro
 		wg.Go(func() {
 			for i := range next {
 				client.place(ctx, &intents[i])
+				if intents[i].accepted {
+					r.accepted.Add(1)
+				}
 				r.placed.Add(1)
 			}
 		})

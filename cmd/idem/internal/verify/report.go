@@ -79,6 +79,9 @@ type Report struct {
 	// DBCrash is what the database server's crashes did (Flow.DBCrash); nil
 	// without them.
 	DBCrash *DBCrashStats `json:"db_crash,omitempty"`
+	// Failover is what a primary failover of the database cost (--failover); nil
+	// without one.
+	Failover *FailoverReport `json:"failover,omitempty"`
 }
 
 // OK reports whether every boundary kept its promise.
@@ -233,6 +236,9 @@ func (r *Report) WriteResults(w io.Writer) error {
 	}
 	if r.DBCrash != nil {
 		r.DBCrash.write(w)
+	}
+	if r.Failover != nil {
+		r.Failover.write(w)
 	}
 	verdict := "OK: nothing lost, nothing doubled"
 	if !r.OK() {
