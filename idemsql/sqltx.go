@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/internal/sqlitefull"
 	"github.com/idemhq/idem/internal/sqlitegate"
 )
 
@@ -199,13 +200,21 @@ func SQLDBFor(drv Driver, db *sql.DB) TxDB[*sql.Tx] {
 		Querier:  querierFor(d),
 		Handle:   db,
 	}
-	if d == SQLite { // writers queue in the process instead of polling SQLite's lock
-		gate := sqlitegate.For(db)
-		t.Begin = func(ctx context.Context) (*sql.Tx, error) { return gate.Begin(ctx, db, nil) }
-		t.Commit = func(_ context.Context, tx *sql.Tx) error { defer gate.End(tx); return tx.Commit() }
-		t.Rollback = func(_ context.Context, tx *sql.Tx) error { defer gate.End(tx); return tx.Rollback() }
-	}
 	var direct Querier = sqlQuerier{db}
+	if d == SQLite {
+		// Writers queue in the process instead of polling SQLite's lock; a full disk
+		// (SQLITE_FULL) at Begin, a statement or Commit is said in idem's words and
+		// matches idemsqlite.ErrDiskFull.
+		gate := sqlitegate.For(db)
+		t.Begin = func(ctx context.Context) (*sql.Tx, error) {
+			tx, err := gate.Begin(ctx, db, nil)
+			return tx, sqlitefull.Tx(err)
+		}
+		t.Commit = func(_ context.Context, tx *sql.Tx) error { defer gate.End(tx); return sqlitefull.Tx(tx.Commit()) }
+		t.Rollback = func(_ context.Context, tx *sql.Tx) error { defer gate.End(tx); return tx.Rollback() }
+		t.Querier = func(tx *sql.Tx) Querier { return sqliteQuerier{sqlQuerier{tx}} }
+		direct = sqliteQuerier{sqlQuerier{db}}
+	}
 	if d == MySQL {
 		t.BeginReadCommitted = func(ctx context.Context) (*sql.Tx, error) {
 			return db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -275,6 +284,34 @@ func rowsAffected(r sql.Result) (n int64, err error) {
 type sqlRows struct{ *sql.Rows }
 
 func (r sqlRows) Close() { _ = r.Rows.Close() }
+
+// sqliteQuerier is sqlQuerier with SQLite's full disk explained (sqlitefull.Tx).
+type sqliteQuerier struct{ q sqlQuerier }
+
+func (s sqliteQuerier) QueryRow(ctx context.Context, query string, args ...any) Row {
+	return sqliteRow{s.q.QueryRow(ctx, query, args...)}
+}
+
+func (s sqliteQuerier) Query(ctx context.Context, query string, args ...any) (Rows, error) {
+	rows, err := s.q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, sqlitefull.Tx(err)
+	}
+	return sqliteRows{rows}, nil
+}
+
+func (s sqliteQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	n, err := s.q.Exec(ctx, query, args...)
+	return n, sqlitefull.Tx(err)
+}
+
+type sqliteRow struct{ Row }
+
+func (r sqliteRow) Scan(dest ...any) error { return sqlitefull.Tx(r.Row.Scan(dest...)) }
+
+type sqliteRows struct{ Rows }
+
+func (r sqliteRows) Err() error { return sqlitefull.Tx(r.Rows.Err()) }
 
 // mysqlQuerier runs idem's statements, written with $1 placeholders, on MySQL, whose
 // driver takes ? in the order of the arguments.

@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"modernc.org/sqlite"
+	"github.com/idemhq/idem/internal/sqlitefull"
 )
 
 // ErrDiskFull is matched (errors.Is) by the error of a call that failed because the
 // volume of the database file is full (SQLITE_FULL): nothing of that call was
 // stored, the store keeps running, and the same call succeeds once there is room.
-var ErrDiskFull = errors.New("disk is full")
+// The SQLite TxDB (TxDB, idemsql.SQLDB) returns it too, for a transaction of the
+// caller's (outbox.EnqueueTx's, the inbox's batch, a queue producer's) that the
+// disk refused at Begin, a statement or Commit: nothing of that transaction was
+// stored.
+var ErrDiskFull = sqlitefull.ErrDiskFull
 
 // diskFullError says which file could not grow and what to do about it.
 type diskFullError struct {
@@ -32,15 +36,8 @@ func (e *diskFullError) Unwrap() []error { return []error{ErrDiskFull, e.err} }
 // explain names the fix when err is SQLite reporting a full disk, and returns any
 // other error as it is.
 func explain(err error, path string) error {
-	var se *sqlite.Error
-	if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqliteFull {
-		return err
-	}
-	var done *diskFullError
-	if errors.As(err, &done) {
+	if !sqlitefull.Is(err) || errors.Is(err, ErrDiskFull) { // not full, or explained already
 		return err
 	}
 	return &diskFullError{path: path, err: err}
 }
-
-const sqliteFull = 13 // SQLITE_FULL, https://sqlite.org/rescode.html#full

@@ -41,7 +41,10 @@
 // names the volume to free: nothing of those calls was stored, the writer keeps
 // running, and the same Store takes writes again once there is room (see
 // docs/operating.md, "Full disk"). A business transaction on Store.DB() gets
-// SQLite's own error from its statements or its Commit.
+// SQLite's own error from the statements and Commit it runs itself; through the
+// TxDB (TxDB, idemsql.SQLDB: its Begin, Commit, InTx, and the statements of
+// outbox.EnqueueTx, the inbox's batch, the queue's producers) the error matches
+// ErrDiskFull and says that nothing of the transaction was stored.
 //
 // # Transactions
 //

@@ -5,7 +5,7 @@
 // sql/<dialect>/<component>/, with one numbered line per component:
 //
 //	records    idem.Store's records (idempg, idemsqlite); on PostgreSQL one line per table name
-//	outbox     idem_outbox (package outbox), idem_outbox_repairs (package audit)
+//	outbox     idem_outbox (package outbox), idem_outbox_repairs (package audit); on PostgreSQL idem_cdc_slots (idempg/pgcdc)
 //	inbox      idem_dead_letters (package inbox)
 //	effect     idem_effects (package effect)
 //	saga       idem_sagas (package effect/saga)

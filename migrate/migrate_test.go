@@ -49,7 +49,7 @@ func forEachDB(t *testing.T, fn func(t *testing.T, d idemsql.Dialect, open opene
 
 // tables are the tables Up creates in each dialect.
 var tables = map[idemsql.Dialect][]string{
-	idemsql.Postgres: {"idem_records", "idem_outbox", "idem_outbox_repairs", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
+	idemsql.Postgres: {"idem_records", "idem_outbox", "idem_outbox_repairs", "idem_cdc_slots", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
 		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences"},
 	idemsql.SQLite: {"idem_records", "idem_meta", "idem_outbox", "idem_outbox_repairs", "idem_dead_letters", "idem_effects", "idem_sagas", "idem_saga_resolutions",
 		"idem_stream_events", "idem_stream_heads", "idem_stream_clients", "idem_sequences", "idem_hilo"},

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -136,6 +137,23 @@ func fullDiskOutbox(t *testing.T, e env, disk *testsvc.SmallDisk) {
 	}
 	if len(acked) == 0 {
 		t.Fatal("no order committed before the disk filled: the ballast left no room")
+	}
+	if e.name == "sqlite" {
+		// The same order through the TxDB (its Begin, Exec and Commit, as the inbox's
+		// batch and the queue's producers run them): the disk's refusal, wherever it
+		// comes, is said in idem's words and matches idemsqlite.ErrDiskFull.
+		err := e.tx.InTx(ctx, func(tx *sql.Tx) error {
+			if _, err := e.tx.Querier(tx).Exec(ctx, "INSERT INTO orders (id) VALUES ($1)", "via-txdb"); err != nil {
+				return err
+			}
+			_, err := e.ob.EnqueueTx(ctx, tx, idem.Message{ID: "via-txdb", Topic: "orders", OrderingKey: "k0", Payload: []byte("via-txdb")})
+			return err
+		})
+		if !errors.Is(err, idemsqlite.ErrDiskFull) || !strings.Contains(err.Error(), "free space on the volume of the database, nothing of this transaction was stored") {
+			t.Fatalf("an order in a TxDB transaction on the full disk = %v; want an error matching idemsqlite.ErrDiskFull that names the fix", err)
+		}
+		t.Logf("%s: an order through the TxDB on the full disk: %v", e.name, err)
+		refused = append(refused, "via-txdb")
 	}
 
 	// The relay starts on the full disk, with every committed order waiting. It may

@@ -24,7 +24,10 @@ import (
 // Notifier wakes a relay when messages were committed: idempg.NewNotifier listens for
 // the NOTIFY that EnqueueTx sends on PostgreSQL. Wait returns when a notification
 // arrives, or with an error when the listening connection failed (the relay then
-// polls and calls Wait again).
+// polls and calls Wait again). A Notifier that also has Listen(ctx) error (as
+// idempg.Notifier does), listening at once, is listened to again with it after a
+// failure, and the relay runs a round as soon as it listens again: what committed
+// while nobody listened notified nobody.
 type Notifier interface {
 	Wait(ctx context.Context) error
 }
@@ -152,6 +155,9 @@ type Relay[Tx any] struct {
 	// the failure, doubling with each round that commits, 0 (cfg.BatchSize) once it
 	// reaches BatchSize again. See batchSize.
 	probe atomic.Int64
+	// minPoll is the shortest poll wait, MinPollInterval; tests lengthen it so that
+	// only a wake runs a round.
+	minPoll time.Duration
 }
 
 // Relay returns a relay of o's messages to sink.
@@ -190,14 +196,16 @@ func (r *Relay[Tx]) Run(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	if r.cfg.Notifier != nil {
 		// LISTEN before the first round, so no commit falls between that round and it.
-		if l, ok := r.cfg.Notifier.(interface{ Listen(context.Context) error }); ok {
+		listened := true
+		if l, ok := r.cfg.Notifier.(listener); ok {
 			if err := l.Listen(ctx); err != nil && ctx.Err() == nil {
 				r.listening.Fail(ctx, err)
+				listened = false
 			}
 		}
-		go r.listen(ctx, wake)
+		go r.listen(ctx, wake, listened)
 	}
-	attentive := min(MinPollInterval, r.cfg.PollInterval)
+	attentive := min(cmp.Or(r.minPoll, MinPollInterval), r.cfg.PollInterval)
 	idle := attentive // the wait before the next unprompted round: attentive at first, backing off while idle
 	poll := time.NewTimer(idle)
 	defer poll.Stop()
@@ -263,11 +271,36 @@ func roundBackoff(failures int, poll time.Duration) time.Duration {
 	return min(50*time.Millisecond<<min(max(failures-1, 0), 7), max(poll, maxRoundBackoff))
 }
 
+// listener is a Notifier that can listen without waiting (idempg.Notifier).
+type listener interface{ Listen(context.Context) error }
+
 // listen turns the Notifier's notifications into wakes until ctx ends. A permanent
-// error (a bad channel name) stops listening; the relay then polls.
-func (r *Relay[Tx]) listen(ctx context.Context, wake chan<- struct{}) {
+// error (a bad channel name) stops listening; the relay then polls. After a failure
+// (or a first Listen that failed: listened false) it listens again before waiting,
+// and wakes a round once it does: a commit while the connection was down sent a
+// NOTIFY nobody heard, and would otherwise wait for the next poll, up to
+// PollInterval.
+func (r *Relay[Tx]) listen(ctx context.Context, wake chan<- struct{}, listened bool) {
+	l, canListen := r.cfg.Notifier.(listener)
+	woken := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
 	for ctx.Err() == nil {
-		if err := r.cfg.Notifier.Wait(ctx); err != nil {
+		err := error(nil)
+		if !listened && canListen {
+			if err = l.Listen(ctx); err == nil {
+				listened = true
+				r.listening.OK(ctx)
+				woken()
+				continue
+			}
+		} else {
+			err = r.cfg.Notifier.Wait(ctx)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -275,15 +308,13 @@ func (r *Relay[Tx]) listen(ctx context.Context, wake chan<- struct{}) {
 				r.cfg.Logger.ErrorContext(ctx, "outbox relay: cannot listen; polling only", "err", err)
 				return
 			}
+			listened = false
 			r.listening.Fail(ctx, err)
 			wait.Sleep(ctx, roundBackoff(r.listening.Failing(), r.cfg.PollInterval))
 			continue
 		}
 		r.listening.OK(ctx)
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+		woken()
 	}
 }
 

@@ -23,6 +23,9 @@ import (
 // idemsql.QueueNotifyChannel) listens for the NOTIFY InsertTx sends on
 // PostgreSQL. Wait returns when a notification arrives, or with an error when
 // the listening connection failed (the Source then polls and calls Wait again).
+// A Notifier that also has Listen(ctx) error (as idempg.Notifier does), listening
+// at once, is listened to again with it after a failure, and the Source claims as
+// soon as it listens again: what committed while nobody listened notified nobody.
 type Notifier interface {
 	Wait(ctx context.Context) error
 }
@@ -429,11 +432,28 @@ func (s *Source[Tx]) eachPairs(held []*settler[Tx], fn func(ids []int64, atts []
 	return nil
 }
 
-// listen turns the Notifier's notifications into wakes until Close.
+// listen turns the Notifier's notifications into wakes until Close. After a
+// failure it listens again before waiting (with a Notifier that can), and wakes
+// Receive once it does: a commit while the connection was down sent a NOTIFY
+// nobody heard, and would otherwise wait for the next poll, up to PollInterval.
 func (s *Source[Tx]) listen() {
+	l, canListen := s.cfg.Notifier.(interface{ Listen(context.Context) error })
+	woken := func() {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
 	failures := 0
 	for s.ctx.Err() == nil {
-		if err := s.cfg.Notifier.Wait(s.ctx); err != nil {
+		var err error
+		relisten := failures > 0 && canListen
+		if relisten {
+			err = l.Listen(s.ctx)
+		} else {
+			err = s.cfg.Notifier.Wait(s.ctx)
+		}
+		if err != nil {
 			if s.ctx.Err() != nil {
 				return
 			}
@@ -443,10 +463,7 @@ func (s *Source[Tx]) listen() {
 				return
 			}
 			failures++
-			select { // poll meanwhile: a wake makes Receive look at once
-			case s.wake <- struct{}{}:
-			default:
-			}
+			woken() // poll meanwhile: a wake makes Receive look at once
 			d := min(time.Duration(failures)*100*time.Millisecond, 5*time.Second)
 			select {
 			case <-s.ctx.Done():
@@ -456,10 +473,7 @@ func (s *Source[Tx]) listen() {
 			continue
 		}
 		failures = 0
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		woken() // a notification, or listening again: claim what committed meanwhile
 	}
 }
 

@@ -64,7 +64,12 @@
 // mark them published. The relay creates the publication (inserts only) and the
 // slot when missing; every setting it cannot work with is a *SetupError naming the
 // fix, returned by Run without retrying. Slot names are the cluster's: one slot per outbox database.
-// The relay also keeps its state in idem_cdc_slots in the outbox's schema (Slot loss).
+// The relay also keeps its state in idem_cdc_slots in the outbox's schema (Slot
+// loss), which the outbox's migrations create (005_cdc_slots: `idem migrate up`,
+// migrate.Up with migrate.Outbox, or outbox.New): the role needs SELECT, INSERT and
+// UPDATE on it, and no CREATE on the schema. Only where the table is missing does
+// the relay create it itself, if its role may; otherwise Setup and Run fail with a
+// *SetupError (check "state") naming the migration and the GRANT.
 //
 // # Slot loss
 //
@@ -74,8 +79,7 @@
 // again starts at the server's current position, so whatever committed between
 // the old slot's confirmed position and the new slot's start would never be
 // streamed. The relay keeps a row per slot in idem_cdc_slots, beside the outbox
-// table (created when missing: the role needs CREATE on the schema, or the table
-// made for it), and calls it a loss when the slot it had is missing or
+// table (created by the outbox's migrations), and calls it a loss when the slot it had is missing or
 // invalidated, or when a recovery did not finish. A first start is no loss, nor a
 // slot retired with DropSlot. On a loss, by default, it:
 //

@@ -286,3 +286,65 @@ func TestRetainedWALWarnsAndDropSlot(t *testing.T) {
 		t.Fatal("the connection string leaked into a log")
 	}
 }
+
+// The relay's state table comes with the outbox's migrations: a role that may not
+// create tables in the schema (PostgreSQL 15's default on public) starts, records
+// its slot and publishes, given the grants on the outbox's tables. Without the
+// table, or without the grant on it, its Setup says which fix applies.
+func TestRelayRoleWithoutCreate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t) // outbox.New applied the outbox's migrations, idem_cdc_slots included
+	pub := "pub_lowpriv"
+	if _, err := b.pool.Exec(ctx, "CREATE PUBLICATION "+pub+" FOR TABLE idem_outbox WITH (publish = 'insert')"); err != nil {
+		t.Fatal(err)
+	}
+	role, _ := b.role(t, "ALTER ROLE $role REPLICATION", "GRANT SELECT, INSERT, UPDATE ON idem_outbox TO $role",
+		"GRANT INSERT ON idem_outbox_cdc_parked TO $role", "GRANT USAGE ON SEQUENCE idem_outbox_id_seq TO $role",
+		"GRANT SELECT, INSERT, UPDATE ON idem_cdc_slots TO $role")
+	var create bool
+	if err := b.pool.QueryRow(ctx, "SELECT has_schema_privilege($1, 'public', 'CREATE')", role).Scan(&create); err != nil || create {
+		t.Fatalf("role %s may create in public (%v): the test needs a role that may not", role, err)
+	}
+	u, _ := url.Parse(b.url)
+	u.User = url.User(role)
+	lowCfg := b.cfg(pgcdc.Config{Publication: pub})
+
+	r, err := pgcdc.New(u.String(), b.sink, lowCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Setup(ctx); err != nil {
+		t.Fatalf("Setup of a role without CREATE after the migration: %v", err)
+	}
+	var epoch int
+	if err := b.pool.QueryRow(ctx, "SELECT epoch FROM idem_cdc_slots WHERE slot = $1", b.slot).Scan(&epoch); err != nil || epoch != 1 {
+		t.Fatalf("state row of %s: epoch %d, %v; want the role to have recorded epoch 1", b.slot, epoch, err)
+	}
+	w := watch(t, r)
+	b.commit(t, idem.Message{ID: "low-1", Topic: b.subject, Payload: []byte("x")})
+	if ids := b.publishedIDs(t, w, 1); len(ids) != 1 {
+		t.Fatalf("published %v, want low-1", ids)
+	}
+	if err := w.stop(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+
+	// A database whose outbox migrations predate the table: the role cannot create it.
+	if _, err := b.pool.Exec(ctx, "DROP TABLE idem_cdc_slots"); err != nil {
+		t.Fatal(err)
+	}
+	setupErr(t, r.Setup(ctx), "state", "idem_cdc_slots", "is missing", "idem migrate up", "migrate.Outbox",
+		`GRANT SELECT, INSERT, UPDATE ON "public"."idem_cdc_slots" TO "`+role+`"`)
+
+	// A role that may create it still does (the fallback); one without the grant on
+	// the table it finds is told the GRANT.
+	admin, err := pgcdc.New(b.url, b.sink, lowCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Setup(ctx); err != nil {
+		t.Fatalf("Setup of the owner without the table (fallback): %v", err)
+	}
+	setupErr(t, r.Setup(ctx), "state", "may not read and write", `GRANT SELECT, INSERT, UPDATE ON "public"."idem_cdc_slots" TO "`+role+`"`)
+}

@@ -38,14 +38,17 @@ import (
 // the half-used slot and recovers again; the rows marked meanwhile are not sent
 // again.
 
-// slotsTable is the relay's state table, in the outbox table's schema.
+// slotsTable is the relay's state table, in the outbox table's schema. The
+// outbox's PostgreSQL migration 005 (migrate.Outbox, `idem migrate up`) creates it;
+// the relay creates it itself only where it is missing and the role may.
 const slotsTable = "idem_cdc_slots"
 
-// slotsDDL creates slotsTable: per slot, the source epoch (1 for the first slot,
-// one more per slot lost or retired), where the current slot started, the last
-// confirmed position the relay recorded (a lower bound: recorded at each
-// CheckInterval), whether a recovery is under way, whether DropSlot retired it,
-// and the positions of the last recovery's messages: {gap_lsn, id - gap_base}.
+// slotsDDL is the fallback that creates slotsTable, as migration 005_cdc_slots does:
+// per slot, the source epoch (1 for the first slot, one more per slot lost or
+// retired), where the current slot started, the last confirmed position the relay
+// recorded (a lower bound: recorded at each CheckInterval), whether a recovery is
+// under way, whether DropSlot retired it, and the positions of the last recovery's
+// messages: {gap_lsn, id - gap_base}.
 const slotsDDL = `CREATE TABLE IF NOT EXISTS %s (
 	slot TEXT PRIMARY KEY,
 	epoch INTEGER NOT NULL,
@@ -109,17 +112,37 @@ func (r *Relay) slotsName(schema string) string {
 	return pgx.Identifier{schema, slotsTable}.Sanitize()
 }
 
-// ensureSlotsTable creates slotsTable when missing.
+// ensureSlotsTable checks that slotsTable exists and that the role may read and
+// write it. Where the migration has not created it, it creates it as a fallback:
+// CREATE TABLE IF NOT EXISTS needs CREATE on the schema even when the table
+// exists, so it runs only when the table is missing.
 func (r *Relay) ensureSlotsTable(ctx context.Context, conn *pgx.Conn, schema string) error {
-	ddl := fmt.Sprintf(slotsDDL, r.slotsName(schema))
-	_, err := conn.Exec(ctx, ddl)
+	name := r.slotsName(schema)
+	var role string
+	var exists, ok bool
+	err := conn.QueryRow(ctx, `SELECT current_user, to_regclass($1) IS NOT NULL,
+		to_regclass($1) IS NOT NULL AND has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND has_table_privilege($1, 'UPDATE')`,
+		name).Scan(&role, &exists, &ok)
+	if err != nil {
+		return backendErr("read state", err)
+	}
+	quoted := pgx.Identifier{role}.Sanitize()
+	switch {
+	case ok:
+		return nil
+	case exists:
+		return &SetupError{Check: "state", Got: fmt.Sprintf("role %s may not read and write the relay's state table %s", role, name),
+			Fix: fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON %s TO %s", name, quoted)}
+	}
+	_, err = conn.Exec(ctx, fmt.Sprintf(slotsDDL, name))
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07") { // created by a racing relay
 		return nil
 	}
 	if err != nil {
-		return &SetupError{Check: "state", Got: "cannot create the relay's state table " + r.slotsName(schema),
-			Fix: "grant the relay's role CREATE on schema " + schema + ", or create it as the schema's owner and grant the role SELECT, INSERT, UPDATE on it: " + ddl, Err: err}
+		return &SetupError{Check: "state", Got: fmt.Sprintf("the relay's state table %s is missing, and role %s may not create it", name, role),
+			Fix: fmt.Sprintf("apply the outbox's migrations on the outbox's database as the schema's owner (idem migrate up, or migrate.Up with migrate.Outbox; "+
+				"its 005_cdc_slots creates the table), then GRANT SELECT, INSERT, UPDATE ON %s TO %s", name, quoted), Err: err}
 	}
 	return nil
 }
