@@ -103,7 +103,7 @@ func TestInstalledBinaryReportsVersion(t *testing.T) {
 	goCmd := func(args ...string) {
 		t.Helper()
 		cmd := exec.Command("go", args...)
-		cmd.Env = append(os.Environ(), "GOBIN="+gobin, "CGO_ENABLED=0")
+		cmd.Env = append(os.Environ(), "GOBIN="+gobin)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 		}

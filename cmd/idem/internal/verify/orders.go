@@ -266,7 +266,12 @@ func (r *run) placeAll(ctx context.Context, api orderAPI, intents []intent) erro
 				if intents[i].accepted {
 					r.accepted.Add(1)
 				}
-				r.placed.Add(1)
+				if r.placed.Add(1) == int64(len(intents)/2) && r.f.DBProxy != nil {
+					// One cut at half way whatever the draws (which follow the keys, and
+					// so the hour): every run behind the proxy meets a cut at least once.
+					r.inj.Count(FaultDBCut)
+					r.cut(r.f.DBProxy, FaultDBCut)
+				}
 			}
 		})
 	}
