@@ -202,7 +202,8 @@ func SQLDBFor(drv Driver, db *sql.DB) TxDB[*sql.Tx] {
 	}
 	var direct Querier = sqlQuerier{db}
 	if d == SQLite {
-		// Writers queue in the process instead of polling SQLite's lock; a full disk
+		// Writers queue for BEGIN in the process instead of polling SQLite's lock
+		// against each other (internal/sqlitegate); a full disk
 		// (SQLITE_FULL) at Begin, a statement or Commit is said in idem's words and
 		// matches idemsqlite.ErrDiskFull.
 		gate := sqlitegate.For(db)
@@ -210,8 +211,7 @@ func SQLDBFor(drv Driver, db *sql.DB) TxDB[*sql.Tx] {
 			tx, err := gate.Begin(ctx, db, nil)
 			return tx, sqlitefull.Tx(err)
 		}
-		t.Commit = func(_ context.Context, tx *sql.Tx) error { defer gate.End(tx); return sqlitefull.Tx(tx.Commit()) }
-		t.Rollback = func(_ context.Context, tx *sql.Tx) error { defer gate.End(tx); return tx.Rollback() }
+		t.Commit = func(_ context.Context, tx *sql.Tx) error { return sqlitefull.Tx(tx.Commit()) }
 		t.Querier = func(tx *sql.Tx) Querier { return sqliteQuerier{sqlQuerier{tx}} }
 		direct = sqliteQuerier{sqlQuerier{db}}
 	}

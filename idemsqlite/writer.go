@@ -75,7 +75,7 @@ type reply struct {
 type writer struct {
 	s      *Store
 	conn   *sql.Conn
-	gate   *sqlitegate.Gate // taken before BEGIN: in-process writers queue in order
+	gate   *sqlitegate.Gate // held while BEGIN waits: in-process writers queue in order
 	run    *groupRunner
 	begin  *sql.Stmt
 	end    *sql.Stmt // COMMIT
@@ -180,10 +180,7 @@ func (w *writer) collect(batch []*op) []*op {
 // fails the whole batch, which is what every op in it would have hit.
 func (w *writer) commit(batch []*op) {
 	ctx := context.Background() // a caller's cancellation must not cut a shared transaction
-	if held, _ := w.gate.Acquire(ctx); held {
-		defer w.gate.Release()
-	}
-	if _, err := w.begin.ExecContext(ctx); err != nil {
+	if err := w.gate.Do(ctx, func() error { _, err := w.begin.ExecContext(ctx); return err }); err != nil {
 		w.failAll(w.collect(batch), err)
 		return
 	}
@@ -229,7 +226,7 @@ func (w *writer) commit(batch []*op) {
 		if len(live) == 0 {
 			return
 		}
-		if _, err := w.begin.ExecContext(ctx); err != nil {
+		if err := w.gate.Do(ctx, func() error { _, err := w.begin.ExecContext(ctx); return err }); err != nil {
 			w.failAll(live, err)
 			return
 		}
