@@ -55,10 +55,10 @@ type SkewReport struct {
 	Tolerance time.Duration `json:"tolerance_ns"`
 	Nodes     []SkewNode    `json:"nodes"`
 	Stores    []SkewStore   `json:"stores"`
-	// FenceTakeovers counts the effect calls that completed after a takeover
-	// (idem_effects_total outcome "recovered"): the lease of a killed worker ran
-	// out, or a node ahead cut a live one short. QueueTakeovers is
-	// QueueStats.Takeovers (--broker db:).
+	// FenceTakeovers counts the effect calls that completed on a later token
+	// (idem_effects_total outcome "recovered"): after a failed call released the
+	// effect, after a killed worker's lease ran out, or after a node ahead cut a
+	// live one short. QueueTakeovers is QueueStats.Takeovers (--broker db:).
 	FenceTakeovers int `json:"fence_takeovers"`
 	QueueTakeovers int `json:"queue_takeovers,omitempty"`
 	// NotSkewed lists what runs on one clock all the same, and why.
@@ -206,7 +206,7 @@ func (s *SkewReport) write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "    %-40s %s's clock%s: %s\n", st.Component, st.Clock, skew, st.Note)
 	}
-	fmt.Fprintf(w, "  effect calls after a takeover: %d (the lease of a killed worker ran out, or a clock ahead cut a live one short)", s.FenceTakeovers)
+	fmt.Fprintf(w, "  effect calls completed on a later token: %d (after a failed call released the effect, a killed worker's lease ran out, or a clock ahead cut a live one short)", s.FenceTakeovers)
 	if s.QueueLease > 0 {
 		fmt.Fprintf(w, "; queue lease takeovers: %d", s.QueueTakeovers)
 	}
