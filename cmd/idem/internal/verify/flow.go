@@ -390,10 +390,7 @@ func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err e
 	fences := make([]*effect.Fence[*sql.Tx], paymentWorkers)
 	if !r.f.Unsafe {
 		for i := range fences {
-			off := r.f.skewOffset(i)
-			if r.f.Skew == 0 {
-				off = 0
-			}
+			off := r.f.skewOffset(i) // 0 without Flow.Skew
 			if fences[i], err = effect.New(ctx, r.txdb, effect.Config{Lease: r.payLease, Now: wallAt(off), Registerer: r.reg, Logger: r.log}); err != nil {
 				return fail(err)
 			}
