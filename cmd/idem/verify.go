@@ -31,6 +31,7 @@ type verifyOptions struct {
 	auditGrace                    time.Duration
 	dbCrash                       int
 	failover                      string
+	skew                          time.Duration
 }
 
 const verifySynopsis = `Runs a whole exactly-once flow under injected faults and checks, from the
@@ -84,6 +85,18 @@ re-pointed at it; the components reconnect on their own. The section "primary
 failover" says how long it took, what idem saw, and how many acknowledged
 orders were absent afterwards: with sync none may be; with async some may be,
 lost by the database (the run then fails, and says so). It needs no --db.
+
+--skew D gives the run's nodes clocks that disagree by D: two HTTP gateways
+(two idemhttp middleware instances on the one store, each order's requests sent
+to them in turn), the consumer processes, the payment workers (an effect fence
+each) and, with --broker db:, the queue consumers (a queue each) read clocks
+off the run's by +D/2 and -D/2 in turn. The leases read on those clocks (the
+fence's, the queue's) are made at least 2×D, which a skew of D tolerates (a
+live holder renews every third of its lease). The report's "clock skew" section
+lists each node's offset, which clock each part trusts (the key stores on
+PostgreSQL, MySQL and Redis the server's; SQLite, the fence, the queue and the
+stale-key checks the caller's) and the takeovers; nothing may be lost or
+doubled. At most 10m.
 
 --api grpc places the orders over gRPC instead (idemgrpc's interceptors,
 grpc-go's retry policy), with the same faults in their gRPC form: responses
@@ -153,6 +166,7 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.DurationVar(&o.auditGrace, "audit-grace", verify.DefaultAuditGrace, "the audit's grace: a message published longer ago and not applied is missing (and republished with --repair); above the consumers' lag, or messages merely behind are republished needlessly (the inbox drops the copies)")
 	fs.IntVar(&o.dbCrash, "db-crash", 0, "kill the database server (SIGKILL) this many times while the orders are placed, restarting it at once; needs --db postgres: or --db mysql: (a private server the run owns)")
 	fs.StringVar(&o.failover, "failover", "", "sync or async: run on a private PostgreSQL primary with two streaming standbys (synchronous ANY 1, or asynchronous), kill the primary once half the orders are answered, promote the most advanced standby; the report's \"primary failover\" section counts what was lost with the old primary (without --db)")
+	fs.DurationVar(&o.skew, "skew", 0, "give the run's gateways, consumers, payment workers and queue consumers clocks that disagree by this much (+D/2 and -D/2 in turn), 0 to 10m; leases on those clocks become at least 2×D; the report's \"clock skew\" section says which clock each part trusts")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the flow (go tool pprof) to this file")
 	fs.BoolVar(&o.verbose, "v", false, "log the warnings of relays and consumers (many, under faults) to stderr")
 	return fs, o
@@ -183,6 +197,12 @@ func (o *verifyOptions) check() error {
 		return fmt.Errorf("--failover must be sync or async (got %q)", o.failover)
 	case o.failover != "" && o.relay == "cdc":
 		return errors.New("--failover with --relay cdc: the log-based relay's slot does not follow a promotion; leave --relay at outbox")
+	case o.skew < 0:
+		return fmt.Errorf("--skew must be 0 or more (got %v): it is how far apart the nodes' clocks are, each node off by half of it either way", o.skew)
+	case o.skew > verify.MaxSkew:
+		return fmt.Errorf("--skew %v is above the limit of %v: the run's request and message deadlines (30 min, which clock jumps of up to ±10 min already use) would no longer tell late from on time; pick %v or less", o.skew, verify.MaxSkew, verify.MaxSkew)
+	case o.skew > 0 && o.timeout < 3*o.skew:
+		return fmt.Errorf("--skew %v needs --timeout %v or more (got %v): with leases of 2×D, a killed worker's effect waits up to 3×D on the clock furthest behind before it is taken over", o.skew, 3*o.skew, o.timeout)
 	case o.broker == "db:" && o.relay == "cdc":
 		return errors.New("--relay cdc with --broker db:: no relay runs when the database is the queue; leave --relay at outbox")
 	}
@@ -236,7 +256,7 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 		Orders: o.ops, Clients: o.clients, Consumers: o.consumers, FaultRate: o.rate, Seed: o.seed,
 		Unsafe: o.unsafe, Timeout: o.timeout, Logger: logger, API: o.api,
 		BrokerLoss: o.brokerLoss, Repair: o.repair, AuditGrace: o.auditGrace,
-		Failover: failover,
+		Failover: failover, Skew: o.skew,
 	}
 	if o.dbCrash > 0 {
 		flow.DBCrash, flow.Crasher = o.dbCrash, crasher

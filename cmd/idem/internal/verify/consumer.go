@@ -17,14 +17,16 @@ import (
 // The broker → consumer → ledger boundary: supervised consumers applying each
 // order to the ledger through the inbox.
 
-func (r *run) inboxConfig() inbox.Config {
-	return inbox.Config{
+// inboxConfig is the consumers' inbox configuration, judging on now (nil: the
+// wall clock).
+func (r *run) inboxConfig(now func() time.Time) inbox.Config {
+	return inbox.Config{Now: now,
 		Consumer: consumerName, BatchSize: 32, MaxAttempts: 100, Retention: r.f.Retention,
 		Backoff:    func(int) time.Duration { return 20 * time.Millisecond },
 		Registerer: r.reg, Logger: r.log,
-		// Deadlines are judged on the consumer's own clock (the wall clock; the
-		// message ids are UUIDv7s minted on it, so their ages are judged on it
-		// too). Without idem, a message past its deadline is applied all the same.
+		// Deadlines are judged on the consumer's own clock (the wall clock, off by
+		// the consumer's skew with Flow.Skew; the message ids are UUIDv7s minted
+		// on the wall clock, so their ages are judged on it too). Without idem, a message past its deadline is applied all the same.
 		IgnoreDeadlines: r.f.Unsafe,
 	}
 }
@@ -49,7 +51,25 @@ func (r *run) ledger(ctx context.Context, tx *sql.Tx, m idem.Message) error {
 	return r.push.appendTx(ctx, tx, ev)
 }
 
+// consumerClock numbers a consumer process slot and returns its clock: the wall
+// clock, off by the slot's skew with Flow.Skew (the same across restarts: the
+// same node).
+func (r *run) consumerClock() (slot int, now func() time.Time) {
+	slot = int(r.consumerSlots.Add(1))
+	if r.f.Skew == 0 {
+		return slot, nil
+	}
+	off := r.f.skewOffset(slot - 1)
+	reads := "inbox: message deadlines and key ages"
+	if r.queue != nil {
+		reads += "; queue: run-at times and leases"
+	}
+	r.skewNode(fmt.Sprintf("consumer %d", slot), off, reads)
+	return slot, wallAt(off)
+}
+
 func (r *run) superviseConsumer(ctx context.Context) {
+	_, now := r.consumerClock()
 	faults := []chaos.Fault{{Kind: chaos.FaultDuplicateDelivery, Weight: 3}}
 	if c, ok := r.f.Broker.(CumulativeAcker); !ok || !c.CumulativeAcks() {
 		faults = append(faults, chaos.Fault{Kind: chaos.FaultLostAck, Weight: 2})
@@ -75,7 +95,7 @@ func (r *run) superviseConsumer(ctx context.Context) {
 			continue
 		}
 		cs := &chaos.Source{Source: src, Injector: r.inj, Faults: faults, BatchFaults: batch, BatchScale: 0.25, Kill: kill, Tally: &r.delivered}
-		c, err := inbox.New(cctx, cutSource{cs, r}, r.txdb, r.store, chaos.Handler(r.ledger, pause, kill), r.inboxConfig())
+		c, err := inbox.New(cctx, cutSource{cs, r}, r.txdb, r.store, chaos.Handler(r.ledger, pause, kill), r.inboxConfig(now))
 		if err == nil {
 			err = c.Run(cctx)
 		}

@@ -76,6 +76,10 @@ func (s *QueueStats) write(w io.Writer) {
 	fmt.Fprintln(w, "note: no ack_lost fault with the database as the queue: a message is retired in its effect's transaction, there is no separate ack to lose (--unsafe retires after the commit)")
 }
 
+// queueLease is the queue consumers' lease: the broker's ack wait, at least
+// 2×Flow.Skew.
+func (r *run) queueLease() time.Duration { return r.f.skewLease(r.f.Broker.AckWait()) }
+
 // dbQueue reports whether the run's database is its queue.
 func (f *Flow) dbQueue() bool {
 	q, ok := f.Broker.(DBQueue)
@@ -113,12 +117,25 @@ func (r *run) superviseDBConsumer(ctx context.Context) {
 		// As likely as a kill (each costs a lease and a takeover), at most 3.
 		batch = append(batch, chaos.Fault{Kind: chaos.FaultPaused, Weight: 1, Max: 3})
 	}
+	// With Flow.Skew the consumer's node has a queue of its own on its clock
+	// (run-at times and leases are the queue's Config.Now).
+	_, now := r.consumerClock()
+	q := r.queue.q
+	for now != nil && q == r.queue.q && ctx.Err() == nil {
+		qq, err := queue.New(ctx, r.txdb, queue.Config{Logger: r.log, Now: now})
+		if err != nil {
+			r.log.Warn("verify: open the consumer's queue", "err", err)
+			wait.Sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		q = qq
+	}
 	for first := true; ctx.Err() == nil; first = false {
 		if !first {
 			r.restarts.Add(1)
 		}
 		cctx, kill := context.WithCancel(ctx)
-		qs, err := r.queue.q.Source(queue.SourceConfig{Topic: r.f.Broker.Topic(), Lease: r.f.Broker.AckWait(), PollInterval: 50 * time.Millisecond})
+		qs, err := q.Source(queue.SourceConfig{Topic: r.f.Broker.Topic(), Lease: r.queueLease(), PollInterval: 50 * time.Millisecond})
 		if err != nil {
 			r.log.Warn("verify: open the queue's source", "err", err)
 			kill()
@@ -133,7 +150,7 @@ func (r *run) superviseDBConsumer(ctx context.Context) {
 			// sees no TxSource, so it acks), no keys (noDedup).
 			src = plainSource{ds}
 		}
-		c, err := inbox.New(cctx, src, r.txdb, r.store, chaos.Handler(r.ledger, 0, ds.kill), r.inboxConfig())
+		c, err := inbox.New(cctx, src, r.txdb, r.store, chaos.Handler(r.ledger, 0, ds.kill), r.inboxConfig(now))
 		if err == nil {
 			err = c.Run(cctx)
 		}
@@ -315,7 +332,7 @@ func markFault(d idem.Delivery, fault string) idem.Delivery {
 // order's transaction) and the queue's figures.
 func (r *run) checkQueue(ctx context.Context, orders orderSet) (Row, *QueueStats, error) {
 	rows := map[string]int{}
-	st := &QueueStats{Outcomes: map[string]int{}, Lease: r.f.Broker.AckWait()}
+	st := &QueueStats{Outcomes: map[string]int{}, Lease: r.queueLease()}
 	if err := r.query(ctx, "the queue", "SELECT msg_id, outcome FROM idem_queue WHERE topic = '"+r.f.Broker.Topic()+"'", func(scan func(...any) error) error {
 		var id, out string
 		if err := scan(&id, &out); err != nil {

@@ -93,7 +93,7 @@ func TestCheckLedgerMessagePastDeadline(t *testing.T) {
 				_, err := q.Exec(ctx, "UPDATE "+tableBalance+" SET total = total + $1 WHERE id = 1", ev.Amount)
 				return err
 			}
-			c, err := inbox.New(ctx, emptySource{}, txdb, r.store, apply, r.inboxConfig())
+			c, err := inbox.New(ctx, emptySource{}, txdb, r.store, apply, r.inboxConfig(nil))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -158,6 +158,12 @@ type Flow struct {
 	// answered and promotes a standby (idem verify --failover); the report then
 	// has its section. DB must reach the primary by a URL that follows it.
 	Failover *Failover
+	// Skew, if positive, gives every gateway (HTTP: two of them, the clients
+	// split between them), consumer process, payment worker and queue consumer a
+	// clock of its own, offset by +Skew/2 or −Skew/2 in turn (idem verify
+	// --skew); the leases read on those clocks become at least 2×Skew, and the
+	// report has a "clock skew" section. At most MaxSkew.
+	Skew time.Duration
 }
 
 // Progress is the state of a running flow.
@@ -217,6 +223,10 @@ type run struct {
 	warnings            atomic.Int64    // warnings logged by the run's components
 	stopped             atomic.Int64    // relays and consumers that stopped on an error of their own (not a kill) and were started again
 	fo                  *FailoverReport // Flow.Failover's, once it started
+	payLease            time.Duration   // the effect fence's lease: paymentLease, longer with Flow.Skew
+	consumerSlots       atomic.Int64    // consumer processes numbered, for their clocks (Flow.Skew)
+	skewMu              sync.Mutex
+	skewNodes           []SkewNode
 }
 
 // intent is one order a client means to place once.
@@ -317,6 +327,8 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 		return nil, fmt.Errorf("verify: Flow.DBCrash is %d; want 0 or more", f.DBCrash)
 	case f.DBCrash > 0 && f.Crasher == nil:
 		return nil, errors.New("verify: Flow.DBCrash needs Flow.Crasher, what kills and restarts the database server")
+	case f.Skew < 0 || f.Skew > MaxSkew:
+		return nil, fmt.Errorf("verify: Flow.Skew is %v; want 0 to %v", f.Skew, MaxSkew)
 	case f.dbQueue() && (f.BrokerLoss > 0 || f.CDC != nil):
 		return nil, errors.New("verify: the database as the queue has no broker to lose messages (Flow.BrokerLoss) and no relay (Flow.CDC)")
 	}
@@ -324,7 +336,8 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{f: f, txdb: txdb, inj: chaos.NewInjector(f.Seed, f.FaultRate), reg: prometheus.NewRegistry(), store: f.Store}
+	r := &run{f: f, txdb: txdb, inj: chaos.NewInjector(f.Seed, f.FaultRate), reg: prometheus.NewRegistry(), store: f.Store,
+		payLease: f.skewLease(paymentLease)}
 	r.log = slog.New(countingHandler{f.Logger.Handler(), &r.warnings})
 	if f.Unsafe {
 		r.store = noDedup{}
@@ -364,19 +377,24 @@ func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err e
 	}
 	// The first consumer is created here so that its tables exist before the
 	// others race to create them.
-	if _, err := inbox.New(ctx, emptySource{}, r.txdb, r.store, r.ledger, r.inboxConfig()); err != nil {
+	if _, err := inbox.New(ctx, emptySource{}, r.txdb, r.store, r.ledger, r.inboxConfig(nil)); err != nil {
 		return fail(err)
 	}
 	if r.paysvc, err = startPaymentService(r.f.Unsafe); err != nil {
 		return fail(err)
 	}
 	closers = append(closers, func() { r.paysvc.srv.Close() })
-	// The fence's leases run on the real clock: a backward jump of the flow's clock
-	// (up to minutes) would hold every crashed worker's effect for that long.
-	var fence *effect.Fence[*sql.Tx]
+	// The fences' leases run on the real clock: a backward jump of the flow's clock
+	// (up to minutes) would hold every crashed worker's effect for that long. Each
+	// worker has a fence of its own, on its own clock with Flow.Skew.
+	fences := make([]*effect.Fence[*sql.Tx], paymentWorkers)
 	if !r.f.Unsafe {
-		if fence, err = effect.New(ctx, r.txdb, effect.Config{Lease: paymentLease, Registerer: r.reg, Logger: r.log}); err != nil {
-			return fail(err)
+		for i := range fences {
+			off := r.f.skewOffset(i) // 0 without Flow.Skew
+			if fences[i], err = effect.New(ctx, r.txdb, effect.Config{Lease: r.payLease, Now: wallAt(off), Registerer: r.reg, Logger: r.log}); err != nil {
+				return fail(err)
+			}
+			r.skewNode(fmt.Sprintf("payment worker %d", i+1), off, "effect fence: leases and takeovers")
 		}
 	}
 	if r.push, err = r.startPush(ctx); err != nil {
@@ -392,7 +410,7 @@ func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err e
 
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Go(func() { r.payments(bg, fence, r.paysvc, 2) })
+	wg.Go(func() { r.payments(bg, fences, r.paysvc) })
 	wg.Go(func() { r.push.watch(bg) })
 	if r.queue == nil {
 		wg.Go(func() { r.superviseRelay(bg) })
@@ -458,6 +476,9 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 			return nil, err
 		}
 		rep.Failover = r.fo
+	}
+	if f.Skew > 0 {
+		rep.Skew = r.skewSummary(rep)
 	}
 	if ctx.Err() != nil {
 		return rep, ctx.Err()

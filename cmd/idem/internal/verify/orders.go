@@ -66,40 +66,70 @@ func (r *run) startAPI() (orderAPI, error) {
 
 // httpAPI is the order service over HTTP, behind idemhttp.AtomicMiddleware.
 type httpAPI struct {
-	r   *run
-	srv *http.Server
-	url string
+	r    *run
+	srvs []*http.Server
+	urls []string // one per gateway
 }
 
-func (a *httpAPI) close() { a.srv.Close() }
+func (a *httpAPI) close() {
+	for _, srv := range a.srvs {
+		srv.Close()
+	}
+}
 
 func (a *httpAPI) client(faulty bool) (orderClient, error) {
 	c := &http.Client{Transport: &idemhttp.Transport{MaxAttempts: 8, MinBackoff: 2 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Logger: a.r.log}}
 	if faulty {
 		c = a.r.client()
 	}
-	return &httpClient{r: a.r, c: c, url: a.url}, nil
+	return &httpClient{r: a.r, c: c, urls: a.urls}, nil
 }
 
 type httpClient struct {
-	r   *run
-	c   *http.Client
-	url string
+	r    *run
+	c    *http.Client
+	urls []string
 }
 
-func (c *httpClient) place(ctx context.Context, in *intent) { c.r.place(ctx, c.c, c.url, in) }
+func (c *httpClient) place(ctx context.Context, in *intent) { c.r.place(ctx, c.c, c.urls, in) }
 func (c *httpClient) close()                                { c.c.CloseIdleConnections() }
 
+// startHTTP starts the order service's gateway, or two with Flow.Skew (two
+// middleware instances on the same store, on clocks Skew apart; the clients
+// send each order's successive requests to them in turn).
 func (r *run) startHTTP() (orderAPI, error) {
+	gateways := 1
+	if r.f.Skew > 0 {
+		gateways = 2
+	}
+	a := &httpAPI{r: r}
+	for i := range gateways {
+		off := time.Duration(0)
+		if r.f.Skew > 0 {
+			off = r.f.skewOffset(i)
+			r.skewNode(fmt.Sprintf("gateway %d", i+1), off, "idemhttp: key ages (retention) and request deadlines")
+		}
+		srv, url, err := r.startGateway(r.flowAt(off))
+		if err != nil {
+			a.close()
+			return nil, err
+		}
+		a.srvs, a.urls = append(a.srvs, srv), append(a.urls, url)
+	}
+	return a, nil
+}
+
+// startGateway starts one gateway of the order service, its middleware on now.
+func (r *run) startGateway(now func() time.Time) (*http.Server, string, error) {
 	handler := http.Handler(http.HandlerFunc(r.placeOrder))
 	if !r.f.Unsafe {
 		// The middleware judges key ages and deadlines on the flow's clock, the one
-		// that drives the store's expiry (and jumps).
+		// that drives the store's expiry (and jumps), off by the gateway's skew.
 		mw, err := idemhttp.AtomicMiddleware(r.txdb, r.f.Store, idemhttp.Config{
-			RequireKey: true, Retention: r.f.Retention, Registerer: r.reg, Logger: r.log, Now: r.now,
+			RequireKey: true, Retention: r.f.Retention, Registerer: r.reg, Logger: r.log, Now: now,
 		})
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		handler = mw(handler)
 	}
@@ -117,11 +147,11 @@ func (r *run) startHTTP() (orderAPI, error) {
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	srv := &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelWarn)}
 	go func() { _ = srv.Serve(ln) }()
-	return &httpAPI{r: r, srv: srv, url: "http://" + ln.Addr().String() + "/orders"}, nil
+	return srv, "http://" + ln.Addr().String() + "/orders", nil
 }
 
 // placeOrder is the order service over HTTP.
@@ -289,9 +319,14 @@ func (r *run) placeAll(ctx context.Context, api orderAPI, intents []intent) erro
 	return nil
 }
 
-func (r *run) place(ctx context.Context, client *http.Client, url string, in *intent) (id string, ok bool) {
+// place places one order through the gateways at urls, each new request of the
+// order to the next gateway (its first one drawn from its key).
+func (r *run) place(ctx context.Context, client *http.Client, urls []string, in *intent) (id string, ok bool) {
 	body, _ := json.Marshal(orderRequest{Customer: in.customer, Amount: in.amount})
+	next := fnv64(in.key)
 	newRequest := func(key string, deadline time.Time) (*http.Request, error) {
+		url := urls[next%uint64(len(urls))]
+		next++
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
 			return nil, err

@@ -43,6 +43,10 @@ const BoundaryPayment = "consumer → payment API (effect)"
 // paused workers are taken over within the run.
 const paymentLease = time.Second
 
+// paymentWorkers is how many payment workers the flow runs, each with its own
+// effect fence (and, with Flow.Skew, its own clock).
+const paymentWorkers = 2
+
 // paymentService is the outside system: a payment API over real HTTP that
 // charges once per Idempotency-Key (idem's middleware in front of it, on its own
 // store) unless the flow is unsafe, and counts the charges it made per order.
@@ -102,11 +106,11 @@ func (p *paymentService) counts() map[string]int {
 // errCrash is the panic of a payment worker killed on purpose.
 var errCrash = errors.New("payment worker killed")
 
-// payments runs the payment workers until ctx ends: each charges the orders the
-// ledger applied and records them paid. With idem, every charge goes through
-// effect.Fence (key = order id, step "charge"); unsafe, the worker calls and then
-// records, at least once.
-func (r *run) payments(ctx context.Context, fence *effect.Fence[*sql.Tx], svc *paymentService, workers int) {
+// payments runs the payment workers until ctx ends, one per fence: each charges
+// the orders the ledger applied and records them paid. With idem, every charge
+// goes through its worker's effect.Fence (key = order id, step "charge"); unsafe
+// (nil fences), the worker calls and then records, at least once.
+func (r *run) payments(ctx context.Context, fences []*effect.Fence[*sql.Tx], svc *paymentService) {
 	faults := []chaos.Fault{
 		{Kind: FaultPaymentResponseDropped, Weight: 3},
 		{Kind: FaultPaymentWorkerKilled, Weight: 1},
@@ -139,13 +143,17 @@ func (r *run) payments(ctx context.Context, fence *effect.Fence[*sql.Tx], svc *p
 			case FaultPaymentWorkerKilled:
 				panic(errCrash)
 			case FaultPaymentWorkerPaused:
+				// paymentLease, not r.payLease: with Flow.Skew the lease is 2×Skew,
+				// and a stall that long (up to 3 of them) would triple a short run.
+				// The fence renews the lease while the call runs, so the stall is
+				// a stall either way.
 				time.Sleep(paymentLease + 500*time.Millisecond)
 			}
 			return body, err
 		}
 	}
 	var wg sync.WaitGroup
-	for range workers {
+	for _, fence := range fences {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				orders, err := r.unpaid(ctx)

@@ -82,6 +82,8 @@ type Report struct {
 	// Failover is what a primary failover of the database cost (--failover); nil
 	// without one.
 	Failover *FailoverReport `json:"failover,omitempty"`
+	// Skew is what the nodes' disagreeing clocks did (Flow.Skew); nil without.
+	Skew *SkewReport `json:"clock_skew,omitempty"`
 }
 
 // OK reports whether every boundary kept its promise.
@@ -239,6 +241,9 @@ func (r *Report) WriteResults(w io.Writer) error {
 	}
 	if r.Failover != nil {
 		r.Failover.write(w)
+	}
+	if r.Skew != nil {
+		r.Skew.write(w)
 	}
 	verdict := "OK: nothing lost, nothing doubled"
 	if !r.OK() {

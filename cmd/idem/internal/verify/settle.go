@@ -18,6 +18,9 @@ import (
 func (r *run) settle(ctx context.Context, since time.Time) bool {
 	deadline := time.Now().Add(r.f.Timeout)
 	quiet := r.f.Broker.AckWait() + time.Second
+	if r.queue != nil {
+		quiet = r.queueLease() + time.Second // longer with Flow.Skew
+	}
 	last, lastChange := -1, time.Now()
 	for ctx.Err() == nil && time.Now().Before(deadline) {
 		if n := r.delivered.Total(); n != last {
