@@ -11,7 +11,7 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 .PHONY: test vet lint services bench bench-stores fmt tidy release image image-smoke
 
 test: services vet lint
-	IDEM_REQUIRE_SERVICES=1 IDEM_SCREENSHOT_DIR=$(CURDIR)/test-output $(GO) test -race -count=1 -timeout 15m $(PKGS)
+	IDEM_REQUIRE_SERVICES=1 IDEM_SCREENSHOT_DIR=$(CURDIR)/test-output $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)
