@@ -74,10 +74,10 @@ func (c *Consumer[Tx]) countOpen(ctx context.Context, last *gaugeReads) {
 		return
 	}
 	n, err := c.countOpenLetters(ctx)
+	c.logChange(ctx, &last.count, "idem_inbox_dead_letters_open", err) // before the gauge: whoever sees the value sees the note
 	if err == nil {
 		c.metrics.OpenDeadLetters(n)
 	}
-	c.logChange(ctx, &last.count, "idem_inbox_dead_letters_open", err)
 }
 
 // readLag sets idem_inbox_lag_messages from the source, if it reports lag.
@@ -88,10 +88,10 @@ func (c *Consumer[Tx]) readLag(ctx context.Context, lr idem.LagReporter, last *g
 	lctx, cancel := context.WithTimeout(ctx, gaugeTimeout)
 	lag, err := lr.Lag(lctx)
 	cancel()
+	c.logChange(ctx, &last.lag, "idem_inbox_lag_messages", err) // before the gauge, as in countOpen
 	if err == nil {
 		c.metrics.Lag(lag.Messages)
 	}
-	c.logChange(ctx, &last.lag, "idem_inbox_lag_messages", err)
 }
 
 // logChange logs err when it differs from the gauge's last one, and the recovery
