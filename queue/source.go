@@ -259,7 +259,12 @@ func (s *Source[Tx]) prefetch(limit int) {
 	ch := make(chan prefetched, 1)
 	s.pre = ch
 	s.loops.Go(func() {
-		ds, err := s.claim(s.ctx, limit)
+		// Not cut by Close: a claim whose UPDATE committed while its answer was
+		// being read would leave its rows leased and held by no one until their
+		// lease ran out. Close waits for it and puts back what it claimed.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.Lease)
+		defer cancel()
+		ds, err := s.claim(ctx, limit)
 		ch <- prefetched{ds, err}
 	})
 }
