@@ -22,18 +22,25 @@ import (
 //  1. A pooler answers the connection's startup with a cancel key of its own, so the
 //     process ID the client was given differs from the server's pg_backend_pid().
 //     A plain TCP proxy (a port mapping, HAProxy) passes the server's through.
-//  2. Of two client connections, one idle between statements, the other is served
-//     by the same server process: only transaction (or statement) pooling lends one
-//     session to two clients. A pooler in session mode never does, and is not
-//     reported: session state works there.
+//  2. A client's server session changes, or another client is served by it: only
+//     transaction (or statement) pooling moves a client between sessions or lends
+//     one session to two clients. A pooler in session mode gives a client one
+//     session for its life and never does either, and is not reported: session
+//     state works there. The probe alternates statements on the connection and on a
+//     second one: idle, a pooler hands the second the session the first just freed
+//     (PgBouncer reuses the last freed one); busy, another client takes it, and the
+//     first is moved to another session.
 //
-// A busy pooler may hand the second client another server session, so step 2 is
-// tried a few times; what it reports is always true, but a transaction pooler under
-// load can go unnoticed. Only pools in a mode the pooler breaks are probed
-// (unpooledMode): with the advised exec mode, New sends nothing extra.
+// What the probe reports is always true. It misses a transaction pooler only if, at
+// every one of its rounds, another client takes the freed session and gives it back
+// before the first connection's next statement; a first version that only waited
+// for the second connection to be given the freed session missed it under a load
+// of 8 writers (TestPgBouncerOutboxRelay, in CI). Only pools in a mode the pooler
+// breaks are probed (unpooledMode): with the advised exec mode, New sends nothing
+// extra.
 
-// poolerProbes is how many times step 2 compares the two connections' sessions.
-const poolerProbes = 3
+// poolerProbes is how many rounds step 2 runs: two statements each.
+const poolerProbes = 16
 
 // poolerTimeout bounds the whole check.
 const poolerTimeout = 10 * time.Second
@@ -62,10 +69,11 @@ func transactionPooled(ctx context.Context, c *pgx.Conn) (bool, error) {
 	defer closeConn(other)
 	for range poolerProbes {
 		p2, err := pid(other)
-		if err != nil || p2 == p1 {
+		if err != nil || p2 == p1 { // c's session lent to another client
 			return err == nil, err
 		}
-		if p1, err = pid(c); err != nil || p1 == p2 {
+		p, err := pid(c)
+		if err != nil || p != p1 { // c moved to another session
 			return err == nil, err
 		}
 	}
