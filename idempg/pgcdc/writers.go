@@ -75,13 +75,6 @@ func (r *Relay) checkEmitters(ctx context.Context, conn *pgx.Conn, full string) 
 		return &SetupError{Check: "messages", Got: fmt.Sprintf("PostgreSQL %d.%d does not send WAL messages to pgoutput", version/10000, version%10000/100),
 			Fix: "upgrade to PostgreSQL 14 or later, or run without Config.Messages / --cdc-messages and write messages with outbox.EnqueueTx"}
 	}
-	var public bool
-	var signatures string
-	if err := conn.QueryRow(ctx, `SELECT COALESCE(bool_or(has_function_privilege('public', p.oid, 'EXECUTE')), false),
-		COALESCE(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid), '')
-		FROM pg_proc p WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace`).Scan(&public, &signatures); err != nil {
-		return err
-	}
 	rows, err := conn.Query(ctx, emitterRoles, full)
 	if err != nil {
 		return err
@@ -92,6 +85,17 @@ func (r *Relay) checkEmitters(ctx context.Context, conn *pgx.Conn, full string) 
 	}
 	if len(roles) == 0 {
 		return nil
+	}
+	// PUBLIC's grant is read after the roles: a GRANT ... TO PUBLIC between the two
+	// statements (each reads the catalogs afresh) then lists every role above and is
+	// reported as what it is. Read before them, the roles it let in were reported one
+	// by one, with a REVOKE that would not have closed the door.
+	var public bool
+	var signatures string
+	if err := conn.QueryRow(ctx, `SELECT COALESCE(bool_or(has_function_privilege('public', p.oid, 'EXECUTE')), false),
+		COALESCE(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid), '')
+		FROM pg_proc p WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace`).Scan(&public, &signatures); err != nil {
+		return err
 	}
 	got := "roles " + strings.Join(roles[:min(len(roles), 5)], ", ")
 	if len(roles) > 5 {
