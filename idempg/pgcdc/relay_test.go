@@ -41,13 +41,14 @@ type bundle struct {
 	subject string
 	sink    idem.Sink
 	slot    string // slot names are the cluster's, not the database's
+	logs    testsvc.Buffer // the relays' log where the test gives no Logger: printed if the test fails
 }
 
 // cfg is a relay Config on the bundle's slot.
 func (b *bundle) cfg(c pgcdc.Config) pgcdc.Config {
 	c.Slot = b.slot
 	if c.Logger == nil {
-		c.Logger = quiet()
+		c.Logger = slog.New(slog.NewTextHandler(&b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return c
 }
@@ -83,6 +84,11 @@ func setupOn(t *testing.T, url string) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &bundle{url: url, slot: testsvc.UniqueName("slot_")}
+	t.Cleanup(func() { // last: after the relays stopped
+		if t.Failed() {
+			t.Logf("the relays' log:\n%s", b.logs.String())
+		}
+	})
 	var err error
 	if b.pool, err = pgxpool.New(ctx, b.url); err != nil {
 		t.Fatal(err)
