@@ -40,7 +40,7 @@ type bundle struct {
 	stream  string
 	subject string
 	sink    idem.Sink
-	slot    string // slot names are the cluster's, not the database's
+	slot    string         // slot names are the cluster's, not the database's
 	logs    testsvc.Buffer // the relays' log where the test gives no Logger: printed if the test fails
 }
 
