@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idempg/pgcdc"
+	"github.com/idemhq/idem/internal/pgcluster"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -183,4 +185,58 @@ func sortedCopy(s []string) []string {
 	out := slices.Clone(s)
 	slices.Sort(out)
 	return out
+}
+
+// The slot streams a transaction as soon as its commit is in the WAL, which may be
+// before other sessions see it: here its commit waits for a synchronous standby
+// that never answers (a cluster of its own whose commits wait for "ghost", except
+// where synchronous_commit is local: everything but the test's producer). The
+// relay publishes the message meanwhile, but marks its row only once the commit is
+// visible, and does not confirm it before: an UPDATE run earlier finds no row.
+func TestMarkWaitsForTheCommitToBeVisible(t *testing.T) {
+	t.Parallel()
+	testsvc.PostgresServerBinaries(t)
+	ctx := context.Background()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: []string{"synchronous_standby_names = 'ghost'", "synchronous_commit = local"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop(context.Background()) })
+	b := setupOn(t, c.URL)
+	r := b.relay(t, b.sink, pgcdc.Config{})
+	w := watch(t, r)
+	committed := make(chan error, 1)
+	go func() {
+		committed <- pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+				return err
+			}
+			_, err := b.ob.EnqueueTx(ctx, tx, idem.Message{ID: "held", Topic: b.subject})
+			return err
+		})
+	}()
+	commit := positionOf(t, b.published(t, 1)[0]).lsn // published while its commit waits
+	testsvc.Eventually(t, 60*time.Second, "the relay to confirm the transaction or wait for it to be visible", func() bool {
+		w.alive(t)
+		st, err := r.Status(ctx)
+		return err == nil && st.Confirmed > commit || strings.Contains(b.logs.String(), "not visible yet")
+	})
+	if st, err := r.Status(ctx); err != nil || st.Confirmed > commit {
+		t.Errorf("the slot was confirmed at %s, past the commit at %s, before the commit was visible (err %v)",
+			pgcdc.FormatLSN(st.Confirmed), pgcdc.FormatLSN(commit), err)
+	}
+	// The standby is no longer awaited: the commit returns, and is visible.
+	if _, err := b.pool.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = ''"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-committed; err != nil {
+		t.Fatal(err)
+	}
+	b.waitConfirmed(t, r, w)
+	if left := b.unmarked(t); len(left) > 0 {
+		t.Fatalf("rows %v are not marked published with the slot confirmed past them", left)
+	}
 }

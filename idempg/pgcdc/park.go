@@ -27,6 +27,7 @@ type position struct {
 type item struct {
 	pos     position
 	at      time.Time         // its transaction's commit time
+	xid     uint32            // its transaction's ID
 	row     int64             // its outbox row; 0 for a WAL message
 	headers map[string]string // its own headers, without the position's
 }

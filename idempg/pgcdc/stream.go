@@ -35,6 +35,7 @@ type stream struct {
 	txLSN  pglogrepl.LSN
 	txIdx  int
 	txTime time.Time
+	txXid  uint32 // the transaction's ID: the mark waits until it is visible
 
 	batch []idem.Message
 	meta  []item  // beside each message of batch
@@ -212,7 +213,7 @@ func (s *stream) decode(ctx context.Context, data []byte) error {
 			delete(s.rels, m.RelationID)
 		}
 	case *pglogrepl.BeginMessage:
-		s.inTx, s.txLSN, s.txIdx, s.txTime = true, m.FinalLSN, 0, m.CommitTime
+		s.inTx, s.txLSN, s.txIdx, s.txTime, s.txXid = true, m.FinalLSN, 0, m.CommitTime, m.Xid
 	case *pglogrepl.InsertMessage:
 		rel, ok := s.rels[m.RelationID]
 		if !ok {
@@ -272,7 +273,7 @@ func (s *stream) take(ctx context.Context, m idem.Message, row int64, rawHeaders
 	h[HeaderSource] = s.source
 	h[HeaderLSN] = s.txLSN.String()
 	h[HeaderIndex] = strconv.Itoa(pos.index)
-	s.meta = append(s.meta, item{pos: pos, at: s.txTime, row: row, headers: m.Headers})
+	s.meta = append(s.meta, item{pos: pos, at: s.txTime, xid: s.txXid, row: row, headers: m.Headers})
 	m.Headers = h
 	s.batch = append(s.batch, m)
 	return nil
