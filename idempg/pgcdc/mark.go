@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/wait"
@@ -27,18 +28,8 @@ import (
 //
 // So a confirmed message is never left unmarked, and the mark adds no loss: at
 // least once, as before. The mark is an UPDATE, which the publication (inserts
-// only) does not stream back to the relay.
-//
-// The slot may stream a transaction before other sessions see it: its commit is in
-// the WAL (which the slot reads) before it is visible, and it stays invisible while
-// its commit waits, for a synchronous standby above all (PostgreSQL 15 does not hold
-// a logical slot back for one), or merely for the CPU. An UPDATE then finds none of
-// its rows, and a batch marked so was confirmed with them unmarked (seen as
-// TestRelayMarksWhatItPublished failing in CI). So the mark's statement also says
-// whether every transaction of the batch's rows is visible in its snapshot, and
-// the mark runs again until they are (a row then missing was deleted), for at most
-// visibleWait; past it the session ends unconfirmed, and the batch is published
-// and marked again by the next.
+// only) does not stream back to the relay. It finds every row of the batch: the
+// batch was published only once its transactions were visible (visible.go).
 
 const (
 	// markAttempts bounds the tries of one batch's mark before the session ends
@@ -46,10 +37,6 @@ const (
 	markAttempts = 3
 	// markTimeout bounds one try.
 	markTimeout = 10 * time.Second
-	// visibleWait bounds the wait for the batch's transactions to be visible, below
-	// the server's default wal_sender_timeout (60 s): the session reads nothing
-	// meanwhile.
-	visibleWait = 30 * time.Second
 )
 
 // mark sets published_at of the outbox rows among the first n messages of the
@@ -61,49 +48,22 @@ func (s *stream) mark(ctx context.Context, n int) error {
 		return nil
 	}
 	ids := make([]int64, 0, n)
-	var xids []int64
 	for _, it := range s.meta[:n] {
 		if it.row != 0 && !s.r.parked[it.pos] {
 			ids = append(ids, it.row)
-			if len(xids) == 0 || xids[len(xids)-1] != int64(it.xid) {
-				xids = append(xids, int64(it.xid))
-			}
 		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
 	now := time.Now().UnixMilli()
-	var invisibleSince time.Time
-	var total int64
-	pause := time.Duration(0) // at first the commit is usually a moment from visible: at once
-	for attempt := 1; ; {
-		marked, visible, err := s.markOnce(ctx, now, ids, xids)
+	for attempt := 1; ; attempt++ {
+		marked, err := s.markOnce(ctx, now, ids)
 		if err == nil {
-			total += marked
-			if visible {
-				if m := s.r.m; m != nil {
-					m.marked.Add(float64(total))
-				}
-				return nil
+			if m := s.r.m; m != nil {
+				m.marked.Add(float64(marked))
 			}
-			// Some transaction of the batch commits still: its rows were not seen.
-			t := time.Now()
-			switch {
-			case invisibleSince.IsZero():
-				invisibleSince = t
-			case t.Sub(invisibleSince) >= visibleWait:
-				return backendErr("mark", fmt.Errorf("mark %d outbox rows published: a transaction of them was streamed by the slot "+
-					"and is still not visible after %v (its commit waits, for a synchronous standby?); the batch is published again", len(ids), visibleWait))
-			case pause == 128*time.Millisecond:
-				s.r.cfg.Logger.WarnContext(ctx, "cdc relay: a transaction the slot streamed is not visible yet (its commit waits, for a synchronous standby?): "+
-					"the mark waits for it", "rows", len(ids), "waited", t.Sub(invisibleSince).Round(time.Millisecond))
-			}
-			if !wait.Sleep(ctx, pause) {
-				return ctx.Err()
-			}
-			pause = min(max(2*pause, 500*time.Microsecond), 256*time.Millisecond)
-			continue
+			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -115,38 +75,31 @@ func (s *stream) mark(ctx context.Context, n int) error {
 		if !wait.Sleep(ctx, time.Duration(attempt)*50*time.Millisecond) {
 			return ctx.Err()
 		}
-		attempt++
 	}
 }
 
 // markOnce runs the driver's MarkPublishedIDs on the lock's connection, in one
 // round trip: a pipeline of one implicit transaction, which names the outbox's
-// schema first (the outbox's statements name idem_outbox unqualified). visible
-// reports whether the transactions xids were all visible to the UPDATE.
-func (s *stream) markOnce(ctx context.Context, now int64, ids, xids []int64) (marked int64, visible bool, err error) {
+// schema first (the outbox's statements name idem_outbox unqualified).
+func (s *stream) markOnce(ctx context.Context, now int64, ids []int64) (int64, error) {
 	mctx, cancel := context.WithTimeout(ctx, markTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
 	b.Queue("SELECT set_config('search_path', $1, true)", pgx.Identifier{s.schema}.Sanitize())
-	b.Queue(markSQL, now, ids, xids)
+	b.Queue(markSQL, now, ids)
 	br := s.ctl.SendBatch(mctx, b)
-	if _, err = br.Exec(); err == nil {
-		err = br.QueryRow().Scan(&marked, &visible)
+	_, err := br.Exec()
+	var marked int64
+	if err == nil {
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		marked = tag.RowsAffected()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return marked, visible, err
+	return marked, err
 }
 
-// markSQL is PostgreSQL's MarkPublishedIDs ($1 now, $2 ids), and whether the
-// transactions $3 (32-bit IDs, as pgoutput gives them) are all visible in the
-// statement's snapshot, which the UPDATE shares. A 32-bit ID is widened with the
-// epoch of the snapshot's xmax: the transaction began before the snapshot, so its
-// full ID is the one below xmax with these low 32 bits.
-var markSQL = `WITH m AS (` + idempg.Driver().Outbox().MarkPublishedIDs + ` RETURNING 1),
-snap AS (SELECT pg_current_snapshot() AS s, pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax)
-SELECT (SELECT count(*) FROM m), COALESCE((
-	SELECT bool_and(pg_visible_in_snapshot((CASE WHEN (snap.xmax & ~4294967295) | x < snap.xmax THEN (snap.xmax & ~4294967295) | x
-		ELSE ((snap.xmax & ~4294967295) | x) - 4294967296 END)::text::xid8, snap.s))
-	FROM snap, unnest($3::bigint[]) AS x), true)`
+// markSQL is PostgreSQL's MarkPublishedIDs.
+var markSQL = idempg.Driver().Outbox().MarkPublishedIDs

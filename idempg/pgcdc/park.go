@@ -28,6 +28,7 @@ type item struct {
 	pos     position
 	at      time.Time         // its transaction's commit time
 	xid     uint32            // its transaction's ID
+	visible bool              // its transaction was seen visible (awaitVisible)
 	row     int64             // its outbox row; 0 for a WAL message
 	headers map[string]string // its own headers, without the position's
 }

@@ -16,6 +16,9 @@ func (s *stream) flush(ctx context.Context) error {
 	if len(s.batch) == 0 {
 		return s.confirmTo(ctx, 0)
 	}
+	if err := s.awaitVisible(ctx); err != nil {
+		return err
+	}
 	start := time.Now()
 	n, published, err := len(s.batch), len(s.batch), s.publish(ctx, s.batch...)
 	if err == nil {
