@@ -146,6 +146,7 @@ type Fence[Tx any] struct {
 	metrics *prometheus.CounterVec
 	tr      otelx.Tracer
 	groups  *groups // shared writes where the driver has them (group.go); nil elsewhere
+	flights flights // DoKeyed's calls in flight (keyed.go)
 }
 
 // FailedError is an effect whose call failed permanently (Permanent): Do returns

@@ -31,3 +31,9 @@ func FinishAsBatch[Tx any](f *Fence[Tx], ctx context.Context, keys, steps []stri
 	}
 	return done
 }
+
+// KeyedWaiting is how many DoKeyed callers of f wait on the call in flight for
+// key and step.
+func KeyedWaiting[Tx any](f *Fence[Tx], key, step string) int {
+	return f.flights.waiting(key + "\x00" + step)
+}

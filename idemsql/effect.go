@@ -9,6 +9,12 @@ type EffectSQL struct {
 	// updated_at now) and does nothing, without an error, if (key, step) exists:
 	// it affects 1 row or 0.
 	Insert string
+	// Record records a finished effect at once, with no PENDING before it (the
+	// fence's keyed path, Fence.DoKeyed): key, step, state, result, reason, now. It
+	// writes the row (key, step, state, token 1, lease_until 0, attempts 1, result,
+	// reason, created_at and updated_at now) and does nothing, without an error, if
+	// (key, step) exists: it affects 1 row or 0.
+	Record string
 	// LockFirst makes the fence's transaction read the row (Lock) before it
 	// inserts, and insert only when there is none. MySQL needs it: its INSERT
 	// IGNORE takes a shared lock on an existing row, which upgrading to Lock's

@@ -17,7 +17,7 @@ import (
 // idem_effects made by package migrate.
 func Effect(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 	runFamily(t, db, "EffectSQL", idemsql.Driver.Effect, []migrate.Set{migrate.Effect, migrate.Saga},
-		checkEffectFence, checkEffectRecover, checkEffectGroup, checkEffectList, checkEffectSweep)
+		checkEffectFence, checkEffectRecover, checkEffectGroup, checkEffectList, checkEffectSweep, checkEffectRecord)
 }
 
 // effectRow is an effect as EffectSQL.Get reads it.
@@ -214,4 +214,17 @@ func checkEffectSweep(c *stmtCheck, s *idemsql.EffectSQL) {
 	c.affects("Sweep", 0, "complete effects before 200", s.Sweep, int64(200), 10)
 	getEffect(c, s, "w5", "do:x")
 	getEffect(c, s, "w6", "do:x")
+}
+
+// checkEffectRecord checks Record, the keyed path's one write: a finished effect
+// with no PENDING before it, never over a row that exists.
+func checkEffectRecord(c *stmtCheck, s *idemsql.EffectSQL) {
+	c.t.Helper()
+	c.affects("Insert", 1, "a new effect", s.Insert, "k5", "record", int64(1100), int64(1000))
+	c.affects("Record", 1, "a new effect", s.Record, "k4", "record", "complete", []byte("r4"), "", int64(5000))
+	c.affects("Record", 0, "an effect that exists", s.Record, "k4", "record", "failed", nil, "no", int64(5100))
+	c.affects("Record", 0, "an effect of the two-write fence", s.Record, "k5", "record", "complete", []byte("x"), "", int64(5100))
+	e := getEffect(c, s, "k4", "record")
+	c.equal("Record", "the row (Get)", e, effectRow{key: "k4", step: "record", state: "complete", token: 1, attempts: 1,
+		result: []byte("r4"), created: 5000, updated: 5000})
 }
