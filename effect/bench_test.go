@@ -112,6 +112,35 @@ func BenchmarkFenceConcurrent(b *testing.B) {
 	b.Run("fence-pgx", func(b *testing.B) {
 		runFence(b, clients, idempg.TxDB(testsvc.PostgresPool(b)), call, report)
 	})
+	// The keyed path (DoKeyed: a read, the call, one write) for a downstream that
+	// deduplicates by the key, on both Postgres pools.
+	b.Run("keyed-postgres", func(b *testing.B) {
+		sdb := testsvc.PostgresDB(b)
+		sdb.SetMaxIdleConns(2 * clients)
+		txdb, err := idemsql.SQLDB(context.Background(), sdb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runKeyed(b, clients, txdb, call, report)
+	})
+	b.Run("keyed-pgx", func(b *testing.B) {
+		runKeyed(b, clients, idempg.TxDB(testsvc.PostgresPool(b)), call, report)
+	})
+}
+
+// runKeyed is runFence through DoKeyed.
+func runKeyed[Tx any](b *testing.B, clients int, db idemsql.TxDB[Tx], call effect.Call, report func(*testing.B)) {
+	f, err := effect.New(context.Background(), db, effect.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	prefix := testsvc.UniqueName("k")
+	testsvc.RunClients(b, clients, func(ctx context.Context, id string) error {
+		_, err := f.DoKeyed(ctx, prefix+id, "charge", call)
+		return err
+	})
+	report(b)
+	b.ReportMetric(float64(effect.GroupBatches(f))/float64(b.N), "batches/effect")
 }
 
 // runFence times clients concurrent callers, each running a new effect through a

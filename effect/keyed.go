@@ -90,8 +90,25 @@ func (f *Fence[Tx]) doFenced(ctx context.Context, span trace.Span, key, step str
 	return f.run(ctx, span, key, step, c, call)
 }
 
-// lookKeyed reads the effect's row, in q or in a statement of its own.
-func (f *Fence[Tx]) lookKeyed(ctx context.Context, q idemsql.Querier, key, step string) (e Effect, found bool, err error) {
+// lookKeyed reads the effect's row, in q, or in a statement of its own or shared
+// with other callers' (group.go).
+func (f *Fence[Tx]) lookKeyed(ctx context.Context, q idemsql.Querier, key, step string) (Effect, bool, error) {
+	if q != nil || f.groups == nil || f.groups.looks.Run == nil {
+		return f.lookOne(ctx, q, key, step)
+	}
+	it, err := f.groups.looks.Do(ctx, lookCall{key: key, step: step})
+	if err != nil {
+		var be *idem.BackendError
+		if !errors.As(err, &be) {
+			err = &idem.BackendError{Backend: "effect", Op: "get", Err: err}
+		}
+		return Effect{}, false, err
+	}
+	return it.Val.e, it.Val.found, nil
+}
+
+// lookOne reads the effect's row with Get, in q or in a statement of its own.
+func (f *Fence[Tx]) lookOne(ctx context.Context, q idemsql.Querier, key, step string) (e Effect, found bool, err error) {
 	read := func(q idemsql.Querier) error {
 		e, err = scanEffect(q.QueryRow(ctx, f.q.Get, key, step), true)
 		return err
@@ -130,18 +147,20 @@ func (f *Fence[Tx]) storedKeyed(span trace.Span, e Effect) ([]byte, error) {
 func (f *Fence[Tx]) recordKeyed(ctx context.Context, span trace.Span, q idemsql.Querier, key, step, state string,
 	result []byte, reason string, shared bool) ([]byte, error) {
 	now := f.cfg.Now().UnixNano()
-	var n int64
+	var recorded bool
 	var err error
 	if q != nil {
+		var n int64
 		n, err = q.Exec(ctx, f.q.Record, key, step, state, result, reason, now)
+		recorded = n == 1
 	} else {
-		n, err = f.exec(ctx, f.q.Record, key, step, state, result, reason, now)
+		recorded, err = f.record(ctx, key, step, state, result, reason, now)
 	}
 	if err != nil {
 		f.count(span, step, "error")
 		return nil, &idem.BackendError{Backend: "effect", Op: "record", Err: err}
 	}
-	if n == 0 {
+	if !recorded {
 		stored, found, err := f.lookKeyed(ctx, q, key, step)
 		if err != nil {
 			return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/internal/sqltest"
 )
 
 // crashKeyed runs DoKeyed with a call that makes the charge and then dies (panics)
@@ -200,5 +202,36 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Error("waited a minute for the other callers")
 			return
 		}
+	}
+}
+
+// On Postgres, DoKeyed callers share their reads and records (GroupLook and
+// GroupRecord over arrays): a batch records only the effects that have no row, a
+// key twice in it once, and reads each caller's own effect.
+func TestKeyedGroupAnswers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f, err := effect.New(ctx, sqltest.Postgres(t), effect.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.DoKeyed(ctx, "k1", "charge", func(context.Context, string) ([]byte, error) { return []byte("r1"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Do(ctx, "k5", "charge", func(context.Context, string) ([]byte, error) { return []byte("r5"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	got := effect.RecordAsBatch(f, ctx, []string{"k3", "k1", "k2", "k2", "k2"}, []string{"charge", "charge", "charge", "charge", "ship"},
+		[][]byte{[]byte("r3"), []byte("x"), []byte("r2"), []byte("y"), []byte("s2")})
+	if want := []bool{true, false, true, false, true}; !slices.Equal(got, want) {
+		t.Errorf("recorded %v, want %v", got, want)
+	}
+	states, results := effect.LookAsBatch(f, ctx, []string{"k2", "k1", "k4", "k5", "k2", "k3"}, []string{"charge", "charge", "charge", "charge", "ship", "charge"})
+	var read []string
+	for i := range states {
+		read = append(read, states[i]+":"+string(results[i]))
+	}
+	if want := []string{"complete:r2", "complete:r1", ":", "complete:r5", "complete:s2", "complete:r3"}; !slices.Equal(read, want) {
+		t.Errorf("read %v, want %v", read, want)
 	}
 }

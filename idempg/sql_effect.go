@@ -23,6 +23,14 @@ FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS k(key, step, 
 ORDER BY k.key, k.step
 ON CONFLICT (key, step) DO NOTHING
 RETURNING key, step`
+	s.GroupRecord = `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, result, reason, created_at, updated_at)
+SELECT k.key, k.step, k.state, 1, 0, 1, k.result, k.reason, k.now, k.now
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::bigint[]) AS k(key, step, state, result, reason, now)
+ORDER BY k.key, k.step
+ON CONFLICT (key, step) DO NOTHING
+RETURNING key, step`
+	s.GroupLook = `SELECT e.key, e.step, e.state, e.result, e.reason FROM idem_effects AS e
+JOIN unnest($1::text[], $2::text[]) AS k(key, step) ON e.key = k.key AND e.step = k.step`
 	s.GroupFinish = `UPDATE idem_effects AS e SET state = u.state, result = u.result, reason = u.reason, updated_at = u.now
 FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::bigint[])
 	AS x(key, step, token, state, result, reason, now) ORDER BY x.key, x.step) AS u

@@ -55,6 +55,15 @@ type EffectSQL struct {
 	// in (key, step) order. Columns: key, step, token of each row it updated. ""
 	// where GroupInsert is.
 	GroupFinish string
+	// GroupRecord is Record over arrays, for concurrent DoKeyed callers: keys,
+	// steps, states, results, reasons, nows (text[], text[], text[], bytea[],
+	// text[], bigint[]), written in (key, step) order. Columns: key, step of each
+	// row it inserted. "" where GroupInsert is.
+	GroupRecord string
+	// GroupLook reads many effects for concurrent DoKeyed callers: keys, steps
+	// (text[], text[]). Columns: key, step, state, result, reason of each that
+	// exists. "" where GroupInsert is.
+	GroupLook string
 	// List returns the statement of one page of Admin.List. Its arguments are, in
 	// this order, those of the conditions asked for: the state (state: rows in that
 	// state, never 'complete'), now (pastLease: lease_until at or before it), the key
