@@ -11,7 +11,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
@@ -126,6 +129,49 @@ func BenchmarkFenceConcurrent(b *testing.B) {
 	b.Run("keyed-pgx", func(b *testing.B) {
 		runKeyed(b, clients, idempg.TxDB(testsvc.PostgresPool(b)), call, report)
 	})
+}
+
+// BenchmarkKeyedTx is the keyed path inside the caller's transaction
+// (DoKeyedTx), 16 callers on pgx, beside its baseline: the same transaction
+// (one insert of the caller's own, one commit) around the bare call.
+func BenchmarkKeyedTx(b *testing.B) {
+	const clients = 16
+	call := benchCall(b)
+	pool := testsvc.PostgresPool(b)
+	db := idempg.TxDB(pool)
+	ctx := context.Background()
+	table := testsvc.UniqueName("orders")
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id TEXT PRIMARY KEY, charge BYTEA)"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE "+table) })
+	f, err := effect.New(ctx, db, effect.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, keyed := range []bool{false, true} {
+		name := map[bool]string{false: "bare-call-in-tx", true: "keyed-tx-pgx"}[keyed]
+		b.Run(name, func(b *testing.B) {
+			prefix := testsvc.UniqueName(name)
+			testsvc.RunClients(b, clients, func(ctx context.Context, id string) error {
+				return db.InTx(ctx, func(tx pgx.Tx) error {
+					var res []byte
+					var err error
+					if keyed {
+						res, err = f.DoKeyedTx(ctx, tx, prefix+id, "charge", call)
+					} else {
+						res, err = call(ctx, idemkey.Derive(prefix+id, "charge"))
+					}
+					if err != nil {
+						return err
+					}
+					_, err = tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1, $2)", prefix+id, res)
+					return err
+				})
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "effects/s")
+		})
+	}
 }
 
 // runKeyed is runFence through DoKeyed.
