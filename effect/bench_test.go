@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemkey"
@@ -137,9 +138,21 @@ func BenchmarkFenceConcurrent(b *testing.B) {
 func BenchmarkKeyedTx(b *testing.B) {
 	const clients = 16
 	call := benchCall(b)
-	pool := testsvc.PostgresPool(b)
-	db := idempg.TxDB(pool)
+	// Each caller holds a connection through its call: a pool of pgxpool's default
+	// size (4 on 2 cores) would time the pool, not the path.
 	ctx := context.Background()
+	cs, _ := testsvc.PostgresSchema(b)
+	cfg, err := pgxpool.ParseConfig(cs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 2 * clients
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	db := idempg.TxDB(pool)
 	table := testsvc.UniqueName("orders")
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id TEXT PRIMARY KEY, charge BYTEA)"); err != nil {
 		b.Fatal(err)
