@@ -36,7 +36,7 @@ func FinishAsBatch[Tx any](f *Fence[Tx], ctx context.Context, keys, steps []stri
 // KeyedWaiting is how many DoKeyed callers of f wait on the call in flight for
 // key and step.
 func KeyedWaiting[Tx any](f *Fence[Tx], key, step string) int {
-	return f.flights.waiting(key + "\x00" + step)
+	return f.flights.waiting([2]string{key, step})
 }
 
 // RecordAsBatch records each effect key/step as complete with its result, all in

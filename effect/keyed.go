@@ -63,7 +63,7 @@ func (f *Fence[Tx]) doKeyed(ctx context.Context, q idemsql.Querier, key, step st
 		return f.storedKeyed(span, stored)
 	}
 	derived := idemkey.Derive(key, step)
-	result, shared, err := f.flights.do(ctx, key+"\x00"+step, func() ([]byte, error) {
+	result, shared, err := f.flights.do(ctx, [2]string{key, step}, func() ([]byte, error) {
 		return call(idem.WithKey(ctx, derived), derived)
 	})
 	switch {
@@ -185,7 +185,7 @@ func (f *Fence[Tx]) recordKeyed(ctx context.Context, span trace.Span, q idemsql.
 // and step (a singleflight): the first calls, the others wait for its answer.
 type flights struct {
 	mu sync.Mutex
-	m  map[string]*flight
+	m  map[[2]string]*flight
 }
 
 type flight struct {
@@ -201,7 +201,7 @@ var errCallPanicked = errors.New("effect: the shared call panicked")
 // do runs call, or waits for the same id's call in flight; shared reports a wait.
 // A waiter whose ctx ends stops waiting (the call goes on for the others). A call
 // that panics fails its waiters with errCallPanicked and panics on.
-func (fs *flights) do(ctx context.Context, id string, call func() ([]byte, error)) (result []byte, shared bool, err error) {
+func (fs *flights) do(ctx context.Context, id [2]string, call func() ([]byte, error)) (result []byte, shared bool, err error) {
 	fs.mu.Lock()
 	if fl, ok := fs.m[id]; ok {
 		fl.waiters++
@@ -214,7 +214,7 @@ func (fs *flights) do(ctx context.Context, id string, call func() ([]byte, error
 		}
 	}
 	if fs.m == nil {
-		fs.m = map[string]*flight{}
+		fs.m = map[[2]string]*flight{}
 	}
 	fl := &flight{done: make(chan struct{}), err: errCallPanicked}
 	fs.m[id] = fl
@@ -230,7 +230,7 @@ func (fs *flights) do(ctx context.Context, id string, call func() ([]byte, error
 }
 
 // waiting is how many callers wait on id's call in flight.
-func (fs *flights) waiting(id string) int {
+func (fs *flights) waiting(id [2]string) int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fl, ok := fs.m[id]; ok {
