@@ -11,7 +11,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/sqltest"
@@ -112,6 +116,90 @@ func BenchmarkFenceConcurrent(b *testing.B) {
 	b.Run("fence-pgx", func(b *testing.B) {
 		runFence(b, clients, idempg.TxDB(testsvc.PostgresPool(b)), call, report)
 	})
+	// The keyed path (DoKeyed: a read, the call, one write) for a downstream that
+	// deduplicates by the key, on both Postgres pools.
+	b.Run("keyed-postgres", func(b *testing.B) {
+		sdb := testsvc.PostgresDB(b)
+		sdb.SetMaxIdleConns(2 * clients)
+		txdb, err := idemsql.SQLDB(context.Background(), sdb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runKeyed(b, clients, txdb, call, report)
+	})
+	b.Run("keyed-pgx", func(b *testing.B) {
+		runKeyed(b, clients, idempg.TxDB(testsvc.PostgresPool(b)), call, report)
+	})
+}
+
+// BenchmarkKeyedTx is the keyed path inside the caller's transaction
+// (DoKeyedTx), 16 callers on pgx, beside its baseline: the same transaction
+// (one insert of the caller's own, one commit) around the bare call.
+func BenchmarkKeyedTx(b *testing.B) {
+	const clients = 16
+	call := benchCall(b)
+	// Each caller holds a connection through its call: a pool of pgxpool's default
+	// size (4 on 2 cores) would time the pool, not the path.
+	ctx := context.Background()
+	cs, _ := testsvc.PostgresSchema(b)
+	cfg, err := pgxpool.ParseConfig(cs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 2 * clients
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	db := idempg.TxDB(pool)
+	table := testsvc.UniqueName("orders")
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+" (id TEXT PRIMARY KEY, charge BYTEA)"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE "+table) })
+	f, err := effect.New(ctx, db, effect.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, keyed := range []bool{false, true} {
+		name := map[bool]string{false: "bare-call-in-tx", true: "keyed-tx-pgx"}[keyed]
+		b.Run(name, func(b *testing.B) {
+			prefix := testsvc.UniqueName(name)
+			testsvc.RunClients(b, clients, func(ctx context.Context, id string) error {
+				return db.InTx(ctx, func(tx pgx.Tx) error {
+					var res []byte
+					var err error
+					if keyed {
+						res, err = f.DoKeyedTx(ctx, tx, prefix+id, "charge", call)
+					} else {
+						res, err = call(ctx, idemkey.Derive(prefix+id, "charge"))
+					}
+					if err != nil {
+						return err
+					}
+					_, err = tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1, $2)", prefix+id, res)
+					return err
+				})
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "effects/s")
+		})
+	}
+}
+
+// runKeyed is runFence through DoKeyed.
+func runKeyed[Tx any](b *testing.B, clients int, db idemsql.TxDB[Tx], call effect.Call, report func(*testing.B)) {
+	f, err := effect.New(context.Background(), db, effect.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	prefix := testsvc.UniqueName("k")
+	testsvc.RunClients(b, clients, func(ctx context.Context, id string) error {
+		_, err := f.DoKeyed(ctx, prefix+id, "charge", call)
+		return err
+	})
+	report(b)
+	b.ReportMetric(float64(effect.GroupBatches(f))/float64(b.N), "batches/effect")
 }
 
 // runFence times clients concurrent callers, each running a new effect through a

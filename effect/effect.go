@@ -27,6 +27,40 @@
 // at-least-once, and no library can make it better: the only record of whether
 // a charge happened is the payment provider's.
 //
+// # The keyed path
+//
+// For a downstream that deduplicates by the derived key itself (Stripe, every API
+// that follows the IETF Idempotency-Key draft, idemhttp's middleware), the
+// PENDING write buys only a lease: after a crash, the retry derives the same key
+// and the downstream answers with what it did the first time. Fence.DoKeyed skips
+// it: it reads the effect's row (a recorded result or failure is returned without
+// a call), calls with the derived key, and records the outcome in one write, first
+// one wins; Fence.DoKeyedTx records it in the caller's transaction instead, so it
+// commits, or not, with the caller's own writes. On Postgres, concurrent callers
+// share the read and the write as the fence's writes are shared (one statement
+// over arrays). An error that is not Permanent records nothing: the retry calls
+// again with the same key.
+//
+// It is safe only when the downstream deduplicates by the key for at least as long
+// as any caller may retry the effect (and the effect is not yet recorded), and
+// when key and step are the same on every retry (idemkey.Derive is deterministic;
+// a key made from a clock or a random number is not). It gives up: the lease (two
+// processes may call the downstream at once with one key; the downstream must
+// answer the second, as the draft's 409 Conflict or by waiting; a 409 is an error
+// here, and the retry gets the first answer); the PENDING row (Admin and Recover
+// do not see an effect in flight, and nothing calls again a crashed caller's effect:
+// the caller's own retry does); and Reconcile. If the downstream forgets a key
+// sooner than a retry comes, the effect happens twice: keep the two-write Do for
+// such a downstream, and for one that honours no keys.
+//
+// Concurrent callers in one process share one call: the first of a Fence's
+// DoKeyed callers on a key and step calls, the others wait for its answer (a
+// waiter whose context ends stops waiting; if the call's context ends, all of them
+// get its error and may retry). Callers in other processes call the downstream
+// with the same key, which deduplicates them. Each caller then records; all but
+// the first find the row and return what it holds. An effect the two-write fence
+// holds (PENDING) is the fence's: DoKeyed then does what Do does.
+//
 // # Key propagation
 //
 // The call's context carries the derived key (idem.WithKey), so an
@@ -146,6 +180,7 @@ type Fence[Tx any] struct {
 	metrics *prometheus.CounterVec
 	tr      otelx.Tracer
 	groups  *groups // shared writes where the driver has them (group.go); nil elsewhere
+	flights flights // DoKeyed's calls in flight (keyed.go)
 }
 
 // FailedError is an effect whose call failed permanently (Permanent): Do returns

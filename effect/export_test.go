@@ -2,6 +2,7 @@ package effect
 
 import (
 	"context"
+	"slices"
 
 	"github.com/idemhq/idem/internal/group"
 )
@@ -30,4 +31,46 @@ func FinishAsBatch[Tx any](f *Fence[Tx], ctx context.Context, keys, steps []stri
 		}
 	}
 	return done
+}
+
+// KeyedWaiting is how many DoKeyed callers of f wait on the call in flight for
+// key and step.
+func KeyedWaiting[Tx any](f *Fence[Tx], key, step string) int {
+	return f.flights.waiting([2]string{key, step})
+}
+
+// RecordAsBatch records each effect key/step as complete with its result, all in
+// one batch as a runner would, and reports which it recorded.
+func RecordAsBatch[Tx any](f *Fence[Tx], ctx context.Context, keys, steps []string, results [][]byte) []bool {
+	batch := make([]*group.Item[recordCall], len(keys))
+	for i := range keys {
+		batch[i] = group.NewItem(ctx, recordCall{key: keys[i], step: steps[i], state: StateComplete,
+			result: results[i], now: f.cfg.Now().UnixNano()})
+	}
+	f.recordBatch(slices.Clone(batch)) // it sorts its batch
+	done := make([]bool, len(batch))
+	for i, it := range batch {
+		if it.Wait() == nil {
+			done[i] = it.Val.recorded
+		}
+	}
+	return done
+}
+
+// LookAsBatch reads each effect key/step in one batch as a runner would, and
+// returns the state and result of each ("" for one that does not exist).
+func LookAsBatch[Tx any](f *Fence[Tx], ctx context.Context, keys, steps []string) (states []string, results [][]byte) {
+	batch := make([]*group.Item[lookCall], len(keys))
+	for i := range keys {
+		batch[i] = group.NewItem(ctx, lookCall{key: keys[i], step: steps[i]})
+	}
+	f.lookBatch(batch)
+	for _, it := range batch {
+		if it.Wait() != nil {
+			states, results = append(states, "error"), append(results, nil)
+			continue
+		}
+		states, results = append(states, it.Val.e.State), append(results, it.Val.e.Result)
+	}
+	return states, results
 }

@@ -34,7 +34,9 @@ const maxGroup = 64
 type groups struct {
 	inserts  group.Batcher[insertCall]
 	finishes group.Batcher[finishCall]
-	batches  atomic.Int64 // statements that wrote more than one row's call, for tests
+	records  group.Batcher[recordCall] // DoKeyed's (keyed.go)
+	looks    group.Batcher[lookCall]   // DoKeyed's (keyed.go)
+	batches  atomic.Int64              // statements that wrote more than one row's call, for tests
 }
 
 type insertCall struct {
@@ -57,7 +59,24 @@ func (f *Fence[Tx]) newGroups() *groups {
 	g := &groups{}
 	g.inserts = group.Batcher[insertCall]{Runners: groupRunners, Max: maxGroup, Run: f.insertBatch}
 	g.finishes = group.Batcher[finishCall]{Runners: groupRunners, Max: maxGroup, Run: f.finishBatch}
+	if f.q.GroupRecord != "" {
+		g.records = group.Batcher[recordCall]{Runners: groupRunners, Max: maxGroup, Run: f.recordBatch}
+		g.looks = group.Batcher[lookCall]{Runners: groupRunners, Max: maxGroup, Run: f.lookBatch}
+	}
 	return g
+}
+
+type recordCall struct {
+	key, step, state, reason string
+	result                   []byte
+	now                      int64
+	recorded                 bool // the answer: the row was inserted by this call
+}
+
+type lookCall struct {
+	key, step string
+	found     bool   // the answer: the effect exists,
+	e         Effect // in this state, with this result and reason
 }
 
 // insertNew inserts key and step as PENDING with token 1, alone or in a batch, and
@@ -165,6 +184,93 @@ func (f *Fence[Tx]) finishBatch(batch []*group.Item[finishCall]) {
 		w := row{it.Val.key, it.Val.step, it.Val.token}
 		it.Val.done = updated[w]
 		delete(updated, w)
+		it.Finish(nil)
+	}
+}
+
+// record inserts a finished effect (DoKeyed's one write), alone or in a batch,
+// and reports whether it did (false: the effect exists).
+func (f *Fence[Tx]) record(ctx context.Context, key, step, state string, result []byte, reason string, now int64) (bool, error) {
+	if f.groups == nil || f.groups.records.Run == nil {
+		n, err := f.exec(ctx, f.q.Record, key, step, state, result, reason, now)
+		return n == 1, err
+	}
+	it, err := f.groups.records.Do(ctx, recordCall{key: key, step: step, state: state, result: result, reason: reason, now: now})
+	return err == nil && it.Val.recorded, err
+}
+
+func (f *Fence[Tx]) recordBatch(batch []*group.Item[recordCall]) {
+	if len(batch) == 1 {
+		it, v := batch[0], batch[0].Val
+		n, err := f.exec(it.Ctx, f.q.Record, v.key, v.step, v.state, v.result, v.reason, v.now)
+		it.Val.recorded = n == 1
+		it.Finish(err)
+		return
+	}
+	slices.SortStableFunc(batch, func(a, b *group.Item[recordCall]) int {
+		return cmp.Or(cmp.Compare(a.Val.key, b.Val.key), cmp.Compare(a.Val.step, b.Val.step))
+	})
+	var keys, steps, states, reasons []string
+	var nows []int64
+	var results [][]byte
+	for _, it := range batch {
+		v := it.Val
+		keys, steps, states, reasons = append(keys, v.key), append(steps, v.step), append(states, v.state), append(reasons, v.reason)
+		nows, results = append(nows, v.now), append(results, v.result)
+	}
+	recorded := map[[2]string]bool{}
+	err := runBatch(f, batch, f.q.GroupRecord, func(r idemsql.Rows) error {
+		var k [2]string
+		if err := r.Scan(&k[0], &k[1]); err != nil {
+			return err
+		}
+		recorded[k] = true
+		return nil
+	}, keys, steps, states, results, reasons, nows)
+	if err != nil {
+		for _, it := range batch {
+			go f.recordBatch([]*group.Item[recordCall]{it})
+		}
+		return
+	}
+	for _, it := range batch {
+		k := [2]string{it.Val.key, it.Val.step}
+		it.Val.recorded = recorded[k] // a key twice in one batch: recorded once, by the first
+		delete(recorded, k)
+		it.Finish(nil)
+	}
+}
+
+// lookBatch reads the effects of a batch of DoKeyed callers; one alone reads as
+// Get does.
+func (f *Fence[Tx]) lookBatch(batch []*group.Item[lookCall]) {
+	if len(batch) == 1 {
+		it := batch[0]
+		it.Val.e, it.Val.found, it.Err = f.lookOne(it.Ctx, nil, it.Val.key, it.Val.step)
+		it.Finish(it.Err)
+		return
+	}
+	var keys, steps []string
+	for _, it := range batch {
+		keys, steps = append(keys, it.Val.key), append(steps, it.Val.step)
+	}
+	rows := map[[2]string]Effect{}
+	err := runBatch(f, batch, f.q.GroupLook, func(r idemsql.Rows) error {
+		var e Effect
+		if err := r.Scan(&e.Key, &e.Step, &e.State, &e.Result, &e.Reason); err != nil {
+			return err
+		}
+		rows[[2]string{e.Key, e.Step}] = e
+		return nil
+	}, keys, steps)
+	if err != nil {
+		for _, it := range batch {
+			go f.lookBatch([]*group.Item[lookCall]{it})
+		}
+		return
+	}
+	for _, it := range batch {
+		it.Val.e, it.Val.found = rows[[2]string{it.Val.key, it.Val.step}]
 		it.Finish(nil)
 	}
 }

@@ -14,6 +14,8 @@ var effectStmts = func() idemsql.EffectSQL {
 	s := effectsql.Effect("key")
 	s.Insert = `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, created_at, updated_at)
 		VALUES ($1, $2, 'pending', 1, $3, 1, $4, $4) ON CONFLICT (key, step) DO NOTHING`
+	s.Record = `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, result, reason, created_at, updated_at)
+		VALUES ($1, $2, $3, 1, 0, 1, $4, $5, $6, $6) ON CONFLICT (key, step) DO NOTHING`
 	s.Lock = `SELECT state, token, lease_until, result, reason FROM idem_effects WHERE key = $1 AND step = $2 FOR UPDATE`
 	s.GroupInsert = `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, created_at, updated_at)
 SELECT k.key, k.step, 'pending', 1, k.lease, 1, k.now, k.now
@@ -21,6 +23,14 @@ FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS k(key, step, 
 ORDER BY k.key, k.step
 ON CONFLICT (key, step) DO NOTHING
 RETURNING key, step`
+	s.GroupRecord = `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, result, reason, created_at, updated_at)
+SELECT k.key, k.step, k.state, 1, 0, 1, k.result, k.reason, k.now, k.now
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::bigint[]) AS k(key, step, state, result, reason, now)
+ORDER BY k.key, k.step
+ON CONFLICT (key, step) DO NOTHING
+RETURNING key, step`
+	s.GroupLook = `SELECT e.key, e.step, e.state, e.result, e.reason FROM idem_effects AS e
+JOIN unnest($1::text[], $2::text[]) AS k(key, step) ON e.key = k.key AND e.step = k.step`
 	s.GroupFinish = `UPDATE idem_effects AS e SET state = u.state, result = u.result, reason = u.reason, updated_at = u.now
 FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::bigint[])
 	AS x(key, step, token, state, result, reason, now) ORDER BY x.key, x.step) AS u

@@ -9,6 +9,12 @@ type EffectSQL struct {
 	// updated_at now) and does nothing, without an error, if (key, step) exists:
 	// it affects 1 row or 0.
 	Insert string
+	// Record records a finished effect at once, with no PENDING before it (the
+	// fence's keyed path, Fence.DoKeyed): key, step, state, result, reason, now. It
+	// writes the row (key, step, state, token 1, lease_until 0, attempts 1, result,
+	// reason, created_at and updated_at now) and does nothing, without an error, if
+	// (key, step) exists: it affects 1 row or 0.
+	Record string
 	// LockFirst makes the fence's transaction read the row (Lock) before it
 	// inserts, and insert only when there is none. MySQL needs it: its INSERT
 	// IGNORE takes a shared lock on an existing row, which upgrading to Lock's
@@ -49,6 +55,15 @@ type EffectSQL struct {
 	// in (key, step) order. Columns: key, step, token of each row it updated. ""
 	// where GroupInsert is.
 	GroupFinish string
+	// GroupRecord is Record over arrays, for concurrent DoKeyed callers: keys,
+	// steps, states, results, reasons, nows (text[], text[], text[], bytea[],
+	// text[], bigint[]), written in (key, step) order. Columns: key, step of each
+	// row it inserted. "" where GroupInsert is.
+	GroupRecord string
+	// GroupLook reads many effects for concurrent DoKeyed callers: keys, steps
+	// (text[], text[]). Columns: key, step, state, result, reason of each that
+	// exists. "" where GroupInsert is.
+	GroupLook string
 	// List returns the statement of one page of Admin.List. Its arguments are, in
 	// this order, those of the conditions asked for: the state (state: rows in that
 	// state, never 'complete'), now (pastLease: lease_until at or before it), the key

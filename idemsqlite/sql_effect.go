@@ -15,6 +15,8 @@ var effectStmts = func() idemsql.EffectSQL {
 	s := effectsql.Effect("key")
 	s.Insert = `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, created_at, updated_at)
 		VALUES ($1, $2, 'pending', 1, $3, 1, $4, $4) ON CONFLICT (key, step) DO NOTHING`
+	s.Record = `INSERT INTO idem_effects (key, step, state, token, lease_until, attempts, result, reason, created_at, updated_at)
+		VALUES ($1, $2, $3, 1, 0, 1, $4, $5, $6, $6) ON CONFLICT (key, step) DO NOTHING`
 	s.Lock = `SELECT state, token, lease_until, result, reason FROM idem_effects WHERE key = $1 AND step = $2`
 	// A DELETE bounded by rowid.
 	sweep := func(where string) string {

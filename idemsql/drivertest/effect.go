@@ -17,7 +17,7 @@ import (
 // idem_effects made by package migrate.
 func Effect(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 	runFamily(t, db, "EffectSQL", idemsql.Driver.Effect, []migrate.Set{migrate.Effect, migrate.Saga},
-		checkEffectFence, checkEffectRecover, checkEffectGroup, checkEffectList, checkEffectSweep)
+		checkEffectFence, checkEffectRecover, checkEffectGroup, checkEffectList, checkEffectSweep, checkEffectRecord, checkEffectGroupKeyed)
 }
 
 // effectRow is an effect as EffectSQL.Get reads it.
@@ -111,8 +111,8 @@ func checkEffectRecover(c *stmtCheck, s *idemsql.EffectSQL) {
 func checkEffectGroup(c *stmtCheck, s *idemsql.EffectSQL) {
 	c.t.Helper()
 	if s.GroupInsert == "" {
-		if s.GroupFinish != "" {
-			c.fatalf("GroupFinish", "is set without GroupInsert")
+		if s.GroupFinish != "" || s.GroupRecord != "" || s.GroupLook != "" {
+			c.fatalf("GroupFinish", "GroupFinish, GroupRecord or GroupLook is set without GroupInsert")
 		}
 		return
 	}
@@ -214,4 +214,57 @@ func checkEffectSweep(c *stmtCheck, s *idemsql.EffectSQL) {
 	c.affects("Sweep", 0, "complete effects before 200", s.Sweep, int64(200), 10)
 	getEffect(c, s, "w5", "do:x")
 	getEffect(c, s, "w6", "do:x")
+}
+
+// checkEffectRecord checks Record, the keyed path's one write: a finished effect
+// with no PENDING before it, never over a row that exists.
+func checkEffectRecord(c *stmtCheck, s *idemsql.EffectSQL) {
+	c.t.Helper()
+	c.affects("Insert", 1, "a new effect", s.Insert, "k5", "record", int64(1100), int64(1000))
+	c.affects("Record", 1, "a new effect", s.Record, "k4", "record", "complete", []byte("r4"), "", int64(5000))
+	c.affects("Record", 0, "an effect that exists", s.Record, "k4", "record", "failed", nil, "no", int64(5100))
+	c.affects("Record", 0, "an effect of the two-write fence", s.Record, "k5", "record", "complete", []byte("x"), "", int64(5100))
+	e := getEffect(c, s, "k4", "record")
+	c.equal("Record", "the row (Get)", e, effectRow{key: "k4", step: "record", state: "complete", token: 1, attempts: 1,
+		result: []byte("r4"), created: 5000, updated: 5000})
+}
+
+// checkEffectGroupKeyed checks the keyed path's statements over arrays: GroupRecord
+// records only the effects without a row, GroupLook reads those that exist.
+func checkEffectGroupKeyed(c *stmtCheck, s *idemsql.EffectSQL) {
+	c.t.Helper()
+	if s.GroupInsert == "" {
+		return
+	}
+	if s.GroupRecord == "" || s.GroupLook == "" {
+		c.fatalf("GroupRecord", "GroupRecord and GroupLook are needed beside GroupInsert")
+	}
+	c.affects("Record", 1, "a new effect", s.Record, "g1", "keyed", "complete", []byte("ok"), "", int64(40))
+	var got []string
+	c.rows("GroupRecord", s.GroupRecord, []any{[]string{"g5", "g1", "g4"}, []string{"keyed", "keyed", "keyed"},
+		[]string{"complete", "complete", "failed"}, [][]byte{[]byte("r5"), []byte("x"), nil}, []string{"", "", "no"},
+		[]int64{50, 50, 50}}, func(r idemsql.Rows) error {
+		var k, st string
+		err := r.Scan(&k, &st)
+		got = append(got, k+"/"+st)
+		return err
+	})
+	slices.Sort(got)
+	c.equal("GroupRecord", "the rows it returned (g1 exists)", got, []string{"g4/keyed", "g5/keyed"})
+	e := getEffect(c, s, "g5", "keyed")
+	c.equal("GroupRecord", "g5's row", e, effectRow{key: "g5", step: "keyed", state: "complete", token: 1, attempts: 1,
+		result: []byte("r5"), created: 50, updated: 50})
+
+	got = nil
+	c.rows("GroupLook", s.GroupLook, []any{[]string{"g4", "g9", "g5", "g1"}, []string{"keyed", "keyed", "keyed", "keyed"}},
+		func(r idemsql.Rows) error {
+			var k, st, state, reason string
+			var result []byte
+			err := r.Scan(&k, &st, &state, &result, &reason)
+			got = append(got, k+"/"+st+"/"+state+"/"+string(result)+"/"+reason)
+			return err
+		})
+	slices.Sort(got)
+	c.equal("GroupLook", "the rows it returned (g9 does not exist)", got,
+		[]string{"g1/keyed/complete/ok/", "g4/keyed/failed//no", "g5/keyed/complete/r5/"})
 }

@@ -147,8 +147,8 @@ func EffectSweepWhere(key string, sagas bool) string {
 
 // Effect returns the statements of idemsql.EffectSQL whose text the drivers of
 // this module share, with key the key column as the database names it. The driver
-// sets the others: Insert, Lock, LockFirst, GroupInsert, GroupFinish, Sweep and
-// SweepKeepingSagas.
+// sets the others: Insert, Record, Lock, LockFirst, GroupInsert, GroupFinish,
+// GroupRecord, GroupLook, Sweep and SweepKeepingSagas.
 func Effect(key string) idemsql.EffectSQL {
 	r := strings.NewReplacer("{{key}}", key)
 	return idemsql.EffectSQL{
