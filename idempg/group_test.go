@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // TestGroupAnswers sends one group holding every case a group meets: fresh keys,
@@ -231,5 +232,29 @@ func TestGroupsUnderLoad(t *testing.T) {
 	run(true)
 	if idempg.GroupCalls(s) == calls {
 		t.Error("no claim of the release round went in a group")
+	}
+}
+
+// TestPgBouncerGroupClaims: a group's arrays pass behind PgBouncer in transaction
+// pooling with default_query_exec_mode=exec, and its answers are right there.
+func TestPgBouncerGroupClaims(t *testing.T) {
+	t.Parallel()
+	pooled, _ := bounced(t)
+	s, err := idempg.New(ctxFor(t), bouncerPool(t, withParam(t, pooled, "default_query_exec_mode", "exec")),
+		idempg.Config{Table: testsvc.UniqueName("rec_")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t)
+	k := idem.Key{Scope: "group", ID: "k"}
+	claims := []idem.Claim{{Key: k, Fingerprint: []byte{0, 0xff}}, {Key: idem.Key{Scope: "group", ID: "é"}}, {Key: k, Fingerprint: []byte{0, 0xff}}}
+	want := []idem.Outcome{idem.Acquired, idem.Acquired, idem.InProgress}
+	for i, wait := range idempg.ClaimAsGroup(s, ctx, claims) {
+		if res, err := wait(); err != nil || res.Outcome != want[i] {
+			t.Fatalf("claim %d: %v, %v; want %s", i, res.Outcome, err, want[i])
+		}
+	}
+	if idempg.GroupCalls(s) != 1 || idempg.HandOffs(s) != 0 {
+		t.Fatalf("%d group calls, %d claims handed off; want 1 call answering all", idempg.GroupCalls(s), idempg.HandOffs(s))
 	}
 }
