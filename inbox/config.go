@@ -30,6 +30,16 @@ type Config struct {
 	// Backoff returns the redelivery delay after the attempt-th failure. Default:
 	// 100 ms doubling per attempt, capped at 1 minute, with ±20% jitter.
 	Backoff func(attempt int) time.Duration
+	// TxRetryWindow is how long a batch whose transaction failed for the database,
+	// the key store or the commit (a connection cut, a failover, a deadlock; not a
+	// handler error) is kept and run again in process, waiting Backoff between
+	// runs, before its messages are handed back to the broker. Meanwhile the
+	// source is not read. Keep it below the broker's redelivery timeout (JetStream
+	// AckWait, Redis Streams' claim idle time, the Pub/Sub ack deadline, the SQS
+	// visibility timeout), or the broker redelivers the held messages meanwhile
+	// (harmless, but each is one more delivery). Default 5 s; at most 10 minutes;
+	// negative hands a failed batch back at once.
+	TxRetryWindow time.Duration
 	// Key returns the idempotency key of a message. Default: Message.ID, the broker's
 	// message id. Derive it from the payload (an order id) when producers reuse no
 	// ID across retries. An error dead-letters the message: it has no usable key.
@@ -111,6 +121,10 @@ const (
 	DefaultGaugeInterval = 30 * time.Second
 	// DefaultMaxReplayAttempts is Config.MaxReplayAttempts when zero.
 	DefaultMaxReplayAttempts = 5
+	// DefaultTxRetryWindow is Config.TxRetryWindow when zero.
+	DefaultTxRetryWindow = 5 * time.Second
+	// MaxTxRetryWindow bounds Config.TxRetryWindow.
+	MaxTxRetryWindow = 10 * time.Minute
 	// DefaultRetention is Config.Retention when zero.
 	DefaultRetention = 7 * 24 * time.Hour
 	// MaxBatchSize bounds Config.BatchSize: a transaction holding more row locks for
@@ -128,6 +142,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.ReplayPollInterval = cmp.Or(c.ReplayPollInterval, DefaultReplayPollInterval)
 	c.MaxReplayAttempts = cmp.Or(c.MaxReplayAttempts, DefaultMaxReplayAttempts)
 	c.GaugeInterval = cmp.Or(c.GaugeInterval, DefaultGaugeInterval)
+	c.TxRetryWindow = cmp.Or(c.TxRetryWindow, DefaultTxRetryWindow)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
@@ -152,6 +167,9 @@ func (c Config) withDefaults() (Config, error) {
 	case c.MaxReplayAttempts < 1:
 		return c, &idem.InputError{Field: "Config.MaxReplayAttempts", Reason: fmt.Sprintf("must be at least 1 (got %d)", c.MaxReplayAttempts),
 			Fix: "leave it 0 for the default of 5"}
+	case c.TxRetryWindow > MaxTxRetryWindow:
+		return c, &idem.InputError{Field: "Config.TxRetryWindow", Reason: fmt.Sprintf("is %v, above %v", c.TxRetryWindow, MaxTxRetryWindow),
+			Fix: "keep it below the broker's redelivery timeout (a few seconds), or negative to hand a failed batch back at once"}
 	case c.Retention < 0:
 		return c, &idem.InputError{Field: "Config.Retention", Reason: "is negative", Fix: "leave it 0 for the default of 7 days"}
 	case c.MaxKeyAge > c.Retention:

@@ -13,6 +13,15 @@
 // running the handler, and counts as a duplicate. An ack that fails is therefore
 // harmless.
 //
+// When the transaction fails for the database rather than a handler (a cut
+// connection, a failover, a failed commit), the consumer keeps the batch and runs
+// it again in process, waiting Config.Backoff between runs and reading nothing
+// more meanwhile, for up to Config.TxRetryWindow (default 5 s); only then are its
+// messages handed back to the broker. A cut connection thus costs a run of the
+// batch, not a redelivery of each of its messages (and, with Kafka, of the records
+// behind them). A commit whose answer was lost finds its keys recorded on the next
+// run, and those messages are acknowledged as duplicates.
+//
 // # Failures
 //
 // A handler error rolls the message's writes back and the message is redelivered

@@ -317,6 +317,7 @@ func TestBadConfig(t *testing.T) {
 		{inbox.Config{}, "Config.Consumer"},
 		{inbox.Config{Consumer: "c", BatchSize: inbox.MaxBatchSize + 1}, "Config.BatchSize"},
 		{inbox.Config{Consumer: "c", MaxAttempts: -1}, "Config.MaxAttempts"},
+		{inbox.Config{Consumer: "c", TxRetryWindow: inbox.MaxTxRetryWindow + 1}, "Config.TxRetryWindow"},
 	} {
 		_, err := inbox.New(context.Background(), newFakeBroker(), b.txdb, b.store, credit, tc.cfg)
 		var ie *idem.InputError

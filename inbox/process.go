@@ -11,6 +11,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/internal/otelx"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // verdict is what became of one delivery in a batch.
@@ -77,18 +78,10 @@ func (c *Consumer[Tx]) process(ctx context.Context, ds []idem.Delivery) []item {
 			items[i].tr = &traces[i]
 		}
 	}
-	inTx := c.db.InTx
-	if len(items) == 1 { // its first statement records the key: BEGIN rides with it
-		inTx = c.db.InTxPipelined
-	}
-	err := inTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, false) })
-	if errors.Is(err, errSavepoints) { // a handler failed in the fast path: again, guarded
-		for i := range items {
-			if !items[i].early {
-				items[i].v, items[i].err, items[i].kind, items[i].recorded = pending, nil, "", false
-			}
-		}
-		err = c.db.InTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, true) })
+	err := c.transact(ctx, items)
+	for runs := 1; c.runAgain(ctx, start, runs, len(items), err); runs++ {
+		reset(items)
+		err = c.transact(ctx, items)
 	}
 	switch {
 	case errors.Is(err, errHandler): // one message, whose handler failed: its verdict stands
@@ -104,6 +97,54 @@ func (c *Consumer[Tx]) process(ctx context.Context, ds []idem.Delivery) []item {
 	}
 	c.metrics.Batch(time.Since(start).Seconds())
 	return items
+}
+
+// transact runs items in one transaction: the fast path first and, if a handler
+// failed in it, the batch again with a savepoint per message.
+func (c *Consumer[Tx]) transact(ctx context.Context, items []item) error {
+	inTx := c.db.InTx
+	if len(items) == 1 { // its first statement records the key: BEGIN rides with it
+		inTx = c.db.InTxPipelined
+	}
+	err := inTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, false) })
+	if errors.Is(err, errSavepoints) { // a handler failed in the fast path: again, guarded
+		reset(items)
+		err = c.db.InTx(ctx, func(tx Tx) error { return c.applyAll(ctx, tx, items, true) })
+	}
+	return err
+}
+
+// reset clears what a rolled-back run decided, keeping prepare's verdicts.
+func reset(items []item) {
+	for i := range items {
+		if !items[i].early {
+			items[i].v, items[i].err, items[i].kind, items[i].recorded = pending, nil, "", false
+		}
+	}
+}
+
+// runAgain reports whether a batch whose transaction failed with err (the database,
+// the store or the commit; not a handler) is run again in process, after waiting
+// Backoff(runs), rather than handed back to the broker: a connection cut for a
+// moment would otherwise redeliver every message of the batch, and the broker
+// would redeliver them again each time the next batch met the same outage. The
+// messages are still held, and the source is not read meanwhile. It is bounded by
+// Config.TxRetryWindow from the batch's start, and ends with ctx. Nothing is lost
+// or doubled by it: a commit whose answer was lost finds its keys recorded on the
+// next run, and those messages are acknowledged as duplicates.
+func (c *Consumer[Tx]) runAgain(ctx context.Context, start time.Time, runs, n int, err error) bool {
+	if err == nil || errors.Is(err, errHandler) || ctx.Err() != nil {
+		return false
+	}
+	d := c.cfg.Backoff(runs)
+	if time.Since(start)+d > c.cfg.TxRetryWindow {
+		return false
+	}
+	if runs == 1 {
+		c.cfg.Logger.WarnContext(ctx, "inbox: batch transaction failed; running it again, its messages held",
+			"consumer", c.cfg.Consumer, "messages", n, "err", err)
+	}
+	return wait.Sleep(ctx, d)
 }
 
 // prepare finds the delivery's key and decides the hopeless cases before any

@@ -47,7 +47,11 @@
 // and the later messages of its ordering key wait behind it. The length of each
 // variable-length column is checked before its value is read. A round fails as a
 // whole only when the database does (idem_relay_round_failures_total); Run retries
-// it with backoff, up to 5 s apart. A failure that repeats — rounds during a
+// it with backoff, up to 5 s apart. The messages such a round had published (its
+// connection cut, its commit failed) are marked in a transaction of their own,
+// tried for up to 5 s, rather than published again by the next round: a broker
+// that keeps every copy (Kafka, Redis Streams, Pub/Sub) would deliver each again.
+// Only a relay that dies mid-round publishes its round again. A failure that repeats — rounds during a
 // database outage, LISTEN, every message during a broker outage — is logged at its
 // 1st, 8th, 16th, 32nd… occurrence with the count, and its end once; a parked
 // message is always logged. Stall tells a health check how long messages have

@@ -455,6 +455,48 @@ func TestPipelinedRound(t *testing.T) {
 			t.Fatalf("m3 has %d attempts, want 1", attempts)
 		}
 	})
+	t.Run("cut-mid-round", func(t *testing.T) {
+		// The round's connection is cut (its backend terminated) while the third
+		// batch is at the broker: the round fails, and the messages the broker
+		// acknowledged are marked in a transaction of their own instead of being
+		// published again.
+		t.Parallel()
+		e := setup(t)
+		var pid int
+		sink := &memSink{fail: func(m idem.Message) error {
+			if m.ID == "m5" && pid == 0 {
+				// The round's transaction waits for this publish, idle: the only
+				// backend of the test's schema in that state.
+				err := e.db.QueryRow("SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%idem_outbox%' " +
+					"AND pid <> pg_backend_pid() AND datname = current_database() AND backend_xid IS NOT NULL AND " +
+					"pid IN (SELECT pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace " +
+					"WHERE n.nspname = current_schema() AND c.relname = 'idem_outbox') LIMIT 1").Scan(&pid)
+				if err == nil {
+					_, err = e.db.Exec("SELECT pg_terminate_backend($1)", pid)
+				}
+				if err != nil {
+					t.Errorf("cutting the round's connection: %v", err)
+				}
+			}
+			return nil
+		}}
+		r, err := e.ob.Relay(sink, outbox.RelayConfig{BatchSize: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.RunOnce(ctx); err == nil {
+			t.Fatal("RunOnce of a round whose connection was cut succeeded")
+		}
+		// The round goes on until Postgres has seen the cut: up to m6 or m7.
+		acked := sink.ids()
+		if got := published(t, e); len(acked) < 6 || !slices.Equal(got, acked) {
+			t.Fatalf("marked %v after the cut, want what the broker acknowledged: %v", got, acked)
+		}
+		drainRelay(t, r)
+		if got := sink.ids(); !slices.Equal(got, []string{"m1", "m2", "m3", "m4", "m5", "m6", "m7"}) {
+			t.Fatalf("published %v; want each of the 7 once, in order", got)
+		}
+	})
 	t.Run("killed-mid-round", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t)

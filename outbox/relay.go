@@ -343,6 +343,16 @@ func (r *Relay[Tx]) RunOnce(ctx context.Context) (int, error) {
 // round publishes one round's batches, taking its partitions as the database does
 // (see idemsql.OutboxSQL).
 func (r *Relay[Tx]) round(ctx context.Context) (int, error) {
+	sent := new(sentRows)
+	n, err := r.roundOf(context.WithValue(ctx, sentKey{}, sent))
+	if err != nil && len(sent.rows) > 0 {
+		n = r.remark(ctx, sent.rows, err)
+	}
+	return n, err
+}
+
+// roundOf is round, its acknowledged rows noted in ctx (sentRows).
+func (r *Relay[Tx]) roundOf(ctx context.Context) (int, error) {
 	s := r.o.stmts
 	switch {
 	case s.SingleWriter:
@@ -453,7 +463,10 @@ func (r *Relay[Tx]) pipeline(ctx context.Context, q idemsql.Querier, rows []row,
 		}
 		perr := <-done
 		if err != nil {
-			return 0, err // rolled back: every batch of the round is published again
+			if perr == nil {
+				noteSent(ctx, good) // acknowledged, never marked: see remark
+			}
+			return 0, err // rolled back: the batches of the round are marked by remark, or published again
 		}
 		if perr != nil {
 			m, err := r.settle(ctx, q, good, perr)

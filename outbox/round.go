@@ -12,6 +12,7 @@ import (
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/sqltext"
+	"github.com/idemhq/idem/internal/wait"
 )
 
 // partitionsPerRound is how many ordering partitions a relay takes per round: a
@@ -160,10 +161,53 @@ func (r *Relay[Tx]) send(ctx context.Context, msgs []idem.Message) error {
 	return err
 }
 
+// sentRows are the rows the broker acknowledged in one round, noted by
+// markPublished before it marks them (under sentKey in the round's context).
+type sentRows struct{ rows []row }
+
+type sentKey struct{}
+
+// noteSent notes rows in the round's sentRows, if ctx is a round's.
+func noteSent(ctx context.Context, rows []row) {
+	if s, ok := ctx.Value(sentKey{}).(*sentRows); ok {
+		s.rows = append(s.rows, rows...)
+	}
+}
+
+// maxRemark bounds how long remark tries to mark a failed round's rows.
+const maxRemark = 5 * time.Second
+
+// remark marks rows, which the broker acknowledged in a round whose transaction
+// then failed (err: a connection cut, a failover), published in transactions of
+// their own, trying again with backoff for up to maxRemark while the database is
+// unreachable. Without it the next round would publish them all again: up to
+// BatchSize × RoundBatches copies for one cut, each delivered again by a broker
+// that keeps every copy (Kafka, Redis Streams, Pub/Sub). Marking a row the broker
+// acknowledged is right whoever else publishes it meanwhile. It returns how many
+// rows it marked; a relay killed meanwhile (ctx) marks none, and those rows are
+// published again, as before.
+func (r *Relay[Tx]) remark(ctx context.Context, rows []row, err error) int {
+	start := time.Now()
+	for failures := 1; ctx.Err() == nil; failures++ {
+		merr := r.o.db.InTx(ctx, func(tx Tx) error { return r.markPublished(ctx, r.o.db.Querier(tx), rows) })
+		if merr == nil {
+			r.cfg.Logger.InfoContext(ctx, "outbox relay: a failed round's published messages were marked in a transaction of their own",
+				"messages", len(rows), "round_err", err)
+			return len(rows)
+		}
+		d := roundBackoff(failures, r.cfg.PollInterval)
+		if time.Since(start)+d > maxRemark || !wait.Sleep(ctx, d) {
+			break
+		}
+	}
+	return 0
+}
+
 func (r *Relay[Tx]) markPublished(ctx context.Context, q idemsql.Querier, rows []row) error {
 	if len(rows) == 0 {
 		return nil
 	}
+	noteSent(ctx, rows)
 	now := r.o.now().UnixMilli()
 	var err error
 	if r.o.stmts.MarkPublishedArray != "" {

@@ -225,6 +225,18 @@ func TestVerifyHoldsOnPostgres(t *testing.T) {
 	if r.Faults[verify.FaultDBCut] == 0 {
 		t.Errorf("postgres run without database cuts: %v", r.Faults)
 	}
+	fewRedeliveries(t, r)
+}
+
+// fewRedeliveries fails t when the broker delivered the run's messages more than
+// 1.5 times each on average: a cut database connection must cost a held batch
+// run again (inbox Config.TxRetryWindow) and a failed round marked afterwards
+// (the outbox relay), not every message of the batch or round delivered again.
+func fewRedeliveries(t *testing.T, r *verify.Report) {
+	t.Helper()
+	if d := r.DeliveriesPerOrder(); d > 1.5 {
+		t.Errorf("%.2f broker deliveries per order (%d database cuts), want at most 1.5: %+v", d, r.Faults[verify.FaultDBCut], r.Rows)
+	}
 }
 
 // verify --db mysql:// runs in a database of its own on that server, through the
