@@ -80,8 +80,8 @@ func newGrouper(s *core[pgx.Tx], pool *pgxpool.Pool, maxGroup int) *grouper {
 // answer was lost, it stays in progress until its lease ends.
 func (g *grouper) claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 	p, err := g.b.Do(ctx, claimCall{c: c.WithDefaults()})
-	if err != nil { // ctx ended while the claim waited for its group
-		return idem.Result{}, backendErr(ctx, "claim", err)
+	if err != nil {
+		return idem.Result{}, err
 	}
 	return p.Val.res, p.Err
 }
