@@ -81,20 +81,6 @@ func BenchmarkClaim(b *testing.B) {
 	reportClaims(b, b.N)
 }
 
-// BenchmarkClaimUngrouped: BenchmarkClaim with group claims off (MaxClaimGroup 1),
-// each claim its own round trip and commit, the figure grouping is measured against.
-func BenchmarkClaimUngrouped(b *testing.B) {
-	s, err := idempg.New(context.Background(), benchPool(b), idempg.Config{MaxClaimGroup: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	runClients(b, func(ctx context.Context, id string) error {
-		_, err := acquire(ctx, s, id)
-		return err
-	})
-	reportClaims(b, b.N)
-}
-
 // BenchmarkClaimTraced: BenchmarkClaim with the OpenTelemetry SDK sampling every
 // claim's span (testsvc.SDKTracing), the traced figure beside the untraced one.
 func BenchmarkClaimTraced(b *testing.B) {
@@ -170,28 +156,4 @@ func BenchmarkClaimBatch(b *testing.B) {
 		return err
 	})
 	reportClaims(b, b.N*size)
-}
-
-// crowdClients is the callers of the crowd benchmarks: four per pool connection, so
-// that claims queue for connections and go in groups.
-const crowdClients = 4 * benchClients
-
-// BenchmarkClaimCrowd: BenchmarkClaim with four clients per pool connection, where
-// the claims that find every connection busy go in groups.
-func BenchmarkClaimCrowd(b *testing.B) { benchCrowd(b, idempg.Config{}) }
-
-// BenchmarkClaimCrowdUngrouped: the same crowd with group claims off, each claim
-// waiting for a connection of its own: the crowd's baseline.
-func BenchmarkClaimCrowdUngrouped(b *testing.B) { benchCrowd(b, idempg.Config{MaxClaimGroup: 1}) }
-
-func benchCrowd(b *testing.B, cfg idempg.Config) {
-	s, err := idempg.New(context.Background(), benchPool(b), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	testsvc.RunClients(b, crowdClients, func(ctx context.Context, id string) error {
-		_, err := acquire(ctx, s, id)
-		return err
-	})
-	reportClaims(b, b.N)
 }

@@ -35,12 +35,6 @@ type Config struct {
 	// until a statement deletes fewer. Smaller batches hold locks and bloat WAL
 	// bursts for less time. Zero means DefaultSweepBatch; negative is invalid.
 	SweepBatch int
-	// MaxClaimGroup bounds how many concurrent Claims of a Store share one round trip
-	// and one commit when they queue up (see the package documentation, "Group
-	// claims"); ClaimTx, ClaimBatch and SQLStore never group. Zero means
-	// DefaultMaxClaimGroup; 1 turns group claims off; negative or above 1000 is
-	// invalid.
-	MaxClaimGroup int
 	// SkipMigrate leaves the schema alone, for deployments that apply `idem migrate
 	// print` with their own tool or run with a role that may not run DDL: New then
 	// only checks that the table is up to date, and fails with a *migrate.BehindError
@@ -59,9 +53,6 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.SweepBatch == 0 {
 		cfg.SweepBatch = DefaultSweepBatch
 	}
-	if cfg.MaxClaimGroup == 0 {
-		cfg.MaxClaimGroup = DefaultMaxClaimGroup
-	}
 	// The name rules are the migrations' (package migrate), which create the table.
 	if err := migrate.CheckName(idemsql.Postgres, migrate.Records(cfg.Table), "idempg.Config.Table"); err != nil {
 		return cfg, err
@@ -70,11 +61,6 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, &idem.InputError{Field: "idempg.Config.SweepBatch",
 			Reason: fmt.Sprintf("is negative (%d)", cfg.SweepBatch),
 			Fix:    fmt.Sprintf("use a positive row count, or zero for the default %d", DefaultSweepBatch)}
-	}
-	if cfg.MaxClaimGroup < 0 || cfg.MaxClaimGroup > maxMaxClaimGroup {
-		return cfg, &idem.InputError{Field: "idempg.Config.MaxClaimGroup",
-			Reason: fmt.Sprintf("is %d, outside 0..%d", cfg.MaxClaimGroup, maxMaxClaimGroup),
-			Fix:    fmt.Sprintf("use a claim count up to %d (1 turns group claims off), or zero for the default %d", maxMaxClaimGroup, DefaultMaxClaimGroup)}
 	}
 	return cfg, nil
 }

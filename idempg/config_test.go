@@ -23,8 +23,6 @@ func TestConfigValidation(t *testing.T) {
 		{"qualified", idempg.Config{Table: "public.idem"}, "idempg.Config.Table"},
 		{"too long", idempg.Config{Table: strings.Repeat("t", 49)}, "idempg.Config.Table"},
 		{"negative sweep batch", idempg.Config{SweepBatch: -1}, "idempg.Config.SweepBatch"},
-		{"negative claim group", idempg.Config{MaxClaimGroup: -1}, "idempg.Config.MaxClaimGroup"},
-		{"huge claim group", idempg.Config{MaxClaimGroup: 1001}, "idempg.Config.MaxClaimGroup"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

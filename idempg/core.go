@@ -44,9 +44,6 @@ type core[Tx any] struct {
 	txConn func(Tx) conn // nil for a nil Tx: the call fails with errNilTx
 	m      *metrics.Store
 	tr     otelx.StoreTracer
-	group  *grouper // Store's Claim with Config.MaxClaimGroup > 1; nil otherwise
-
-	maxClaimGroup int // Config.MaxClaimGroup, defaults applied
 }
 
 func newCore[Tx, MTx any](ctx context.Context, cfg Config, db conn, txConn func(Tx) conn, mdb idemsql.TxDB[MTx]) (core[Tx], error) {
@@ -65,7 +62,7 @@ func newCore[Tx, MTx any](ctx context.Context, cfg Config, db conn, txConn func(
 		return core[Tx]{}, err
 	}
 	c := core[Tx]{q: newQueries(n), table: cfg.Table, db: db, txConn: txConn, m: m,
-		tr: otelx.NewStoreTracer(cfg.TracerProvider, "postgresql"), maxClaimGroup: cfg.MaxClaimGroup}
+		tr: otelx.NewStoreTracer(cfg.TracerProvider, "postgresql")}
 	c.sharedRecords, err = sqlstore.New(mdb, sqlstore.Config{Table: cfg.Table, SweepBatch: cfg.SweepBatch,
 		Swept: m.Swept, Registerer: cfg.Registerer})
 	return c, err
@@ -74,7 +71,7 @@ func newCore[Tx, MTx any](ctx context.Context, cfg Config, db conn, txConn func(
 // Claim implements idem.Store.
 func (s *core[Tx]) Claim(ctx context.Context, c idem.Claim) (idem.Result, error) {
 	ctx, span := s.tr.Claim(ctx, c.Key, false)
-	res, err := s.claim(ctx, s.db, c, s.group)
+	res, err := s.claim(ctx, s.db, c)
 	otelx.EndClaim(span, res, err)
 	return res, err
 }
@@ -84,7 +81,7 @@ func (s *core[Tx]) Claim(ctx context.Context, c idem.Claim) (idem.Result, error)
 // statement aborts tx, as any would.
 func (s *core[Tx]) ClaimTx(ctx context.Context, tx Tx, c idem.Claim) (idem.Result, error) {
 	ctx, span := s.tr.Claim(ctx, c.Key, true)
-	res, err := s.claim(ctx, s.txConn(tx), c, nil)
+	res, err := s.claim(ctx, s.txConn(tx), c)
 	otelx.EndClaim(span, res, err)
 	return res, err
 }
@@ -123,8 +120,7 @@ func (s *core[Tx]) ReleaseTx(ctx context.Context, tx Tx, k idem.Key, token uint6
 
 var errNilTx = &idem.InputError{Field: "tx", Reason: "is nil", Fix: "pass the transaction the business write runs in"}
 
-// claim claims c on cn, or in g's groups (on the pool) if g is not nil.
-func (s *core[Tx]) claim(ctx context.Context, cn conn, c idem.Claim, g *grouper) (idem.Result, error) {
+func (s *core[Tx]) claim(ctx context.Context, cn conn, c idem.Claim) (idem.Result, error) {
 	start := s.m.Start()
 	if err := c.Validate(); err != nil {
 		return idem.Result{}, err
@@ -135,13 +131,7 @@ func (s *core[Tx]) claim(ctx context.Context, cn conn, c idem.Claim, g *grouper)
 	if err := ctx.Err(); err != nil {
 		return idem.Result{}, err
 	}
-	var res idem.Result
-	var err error
-	if g != nil {
-		res, err = g.claim(ctx, c)
-	} else {
-		res, err = s.claimLoop(ctx, cn, c)
-	}
+	res, err := s.claimLoop(ctx, cn, c)
 	s.m.Claim(c.Key.Scope, res.Outcome, err, start)
 	return res, err
 }

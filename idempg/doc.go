@@ -46,22 +46,6 @@
 // idem.ErrLeaseLost. Tokens are not dense; gaps are normal. (RecordTx's rows draw
 // theirs before the insert, as nothing ever hands them out to a holder.)
 //
-// # Group claims
-//
-// Store's Claims share round trips when they outnumber the pool's connections. A
-// Claim that finds fewer claims running than the pool has connections (MaxConns)
-// goes to the server at once, alone. One that finds as many running queues, as it
-// would have queued for a connection; when a running claim returns, its runner takes
-// the whole queue (up to Config.MaxClaimGroup, default 64) in one call of the
-// function idem_records_claim_group (migration 003): one round trip and one commit
-// for the group, fresh keys inserted in key order and then given their tokens as
-// above, taken keys answered from their rows in the same call. The function waits at
-// most 50 ms (lock_timeout) for a key's row held by an open transaction elsewhere
-// (a ClaimTx's fresh key); then each claim of the group is claimed alone, so one such
-// key holds up no other. Config.MaxClaimGroup = 1 turns groups off. ClaimTx,
-// ClaimBatch and SQLStore never group. Works behind PgBouncer in transaction mode
-// (default_query_exec_mode=exec).
-//
 // # Transactions
 //
 // ClaimTx, CompleteTx and ReleaseTx run on the caller's transaction. The claim, the

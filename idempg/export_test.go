@@ -1,12 +1,6 @@
 package idempg
 
-import (
-	"context"
-	"time"
-
-	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/internal/group"
-)
+import "time"
 
 // SetNotifierCheck shortens how long n waits on a silent connection before it
 // checks the connection, so a test sees several checks.
@@ -21,38 +15,3 @@ func Offline(cfg Config) Config {
 
 // ListQuery returns the statement of s's List, for EXPLAIN.
 func ListQuery(s *Store) string { return Driver().Records().ForTable(s.table).List }
-
-// GroupCalls is how many group function calls s made.
-func GroupCalls(s *Store) int64 {
-	if s.group == nil {
-		return 0
-	}
-	return s.group.calls.Load()
-}
-
-// HandOffs is how many claims s's groups handed to goroutines of their own.
-func HandOffs(s *Store) int64 {
-	if s.group == nil {
-		return 0
-	}
-	return s.group.handOffs.Load()
-}
-
-// ClaimAsGroup sends claims to the group path as one batch, as a runner would, and
-// returns a wait for each claim's answer.
-func ClaimAsGroup(s *Store, ctx context.Context, claims []idem.Claim) []func() (idem.Result, error) {
-	batch := make([]*pendingClaim, len(claims))
-	waits := make([]func() (idem.Result, error), len(claims))
-	for i, c := range claims {
-		p := group.NewItem(ctx, claimCall{c: c.WithDefaults()})
-		batch[i] = p
-		waits[i] = func() (idem.Result, error) {
-			if err := p.Wait(); err != nil {
-				return idem.Result{}, err
-			}
-			return p.Val.res, nil
-		}
-	}
-	s.group.answer(batch)
-	return waits
-}

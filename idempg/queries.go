@@ -17,13 +17,12 @@ const (
 // construction so every call reuses the same text (and pgx's prepared statement).
 type queries struct {
 	insert, read, takeover, complete, release, renew string
-	claimGroup                                       string
 	recordInsert, recordOne, recordTakeover          string
 }
 
 // names are the quoted identifiers derived from Config.Table.
 type names struct {
-	table, seq, index, claim, claimGroup string
+	table, seq, index, claim string
 }
 
 func namesFor(table string) names {
@@ -32,13 +31,11 @@ func namesFor(table string) names {
 		seq:   pgx.Identifier{table + "_token_seq"}.Sanitize(),
 		index: pgx.Identifier{table + "_expires_at_idx"}.Sanitize(),
 		claim: pgx.Identifier{table + "_claim"}.Sanitize(),
-
-		claimGroup: pgx.Identifier{table + "_claim_group"}.Sanitize(),
 	}
 }
 
 func (n names) fill(sql string) string {
-	return strings.NewReplacer("{{table}}", n.table, "{{seq}}", n.seq, "{{index}}", n.index, "{{claim}}", n.claim, "{{claim_group}}", n.claimGroup).Replace(sql)
+	return strings.NewReplacer("{{table}}", n.table, "{{seq}}", n.seq, "{{index}}", n.index, "{{claim}}", n.claim).Replace(sql)
 }
 
 func newQueries(n names) queries {
@@ -49,8 +46,6 @@ func newQueries(n names) queries {
 		complete: n.fill(completeSQL),
 		release:  n.fill(releaseSQL),
 		renew:    n.fill(renewSQL),
-
-		claimGroup: n.fill(claimGroupSQL),
 
 		recordInsert:   n.fill(recordInsertSQL),
 		recordOne:      n.fill(recordOneSQL),
@@ -71,15 +66,6 @@ func newQueries(n names) queries {
 // Parameters: $1 scope, $2 id, $3 fingerprint, $4 lease µs, $5 retention µs.
 const insertSQL = `
 SELECT t FROM {{claim}}($1::text, $2::text, $3::bytea, $4::bigint, $5::bigint) AS t WHERE t IS NOT NULL`
-
-// claimGroupSQL claims many keys in one call of the function of migration 003 (see
-// group.go): one answer row per claim that has a row, o_n its 1-based index.
-//
-// Parameters: arrays of $1 scopes, $2 ids, $3 fingerprints, $4 leases µs, $5
-// retentions µs, sorted by key.
-const claimGroupSQL = `
-SELECT o_n, o_ours, o_state, o_fp, o_token, o_result, o_created, o_expires, o_expired
-FROM {{claim_group}}($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[])`
 
 // readSQL reads the row that made insertSQL do nothing, and says whether its lease or
 // retention has passed (then the caller runs takeoverSQL). No row means it was

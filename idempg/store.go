@@ -44,11 +44,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{core: c, pool: pool}
-	if c.maxClaimGroup > 1 {
-		s.group = newGrouper(&s.core, pool, c.maxClaimGroup)
-	}
-	return s, nil
+	return &Store{core: c, pool: pool}, nil
 }
 
 func pgxTxConn(tx pgx.Tx) conn {

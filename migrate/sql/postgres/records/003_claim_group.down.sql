@@ -1,1 +1,0 @@
-DROP FUNCTION IF EXISTS "{{table}}_claim_group"(text[], text[], bytea[], bigint[], bigint[]);
