@@ -27,9 +27,10 @@
 //	);
 //	CREATE INDEX idem_records_expires_at_idx ON idem_records (expires_at);
 //
-// A claim is one statement and one round trip: it reads the live row and, only if
-// there is none, inserts one (or takes over an expired one) with INSERT ... ON
-// CONFLICT. A duplicate is a plain primary-key read.
+// A fresh claim is one statement and one round trip: a function (migration
+// records/002) inserts the row with INSERT ... ON CONFLICT DO NOTHING and then draws
+// its token. A key that exists is read by primary key in a second round trip, and an
+// expired one taken over by an UPDATE.
 //
 // # Clock and tokens
 //
