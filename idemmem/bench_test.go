@@ -53,6 +53,10 @@ func BenchmarkClaimCompleteTraced(b *testing.B) {
 }
 
 func benchClaimComplete(b *testing.B, cfg idemmem.Config) {
+	// Every pair leaves a record for its retention: tens of millions of them at a
+	// few seconds of -benchtime, past the default budget (the store refuses claims
+	// then, as it should).
+	cfg.MaxBytes = 8 << 30
 	s := newStore(b, cfg)
 	prefix := uuid.NewString()
 	var next atomic.Uint64
