@@ -267,15 +267,7 @@ func (f *Fence[Tx]) Do(ctx context.Context, key, step string, call Call) (result
 	}
 	ctx, span := f.startDo(ctx, key, step)
 	defer func() { endDo(span, err) }()
-	c, err := f.acquire(ctx, span, key, step, false)
-	if err != nil {
-		return nil, err
-	}
-	if c.done {
-		f.count(span, step, "replayed")
-		return c.result, nil
-	}
-	return f.run(ctx, span, key, step, c, call)
+	return f.doFenced(ctx, span, key, step, call)
 }
 
 // count counts outcome in idem_effects_total and sets it on span, the effect's

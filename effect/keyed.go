@@ -77,7 +77,8 @@ func (f *Fence[Tx]) doKeyed(ctx context.Context, q idemsql.Querier, key, step st
 	return f.recordKeyed(ctx, span, q, key, step, StateComplete, result, "", shared)
 }
 
-// doFenced is Do for an effect already found PENDING.
+// doFenced is Do's body, once its span is started: DoKeyed runs it for an effect it
+// found PENDING.
 func (f *Fence[Tx]) doFenced(ctx context.Context, span trace.Span, key, step string, call Call) ([]byte, error) {
 	c, err := f.acquire(ctx, span, key, step, false)
 	if err != nil {
