@@ -259,11 +259,8 @@ const (
 // during the call, an error wrapping idem.ErrLeaseLost (the effect is the new
 // holder's to record). Other errors leave the effect PENDING for a retry.
 func (f *Fence[Tx]) Do(ctx context.Context, key, step string, call Call) (result []byte, err error) {
-	if err := validate(key, step); err != nil {
+	if err := validateCall(key, step, call); err != nil {
 		return nil, err
-	}
-	if call == nil {
-		return nil, &idem.InputError{Field: "call", Reason: "is nil", Fix: "pass the function that performs the effect"}
 	}
 	ctx, span := f.startDo(ctx, key, step)
 	defer func() { endDo(span, err) }()
@@ -288,6 +285,17 @@ func validate(key, step string) error {
 	}
 	if len(step) > 128 {
 		return &idem.InputError{Field: "step", Reason: fmt.Sprintf("is %d bytes long", len(step)), Fix: "use a name of at most 128 bytes"}
+	}
+	return nil
+}
+
+// validateCall is validate for Do and DoKeyed, with their call.
+func validateCall(key, step string, call Call) error {
+	if err := validate(key, step); err != nil {
+		return err
+	}
+	if call == nil {
+		return &idem.InputError{Field: "call", Reason: "is nil", Fix: "pass the function that performs the effect"}
 	}
 	return nil
 }

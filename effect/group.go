@@ -119,27 +119,8 @@ func (f *Fence[Tx]) insertBatch(batch []*group.Item[insertCall]) {
 		keys, steps = append(keys, it.Val.key), append(steps, it.Val.step)
 		leases, nows = append(leases, it.Val.lease), append(nows, it.Val.now)
 	}
-	inserted := map[[2]string]bool{}
-	err := runBatch(f, batch, f.q.GroupInsert, func(r idemsql.Rows) error {
-		var k [2]string
-		if err := r.Scan(&k[0], &k[1]); err != nil {
-			return err
-		}
-		inserted[k] = true
-		return nil
-	}, keys, steps, leases, nows)
-	if err != nil {
-		for _, it := range batch {
-			go f.insertBatch([]*group.Item[insertCall]{it})
-		}
-		return
-	}
-	for _, it := range batch {
-		k := [2]string{it.Val.key, it.Val.step}
-		it.Val.acquired = inserted[k] // a key twice in one batch: inserted once, by the first
-		delete(inserted, k)
-		it.Finish(nil)
-	}
+	writeBatch(f, batch, f.q.GroupInsert, func(v insertCall) [2]string { return [2]string{v.key, v.step} },
+		func(v *insertCall, ok bool) { v.acquired = ok }, f.insertBatch, keys, steps, leases, nows)
 }
 
 func (f *Fence[Tx]) finishBatch(batch []*group.Item[finishCall]) {
@@ -218,27 +199,8 @@ func (f *Fence[Tx]) recordBatch(batch []*group.Item[recordCall]) {
 		keys, steps, states, reasons = append(keys, v.key), append(steps, v.step), append(states, v.state), append(reasons, v.reason)
 		nows, results = append(nows, v.now), append(results, v.result)
 	}
-	recorded := map[[2]string]bool{}
-	err := runBatch(f, batch, f.q.GroupRecord, func(r idemsql.Rows) error {
-		var k [2]string
-		if err := r.Scan(&k[0], &k[1]); err != nil {
-			return err
-		}
-		recorded[k] = true
-		return nil
-	}, keys, steps, states, results, reasons, nows)
-	if err != nil {
-		for _, it := range batch {
-			go f.recordBatch([]*group.Item[recordCall]{it})
-		}
-		return
-	}
-	for _, it := range batch {
-		k := [2]string{it.Val.key, it.Val.step}
-		it.Val.recorded = recorded[k] // a key twice in one batch: recorded once, by the first
-		delete(recorded, k)
-		it.Finish(nil)
-	}
+	writeBatch(f, batch, f.q.GroupRecord, func(v recordCall) [2]string { return [2]string{v.key, v.step} },
+		func(v *recordCall, ok bool) { v.recorded = ok }, f.recordBatch, keys, steps, states, results, reasons, nows)
 }
 
 // lookBatch reads the effects of a batch of DoKeyed callers; one alone reads as
@@ -277,6 +239,36 @@ func (f *Fence[Tx]) lookBatch(batch []*group.Item[lookCall]) {
 
 // runBatch runs one batch statement outside any transaction (autocommit), bounded
 // by its callers' deadlines, and calls scan for each row it returns.
+// writeBatch runs query, a group statement returning the (key, step) of each row it
+// wrote, and finishes the batch: wrote sets an item's flag, true for the first item
+// of each pair written (a pair twice in one batch is written once, by the first).
+// If the statement fails, each item runs again alone on a goroutine of its own, by
+// alone.
+func writeBatch[Tx, T any](f *Fence[Tx], batch []*group.Item[T], query string, id func(T) [2]string,
+	wrote func(*T, bool), alone func([]*group.Item[T]), args ...any) {
+	written := map[[2]string]bool{}
+	err := runBatch(f, batch, query, func(r idemsql.Rows) error {
+		var k [2]string
+		if err := r.Scan(&k[0], &k[1]); err != nil {
+			return err
+		}
+		written[k] = true
+		return nil
+	}, args...)
+	if err != nil {
+		for _, it := range batch {
+			go alone([]*group.Item[T]{it})
+		}
+		return
+	}
+	for _, it := range batch {
+		k := id(it.Val)
+		wrote(&it.Val, written[k])
+		delete(written, k)
+		it.Finish(nil)
+	}
+}
+
 func runBatch[Tx, T any](f *Fence[Tx], batch []*group.Item[T], query string, scan func(idemsql.Rows) error, args ...any) error {
 	f.groups.batches.Add(1)
 	ctx, cancel := group.Context(batch)

@@ -44,11 +44,8 @@ func (f *Fence[Tx]) DoKeyedTx(ctx context.Context, tx Tx, key, step string, call
 // doKeyed is DoKeyed and DoKeyedTx: q is the caller's transaction, nil for
 // statements in transactions of their own.
 func (f *Fence[Tx]) doKeyed(ctx context.Context, q idemsql.Querier, key, step string, call Call) (result []byte, err error) {
-	if err := validate(key, step); err != nil {
+	if err := validateCall(key, step, call); err != nil {
 		return nil, err
-	}
-	if call == nil {
-		return nil, &idem.InputError{Field: "call", Reason: "is nil", Fix: "pass the function that performs the effect"}
 	}
 	ctx, span := f.startDo(ctx, key, step)
 	defer func() { endDo(span, err) }()
