@@ -29,6 +29,7 @@ type verifyOptions struct {
 	brokerLoss                    float64
 	repair                        bool
 	auditGrace                    time.Duration
+	auditGraceSet                 bool // --audit-grace given: else the Flow's default, which follows the broker
 	dbCrash                       int
 	failover                      string
 	skew                          time.Duration
@@ -133,6 +134,7 @@ func (m *Main) runVerify(ctx context.Context, args []string) error {
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
+	fs.Visit(func(f *flag.Flag) { o.auditGraceSet = o.auditGraceSet || f.Name == "audit-grace" })
 	if err := o.check(); err != nil {
 		return cli.UsageErr(fs, "%v", err)
 	}
@@ -163,7 +165,7 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.StringVar(&o.relay, "relay", "outbox", "the outbox relay: outbox (polls the table, woken by NOTIFY) or cdc (reads PostgreSQL's WAL; without --db it starts a private PostgreSQL in a temporary directory)")
 	fs.Float64Var(&o.brokerLoss, "broker-loss", 0, "fraction of messages the broker acknowledges and then loses (broker_acked_lost), 0 to 1: found missing by the audit and, with --repair, republished")
 	fs.BoolVar(&o.repair, "repair", true, "let the run's audit republish the messages it finds missing (under their ids); --repair=false: the audit only reads, and a lost message stays lost")
-	fs.DurationVar(&o.auditGrace, "audit-grace", verify.DefaultAuditGrace, "the audit's grace: a message published longer ago and not applied is missing (and republished with --repair); above the consumers' lag, or messages merely behind are republished needlessly (the inbox drops the copies)")
+	fs.DurationVar(&o.auditGrace, "audit-grace", 0, "the audit's grace: a message published longer ago and not applied is missing (and republished with --repair); above the consumers' lag, or messages merely behind are republished needlessly (the inbox drops the copies); unset: 10s plus the broker's redelivery wait (20s more on Pub/Sub, whose leases last at least 10s)")
 	fs.IntVar(&o.dbCrash, "db-crash", 0, "kill the database server (SIGKILL) this many times while the orders are placed, restarting it at once; needs --db postgres: or --db mysql: (a private server the run owns)")
 	fs.StringVar(&o.failover, "failover", "", "sync or async: run on a private PostgreSQL primary with two streaming standbys (synchronous ANY 1, or asynchronous), kill the primary once half the orders are answered, promote the most advanced standby; the report's \"primary failover\" section counts what was lost with the old primary (without --db)")
 	fs.DurationVar(&o.skew, "skew", 0, "give the run's gateways, consumers, payment workers and queue consumers clocks that disagree by this much (+D/2 and -D/2 in turn), 0 to 10m; leases on those clocks become at least 2×D; the report's \"clock skew\" section says which clock each part trusts")
@@ -185,7 +187,7 @@ func (o *verifyOptions) check() error {
 		return fmt.Errorf("--fault-rate must be between 0 and 1 (got %g)", o.rate)
 	case o.brokerLoss < 0 || o.brokerLoss > 1:
 		return fmt.Errorf("--broker-loss must be between 0 and 1 (got %g)", o.brokerLoss)
-	case o.auditGrace <= 0:
+	case o.auditGraceSet && o.auditGrace <= 0:
 		return fmt.Errorf("--audit-grace must be positive (got %v)", o.auditGrace)
 	case o.relay != "outbox" && o.relay != "cdc":
 		return fmt.Errorf("--relay must be outbox or cdc (got %q)", o.relay)

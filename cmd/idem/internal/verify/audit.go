@@ -19,16 +19,18 @@ import (
 const BoundaryAudit = "outbox → consumer (audit)"
 
 // Audit timing: a run every auditInterval; a message published longer ago than
-// Flow.AuditGrace (DefaultAuditGrace) and not applied is missing.
+// Flow.AuditGrace (DefaultAuditGrace plus the broker's AckWait) and not applied is
+// missing.
 const (
 	auditInterval = time.Second
-	// DefaultAuditGrace is Flow.AuditGrace when 0: well above what a message in
-	// flight takes in a run on an idle machine (the clients place orders faster
-	// than the consumers apply them, so the consumers' backlog holds a message a
-	// few seconds at most; the brokers redeliver after a second), so a needless
+	// DefaultAuditGrace, plus the broker's AckWait, is Flow.AuditGrace when 0: well
+	// above what a message in flight takes in a run on an idle machine (the clients
+	// place orders faster than the consumers apply them, so the consumers' backlog
+	// holds a message a few seconds at most), and above a delivery held by a paused
+	// consumer, which the broker redelivers after its AckWait (a second, but 20 s on
+	// Pub/Sub, which has no duplicate window to drop a needless copy). So a needless
 	// republish is rare; one is harmless (the inbox drops it by key, the broker's
-	// duplicate window first where it has one) and counted apart
-	// (Audit.Needless).
+	// duplicate window first where it has one) and counted apart (Audit.Needless).
 	DefaultAuditGrace = 10 * time.Second
 )
 

@@ -145,8 +145,9 @@ type Flow struct {
 	Repair bool
 	// AuditGrace is the audit's grace: a message published longer ago and not
 	// applied is missing (and, with Repair, republished). Default
-	// DefaultAuditGrace; keep it above the consumers' lag, or messages merely
-	// behind are republished (needlessly: the inbox drops the copies by key).
+	// DefaultAuditGrace plus the broker's AckWait; keep it above the consumers'
+	// lag, or messages merely behind are republished (needlessly: the inbox drops
+	// the copies by key).
 	AuditGrace time.Duration
 	// DBCrash is how many times the database server is killed (SIGKILL) and
 	// restarted through Crasher while the clients place orders: after
@@ -257,8 +258,12 @@ func (f *Flow) defaults() {
 	if f.Timeout <= 0 {
 		f.Timeout = 2 * time.Minute
 	}
-	if f.AuditGrace <= 0 {
-		f.AuditGrace = DefaultAuditGrace
+	if f.AuditGrace <= 0 && f.Broker != nil {
+		// A delivery held by a paused consumer (or behind one: the ledger's balance
+		// row) comes back after the broker's redelivery wait; a grace shorter than
+		// that republishes what was merely held, and a broker without a duplicate
+		// window (Pub/Sub, whose leases last at least 10 s) delivers every copy.
+		f.AuditGrace = DefaultAuditGrace + f.Broker.AckWait()
 	}
 	if f.Logger == nil {
 		f.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
