@@ -40,6 +40,9 @@ import (
 func BenchmarkPeers(b *testing.B) {
 	b.Run("watermill-sql/exactly-once", benchWatermill)
 	b.Run("idem/nats", benchIdemNATS)
+	for _, batch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("idem/dbqueue/inbox/batch=%d", batch), func(b *testing.B) { benchIdemDBQueue(b, batch) })
+	}
 }
 
 // ---- idem: the repository's own harness (inboxtest.Bench) on JetStream ----

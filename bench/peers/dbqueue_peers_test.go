@@ -1,0 +1,100 @@
+package peers_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idempg"
+	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/idemhq/idem/queue"
+)
+
+// benchIdemDBQueue is BenchmarkPeers' like-for-like idem row: Postgres as the broker
+// on both sides. b.N messages are enqueued beforehand (queue.EnqueueTx, untimed);
+// then one inbox consumer on a queue.Source (Prefetch) applies them, each batch's
+// ledger INSERTs, keys and the retirement of its queue rows in one transaction, and
+// the time runs until all b.N are applied, as watermill's runs until its ledger holds
+// all b.N.
+func benchIdemDBQueue(b *testing.B, batch int) {
+	ctx := context.Background()
+	cs, _ := testsvc.PostgresSchema(b)
+	pool, err := pgxpool.New(ctx, cs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	db := idempg.TxDB(pool)
+	quiet := slog.New(slog.DiscardHandler)
+	q, err := queue.New(ctx, db, queue.Config{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := idempg.New(ctx, pool, idempg.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	topic := "orders"
+	payload := make([]byte, 100)
+	for start := 0; start < b.N; start += 500 {
+		msgs := make([]idem.Message, 0, 500)
+		for i := start; i < min(start+500, b.N); i++ {
+			msgs = append(msgs, idem.Message{ID: "order-" + strconv.Itoa(i), Topic: topic, Payload: payload})
+		}
+		if err := db.InTx(ctx, func(tx pgx.Tx) error { _, err := q.EnqueueTx(ctx, tx, msgs...); return err }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	insert := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
+		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, $2)", m.ID, len(m.Payload))
+		return err
+	}
+	src, err := q.Source(queue.SourceConfig{Topic: topic, Prefetch: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	var applied atomic.Int64
+	c, err := inbox.New(ctx, ackedTxSource{src, func(int) { applied.Add(1) }}, db, store, insert,
+		inbox.Config{Consumer: fmt.Sprintf("peers-%d", batch), BatchSize: batch, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	runCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() { errc <- c.Run(runCtx) }()
+	for applied.Load() < int64(b.N) {
+		select {
+		case err := <-errc:
+			b.Fatalf("consumer stopped after %d of %d: %v", applied.Load(), b.N, err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	stop()
+	<-errc
+	var rows, distinct int
+	if err := pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT msg_id) FROM ledger").Scan(&rows, &distinct); err != nil {
+		b.Fatal(err)
+	}
+	if rows != b.N || distinct != b.N {
+		b.Fatalf("ledger: %d rows, %d distinct, want %d", rows, distinct, b.N)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+}
+
