@@ -7,6 +7,16 @@ import (
 	"github.com/idemhq/idem/internal/group"
 )
 
+// KeyedStatements is how many statements DoKeyed's looks and records ran outside
+// a transaction, alone or in batches (0 without groups); a batch that failed and
+// ran again call by call counts each.
+func KeyedStatements[Tx any](f *Fence[Tx]) int64 {
+	if f.groups == nil {
+		return 0
+	}
+	return f.groups.keyedRTs.Load()
+}
+
 // GroupBatches is how many batch statements f wrote (0 without groups).
 func GroupBatches[Tx any](f *Fence[Tx]) int64 {
 	if f.groups == nil {

@@ -37,6 +37,7 @@ type groups struct {
 	records  group.Batcher[recordCall] // DoKeyed's (keyed.go)
 	looks    group.Batcher[lookCall]   // DoKeyed's (keyed.go)
 	batches  atomic.Int64              // statements that wrote more than one row's call, for tests
+	keyedRTs atomic.Int64              // DoKeyed's statements, alone or in batches, for benchmarks
 }
 
 type insertCall struct {
@@ -181,6 +182,7 @@ func (f *Fence[Tx]) record(ctx context.Context, key, step, state string, result 
 }
 
 func (f *Fence[Tx]) recordBatch(batch []*group.Item[recordCall]) {
+	f.groups.keyedRTs.Add(1)
 	if len(batch) == 1 {
 		it, v := batch[0], batch[0].Val
 		n, err := f.exec(it.Ctx, f.q.Record, v.key, v.step, v.state, v.result, v.reason, v.now)
@@ -206,6 +208,7 @@ func (f *Fence[Tx]) recordBatch(batch []*group.Item[recordCall]) {
 // lookBatch reads the effects of a batch of DoKeyed callers; one alone reads as
 // Get does.
 func (f *Fence[Tx]) lookBatch(batch []*group.Item[lookCall]) {
+	f.groups.keyedRTs.Add(1)
 	if len(batch) == 1 {
 		it := batch[0]
 		it.Val.e, it.Val.found, it.Err = f.lookOne(it.Ctx, nil, it.Val.key, it.Val.step)

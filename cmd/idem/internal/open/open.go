@@ -177,7 +177,7 @@ func VerifyBroker(ctx context.Context, raw, run string, logger *slog.Logger) (*B
 	case "amqp", "amqps":
 		err = openAMQPBroker(ctx, b, raw, run)
 	case "pubsub":
-		err = openPubSubBroker(ctx, b, raw, run)
+		err = openPubSubBroker(ctx, b, raw, run, logger)
 	case "sqs":
 		err = openSQSBroker(ctx, b, raw, run)
 	case "db":

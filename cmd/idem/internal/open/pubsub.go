@@ -3,6 +3,7 @@ package open
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -89,8 +90,10 @@ func probePubSub(ctx context.Context, s SinkSpec, client *pubsub.Client) error {
 // (pstest) when no project is given, else that project on Pub/Sub or on the
 // emulator PUBSUB_EMULATOR_HOST names. The run gets its own topic and an
 // exactly-once subscription, deleted after. Pub/Sub has no proxy here: the client
-// retries through its own connection.
-func openPubSubBroker(ctx context.Context, b *Broker, raw, run string) error {
+// retries through its own connection. The sources log to logger (verify -v): a
+// failed renewal of ack deadlines, or a delivery let go at MaxExtension, is a
+// redelivery the report would otherwise not explain.
+func openPubSubBroker(ctx context.Context, b *Broker, raw, run string, logger *slog.Logger) error {
 	_, rest, _ := strings.Cut(raw, ":")
 	project := strings.Trim(strings.TrimPrefix(rest, "//"), "/")
 	b.topic = "idem-verify-" + run
@@ -132,7 +135,7 @@ func openPubSubBroker(ctx context.Context, b *Broker, raw, run string) error {
 	b.openSink = func(context.Context) (idem.Sink, error) { return idempubsub.NewSink(client, idempubsub.SinkConfig{}) }
 	b.openSource = func(ctx context.Context) (idem.Source, error) {
 		return idempubsub.NewSource(ctx, client, idempubsub.SourceConfig{Subscription: sub,
-			Lease: verifyPubSubLease, MaxExtension: verifyPubSubLease, PullWait: time.Second})
+			Lease: verifyPubSubLease, MaxExtension: verifyPubSubLease, PullWait: time.Second, Logger: logger})
 	}
 	return nil
 }
