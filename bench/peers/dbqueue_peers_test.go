@@ -97,4 +97,3 @@ func benchIdemDBQueue(b *testing.B, batch int) {
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 }
-
