@@ -134,6 +134,27 @@ type Step struct {
 	// around (compensations are retried until they succeed or fail permanently).
 	// Zero means 5.
 	MaxAttempts int
+	// Keyed runs the action without the fence's PENDING write, for a downstream that
+	// deduplicates by Input.Key itself (Stripe, an API following the IETF
+	// Idempotency-Key draft, idemhttp's middleware): the action is called with the
+	// step's derived key, the same key the fence would derive, and its result is
+	// recorded only in the saga's own row, by the write that moves the saga to its
+	// next step, as DBOS records a step's output after it. A fenced step writes
+	// three times (PENDING, COMPLETE, the saga); a keyed one once.
+	//
+	// It is safe exactly when the downstream answers a repeated key with its first
+	// answer, for as long as the saga may run this step again (the saga's Lease and
+	// backoffs, an outage of this process): a crash between the call and the saga's
+	// write, or a takeover after the lease, calls again with the same key, and the
+	// downstream must not act twice. A step whose result is recorded is never
+	// called again. It gives up what the fence's row gives: no effect row is
+	// written for the action (Admin.Get shows its result in the saga's Results,
+	// with no Effect), two orchestrators may call it at once with one key after a
+	// lease passes (the downstream must answer the second, or refuse it with a
+	// transient error), and Recover does not see it in flight. For a downstream
+	// that honours no keys, or forgets them sooner, keep the default (false).
+	// Compensate always runs through the fence.
+	Keyed bool
 }
 
 // Definition is a named list of steps.
