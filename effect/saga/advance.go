@@ -272,15 +272,12 @@ func (o *Orchestrator[Tx]) save(ctx context.Context, inst *Instance, token int64
 	if inst.State != Running && inst.State != Compensating {
 		lease = 0
 	}
-	var n int64
-	err = o.db.Auto(ctx, func(q idemsql.Querier) (err error) { // one statement: autocommit where it can
-		n, err = q.Exec(ctx, o.stmts.Save, inst.State, inst.Step, string(results), inst.Attempts, inst.Reason, next, lease, now.UnixNano(), inst.ID, token)
-		return err
-	})
+	saved, err := o.write(ctx, saveCall{state: inst.State, step: inst.Step, results: string(results), attempts: inst.Attempts,
+		reason: inst.Reason, next: next, lease: lease, now: now.UnixNano(), id: inst.ID, token: token})
 	if err != nil {
 		return &idem.BackendError{Backend: "saga", Op: "save", Err: err}
 	}
-	if n == 0 {
+	if !saved {
 		return fmt.Errorf("saga %s: another orchestrator took it over: %w", inst.ID, idem.ErrLeaseLost)
 	}
 	return nil

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemhq/idem/internal/group"
 )
 
 // keyedServices are services whose orderSaga actions are Keyed.
@@ -166,4 +169,58 @@ func checkNoActionEffects(t *testing.T, e env, id string) {
 			t.Errorf("saga %s: keyed action left the effect %s (%s)", id, ef.Step, ef.State)
 		}
 	}
+}
+
+// A batch of saves (GroupSave, on PostgreSQL) writes each saga under its own token
+// only: the saga whose token is stale is not written, and its caller learns it, as
+// with Save alone; concurrent Executes, whose saves share batches, each run their
+// saga to its end once.
+func TestGroupSave(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		ctx := context.Background()
+		s := keyedServices(t)
+		o := e.orchestrator(t, s, nil)
+		if o.saves == nil {
+			t.Skip("no GroupSave on this database")
+		}
+		for _, id := range []string{"gs-a", "gs-b"} {
+			if _, err := o.Start(ctx, "order", id, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, tokenA, ok, err := o.lease(ctx, "gs-a")
+		if err != nil || !ok {
+			t.Fatalf("lease: %v, %v", ok, err)
+		}
+		now := e.clock.Now().UnixNano()
+		good := group.NewItem(ctx, saveCall{state: Running, step: 1, results: `{"reserve":"eA=="}`, now: now, id: a.ID, token: tokenA})
+		stale := group.NewItem(ctx, saveCall{state: Running, step: 1, results: `{}`, now: now, id: "gs-b", token: 7})
+		o.saveBatch([]*group.Item[saveCall]{stale, good})
+		if good.Wait() != nil || stale.Wait() != nil || !good.Val.saved || stale.Val.saved {
+			t.Fatalf("batch: good %v %v, stale %v %v; want good saved, stale not", good.Val.saved, good.Err, stale.Val.saved, stale.Err)
+		}
+		if got, _, _ := o.Get(ctx, "gs-a"); got.Step != 1 || string(got.Results["reserve"]) != "x" {
+			t.Fatalf("gs-a after the batch: %+v", got)
+		}
+		if got, _, _ := o.Get(ctx, "gs-b"); got.Step != 0 {
+			t.Fatalf("gs-b written under a stale token: %+v", got)
+		}
+
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				inst, err := o.Execute(ctx, "order", fmt.Sprint("gs-many-", i), nil)
+				if err != nil || inst.State != Completed {
+					t.Errorf("Execute: %+v, %v", inst, err)
+				}
+			})
+		}
+		wg.Wait()
+		for i := range 16 {
+			if got := s.applied(fmt.Sprint("gs-many-", i)); !slices.Equal(got, stepNames) {
+				t.Errorf("gs-many-%d applied %v, want %v", i, got, stepNames)
+			}
+		}
+	})
 }

@@ -83,6 +83,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/group"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
@@ -205,6 +206,7 @@ type Orchestrator[Tx any] struct {
 	cfg     Config
 	metrics *prometheus.CounterVec
 	tr      otelx.Tracer
+	saves   *group.Batcher[saveCall] // nil: each save alone (group.go)
 }
 
 // Instance is the stored state of one saga.
@@ -285,6 +287,7 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config, defs ...D
 	o.fence = fence
 	o.stmts = db.Driver.Saga() // effect.New checked that db has a Driver
 	o.q = newQueries(o.stmts, len(o.names))
+	o.saves = o.newSaves()
 	if o.metrics, err = metrics.Counters(cfg.Registerer, "idem_sagas_total",
 		"Sagas by outcome: started, completed, compensated, failed, parked (set aside for an operator: its row cannot be decoded, or names a step its definition lacks).",
 		"saga", "outcome"); err != nil {
