@@ -9,6 +9,14 @@
 // re-run after a crash calls its service with the same derived idempotency key
 // and is applied once.
 //
+// A step whose downstream deduplicates by that key itself may be Keyed (Step.Keyed):
+// its action then skips the fence, is called with the same derived key, and its
+// result is recorded only by the saga's own write after it, one write per step
+// instead of three, as DBOS records a workflow step. A crash between the call and
+// that write calls again with the same key, which the downstream must answer
+// without acting twice; see Step.Keyed for exactly when that is safe. On
+// PostgreSQL, the saves of concurrent sagas share one statement and one commit.
+//
 // A step that fails permanently (effect.Permanent, or MaxAttempts transient
 // failures) turns the saga around: the steps before it are compensated in
 // reverse order, each exactly once, and the saga ends COMPENSATED with the
