@@ -28,6 +28,12 @@ type SagaSQL struct {
 	// Save writes an advance: state, step, results, attempts, reason, next_at,
 	// lease_until, now, id, token. It affects the row only under token.
 	Save string
+	// GroupSave is Save over arrays, for the saves of concurrent sagas: states,
+	// steps, results, attempts, reasons, next_ats, lease_untils, nows, ids,
+	// tokens (one element per saga). It writes each row only under its token, as
+	// Save does. Columns: id and token of each row it wrote. "" where the database
+	// has no arrays: each save is then a statement of its own.
+	GroupSave string
 	// Park sets a saga aside: next_at (the parked mark), reason, now, id, token. It
 	// clears lease_until and affects the row only under token.
 	Park string

@@ -11,9 +11,11 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
+	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/rowscan"
+	"github.com/idemhq/idem/internal/sqltext"
 )
 
 // advance takes saga id's lease and runs its steps until it ends or must wait.
@@ -132,15 +134,32 @@ func (o *Orchestrator[Tx]) turnAround(inst *Instance, from int, reason string) {
 func (o *Orchestrator[Tx]) call(ctx context.Context, span string, inst *Instance, s Step, prefix string, fn func(context.Context, Input) ([]byte, error)) (_ []byte, err error) {
 	ctx, sp := o.startStep(ctx, span, inst, s.Name)
 	defer func() { endStep(sp, err) }()
-	return o.fence.Do(ctx, inst.ID, prefix+s.Name, func(ctx context.Context, key string) ([]byte, error) {
+	attempt := func(ctx context.Context, key string) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(ctx, cmp.Or(s.Timeout, o.cfg.Lease))
 		defer cancel()
 		out, err := o.protect(ctx, inst, prefix+s.Name, func() ([]byte, error) {
 			return fn(ctx, Input{SagaID: inst.ID, Key: key, Data: inst.Data, Results: inst.Results})
 		})
-		o.crash("inside:" + prefix + s.Name) // between the call and the fence's COMPLETE
+		o.crash("inside:" + prefix + s.Name) // between the call and its record
 		return out, err
-	})
+	}
+	if s.Keyed && prefix == "do:" {
+		return callKeyed(ctx, inst.ID, prefix+s.Name, attempt)
+	}
+	return o.fence.Do(ctx, inst.ID, prefix+s.Name, attempt)
+}
+
+// callKeyed runs a Keyed step's action with the key the fence would derive, in
+// the context too (for idemhttp.Transport), and records nothing: the caller's save
+// does. A permanent failure becomes the *effect.FailedError the fence would
+// return, with the reason it would record.
+func callKeyed(ctx context.Context, id, step string, attempt func(context.Context, string) ([]byte, error)) ([]byte, error) {
+	key := idemkey.Derive(id, step)
+	out, err := attempt(idem.WithKey(ctx, key), key)
+	if err != nil && effect.IsPermanent(err) {
+		return nil, &effect.FailedError{Key: id, Step: step, Reason: sqltext.Fit(err.Error(), effect.MaxReasonLen)}
+	}
+	return out, err
 }
 
 func (o *Orchestrator[Tx]) crash(point string) {
@@ -253,15 +272,12 @@ func (o *Orchestrator[Tx]) save(ctx context.Context, inst *Instance, token int64
 	if inst.State != Running && inst.State != Compensating {
 		lease = 0
 	}
-	var n int64
-	err = o.db.Auto(ctx, func(q idemsql.Querier) (err error) { // one statement: autocommit where it can
-		n, err = q.Exec(ctx, o.stmts.Save, inst.State, inst.Step, string(results), inst.Attempts, inst.Reason, next, lease, now.UnixNano(), inst.ID, token)
-		return err
-	})
+	saved, err := o.write(ctx, saveCall{state: inst.State, step: inst.Step, results: string(results), attempts: inst.Attempts,
+		reason: inst.Reason, next: next, lease: lease, now: now.UnixNano(), id: inst.ID, token: token})
 	if err != nil {
 		return &idem.BackendError{Backend: "saga", Op: "save", Err: err}
 	}
-	if n == 0 {
+	if !saved {
 		return fmt.Errorf("saga %s: another orchestrator took it over: %w", inst.ID, idem.ErrLeaseLost)
 	}
 	return nil

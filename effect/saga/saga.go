@@ -9,6 +9,14 @@
 // re-run after a crash calls its service with the same derived idempotency key
 // and is applied once.
 //
+// A step whose downstream deduplicates by that key itself may be Keyed (Step.Keyed):
+// its action then skips the fence, is called with the same derived key, and its
+// result is recorded only by the saga's own write after it, one write per step
+// instead of three, as DBOS records a workflow step. A crash between the call and
+// that write calls again with the same key, which the downstream must answer
+// without acting twice; see Step.Keyed for exactly when that is safe. On
+// PostgreSQL, the saves of concurrent sagas share one statement and one commit.
+//
 // A step that fails permanently (effect.Permanent, or MaxAttempts transient
 // failures) turns the saga around: the steps before it are compensated in
 // reverse order, each exactly once, and the saga ends COMPENSATED with the
@@ -83,6 +91,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/group"
 	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/migrate"
@@ -134,6 +143,27 @@ type Step struct {
 	// around (compensations are retried until they succeed or fail permanently).
 	// Zero means 5.
 	MaxAttempts int
+	// Keyed runs the action without the fence's PENDING write, for a downstream that
+	// deduplicates by Input.Key itself (Stripe, an API following the IETF
+	// Idempotency-Key draft, idemhttp's middleware): the action is called with the
+	// step's derived key, the same key the fence would derive, and its result is
+	// recorded only in the saga's own row, by the write that moves the saga to its
+	// next step, as DBOS records a step's output after it. A fenced step writes
+	// three times (PENDING, COMPLETE, the saga); a keyed one once.
+	//
+	// It is safe exactly when the downstream answers a repeated key with its first
+	// answer, for as long as the saga may run this step again (the saga's Lease and
+	// backoffs, an outage of this process): a crash between the call and the saga's
+	// write, or a takeover after the lease, calls again with the same key, and the
+	// downstream must not act twice. A step whose result is recorded is never
+	// called again. It gives up what the fence's row gives: no effect row is
+	// written for the action (Admin.Get shows its result in the saga's Results,
+	// with no Effect), two orchestrators may call it at once with one key after a
+	// lease passes (the downstream must answer the second, or refuse it with a
+	// transient error), and Recover does not see it in flight. For a downstream
+	// that honours no keys, or forgets them sooner, keep the default (false).
+	// Compensate always runs through the fence.
+	Keyed bool
 }
 
 // Definition is a named list of steps.
@@ -184,6 +214,7 @@ type Orchestrator[Tx any] struct {
 	cfg     Config
 	metrics *prometheus.CounterVec
 	tr      otelx.Tracer
+	saves   *group.Batcher[saveCall] // nil: each save alone (group.go)
 }
 
 // Instance is the stored state of one saga.
@@ -264,6 +295,7 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config, defs ...D
 	o.fence = fence
 	o.stmts = db.Driver.Saga() // effect.New checked that db has a Driver
 	o.q = newQueries(o.stmts, len(o.names))
+	o.saves = o.newSaves()
 	if o.metrics, err = metrics.Counters(cfg.Registerer, "idem_sagas_total",
 		"Sagas by outcome: started, completed, compensated, failed, parked (set aside for an operator: its row cannot be decoded, or names a step its definition lacks).",
 		"saga", "outcome"); err != nil {

@@ -37,10 +37,16 @@ type services struct {
 	// failNext makes the next n calls of an op fail with a transient error, before
 	// the service is called.
 	failNext map[string]int
+	// requests counts the requests per saga id and op, before the middleware
+	// deduplicates them.
+	requests map[[2]string]int
+	// keyed makes orderSaga's actions Keyed.
+	keyed bool
 }
 
 func newServices(t *testing.T) *services {
-	s := &services{log: map[string][]string{}, client: &http.Client{Transport: &idemhttp.Transport{MaxAttempts: 1}}}
+	s := &services{log: map[string][]string{}, requests: map[[2]string]int{},
+		client: &http.Client{Transport: &idemhttp.Transport{MaxAttempts: 1}}}
 	store, err := idemmem.New(idemmem.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -49,13 +55,19 @@ func newServices(t *testing.T) *services {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.srv = httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	apply := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		id := r.URL.Query().Get("saga")
 		s.log[id] = append(s.log[id], strings.TrimPrefix(r.URL.Path, "/"))
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusCreated)
-	})))
+	}))
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.requests[[2]string{r.URL.Query().Get("saga"), strings.TrimPrefix(r.URL.Path, "/")}]++
+		s.mu.Unlock()
+		apply.ServeHTTP(w, r)
+	}))
 	t.Cleanup(s.srv.Close)
 	return s
 }
@@ -83,6 +95,13 @@ func (s *services) apply(ctx context.Context, in Input, op string) error {
 	return nil
 }
 
+// requested is how many requests for op saga id sent, the repeated ones included.
+func (s *services) requested(id, op string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests[[2]string{id, op}]
+}
+
 func (s *services) applied(id string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -98,7 +117,8 @@ func orderSaga(s *services) Definition {
 	var steps []Step
 	for _, name := range stepNames {
 		step := Step{
-			Name: name,
+			Name:  name,
+			Keyed: s.keyed,
 			Action: func(ctx context.Context, in Input) ([]byte, error) {
 				if string(in.Data) == "fail:"+name {
 					return nil, effect.Permanent(errors.New(name + " refused"))

@@ -3,6 +3,7 @@ package drivertest
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"math"
 	"testing"
 
@@ -15,7 +16,33 @@ import (
 // idem_sagas, idem_saga_resolutions and idem_effects made by package migrate.
 func Saga(t *testing.T, db func(t *testing.T) idemsql.TxDB[*sql.Tx]) {
 	runFamily(t, db, "SagaSQL", idemsql.Driver.Saga, []migrate.Set{migrate.Effect, migrate.Saga},
-		checkSagaRun, checkSagaAdmin, checkSagaSweep)
+		checkSagaRun, checkSagaAdmin, checkSagaSweep, checkSagaGroupSave)
+}
+
+// checkSagaGroupSave runs GroupSave, where the driver has it: each row is written
+// under its own token only, and the statement returns the ones it wrote.
+func checkSagaGroupSave(c *stmtCheck, s *idemsql.SagaSQL) {
+	c.t.Helper()
+	if s.GroupSave == "" {
+		return
+	}
+	c.affects("Insert", 1, "a new saga, leased", s.Insert, "gs1", "order", []byte{}, int64(100), int64(9000), int64(1))
+	c.affects("Insert", 1, "a new saga, leased", s.Insert, "gs2", "order", []byte{}, int64(100), int64(9000), int64(3))
+	var got []string
+	c.rows("GroupSave", s.GroupSave, []any{[]string{"running", "completed"}, []int64{1, 4}, []string{`{"a":"eA=="}`, `{}`},
+		[]int64{0, 2}, []string{"", "done"}, []int64{200, 300}, []int64{9200, 0}, []int64{200, 300},
+		[]string{"gs1", "gs2"}, []int64{2, 3}}, func(r idemsql.Rows) error {
+		var id string
+		var token int64
+		err := r.Scan(&id, &token)
+		got = append(got, fmt.Sprint(id, "/", token))
+		return err
+	})
+	c.equal("GroupSave", "the rows it wrote (gs1's token is 1, not 2)", got, []string{"gs2/3"})
+	c.equal("GroupSave", "gs2's row", readSagaRow(c, "Read", s.Read, "gs2"), sagaRow{saga: "order", state: "completed",
+		results: `{}`, data: []byte{}, step: 4, attempts: 2, reason: "done", token: 3, next: 300, created: 100, updated: 300})
+	c.equal("GroupSave", "gs1's row (not written)", readSagaRow(c, "Read", s.Read, "gs1"), sagaRow{saga: "order",
+		state: "running", results: "{}", data: []byte{}, token: 1, next: 100, lease: 9000, created: 100, updated: 100})
 }
 
 // parkedMark is a parked saga's next_at.
