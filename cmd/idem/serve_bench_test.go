@@ -29,7 +29,9 @@ const benchClients = 8
 // `idem serve` on the memory and the SQLite store, in front of the same trivial
 // upstream. The variants take turns in three rounds so that drift hits them alike.
 // SQLite commits are durable, so its figure is reported beside the disk's fsync rate:
-// group commit lets it exceed that rate.
+// group commit lets it exceed that rate. Each variant's CPU per request (the whole
+// process's, clients and upstream included) says what a machine whose cores are the
+// bound allows: sqlite/plain_cpu-bound.
 //
 //	go test -run '^$' -bench BenchmarkServe -benchtime 30000x ./cmd/idem
 func BenchmarkServe(b *testing.B) {
@@ -56,6 +58,7 @@ func BenchmarkServe(b *testing.B) {
 	}
 	const rounds = 3
 	elapsed := make([]time.Duration, len(targets))
+	cpu := make([]time.Duration, len(targets))
 	done := make([]int, len(targets))
 	b.ResetTimer()
 	for round := range rounds {
@@ -64,18 +67,30 @@ func BenchmarkServe(b *testing.B) {
 			if round == rounds-1 {
 				n = b.N - 2*(b.N/rounds)
 			}
+			before := processCPU(b)
 			elapsed[i] += load(b, tgt.url+"/orders", fmt.Sprintf("%s-%d", tgt.name, round), n)
+			cpu[i] += processCPU(b) - before
 			done[i] += n
 		}
 	}
 	b.StopTimer()
 	rate := make([]float64, len(targets))
+	perReq := make([]float64, len(targets))
 	for i, tgt := range targets {
 		rate[i] = float64(done[i]) / elapsed[i].Seconds()
+		perReq[i] = float64(cpu[i].Microseconds()) / float64(done[i])
 		b.ReportMetric(rate[i], tgt.name+"_req/s")
+		if perReq[i] > 0 {
+			b.ReportMetric(perReq[i], tgt.name+"_cpu-µs/req")
+		}
 	}
 	b.ReportMetric(rate[1]/rate[0], "memory/plain")
 	b.ReportMetric(rate[2]/rate[0], "sqlite/plain")
+	// The ratio a machine whose cores are the bound allows: the plain proxy's CPU per
+	// request over the SQLite gateway's (clients and upstream included in both).
+	if perReq[2] > 0 {
+		b.ReportMetric(perReq[0]/perReq[2], "sqlite/plain_cpu-bound")
+	}
 	b.ReportMetric(fsyncRate(b, dir), "fsyncs/s")
 }
 
