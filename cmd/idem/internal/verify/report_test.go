@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/idemhq/idem/chaos"
 )
@@ -60,6 +61,32 @@ func TestQueueReport(t *testing.T) {
 		"applied 990, dead 10", "no ack_lost fault", BoundaryAudit + ": not run: no outbox"} {
 		if !bytes.Contains(buf.Bytes(), []byte(want)) {
 			t.Errorf("table lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+// ackWaitBroker is a Broker of which the tests below need only AckWait.
+type ackWaitBroker struct {
+	Broker
+	wait time.Duration
+}
+
+func (b ackWaitBroker) AckWait() time.Duration { return b.wait }
+
+// The audit's default grace outlasts the broker's redelivery wait: a delivery held
+// by a paused consumer (20 s on Pub/Sub) is not yet missing, so it is not
+// republished (Pub/Sub, with no duplicate window, delivered every such copy). A
+// grace given is kept.
+func TestAuditGraceFollowsTheBroker(t *testing.T) {
+	for _, tc := range []struct{ ackWait, given, want time.Duration }{
+		{20 * time.Second, 0, DefaultAuditGrace + 20*time.Second},
+		{time.Second, 0, DefaultAuditGrace + time.Second},
+		{20 * time.Second, 3 * time.Second, 3 * time.Second},
+	} {
+		f := &Flow{Broker: ackWaitBroker{wait: tc.ackWait}, AuditGrace: tc.given}
+		f.defaults()
+		if f.AuditGrace != tc.want {
+			t.Errorf("AckWait %v, AuditGrace %v: defaults gave %v, want %v", tc.ackWait, tc.given, f.AuditGrace, tc.want)
 		}
 	}
 }
