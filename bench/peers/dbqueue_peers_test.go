@@ -21,11 +21,11 @@ import (
 
 // benchIdemDBQueue is BenchmarkPeers' like-for-like idem row: Postgres as the broker
 // on both sides. b.N messages are enqueued beforehand (queue.EnqueueTx, untimed);
-// then one inbox consumer on a queue.Source (Prefetch) applies them, each batch's
+// then consumers inbox consumers, each on a queue.Source (Prefetch), apply them, each batch's
 // ledger INSERTs, keys and the retirement of its queue rows in one transaction, and
 // the time runs until all b.N are applied, as watermill's runs until its ledger holds
 // all b.N.
-func benchIdemDBQueue(b *testing.B, batch int) {
+func benchIdemDBQueue(b *testing.B, batch, consumers int) {
 	ctx := context.Background()
 	cs, _ := testsvc.PostgresSchema(b)
 	pool, err := pgxpool.New(ctx, cs)
@@ -61,33 +61,41 @@ func benchIdemDBQueue(b *testing.B, batch int) {
 		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, $2)", m.ID, len(m.Payload))
 		return err
 	}
-	src, err := q.Source(queue.SourceConfig{Topic: topic, Prefetch: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer src.Close()
 	var applied atomic.Int64
-	c, err := inbox.New(ctx, ackedTxSource{src, func(int) { applied.Add(1) }}, db, store, insert,
-		inbox.Config{Consumer: fmt.Sprintf("peers-%d", batch), BatchSize: batch, Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
+	runs := make([]func(context.Context) error, consumers)
+	for i := range runs {
+		src, err := q.Source(queue.SourceConfig{Topic: topic, Prefetch: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer src.Close()
+		c, err := inbox.New(ctx, ackedTxSource{src, func(int) { applied.Add(1) }}, db, store, insert,
+			inbox.Config{Consumer: fmt.Sprintf("peers-%d", batch), BatchSize: batch, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runs[i] = c.Run
 	}
 	b.ResetTimer()
 	runCtx, stop := context.WithCancel(ctx)
-	errc := make(chan error, 1)
+	errc := make(chan error, consumers)
 	start := time.Now()
-	go func() { errc <- c.Run(runCtx) }()
+	for _, run := range runs {
+		go func() { errc <- run(runCtx) }()
+	}
 	for applied.Load() < int64(b.N) {
 		select {
 		case err := <-errc:
-			b.Fatalf("consumer stopped after %d of %d: %v", applied.Load(), b.N, err)
+			b.Fatalf("a consumer stopped after %d of %d: %v", applied.Load(), b.N, err)
 		case <-time.After(time.Millisecond):
 		}
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
 	stop()
-	<-errc
+	for range runs {
+		<-errc
+	}
 	var rows, distinct int
 	if err := pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT msg_id) FROM ledger").Scan(&rows, &distinct); err != nil {
 		b.Fatal(err)

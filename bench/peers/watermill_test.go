@@ -37,12 +37,17 @@ import (
 //	                                    (SubscribeBatchSize; 100 is its default)
 //	idem/nats/plain/batch=K             at-least-once baseline: JetStream, INSERT, commit, ack
 //	idem/nats/inbox/batch=K             idem's inbox: JetStream (SourceConfig.Prefetch), claim+INSERT+complete, commit, ack
+//	idem/nats/inbox/batch=64x2          the same, two consumers of one durable (a consumer group;
+//	                                    watermill-sql's exactly-once subscriber has one offset per group)
+//	idem/dbqueue/inbox/batch=K[x2]      Postgres as the broker on idem's side too: queue.Source
+//	                                    (Prefetch), the inbox retiring each row in its effect's transaction
 func BenchmarkPeers(b *testing.B) {
 	b.Run("watermill-sql/exactly-once", benchWatermill)
 	b.Run("idem/nats", benchIdemNATS)
 	for _, batch := range []int{1, 64} {
-		b.Run(fmt.Sprintf("idem/dbqueue/inbox/batch=%d", batch), func(b *testing.B) { benchIdemDBQueue(b, batch) })
+		b.Run(fmt.Sprintf("idem/dbqueue/inbox/batch=%d", batch), func(b *testing.B) { benchIdemDBQueue(b, batch, 1) })
 	}
+	b.Run("idem/dbqueue/inbox/batch=64x2", func(b *testing.B) { benchIdemDBQueue(b, 64, 2) })
 }
 
 // ---- idem: the repository's own harness (inboxtest.Bench) on JetStream ----

@@ -61,20 +61,30 @@ func benchDB[Tx any](b *testing.B, newEnv func(b *testing.B) BenchEnv, db idemsq
 	}
 	for _, batch := range []int{1, 64} {
 		b.Run(fmt.Sprintf("plain/batch=%d", batch), func(b *testing.B) {
-			benchConsume(b, newEnv(b), func(src idem.Source, acks *atomic.Int64) func(context.Context) error {
+			benchConsume(b, newEnv(b), 1, func(src idem.Source, acks *atomic.Int64) func(context.Context) error {
 				return func(ctx context.Context) error { return plainConsumer(ctx, db, insert, src, batch) }
 			})
 		})
 		b.Run(fmt.Sprintf("inbox/batch=%d", batch), func(b *testing.B) {
-			benchConsume(b, newEnv(b), func(src idem.Source, _ *atomic.Int64) func(context.Context) error {
-				c, err := inbox.New(ctx, src, db, store, insert,
-					inbox.Config{Consumer: fmt.Sprintf("bench-%d", batch), BatchSize: batch, Logger: slog.New(slog.DiscardHandler)})
-				if err != nil {
-					b.Fatal(err)
-				}
-				return c.Run
-			})
+			benchConsume(b, newEnv(b), 1, inboxConsumer(b, db, store, insert, batch))
 		})
+	}
+	// Two consumers of one durable: what a consumer group gives that one offset per
+	// group (watermill-sql's exactly-once subscriber) cannot.
+	b.Run("inbox/batch=64x2", func(b *testing.B) {
+		benchConsume(b, newEnv(b), 2, inboxConsumer(b, db, store, insert, 64))
+	})
+}
+
+// inboxConsumer returns the idempotent consumer of the benchmarks, on any source.
+func inboxConsumer[Tx any](b *testing.B, db idemsql.TxDB[Tx], store idem.TxStore[Tx], insert func(context.Context, Tx, idem.Message) error, batch int) func(idem.Source, *atomic.Int64) func(context.Context) error {
+	return func(src idem.Source, _ *atomic.Int64) func(context.Context) error {
+		c, err := inbox.New(context.Background(), src, db, store, insert,
+			inbox.Config{Consumer: fmt.Sprintf("bench-%d", batch), BatchSize: batch, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c.Run
 	}
 }
 
@@ -105,8 +115,9 @@ func plainConsumer[Tx any](ctx context.Context, db idemsql.TxDB[Tx], insert func
 	}
 }
 
-// benchConsume publishes b.N messages, then times a consumer until it acked them all.
-func benchConsume(b *testing.B, env BenchEnv, consumer func(idem.Source, *atomic.Int64) func(context.Context) error) {
+// benchConsume publishes b.N messages, then times n consumers, each on a source of
+// its own, until they acked them all.
+func benchConsume(b *testing.B, env BenchEnv, n int, consumer func(idem.Source, *atomic.Int64) func(context.Context) error) {
 	ctx := context.Background()
 	payload := make([]byte, 100)
 	for start := 0; start < b.N; start += 500 {
@@ -118,30 +129,36 @@ func benchConsume(b *testing.B, env BenchEnv, consumer func(idem.Source, *atomic
 			b.Fatal(err)
 		}
 	}
-	src, err := env.NewSource()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer src.Close()
 	var acks atomic.Int64
-	counted := countingSource{src, &acks}
-	run := consumer(counted, &acks)
+	runs := make([]func(context.Context) error, n)
+	for i := range runs {
+		src, err := env.NewSource()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer src.Close()
+		runs[i] = consumer(countingSource{src, &acks}, &acks)
+	}
 	b.ResetTimer()
 	runCtx, stop := context.WithCancel(ctx)
-	errc := make(chan error, 1)
+	errc := make(chan error, n)
 	start := time.Now()
-	go func() { errc <- run(runCtx) }()
+	for _, run := range runs {
+		go func() { errc <- run(runCtx) }()
+	}
 	for acks.Load() < int64(b.N) {
 		select {
 		case err := <-errc:
-			b.Fatalf("consumer stopped after %d of %d acks: %v", acks.Load(), b.N, err)
+			b.Fatalf("a consumer stopped after %d of %d acks: %v", acks.Load(), b.N, err)
 		case <-time.After(time.Millisecond):
 		}
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
 	stop()
-	<-errc
+	for range runs {
+		<-errc
+	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 }
 
