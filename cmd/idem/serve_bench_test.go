@@ -10,14 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemhttp/gateway"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // benchClients is the number of concurrent keep-alive clients of BenchmarkServe.
@@ -67,9 +64,9 @@ func BenchmarkServe(b *testing.B) {
 			if round == rounds-1 {
 				n = b.N - 2*(b.N/rounds)
 			}
-			before := processCPU(b)
-			elapsed[i] += load(b, tgt.url+"/orders", fmt.Sprintf("%s-%d", tgt.name, round), n)
-			cpu[i] += processCPU(b) - before
+			before := testsvc.ProcessCPU(b)
+			elapsed[i] += testsvc.PostKeys(b, tgt.url+"/orders", fmt.Sprintf("%s-%d", tgt.name, round), n, benchClients)
+			cpu[i] += testsvc.ProcessCPU(b) - before
 			done[i] += n
 		}
 	}
@@ -92,45 +89,6 @@ func BenchmarkServe(b *testing.B) {
 		b.ReportMetric(perReq[0]/perReq[2], "sqlite/plain_cpu-bound")
 	}
 	b.ReportMetric(fsyncRate(b, dir), "fsyncs/s")
-}
-
-// load sends n POSTs to target from benchClients keep-alive clients, each with a new
-// key, and returns the time they took.
-func load(b *testing.B, target, run string, n int) time.Duration {
-	b.Helper()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients, DisableCompression: true}}
-	defer client.CloseIdleConnections()
-	var next atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range benchClients {
-		wg.Go(func() {
-			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-				req, _ := http.NewRequest(http.MethodPost, target, strings.NewReader(`{"amount":5,"currency":"eur"}`))
-				req.Header.Set(idemhttp.HeaderKey, fmt.Sprintf("%s-%d", run, i))
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := client.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if err == nil && resp.StatusCode != http.StatusCreated {
-						err = fmt.Errorf("status %d", resp.StatusCode)
-					}
-				}
-				if err != nil {
-					failed.CompareAndSwap(nil, fmt.Errorf("POST %s: %w", target, err))
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	d := time.Since(start)
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	return d
 }
 
 // fsyncRate measures how many 4 KiB write+fsync pairs per second the disk under dir

@@ -1,5 +1,3 @@
-//go:build unix
-
 package gateway_test
 
 import (
@@ -11,16 +9,12 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemhttp/gateway"
 	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // BenchmarkGatewaySQLiteCost counts what a request through the gateway on the
@@ -71,9 +65,9 @@ func BenchmarkGatewaySQLiteCost(b *testing.B) {
 			if round == rounds-1 {
 				n = b.N - 2*(b.N/rounds)
 			}
-			c0 := cpuTime(b)
-			elapsed[i] += post(b, u+"/orders", fmt.Sprintf("%d-%d", i, round), n)
-			cpu[i] += cpuTime(b) - c0
+			c0 := testsvc.ProcessCPU(b)
+			elapsed[i] += testsvc.PostKeys(b, u+"/orders", fmt.Sprintf("%d-%d", i, round), n, 8)
+			cpu[i] += testsvc.ProcessCPU(b) - c0
 			done[i] += n
 		}
 	}
@@ -88,52 +82,4 @@ func BenchmarkGatewaySQLiteCost(b *testing.B) {
 	b.ReportMetric(perReq(0)/perReq(1), "plain_cpu/sqlite_cpu")
 	b.ReportMetric(float64(commits)/float64(done[1]), "commits/req")
 	b.ReportMetric(float64(ops)/float64(max(commits, 1)), "calls/commit")
-}
-
-// post sends n POSTs to target from 8 keep-alive clients, each with a new key, and
-// returns the time they took.
-func post(b *testing.B, target, run string, n int) time.Duration {
-	b.Helper()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, DisableCompression: true}}
-	defer client.CloseIdleConnections()
-	var next atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range 8 {
-		wg.Go(func() {
-			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-				req, _ := http.NewRequest(http.MethodPost, target, strings.NewReader(`{"amount":5,"currency":"eur"}`))
-				req.Header.Set(idemhttp.HeaderKey, fmt.Sprintf("%s-%d", run, i))
-				resp, err := client.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if err == nil && resp.StatusCode != http.StatusCreated {
-						err = fmt.Errorf("status %d", resp.StatusCode)
-					}
-				}
-				if err != nil {
-					failed.CompareAndSwap(nil, fmt.Errorf("POST %s: %w", target, err))
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	d := time.Since(start)
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	return d
-}
-
-// cpuTime is the user and system CPU time this process has used so far.
-func cpuTime(b *testing.B) time.Duration {
-	b.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
