@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,6 +14,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/inbox/inboxtest"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/queue"
 )
@@ -76,26 +76,7 @@ func benchIdemDBQueue(b *testing.B, batch, consumers int) {
 		}
 		runs[i] = c.Run
 	}
-	b.ResetTimer()
-	runCtx, stop := context.WithCancel(ctx)
-	errc := make(chan error, consumers)
-	start := time.Now()
-	for _, run := range runs {
-		go func() { errc <- run(runCtx) }()
-	}
-	for applied.Load() < int64(b.N) {
-		select {
-		case err := <-errc:
-			b.Fatalf("a consumer stopped after %d of %d: %v", applied.Load(), b.N, err)
-		case <-time.After(time.Millisecond):
-		}
-	}
-	elapsed := time.Since(start)
-	b.StopTimer()
-	stop()
-	for range runs {
-		<-errc
-	}
+	elapsed := inboxtest.TimeConsumers(b, applied.Load, runs...)
 	var rows, distinct int
 	if err := pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT msg_id) FROM ledger").Scan(&rows, &distinct); err != nil {
 		b.Fatal(err)

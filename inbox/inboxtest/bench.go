@@ -139,17 +139,27 @@ func benchConsume(b *testing.B, env BenchEnv, n int, consumer func(idem.Source, 
 		defer src.Close()
 		runs[i] = consumer(countingSource{src, &acks}, &acks)
 	}
+	elapsed := TimeConsumers(b, acks.Load, runs...)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+}
+
+// TimeConsumers resets b's timer, runs the consumers until done() reaches b.N (the
+// messages acknowledged, or applied), stops them and returns the time it took; a
+// consumer that stops before fails b.
+func TimeConsumers(b *testing.B, done func() int64, runs ...func(context.Context) error) time.Duration {
+	b.Helper()
 	b.ResetTimer()
-	runCtx, stop := context.WithCancel(ctx)
-	errc := make(chan error, n)
+	runCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	errc := make(chan error, len(runs))
 	start := time.Now()
 	for _, run := range runs {
 		go func() { errc <- run(runCtx) }()
 	}
-	for acks.Load() < int64(b.N) {
+	for done() < int64(b.N) {
 		select {
 		case err := <-errc:
-			b.Fatalf("a consumer stopped after %d of %d acks: %v", acks.Load(), b.N, err)
+			b.Fatalf("a consumer stopped after %d of %d: %v", done(), b.N, err)
 		case <-time.After(time.Millisecond):
 		}
 	}
@@ -159,7 +169,7 @@ func benchConsume(b *testing.B, env BenchEnv, n int, consumer func(idem.Source, 
 	for range runs {
 		<-errc
 	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	return elapsed
 }
 
 type countingSource struct {
