@@ -27,14 +27,7 @@ func keyedServices(t *testing.T) *services {
 func TestKeyedCrashAtEachBoundary(t *testing.T) {
 	t.Parallel()
 	forEachDB(t, func(t *testing.T, e env) {
-		var points []string
-		for _, n := range stepNames {
-			points = append(points, "before:"+n, "inside:do:"+n, "after:"+n)
-			if _, ok := undoNames[n]; ok {
-				points = append(points, "before-undo:"+n, "inside:undo:"+n, "after-undo:"+n)
-			}
-		}
-		for _, point := range points {
+		for _, point := range crashPoints() {
 			s := keyedServices(t)
 			fails := strings.Contains(point, "undo")
 			id, data, k := "keyed-crash-"+point, "", len(stepNames)

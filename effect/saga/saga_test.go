@@ -226,6 +226,19 @@ func TestFailAtEachStep(t *testing.T) {
 	})
 }
 
+// crashPoints are the crash hooks' points at every boundary of every step, forward
+// (before:, inside:do:, after:) and, for steps with a compensation, backward.
+func crashPoints() []string {
+	var points []string
+	for _, n := range stepNames {
+		points = append(points, "before:"+n, "inside:do:"+n, "after:"+n)
+		if _, ok := undoNames[n]; ok {
+			points = append(points, "before-undo:"+n, "inside:undo:"+n, "after-undo:"+n)
+		}
+	}
+	return points
+}
+
 // Crash the orchestrator at every boundary of every step, forward and backward
 // (inside: after the service applied the step, before the fence records it): a
 // new orchestrator resumes the saga, and every action and compensation is applied
@@ -233,14 +246,7 @@ func TestFailAtEachStep(t *testing.T) {
 func TestCrashAtEachBoundary(t *testing.T) {
 	t.Parallel()
 	forEachDB(t, func(t *testing.T, e env) {
-		var points []string
-		for _, n := range stepNames {
-			points = append(points, "before:"+n, "inside:do:"+n, "after:"+n)
-			if _, ok := undoNames[n]; ok {
-				points = append(points, "before-undo:"+n, "inside:undo:"+n, "after-undo:"+n)
-			}
-		}
-		for _, point := range points {
+		for _, point := range crashPoints() {
 			s := newServices(t)
 			// Sagas that turn around at confirm compensate every step: both
 			// directions get crashed in.
