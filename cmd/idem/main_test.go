@@ -169,6 +169,12 @@ func checkHolds(t *testing.T, r *verify.Report, err error, ops int) {
 	}
 	for _, k := range []string{api.drop, api.dup, chaos.FaultDuplicateDelivery, verify.FaultRestart,
 		verify.FaultPaymentResponseDropped, verify.FaultPaymentWorkerKilled, verify.FaultPushKicked} {
+		if k == verify.FaultRestart && r.Faults[string(chaos.FaultRelayCrash)] == 0 {
+			// A restart follows every relay crash; a consumer's crash may fall at the
+			// run's end, when nothing is started again. With no relay crash drawn
+			// (see above), a run may restart nothing.
+			continue
+		}
 		if r.Faults[k] == 0 {
 			t.Errorf("no %s fault in %v", k, r.Faults)
 		}
