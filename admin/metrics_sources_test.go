@@ -88,7 +88,7 @@ func TestMetricsSources(t *testing.T) {
 	bn := setup(t, func(c *admin.Config) {
 		c.Gatherer = local
 		c.Metrics = &admin.MetricsSources{URLs: []string{a, b, downURL, huge.URL, html.URL, slow.URL},
-			Timeout: 200 * time.Millisecond, MaxBytes: 64 << 10, Every: time.Hour}
+			Timeout: 3 * time.Second, MaxBytes: 64 << 10, Every: time.Hour}
 	})
 	var sum admin.MetricsSummary
 	wantJSON(t, bn.do(t, "GET", "/api/metrics", readToken, ""), &sum)
@@ -106,7 +106,7 @@ func TestMetricsSources(t *testing.T) {
 	for i, want := range []struct {
 		up  bool
 		err string
-	}{{true, ""}, {true, ""}, {false, "refused"}, {false, "larger than 65536 bytes"}, {false, "not the Prometheus text format"}, {false, "no answer within 200ms"}} {
+	}{{true, ""}, {true, ""}, {false, "refused"}, {false, "larger than 65536 bytes"}, {false, "not the Prometheus text format"}, {false, "no answer within 3s"}} {
 		s := sum.Sources[i]
 		if s.Up != want.up || !strings.Contains(s.Error, want.err) || (s.Up && s.Families == 0) {
 			t.Errorf("source %d = %+v, want up %v, error with %q", i, s, want.up, want.err)
