@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -60,10 +61,24 @@ func (c *Consumer[Tx]) applyBatch(ctx context.Context, tx Tx, items []item) erro
 		return err
 	}
 	var fresh []*item
+	var claimed map[string][]byte // fingerprints of the keys ClaimTx claimed (not yet complete)
 	err := c.applyEach(ctx, tx, items, func(it *item) error {
+		// A message twice in one batch is a duplicate of its first copy, which
+		// commits with it or not at all; ClaimTx would find the key held, not
+		// applied, and have it redelivered.
+		if fp, ok := claimed[it.key]; ok && bytes.Equal(fp, it.claim.Fingerprint) {
+			it.v = duplicate
+			return nil
+		}
 		ok, err := c.claim(ctx, tx, it)
 		if ok {
 			fresh = append(fresh, it)
+		}
+		if ok && it.owed {
+			if claimed == nil {
+				claimed = map[string][]byte{}
+			}
+			claimed[it.key] = it.claim.Fingerprint
 		}
 		return err
 	})

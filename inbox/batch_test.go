@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -84,6 +85,7 @@ func newBatchConsumer(t *testing.T, b bundle, src idem.Source, h inbox.BatchHand
 	t.Helper()
 	cfg.Consumer = "ledger"
 	cfg.Backoff = noBackoff
+	cfg.Logger = slog.New(slog.DiscardHandler) // lost acks are warned of
 	c, err := inbox.NewBatch(context.Background(), src, b.txdb, b.store, h, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +136,12 @@ func TestBatchHandlerSeesFreshOnly(t *testing.T) {
 			t.Fatalf("second batch: calls %q\nwant one call with %q", got, want)
 		}
 		exactLedger(t, b.db, 40, "after the second batch")
+		fb.mu.Lock()
+		held := len(fb.queue) + len(fb.inflight)
+		fb.mu.Unlock()
+		if held != 0 {
+			t.Fatalf("after the second batch the broker holds %d messages, want none (each settled: applied, duplicate or dead)", held)
+		}
 
 		publishOrders(fb, 40, 1) // all applied
 		c.Process(ctx, receive(t, fb, 64))
@@ -220,10 +228,14 @@ func ackedOnce(t *testing.T, fb *fakeBroker, n int) {
 	if len(fb.queue) != 0 || len(fb.inflight) != 0 {
 		t.Errorf("the broker holds %d queued and %d unsettled messages, want none", len(fb.queue), len(fb.inflight))
 	}
+	var wrong []string
 	for i := range n {
 		if k := fb.acked[order(i).ID]; k != 1 {
-			t.Errorf("%s acked %d times, want once", order(i).ID, k)
+			wrong = append(wrong, fmt.Sprintf("%s %d times", order(i).ID, k))
 		}
+	}
+	if len(wrong) > 0 {
+		t.Errorf("%d of %d orders not acked once: %s", len(wrong), n, strings.Join(wrong, ", "))
 	}
 }
 

@@ -40,8 +40,8 @@ type item struct {
 	claim    idem.Claim   // the key's claim: scope, key, payload fingerprint, retention
 	recorded bool         // outcome was answered by the batch's RecordTx
 	outcome  idem.Outcome // RecordTx's answer
-	owed     bool         // ClaimTx claimed the key: CompleteTx with token after the handler
-	token    uint64
+	owed     bool         // ClaimTx claimed the key: CompleteTx owed after the handler
+	token    uint64       // ClaimTx's fencing token, for CompleteTx
 	tr       *itemTrace   // nil: nothing to trace or pass on (see tracing.go)
 }
 
