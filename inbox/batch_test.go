@@ -8,13 +8,20 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/idemseq"
 	"github.com/idemhq/idem/inbox"
+	"github.com/idemhq/idem/internal/otelx"
 	"github.com/idemhq/idem/internal/sqltest"
 )
 
@@ -278,4 +285,85 @@ func TestNewBatchNilHandler(t *testing.T) {
 	if !errors.As(err, &ie) || ie.Field != "handle" {
 		t.Fatalf("NewBatch with a nil handler = %v, want an InputError on handle", err)
 	}
+}
+
+// TestBatchHandlerSpans: a batch handler's one call still gives each fresh delivery
+// its idem.inbox.process span with one idem.inbox.apply child, and a duplicate its
+// idem.inbox.duplicate span with no apply span.
+func TestBatchHandlerSpans(t *testing.T) {
+	t.Parallel()
+	b := sqliteBundle(t)
+	ctx := context.Background()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	fb := newFakeBroker()
+	var log calls
+	c := newBatchConsumer(t, b, fb, log.wrap(creditAll), inbox.Config{BatchSize: 64, TracerProvider: tp})
+	fb.Publish(ctx, order(0))
+	c.Process(ctx, receive(t, fb, 64))
+	exp.Reset()
+	fb.Publish(ctx, order(1), order(0), order(2), order(3))
+	c.Process(ctx, receive(t, fb, 64))
+	if got := log.take(); len(got) != 2 || len(got[1]) != 3 {
+		t.Fatalf("calls %q, want the second of 3 messages", got)
+	}
+	process := map[trace.SpanID]string{} // process span -> message id
+	applies := map[string]int{}          // message id -> apply spans under its process span
+	var dups int
+	spans := exp.GetSpans()
+	for _, s := range spans {
+		switch s.Name {
+		case otelx.SpanInboxProcess:
+			for _, a := range s.Attributes {
+				if a.Key == otelx.KeyKey {
+					process[s.SpanContext.SpanID()] = a.Value.AsString()
+				}
+			}
+		case otelx.SpanInboxSuppress:
+			dups++
+		}
+	}
+	for _, s := range spans {
+		if s.Name == otelx.SpanInboxApply {
+			applies[process[s.Parent.SpanID()]]++
+		}
+	}
+	want := map[string]int{order(1).ID: 1, order(2).ID: 1, order(3).ID: 1}
+	if len(process) != 3 || dups != 1 || fmt.Sprint(applies) != fmt.Sprint(want) {
+		t.Fatalf("%d process spans, %d duplicate spans, apply spans by message %v; want 3, 1 and %v", len(process), dups, applies, want)
+	}
+}
+
+// TestBatchHandlerSequences: messages deduplicated by position join the batch's
+// call like the others, redeliveries left out.
+func TestBatchHandlerSequences(t *testing.T) {
+	t.Parallel()
+	forEachKind(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		tracker, err := idemseq.OpenSQL(ctx, b.db, idemseq.Config{Scope: "ledger"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		offsetOf := func(d idem.Delivery) (string, uint64, uint64, bool) {
+			off, err := strconv.ParseUint(d.Headers["offset"], 10, 64)
+			return "orders/" + d.Headers["partition"], 0, off, err == nil
+		}
+		fb := newFakeBroker()
+		c, err := inbox.NewBatch(ctx, fb, b.txdb, b.store, creditAll,
+			inbox.Config{Consumer: "ledger", BatchSize: 8, Backoff: noBackoff, Logger: slog.New(slog.DiscardHandler)},
+			inbox.WithSequences[*sql.Tx](tracker, offsetOf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 40
+		for i := range n {
+			m := order(i)
+			m.Headers = map[string]string{"partition": fmt.Sprint(i % 2), "offset": fmt.Sprint(i / 2)}
+			fb.Publish(ctx, m, m)
+		}
+		fb.loseAcks = 10
+		drain(t, c, fb)
+		exactLedger(t, b.db, n, "after the redeliveries")
+	})
 }
