@@ -50,6 +50,7 @@ var readmeEnvs = []struct{ has, params string }{
 	{"KeyJSONField: \"id\"", "ctx context.Context, store idem.Store, mux *http.ServeMux, verified func(http.Handler) http.Handler, handle http.Handler"},
 	// docs/inbox.md
 	{"idemnats.NewSource(ctx, js, idemnats.SourceConfig{Stream: \"ORDERS\", Durable: \"ledger\"", "ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool"},
+	{"inbox.NewBatch(ctx, src, idempg.TxDB(pool)", "ctx context.Context, src idem.Source, pool *pgxpool.Pool, store *idempg.Store"},
 	// docs/outbox.md
 	{"outbox.New(ctx, idempg.TxDB(pool)", "ctx context.Context, pool *pgxpool.Pool, customerID string, body []byte, natsSink idem.Sink"},
 	// docs/effects.md

@@ -83,6 +83,29 @@ func benchProcessPostgres(b *testing.B, tp trace.TracerProvider) {
 	processBatches(b, c.Process)
 }
 
+// BenchmarkProcessPostgresBatch: BenchmarkProcessPostgres with inbox.NewBatch, the
+// batch's ledger rows in one INSERT … SELECT FROM unnest; compare it with
+// BenchmarkProcessPostgres of the same run.
+func BenchmarkProcessPostgresBatch(b *testing.B) {
+	ctx := context.Background()
+	pool, store := pgxLedger(b, idempg.Config{})
+	c, err := inbox.NewBatch(ctx, nopSource{}, idempg.TxDB(pool), store, pgxCreditAll, inbox.Config{Consumer: "bench", BatchSize: benchBatch})
+	if err != nil {
+		b.Fatal(err)
+	}
+	processBatches(b, c.Process)
+}
+
+// pgxCreditAll is pgxCredit for a batch: its ledger rows in one statement.
+func pgxCreditAll(ctx context.Context, tx pgx.Tx, ms []idem.Message) error {
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) SELECT id, 1 FROM unnest($1::text[]) AS id", ids)
+	return err
+}
+
 // pgxCredit is the Postgres benchmarks' handler: one ledger row per message.
 func pgxCredit(ctx context.Context, tx pgx.Tx, m idem.Message) error {
 	_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, 1)", m.ID)

@@ -73,6 +73,21 @@
 // under a savepoint, so one failure rolls back only its own writes. One commit (one
 // fsync) then serves the whole batch.
 //
+// The batch first runs without savepoints: every key recorded (in one statement
+// where the store can: idem.TxRecorder), then each handler. Only if a handler fails
+// does the transaction roll back and the batch run again guarded, a savepoint per
+// message, so that each verdict (retry, dead letter) is the failing message's own.
+//
+// A handler still writes one message at a time. NewBatch takes a BatchHandler
+// instead, called once per batch with the messages whose keys are new, in delivery
+// order, in the batch's transaction, so that it can write all their effects in one
+// statement (INSERT … SELECT FROM unnest on Postgres, a multi-row VALUES on MySQL and
+// SQLite, pgx CopyFrom). Duplicates, messages dead-lettered before any handler and
+// ids reused for another payload are not passed; a batch of nothing fresh does not
+// call it. If it fails, the batch runs guarded as above, the handler called with
+// one message at a time, so it may be called again with fewer messages and must
+// keep no state across calls.
+//
 // # Databases
 //
 // The consumer is generic in the transaction type: idempg.TxDB and idempg.Store for

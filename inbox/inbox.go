@@ -36,6 +36,7 @@ type Consumer[Tx any] struct {
 	results  idem.TxResultRecorder[Tx] // the same, able to record who applied a key (tracing)
 	inspect  idem.Inspector            // store's records, read for a traced duplicate's link
 	handle   Handler[Tx]
+	batch    BatchHandler[Tx] // NewBatch's, for a batch's fast path; handle then calls it with one message
 	cfg      Config
 	metrics  *metrics.Inbox
 	seqs     SeqTracker[Tx] // with seqOf, set by WithSequences

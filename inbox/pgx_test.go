@@ -177,3 +177,44 @@ func pgxLedger(tb testing.TB, cfg idempg.Config) (*pgxpool.Pool, *idempg.Store) 
 	}
 	return pool, store
 }
+
+// TestPgxBatch: inbox.NewBatch on pgx, its handler one INSERT … SELECT FROM unnest
+// per call, with duplicates, lost acks and an undecodable message in a batch.
+func TestPgxBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store := pgxLedger(t, idempg.Config{})
+	handle := func(ctx context.Context, tx pgx.Tx, ms []idem.Message) error {
+		ids, amounts := make([]string, len(ms)), make([]int64, len(ms))
+		for i, m := range ms {
+			var p struct{ Amount int64 }
+			if err := json.Unmarshal(m.Payload, &p); err != nil {
+				return inbox.Permanent(fmt.Errorf("%s: %w", m.ID, err))
+			}
+			ids[i], amounts[i] = m.ID, p.Amount
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) SELECT * FROM unnest($1::text[], $2::bigint[])", ids, amounts)
+		return err
+	}
+	fb := newFakeBroker()
+	c, err := inbox.NewBatch(ctx, fb, idempg.TxDB(pool), store, handle, inbox.Config{Consumer: "pgx-batch", BatchSize: 64, Backoff: noBackoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	for i := 0; i < n; i++ {
+		fb.Publish(ctx, order(i), order(i))
+	}
+	fb.Publish(ctx, idem.Message{ID: "garbled", Topic: "orders", Payload: []byte("not json")})
+	fb.loseAcks = 20
+	drainAny(t, c.Run, fb)
+	var rows, distinct int
+	var sum int64
+	if err := pool.QueryRow(ctx, "SELECT COUNT(*), COUNT(DISTINCT msg_id), COALESCE(SUM(amount), 0) FROM ledger").Scan(&rows, &distinct, &sum); err != nil {
+		t.Fatal(err)
+	}
+	checkLedger(t, rows, distinct, sum, n, "on pgx with a batch handler")
+	if dls, err := c.DeadLetters(ctx, 10); err != nil || len(dls) != 1 || dls[0].Message.ID != "garbled" {
+		t.Fatalf("dead letters %+v, %v; want garbled alone", dls, err)
+	}
+}

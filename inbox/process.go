@@ -40,6 +40,8 @@ type item struct {
 	claim    idem.Claim   // the key's claim: scope, key, payload fingerprint, retention
 	recorded bool         // outcome was answered by the batch's RecordTx
 	outcome  idem.Outcome // RecordTx's answer
+	owed     bool         // ClaimTx claimed the key: CompleteTx owed after the handler
+	token    uint64       // ClaimTx's fencing token, for CompleteTx
 	tr       *itemTrace   // nil: nothing to trace or pass on (see tracing.go)
 }
 
@@ -186,6 +188,9 @@ func (c *Consumer[Tx]) prepare(d idem.Delivery, now time.Time) item {
 // handler rolls back only its own writes. A single message needs no savepoint.
 func (c *Consumer[Tx]) applyAll(ctx context.Context, tx Tx, items []item, guarded bool) error {
 	apply := c.applyFast
+	if c.batch != nil && len(items) > 1 {
+		apply = c.applyBatch
+	}
 	if guarded {
 		apply = c.applyGuarded
 	}
@@ -279,9 +284,24 @@ func failedHandler(it *item) bool {
 // final says whether this run's verdict stands (a single message, or a guarded batch):
 // only then is a handler failure counted towards MaxAttempts.
 func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item, final bool) error {
+	fresh, err := c.claim(ctx, tx, it)
+	if err != nil || !fresh {
+		return err
+	}
+	c.runHandler(ctx, tx, it, final)
+	return c.complete(ctx, tx, it)
+}
+
+// claim claims it's key in tx (or checks its sequence number) and reports whether
+// the message is fresh: its handler is to run. Otherwise it decides the verdict:
+// duplicate, retry (the key is held outside a transaction), or dead, dead-lettered
+// in tx (the id reused for another payload, a sequence number too old). It returns
+// an error only for failures of the store.
+func (c *Consumer[Tx]) claim(ctx context.Context, tx Tx, it *item) (fresh bool, err error) {
+	it.owed = false
 	if c.seqOf != nil {
 		if producer, epoch, seq, ok := c.seqOf(it.d); ok {
-			return c.applySeq(ctx, tx, it, producer, epoch, seq, final)
+			return c.checkSeq(ctx, tx, it, producer, epoch, seq)
 		}
 	}
 	k := it.claim.Key
@@ -292,7 +312,7 @@ func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item, final bool) e
 	case c.recorder != nil:
 		out, err := c.record(ctx, tx, []idem.Claim{it.claim}, func(int) *item { return it })
 		if err != nil {
-			return err
+			return false, err
 		}
 		res.Outcome = out[0]
 	default:
@@ -300,10 +320,10 @@ func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item, final bool) e
 		// than the default lease must not see CompleteTx refuse its key.
 		cl := it.claim
 		cl.Lease = max(cl.Lease, cl.Retention)
-		var err error
 		if res, err = c.store.ClaimTx(ctx, tx, cl); err != nil {
-			return err
+			return false, err
 		}
+		it.owed, it.token = res.Outcome == idem.Acquired, res.Token
 	}
 	switch res.Outcome {
 	case idem.Replayed:
@@ -311,19 +331,26 @@ func (c *Consumer[Tx]) apply(ctx context.Context, tx Tx, it *item, final bool) e
 		if it.tr != nil {
 			it.tr.applier = otelx.ParseAppliedBy(res.Record.Result)
 		}
-		return nil
+		return false, nil
 	case idem.InProgress:
 		it.v, it.err = retry, fmt.Errorf("key %s is held by another worker outside a transaction", k)
-		return nil
+		return false, nil
 	case idem.Mismatch:
 		it.v, it.kind = dead, "key_reused"
 		it.err = fmt.Errorf("Message.ID %q was already applied with a different payload: the producer reused an id for another message; give each message its own id", it.key)
-		return c.insertDeadLetter(ctx, c.db.Querier(tx), it)
+		return false, c.insertDeadLetter(ctx, c.db.Querier(tx), it)
 	}
-	if c.runHandler(ctx, tx, it, final); it.v != processed || c.recorder != nil {
-		return nil // a recorded key is complete already
+	return true, nil
+}
+
+// complete completes it's key once its handler succeeded, when its claim left that
+// owed (ClaimTx); a key recorded by a TxRecorder is complete already, and a
+// sequence number has no key.
+func (c *Consumer[Tx]) complete(ctx context.Context, tx Tx, it *item) error {
+	if it.v != processed || !it.owed {
+		return nil
 	}
-	return c.store.CompleteTx(ctx, tx, k, res.Token, c.appliedBy(it))
+	return c.store.CompleteTx(ctx, tx, it.claim.Key, it.token, c.appliedBy(it))
 }
 
 // record records claims as completed in tx through the store's TxRecorder; item(j)

@@ -36,22 +36,21 @@ func WithSequences[Tx any](t SeqTracker[Tx], f SeqFunc) Option[Tx] {
 	return func(c *Consumer[Tx]) { c.seqs, c.seqOf = t, f }
 }
 
-// applySeq is apply for a delivery deduplicated by its sequence number.
-func (c *Consumer[Tx]) applySeq(ctx context.Context, tx Tx, it *item, producer string, epoch, seq uint64, final bool) error {
+// checkSeq is claim for a delivery deduplicated by its sequence number.
+func (c *Consumer[Tx]) checkSeq(ctx context.Context, tx Tx, it *item, producer string, epoch, seq uint64) (fresh bool, err error) {
 	v, err := c.seqs.CheckTx(ctx, tx, producer, epoch, seq)
 	if err != nil {
-		return err
+		return false, err
 	}
 	switch v {
 	case idemseq.Duplicate:
 		it.v = duplicate
-		return nil
+		return false, nil
 	case idemseq.TooOld, idemseq.Fenced:
 		it.v, it.kind = dead, v.String()
 		it.err = fmt.Errorf("%s %d of %s (epoch %d) is %s: the sequence window can no longer tell whether it was applied",
 			"sequence number", seq, producer, epoch, v)
-		return c.insertDeadLetter(ctx, c.db.Querier(tx), it)
+		return false, c.insertDeadLetter(ctx, c.db.Querier(tx), it)
 	}
-	c.runHandler(ctx, tx, it, final)
-	return nil
+	return true, nil
 }

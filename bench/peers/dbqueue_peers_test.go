@@ -25,7 +25,10 @@ import (
 // ledger INSERTs, keys and the retirement of its queue rows in one transaction, and
 // the time runs until all b.N are applied, as watermill's runs until its ledger holds
 // all b.N.
-func benchIdemDBQueue(b *testing.B, batch, consumers int) {
+//
+// With batchHandler the consumers are inbox.NewBatch's, writing each batch's
+// ledger rows in one INSERT … SELECT FROM unnest.
+func benchIdemDBQueue(b *testing.B, batch, consumers int, batchHandler bool) {
 	ctx := context.Background()
 	cs, _ := testsvc.PostgresSchema(b)
 	pool, err := pgxpool.New(ctx, cs)
@@ -61,6 +64,14 @@ func benchIdemDBQueue(b *testing.B, batch, consumers int) {
 		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) VALUES ($1, $2)", m.ID, len(m.Payload))
 		return err
 	}
+	insertAll := func(ctx context.Context, tx pgx.Tx, ms []idem.Message) error {
+		ids, amounts := make([]string, len(ms)), make([]int64, len(ms))
+		for i, m := range ms {
+			ids[i], amounts[i] = m.ID, int64(len(m.Payload))
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO ledger (msg_id, amount) SELECT * FROM unnest($1::text[], $2::bigint[])", ids, amounts)
+		return err
+	}
 	var applied atomic.Int64
 	runs := make([]func(context.Context) error, consumers)
 	for i := range runs {
@@ -69,8 +80,14 @@ func benchIdemDBQueue(b *testing.B, batch, consumers int) {
 			b.Fatal(err)
 		}
 		defer src.Close()
-		c, err := inbox.New(ctx, ackedTxSource{src, func(int) { applied.Add(1) }}, db, store, insert,
-			inbox.Config{Consumer: fmt.Sprintf("peers-%d", batch), BatchSize: batch, Logger: quiet})
+		acked := ackedTxSource{src, func(int) { applied.Add(1) }}
+		cfg := inbox.Config{Consumer: fmt.Sprintf("peers-%d", batch), BatchSize: batch, Logger: quiet}
+		var c *inbox.Consumer[pgx.Tx]
+		if batchHandler {
+			c, err = inbox.NewBatch(ctx, acked, db, store, insertAll, cfg)
+		} else {
+			c, err = inbox.New(ctx, acked, db, store, insert, cfg)
+		}
 		if err != nil {
 			b.Fatal(err)
 		}

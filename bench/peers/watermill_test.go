@@ -39,15 +39,19 @@ import (
 //	idem/nats/inbox/batch=K             idem's inbox: JetStream (SourceConfig.Prefetch), claim+INSERT+complete, commit, ack
 //	idem/nats/inbox/batch=64x2          the same, two consumers of one durable (a consumer group;
 //	                                    watermill-sql's exactly-once subscriber has one offset per group)
+//	idem/nats/inbox-batch/batch=64      idem/nats/inbox/batch=64 with inbox.NewBatch: one multi-row
+//	                                    INSERT per batch instead of one INSERT per message
 //	idem/dbqueue/inbox/batch=K[x2]      Postgres as the broker on idem's side too: queue.Source
 //	                                    (Prefetch), the inbox retiring each row in its effect's transaction
+//	idem/dbqueue/inbox-batch/batch=64   the same with inbox.NewBatch: INSERT … SELECT FROM unnest per batch
 func BenchmarkPeers(b *testing.B) {
 	b.Run("watermill-sql/exactly-once", benchWatermill)
 	b.Run("idem/nats", benchIdemNATS)
 	for _, batch := range []int{1, 64} {
-		b.Run(fmt.Sprintf("idem/dbqueue/inbox/batch=%d", batch), func(b *testing.B) { benchIdemDBQueue(b, batch, 1) })
+		b.Run(fmt.Sprintf("idem/dbqueue/inbox/batch=%d", batch), func(b *testing.B) { benchIdemDBQueue(b, batch, 1, false) })
 	}
-	b.Run("idem/dbqueue/inbox/batch=64x2", func(b *testing.B) { benchIdemDBQueue(b, 64, 2) })
+	b.Run("idem/dbqueue/inbox/batch=64x2", func(b *testing.B) { benchIdemDBQueue(b, 64, 2, false) })
+	b.Run("idem/dbqueue/inbox-batch/batch=64", func(b *testing.B) { benchIdemDBQueue(b, 64, 1, true) })
 }
 
 // ---- idem: the repository's own harness (inboxtest.Bench) on JetStream ----
