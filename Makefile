@@ -8,10 +8,16 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: test vet lint services bench bench-stores fmt tidy release image image-smoke
+.PHONY: test proof vet lint services bench bench-stores fmt tidy release image image-smoke
 
 test: services vet lint
 	IDEM_REQUIRE_SERVICES=1 IDEM_SCREENSHOT_DIR=$(CURDIR)/test-output $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+# The broker adapters' exactly-once proofs (inboxtest.Proof) at the full figure,
+# 10,000 messages each delivered at least twice; `make test` runs them with 3,000.
+proof: services
+	IDEM_REQUIRE_SERVICES=1 IDEM_PROOF_MESSAGES=10000 $(GO) test -race -count=1 -timeout 30m \
+		-run 'ExactlyOnce(ByOffset|OnCluster|ThreeBrokers)?$$' ./idemnats ./idemkafka ./idemredis ./idemamqp ./idemsqs ./idempubsub
 
 vet:
 	$(GO) vet $(PKGS)

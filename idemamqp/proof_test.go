@@ -8,7 +8,7 @@ import (
 	"github.com/idemhq/idem/inbox/inboxtest"
 )
 
-// TestExactlyOnce: 10,000 messages through RabbitMQ (a quorum queue), each delivered
+// TestExactlyOnce: inboxtest.Proof's messages (3,000 in CI, 10,000 with `make proof`) through RabbitMQ (a quorum queue), each delivered
 // at least twice, applied exactly once by the inbox on SQLite and on Postgres.
 func TestExactlyOnce(t *testing.T) {
 	t.Parallel()

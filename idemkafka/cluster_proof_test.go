@@ -15,7 +15,7 @@ import (
 // partitions, with 3 consumers in one group, each restarted mid-stream (rebalances),
 // while every partition's leader moves to a random broker after every 1,000
 // deliveries, as after a broker failure (kfake bumps the leader epoch; clients see
-// NOT_LEADER and refresh their metadata). 10,000 messages, each delivered at least
+// NOT_LEADER and refresh their metadata). The proof's messages (3,000 in CI, 10,000 with `make proof`), each delivered at least
 // twice, applied once. The elections follow the proof's progress, not the clock,
 // so they happen however fast the machine is.
 func TestExactlyOnceThreeBrokers(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 func proofEnv(t *testing.T) idemtest.BrokerEnv { return setup(t, 4).env() }
 
-// TestExactlyOnce: 10,000 messages through Kafka (kfake, 4 partitions), each
+// TestExactlyOnce: inboxtest.Proof's messages (3,000 in CI, 10,000 with `make proof`) through Kafka (kfake, 4 partitions), each
 // delivered at least twice, with consumers joining and leaving the group mid-stream,
 // applied exactly once by the inbox on SQLite and on Postgres.
 func TestExactlyOnce(t *testing.T) {

@@ -4,7 +4,7 @@
 // subscription, renews each message's ack deadline while its handler runs and
 // acknowledges after the effect committed, and EnsureTopic / EnsureSubscription to
 // declare both. It is tested against pstest, the in-process fake server of the same
-// module, through idemtest.BrokerSuite and the inbox's 10,000-message proof.
+// module, through idemtest.BrokerSuite and the inbox's proof (inboxtest.Proof).
 //
 // # Publishing
 //

@@ -8,7 +8,7 @@ import (
 	"github.com/idemhq/idem/inbox/inboxtest"
 )
 
-// TestExactlyOnce: 10,000 messages through Pub/Sub (pstest, an exactly-once
+// TestExactlyOnce: inboxtest.Proof's messages (3,000 in CI, 10,000 with `make proof`) through Pub/Sub (pstest, an exactly-once
 // subscription), each published twice and delivered at least twice (every first
 // ack is lost and the message Nak'ed back), with consumers killed and restarted
 // mid-stream, applied exactly once by the inbox on SQLite and on Postgres.

@@ -11,7 +11,7 @@ import (
 	"github.com/idemhq/idem/inbox/inboxtest"
 )
 
-// TestExactlyOnce: 10,000 messages through an SQS FIFO queue (the in-process fake),
+// TestExactlyOnce: inboxtest.Proof's messages (3,000 in CI, 10,000 with `make proof`) through an SQS FIFO queue (the in-process fake),
 // each published twice (SQS drops the second copy within its 5-minute window) and
 // delivered at least twice (every first ack is lost and the message made visible
 // again), with consumers killed and restarted mid-stream, applied exactly once by

@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,9 +32,10 @@ import (
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
-// Options tune the proof. The zero value runs the issue's figure: 10,000 messages.
+// Options tune the proof. The zero value runs DefaultMessages messages, or the count
+// in IDEM_PROOF_MESSAGES (`make proof` runs the issue's figure, 10,000).
 type Options struct {
-	Messages  int // default 10,000
+	Messages  int // default DefaultMessages, or IDEM_PROOF_MESSAGES
 	BatchSize int // default 50
 	Consumers int // concurrent consumers, each restarted mid-stream; default 2
 	// Sequences, if set, deduplicates by broker position (inbox.WithSequences with an
@@ -49,7 +52,7 @@ type Options struct {
 // then hold exactly one row per message and the balance must equal their sum.
 func Proof(t *testing.T, newEnv func(t *testing.T) idemtest.BrokerEnv, opts Options) {
 	if opts.Messages == 0 {
-		opts.Messages = 10_000
+		opts.Messages = proofMessages(t)
 	}
 	if opts.BatchSize == 0 {
 		opts.BatchSize = 50
@@ -68,6 +71,26 @@ func Proof(t *testing.T, newEnv func(t *testing.T) idemtest.BrokerEnv, opts Opti
 			prove(t, newEnv(t), db, txdb, store, opts)
 		})
 	}
+}
+
+// DefaultMessages is the proof's size in `make test` (CI): every property it checks
+// (each message delivered at least twice, every first ack lost, each consumer killed
+// mid-stream twice and restarted) is forced by the consumers' progress, so it holds at
+// any count above a few batches; 3,000 keeps the nine proofs of the broker packages
+// inside CI's time budget under -race. `make proof` runs them with 10,000.
+const DefaultMessages = 3_000
+
+// proofMessages is IDEM_PROOF_MESSAGES if set (a positive count), else DefaultMessages.
+func proofMessages(t *testing.T) int {
+	v := os.Getenv("IDEM_PROOF_MESSAGES")
+	if v == "" {
+		return DefaultMessages
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("IDEM_PROOF_MESSAGES=%q: want a positive count of messages (e.g. 10000), or unset for %d", v, DefaultMessages)
+	}
+	return n
 }
 
 func openDB(t *testing.T, name string) (*sql.DB, idemsql.TxDB[*sql.Tx], idem.TxStore[*sql.Tx]) {
