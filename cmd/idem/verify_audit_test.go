@@ -95,6 +95,12 @@ func TestVerifyBrokerLoss(t *testing.T) {
 			checkHolds(t, r, err, brokerLossOps)
 			checkRepaired(t, r, r.Faults[verify.FaultBrokerLoss])
 		})
+		if db.name != "sqlite" {
+			// The read-only audit's findings are the repairing audit's (the same
+			// queries, run above on every database); what "lost" adds is how the
+			// run settles and reports them, which does not depend on the database.
+			continue
+		}
 		t.Run(db.name+"/lost", func(t *testing.T) {
 			t.Parallel()
 			if db.reach != "" {
