@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -345,14 +344,10 @@ func TestBatchHandlerSequences(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		offsetOf := func(d idem.Delivery) (string, uint64, uint64, bool) {
-			off, err := strconv.ParseUint(d.Headers["offset"], 10, 64)
-			return "orders/" + d.Headers["partition"], 0, off, err == nil
-		}
 		fb := newFakeBroker()
 		c, err := inbox.NewBatch(ctx, fb, b.txdb, b.store, creditAll,
 			inbox.Config{Consumer: "ledger", BatchSize: 8, Backoff: noBackoff, Logger: slog.New(slog.DiscardHandler)},
-			inbox.WithSequences[*sql.Tx](tracker, offsetOf))
+			inbox.WithSequences[*sql.Tx](tracker, partitionOffset))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,13 @@ import (
 	"github.com/idemhq/idem/inbox"
 )
 
+// partitionOffset is the fake broker's position of a delivery: its partition and
+// offset headers.
+func partitionOffset(d idem.Delivery) (string, uint64, uint64, bool) {
+	off, err := strconv.ParseUint(d.Headers["offset"], 10, 64)
+	return "orders/" + d.Headers["partition"], 0, off, err == nil
+}
+
 // TestSequenceDedup: deduplicating by (partition, offset) applies every message once
 // and keeps one row per partition, not one per message.
 func TestSequenceDedup(t *testing.T) {
@@ -22,13 +29,9 @@ func TestSequenceDedup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		offsetOf := func(d idem.Delivery) (string, uint64, uint64, bool) {
-			off, err := strconv.ParseUint(d.Headers["offset"], 10, 64)
-			return "orders/" + d.Headers["partition"], 0, off, err == nil
-		}
 		fb := newFakeBroker()
 		c, err := inbox.New(ctx, fb, b.txdb, b.store, credit, inbox.Config{Consumer: "ledger", BatchSize: 8},
-			inbox.WithSequences[*sql.Tx](tracker, offsetOf))
+			inbox.WithSequences[*sql.Tx](tracker, partitionOffset))
 		if err != nil {
 			t.Fatal(err)
 		}
