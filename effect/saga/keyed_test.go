@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/idemhq/idem/internal/group"
 )
@@ -29,40 +28,7 @@ func TestKeyedCrashAtEachBoundary(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e env) {
 		for _, point := range crashPoints() {
 			s := keyedServices(t)
-			fails := strings.Contains(point, "undo")
-			id, data, k := "keyed-crash-"+point, "", len(stepNames)
-			if fails {
-				data, k = "fail:confirm", len(stepNames)-1
-			}
-			crashed := false
-			first := e.orchestrator(t, s, func(p string) {
-				if p == point && !crashed {
-					crashed = true
-					panic("crash")
-				}
-			})
-			if _, err := first.Start(context.Background(), "order", id, []byte(data)); err != nil {
-				t.Fatal(err)
-			}
-			func() {
-				defer func() { _ = recover() }()
-				for range 10 {
-					if _, err := first.RunOnce(context.Background()); err != nil {
-						t.Errorf("%s: %v", point, err)
-						return
-					}
-					e.clock.Jump(2 * time.Second)
-				}
-			}()
-			if !crashed {
-				t.Fatalf("%s: the crash point was never reached", point)
-			}
-			e.clock.Jump(2 * time.Minute)
-			inst := finish(t, e, e.orchestrator(t, s, nil), id)
-			ops, state := expected(k)
-			if inst.State != state || !slices.Equal(s.applied(id), ops) {
-				t.Errorf("crash at %s: state %s, applied %v; want %s, %v", point, inst.State, s.applied(id), state, ops)
-			}
+			id, k := crashAndResume(t, e, s, "keyed-crash-", point)
 			for _, op := range stepNames[:k] {
 				want := 1
 				if point == "inside:do:"+op || point == "after:"+op {

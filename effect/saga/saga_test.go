@@ -247,46 +247,57 @@ func TestCrashAtEachBoundary(t *testing.T) {
 	t.Parallel()
 	forEachDB(t, func(t *testing.T, e env) {
 		for _, point := range crashPoints() {
-			s := newServices(t)
-			// Sagas that turn around at confirm compensate every step: both
-			// directions get crashed in.
-			fails := strings.Contains(point, "undo")
-			id, data, k := "crash-"+point, "", len(stepNames)
-			if fails {
-				data, k = "fail:confirm", len(stepNames)-1
-			}
-			crashed := false
-			hook := func(p string) {
-				if p == point && !crashed {
-					crashed = true
-					panic("crash")
-				}
-			}
-			first := e.orchestrator(t, s, hook)
-			if _, err := first.Start(context.Background(), "order", id, []byte(data)); err != nil {
-				t.Fatal(err)
-			}
-			func() {
-				defer func() { _ = recover() }()
-				for range 10 {
-					if _, err := first.RunOnce(context.Background()); err != nil {
-						t.Errorf("%s: %v", point, err)
-						return
-					}
-					e.clock.Jump(2 * time.Second) // backoffs pass, leases do not
-				}
-			}()
-			if !crashed {
-				t.Fatalf("%s: the crash point was never reached", point)
-			}
-			e.clock.Jump(2 * time.Minute) // the crashed orchestrator's leases expire
-			inst := finish(t, e, e.orchestrator(t, s, nil), id)
-			ops, state := expected(k)
-			if inst.State != state || !slices.Equal(s.applied(id), ops) {
-				t.Errorf("crash at %s: state %s, applied %v; want %s, %v", point, inst.State, s.applied(id), state, ops)
-			}
+			crashAndResume(t, e, newServices(t), "crash-", point)
 		}
 	})
+}
+
+// crashAndResume runs a saga (id prefix+point) on s with an orchestrator that crashes
+// once at point, then resumes it with a new orchestrator once the crashed one's
+// leases expired, and checks the saga's end state and that every action and
+// compensation was applied once. It returns the saga's id and how many steps ran
+// forward (all of them, or all but the last for a saga that fails at confirm to
+// crash while compensating).
+func crashAndResume(t *testing.T, e env, s *services, prefix, point string) (id string, k int) {
+	t.Helper()
+	// Sagas that turn around at confirm compensate every step: both directions get
+	// crashed in.
+	fails := strings.Contains(point, "undo")
+	id, data, k := prefix+point, "", len(stepNames)
+	if fails {
+		data, k = "fail:confirm", len(stepNames)-1
+	}
+	crashed := false
+	hook := func(p string) {
+		if p == point && !crashed {
+			crashed = true
+			panic("crash")
+		}
+	}
+	first := e.orchestrator(t, s, hook)
+	if _, err := first.Start(context.Background(), "order", id, []byte(data)); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		for range 10 {
+			if _, err := first.RunOnce(context.Background()); err != nil {
+				t.Errorf("%s: %v", point, err)
+				return
+			}
+			e.clock.Jump(2 * time.Second) // backoffs pass, leases do not
+		}
+	}()
+	if !crashed {
+		t.Fatalf("%s: the crash point was never reached", point)
+	}
+	e.clock.Jump(2 * time.Minute) // the crashed orchestrator's leases expire
+	inst := finish(t, e, e.orchestrator(t, s, nil), id)
+	ops, state := expected(k)
+	if inst.State != state || !slices.Equal(s.applied(id), ops) {
+		t.Errorf("crash at %s: state %s, applied %v; want %s, %v", point, inst.State, s.applied(id), state, ops)
+	}
+	return id, k
 }
 
 func TestBadDefinitions(t *testing.T) {
