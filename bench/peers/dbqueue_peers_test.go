@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/inbox/inboxtest"
 	"github.com/idemhq/idem/internal/testsvc"
@@ -39,16 +38,8 @@ func benchIdemDBQueue(b *testing.B, batch, consumers int, batchHandler bool) {
 	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT NOT NULL, amount BIGINT NOT NULL)"); err != nil {
 		b.Fatal(err)
 	}
-	db := idempg.TxDB(pool)
+	db, q, store := dbQueueOn(b, ctx, pool)
 	quiet := slog.New(slog.DiscardHandler)
-	q, err := queue.New(ctx, db, queue.Config{Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	store, err := idempg.New(ctx, pool, idempg.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
 	topic := "orders"
 	payload := make([]byte, 100)
 	for start := 0; start < b.N; start += 500 {

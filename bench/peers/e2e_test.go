@@ -425,10 +425,12 @@ func (s ackedSettler) Ack(ctx context.Context) error {
 
 // ---- idem, the database as the queue ----
 
-func startDBQueue(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int), batch, consumers int, prefetch bool) func(context.Context, pgx.Tx, int) error {
+// dbQueueOn returns idem's side of a database-queue benchmark on pool: its TxDB, a
+// queue (quiet) and the Postgres store of the inbox's keys.
+func dbQueueOn(b *testing.B, ctx context.Context, pool *pgxpool.Pool) (idemsql.TxDB[pgx.Tx], *queue.Queue[pgx.Tx], *idempg.Store) {
+	b.Helper()
 	db := idempg.TxDB(pool)
-	quiet := slog.New(slog.DiscardHandler)
-	q, err := queue.New(ctx, db, queue.Config{Logger: quiet})
+	q, err := queue.New(ctx, db, queue.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -436,6 +438,12 @@ func startDBQueue(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied
 	if err != nil {
 		b.Fatal(err)
 	}
+	return db, q, store
+}
+
+func startDBQueue(b *testing.B, ctx context.Context, pool *pgxpool.Pool, applied func(int), batch, consumers int, prefetch bool) func(context.Context, pgx.Tx, int) error {
+	db, q, store := dbQueueOn(b, ctx, pool)
+	quiet := slog.New(slog.DiscardHandler)
 	topic := "orders"
 	insert := func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
 		order, err := strconv.Atoi(strings.TrimPrefix(m.ID, "order-"))
