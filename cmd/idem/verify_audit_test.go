@@ -119,8 +119,11 @@ func TestVerifyBrokerLoss(t *testing.T) {
 	}
 }
 
-// The log-based relay: the loss is below the relay's sink chain there too, and the
-// audit repairs through it (the copy is a new row, in the WAL like any other).
+// idem verify --relay cdc with no --db starts a private PostgreSQL and reports the
+// row "outbox → broker (cdc)": every order published, relay kills between publish
+// and confirm injected, their copies absorbed downstream, nothing lost or doubled.
+// The broker's losses are below the relay's sink chain there too, and the audit
+// repairs through it (the copy is a new row, in the WAL like any other).
 func TestVerifyBrokerLossCDC(t *testing.T) {
 	t.Parallel()
 	testsvc.PostgresServerBinaries(t)
@@ -134,6 +137,7 @@ func TestVerifyBrokerLossCDC(t *testing.T) {
 	if err != nil || !r.OK() {
 		t.Fatalf("verify --relay cdc --broker-loss: %v\n%+v", err, r)
 	}
+	checkCDCRow(t, r, ops)
 	checkRepaired(t, r, r.Faults[verify.FaultBrokerLoss])
 }
 

@@ -8,17 +8,11 @@ import (
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
-// idem verify --relay cdc with no --db starts a private PostgreSQL and reports the
-// row "outbox → broker (cdc)": every order published, relay kills between publish
-// and confirm injected, their copies absorbed downstream, nothing lost or doubled.
-func TestVerifyRelayCDC(t *testing.T) {
-	t.Parallel()
-	testsvc.PostgresServerBinaries(t) // initdb and pg_ctl, for verify's private server
-	const ops = 150
-	r, err := verifyReport(t, ops, "--relay", "cdc", "--fault-rate", "0.3")
-	if err != nil || !r.OK() {
-		t.Fatalf("verify --relay cdc: %v\n%+v", err, r)
-	}
+// checkCDCRow checks the log-based relay's row of a `verify --relay cdc` run of ops
+// orders with relay kills: no polling relay's row, every order published, the kills
+// injected and their copies delivered.
+func checkCDCRow(t *testing.T, r *verify.Report, ops int) {
+	t.Helper()
 	var cdc *verify.Row
 	for i, row := range r.Rows {
 		if row.Boundary == verify.BoundaryRelay {
