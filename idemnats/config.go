@@ -17,6 +17,11 @@ const (
 	// DefaultAckWait is how long JetStream waits for an ack before it redelivers:
 	// NATS's own default, long enough for a handler that commits a transaction.
 	DefaultAckWait = 30 * time.Second
+	// DefaultMaxExtension bounds how long a source keeps a delivery from being
+	// redelivered while it is unsettled; see SourceConfig.MaxExtension.
+	DefaultMaxExtension = 30 * time.Minute
+	// maxExtension bounds SourceConfig.MaxExtension.
+	maxExtension = 24 * time.Hour
 	// DefaultMaxAckPending is how many delivered, unacknowledged messages one durable
 	// may have outstanding (NATS's own default).
 	DefaultMaxAckPending = 1000
@@ -89,8 +94,16 @@ type SourceConfig struct {
 	// empty means every subject of the stream. More than one needs NATS 2.10.
 	FilterSubjects []string
 	// AckWait is how long a delivered message may stay unacknowledged before
-	// JetStream delivers it again. 0 means DefaultAckWait.
+	// JetStream delivers it again. While a delivery is unsettled the source sends
+	// an in-progress ack (+WIP) every third of it, which starts it again, so a slow
+	// handler (or an inbox batch run again after a database failure) keeps its
+	// message; a consumer that dies or is cut off loses its messages to the others
+	// within about AckWait. 0 means DefaultAckWait.
 	AckWait time.Duration
+	// MaxExtension stops the in-progress acks of a delivery unsettled for this
+	// long, so a stuck handler does not hold its message for ever: it comes back
+	// after AckWait. 0 means DefaultMaxExtension (30 minutes); at most 24 hours.
+	MaxExtension time.Duration
 	// MaxAckPending caps the messages delivered and not yet acknowledged. 0 means
 	// DefaultMaxAckPending; -1 means unlimited; 1 keeps strict order even across
 	// redeliveries (see the package documentation).
@@ -120,6 +133,7 @@ func (cfg SourceConfig) withDefaults() (SourceConfig, error) {
 	cfg.AckWait = cmp.Or(cfg.AckWait, DefaultAckWait)
 	cfg.MaxAckPending = cmp.Or(cfg.MaxAckPending, DefaultMaxAckPending)
 	cfg.FetchWait = cmp.Or(cfg.FetchWait, DefaultFetchWait)
+	cfg.MaxExtension = cmp.Or(cfg.MaxExtension, DefaultMaxExtension)
 	return cfg, cfg.validate()
 }
 
@@ -137,6 +151,9 @@ func (cfg SourceConfig) validate() error {
 	case cfg.AckWait < time.Millisecond:
 		return &idem.InputError{Field: "SourceConfig.AckWait", Reason: fmt.Sprintf("is below 1ms (got %v)", cfg.AckWait),
 			Fix: "use 0 for 30s, or about the longest time a handler takes plus a margin"}
+	case cfg.MaxExtension < 0 || cfg.MaxExtension > maxExtension:
+		return &idem.InputError{Field: "SourceConfig.MaxExtension", Reason: fmt.Sprintf("is outside 0..24h (got %v)", cfg.MaxExtension),
+			Fix: "use 0 for 30 minutes, or the longest a handler may rightly hold a message"}
 	case cfg.MaxAckPending < -1:
 		return &idem.InputError{Field: "SourceConfig.MaxAckPending", Reason: fmt.Sprintf("is below -1 (got %d)", cfg.MaxAckPending),
 			Fix: "use 0 for 1000, -1 for unlimited, or a positive cap"}

@@ -14,14 +14,14 @@ import (
 
 var _ idem.Settler = (*settler)(nil)
 
-// deliveries wraps received messages. The metadata (delivery count, stream
-// sequence) is parsed from the ack subject, so it costs no round trip.
-// ackWait bounds each Ack's wait for the server's confirmation.
-// cons, if set, is asked for its ack floor when an ack goes unconfirmed.
-func deliveries(msgs []jetstream.Msg, ackWait time.Duration, cons jetstream.Consumer) []idem.Delivery {
+// deliveries wraps received messages and keeps them from redelivery until they
+// are settled. The metadata (delivery count, stream sequence) is parsed from the
+// ack subject, so it costs no round trip.
+func (s *Source) deliveries(msgs []jetstream.Msg) []idem.Delivery {
 	out := make([]idem.Delivery, len(msgs))
+	now := time.Now()
 	for i, m := range msgs {
-		st := &settler{msg: m, ackWait: ackWait, cons: cons}
+		st := &settler{msg: m, ackWait: s.cfg.AckWait, cons: s.cons, held: &s.held}
 		d := idem.Delivery{Message: fromNATS(m), Settler: st}
 		if md, err := m.Metadata(); err == nil {
 			d.Attempt = int(min(md.NumDelivered, math.MaxInt32)) // a uint64: no wrap to negative
@@ -29,15 +29,20 @@ func deliveries(msgs []jetstream.Msg, ackWait time.Duration, cons jetstream.Cons
 			st.position = d.Position
 		}
 		out[i] = d
+		s.held.Add(st, now, now.Add(s.cfg.AckWait))
 	}
 	return out
 }
 
-// settler settles one JetStream message.
+// settler settles one JetStream message. ackWait bounds each Ack's wait for the
+// server's confirmation; cons, if set, is asked for its ack floor when an ack goes
+// unconfirmed; held, if set, keeps the message from redelivery until its first
+// settle.
 type settler struct {
 	msg     jetstream.Msg
 	ackWait time.Duration
-	cons    jetstream.Consumer // nil in tests of the settler alone
+	cons    jetstream.Consumer          // nil in tests of the settler alone
+	held    *brokerkit.Keeper[*settler] // nil in tests of the settler alone
 	// position is Delivery.Position, "" when the metadata could not be read.
 	position string
 	once     brokerkit.Once
@@ -49,7 +54,7 @@ type settler struct {
 // AckWait has passed the server redelivers the message whatever became of the
 // ack, so a confirmation lost in a connection cut does not hold the caller longer.
 func (s *settler) Ack(ctx context.Context) error {
-	if !s.once.Begin() {
+	if !s.begin() {
 		return s.settled("ack")
 	}
 	err := s.ack(ctx)
@@ -118,7 +123,7 @@ func (s *settler) Nak(ctx context.Context, delay time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !s.once.Begin() {
+	if !s.begin() {
 		return s.settled("nak")
 	}
 	var err error
@@ -132,6 +137,19 @@ func (s *settler) Nak(ctx context.Context, delay time.Duration) error {
 		return s.fail("nak", err)
 	}
 	return nil
+}
+
+// begin claims the delivery's settle (false: another settle has it). From then
+// the source no longer keeps the message from redelivery: if the settle fails,
+// JetStream delivers it again after AckWait unless a retry settles it.
+func (s *settler) begin() bool {
+	if !s.once.Begin() {
+		return false
+	}
+	if s.held != nil {
+		s.held.Remove(s)
+	}
+	return true
 }
 
 // settled is the error of a second settle.

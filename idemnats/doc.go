@@ -36,6 +36,15 @@
 // NakWithDelay and is not confirmed by the server; a lost Nak means the message
 // comes back after AckWait instead.
 //
+// While a delivery is unsettled, the source sends it an in-progress ack (+WIP)
+// every third of AckWait, which starts its AckWait again, up to
+// SourceConfig.MaxExtension (30 minutes): a slow handler, or an inbox batch run
+// again after a database failure, keeps its messages, and a consumer that dies or
+// is cut off loses them to the others within about AckWait. The first settle
+// ends it (a settle that fails leaves the message to AckWait), and so does Close:
+// close a Source to stop its renewals. PauseRenewals stops them for fault
+// injection, as a paused process's stop.
+//
 // A delivery's ID is its Nats-Msg-Id, or the idem.HeaderID header for messages
 // published by other tools; a message with neither is delivered with an empty ID
 // (the inbox dead-letters it), never dropped. Headers starting with "Nats-" and

@@ -3,6 +3,8 @@ package idemnats
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/brokerkit"
@@ -32,6 +34,14 @@ type Source struct {
 	lastMax int // the last Receive's max: what a prefetch asks for
 	// electionRetry paces pull requests ended by leader elections (nil between).
 	electionRetry *backoff
+
+	// held keeps the deliveries handed out and not yet settled from being
+	// redelivered: every third of AckWait it sends each an in-progress ack, until
+	// MaxExtension. It runs until Close.
+	held   brokerkit.Keeper[*settler]
+	stop   context.CancelFunc
+	ended  chan struct{} // closed when held's Run has returned
+	paused atomic.Int32  // PauseRenewals calls not yet resumed
 }
 
 // NewSource creates or updates the durable pull consumer cfg describes on js and
@@ -68,7 +78,16 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg SourceConfig) (*
 		return nil, &idem.BackendError{Backend: backend, Op: "create consumer",
 			Err: fmt.Errorf("durable %q on stream %q: %w", cfg.Durable, cfg.Stream, err)}
 	}
-	return &Source{cons: cons, cfg: cfg}, nil
+	s := &Source{cons: cons, cfg: cfg, ended: make(chan struct{})}
+	s.held = brokerkit.Keeper[*settler]{Every: cfg.AckWait / 3, Margin: cfg.AckWait, Lease: cfg.AckWait,
+		MaxExtension: cfg.MaxExtension, Extend: s.extend, LetGo: s.letGo}
+	var kctx context.Context
+	kctx, s.stop = context.WithCancel(context.Background())
+	go func() {
+		defer close(s.ended)
+		s.held.Run(kctx)
+	}()
+	return s, nil
 }
 
 // Features reports what JetStream guarantees to idem; see the package documentation.
@@ -89,7 +108,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 	if err != nil {
 		return nil, err
 	}
-	return deliveries(msgs, s.cfg.AckWait, s.cons), nil
+	return s.deliveries(msgs), nil
 }
 
 // next hands out up to max buffered messages, or reports the last Fetch's
@@ -196,7 +215,54 @@ func (s *Source) Close() error {
 	for _, m := range buf {
 		s.giveBack(m)
 	}
+	s.stop()
+	<-s.ended
+	s.held.Drain()
 	return nil
+}
+
+// extend sends an in-progress ack for each of sts, which starts its AckWait
+// again; the keeper lets go of those that failed. While renewals are paused it
+// sends nothing.
+func (s *Source) extend(_ context.Context, sts []*settler) map[*settler]error {
+	if s.paused.Load() > 0 {
+		return nil
+	}
+	var failed map[*settler]error
+	for _, st := range sts {
+		if err := st.msg.InProgress(); err != nil {
+			if failed == nil {
+				failed = map[*settler]error{}
+			}
+			failed[st] = err
+		}
+	}
+	return failed
+}
+
+// letGo warns of a delivery no longer kept from redelivery.
+func (s *Source) letGo(st *settler, err error) {
+	if s.cfg.Logger == nil {
+		return
+	}
+	if err == nil {
+		s.cfg.Logger.Warn("idemnats: a delivery is unsettled after SourceConfig.MaxExtension; it is no longer kept and comes back after AckWait",
+			"stream", s.cfg.Stream, "durable", s.cfg.Durable, "position", st.position, "max_extension", s.cfg.MaxExtension)
+		return
+	}
+	s.cfg.Logger.Warn("idemnats: an in-progress ack failed; the message may be delivered again after AckWait",
+		"stream", s.cfg.Stream, "durable", s.cfg.Durable, "position", st.position, "error", err)
+}
+
+// PauseRenewals stops the in-progress acks of the Source's unsettled deliveries
+// until resume is called, as a paused process (stopped, swapped out, frozen in a
+// long GC) stops them: past AckWait, JetStream delivers them to another
+// consumer. It is for fault injection (idem verify's consumers paused past their
+// ack wait, tests). resume may be called more than once.
+func (s *Source) PauseRenewals() (resume func()) {
+	s.paused.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { s.paused.Add(-1) }) }
 }
 
 // giveBack Naks a message the source fetched but will not hand out.

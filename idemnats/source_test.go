@@ -169,6 +169,8 @@ func TestSourceConfig(t *testing.T) {
 		"negative ack wait":  {func(c *idemnats.SourceConfig) { c.AckWait = -time.Second }, "SourceConfig.AckWait"},
 		"max ack pending -2": {func(c *idemnats.SourceConfig) { c.MaxAckPending = -2 }, "SourceConfig.MaxAckPending"},
 		"tiny fetch wait":    {func(c *idemnats.SourceConfig) { c.FetchWait = time.Microsecond }, "SourceConfig.FetchWait"},
+		"negative extension": {func(c *idemnats.SourceConfig) { c.MaxExtension = -time.Second }, "SourceConfig.MaxExtension"},
+		"extension of days":  {func(c *idemnats.SourceConfig) { c.MaxExtension = 48 * time.Hour }, "SourceConfig.MaxExtension"},
 	} {
 		cfg := ok
 		tc.edit(&cfg)
