@@ -131,6 +131,11 @@ type Source struct {
 	Kill       func()
 	// Tally, if set, counts every delivery, injected duplicates included.
 	Tally *Tally
+	// AckWait is the broker's redelivery wait. A source that keeps its unsettled
+	// deliveries from redelivery (a RenewalPauser) would keep one whose ack was
+	// dropped until it closes, so its lost acks are Naks of AckWait instead: the
+	// message comes back when a real lost ack's would.
+	AckWait time.Duration
 }
 
 // Receive returns the next deliveries, some of them with faults.
@@ -158,7 +163,11 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 			}
 			out = append(out, d, dup)
 		case FaultLostAck:
-			d.Settler = lostAck{d.Settler, nil}
+			lost := lostAck{Settler: d.Settler}
+			if _, keeps := s.Source.(RenewalPauser); keeps {
+				lost.nakAfter = s.AckWait
+			}
+			d.Settler = lost
 			out = append(out, d)
 		default:
 			out = append(out, mark(d, fault))
@@ -173,7 +182,17 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 		switch fault := s.Injector.RollScaled("process "+ds[0].ID, attempts[0], scale, s.BatchFaults); fault {
 		case "":
 		case FaultCrashAfterCommit:
-			out[at].Settler = lostAck{out[at].Settler, s.Kill}
+			out[at].Settler = lostAck{Settler: out[at].Settler, kill: s.Kill}
+		case FaultPaused:
+			out[at] = mark(out[at], fault)
+			if p, ok := s.Source.(RenewalPauser); ok {
+				// A paused process renews nothing: its source's renewals stop
+				// until the batch's first settle.
+				resume := p.PauseRenewals()
+				for i := range out {
+					out[i].Settler = resuming{out[i].Settler, resume}
+				}
+			}
 		default:
 			out[at] = mark(out[at], fault)
 		}
@@ -199,15 +218,43 @@ type noSettle struct{}
 func (noSettle) Ack(context.Context) error                { return nil }
 func (noSettle) Nak(context.Context, time.Duration) error { return nil }
 
-// lostAck drops the ack (after calling kill, if set: the consumer died before it).
-type lostAck struct {
-	idem.Settler
-	kill func()
+// RenewalPauser is a Source that keeps its unsettled deliveries from redelivery
+// (idemnats.Source, queue.Source) and can stop doing so, as a paused process
+// stops: Source pauses it for a batch with FaultPaused.
+type RenewalPauser interface {
+	PauseRenewals() (resume func())
 }
 
-func (l lostAck) Ack(context.Context) error {
+// resuming resumes its source's renewals at the delivery's settle.
+type resuming struct {
+	idem.Settler
+	resume func()
+}
+
+func (r resuming) Ack(ctx context.Context) error {
+	r.resume()
+	return r.Settler.Ack(ctx)
+}
+
+func (r resuming) Nak(ctx context.Context, delay time.Duration) error {
+	r.resume()
+	return r.Settler.Nak(ctx, delay)
+}
+
+// lostAck drops the ack (after calling kill, if set: the consumer died before it),
+// or with nakAfter set Naks the delivery with that delay in its place.
+type lostAck struct {
+	idem.Settler
+	kill     func()
+	nakAfter time.Duration
+}
+
+func (l lostAck) Ack(ctx context.Context) error {
 	if l.kill != nil {
 		l.kill()
+	}
+	if l.nakAfter > 0 {
+		_ = l.Settler.Nak(ctx, l.nakAfter)
 	}
 	return nil
 }

@@ -42,6 +42,15 @@ func (s *ownedSource) Close() error {
 	return errors.Join(s.Source.Close(), s.closer.Close())
 }
 
+// keepingSource is an ownedSource whose source keeps its unsettled deliveries
+// from redelivery and can pause that (chaos.RenewalPauser: idemnats).
+type keepingSource struct {
+	*ownedSource
+	keeper chaos.RenewalPauser
+}
+
+func (s keepingSource) PauseRenewals() (resume func()) { return s.keeper.PauseRenewals() }
+
 // Broker is a verify.Broker and what closes it.
 type Broker struct {
 	name, topic string

@@ -149,7 +149,7 @@ func (b *Broker) natsOpeners(connect func() (*nats.Conn, jetstream.JetStream, er
 			nc.Close()
 			return nil, err
 		}
-		return &ownedSource{s, natsCloser(nc)}, nil
+		return keepingSource{&ownedSource{s, natsCloser(nc)}, s}, nil
 	}
 }
 

@@ -94,7 +94,8 @@ func (r *run) superviseConsumer(ctx context.Context) {
 			wait.Sleep(ctx, 100*time.Millisecond)
 			continue
 		}
-		cs := &chaos.Source{Source: src, Injector: r.inj, Faults: faults, BatchFaults: batch, BatchScale: 0.25, Kill: kill, Tally: &r.delivered}
+		cs := &chaos.Source{Source: src, Injector: r.inj, Faults: faults, BatchFaults: batch, BatchScale: 0.25, Kill: kill, Tally: &r.delivered,
+			AckWait: r.f.Broker.AckWait()}
 		c, err := inbox.New(cctx, cutSource{cs, r}, r.txdb, r.store, chaos.Handler(r.ledger, pause, kill), r.inboxConfig(now))
 		if err == nil {
 			err = c.Run(cctx)
