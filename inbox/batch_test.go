@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
@@ -293,15 +291,13 @@ func TestBatchHandlerSpans(t *testing.T) {
 	t.Parallel()
 	b := sqliteBundle(t)
 	ctx := context.Background()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tr := newTracer(t)
 	fb := newFakeBroker()
 	var log calls
-	c := newBatchConsumer(t, b, fb, log.wrap(creditAll), inbox.Config{BatchSize: 64, TracerProvider: tp})
+	c := newBatchConsumer(t, b, fb, log.wrap(creditAll), inbox.Config{BatchSize: 64, TracerProvider: tr.tp})
 	fb.Publish(ctx, order(0))
 	c.Process(ctx, receive(t, fb, 64))
-	exp.Reset()
+	tr.exp.Reset()
 	fb.Publish(ctx, order(1), order(0), order(2), order(3))
 	c.Process(ctx, receive(t, fb, 64))
 	if got := log.take(); len(got) != 2 || len(got[1]) != 3 {
@@ -310,7 +306,7 @@ func TestBatchHandlerSpans(t *testing.T) {
 	process := map[trace.SpanID]string{} // process span -> message id
 	applies := map[string]int{}          // message id -> apply spans under its process span
 	var dups int
-	spans := exp.GetSpans()
+	spans := tr.exp.GetSpans()
 	for _, s := range spans {
 		switch s.Name {
 		case otelx.SpanInboxProcess:
