@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemhq/idem/idemhttp"
 	"github.com/idemhq/idem/idemmem"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // mwBenchClients is the number of concurrent keep-alive clients of the benchmarks.
@@ -66,7 +67,7 @@ func newMWBenchTarget(b *testing.B, mode string) *mwBenchTarget {
 		}
 		cfg := idemhttp.Config{Store: store}
 		if mode == "new-key-traced" {
-			cfg.TracerProvider = benchTracerProvider(b)
+			cfg.TracerProvider = testsvc.SDKTracing(b)
 		}
 		mw, err := idemhttp.Middleware(cfg)
 		if err != nil {
@@ -127,21 +128,25 @@ var mwBenchModes = []string{"bare", "new-key", "replay"}
 // whose load changes during the run.
 func BenchmarkMiddleware(b *testing.B) {
 	for _, mode := range mwBenchModes {
-		b.Run(mode, func(b *testing.B) {
-			t := newMWBenchTarget(b, mode)
-			procs := runtime.GOMAXPROCS(0)
-			b.SetParallelism(max(1, (mwBenchClients+procs-1)/procs))
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				key := []byte("replayed-key")
-				for pb.Next() {
-					t.send(b, key)
-				}
-			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
-		})
+		b.Run(mode, func(b *testing.B) { benchMode(b, mode) })
 	}
+}
+
+// benchMode serves b.N requests of mode (newMWBenchTarget) from mwBenchClients
+// keep-alive clients with RunParallel and reports their rate.
+func benchMode(b *testing.B, mode string) {
+	t := newMWBenchTarget(b, mode)
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism(max(1, (mwBenchClients+procs-1)/procs))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		key := []byte("replayed-key")
+		for pb.Next() {
+			t.send(b, key)
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
 }
 
 // BenchmarkMiddlewareInterleaved runs the three modes in alternation: each

@@ -103,16 +103,6 @@ func TestWebhookStandardRefusesForgeries(t *testing.T) {
 	t.Parallel()
 	m := idem.Message{ID: "pay-7", Topic: "payments", Payload: []byte(`{"amount":100}`)}
 	g := publishOne(t, whsec, m)
-	with := func(name, value string) *http.Request {
-		r := g.req.Clone(context.Background())
-		r.Header.Set(name, value)
-		return r
-	}
-	also := func(name, value string) *http.Request {
-		r := g.req.Clone(context.Background())
-		r.Header.Add(name, value)
-		return r
-	}
 	old := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
 	other := []byte("whsec_" + base64.StdEncoding.EncodeToString([]byte("another key of twenty-four+ bytes")))
 	for _, c := range []struct {
@@ -122,24 +112,24 @@ func TestWebhookStandardRefusesForgeries(t *testing.T) {
 		body []byte
 	}{
 		{"tampered body", whsec, g.req, []byte(`{"amount":999}`)},
-		{"other webhook-id", whsec, with("webhook-id", "pay-8"), g.body},
+		{"other webhook-id", whsec, g.with("webhook-id", "pay-8"), g.body},
 		// Idempotency-Key is not signed by the standard: it must equal webhook-id.
-		{"other Idempotency-Key", whsec, with("Idempotency-Key", "pay-8"), g.body},
+		{"other Idempotency-Key", whsec, g.with("Idempotency-Key", "pay-8"), g.body},
 		{"wrong secret", other, g.req, g.body},
-		{"no webhook-id", whsec, with("webhook-id", ""), g.body},
-		{"no timestamp", whsec, with("webhook-timestamp", ""), g.body},
+		{"no webhook-id", whsec, g.with("webhook-id", ""), g.body},
+		{"no timestamp", whsec, g.with("webhook-timestamp", ""), g.body},
 		{"old timestamp, correctly signed", whsec, func() *http.Request {
-			r := with("webhook-timestamp", old)
+			r := g.with("webhook-timestamp", old)
 			r.Header.Set("webhook-signature", signStd(whsecKey, m.ID, old, m.Payload))
 			return r
 		}(), g.body},
-		{"second webhook-id", whsec, also("webhook-id", "pay-8"), g.body},
-		{"second webhook-timestamp", whsec, also("webhook-timestamp", old), g.body},
-		{"second Idempotency-Key", whsec, also("Idempotency-Key", "pay-8"), g.body},
-		{"no v1 signature", whsec, with("webhook-signature", "v1a,"+strings.TrimPrefix(g.req.Header.Get("webhook-signature"), "v1,")), g.body},
-		{"signature not base64", whsec, with("webhook-signature", "v1,!!"), g.body},
+		{"second webhook-id", whsec, g.also("webhook-id", "pay-8"), g.body},
+		{"second webhook-timestamp", whsec, g.also("webhook-timestamp", old), g.body},
+		{"second Idempotency-Key", whsec, g.also("Idempotency-Key", "pay-8"), g.body},
+		{"no v1 signature", whsec, g.with("webhook-signature", "v1a,"+strings.TrimPrefix(g.req.Header.Get("webhook-signature"), "v1,")), g.body},
+		{"signature not base64", whsec, g.with("webhook-signature", "v1,!!"), g.body},
 		// A present webhook-signature is verified, not skipped for the v2 one.
-		{"empty webhook-signature", whsec, with("webhook-signature", " "), g.body},
+		{"empty webhook-signature", whsec, g.with("webhook-signature", " "), g.body},
 	} {
 		if err := idemhttp.VerifyWebhook(c.key, c.req, c.body, time.Minute); !errors.Is(err, idemhttp.ErrUnverified) {
 			t.Errorf("%s: VerifyWebhook = %v, want ErrUnverified", c.name, err)
@@ -149,7 +139,7 @@ func TestWebhookStandardRefusesForgeries(t *testing.T) {
 	if err := idemhttp.VerifyWebhookSecrets([][]byte{other, whsec}, g.req, g.body, 0); err != nil {
 		t.Errorf("rotated secrets: %v", err)
 	}
-	rot := with("webhook-signature", signStd([]byte("another key of twenty-four+ bytes"), m.ID, g.req.Header.Get("webhook-timestamp"), m.Payload)+" "+g.req.Header.Get("webhook-signature"))
+	rot := g.with("webhook-signature", signStd([]byte("another key of twenty-four+ bytes"), m.ID, g.req.Header.Get("webhook-timestamp"), m.Payload)+" "+g.req.Header.Get("webhook-signature"))
 	if err := idemhttp.VerifyWebhook(whsec, rot, g.body, 0); err != nil {
 		t.Errorf("two signatures, the second right: %v", err)
 	}

@@ -28,6 +28,20 @@ type received struct {
 	body []byte
 }
 
+// with returns a copy of the received request whose header name is value.
+func (g received) with(name, value string) *http.Request {
+	r := g.req.Clone(context.Background())
+	r.Header.Set(name, value)
+	return r
+}
+
+// also returns a copy of the received request with value added to header name.
+func (g received) also(name, value string) *http.Request {
+	r := g.req.Clone(context.Background())
+	r.Header.Add(name, value)
+	return r
+}
+
 // receiver is an httptest server that records requests and answers each with the
 // status status returns (200 when nil).
 type receiver struct {
@@ -173,16 +187,6 @@ func TestWebhookVerificationRefusesForgeries(t *testing.T) {
 	for _, h := range []string{"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature"} {
 		g.req.Header.Del(h)
 	}
-	with := func(name, value string) *http.Request {
-		r := g.req.Clone(context.Background())
-		r.Header.Set(name, value)
-		return r
-	}
-	also := func(name, value string) *http.Request {
-		r := g.req.Clone(context.Background())
-		r.Header.Add(name, value)
-		return r
-	}
 	ts := g.req.Header.Get("Idem-Timestamp")
 	old := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
 	for _, c := range []struct {
@@ -192,28 +196,28 @@ func TestWebhookVerificationRefusesForgeries(t *testing.T) {
 		body []byte
 	}{
 		{"tampered body", secret, g.req, []byte(`{"amount":999}`)},
-		{"other topic", secret, with("Idem-Topic", "refunds"), g.body},
-		{"other key", secret, with("Idempotency-Key", "pay-8"), g.body},
+		{"other topic", secret, g.with("Idem-Topic", "refunds"), g.body},
+		{"other key", secret, g.with("Idempotency-Key", "pay-8"), g.body},
 		{"wrong secret", []byte("not the secret, but just as long."), g.req, g.body},
-		{"no signature", secret, with("Idem-Signature", ""), g.body},
-		{"no timestamp", secret, with("Idem-Timestamp", ""), g.body},
+		{"no signature", secret, g.with("Idem-Signature", ""), g.body},
+		{"no timestamp", secret, g.with("Idem-Timestamp", ""), g.body},
 		{"old timestamp, correctly signed", secret, func() *http.Request {
-			r := with("Idem-Timestamp", old)
+			r := g.with("Idem-Timestamp", old)
 			r.Header.Set("Idem-Signature", signV2(secret, old, m.ID, m.Topic, "application/octet-stream", m.Payload))
 			return r
 		}(), g.body},
 		// The receiver may read another value than the one signed.
-		{"second Idempotency-Key", secret, also("Idempotency-Key", "pay-8"), g.body},
-		{"second Idem-Topic", secret, also("Idem-Topic", "refunds"), g.body},
-		{"second Idem-Timestamp", secret, also("Idem-Timestamp", ts), g.body},
-		{"second Content-Type", secret, also("Content-Type", "application/json"), g.body},
+		{"second Idempotency-Key", secret, g.also("Idempotency-Key", "pay-8"), g.body},
+		{"second Idem-Topic", secret, g.also("Idem-Topic", "refunds"), g.body},
+		{"second Idem-Timestamp", secret, g.also("Idem-Timestamp", ts), g.body},
+		{"second Content-Type", secret, g.also("Content-Type", "application/json"), g.body},
 		// The body replayed as another type: JSON read as a form, say.
-		{"other Content-Type", secret, with("Content-Type", "application/x-www-form-urlencoded"), g.body},
-		{"no Content-Type", secret, with("Content-Type", ""), g.body},
+		{"other Content-Type", secret, g.with("Content-Type", "application/x-www-form-urlencoded"), g.body},
+		{"no Content-Type", secret, g.with("Content-Type", ""), g.body},
 		// A v1 signature does not cover Content-Type: it cannot verify a request
 		// whose type was changed, so it verifies none.
 		{"v1 signature, other Content-Type", secret, func() *http.Request {
-			r := with("Content-Type", "application/x-www-form-urlencoded")
+			r := g.with("Content-Type", "application/x-www-form-urlencoded")
 			r.Header.Set("Idem-Signature", signV1(secret, ts, m.ID, m.Topic, m.Payload))
 			return r
 		}(), g.body},
@@ -222,12 +226,12 @@ func TestWebhookVerificationRefusesForgeries(t *testing.T) {
 			t.Errorf("%s: VerifyWebhook = %v, want ErrUnverified", c.name, err)
 		}
 	}
-	v1 := with("Idem-Signature", signV1(secret, ts, m.ID, m.Topic, m.Payload))
+	v1 := g.with("Idem-Signature", signV1(secret, ts, m.ID, m.Topic, m.Payload))
 	if err := idemhttp.VerifyWebhook(secret, v1, g.body, 0); err == nil || !strings.Contains(err.Error(), "upgrade the sender") {
 		t.Errorf("a v1 signature: %v, want a refusal that says to upgrade the sender", err)
 	}
 	// Rotation: any one matching v2= value verifies.
-	rot := with("Idem-Signature", "v2=00ff, "+g.req.Header.Get("Idem-Signature"))
+	rot := g.with("Idem-Signature", "v2=00ff, "+g.req.Header.Get("Idem-Signature"))
 	if err := idemhttp.VerifyWebhook(secret, rot, g.body, 0); err != nil {
 		t.Errorf("two signatures, the second right: %v", err)
 	}
@@ -237,7 +241,7 @@ func TestWebhookVerificationRefusesForgeries(t *testing.T) {
 	// A receiver configured with a short secret is refused like a sender would be:
 	// a signature made with a guessable secret proves nothing.
 	short := []byte("k")
-	forged := with("Idem-Signature", signV2(short, ts, m.ID, m.Topic, "application/octet-stream", m.Payload))
+	forged := g.with("Idem-Signature", signV2(short, ts, m.ID, m.Topic, "application/octet-stream", m.Payload))
 	if err := idemhttp.VerifyWebhook(short, forged, g.body, 0); !errors.Is(err, idem.ErrInvalid) || !strings.Contains(err.Error(), "32") {
 		t.Errorf("1-byte secret: %v, want an *idem.InputError naming the 32-byte minimum", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,6 +68,26 @@ func publishLoop(sink *idemnats.Sink, stop <-chan struct{}) (acked []string, err
 	}
 }
 
+// publishing runs publishLoop on sink in the background until the returned stop is
+// called, which returns what the loop returned.
+func publishing(sink *idemnats.Sink) (stop func() (acked []string, errs []error)) {
+	quit := make(chan struct{})
+	type result struct {
+		acked []string
+		errs  []error
+	}
+	done := make(chan result, 1)
+	go func() {
+		acked, errs := publishLoop(sink, quit)
+		done <- result{acked, errs}
+	}()
+	return func() ([]string, []error) {
+		close(quit)
+		r := <-done
+		return r.acked, r.errs
+	}
+}
+
 // checkOnce reads the whole stream and fails t unless every acked ID is in it
 // exactly once (and no ID at all is in it twice).
 func checkOnce(t *testing.T, js jetstream.JetStream, acked []string) {
@@ -105,12 +124,7 @@ func TestClusterLeaderKilledDuringPublish(t *testing.T) {
 	t.Parallel()
 	c, js := clusterJS(t)
 	sink := newSink(t, js, idemnats.SinkConfig{})
-	stop := make(chan struct{})
-	var acked []string
-	var errs []error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); acked, errs = publishLoop(sink, stop) }()
+	stopPublishing := publishing(sink)
 	for range 3 {
 		time.Sleep(300 * time.Millisecond)
 		leader := waitLeader(t, c)
@@ -121,8 +135,7 @@ func TestClusterLeaderKilledDuringPublish(t *testing.T) {
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	acked, errs := stopPublishing()
 	for _, err := range errs {
 		t.Errorf("Publish during leader kills: %v", err)
 	}
@@ -139,18 +152,12 @@ func TestClusterLeaderIsolated(t *testing.T) {
 	t.Parallel()
 	c, js := clusterJS(t)
 	sink := newSink(t, js, idemnats.SinkConfig{})
-	stop := make(chan struct{})
-	var acked []string
-	var errs []error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); acked, errs = publishLoop(sink, stop) }()
+	stopPublishing := publishing(sink)
 	time.Sleep(300 * time.Millisecond)
 	c.Isolate(waitLeader(t, c), 3*time.Second)
 	c.CutRoutes(0, 1, time.Second)
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
+	acked, errs := stopPublishing()
 	for _, err := range errs {
 		t.Errorf("Publish during a partition: %v", err)
 	}

@@ -36,33 +36,14 @@ func TestListPlanUsesPrimaryKey(t *testing.T) {
 	t.Parallel()
 	s, pool := newStore(t, idempg.Config{})
 	ctx := ctxFor(t)
-	for _, q := range []string{
+	execAll(t, ctx, pool,
 		`INSERT INTO idem_records (scope, id, state, fingerprint, token, result, retention, created_at, expires_at)
 		SELECT CASE WHEN g <= 200000 THEN 'big' ELSE 'other' END, 'key-' || lpad(g::text, 7, '0'), 2, '', g, '',
 			interval '1 hour', now(), now() + interval '1 hour'
 		FROM generate_series(1, 220000) AS g`,
 		`ANALYZE idem_records`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rows, err := pool.Query(ctx, "EXPLAIN "+idempg.ListQuery(s), "big", "key-0100000", 101)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	plan := strings.Join(lines, "\n")
+	)
+	plan := queryPlan(t, ctx, pool, "EXPLAIN "+idempg.ListQuery(s), "big", "key-0100000", 101)
 	t.Logf("plan:\n%s", plan)
 	if !strings.Contains(plan, "Index Scan using idem_records_pkey") && !strings.Contains(plan, "Index Only Scan using idem_records_pkey") {
 		t.Errorf("List's plan does not scan the primary key:\n%s", plan)

@@ -7,11 +7,13 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 )
@@ -46,6 +48,27 @@ func newStore(t testing.TB, cfg idempg.Config) (*idempg.Store, *pgxpool.Pool) {
 		t.Fatalf("idempg.New: %v", err)
 	}
 	return s, pool
+}
+
+// execAll runs statements on pool, one after another.
+func execAll(t testing.TB, ctx context.Context, pool *pgxpool.Pool, statements ...string) {
+	t.Helper()
+	for _, q := range statements {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// queryPlan returns what query (an EXPLAIN) prints, its lines joined.
+func queryPlan(t testing.TB, ctx context.Context, pool *pgxpool.Pool, query string, args ...any) string {
+	t.Helper()
+	rows, _ := pool.Query(ctx, query, args...) // CollectRows reports its error
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // openDB opens database/sql on a fresh schema through pgx's stdlib driver.

@@ -34,36 +34,16 @@ func TestScopesPlanUsesPrimaryKey(t *testing.T) {
 	t.Parallel()
 	s, pool := newStore(t, idempg.Config{})
 	ctx := ctxFor(t)
-	for _, q := range []string{
+	execAll(t, ctx, pool,
 		`INSERT INTO idem_records (scope, id, state, fingerprint, token, result, retention, created_at, expires_at)
 		SELECT 'scope-' || lpad((g % 1000)::text, 4, '0'), 'key-' || lpad(g::text, 7, '0'), 2, '', g, '',
 			interval '1 hour', now(), now() + interval '1 hour'
 		FROM generate_series(1, 200000) AS g`,
 		`VACUUM ANALYZE idem_records`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	explain := func(prefix string) string {
 		t.Helper()
-		rows, err := pool.Query(ctx, prefix+idempg.ScopesQuery(s), "scope-0499", 11)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var lines []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			lines = append(lines, line)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
+		return queryPlan(t, ctx, pool, prefix+idempg.ScopesQuery(s), "scope-0499", 11)
 	}
 	if plan := explain("EXPLAIN "); strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Sort") {
 		t.Errorf("Scopes' plan scans the table or sorts:\n%s", plan)

@@ -41,6 +41,40 @@ func masterOf(t *testing.T, ctx context.Context, b clusterBundle, key string) in
 	return i
 }
 
+// pause stops node i (SIGSTOP) until the returned resume is called, or the test
+// ends.
+func pause(t *testing.T, rc *testsvc.RedisCluster, i int) (resume func()) {
+	t.Helper()
+	if err := rc.Pause(i); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			_ = rc.Resume(i)
+		}
+	})
+	return func() {
+		t.Helper()
+		if err := rc.Resume(i); err != nil {
+			t.Fatal(err)
+		}
+		resumed = true
+	}
+}
+
+// cutReplicas kills node i's replication links. A paused replica still receives
+// what its kernel buffers: with its link cut too, nothing the master writes from
+// now on reaches it, as in a network partition.
+func cutReplicas(t *testing.T, ctx context.Context, rc *testsvc.RedisCluster, i int) {
+	t.Helper()
+	master := redis.NewClient(&redis.Options{Addr: rc.Addr(i)})
+	defer master.Close()
+	if err := master.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		t.Fatalf("cut the replication link: %v", err)
+	}
+}
+
 // restartHealthy restarts node i and waits until the cluster is whole again.
 func restartHealthy(t *testing.T, rc *testsvc.RedisCluster, i int) {
 	t.Helper()
@@ -120,30 +154,15 @@ func TestClusterFailoverKeepsWaitedCompletes(t *testing.T) {
 	if err != nil || replica < 0 {
 		t.Fatalf("replica of node %d: %d, %v", victim, replica, err)
 	}
-	if err := b.cluster.Pause(replica); err != nil {
-		t.Fatal(err)
-	}
-	paused := true
-	defer func() {
-		if paused {
-			_ = b.cluster.Resume(replica)
-		}
-	}()
-	master := redis.NewClient(&redis.Options{Addr: b.cluster.Addr(victim)})
-	defer master.Close()
-	if err := master.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
-		t.Fatalf("cut the replication link: %v", err)
-	}
+	resume := pause(t, b.cluster, replica)
+	cutReplicas(t, ctx, b.cluster, victim)
 	cutAt, failedAt := count(), failed.Load()
 	waitFor("writes to the cut-off shard, refused or acknowledged", func() bool {
 		return failed.Load() >= failedAt+16 || count() >= cutAt+300
 	})
 	killed.Store(true)
 	b.cluster.Kill(victim)
-	if err := b.cluster.Resume(replica); err != nil {
-		t.Fatal(err)
-	}
-	paused = false
+	resume()
 	promoted, err := b.cluster.WaitMaster(ctx, b.client, probe, victim)
 	if err != nil {
 		t.Fatalf("no replica promoted for node %d's slots: %v", victim, err)
@@ -250,23 +269,8 @@ func TestClusterFailoverLosesUnwaitedWrites(t *testing.T) {
 	if err := patient.Complete(ctx, kWaited, res.Token, []byte("kept")); err != nil {
 		t.Fatalf("waited Complete with a live replica: %v", err)
 	}
-	if err := b.cluster.Pause(replica); err != nil {
-		t.Fatal(err)
-	}
-	paused := true
-	defer func() {
-		if paused {
-			_ = b.cluster.Resume(replica)
-		}
-	}()
-	// A paused process still receives what its kernel buffers: cut the link
-	// too, so that nothing written from now on reaches the replica, as in a
-	// network partition.
-	master := redis.NewClient(&redis.Options{Addr: b.cluster.Addr(victim)})
-	defer master.Close()
-	if err := master.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
-		t.Fatalf("cut the replication link: %v", err)
-	}
+	resume := pause(t, b.cluster, replica)
+	cutReplicas(t, ctx, b.cluster, victim)
 	res = idemtestClaim(t, ctx, async, kAsync)
 	if err := async.Complete(ctx, kAsync, res.Token, []byte("lost")); err != nil {
 		t.Fatalf("Complete without WAIT: %v", err)
@@ -277,10 +281,7 @@ func TestClusterFailoverLosesUnwaitedWrites(t *testing.T) {
 	}
 
 	b.cluster.Kill(victim)
-	if err := b.cluster.Resume(replica); err != nil {
-		t.Fatal(err)
-	}
-	paused = false
+	resume()
 	promoted, err := b.cluster.WaitMaster(ctx, b.client, waited.Key(kWaited), victim)
 	if err != nil {
 		t.Fatalf("no replica promoted for node %d's slots: %v", victim, err)
@@ -333,15 +334,7 @@ func TestClusterRetriedCompleteWaitsAgain(t *testing.T) {
 	// machine needs for the replica's ack (200 ms was not always enough in CI).
 	patient := b.store(t, idemredis.Config{WaitReplicas: 1, WaitTimeout: 10 * time.Second})
 	res := idemtestClaim(t, ctx, patient, k)
-	if err := b.cluster.Pause(replica); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = b.cluster.Resume(replica)
-		}
-	}()
+	resume := pause(t, b.cluster, replica)
 	if err := first.Complete(ctx, k, res.Token, []byte("r")); !errors.Is(err, idemredis.ErrNotReplicated) {
 		t.Fatalf("Complete with the replica paused = %v, want ErrNotReplicated", err)
 	}
@@ -351,10 +344,7 @@ func TestClusterRetriedCompleteWaitsAgain(t *testing.T) {
 	if err := second.Complete(ctx, k, res.Token, []byte("r")); !errors.Is(err, idemredis.ErrNotReplicated) {
 		t.Fatalf("retried Complete on a fresh connection with the replica paused = %v, want ErrNotReplicated", err)
 	}
-	if err := b.cluster.Resume(replica); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
+	resume()
 	testsvc.Eventually(t, time.Minute, "the retried Complete to be acknowledged once the replica resumed", func() bool {
 		return second.Complete(ctx, k, res.Token, []byte("r")) == nil
 	})

@@ -1,13 +1,9 @@
 package idemsqlite_test
 
 import (
-	"database/sql"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/idemhq/idem/idemsql"
-	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -19,16 +15,6 @@ import (
 // ROWID), RepairsOf idem_outbox_repairs_orig.
 func TestAuditPlansUseIndexes(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	sdb, err := sql.Open("sqlite", idemsqlite.DSN(filepath.Join(t.TempDir(), "plans.db"), idemsqlite.Config{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sdb.Close() })
-	db := idemsqlite.TxDB(sdb)
-	if err := migrate.Up(ctx, db, migrate.Outbox, migrate.Inbox, migrate.Records(migrate.DefaultRecordsTable)); err != nil {
-		t.Fatal(err)
-	}
 	const series = `WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < 20000) `
 	fill := []string{
 		// One row in ten pending, the others published three to a millisecond.
@@ -43,11 +29,7 @@ func TestAuditPlansUseIndexes(t *testing.T) {
 			`SELECT 'c' || g % 20, 'm' || g, 2, g, x'', 0, g, g FROM s`,
 		`ANALYZE`,
 	}
-	for _, stmt := range fill {
-		if err := db.Auto(ctx, func(q idemsql.Querier) error { _, err := q.Exec(ctx, stmt); return err }); err != nil {
-			t.Fatalf("%v\n%s", err, stmt)
-		}
-	}
+	db := plansDB(t, []migrate.Set{migrate.Outbox, migrate.Inbox, migrate.Records(migrate.DefaultRecordsTable)}, fill...)
 	recs := db.Driver.Records().ForTable(migrate.DefaultRecordsTable)
 	for _, c := range []struct {
 		field, stmt string
@@ -63,20 +45,7 @@ func TestAuditPlansUseIndexes(t *testing.T) {
 		{"OutboxSQL.RepairsOf", db.Driver.Outbox().RepairsOf(3), []any{int64(7), int64(14), int64(21)},
 			"SEARCH idem_outbox_repairs USING COVERING INDEX idem_outbox_repairs_orig (orig_id=?)"},
 	} {
-		var plan []string
-		err := db.Auto(ctx, func(q idemsql.Querier) error {
-			return idemsql.EachRow(ctx, q, "EXPLAIN QUERY PLAN "+c.stmt, c.args, func(rows idemsql.Rows) error {
-				var id, parent, notUsed int64
-				var detail string
-				err := rows.Scan(&id, &parent, &notUsed, &detail)
-				plan = append(plan, detail)
-				return err
-			})
-		})
-		if err != nil {
-			t.Fatalf("EXPLAIN QUERY PLAN of %s: %v", c.field, err)
-		}
-		text := strings.Join(plan, "\n")
+		text := queryPlan(t, db, c.stmt, c.args)
 		if !strings.Contains(text, c.search) || strings.Contains(text, "SCAN ") || strings.Contains(text, "TEMP B-TREE FOR ORDER BY") {
 			t.Errorf("%s plans no %s (or scans, or sorts its rows):\n%s", c.field, c.search, text)
 		}

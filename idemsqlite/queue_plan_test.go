@@ -1,13 +1,9 @@
 package idemsqlite_test
 
 import (
-	"database/sql"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/idemhq/idem/idemsql"
-	"github.com/idemhq/idem/idemsqlite"
 	"github.com/idemhq/idem/migrate"
 )
 
@@ -18,27 +14,13 @@ import (
 // idem_queue_unique. None scans idem_queue.
 func TestQueuePlansUseIndexes(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	sdb, err := sql.Open("sqlite", idemsqlite.DSN(filepath.Join(t.TempDir(), "plans.db"), idemsqlite.Config{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sdb.Close() })
-	db := idemsqlite.TxDB(sdb)
-	if err := migrate.Up(ctx, db, migrate.Queue); err != nil {
-		t.Fatal(err)
-	}
-	for _, stmt := range []string{
+	db := plansDB(t, []migrate.Set{migrate.Queue},
 		`INSERT INTO idem_queue (msg_id, topic, ordering_key, headers, payload, created_at, available_at, finished_at, outcome)
 			WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < 20000)
 			SELECT 'm' || g, CASE WHEN g % 3 = 0 THEN 'mail' ELSE 'orders' END, CASE WHEN g % 2 = 0 THEN 'k' || g % 50 ELSE '' END,
 				'{}', x'00', g, g, CASE WHEN g % 20 <> 0 THEN g + 10 END, CASE WHEN g % 20 <> 0 THEN 'applied' ELSE '' END FROM s`,
 		`ANALYZE`,
-	} {
-		if err := db.Auto(ctx, func(q idemsql.Querier) error { _, err := q.Exec(ctx, stmt); return err }); err != nil {
-			t.Fatalf("%v\n%s", err, stmt)
-		}
-	}
+	)
 	s := db.Driver.Queue()
 	for _, c := range []struct {
 		field, stmt string
@@ -50,20 +32,7 @@ func TestQueuePlansUseIndexes(t *testing.T) {
 		{"QueueSQL.Lag", s.Lag, []any{"orders"}, []string{"SEARCH idem_queue USING INDEX idem_queue_due (topic=?)"}},
 		{"QueueSQL.Cancel", s.Cancel, []any{int64(30000), "why", "orders", "m40"}, []string{"SEARCH idem_queue USING INDEX idem_queue_unique (topic=? AND msg_id=?)"}},
 	} {
-		var plan []string
-		err := db.Auto(ctx, func(q idemsql.Querier) error {
-			return idemsql.EachRow(ctx, q, "EXPLAIN QUERY PLAN "+c.stmt, c.args, func(rows idemsql.Rows) error {
-				var id, parent, notused int
-				var detail string
-				err := rows.Scan(&id, &parent, &notused, &detail)
-				plan = append(plan, detail)
-				return err
-			})
-		})
-		if err != nil {
-			t.Fatalf("EXPLAIN QUERY PLAN of %s: %v", c.field, err)
-		}
-		text := strings.Join(plan, "\n")
+		text := queryPlan(t, db, c.stmt, c.args)
 		t.Logf("%s:\n%s", c.field, text)
 		if strings.Contains(text, "SCAN ") {
 			t.Errorf("%s scans a table:\n%s", c.field, text)

@@ -339,9 +339,8 @@ func exactLedgerIDs(t *testing.T, db *sql.DB, ids ...string) {
 		t.Fatalf("ledger has %d rows (%d distinct), want %d: %v", rows, distinct, len(ids), ids)
 	}
 	for _, id := range ids {
-		var n int
-		if err := db.QueryRow("SELECT COUNT(*) FROM ledger WHERE msg_id = $1", id).Scan(&n); err != nil || n != 1 {
-			t.Fatalf("ledger has %s %d times (%v), want once", id, n, err)
+		if n := ledgerRows(t, db, id); n != 1 {
+			t.Fatalf("ledger has %s %d times, want once", id, n)
 		}
 	}
 }

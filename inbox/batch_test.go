@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemhq/idem"
@@ -142,12 +140,7 @@ func TestBatchHandlerSeesFreshOnly(t *testing.T) {
 			t.Fatalf("second batch: calls %q\nwant one call with %q", got, want)
 		}
 		exactLedger(t, b.db, 40, "after the second batch")
-		fb.mu.Lock()
-		held := len(fb.queue) + len(fb.inflight)
-		fb.mu.Unlock()
-		if held != 0 {
-			t.Fatalf("after the second batch the broker holds %d messages, want none (each settled: applied, duplicate or dead)", held)
-		}
+		settledAll(t, fb) // each message applied, a duplicate or dead
 
 		publishOrders(fb, 40, 1) // all applied
 		c.Process(ctx, receive(t, fb, 64))
@@ -226,14 +219,22 @@ func TestBatchHandlerTransientFailure(t *testing.T) {
 	})
 }
 
-// ackedOnce fails t unless fb holds nothing and acked orders 0..n-1 once each.
-func ackedOnce(t *testing.T, fb *fakeBroker, n int) {
+// settledAll fails t unless fb holds nothing: every message it was given settled.
+func settledAll(t *testing.T, fb *fakeBroker) {
 	t.Helper()
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
 	if len(fb.queue) != 0 || len(fb.inflight) != 0 {
 		t.Errorf("the broker holds %d queued and %d unsettled messages, want none", len(fb.queue), len(fb.inflight))
 	}
+}
+
+// ackedOnce fails t unless fb holds nothing and acked orders 0..n-1 once each.
+func ackedOnce(t *testing.T, fb *fakeBroker, n int) {
+	t.Helper()
+	settledAll(t, fb)
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
 	var wrong []string
 	for i := range n {
 		if k := fb.acked[order(i).ID]; k != 1 {
@@ -258,20 +259,7 @@ func TestBatchHandlerConcurrentConsumers(t *testing.T) {
 		for range 4 {
 			cs = append(cs, newBatchConsumer(t, b, fb, creditAll, inbox.Config{BatchSize: 32, MaxAttempts: 100}).Run)
 		}
-		drainAny(t, func(ctx context.Context) error {
-			errs := make(chan error, len(cs))
-			for _, run := range cs {
-				go func() { errs <- run(ctx) }()
-			}
-			var err error
-			for range cs {
-				err = errors.Join(err, <-errs)
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
-		}, fb)
+		drainAny(t, fb, cs...)
 		exactLedger(t, b.db, n, "after four consumers")
 	})
 }
@@ -293,15 +281,13 @@ func TestBatchHandlerSpans(t *testing.T) {
 	t.Parallel()
 	b := sqliteBundle(t)
 	ctx := context.Background()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tr := newTracer(t)
 	fb := newFakeBroker()
 	var log calls
-	c := newBatchConsumer(t, b, fb, log.wrap(creditAll), inbox.Config{BatchSize: 64, TracerProvider: tp})
+	c := newBatchConsumer(t, b, fb, log.wrap(creditAll), inbox.Config{BatchSize: 64, TracerProvider: tr.tp})
 	fb.Publish(ctx, order(0))
 	c.Process(ctx, receive(t, fb, 64))
-	exp.Reset()
+	tr.exp.Reset()
 	fb.Publish(ctx, order(1), order(0), order(2), order(3))
 	c.Process(ctx, receive(t, fb, 64))
 	if got := log.take(); len(got) != 2 || len(got[1]) != 3 {
@@ -310,7 +296,7 @@ func TestBatchHandlerSpans(t *testing.T) {
 	process := map[trace.SpanID]string{} // process span -> message id
 	applies := map[string]int{}          // message id -> apply spans under its process span
 	var dups int
-	spans := exp.GetSpans()
+	spans := tr.exp.GetSpans()
 	for _, s := range spans {
 		switch s.Name {
 		case otelx.SpanInboxProcess:

@@ -53,19 +53,27 @@ func (tr tracer) byKey(name string) map[string]tracetest.SpanStub {
 // tracedOrders returns n orders starting at from, each sent under a producer span
 // of its own (its context in the headers), and those contexts by message id.
 func tracedOrders(tp trace.TracerProvider, from, n int) ([]idem.Message, map[string]trace.SpanContext) {
-	prop := propagation.TraceContext{}
-	sent := map[string]trace.SpanContext{}
 	var msgs []idem.Message
 	for i := from; i < from+n; i++ {
 		m := order(i)
 		m.Headers = map[string]string{}
+		msgs = append(msgs, m)
+	}
+	return msgs, sendTraced(tp, msgs)
+}
+
+// sendTraced sends each of msgs under a producer span of its own, its context
+// injected into the message's headers, and returns those contexts by message id.
+func sendTraced(tp trace.TracerProvider, msgs []idem.Message) map[string]trace.SpanContext {
+	prop := propagation.TraceContext{}
+	sent := map[string]trace.SpanContext{}
+	for _, m := range msgs {
 		ctx, span := tp.Tracer("shop").Start(context.Background(), "send order")
 		prop.Inject(ctx, propagation.MapCarrier(m.Headers))
 		span.End()
 		sent[m.ID] = span.SpanContext()
-		msgs = append(msgs, m)
 	}
-	return msgs, sent
+	return sent
 }
 
 // deliver publishes msgs on a fresh fake broker and hands them to process in

@@ -134,12 +134,3 @@ func (l *settleLog) count(id string) settled {
 	defer l.mu.Unlock()
 	return settled{l.acks[id], l.naks[id]}
 }
-
-func ledgerRows(t *testing.T, db *sql.DB, id string) int {
-	t.Helper()
-	var n int
-	if err := db.QueryRow("SELECT COUNT(*) FROM ledger WHERE msg_id = ?", id).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}

@@ -85,13 +85,32 @@ func order(i int) idem.Message {
 		Payload: []byte(fmt.Sprintf(`{"Amount":%d}`, i+1))}
 }
 
-func ledger(t *testing.T, db *sql.DB) (rows, distinct int, sum int64) {
+// ledgerQuery counts the ledger's rows and distinct messages and sums their
+// amounts. Its row scans alike from database/sql and from pgx (ledgerCounts).
+const ledgerQuery = "SELECT COUNT(*), COUNT(DISTINCT msg_id), COALESCE(SUM(amount), 0) FROM ledger"
+
+// ledgerCounts scans row, a row of ledgerQuery, failing t on an error.
+func ledgerCounts(t *testing.T, row interface{ Scan(...any) error }) (rows, distinct int, sum int64) {
 	t.Helper()
-	err := db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT msg_id), COALESCE(SUM(amount), 0) FROM ledger").Scan(&rows, &distinct, &sum)
-	if err != nil {
+	if err := row.Scan(&rows, &distinct, &sum); err != nil {
 		t.Fatal(err)
 	}
 	return rows, distinct, sum
+}
+
+func ledger(t *testing.T, db *sql.DB) (rows, distinct int, sum int64) {
+	t.Helper()
+	return ledgerCounts(t, db.QueryRow(ledgerQuery))
+}
+
+// ledgerRows returns how many ledger rows message id has.
+func ledgerRows(t *testing.T, db interface{ QueryRow(string, ...any) *sql.Row }, id string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM ledger WHERE msg_id = $1", id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // publishOrders publishes orders 0..n-1 to fb, each copies times in a row.
@@ -106,12 +125,13 @@ func publishOrders(fb *fakeBroker, n, copies int) {
 // exactLedger fails t unless the ledger holds orders 0..n-1, each once.
 func exactLedger(t *testing.T, db *sql.DB, n int, when string) {
 	t.Helper()
-	rows, distinct, sum := ledger(t, db)
-	checkLedger(t, rows, distinct, sum, n, when)
+	checkLedger(t, db.QueryRow(ledgerQuery), n, when)
 }
 
-func checkLedger(t *testing.T, rows, distinct int, sum int64, n int, when string) {
+// checkLedger fails t unless row, of ledgerQuery, counts orders 0..n-1, each once.
+func checkLedger(t *testing.T, row interface{ Scan(...any) error }, n int, when string) {
 	t.Helper()
+	rows, distinct, sum := ledgerCounts(t, row)
 	if rows != n || distinct != n || sum != int64(n*(n+1)/2) {
 		t.Fatalf("%s: ledger has %d rows (%d distinct), sum %d; want %d rows, sum %d", when, rows, distinct, sum, n, n*(n+1)/2)
 	}
@@ -139,21 +159,26 @@ func noBackoff(int) time.Duration { return time.Millisecond }
 // drain runs c until the broker holds nothing unsettled.
 func drain(t *testing.T, c *inbox.Consumer[*sql.Tx], fb *fakeBroker) {
 	t.Helper()
-	drainAny(t, c.Run, fb)
+	drainAny(t, fb, c.Run)
 }
 
-// drainAny runs run until the broker holds nothing unsettled.
-func drainAny(t *testing.T, run func(context.Context) error, fb *fakeBroker) {
+// drainAny runs each of runs, all at once, until the broker holds nothing
+// unsettled; each must then return context.Canceled.
+func drainAny(t *testing.T, fb *fakeBroker, runs ...func(context.Context) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
+	done := make(chan error, len(runs))
 	runCtx, stop := context.WithCancel(ctx)
-	go func() { done <- run(runCtx) }()
+	for _, run := range runs {
+		go func() { done <- run(runCtx) }()
+	}
 	waitErr := fb.waitSettled(ctx)
 	stop()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run returned %v, want context.Canceled", err)
+	for range runs {
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run returned %v, want context.Canceled", err)
+		}
 	}
 	if waitErr != nil {
 		t.Fatal("the broker still holds unsettled messages after 60 s")
@@ -295,9 +320,7 @@ func TestDeadLettersAndReplay(t *testing.T) {
 			if _, err := c.Replay(context.Background(), kinds["permanent"].ID); !inbox.IsPermanent(err) {
 				t.Fatalf("Replay of a still-undecodable message = %v, want the handler's permanent error", err)
 			}
-			var n int
-			b.db.QueryRow("SELECT COUNT(*) FROM ledger WHERE msg_id = 'order-00003'").Scan(&n)
-			if n != 1 {
+			if n := ledgerRows(t, b.db, "order-00003"); n != 1 {
 				t.Fatalf("order-00003 applied %d times after replay, want 1", n)
 			}
 			if _, err := b.db.Exec("DELETE FROM ledger"); err != nil {

@@ -144,10 +144,7 @@ func checkRefusals[Tx any](t *testing.T, r refusalCheck[Tx], cases []refusalCase
 		if acks != 1 {
 			t.Errorf("%s: %s: acked %d times, want once", consumer, tc.name, acks)
 		}
-		var rows int
-		if err := r.db.QueryRow("SELECT COUNT(*) FROM ledger WHERE msg_id = $1", id).Scan(&rows); err != nil {
-			t.Fatal(err)
-		}
+		rows := ledgerRows(t, r.db, id)
 		dl, lettered := letters[id]
 		if tc.want == "" {
 			if calls.get(id) != 1 || rows != 1 || lettered {
@@ -175,12 +172,8 @@ func checkRefusals[Tx any](t *testing.T, r refusalCheck[Tx], cases []refusalCase
 		if tc.want != inbox.RefusedDeadline && tc.want != inbox.RefusedStaleKey {
 			continue
 		}
-		var rows int
 		applied, err := c.Replay(context.Background(), letters[tc.m.ID].ID)
-		if err == nil {
-			err = r.db.QueryRow("SELECT COUNT(*) FROM ledger WHERE msg_id = $1", tc.m.ID).Scan(&rows)
-		}
-		if err != nil || !applied || calls.get(tc.m.ID) != 1 || rows != 1 {
+		if err != nil || !applied || calls.get(tc.m.ID) != 1 || ledgerRows(t, r.db, tc.m.ID) != 1 {
 			t.Errorf("%s: Replay of the %s letter = %v, %v (handler ran %d times); want applied once", consumer, tc.want, applied, err, calls.get(tc.m.ID))
 		}
 	}
@@ -350,7 +343,7 @@ func TestRefusedBeforeApplyingPgx(t *testing.T) {
 	for _, tc := range cases {
 		fb.Publish(ctx, tc.m)
 	}
-	drainAny(t, c.Run, fb)
+	drainAny(t, fb, c.Run)
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	checkRefusals(t, refusalCheck[pgx.Tx]{c: c, db: db, fb: fb, reg: reg, calls: calls, consumer: "refuse-pgx"}, cases)

@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
@@ -67,22 +66,13 @@ func TestReplayTraced(t *testing.T) {
 	t.Parallel()
 	b := sqliteBundle(t)
 	ctx := context.Background()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tr := newTracer(t)
+	tp, exp := tr.tp, tr.exp
 	prop := propagation.TraceContext{}
 
 	// Three orders, each sent under a producer span of its own, dead-lettered.
-	origins := map[string]trace.SpanContext{}
-	var msgs []idem.Message
-	for i := 1; i <= 3; i++ {
-		m := why(i, "downstream down")
-		pctx, span := tp.Tracer("shop").Start(ctx, "send order")
-		prop.Inject(pctx, propagation.MapCarrier(m.Headers))
-		span.End()
-		origins[m.ID] = span.SpanContext()
-		msgs = append(msgs, m)
-	}
+	msgs := []idem.Message{why(1, "downstream down"), why(2, "downstream down"), why(3, "downstream down")}
+	origins := sendTraced(tp, msgs)
 	ids := deadLetter(t, b, "ledger", msgs...)
 	exp.Reset()
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,58 +14,6 @@ import (
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
 )
-
-// gatedNotifier is an idempg.Notifier whose listening again, after its first
-// failed Wait, waits for the test: what the test commits meanwhile falls in the
-// gap where nobody listens.
-type gatedNotifier struct {
-	n      *idempg.Notifier
-	failed chan struct{} // closed at the first failed Wait
-	gate   chan struct{} // closed by the test: listening again may go on
-	once   sync.Once
-	down   atomic.Bool
-}
-
-func newGatedNotifier(n *idempg.Notifier) *gatedNotifier {
-	return &gatedNotifier{n: n, failed: make(chan struct{}), gate: make(chan struct{})}
-}
-
-func (g *gatedNotifier) hold(ctx context.Context) {
-	if g.down.Load() {
-		select {
-		case <-g.gate:
-		case <-ctx.Done():
-		}
-	}
-}
-
-func (g *gatedNotifier) Listen(ctx context.Context) error {
-	g.hold(ctx)
-	return g.n.Listen(ctx)
-}
-
-func (g *gatedNotifier) Wait(ctx context.Context) error {
-	g.hold(ctx)
-	err := g.n.Wait(ctx)
-	if err != nil && ctx.Err() == nil {
-		g.down.Store(true)
-		g.once.Do(func() { close(g.failed) })
-	}
-	return err
-}
-
-// killListener terminates the backend that listens on channel, once it listens.
-func killListener(t *testing.T, ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, channel string) {
-	t.Helper()
-	testsvc.Eventually(t, 60*time.Second, "the LISTEN connection terminated", func() bool {
-		var killed int
-		err := q.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE query = 'LISTEN "' || $1 || '"'`, channel).Scan(&killed)
-		return err == nil && killed == 1
-	})
-}
 
 // A commit while the Notifier reconnects sends a NOTIFY nobody hears; the relay
 // runs a round as soon as it listens again, instead of at the next poll. Polls
@@ -89,7 +35,7 @@ func TestRelayWakesAfterRelisten(t *testing.T) {
 	channel := testsvc.UniqueName("relisten_") // no other test's NOTIFY wakes it
 	n := idempg.NewNotifier(pool, channel)
 	t.Cleanup(n.Close)
-	g := newGatedNotifier(n)
+	g := testsvc.NewGatedNotifier(n)
 	sink := &memSink{}
 	inst := testsvc.UniqueName("relay_")
 	r, err := ob.Relay(sink, outbox.RelayConfig{PollInterval: time.Hour, Notifier: g, Instance: inst, Logger: slog.New(slog.DiscardHandler)})
@@ -107,9 +53,9 @@ func TestRelayWakesAfterRelisten(t *testing.T) {
 		var k int
 		return pool.QueryRow(ctx, "SELECT count(*) FROM idem_outbox_relays WHERE instance = $1", inst).Scan(&k) == nil && k == 1
 	})
-	killListener(t, ctx, pool, channel)
+	testsvc.KillListener(t, ctx, pool, channel)
 	select {
-	case <-g.failed:
+	case <-g.Failed():
 	case <-ctx.Done():
 		t.Fatal("the relay's Notifier did not see its connection fail")
 	}
@@ -119,7 +65,7 @@ func TestRelayWakesAfterRelisten(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	close(g.gate)
+	g.Release()
 	testsvc.Eventually(t, 60*time.Second, "the message committed while the notifier reconnected published", func() bool {
 		select {
 		case err := <-done:

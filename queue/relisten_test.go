@@ -3,7 +3,6 @@ package queue_test
 import (
 	"context"
 	"database/sql"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,41 +13,6 @@ import (
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/queue"
 )
-
-// gatedNotifier is an idempg.Notifier whose listening again, after its first
-// failed Wait, waits for the test: what the test commits meanwhile falls in the
-// gap where nobody listens.
-type gatedNotifier struct {
-	n      *idempg.Notifier
-	failed chan struct{} // closed at the first failed Wait
-	gate   chan struct{} // closed by the test: listening again may go on
-	once   sync.Once
-	down   atomic.Bool
-}
-
-func (g *gatedNotifier) hold(ctx context.Context) {
-	if g.down.Load() {
-		select {
-		case <-g.gate:
-		case <-ctx.Done():
-		}
-	}
-}
-
-func (g *gatedNotifier) Listen(ctx context.Context) error {
-	g.hold(ctx)
-	return g.n.Listen(ctx)
-}
-
-func (g *gatedNotifier) Wait(ctx context.Context) error {
-	g.hold(ctx)
-	err := g.n.Wait(ctx)
-	if err != nil && ctx.Err() == nil {
-		g.down.Store(true)
-		g.once.Do(func() { close(g.failed) })
-	}
-	return err
-}
 
 // A commit while the Notifier reconnects sends a NOTIFY nobody hears; the Source
 // claims as soon as it listens again, instead of at the next poll. Polls wait an
@@ -82,7 +46,7 @@ func TestSourceWakesAfterRelisten(t *testing.T) {
 	channel := testsvc.UniqueName("relisten_")
 	n := idempg.NewNotifier(pool, channel)
 	t.Cleanup(n.Close)
-	g := &gatedNotifier{n: n, failed: make(chan struct{}), gate: make(chan struct{})}
+	g := testsvc.NewGatedNotifier(n)
 	src := newSource(t, consumer, queue.SourceConfig{Topic: "relisten", Notifier: g, PollInterval: time.Hour, MinPollInterval: time.Hour})
 
 	before := finished.Load()
@@ -95,14 +59,9 @@ func TestSourceWakesAfterRelisten(t *testing.T) {
 		got <- ds
 	}()
 	testsvc.Eventually(t, 60*time.Second, "the Source's first claim", func() bool { return finished.Load() > before })
-	testsvc.Eventually(t, 60*time.Second, "the LISTEN connection terminated", func() bool {
-		var killed int
-		err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE query = 'LISTEN "' || $1 || '"'`, channel).Scan(&killed)
-		return err == nil && killed == 1
-	})
+	testsvc.KillListener(t, ctx, pool, channel)
 	select {
-	case <-g.failed:
+	case <-g.Failed():
 	case <-ctx.Done():
 		t.Fatal("the Source's Notifier did not see its connection fail")
 	}
@@ -112,7 +71,7 @@ func TestSourceWakesAfterRelisten(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	close(g.gate)
+	g.Release()
 	ds := <-got // ctx bounds it
 	if len(ds) != 1 || ds[0].Message.ID != "in-the-gap" {
 		t.Fatalf("Receive = %d deliveries, want the message committed while the notifier reconnected", len(ds))

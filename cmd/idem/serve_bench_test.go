@@ -1,12 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -32,53 +26,23 @@ const benchClients = 8
 //
 //	go test -run '^$' -bench BenchmarkServe -benchtime 30000x ./cmd/idem
 func BenchmarkServe(b *testing.B) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = io.WriteString(w, `{"id":"ord_1","status":"created"}`)
-	}))
-	b.Cleanup(up.Close)
-	upURL, _ := url.Parse(up.URL)
-	plain := httptest.NewServer(&httputil.ReverseProxy{
-		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(upURL); pr.SetXForwarded() },
-		Transport:  gateway.UpstreamTransport(time.Minute),
-		BufferPool: gateway.BufferPool,
-	})
-	b.Cleanup(plain.Close)
+	up, plain := testsvc.ProxyBaseline(b, gateway.UpstreamTransport(time.Minute), gateway.BufferPool)
 	dir := b.TempDir()
 	mem := startGateway(b, up.URL, "--store", "memory:")
 	sqlite := startGateway(b, up.URL, "--store", "sqlite:"+filepath.Join(dir, "gateway.db"))
 
-	targets := []struct{ name, url string }{
-		{"plain", plain.URL}, {"memory", "http://" + mem.addr}, {"sqlite", "http://" + sqlite.addr},
+	targets := []testsvc.Target{
+		{Name: "plain", URL: plain.URL}, {Name: "memory", URL: "http://" + mem.addr}, {Name: "sqlite", URL: "http://" + sqlite.addr},
 	}
-	const rounds = 3
-	elapsed := make([]time.Duration, len(targets))
-	cpu := make([]time.Duration, len(targets))
-	done := make([]int, len(targets))
-	b.ResetTimer()
-	for round := range rounds {
-		for i, tgt := range targets {
-			n := b.N / rounds
-			if round == rounds-1 {
-				n = b.N - 2*(b.N/rounds)
-			}
-			before := testsvc.ProcessCPU(b)
-			elapsed[i] += testsvc.PostKeys(b, tgt.url+"/orders", fmt.Sprintf("%s-%d", tgt.name, round), n, benchClients)
-			cpu[i] += testsvc.ProcessCPU(b) - before
-			done[i] += n
-		}
-	}
-	b.StopTimer()
+	loads := testsvc.LoadInTurns(b, benchClients, targets...)
 	rate := make([]float64, len(targets))
 	perReq := make([]float64, len(targets))
 	for i, tgt := range targets {
-		rate[i] = float64(done[i]) / elapsed[i].Seconds()
-		perReq[i] = float64(cpu[i].Microseconds()) / float64(done[i])
-		b.ReportMetric(rate[i], tgt.name+"_req/s")
+		rate[i] = loads[i].Rate()
+		perReq[i] = loads[i].CPUPerRequest()
+		b.ReportMetric(rate[i], tgt.Name+"_req/s")
 		if perReq[i] > 0 {
-			b.ReportMetric(perReq[i], tgt.name+"_cpu-µs/req")
+			b.ReportMetric(perReq[i], tgt.Name+"_cpu-µs/req")
 		}
 	}
 	b.ReportMetric(rate[1]/rate[0], "memory/plain")

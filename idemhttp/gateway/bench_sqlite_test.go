@@ -2,11 +2,7 @@ package gateway_test
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"path/filepath"
 	"testing"
@@ -27,20 +23,8 @@ import (
 //
 //	go test -run '^$' -bench GatewaySQLiteCost -benchtime 20000x ./idemhttp/gateway
 func BenchmarkGatewaySQLiteCost(b *testing.B) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = io.WriteString(w, `{"id":"ord_1","status":"created"}`)
-	}))
-	b.Cleanup(up.Close)
+	up, plain := testsvc.ProxyBaseline(b, gateway.UpstreamTransport(time.Minute), gateway.BufferPool)
 	upURL, _ := url.Parse(up.URL)
-	plain := httptest.NewServer(&httputil.ReverseProxy{
-		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(upURL); pr.SetXForwarded() },
-		Transport:  gateway.UpstreamTransport(time.Minute),
-		BufferPool: gateway.BufferPool,
-	})
-	b.Cleanup(plain.Close)
 	st, err := idemsqlite.Open(context.Background(), filepath.Join(b.TempDir(), "gateway.db"), idemsqlite.Config{})
 	if err != nil {
 		b.Fatal(err)
@@ -53,33 +37,15 @@ func BenchmarkGatewaySQLiteCost(b *testing.B) {
 	sqlite := httptest.NewServer(g)
 	b.Cleanup(sqlite.Close)
 
-	const rounds = 3
-	urls := []string{plain.URL, sqlite.URL}
-	var elapsed, cpu [2]time.Duration
-	var done [2]int
 	before := st.Stats()
-	b.ResetTimer()
-	for round := range rounds {
-		for i, u := range urls {
-			n := b.N / rounds
-			if round == rounds-1 {
-				n = b.N - 2*(b.N/rounds)
-			}
-			c0 := testsvc.ProcessCPU(b)
-			elapsed[i] += testsvc.PostKeys(b, u+"/orders", fmt.Sprintf("%d-%d", i, round), n, 8)
-			cpu[i] += testsvc.ProcessCPU(b) - c0
-			done[i] += n
-		}
-	}
-	b.StopTimer()
+	loads := testsvc.LoadInTurns(b, 8, testsvc.Target{Name: "plain", URL: plain.URL}, testsvc.Target{Name: "sqlite", URL: sqlite.URL})
 	after := st.Stats()
 	commits, ops := after.Commits-before.Commits, after.Ops-before.Ops
-	perReq := func(i int) float64 { return float64(cpu[i].Nanoseconds()) / 1e3 / float64(done[i]) }
-	b.ReportMetric(float64(done[0])/elapsed[0].Seconds(), "plain_req/s")
-	b.ReportMetric(float64(done[1])/elapsed[1].Seconds(), "sqlite_req/s")
-	b.ReportMetric(perReq(0), "plain_cpu-µs/req")
-	b.ReportMetric(perReq(1), "sqlite_cpu-µs/req")
-	b.ReportMetric(perReq(0)/perReq(1), "plain_cpu/sqlite_cpu")
-	b.ReportMetric(float64(commits)/float64(done[1]), "commits/req")
+	b.ReportMetric(loads[0].Rate(), "plain_req/s")
+	b.ReportMetric(loads[1].Rate(), "sqlite_req/s")
+	b.ReportMetric(loads[0].CPUPerRequest(), "plain_cpu-µs/req")
+	b.ReportMetric(loads[1].CPUPerRequest(), "sqlite_cpu-µs/req")
+	b.ReportMetric(loads[0].CPUPerRequest()/loads[1].CPUPerRequest(), "plain_cpu/sqlite_cpu")
+	b.ReportMetric(float64(commits)/float64(loads[1].Requests), "commits/req")
 	b.ReportMetric(float64(ops)/float64(max(commits, 1)), "calls/commit")
 }

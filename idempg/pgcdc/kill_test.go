@@ -7,13 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemhq/idem"
-	"github.com/idemhq/idem/idemnats"
-	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idempg/pgcdc"
-	"github.com/idemhq/idem/inbox"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -89,57 +84,15 @@ func TestKillBetweenPublishAndConfirm(t *testing.T) {
 	stop()
 
 	// The consumer: JetStream in strict order, the inbox deduplicating by position.
-	if _, err := b.pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT, payload TEXT)"); err != nil {
-		t.Fatal(err)
+	applied := b.applyWithLSN(t, len(all))
+	if applied.rows != n || applied.distinct != n || applied.handled != n {
+		t.Fatalf("ledger %d rows (%d distinct), handler ran %d times; want %d each (%d copies in the stream)", applied.rows, applied.distinct, applied.handled, n, copies)
 	}
-	txdb := idempg.TxDB(b.pool)
-	tracker, err := inbox.NewLSNTracker(ctx, txdb, inbox.LSNConfig{Scope: "ledger"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := idempg.New(ctx, b.pool, idempg.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := idemnats.NewSource(ctx, b.js, idemnats.SourceConfig{Stream: b.stream, Durable: "ledger", MaxAckPending: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	var handled atomic.Int32
-	c, err := inbox.New(ctx, src, txdb, store, func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
-		handled.Add(1)
-		_, err := tx.Exec(ctx, "INSERT INTO ledger VALUES ($1, $2)", m.Headers["x-id"], string(m.Payload))
-		return err
-	}, inbox.Config{Consumer: "ledger", BatchSize: 1}, inbox.WithLSN(tracker))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(cctx) }()
-	cons, err := b.js.Consumer(ctx, b.stream, "ledger")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testsvc.Eventually(t, 60*time.Second, "the consumer settling the whole stream", func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream == uint64(len(all))
-	})
-	cancel()
-	<-done
-	var rows, distinct, seqRows, keyRows int
-	b.pool.QueryRow(ctx, "SELECT COUNT(*), COUNT(DISTINCT msg_id) FROM ledger").Scan(&rows, &distinct)
-	b.pool.QueryRow(ctx, "SELECT COUNT(*) FROM idem_sequences").Scan(&seqRows)
-	b.pool.QueryRow(ctx, "SELECT COUNT(*) FROM idem_records").Scan(&keyRows)
-	if rows != n || distinct != n || int(handled.Load()) != n {
-		t.Fatalf("ledger %d rows (%d distinct), handler ran %d times; want %d each (%d copies in the stream)", rows, distinct, handled.Load(), n, copies)
-	}
-	if seqRows != 1 || keyRows != 0 {
-		t.Fatalf("%d watermark rows and %d key records; want 1 and 0", seqRows, keyRows)
+	if applied.watermarks != 1 || applied.keyRecords != 0 {
+		t.Fatalf("%d watermark rows and %d key records; want 1 and 0", applied.watermarks, applied.keyRecords)
 	}
 	source, _, _, _ := pgcdc.MessagePosition(all[0])
-	lsn, idx, ok, err := tracker.Watermark(ctx, source)
+	lsn, idx, ok, err := applied.tracker.Watermark(ctx, source)
 	if want := positionOf(t, all[len(all)-1]); !ok || err != nil || (position{lsn, idx}) != want {
 		t.Fatalf("watermark %s/%d (%v, %v), want the last message's %v", pgcdc.FormatLSN(lsn), idx, ok, err, want)
 	}

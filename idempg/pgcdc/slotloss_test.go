@@ -47,10 +47,17 @@ func (b *bundle) dropSlot(t *testing.T) {
 	})
 }
 
+// lsnApplied is what applyWithLSN's consumer left: the ledger's rows and distinct
+// IDs, the handler's runs, the watermark rows and key records, and the tracker,
+// to read its watermarks.
+type lsnApplied struct {
+	rows, distinct, handled, watermarks, keyRecords int
+	tracker                                         *inbox.LSNTracker[pgx.Tx]
+}
+
 // applyWithLSN runs an inbox deduplicating by position (inbox.WithLSN) over the
-// whole stream, in order, and returns the ledger's rows and distinct IDs and the
-// number of watermark rows.
-func (b *bundle) applyWithLSN(t *testing.T, streamLen int) (rows, distinct, watermarks int) {
+// whole stream, in order, until it settled all streamLen messages.
+func (b *bundle) applyWithLSN(t *testing.T, streamLen int) lsnApplied {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := b.pool.Exec(ctx, "CREATE TABLE ledger (msg_id TEXT, payload TEXT)"); err != nil {
@@ -70,7 +77,9 @@ func (b *bundle) applyWithLSN(t *testing.T, streamLen int) (rows, distinct, wate
 		t.Fatal(err)
 	}
 	defer src.Close()
+	var handled atomic.Int32
 	c, err := inbox.New(ctx, src, txdb, store, func(ctx context.Context, tx pgx.Tx, m idem.Message) error {
+		handled.Add(1)
 		_, err := tx.Exec(ctx, "INSERT INTO ledger VALUES ($1, $2)", m.Headers["x-id"], string(m.Payload))
 		return err
 	}, inbox.Config{Consumer: "ledger", BatchSize: 1}, inbox.WithLSN(tracker))
@@ -90,9 +99,11 @@ func (b *bundle) applyWithLSN(t *testing.T, streamLen int) (rows, distinct, wate
 	})
 	cancel()
 	<-done
-	b.pool.QueryRow(ctx, "SELECT COUNT(*), COUNT(DISTINCT msg_id) FROM ledger").Scan(&rows, &distinct)
-	b.pool.QueryRow(ctx, "SELECT COUNT(*) FROM idem_sequences").Scan(&watermarks)
-	return rows, distinct, watermarks
+	got := lsnApplied{handled: int(handled.Load()), tracker: tracker}
+	b.pool.QueryRow(ctx, "SELECT COUNT(*), COUNT(DISTINCT msg_id) FROM ledger").Scan(&got.rows, &got.distinct)
+	b.pool.QueryRow(ctx, "SELECT COUNT(*) FROM idem_sequences").Scan(&got.watermarks)
+	b.pool.QueryRow(ctx, "SELECT COUNT(*) FROM idem_records").Scan(&got.keyRecords)
+	return got
 }
 
 // A slot dropped while no relay runs, with outbox rows committed meanwhile: the
@@ -197,11 +208,11 @@ func TestSlotLostWhileStoppedIsRecovered(t *testing.T) {
 		t.Fatalf("restart: SlotLoss %+v, %d messages, last source %q", l, len(got), got[len(got)-1].Headers[pgcdc.HeaderSource])
 	}
 
-	rows, distinct, watermarks := b.applyWithLSN(t, 95)
-	if rows != 95 || distinct != 95 || watermarks != 2 {
-		t.Fatalf("the position-deduplicating consumer applied %d rows (%d distinct) with %d watermarks; want 95, 95, 2", rows, distinct, watermarks)
+	applied := b.applyWithLSN(t, 95)
+	if applied.rows != 95 || applied.distinct != 95 || applied.watermarks != 2 {
+		t.Fatalf("the position-deduplicating consumer applied %d rows (%d distinct) with %d watermarks; want 95, 95, 2", applied.rows, applied.distinct, applied.watermarks)
 	}
-	t.Logf("WithLSN consumer: %d applied, %d distinct, %d doubled", rows, distinct, rows-distinct)
+	t.Logf("WithLSN consumer: %d applied, %d distinct, %d doubled", applied.rows, applied.distinct, applied.rows-applied.distinct)
 }
 
 // A relay killed during the recovery, after the broker stored a batch of the gap
@@ -266,9 +277,8 @@ func TestSlotLossRecoveryKilledMidway(t *testing.T) {
 	if l := third.Health().SlotLoss; l.Source != all[len(all)-1].Headers[pgcdc.HeaderSource] || !strings.HasSuffix(l.Source, "@2") {
 		t.Fatalf("the resumed recovery changed the epoch: %+v", l)
 	}
-	rows, distinct, _ := b.applyWithLSN(t, len(all))
-	if rows != 50 || distinct != 50 {
-		t.Fatalf("the position-deduplicating consumer applied %d rows (%d distinct); want 50", rows, distinct)
+	if applied := b.applyWithLSN(t, len(all)); applied.rows != 50 || applied.distinct != 50 {
+		t.Fatalf("the position-deduplicating consumer applied %d rows (%d distinct); want 50", applied.rows, applied.distinct)
 	}
 }
 
