@@ -3,8 +3,6 @@ package idemnats
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/brokerkit"
@@ -38,10 +36,9 @@ type Source struct {
 	// held keeps the deliveries handed out and not yet settled from being
 	// redelivered: every third of AckWait it sends each an in-progress ack, until
 	// MaxExtension. It runs until Close.
-	held   brokerkit.Keeper[*settler]
-	stop   context.CancelFunc
-	ended  chan struct{} // closed when held's Run has returned
-	paused atomic.Int32  // PauseRenewals calls not yet resumed
+	held  brokerkit.Keeper[*settler]
+	stop  context.CancelFunc
+	ended chan struct{} // closed when held's Run has returned
 }
 
 // NewSource creates or updates the durable pull consumer cfg describes on js and
@@ -222,12 +219,8 @@ func (s *Source) Close() error {
 }
 
 // extend sends an in-progress ack for each of sts, which starts its AckWait
-// again; the keeper lets go of those that failed. While renewals are paused it
-// sends nothing.
+// again; the keeper lets go of those that failed.
 func (s *Source) extend(_ context.Context, sts []*settler) map[*settler]error {
-	if s.paused.Load() > 0 {
-		return nil
-	}
 	var failed map[*settler]error
 	for _, st := range sts {
 		if err := st.msg.InProgress(); err != nil {
@@ -259,11 +252,7 @@ func (s *Source) letGo(st *settler, err error) {
 // long GC) stops them: past AckWait, JetStream delivers them to another
 // consumer. It is for fault injection (idem verify's consumers paused past their
 // ack wait, tests). resume may be called more than once.
-func (s *Source) PauseRenewals() (resume func()) {
-	s.paused.Add(1)
-	var once sync.Once
-	return func() { once.Do(func() { s.paused.Add(-1) }) }
-}
+func (s *Source) PauseRenewals() (resume func()) { return s.held.Pause() }
 
 // giveBack Naks a message the source fetched but will not hand out.
 func (s *Source) giveBack(m jetstream.Msg) {

@@ -22,6 +22,11 @@ const (
 	// late Receive notices that its ctx was cancelled (a blocked command cannot be
 	// interrupted) and how often an idle source looks for entries to reclaim.
 	DefaultBlock = time.Second
+	// DefaultMaxExtension bounds how long a source keeps an unsettled delivery
+	// from being reclaimed; see StreamSourceConfig.MaxExtension.
+	DefaultMaxExtension = 30 * time.Minute
+	// maxExtension bounds StreamSourceConfig.MaxExtension.
+	maxExtension = 24 * time.Hour
 )
 
 // StreamSourceConfig configures a StreamSource. Stream and Group are required.
@@ -41,10 +46,18 @@ type StreamSourceConfig struct {
 	Consumer string
 	// MinIdle is how long a delivered entry may stay unacknowledged before any
 	// source of the group reclaims it (XAUTOCLAIM) and delivers it again: the
-	// entries of a dead or stuck consumer, and this source's own. It must be longer
-	// than a handler runs, or slow messages are processed twice (which the inbox
-	// makes harmless, but wasteful). Zero means DefaultMinIdle.
+	// entries of a dead or stuck consumer, and this source's own after a Nak. A
+	// delivery still unsettled is kept from it (MaxExtension), so it need not
+	// cover the longest handler. Zero means DefaultMinIdle.
 	MinIdle time.Duration
+	// MaxExtension stops the renewals of a delivery unsettled for this long: while
+	// a delivery is unsettled the source resets its idle time every third of
+	// MinIdle (XCLAIM … IDLE 0 JUSTID), so no source of the group reclaims it from a
+	// slow handler, or from an inbox batch run again after a database failure;
+	// past MaxExtension it is reclaimed after MinIdle, so a stuck handler does not
+	// hold its entry for ever. Zero means DefaultMaxExtension (30 minutes); at
+	// most 24 hours.
+	MaxExtension time.Duration
 	// Block is how long one XREADGROUP waits for new entries; see DefaultBlock.
 	// Whole milliseconds, 1ms at least. Zero means DefaultBlock.
 	Block time.Duration
@@ -61,6 +74,7 @@ func (cfg StreamSourceConfig) withDefaults() (StreamSourceConfig, error) {
 		cfg.Consumer = defaultConsumer()
 	}
 	cfg.MinIdle = cmp.Or(cfg.MinIdle, DefaultMinIdle)
+	cfg.MaxExtension = cmp.Or(cfg.MaxExtension, DefaultMaxExtension)
 	cfg.Block = cmp.Or(cfg.Block, DefaultBlock)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -79,6 +93,9 @@ func (cfg StreamSourceConfig) validate() error {
 	case cfg.MinIdle < time.Millisecond:
 		return &idem.InputError{Field: "StreamSourceConfig.MinIdle", Reason: fmt.Sprintf("is below 1ms (got %v)", cfg.MinIdle),
 			Fix: "leave it zero for the default 30s, or set it above the longest handler run"}
+	case cfg.MaxExtension < 0 || cfg.MaxExtension > maxExtension:
+		return &idem.InputError{Field: "StreamSourceConfig.MaxExtension", Reason: fmt.Sprintf("is outside 0..24h (got %v)", cfg.MaxExtension),
+			Fix: "leave it zero for 30 minutes, or the longest a handler may rightly hold an entry"}
 	case cfg.Block < time.Millisecond:
 		return &idem.InputError{Field: "StreamSourceConfig.Block", Reason: fmt.Sprintf("is below 1ms (got %v)", cfg.Block),
 			Fix: "leave it zero for the default 1s (Redis reads BLOCK 0 as wait forever)"}

@@ -59,6 +59,7 @@ func TestStreamConfigValidation(t *testing.T) {
 		{"StreamSourceConfig.Stream", newSourceErr(client, with(func(c *idemredis.StreamSourceConfig) { c.Stream = "" }))},
 		{"StreamSourceConfig.Group", newSourceErr(client, with(func(c *idemredis.StreamSourceConfig) { c.Group = "" }))},
 		{"StreamSourceConfig.MinIdle", newSourceErr(client, with(func(c *idemredis.StreamSourceConfig) { c.MinIdle = -time.Second }))},
+		{"StreamSourceConfig.MaxExtension", newSourceErr(client, with(func(c *idemredis.StreamSourceConfig) { c.MaxExtension = -time.Second }))},
 		{"StreamSourceConfig.Block", newSourceErr(client, with(func(c *idemredis.StreamSourceConfig) { c.Block = time.Microsecond }))},
 		{"max", func() error {
 			src, err := idemredis.NewStreamSource(client, ok)

@@ -27,7 +27,7 @@ var _ idem.Settler = (*streamSettler)(nil)
 // (after a reclaim by another consumer) is not an error; a second settle of the
 // delivery returns idem.ErrSettled.
 func (st *streamSettler) Ack(ctx context.Context) error {
-	if !st.once.Begin() {
+	if !st.begin() {
 		return brokerkit.Settled("idemredis", "ack", st.id)
 	}
 	s := st.src
@@ -42,7 +42,7 @@ func (st *streamSettler) Ack(ctx context.Context) error {
 // time set so that XAUTOCLAIM takes it again after delay (see StreamSource). A
 // negative delay counts as zero.
 func (st *streamSettler) Nak(ctx context.Context, delay time.Duration) error {
-	if !st.once.Begin() {
+	if !st.begin() {
 		return brokerkit.Settled("idemredis", "nak", st.id)
 	}
 	err := st.src.nak(ctx, st.id, max(delay, 0))
@@ -50,6 +50,17 @@ func (st *streamSettler) Nak(ctx context.Context, delay time.Duration) error {
 		st.once.Undo()
 	}
 	return err
+}
+
+// begin claims the delivery's settle (false: another settle has it). From then
+// the source no longer keeps the entry from being reclaimed: if the settle fails,
+// it is reclaimed after MinIdle unless a retry settles it.
+func (st *streamSettler) begin() bool {
+	if !st.once.Begin() {
+		return false
+	}
+	st.src.held.Remove(st)
+	return true
 }
 
 func (s *StreamSource) nak(ctx context.Context, id string, delay time.Duration) error {
@@ -164,7 +175,11 @@ func (s *StreamSource) refreshDeferred(ctx context.Context) error {
 // stays listed, empty once they are reclaimed (remove it with XGROUP DELCONSUMER).
 // Close sends that one command, bounded by 5s; it is idempotent.
 func (s *StreamSource) Close() error {
-	if s.closed.Swap(true) || !s.touched.Load() {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.stopKeeping()
+	if !s.touched.Load() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)

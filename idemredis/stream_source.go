@@ -23,6 +23,14 @@ import (
 // or never settled. Then it reads new entries (XREADGROUP >), waiting at most Block
 // at a time so that a cancelled ctx is noticed within Block. Ack is XACK.
 //
+// While a delivery is unsettled the source resets its entry's idle time every
+// third of MinIdle (XCLAIM … IDLE 0 JUSTID, one command for all of them), up to
+// StreamSourceConfig.MaxExtension (30 minutes), so no source of the group
+// reclaims it from a slow handler or from an inbox batch run again after a
+// database failure, while a consumer that dies or stalls loses its entries within
+// about MinIdle. The first settle ends it (a settle that fails leaves the entry to
+// MinIdle), and so does Close; PauseRenewals stops it for fault injection.
+//
 // Its Features, and why:
 //
 //   - Dedup false: Redis appends every XADD, so a republished message is a second
@@ -60,6 +68,14 @@ type StreamSource struct {
 	ready  bool          // the group exists
 	cursor string        // where the next XAUTOCLAIM scan of the pending list starts
 
+	// held keeps the entries handed out and not yet settled from being reclaimed:
+	// every third of MinIdle it resets their idle time, until MaxExtension. It
+	// runs from the first delivery until Close.
+	held      brokerkit.Keeper[*streamSettler]
+	keepOnce  sync.Once
+	stopKeep  context.CancelFunc // nil until the keeper runs
+	keepEnded chan struct{}      // closed when the keeper has returned
+
 	mu       sync.Mutex
 	claimAt  time.Time            // when to look for idle entries again
 	nakDue   []time.Time          // when entries nak'ed for up to MinIdle become reclaimable
@@ -86,16 +102,86 @@ func NewStreamSource(client redis.UniversalClient, cfg StreamSourceConfig) (*Str
 	if err != nil {
 		return nil, err
 	}
-	return &StreamSource{
-		client:   client,
-		cfg:      cfg,
-		drop:     redis.NewScript(dropConsumerLua),
-		interval: min(cfg.Block, cfg.MinIdle),
-		turn:     make(chan struct{}, 1),
-		cursor:   "0-0",
-		deferred: make(map[string]time.Time),
-	}, nil
+	s := &StreamSource{
+		client:    client,
+		cfg:       cfg,
+		drop:      redis.NewScript(dropConsumerLua),
+		interval:  min(cfg.Block, cfg.MinIdle),
+		turn:      make(chan struct{}, 1),
+		cursor:    "0-0",
+		deferred:  make(map[string]time.Time),
+		keepEnded: make(chan struct{}),
+	}
+	s.held = brokerkit.Keeper[*streamSettler]{Every: cfg.MinIdle / 3, Margin: cfg.MinIdle, Lease: cfg.MinIdle,
+		MaxExtension: cfg.MaxExtension, Extend: s.extend, LetGo: s.letGo}
+	return s, nil
 }
+
+// keep starts keeping st from being reclaimed, and the keeper with the source's
+// first delivery (NewStreamSource starts nothing). After Close it does nothing.
+func (s *StreamSource) keep(st *streamSettler, now time.Time) {
+	s.keepOnce.Do(func() {
+		if s.closed.Load() {
+			close(s.keepEnded)
+			return
+		}
+		var ctx context.Context
+		ctx, s.stopKeep = context.WithCancel(context.Background())
+		go func() {
+			defer close(s.keepEnded)
+			s.held.Run(ctx)
+		}()
+	})
+	if !s.closed.Load() {
+		s.held.Add(st, now, now.Add(s.cfg.MinIdle))
+	}
+}
+
+// stopKeeping stops the keeper, if it runs, and forgets what it kept.
+func (s *StreamSource) stopKeeping() {
+	s.keepOnce.Do(func() { close(s.keepEnded) }) // never started: nothing to stop
+	if s.stopKeep != nil {
+		s.stopKeep()
+	}
+	<-s.keepEnded
+	s.held.Drain()
+}
+
+// extend resets the idle time of sts' entries in one XCLAIM, so no source of the
+// group reclaims them; the keeper lets go of them all if it fails.
+func (s *StreamSource) extend(ctx context.Context, sts []*streamSettler) map[*streamSettler]error {
+	ids := make([]string, len(sts))
+	for i, st := range sts {
+		ids[i] = st.id
+	}
+	err := s.setIdle(ctx, s.client, 0, ids...).Err()
+	if err == nil {
+		return nil
+	}
+	failed := make(map[*streamSettler]error, len(sts))
+	for _, st := range sts {
+		failed[st] = err
+	}
+	return failed
+}
+
+// letGo warns of a delivery no longer kept from being reclaimed.
+func (s *StreamSource) letGo(st *streamSettler, err error) {
+	if err == nil {
+		s.cfg.Logger.Warn("idemredis: a delivery is unsettled after StreamSourceConfig.MaxExtension; it is no longer kept and is reclaimed after MinIdle",
+			"stream", s.cfg.Stream, "group", s.cfg.Group, "entry", st.id, "max_extension", s.cfg.MaxExtension)
+		return
+	}
+	s.cfg.Logger.Warn("idemredis: resetting the idle time of an unsettled delivery failed; another source may reclaim it after MinIdle",
+		"stream", s.cfg.Stream, "group", s.cfg.Group, "entry", st.id, "error", err)
+}
+
+// PauseRenewals stops the idle-time resets of the source's unsettled deliveries
+// until resume is called, as a paused process stops them: past MinIdle, another
+// source of the group reclaims them. It is for fault injection (idem verify's
+// consumers paused past their ack wait, tests). resume may be called more than
+// once.
+func (s *StreamSource) PauseRenewals() (resume func()) { return s.held.Pause() }
 
 // Features implements idem.FeatureReporter; the type's doc gives the reasons.
 func (s *StreamSource) Features() idem.Features { return streamFeatures() }
@@ -307,5 +393,7 @@ func (s *StreamSource) delivery(ctx context.Context, x redis.XMessage, attempt i
 		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemredis: malformed stream entry: "+problem,
 			slog.String("stream", s.cfg.Stream), slog.String("entry", x.ID), slog.String("id", m.ID))
 	}
-	return idem.Delivery{Message: m, Attempt: attempt, Position: x.ID, Settler: &streamSettler{src: s, id: x.ID}}
+	st := &streamSettler{src: s, id: x.ID}
+	s.keep(st, time.Now())
+	return idem.Delivery{Message: m, Attempt: attempt, Position: x.ID, Settler: st}
 }

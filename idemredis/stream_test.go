@@ -134,7 +134,8 @@ func TestStreamDeadConsumerReclaimed(t *testing.T) {
 		streamPublish(t, b.sink, idem.Message{ID: fmt.Sprint("m", i), Topic: b.stream})
 	}
 	dead := b.source(t, idemredis.StreamSourceConfig{Consumer: "dead"})
-	first := streamReceive(t, dead, 3) // and it crashes: no ack, no Close
+	first := streamReceive(t, dead, 3) // and it crashes: no ack, no Close,
+	dead.PauseRenewals()               // and no more resets of their idle time
 
 	alive := b.source(t, idemredis.StreamSourceConfig{Consumer: "alive"})
 	again := streamReceive(t, alive, 3)

@@ -370,3 +370,26 @@ func deliveriesOf(msgs []idem.Message) []idem.Delivery {
 	}
 	return out
 }
+
+// HeldIsKept checks the promise of a source that renews its unsettled deliveries
+// (JetStream's in-progress acks, Redis Streams' idle resets): a delivery handed
+// out and not settled is not delivered again to a competing source of the group
+// while its source lives, held past twice env.Redelivery, the broker's wait before
+// it redelivers. Give env a Redelivery of a few seconds: the source renews every
+// third of it, and a machine stalled for most of one would fail the check.
+func HeldIsKept(t *testing.T, env BrokerEnv) {
+	t.Helper()
+	Publish(t, env.Sink, brokerMsg(env, 1))
+	got := Receive(t, env.NewSource(t), 1, env.wait())
+	if len(got) != 1 {
+		t.Fatalf("received %d of 1", len(got))
+	}
+	rival := env.NewSource(t)
+	for start := time.Now(); time.Since(start) < 2*env.Redelivery; {
+		if again := Receive(t, rival, 1, env.Redelivery/4); len(again) != 0 {
+			t.Fatalf("held unsettled for %v (the broker redelivers after %v), %s was delivered again to a competing source",
+				time.Since(start).Round(time.Millisecond), env.Redelivery, again[0].ID)
+		}
+	}
+	Ack(t, got...)
+}

@@ -34,12 +34,11 @@ type Config struct {
 	// the key store or the commit (a connection cut, a failover, a deadlock; not a
 	// handler error) is kept and run again in process, waiting Backoff between
 	// runs, before its messages are handed back to the broker. Meanwhile the
-	// source is not read. The sources of JetStream, Pub/Sub, SQS and the database
-	// queue keep the held messages from redelivery meanwhile (they renew every
-	// unsettled delivery); on Redis Streams keep it below the claim idle time
-	// (StreamSourceConfig.MinIdle), or the held messages are claimed again
-	// meanwhile (harmless, but each is one more delivery). Default 5 s; at most
-	// 10 minutes; negative hands a failed batch back at once.
+	// source is not read. The sources of idem's adapters keep the held messages
+	// from redelivery meanwhile: JetStream, Redis Streams, Pub/Sub, SQS and the
+	// database queue renew every unsettled delivery (up to their MaxExtension),
+	// and Kafka and RabbitMQ redeliver only when the consumer leaves. Default 5 s;
+	// at most 10 minutes; negative hands a failed batch back at once.
 	TxRetryWindow time.Duration
 	// Key returns the idempotency key of a message. Default: Message.ID, the broker's
 	// message id. Derive it from the payload (an order id) when producers reuse no

@@ -9,8 +9,9 @@ import (
 )
 
 // Keeper is the lease keeper of a source whose broker hides a delivery for a while
-// (Pub/Sub's ack deadline, SQS's visibility timeout) and hands it to another
-// consumer once that passes. While a delivery is unsettled, Run extends its
+// (Pub/Sub's ack deadline, SQS's visibility timeout, JetStream's AckWait, the idle
+// time after which Redis Streams lets a group reclaim an entry) and hands it to
+// another consumer once that passes. While a delivery is unsettled, Run extends its
 // deadline to Lease from now shortly before it passes, so a slow handler does not
 // see its message redelivered; no extension reaches past MaxExtension after the
 // delivery was received, and then the keeper lets go (the broker redelivers, and
@@ -37,6 +38,7 @@ type Keeper[K comparable] struct {
 
 	mu     sync.Mutex
 	leases map[K]*lease
+	paused int // Pause calls not yet resumed: looks extend nothing
 }
 
 // lease is one unsettled delivery's deadline at the broker.
@@ -84,6 +86,24 @@ func (kp *Keeper[K]) Drain() []K {
 	return keys
 }
 
+// Pause stops the extensions until resume is called, as a paused process stops
+// them: past their deadlines the broker hands the deliveries to another consumer.
+// It is for fault injection (the sources' PauseRenewals). resume may be called
+// more than once; the extensions start again at the next look.
+func (kp *Keeper[K]) Pause() (resume func()) {
+	kp.mu.Lock()
+	kp.paused++
+	kp.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			kp.mu.Lock()
+			kp.paused--
+			kp.mu.Unlock()
+		})
+	}
+}
+
 // Run extends the leases every Every until ctx ends.
 func (kp *Keeper[K]) Run(ctx context.Context) {
 	wait.Every(ctx, kp.Every, func() { kp.look(ctx) })
@@ -94,6 +114,10 @@ func (kp *Keeper[K]) look(ctx context.Context) {
 	now := time.Now()
 	var due, done []K
 	kp.mu.Lock()
+	if kp.paused > 0 {
+		kp.mu.Unlock()
+		return
+	}
 	for k, l := range kp.leases {
 		switch {
 		case now.Add(kp.Lease).Sub(l.received) > kp.MaxExtension:

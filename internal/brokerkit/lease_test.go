@@ -56,3 +56,31 @@ func TestKeeper(t *testing.T) {
 		t.Fatalf("Drain = %v, leaving %d", got, kp.Len())
 	}
 }
+
+// TestKeeperPause: while paused the keeper extends nothing, however many looks
+// pass (counted by the looks themselves); resumed, it extends again.
+func TestKeeperPause(t *testing.T) {
+	extended := make(chan string, 100)
+	kp := &Keeper[string]{Every: time.Millisecond, Margin: time.Hour, Lease: time.Minute, MaxExtension: time.Hour,
+		Extend: func(_ context.Context, keys []string) map[string]error {
+			for _, k := range keys {
+				extended <- k
+			}
+			return nil
+		}}
+	now := time.Now()
+	kp.Add("held", now, now)
+	resume := kp.Pause()
+	for range 20 {
+		kp.look(context.Background())
+	}
+	if len(extended) != 0 {
+		t.Fatalf("%d extensions while paused, want none", len(extended))
+	}
+	resume()
+	resume() // a second call changes nothing
+	kp.look(context.Background())
+	if len(extended) != 1 || <-extended != "held" {
+		t.Fatal("no extension after resume")
+	}
+}

@@ -95,7 +95,7 @@ func openRedisBroker(ctx context.Context, b *Broker, raw, run string) error {
 			c.Close()
 			return nil, err
 		}
-		return &ownedSource{s, closer{[]func() error{c.Close}}}, nil
+		return keepingSource{&ownedSource{s, closer{[]func() error{c.Close}}}, s}, nil
 	}
 	return nil
 }
