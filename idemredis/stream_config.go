@@ -14,9 +14,10 @@ import (
 
 // Defaults of StreamSourceConfig.
 const (
-	// DefaultMinIdle is how long an entry stays pending with one consumer before
-	// another may take it over: longer than a handler usually runs, short enough that
-	// a crashed consumer's messages are not held up for long.
+	// DefaultMinIdle is how long an entry stays pending with a consumer that no
+	// longer renews it (dead, stalled, cut off, or past MaxExtension) before
+	// another may take it over: short enough that a crashed consumer's messages are
+	// not held up for long.
 	DefaultMinIdle = 30 * time.Second
 	// DefaultBlock is how long one XREADGROUP waits for new entries. It bounds how
 	// late Receive notices that its ctx was cancelled (a blocked command cannot be
