@@ -235,17 +235,23 @@ func TestVerifyHoldsOnPostgres(t *testing.T) {
 }
 
 // fewRedeliveries fails t when the broker delivered the run's messages more than
-// twice each on average: a cut database connection must cost a held batch run
-// again (inbox Config.TxRetryWindow) and a failed round marked afterwards (the
-// outbox relay), not every message of the batch or round delivered again (2.39 with
-// both off). The bound is 2, not the issue's 1.5: the run's other faults (relay
-// kills after publish, the broker's 1 s ack wait on a loaded machine) add copies the
-// database does not cause; a clean-clone CI run met 1.60. inbox's
+// 1.5 times each on average (issue 38's bound), not counting the delivery each lost
+// ack the run injects must add: a cut database connection must cost a held batch
+// run again (inbox Config.TxRetryWindow) and a failed round marked afterwards (the
+// outbox relay), not every message of the batch or round delivered again (2.39 in
+// all with both off), and a batch held through an outage or a slow transaction is
+// renewed by its source, not redelivered to another consumer after the broker's 1 s
+// ack wait (a clean-clone CI run met 1.60 in all before). inbox's
 // TestCutConnectionKeepsTheBatch proves the mechanism exactly.
 func fewRedeliveries(t *testing.T, r *verify.Report) {
 	t.Helper()
-	if d := r.DeliveriesPerOrder(); d > 2 {
-		t.Errorf("%.2f broker deliveries per order (%d database cuts), want at most 2: %+v", d, r.Faults[verify.FaultDBCut], r.Rows)
+	row := rows(t, r)[verify.BoundaryInbox]
+	distinct := float64(row.Attempts - row.DuplicatesDelivered)
+	d := r.DeliveriesPerOrder() - float64(r.Faults[chaos.FaultLostAck])/distinct
+	t.Logf("%.2f broker deliveries per order, %.2f less the lost acks' (%d database cuts)", r.DeliveriesPerOrder(), d, r.Faults[verify.FaultDBCut])
+	if d > 1.5 {
+		t.Errorf("%.2f broker deliveries per order beyond the lost acks' (%d database cuts, %d lost acks), want at most 1.5: %+v",
+			d, r.Faults[verify.FaultDBCut], r.Faults[chaos.FaultLostAck], r.Rows)
 	}
 }
 
