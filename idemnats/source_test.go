@@ -10,7 +10,6 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemnats"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestDeliveryFields: what a consumer sees of a published message, without the
@@ -242,19 +241,7 @@ func TestPrefetch(t *testing.T) {
 	stream, prefix := newStream(t, js)
 	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(prefix)[:20]...)
 	ctx := context.Background()
-	info := func(stream, durable string) *jetstream.ConsumerInfo {
-		t.Helper()
-		cons, err := js.Consumer(ctx, stream, durable)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := cons.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info
-	}
-	pending := func(durable string) int { return info(stream, durable).NumAckPending }
+	pending := func(durable string) int { return consumerInfo(t, js, stream, durable).NumAckPending }
 
 	cfg := idemnats.SourceConfig{Stream: stream, Durable: "pre", AckWait: time.Minute, Prefetch: true}
 	src := openSource(t, js, cfg)
@@ -305,14 +292,14 @@ func TestPrefetch(t *testing.T) {
 		t.Fatalf("Receive on an empty stream = %v, want its context's deadline", err)
 	}
 	cancel()
-	for deadline := time.Now().Add(30 * time.Second); info(idleStream, "idle").NumWaiting != 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); consumerInfo(t, js, idleStream, "idle").NumWaiting != 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the empty pull request is still waiting after 30s (FetchWait 50ms)")
 		}
 	}
 	publish(t, newSink(t, js, idemnats.SinkConfig{}), hundred(idlePrefix)[:1]...)
 	time.Sleep(300 * time.Millisecond) // six FetchWaits: time for a chained request to take it
-	if ci := info(idleStream, "idle"); ci.NumAckPending != 0 || ci.NumWaiting != 0 {
+	if ci := consumerInfo(t, js, idleStream, "idle"); ci.NumAckPending != 0 || ci.NumWaiting != 0 {
 		t.Errorf("idle source: %d delivered, %d pull requests waiting; want 0 and 0 until the next Receive", ci.NumAckPending, ci.NumWaiting)
 	}
 	ackAll(t, receiveN(t, idle, 1)...)
