@@ -149,6 +149,14 @@ func TestSafety(t *testing.T) {
 	eventually(t, "beta to drop the copy of msg-0013 as a duplicate", func() bool {
 		return deliveries(t, beta)["beta"].Duplicates >= 1
 	})
+	// The inbox counts a delivery once it is settled, after its commit: the
+	// ledger can hold a message its counter does not yet.
+	eventually(t, "alpha to count its last deliveries", func() bool {
+		return deliveries(t, alpha)["alpha"].Processed >= n-1
+	})
+	eventually(t, "beta to count its last deliveries", func() bool {
+		return deliveries(t, beta)["beta"].Processed >= n
+	})
 	waitPublished(t, f)
 
 	clk.set(past())
