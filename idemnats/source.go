@@ -96,7 +96,9 @@ func (s *Source) MessagingSystem() string { return "nats" }
 
 // Receive returns up to max deliveries, blocking until at least one is available
 // or ctx ends (then it returns ctx.Err()). Each delivery must be settled with Ack
-// after its effect committed, or Nak; one left unsettled comes back after AckWait.
+// after its effect committed, or Nak. One left unsettled is kept from redelivery
+// while the source is open, up to SourceConfig.MaxExtension, and comes back after
+// AckWait once the source closes (or its process dies).
 func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) {
 	if err := brokerkit.CheckMax(max); err != nil {
 		return nil, err

@@ -20,7 +20,7 @@ import (
 //
 // Receive first reclaims entries that have been pending for MinIdle or longer
 // (XAUTOCLAIM): those of consumers that died or stalled, its own that were nak'ed
-// or never settled. Then it reads new entries (XREADGROUP >), waiting at most Block
+// or were held past MaxExtension. Then it reads new entries (XREADGROUP >), waiting at most Block
 // at a time so that a cancelled ctx is noticed within Block. Ack is XACK.
 //
 // While a delivery is unsettled the source resets its entry's idle time every

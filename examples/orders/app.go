@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -85,7 +86,8 @@ type App struct {
 // Open opens the database and the broker, creates the tables and the stream, and
 // starts listening; Run then serves.
 func Open(ctx context.Context, cfg Config) (_ *App, err error) {
-	a := &App{cfg: cfg.withDefaults(), faults: &faults{on: cfg.DemoFaults}}
+	a := &App{cfg: cfg.withDefaults()}
+	a.faults = &faults{on: cfg.DemoFaults, ackWait: cmp.Or(a.cfg.AckWait, idemnats.DefaultAckWait)}
 	defer func() {
 		if err != nil {
 			a.Close()

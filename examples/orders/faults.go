@@ -24,7 +24,8 @@ import (
 // They also count what the consumer received and the worker tried, for the
 // demo's report. Off, they change nothing.
 type faults struct {
-	on bool
+	on      bool
+	ackWait time.Duration // JetStream's: when a lost ack's message comes back
 
 	mu           sync.Mutex
 	ackLost      string         // the order whose ack was lost
@@ -118,7 +119,9 @@ func (s *lossySource) Receive(ctx context.Context, max int) ([]idem.Delivery, er
 }
 
 // lossySettler loses the ack of the delivery it was made to lose: the broker
-// never hears of it and delivers the message again after its ack wait.
+// never hears of it and delivers the message again after its ack wait. The loss
+// is a Nak of that wait, since the source, which keeps a delivery from redelivery
+// until its first settle, would keep one that was never settled.
 type lossySettler struct {
 	idem.Settler
 	f     *faults
@@ -128,6 +131,7 @@ type lossySettler struct {
 
 func (s *lossySettler) Ack(ctx context.Context) error {
 	if s.lose {
+		_ = s.Settler.Nak(ctx, s.f.ackWait)
 		return nil
 	}
 	err := s.Settler.Ack(ctx)
