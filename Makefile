@@ -11,7 +11,7 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 .PHONY: test proof vet lint services bench bench-stores fmt tidy release image image-smoke
 
 test: services vet lint
-	IDEM_REQUIRE_SERVICES=1 IDEM_SCREENSHOT_DIR=$(CURDIR)/test-output $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	IDEM_REQUIRE_SERVICES=1 IDEM_SCREENSHOT_DIR=$(CURDIR)/test-output $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # The broker adapters' exactly-once proofs (inboxtest.Proof) at the full figure,
 # 10,000 messages each delivered at least twice; `make test` runs them with 3,000.
