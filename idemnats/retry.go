@@ -21,6 +21,9 @@ import (
 //     (a mistake, reported at once with the fix).
 //   - "JetStream system temporarily unavailable" and other 503 API errors: no meta
 //     or stream leader yet. Retried.
+//   - "duplicate message id is in process" (409): the retry of a publish whose
+//     PubAck was lost reached a leader still proposing the first copy. Retried:
+//     once that copy is stored, the retry is answered as a duplicate.
 //   - the connection reconnecting to another node. Retried; a closed connection
 //     is not.
 //   - an Ack (double ack) not confirmed: it may have been applied; acking again is
@@ -32,6 +35,10 @@ import (
 //
 // Retries back off from retryFirst to retryMax and stop after the configured
 // budget (SinkConfig.RetryTimeout, AckWait for acks); the last error is returned.
+
+// jsDuplicateInProcess is the server's JSStreamDuplicateMessageConflict (409,
+// "duplicate message id is in process"); nats.go has no constant for it.
+const jsDuplicateInProcess jetstream.ErrorCode = 10158
 
 const (
 	retryFirst = 25 * time.Millisecond
@@ -58,7 +65,9 @@ func transient(ctx context.Context, err error) bool {
 		errors.Is(err, jetstream.ErrServerShutdown):
 		return true
 	case errors.As(err, &apiErr):
-		return apiErr.Code == 503 // JetStream system temporarily unavailable, no leader
+		// 503: JetStream system temporarily unavailable, no leader. 409 with
+		// jsDuplicateInProcess: the same Nats-Msg-Id is being stored.
+		return apiErr.Code == 503 || apiErr.ErrorCode == jsDuplicateInProcess
 	}
 	return false
 }
