@@ -61,9 +61,14 @@ func TestUnknownCommandAndBadFlags(t *testing.T) {
 	}
 }
 
+// verifyReport runs idem verify with args and returns its report. The wait for
+// the flow to settle is bounded by 10 minutes unless args say otherwise: a bound
+// for a hang, not a figure (a run settles as soon as it can; the CLI's 2-minute
+// default was passed by a sound run beside the rest of CI on a loaded machine,
+// every order applied and the payments and pushes still catching up).
 func verifyReport(t *testing.T, ops int, args ...string) (*verify.Report, error) {
 	t.Helper()
-	stdout, stderr, err := run(t, append([]string{"verify", "--json", "--ops", strconv.Itoa(ops), "--seed", "7"}, args...)...)
+	stdout, stderr, err := run(t, append([]string{"verify", "--json", "--ops", strconv.Itoa(ops), "--seed", "7", "--timeout", "10m"}, args...)...)
 	var r verify.Report
 	if jerr := json.Unmarshal([]byte(stdout), &r); jerr != nil {
 		t.Fatalf("verify %v: %v; stdout %q stderr %q", args, err, stdout, stderr)

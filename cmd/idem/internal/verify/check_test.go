@@ -56,8 +56,13 @@ func TestReportVerdict(t *testing.T) {
 		// A run that timed out says so, beside the effects it counts as lost.
 		{"unsettled", []Row{{Boundary: BoundaryPayment, Lost: 3}}, 3, false, "did not settle in time, 3 step(s) pending"},
 		{"unsettled note", []Row{{Boundary: BoundaryPayment, Lost: 3}}, 3, false, "run again with a longer --timeout"},
+		// ... and which step had not caught up.
+		{"unsettled steps", []Row{{Boundary: BoundaryPayment, Lost: 3}}, 3, false, "3 step(s) pending (0 unpublished, 0 unapplied, 1 unpaid, 2 unshown)"},
 	} {
 		r := &Report{Rows: tc.rows, Unsettled: tc.unsettled, Faults: map[string]int{}}
+		if tc.unsettled > 0 {
+			r.Pending = &Pending{Unpaid: 1, Unshown: tc.unsettled - 1}
+		}
 		var out bytes.Buffer
 		if err := r.WriteTable(&out); err != nil {
 			t.Fatal(err)

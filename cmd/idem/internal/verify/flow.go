@@ -304,14 +304,16 @@ func (f *Flow) Run(ctx context.Context) (*Report, error) {
 		settled = r.settle(ctx, time.Now())
 	}
 	elapsed := time.Since(start)
-	unsettled := 0
+	var pending *Pending
 	if !settled {
-		unsettled, _ = r.pending(context.WithoutCancel(ctx)) // before stop, so the count is of this moment
+		if b, err := r.backlog(context.WithoutCancel(ctx)); err == nil { // before stop, so the count is of this moment
+			pending = &b
+		}
 	}
 	stop()
 	rep, err := r.report(ctx, intents, elapsed)
-	if rep != nil {
-		rep.Unsettled = unsettled
+	if rep != nil && pending != nil {
+		rep.Unsettled, rep.Pending = pending.Total(), pending
 	}
 	return rep, err
 }

@@ -65,8 +65,10 @@ type Report struct {
 	// Flow.Timeout: orders unpublished, unapplied, unpaid or unshown, each step once.
 	// The "lost" counts include them; a longer timeout tells a slow machine from a
 	// loss.
-	Unsettled int           `json:"unsettled,omitempty"`
-	Elapsed   time.Duration `json:"elapsed_ns"`
+	Unsettled int `json:"unsettled,omitempty"`
+	// Pending is Unsettled by step: which step of the flow had not caught up.
+	Pending *Pending      `json:"pending,omitempty"`
+	Elapsed time.Duration `json:"elapsed_ns"`
 	// BrokerLoss is Flow.BrokerLoss: the fraction of messages the broker
 	// acknowledged and lost.
 	BrokerLoss float64 `json:"broker_loss,omitempty"`
@@ -224,8 +226,8 @@ func (r *Report) WriteResults(w io.Writer) error {
 		notes = append(notes, fmt.Sprintf("%d message(s) in the dead-letter table", r.DeadLetters))
 	}
 	if r.Unsettled > 0 {
-		notes = append(notes, fmt.Sprintf("the flow did not settle within the timeout: %d step(s) of orders (publish, apply, pay, show) were still pending "+
-			"and count as lost above; on a slow or loaded machine, run again with a longer --timeout", r.Unsettled))
+		notes = append(notes, fmt.Sprintf("the flow did not settle within the timeout: %d step(s) of orders (publish, apply, pay, show) were still pending%s "+
+			"and count as lost above; on a slow or loaded machine, run again with a longer --timeout", r.Unsettled, r.Pending.paren()))
 	}
 	for _, n := range notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -273,7 +275,7 @@ func (r *Report) refused() int {
 func (r *Report) failures() []string {
 	var out []string
 	if r.Unsettled > 0 {
-		out = append(out, fmt.Sprintf("did not settle in time, %d step(s) pending", r.Unsettled))
+		out = append(out, fmt.Sprintf("did not settle in time, %d step(s) pending%s", r.Unsettled, r.Pending.paren()))
 	}
 	for _, row := range r.Rows {
 		if row.Lost > 0 {

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/idemhq/idem/internal/wait"
@@ -27,7 +28,7 @@ func (r *run) settle(ctx context.Context, since time.Time) bool {
 			last, lastChange = n, time.Now()
 		}
 		b, err := r.backlog(ctx)
-		if err == nil && (b.total() == 0 || r.onlyMissing(b)) && time.Since(lastChange) >= quiet {
+		if err == nil && (b.Total() == 0 || r.onlyMissing(b)) && time.Since(lastChange) >= quiet {
 			return true
 		}
 		wait.Sleep(ctx, 100*time.Millisecond)
@@ -38,13 +39,13 @@ func (r *run) settle(ctx context.Context, since time.Time) bool {
 // onlyMissing reports whether the backlog is the orders whose messages a
 // read-only audit finds missing, and nothing else: each such order unapplied
 // and unpaid, and no message in flight.
-func (r *run) onlyMissing(b backlog) bool {
+func (r *run) onlyMissing(b Pending) bool {
 	if r.audit == nil || r.audit.repairing {
 		return false
 	}
 	missing, inFlight, ok := r.audit.last()
-	return ok && missing > 0 && inFlight == 0 && b.unpublished == 0 && b.unshown == 0 &&
-		int64(b.unapplied) == missing && int64(b.unpaid) == missing
+	return ok && missing > 0 && inFlight == 0 && b.Unpublished == 0 && b.Unshown == 0 &&
+		int64(b.Unapplied) == missing && int64(b.Unpaid) == missing
 }
 
 // refusedForDeadline excludes, in a query over the orders o, those whose event the
@@ -55,38 +56,49 @@ const refusedForDeadline = " AND NOT EXISTS (SELECT 1 FROM idem_dead_letters d W
 
 // pending counts orders not yet published, applied to the ledger, paid or shown,
 // each step once.
-func (r *run) pending(ctx context.Context) (int, error) {
-	b, err := r.backlog(ctx)
-	return b.total(), err
+
+// Pending is what the flow has still to do, by step: orders not yet published,
+// applied to the ledger, paid, shown to the browser.
+type Pending struct {
+	Unpublished int `json:"unpublished"`
+	Unapplied   int `json:"unapplied"`
+	Unpaid      int `json:"unpaid"`
+	Unshown     int `json:"unshown"`
 }
 
-// backlog is what the flow has still to do, by step.
-type backlog struct{ unpublished, unapplied, unpaid, unshown int }
+// Total counts each step of each order once.
+func (b Pending) Total() int { return b.Unpublished + b.Unapplied + b.Unpaid + b.Unshown }
 
-func (b backlog) total() int { return b.unpublished + b.unapplied + b.unpaid + b.unshown }
+// paren is " (…)" with the steps, or "" for nil (a report built without a run).
+func (b *Pending) paren() string {
+	if b == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (%d unpublished, %d unapplied, %d unpaid, %d unshown)", b.Unpublished, b.Unapplied, b.Unpaid, b.Unshown)
+}
 
-func (r *run) backlog(ctx context.Context) (backlog, error) {
-	var b backlog
+func (r *run) backlog(ctx context.Context) (Pending, error) {
+	var b Pending
 	var err error
 	switch {
 	case r.queue != nil: // enqueued with the order: nothing to publish
 	case r.f.CDC != nil: // published means the broker acknowledged it (the CDC relay marks its rows after)
-		b.unpublished, err = r.unstored(ctx)
+		b.Unpublished, err = r.unstored(ctx)
 	default:
-		err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_outbox WHERE published_at IS NULL").Scan(&b.unpublished)
+		err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM idem_outbox WHERE published_at IS NULL").Scan(&b.Unpublished)
 	}
 	if err != nil {
 		return b, err
 	}
-	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tableLedger+" l WHERE l.order_id = o.id)"+refusedForDeadline).Scan(&b.unapplied)
+	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tableLedger+" l WHERE l.order_id = o.id)"+refusedForDeadline).Scan(&b.Unapplied)
 	if err != nil {
 		return b, err
 	}
-	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id)"+refusedForDeadline).Scan(&b.unpaid)
+	err = r.f.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tableOrders+" o WHERE NOT EXISTS (SELECT 1 FROM "+tablePaid+" p WHERE p.order_id = o.id)"+refusedForDeadline).Scan(&b.Unpaid)
 	if err != nil {
 		return b, err
 	}
-	b.unshown, err = r.push.pending(ctx)
+	b.Unshown, err = r.push.pending(ctx)
 	return b, err
 }
 
