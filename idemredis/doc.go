@@ -204,6 +204,10 @@
 // StreamFieldHeaders (a layout services in other languages can read and write),
 // XREADGROUP to receive, XACK to acknowledge, and XAUTOCLAIM to take over the pending
 // entries of consumers that died. Streams do not deduplicate: the inbox does.
+// StreamSinkConfig.Dedup adds a duplicate window at the sink, as JetStream's: a
+// copy of a message appended within the window (an outbox relay's round published
+// again after a crash) is dropped by one script with a marker key per message,
+// so consumers never receive it.
 //
 // When an ack means stored: Redis answers XADD once the entry is in memory. It is
 // on disk only with appendonly yes and appendfsync always (appendfsync everysec, the

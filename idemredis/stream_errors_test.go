@@ -56,6 +56,18 @@ func TestStreamConfigValidation(t *testing.T) {
 			_, err := idemredis.NewStreamSink(client, idemredis.StreamSinkConfig{MaxLen: -1})
 			return err
 		}()},
+		{"StreamSinkConfig.Dedup", func() error {
+			_, err := idemredis.NewStreamSink(client, idemredis.StreamSinkConfig{Dedup: -time.Second})
+			return err
+		}()},
+		{"StreamSinkConfig.Dedup", func() error {
+			_, err := idemredis.NewStreamSink(client, idemredis.StreamSinkConfig{Dedup: idemredis.MaxDedup + time.Second})
+			return err
+		}()},
+		{"StreamSinkConfig.Dedup", func() error {
+			_, err := idemredis.NewStreamSink(client, idemredis.StreamSinkConfig{Dedup: time.Microsecond})
+			return err
+		}()},
 		{"StreamSourceConfig.Stream", newSourceErr(client, with(func(c *idemredis.StreamSourceConfig) { c.Stream = "" }))},
 		{"StreamSourceConfig.Group", newSourceErr(client, with(func(c *idemredis.StreamSourceConfig) { c.Group = "" }))},
 		{"StreamSourceConfig.MinIdle", newSourceErr(client, with(func(c *idemredis.StreamSourceConfig) { c.MinIdle = -time.Second }))},

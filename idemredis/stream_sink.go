@@ -3,6 +3,8 @@ package idemredis
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/internal/brokerkit"
@@ -21,13 +23,44 @@ type StreamSinkConfig struct {
 	// you want to survive, or trim yourself by age (XTRIM MINID) once every group
 	// has acknowledged past it.
 	MaxLen int64
+
+	// Dedup, if positive, is the sink's duplicate window, as JetStream's
+	// Nats-Msg-Id window: a message whose ID the sink appended to the same stream
+	// less than Dedup ago is acknowledged and not appended again. The copies an
+	// outbox relay publishes again (after it died between the publish and marking
+	// its rows, or after a batch failed part way) then never reach a consumer.
+	// The inbox drops such copies anyway; the window saves their deliveries and
+	// the consumers' work on them.
+	//
+	// Each message appended leaves a marker key (DedupKey) living Dedup, written
+	// with the entry by one script, after the append succeeded: a failed append
+	// leaves no marker, so the retry is appended. Size Redis's memory for about
+	// 100 bytes times the publish rate times Dedup. A marker evicted early (an LRU
+	// maxmemory-policy) or lost with its entry in a failover only lets a copy
+	// through, which the inbox drops. A copy of a message whose entry was trimmed
+	// or deleted is still dropped within the window, as JetStream drops it.
+	//
+	// Zero (the default) appends every publish. At most MaxDedup.
+	Dedup time.Duration
 }
+
+// MaxDedup bounds StreamSinkConfig.Dedup: a day of markers is already more memory
+// than a window needs; a relay republishes within minutes.
+const MaxDedup = 24 * time.Hour
 
 // withDefaults returns cfg validated; it is the one place defaults would go.
 func (cfg StreamSinkConfig) withDefaults() (StreamSinkConfig, error) {
 	if cfg.MaxLen < 0 {
 		return cfg, &idem.InputError{Field: "StreamSinkConfig.MaxLen", Reason: fmt.Sprintf("is negative (%d)", cfg.MaxLen),
 			Fix: "use 0 to keep every entry, or the number of entries a stream may hold"}
+	}
+	if cfg.Dedup < 0 || cfg.Dedup > MaxDedup {
+		return cfg, &idem.InputError{Field: "StreamSinkConfig.Dedup", Reason: fmt.Sprintf("is %v", cfg.Dedup),
+			Fix: fmt.Sprintf("use 0 to append every publish, or a window of up to %v (JetStream's default is 2m)", MaxDedup)}
+	}
+	if cfg.Dedup > 0 && cfg.Dedup < time.Millisecond {
+		return cfg, &idem.InputError{Field: "StreamSinkConfig.Dedup", Reason: fmt.Sprintf("is %v, below Redis's 1ms resolution", cfg.Dedup),
+			Fix: "use 0 to append every publish, or a window of at least 1ms"}
 	}
 	return cfg, nil
 }
@@ -42,6 +75,7 @@ func (cfg StreamSinkConfig) withDefaults() (StreamSinkConfig, error) {
 type StreamSink struct {
 	client redis.UniversalClient
 	maxLen int64
+	dedup  time.Duration
 }
 
 var _ brokerkit.Sink = (*StreamSink)(nil)
@@ -53,7 +87,7 @@ func NewStreamSink(client redis.UniversalClient, cfg StreamSinkConfig) (*StreamS
 	if err != nil {
 		return nil, err
 	}
-	return &StreamSink{client: client, maxLen: cfg.MaxLen}, nil
+	return &StreamSink{client: client, maxLen: cfg.MaxLen, dedup: cfg.Dedup}, nil
 }
 
 // Features implements idem.FeatureReporter; see StreamSource for the reasons.
@@ -65,13 +99,18 @@ func (s *StreamSink) MessagingSystem() string { return "redis" }
 
 // Publish implements idem.Sink. Every message is validated first, so a bad one
 // publishes nothing. The XADDs of one call go in one pipeline (one round trip, one
-// per node on a cluster) and land in each stream in the order given. On a
+// per node on a cluster) and land in each stream in the order given; with Dedup,
+// each is one script that skips a message the window holds. On a
 // *idem.BackendError, some entries may have been appended; publishing them all
 // again is safe.
 func (s *StreamSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	vals := make([][]any, len(msgs))
 	for i, m := range msgs {
-		if err := m.Validate(); err != nil {
+		err := m.Validate()
+		if err == nil && s.dedup > 0 {
+			_, err = DedupKey(m.Topic, m.ID)
+		}
+		if err != nil {
 			if len(msgs) == 1 {
 				return err
 			}
@@ -85,6 +124,9 @@ func (s *StreamSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	}
 	if err := ctx.Err(); err != nil || len(msgs) == 0 {
 		return err
+	}
+	if s.dedup > 0 {
+		return s.publishOnce(ctx, msgs, vals)
 	}
 	if len(msgs) == 1 {
 		if err := s.client.XAdd(ctx, s.args(msgs[0].Topic, vals[0])).Err(); err != nil {
@@ -104,4 +146,68 @@ func (s *StreamSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 
 func (s *StreamSink) args(stream string, vals []any) *redis.XAddArgs {
 	return &redis.XAddArgs{Stream: stream, MaxLen: s.maxLen, Approx: true, Values: vals}
+}
+
+// appendOnce appends an entry unless the stream's duplicate window holds its ID,
+// then marks the ID for the window. KEYS: the stream, the marker (DedupKey).
+// ARGV: the window in ms, MaxLen (0: none), the entry's fields and values. The
+// marker is written after the append: an append that fails leaves none, so its
+// retry is appended. Returns 1 if appended, 0 if dropped as a duplicate.
+var appendOnce = redis.NewScript(`
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local maxlen = tonumber(ARGV[2])
+if maxlen > 0 then
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*', unpack(ARGV, 3))
+else
+  redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+end
+redis.call('SET', KEYS[2], '', 'PX', ARGV[1])
+return 1
+`)
+
+// publishOnce publishes through appendOnce, the scripts of one call in one
+// pipeline; a server that lost the cached script (a restart, SCRIPT FLUSH) gets
+// the whole call again with the script's body, which is safe: the window drops
+// what the first pass appended.
+func (s *StreamSink) publishOnce(ctx context.Context, msgs []idem.Message, vals [][]any) error {
+	run := func(eval func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd) error {
+		pipe := s.client.Pipeline()
+		for i, m := range msgs {
+			key, _ := DedupKey(m.Topic, m.ID) // checked in Publish
+			args := make([]any, 0, 2+len(vals[i]))
+			args = append(args, s.dedup.Milliseconds(), s.maxLen)
+			eval(ctx, pipe, []string{m.Topic, key}, append(args, vals[i]...)...)
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	err := run(appendOnce.EvalSha)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		err = run(appendOnce.Eval)
+	}
+	if err != nil {
+		return backendError("publish", err)
+	}
+	return nil
+}
+
+// DedupKey is the key of the marker StreamSinkConfig.Dedup keeps for message id
+// appended to stream: "idem:dedup:" and the stream in braces (the stream's name
+// as its hash tag, so that a Redis Cluster keeps the marker in the stream's slot
+// and one script writes both), then ":" and the id. A stream name with a hash
+// tag of its own keeps it: "idem:dedup:" + stream + ":" + id.
+//
+// It returns an *idem.InputError for a stream name with a '}' outside a hash tag
+// ("a}b"), whose slot no other key can share.
+func DedupKey(stream, id string) (string, error) {
+	if open := strings.IndexByte(stream, '{'); open >= 0 {
+		if end := strings.IndexByte(stream[open+1:], '}'); end > 0 {
+			return "idem:dedup:" + stream + ":" + id, nil // the stream's own tag comes first
+		}
+	}
+	if strings.IndexByte(stream, '}') >= 0 {
+		return "", &idem.InputError{Field: "Message.Topic", Reason: fmt.Sprintf("%q has a '}' outside a {hash tag}, so no marker key can share its cluster slot", stream),
+			Fix: "remove the '}', or name the stream with a hash tag ({orders}), when StreamSinkConfig.Dedup is set"}
+	}
+	return "idem:dedup:{" + stream + "}:" + id, nil
 }

@@ -104,6 +104,8 @@ func (m *Main) runRelay(ctx context.Context, args []string) error {
 	fs.StringVar(&o.NATSStream, "nats-stream", "", "create or update this JetStream stream at start (with --nats-subjects)")
 	fs.StringVar(&o.NATSSubjects, "nats-subjects", "", "comma-separated subjects of --nats-stream, such as 'orders.>' (default: the stream's name)")
 	fs.StringVar(&o.AMQPExchange, "amqp-exchange", "", "RabbitMQ exchange to publish to, with the topic as routing key (default: the default exchange)")
+	fs.DurationVar(&o.RedisDedup, "redis-dedup", open.DefaultRedisDedup, "Redis sinks: drop a message whose id was appended to its stream this recently "+
+		"(a restarted relay's copies of its last round; one marker key per message lives this long); 0 appends every publish")
 	fs.BoolVar(&o.AMQPMandatory, "amqp-mandatory", true, "fail (and retry, then park) messages no RabbitMQ queue is bound to, instead of losing them")
 	fs.StringVar(&o.WebhookSecret, "webhook-secret", "", "HMAC secret of webhook signatures (Standard Webhooks): whsec_<base64 of 24+ random bytes>, or 32+ random bytes (openssl rand -hex 32); prefer the environment  [$IDEM_WEBHOOK_SECRET]")
 	fs.DurationVar(&o.WebhookTimeout, "webhook-timeout", 10*time.Second, "time limit of one webhook request")

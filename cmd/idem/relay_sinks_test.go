@@ -18,8 +18,10 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
+	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemamqp"
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemredis"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -59,13 +61,18 @@ func TestRelaySQLiteToWebhook(t *testing.T) {
 	r.stop(t)
 }
 
-// The relay appends to Redis Streams, one stream per topic.
+// The relay appends to Redis Streams, one stream per topic, with the duplicate
+// window on by default (--redis-dedup): each entry's marker lives up to 2 minutes.
 func TestRelaySQLiteToRedis(t *testing.T) {
 	t.Parallel()
 	topic := testsvc.RedisPrefix(t) + "orders"
 	client := redis.NewClient(&redis.Options{Addr: testsvc.RedisAddr()})
+	markers := make([]string, 2)
+	for i, id := range []string{"r1", "r2"} {
+		markers[i], _ = idemredis.DedupKey(topic, id)
+	}
 	t.Cleanup(func() {
-		client.Del(context.Background(), topic)
+		client.Del(context.Background(), append(markers, topic)...)
 		client.Close()
 	})
 	path, _, enqueue := sqliteOutbox(t, topic)
@@ -76,6 +83,11 @@ func TestRelaySQLiteToRedis(t *testing.T) {
 		if err == nil && len(entries) == 2 {
 			if entries[0].Values["id"] != "r1" || entries[1].Values["id"] != "r2" {
 				t.Fatalf("stream holds %v, want r1 then r2", entries)
+			}
+			for _, k := range markers {
+				if ttl := client.PTTL(context.Background(), k).Val(); ttl <= 0 || ttl > open.DefaultRedisDedup {
+					t.Errorf("marker %s: TTL %v, want the default window's (0, %v]", k, ttl, open.DefaultRedisDedup)
+				}
 			}
 			break
 		}

@@ -358,6 +358,8 @@ func TestRelayFlagErrors(t *testing.T) {
 		{[]string{"--db", db, "--sink", "https://example.com/hook", "--webhook-secret", "s"}, "openssl rand -hex 32"},
 		{[]string{"--db", db, "--sink", sink, "--nats-subjects", "a.>"}, "--nats-subjects needs --nats-stream"},
 		{[]string{"--db", db, "--sink", "redis://h:6379", "--nats-stream", "S"}, "--nats-stream applies to nats://"},
+		{[]string{"--db", db, "--sink", "redis://h:6379", "--redis-dedup", "-1s"}, "--redis-dedup -1s: want 0 (append every publish) to 24h0m0s"},
+		{[]string{"--db", db, "--sink", "redis://h:6379", "--redis-dedup", "25h"}, "--redis-dedup 25h0m0s: want 0"},
 		{[]string{"--db", db, "--sink", sink, "--batch", "0"}, "--batch must be 1 to 10000"},
 		{[]string{"--db", db, "--sink", sink, "--round-batches", "0"}, "--round-batches must be 1 to 1000"},
 		{[]string{"--db", db, "--sink", sink, "--round-batches", "1001"}, "--round-batches must be 1 to 1000"},

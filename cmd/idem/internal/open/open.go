@@ -103,7 +103,7 @@ func (s SinkSpec) Open(ctx context.Context, o *SinkFlags) (sink idem.Sink, close
 	case "kafka":
 		return openKafkaSink(ctx, s)
 	case "redis":
-		return openRedisSink(ctx, s)
+		return openRedisSink(ctx, s, o)
 	case "amqp":
 		return openAMQPSink(s, o)
 	case "pubsub":

@@ -13,6 +13,10 @@ import (
 	"github.com/idemhq/idem/internal/redact"
 )
 
+// DefaultRedisDedup is relay --redis-dedup's default, JetStream's default
+// duplicate window.
+const DefaultRedisDedup = 2 * time.Minute
+
 // openRedis connects a client with opts and checks that the server answers; flag
 // and desc name the URL in errors.
 func openRedis(ctx context.Context, flag, desc string, opts *redis.Options) (*redis.Client, error) {
@@ -38,8 +42,9 @@ func openRedisStore(ctx context.Context, s StoreSpec, reg prometheus.Registerer)
 	return st, func() { _ = client.Close() }, nil
 }
 
-// openRedisSink is relay's --sink redis://…: Redis Streams, one stream per topic.
-func openRedisSink(ctx context.Context, s SinkSpec) (idem.Sink, func(), error) {
+// openRedisSink is relay's --sink redis://…: Redis Streams, one stream per topic,
+// with --redis-dedup's duplicate window.
+func openRedisSink(ctx context.Context, s SinkSpec, o *SinkFlags) (idem.Sink, func(), error) {
 	client := redis.NewClient(s.redis)
 	pctx, cancel := context.WithTimeout(ctx, sinkCheckTimeout)
 	defer cancel()
@@ -47,7 +52,7 @@ func openRedisSink(ctx context.Context, s SinkSpec) (idem.Sink, func(), error) {
 		_ = client.Close()
 		return nil, nil, sinkDown(s, err)
 	}
-	r, err := idemredis.NewStreamSink(client, idemredis.StreamSinkConfig{})
+	r, err := idemredis.NewStreamSink(client, idemredis.StreamSinkConfig{Dedup: o.RedisDedup})
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, fmt.Errorf("--sink %s: %w", s.Desc, redact.Error(err))
@@ -80,7 +85,9 @@ func openRedisBroker(ctx context.Context, b *Broker, raw, run string) error {
 	}
 	b.openSink = func(ctx context.Context) (idem.Sink, error) {
 		c := redis.NewClient(opts)
-		s, err := idemredis.NewStreamSink(c, idemredis.StreamSinkConfig{})
+		// The relay's window (relay --redis-dedup's default): a restarted relay's
+		// copies of its last round are dropped by Redis, as JetStream drops them.
+		s, err := idemredis.NewStreamSink(c, idemredis.StreamSinkConfig{Dedup: DefaultRedisDedup})
 		if err != nil {
 			c.Close()
 			return nil, err

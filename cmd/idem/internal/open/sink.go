@@ -17,6 +17,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/idemhttp"
+	"github.com/idemhq/idem/idemredis"
 	"github.com/idemhq/idem/internal/redact"
 )
 
@@ -42,6 +43,9 @@ func ParseSink(raw string, o *SinkFlags) (SinkSpec, error) {
 	scheme, _, _ := strings.Cut(raw, "://")
 	if o.NATSSubjects != "" && o.NATSStream == "" {
 		return s, errors.New("--nats-subjects needs --nats-stream: name the stream to create or update over those subjects")
+	}
+	if o.RedisDedup < 0 || o.RedisDedup > idemredis.MaxDedup {
+		return s, fmt.Errorf("--redis-dedup %v: want 0 (append every publish) to %v", o.RedisDedup, idemredis.MaxDedup)
 	}
 	if o.NATSStream != "" && scheme != "nats" && scheme != "tls" {
 		return s, errors.New("--nats-stream applies to nats:// sinks only: drop it, or use a nats:// --sink")
@@ -174,4 +178,7 @@ type SinkFlags struct {
 	AMQPMandatory            bool
 	WebhookSecret            string
 	WebhookTimeout           time.Duration
+	// RedisDedup is the Redis sink's duplicate window (idemredis
+	// StreamSinkConfig.Dedup); 0 appends every publish.
+	RedisDedup time.Duration
 }
