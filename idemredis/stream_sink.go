@@ -40,6 +40,9 @@ type StreamSinkConfig struct {
 	// through, which the inbox drops. A copy of a message whose entry was trimmed
 	// or deleted is still dropped within the window, as JetStream drops it.
 	//
+	// The window's scripts publish at about 0.4× the rate of the plain pipelined
+	// XADDs on one Redis (BENCHMARKS.md), well above what an outbox relay sends.
+	//
 	// Zero (the default) appends every publish. At most MaxDedup.
 	Dedup time.Duration
 }
@@ -100,7 +103,8 @@ func (s *StreamSink) MessagingSystem() string { return "redis" }
 // Publish implements idem.Sink. Every message is validated first, so a bad one
 // publishes nothing. The XADDs of one call go in one pipeline (one round trip, one
 // per node on a cluster) and land in each stream in the order given; with Dedup,
-// each is one script that skips a message the window holds. On a
+// each run of messages to one stream is one script that skips a message the
+// window holds. On a
 // *idem.BackendError, some entries may have been appended; publishing them all
 // again is safe.
 func (s *StreamSink) Publish(ctx context.Context, msgs ...idem.Message) error {
@@ -148,35 +152,60 @@ func (s *StreamSink) args(stream string, vals []any) *redis.XAddArgs {
 	return &redis.XAddArgs{Stream: stream, MaxLen: s.maxLen, Approx: true, Values: vals}
 }
 
-// appendOnce appends an entry unless the stream's duplicate window holds its ID,
-// then marks the ID for the window. KEYS: the stream, the marker (DedupKey).
-// ARGV: the window in ms, MaxLen (0: none), the entry's fields and values. The
-// marker is written after the append: an append that fails leaves none, so its
-// retry is appended. Returns 1 if appended, 0 if dropped as a duplicate.
+// appendOnce appends a run of entries to one stream, each unless the stream's
+// duplicate window holds its ID, and marks each ID appended for the window.
+// KEYS: the stream, then each entry's marker (DedupKey). ARGV: the window in ms,
+// MaxLen (0: none), then per entry the number of its field and value arguments
+// and those arguments. A marker is written after its entry's append: an append
+// that fails leaves none, so its retry is appended (the entries before it are
+// appended and marked, and dropped on the retry). An ID twice in one run is
+// appended once. Returns the number of entries appended.
 var appendOnce = redis.NewScript(`
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-local maxlen = tonumber(ARGV[2])
-if maxlen > 0 then
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*', unpack(ARGV, 3))
-else
-  redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+local window, maxlen = ARGV[1], tonumber(ARGV[2])
+local a, appended = 3, 0
+for i = 2, #KEYS do
+  local n = tonumber(ARGV[a])
+  if redis.call('EXISTS', KEYS[i]) == 0 then
+    if maxlen > 0 then
+      redis.call('XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*', unpack(ARGV, a + 1, a + n))
+    else
+      redis.call('XADD', KEYS[1], '*', unpack(ARGV, a + 1, a + n))
+    end
+    redis.call('SET', KEYS[i], '', 'PX', window)
+    appended = appended + 1
+  end
+  a = a + 1 + n
 end
-redis.call('SET', KEYS[2], '', 'PX', ARGV[1])
-return 1
+return appended
 `)
 
-// publishOnce publishes through appendOnce, the scripts of one call in one
-// pipeline; a server that lost the cached script (a restart, SCRIPT FLUSH) gets
+// dedupRun bounds the entries of one appendOnce call, so that one call does not
+// hold Redis (single-threaded) for long.
+const dedupRun = 100
+
+// publishOnce publishes through appendOnce: one script per run of consecutive
+// messages to the same stream (at most dedupRun), the scripts of one call in one
+// pipeline. A server that lost the cached script (a restart, SCRIPT FLUSH) gets
 // the whole call again with the script's body, which is safe: the window drops
 // what the first pass appended.
 func (s *StreamSink) publishOnce(ctx context.Context, msgs []idem.Message, vals [][]any) error {
 	run := func(eval func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd) error {
 		pipe := s.client.Pipeline()
-		for i, m := range msgs {
-			key, _ := DedupKey(m.Topic, m.ID) // checked in Publish
-			args := make([]any, 0, 2+len(vals[i]))
-			args = append(args, s.dedup.Milliseconds(), s.maxLen)
-			eval(ctx, pipe, []string{m.Topic, key}, append(args, vals[i]...)...)
+		for start := 0; start < len(msgs); {
+			end := start + 1
+			for end < len(msgs) && end-start < dedupRun && msgs[end].Topic == msgs[start].Topic {
+				end++
+			}
+			keys := make([]string, 1, 1+end-start)
+			keys[0] = msgs[start].Topic
+			args := []any{s.dedup.Milliseconds(), s.maxLen}
+			for i := start; i < end; i++ {
+				key, _ := DedupKey(msgs[i].Topic, msgs[i].ID) // checked in Publish
+				keys = append(keys, key)
+				args = append(append(args, len(vals[i])), vals[i]...)
+			}
+			eval(ctx, pipe, keys, args...)
+			start = end
 		}
 		_, err := pipe.Exec(ctx)
 		return err
