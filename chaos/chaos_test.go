@@ -40,6 +40,35 @@ func TestInjectorIsSeededAndHitsItsRate(t *testing.T) {
 	}
 }
 
+// Faults with a Min are drawn first: a rare kind is injected within the first
+// hits, not by luck, and the weights rule once every Min is met. The hit rate is
+// the same either way.
+func TestInjectorMin(t *testing.T) {
+	t.Parallel()
+	faults := []Fault{{Kind: "common", Weight: 100}, {Kind: "rare", Weight: 0.01, Min: 2}, {Kind: "capped", Weight: 0.01, Min: 1, Max: 1}}
+	in := NewInjector(3, 1)
+	var first []string
+	for i := range 3 {
+		first = append(first, in.Roll(fmt.Sprint("op-", i), 1, faults))
+	}
+	if c := in.Counts(); c["rare"] != 2 || c["capped"] != 1 {
+		t.Fatalf("first three hits %v, want rare twice and capped once (their Mins) before any common", first)
+	}
+	for i := range 1000 {
+		in.Roll(fmt.Sprint("later-", i), 1, faults)
+	}
+	if c := in.Counts(); c["capped"] != 1 || c["rare"] > 10 || c["common"] < 980 {
+		t.Fatalf("counts %v after the Mins: want the weights to rule (and capped at its Max)", c)
+	}
+	half := NewInjector(5, 0.5)
+	for i := range 4000 {
+		half.Roll(fmt.Sprint("op-", i), 1, faults)
+	}
+	if got := float64(half.Faulted()) / float64(half.Ops()); got < 0.45 || got > 0.55 {
+		t.Fatalf("faulted %.3f of operations with Mins, want about 0.5", got)
+	}
+}
+
 // After Calm an injector hits nothing, even at rate 1, and still counts operations:
 // verify's last phase, after the clock jumps past retention, runs without faults.
 func TestInjectorCalm(t *testing.T) {

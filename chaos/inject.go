@@ -15,6 +15,12 @@ type Fault struct {
 	// Max, if positive, caps how often this fault is injected in one run (for the
 	// expensive ones: a paused consumer stalls its batch for a whole lease).
 	Max int
+	// Min, if positive, is how many of this fault a run injects before it shares
+	// the hits by weight: while some faults of a Roll are below their Min, a hit
+	// goes to one of those (by weight among them). The rate of hits is unchanged;
+	// a short run with rare faults (a kill per batch) then draws every kind as
+	// soon as it has had as many hits as kinds, instead of by luck.
+	Min int
 }
 
 // Injector decides, operation by operation, whether a fault hits and which one.
@@ -55,6 +61,9 @@ func (in *Injector) RollScaled(id string, attempt int, scale float64, faults []F
 	if r.Float64() >= in.rate*scale {
 		return ""
 	}
+	if short := in.belowMin(faults); len(short) > 0 {
+		faults = short
+	}
 	total := 0.0
 	for _, f := range faults {
 		total += f.Weight
@@ -71,6 +80,19 @@ func (in *Injector) RollScaled(id string, attempt int, scale float64, faults []F
 		return f.Kind
 	}
 	return ""
+}
+
+// belowMin returns the faults injected fewer times than their Min, or nil.
+func (in *Injector) belowMin(faults []Fault) []Fault {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var short []Fault
+	for _, f := range faults {
+		if f.Min > 0 && in.counts[f.Kind] < f.Min {
+			short = append(short, f)
+		}
+	}
+	return short
 }
 
 // take counts one fault of f's kind, unless its cap is reached.

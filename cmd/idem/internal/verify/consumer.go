@@ -77,9 +77,12 @@ func (r *run) superviseConsumer(ctx context.Context) {
 	if r.f.Broker.Proxy() != nil {
 		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3})
 	}
-	batch := []chaos.Fault{{Kind: chaos.FaultCrashBeforeEffect, Weight: 1}, {Kind: chaos.FaultCrashAfterEffect, Weight: 1}, {Kind: chaos.FaultCrashAfterCommit, Weight: 1}}
+	// Min 1: a run kills (and pauses) at every point at least once, whatever
+	// the draw: a batch is hit at a quarter of the rate, so a short run has few.
+	batch := []chaos.Fault{{Kind: chaos.FaultCrashBeforeEffect, Weight: 1, Min: 1}, {Kind: chaos.FaultCrashAfterEffect, Weight: 1, Min: 1},
+		{Kind: chaos.FaultCrashAfterCommit, Weight: 1, Min: 1}}
 	if r.f.Consumers > 1 {
-		batch = append(batch, chaos.Fault{Kind: chaos.FaultPaused, Weight: 0.3, Max: 3})
+		batch = append(batch, chaos.Fault{Kind: chaos.FaultPaused, Weight: 0.3, Min: 1, Max: 3})
 	}
 	pause := r.f.Broker.AckWait() + 500*time.Millisecond
 	for first := true; ctx.Err() == nil; first = false {

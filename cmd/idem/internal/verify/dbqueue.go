@@ -112,10 +112,13 @@ func (r *run) newQueue(ctx context.Context) error {
 // ends, restarted after each crash. A killed process's Source is halted, not
 // closed: its leases run out as a crashed process's would.
 func (r *run) superviseDBConsumer(ctx context.Context) {
-	batch := []chaos.Fault{{Kind: chaos.FaultCrashBeforeEffect, Weight: 1}, {Kind: chaos.FaultCrashAfterEffect, Weight: 1}, {Kind: chaos.FaultCrashAfterCommit, Weight: 1}}
+	// Min 1: a run kills (and pauses) at every point at least once, whatever
+	// the draw: a batch is hit at a quarter of the rate, so a short run has few.
+	batch := []chaos.Fault{{Kind: chaos.FaultCrashBeforeEffect, Weight: 1, Min: 1}, {Kind: chaos.FaultCrashAfterEffect, Weight: 1, Min: 1},
+		{Kind: chaos.FaultCrashAfterCommit, Weight: 1, Min: 1}}
 	if r.f.Consumers > 1 {
 		// As likely as a kill (each costs a lease and a takeover), at most 3.
-		batch = append(batch, chaos.Fault{Kind: chaos.FaultPaused, Weight: 1, Max: 3})
+		batch = append(batch, chaos.Fault{Kind: chaos.FaultPaused, Weight: 1, Min: 1, Max: 3})
 	}
 	// With Flow.Skew the consumer's node has a queue of its own on its clock
 	// (run-at times and leases are the queue's Config.Now).
