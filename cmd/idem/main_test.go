@@ -236,27 +236,36 @@ func TestVerifyHoldsOnPostgres(t *testing.T) {
 	if r.Faults[verify.FaultDBCut] == 0 {
 		t.Errorf("postgres run without database cuts: %v", r.Faults)
 	}
-	fewRedeliveries(t, r)
+	fewRedeliveries(t, r, false)
 }
 
 // fewRedeliveries fails t when the broker delivered the run's messages more than
-// 1.5 times each on average (issue 38's bound), not counting the delivery each lost
-// ack the run injects must add: a cut database connection must cost a held batch
-// run again (inbox Config.TxRetryWindow) and a failed round marked afterwards (the
-// outbox relay), not every message of the batch or round delivered again (2.39 in
-// all with both off), and a batch held through an outage or a slow transaction is
-// renewed by its source, not redelivered to another consumer after the broker's 1 s
-// ack wait (a clean-clone CI run met 1.60 in all before). inbox's
-// TestCutConnectionKeepsTheBatch proves the mechanism exactly.
-func fewRedeliveries(t *testing.T, r *verify.Report) {
+// 1.5 times each on average (issue 38's bound), not counting the deliveries the
+// run's injected faults must add: one for each lost ack, and, on a broker that
+// keeps no duplicate window (copies true: Kafka, Pub/Sub), one for each copy the
+// relay published again after it was killed between publish and mark (0.35-0.49
+// per order in three Kafka runs under -race, where the relay's rounds are
+// fuller). What it bounds is what the system adds: a cut database connection must
+// cost a held batch run again (inbox Config.TxRetryWindow) and a failed round
+// marked afterwards (the outbox relay), not every message of the batch or round
+// delivered again (2.39 in all with both off), and a batch held through an outage
+// or a slow transaction is renewed by its source, not redelivered to another
+// consumer after the broker's 1 s ack wait (a clean-clone CI run met 1.60 in all
+// before). inbox's TestCutConnectionKeepsTheBatch proves the mechanism exactly.
+func fewRedeliveries(t *testing.T, r *verify.Report, copies bool) {
 	t.Helper()
-	row := rows(t, r)[verify.BoundaryInbox]
+	m := rows(t, r)
+	row := m[verify.BoundaryInbox]
 	distinct := float64(row.Attempts - row.DuplicatesDelivered)
-	d := r.DeliveriesPerOrder() - float64(r.Faults[chaos.FaultLostAck])/distinct
-	t.Logf("%.2f broker deliveries per order, %.2f less the lost acks' (%d database cuts)", r.DeliveriesPerOrder(), d, r.Faults[verify.FaultDBCut])
+	injected := float64(r.Faults[chaos.FaultLostAck])
+	if copies {
+		injected += float64(m[verify.BoundaryRelay].DuplicatesDelivered)
+	}
+	d := r.DeliveriesPerOrder() - injected/distinct
+	t.Logf("%.2f broker deliveries per order, %.2f less the injected faults' (%d database cuts)", r.DeliveriesPerOrder(), d, r.Faults[verify.FaultDBCut])
 	if d > 1.5 {
-		t.Errorf("%.2f broker deliveries per order beyond the lost acks' (%d database cuts, %d lost acks), want at most 1.5: %+v",
-			d, r.Faults[verify.FaultDBCut], r.Faults[chaos.FaultLostAck], r.Rows)
+		t.Errorf("%.2f broker deliveries per order beyond the injected faults' (%d database cuts, %d lost acks, relay copies counted: %v), want at most 1.5: %+v",
+			d, r.Faults[verify.FaultDBCut], r.Faults[chaos.FaultLostAck], copies, r.Rows)
 	}
 }
 
@@ -295,23 +304,25 @@ func TestVerifyHoldsOnMySQL(t *testing.T) {
 }
 
 // Every broker holds, and delivers each message at most 1.5 times on average
-// beyond the lost acks' redeliveries (issue 38's bound; 1.01-1.24 on a quiet
-// machine without the race detector). RabbitMQ is left out of the bound: AMQP
-// delivery tags die with their channel, so each broker cut (both consumers'
-// connections) and each consumer restart requeues the batch in hand, whose acks
-// fail; slower consumers hold bigger batches (2.0-2.8 under -race; without it
-// 1.13-1.44 on SQLite, 1.84-2.31 on MySQL and Postgres, BENCHMARKS.md).
+// beyond what the injected faults add (issue 38's bound; fewRedeliveries).
+// RabbitMQ is left out of the bound: AMQP delivery tags die with their channel,
+// so each broker cut (both consumers' connections) and each consumer restart
+// requeues the batch in hand, whose acks fail; slower consumers hold bigger
+// batches (2.0-2.8 under -race; without it 1.13-1.44 on SQLite, 1.84-2.31 on
+// MySQL and Postgres, BENCHMARKS.md).
 func TestVerifyHoldsOnEveryBroker(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, broker, addr string
-		prefetches         bool
+		// copies: the broker stores the relay's copies (no duplicate window).
+		// requeues: RabbitMQ, left out of the bound (above).
+		copies, requeues bool
 	}{
-		{"kafka", "kafka:", "", false},
-		{"pubsub", "pubsub:", "", false},
-		{"sqs", "sqs:", "", false},
-		{"redis", "redis://" + testsvc.RedisAddr(), testsvc.RedisAddr(), false},
-		{"rabbitmq", "amqp://guest:guest@127.0.0.1:5672/", "127.0.0.1:5672", true},
+		{"kafka", "kafka:", "", true, false},
+		{"pubsub", "pubsub:", "", true, false},
+		{"sqs", "sqs:", "", false, false},
+		{"redis", "redis://" + testsvc.RedisAddr(), testsvc.RedisAddr(), false, false},
+		{"rabbitmq", "amqp://guest:guest@127.0.0.1:5672/", "127.0.0.1:5672", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -320,8 +331,8 @@ func TestVerifyHoldsOnEveryBroker(t *testing.T) {
 			}
 			r, err := verifyReport(t, 300, "--fault-rate", "0.3", "--broker", tc.broker)
 			checkHolds(t, r, err, 300)
-			if !tc.prefetches {
-				fewRedeliveries(t, r)
+			if !tc.requeues {
+				fewRedeliveries(t, r, tc.copies)
 			}
 		})
 	}
