@@ -3,6 +3,7 @@ package idemredis
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -189,8 +190,10 @@ const dedupRun = 100
 // the whole call again with the script's body, which is safe: the window drops
 // what the first pass appended.
 func (s *StreamSink) publishOnce(ctx context.Context, msgs []idem.Message, vals [][]any) error {
-	run := func(eval func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd) error {
+	// run returns whether a script was missing, and the pipeline's first error.
+	run := func(eval func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd) (bool, error) {
 		pipe := s.client.Pipeline()
+		var cmds []*redis.Cmd
 		for start := 0; start < len(msgs); {
 			end := start + 1
 			for end < len(msgs) && end-start < dedupRun && msgs[end].Topic == msgs[start].Topic {
@@ -204,15 +207,17 @@ func (s *StreamSink) publishOnce(ctx context.Context, msgs []idem.Message, vals 
 				keys = append(keys, key)
 				args = append(append(args, len(vals[i])), vals[i]...)
 			}
-			eval(ctx, pipe, keys, args...)
+			cmds = append(cmds, eval(ctx, pipe, keys, args...))
 			start = end
 		}
 		_, err := pipe.Exec(ctx)
-		return err
+		// On a cluster a node restarted since it last ran the script lacks it
+		// while the others have it: any NOSCRIPT, not only the first error.
+		return slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return isNoScript(c.Err()) }), err
 	}
-	err := run(appendOnce.EvalSha)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		err = run(appendOnce.Eval)
+	missing, err := run(appendOnce.EvalSha)
+	if missing {
+		_, err = run(appendOnce.Eval)
 	}
 	if err != nil {
 		return backendError("publish", err)
