@@ -105,9 +105,8 @@ func (s *StreamSink) MessagingSystem() string { return "redis" }
 // publishes nothing. The XADDs of one call go in one pipeline (one round trip, one
 // per node on a cluster) and land in each stream in the order given; with Dedup,
 // each run of messages to one stream is one script that skips a message the
-// window holds. On a
-// *idem.BackendError, some entries may have been appended; publishing them all
-// again is safe.
+// window holds. On a *idem.BackendError, some entries may have been appended;
+// publishing them all again is safe.
 func (s *StreamSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	vals := make([][]any, len(msgs))
 	for i, m := range msgs {
