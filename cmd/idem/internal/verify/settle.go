@@ -54,9 +54,6 @@ func (r *run) onlyMissing(b Pending) bool {
 const refusedForDeadline = " AND NOT EXISTS (SELECT 1 FROM idem_dead_letters d WHERE d.consumer = '" + consumerName +
 	"' AND d.msg_id = o.id AND d.kind = 'deadline' AND d.replayed_at IS NULL)"
 
-// pending counts orders not yet published, applied to the ledger, paid or shown,
-// each step once.
-
 // Pending is what the flow has still to do, by step: orders not yet published,
 // applied to the ledger, paid, shown to the browser.
 type Pending struct {
