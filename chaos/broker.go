@@ -219,7 +219,8 @@ func (noSettle) Ack(context.Context) error                { return nil }
 func (noSettle) Nak(context.Context, time.Duration) error { return nil }
 
 // RenewalPauser is a Source that keeps its unsettled deliveries from redelivery
-// (idemnats.Source, queue.Source) and can stop doing so, as a paused process
+// (idemnats.Source, idemredis.StreamSource, idempubsub.Source, idemsqs.Source,
+// queue.Source) and can stop doing so, as a paused process
 // stops: Source pauses it for a batch with FaultPaused.
 type RenewalPauser interface {
 	PauseRenewals() (resume func())

@@ -287,3 +287,10 @@ func (s *Source) Close() error {
 	s.ackWG.Wait()
 	return nil
 }
+
+// PauseRenewals stops the ack-deadline extensions of the Source's unsettled
+// deliveries until resume is called, as a paused process stops them: past
+// SourceConfig.Lease, Pub/Sub delivers them again. It is for fault injection (a
+// consumer paused past its lease, in tests and chaos runs). resume may be called
+// more than once.
+func (s *Source) PauseRenewals() (resume func()) { return s.leases.Pause() }

@@ -67,6 +67,35 @@ func TestRenewsWhileHandlerRuns(t *testing.T) {
 	}
 }
 
+// A source whose renewals are paused (a process stopped past its lease) loses its
+// delivery to a competing source once the deadline runs out, where
+// TestRenewsWhileHandlerRuns's holder keeps it.
+func TestPausedRenewalsLoseTheDelivery(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	ctx := context.Background()
+	topic, sub := unique("topic"), unique("sub")
+	if err := idempubsub.EnsureTopic(ctx, f.client, topic); err != nil {
+		t.Fatal(err)
+	}
+	// A 1 s deadline, as TestRenewsWhileHandlerRuns's (TestMain lets the fake accept it).
+	if _, err := f.client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: "projects/" + testProject + "/subscriptions/" + sub, Topic: "projects/" + testProject + "/topics/" + topic, AckDeadlineSeconds: 1}); err != nil {
+		t.Fatal(err)
+	}
+	idemtest.Publish(t, f.sink(t), idem.Message{ID: "paused", Topic: topic, Payload: []byte("x")})
+	holder := f.source(t, idempubsub.SourceConfig{Subscription: sub})
+	resume := holder.PauseRenewals()
+	defer resume()
+	d := idemtest.ReceiveN(t, holder, 1)[0]
+	rival := f.source(t, idempubsub.SourceConfig{Subscription: sub})
+	again := idemtest.ReceiveN(t, rival, 1)[0]
+	if again.ID != d.ID {
+		t.Fatalf("the rival got %s, want the paused source's %s", again.ID, d.ID)
+	}
+	idemtest.Ack(t, again)
+}
+
 // TestNakDelay: Nak sets the ack deadline to the delay in whole seconds, rounded
 // up and capped at 600 s (the fake records it), and the message comes back.
 func TestNakDelay(t *testing.T) {

@@ -277,3 +277,10 @@ func (s *Source) Close() error {
 	s.release(unsettled)
 	return nil
 }
+
+// PauseRenewals stops the visibility-timeout extensions of the Source's unsettled
+// deliveries until resume is called, as a paused process stops them: past
+// VisibilityTimeout, SQS delivers them to another consumer. It is for fault
+// injection (a consumer paused past its timeout, in tests and chaos runs). resume
+// may be called more than once.
+func (s *Source) PauseRenewals() (resume func()) { return s.inflight.Pause() }

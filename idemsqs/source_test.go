@@ -64,6 +64,30 @@ func TestMaxExtension(t *testing.T) {
 	}
 }
 
+// A source whose renewals are paused (a process stopped past its visibility
+// timeout) loses its delivery to another consumer after one timeout, long before
+// MaxExtension; its late Ack deletes nothing.
+func TestPausedRenewalsLoseTheDelivery(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil, idemsqs.QueueConfig{})
+	idemtest.Publish(t, f.sink, idem.Message{ID: "paused-1", Topic: f.queue, Payload: []byte("x")})
+	paused := f.source(t, idemsqs.SourceConfig{VisibilityTimeout: time.Second})
+	resume := paused.PauseRenewals()
+	defer resume()
+	held := idemtest.ReceiveN(t, paused, 1)
+	other := f.source(t, idemsqs.SourceConfig{VisibilityTimeout: 5 * time.Second})
+	back := idemtest.ReceiveN(t, other, 1)
+	if back[0].ID != "paused-1" || back[0].Attempt != 2 {
+		t.Fatalf("got %s attempt %d, want paused-1 attempt 2", back[0].ID, back[0].Attempt)
+	}
+	resume()
+	idemtest.Ack(t, held...)
+	if settledQueue(t, f.c, f.url) {
+		t.Fatal("the paused consumer's stale Ack deleted the message another consumer holds")
+	}
+	idemtest.Ack(t, back...)
+}
+
 // TestCloseReleases: Close hands unsettled deliveries back at once (a new consumer
 // gets them without waiting out the visibility timeout); deliveries received before
 // Close can still be acknowledged after it.
