@@ -23,6 +23,23 @@ import (
 // msgID is the server's message ID of a delivery ("message m3").
 func msgID(d idem.Delivery) string { return strings.TrimPrefix(d.Position, "message ") }
 
+// oneSecondSub makes a topic and a subscription on it with a 1 s ack deadline:
+// EnsureSubscription refuses a deadline below Pub/Sub's 10 s; TestMain let the
+// fake accept 1 s.
+func (f fake) oneSecondSub(t *testing.T) (topic, sub string) {
+	t.Helper()
+	ctx := context.Background()
+	topic, sub = unique("topic"), unique("sub")
+	if err := idempubsub.EnsureTopic(ctx, f.client, topic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: "projects/" + testProject + "/subscriptions/" + sub, Topic: "projects/" + testProject + "/topics/" + topic, AckDeadlineSeconds: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return topic, sub
+}
+
 // TestRenewsWhileHandlerRuns: on a subscription whose ack deadline is 1 s, a
 // delivery held unsettled for 4 s is not handed to a competing source, because the
 // source renews its deadline (the fake records the renewals); once acked, it does
@@ -30,17 +47,7 @@ func msgID(d idem.Delivery) string { return strings.TrimPrefix(d.Position, "mess
 func TestRenewsWhileHandlerRuns(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
-	ctx := context.Background()
-	topic, sub := unique("topic"), unique("sub")
-	if err := idempubsub.EnsureTopic(ctx, f.client, topic); err != nil {
-		t.Fatal(err)
-	}
-	// EnsureSubscription refuses a deadline below Pub/Sub's 10 s; TestMain let the
-	// fake accept 1 s.
-	if _, err := f.client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
-		Name: "projects/" + testProject + "/subscriptions/" + sub, Topic: "projects/" + testProject + "/topics/" + topic, AckDeadlineSeconds: 1}); err != nil {
-		t.Fatal(err)
-	}
+	topic, sub := f.oneSecondSub(t)
 	idemtest.Publish(t, f.sink(t), idem.Message{ID: "slow", Topic: topic, Payload: []byte("x")})
 	holder := f.source(t, idempubsub.SourceConfig{Subscription: sub})
 	d := idemtest.ReceiveN(t, holder, 1)[0]
@@ -73,16 +80,7 @@ func TestRenewsWhileHandlerRuns(t *testing.T) {
 func TestPausedRenewalsLoseTheDelivery(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
-	ctx := context.Background()
-	topic, sub := unique("topic"), unique("sub")
-	if err := idempubsub.EnsureTopic(ctx, f.client, topic); err != nil {
-		t.Fatal(err)
-	}
-	// A 1 s deadline, as TestRenewsWhileHandlerRuns's (TestMain lets the fake accept it).
-	if _, err := f.client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
-		Name: "projects/" + testProject + "/subscriptions/" + sub, Topic: "projects/" + testProject + "/topics/" + topic, AckDeadlineSeconds: 1}); err != nil {
-		t.Fatal(err)
-	}
+	topic, sub := f.oneSecondSub(t)
 	idemtest.Publish(t, f.sink(t), idem.Message{ID: "paused", Topic: topic, Payload: []byte("x")})
 	holder := f.source(t, idempubsub.SourceConfig{Subscription: sub})
 	resume := holder.PauseRenewals()

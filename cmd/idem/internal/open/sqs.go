@@ -148,8 +148,9 @@ func openSQSBroker(ctx context.Context, b *Broker, raw, run string) error {
 		return idemsqs.NewSink(client, idemsqs.SinkConfig{GroupByID: true}) // orders need no order among them
 	}
 	b.openSource = func(ctx context.Context) (idem.Source, error) {
-		// A lost ack (the fault drops the call, so the source still holds the
-		// delivery) comes back after MaxExtension plus one visibility timeout.
+		// A paused consumer pauses the source's extensions and a lost ack is a
+		// Nak of the ack wait (chaos: the source is a RenewalPauser);
+		// MaxExtension bounds what else a consumer might leave unsettled.
 		return idemsqs.NewSource(ctx, client, idemsqs.SourceConfig{Queue: b.topic, VisibilityTimeout: verifyAckWait, MaxExtension: 2 * verifyAckWait})
 	}
 	b.stored = func(ctx context.Context) (int, bool) { return srv.Accepted(b.topic) }
