@@ -19,7 +19,8 @@ import (
 //
 // When the channel or the connection dies, Receive returns a retryable
 // *idem.BackendError instead of blocking; the broker requeues every unacknowledged
-// delivery. The next Receive opens a new channel on the same connection; if the
+// delivery. Deliveries that had arrived but were not yet returned are dropped with
+// the channel, not returned: their acks could not reach the broker. The next Receive opens a new channel on the same connection; if the
 // connection itself is closed (conn.IsClosed()), that keeps failing, and the caller
 // must dial again and open a new Source.
 type Source struct {
@@ -111,16 +112,24 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 	}
 	out := []idem.Delivery{s.delivery(sess, first)} // grown as more are ready: most calls return few
 
+more:
 	for len(out) < max {
 		select {
 		case d, ok := <-sess.deliveries:
 			if !ok {
-				return out, nil // the next Receive reports the failure
+				break more // the channel ended: checked below
 			}
 			out = append(out, s.delivery(sess, d))
 		default:
-			return out, nil
+			break more
 		}
+	}
+	if sess.ch.IsClosed() {
+		// Deliveries that arrived before the channel died wait in the session's
+		// buffer after it. None can be acknowledged now (a delivery tag belongs to
+		// its channel) and the broker has requeued them all: handing them out would
+		// only run their handlers for nothing and deliver each twice.
+		return nil, s.lost(sess)
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package idemamqp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,9 @@ func wantRetryable(t *testing.T, err error, op string) {
 
 // A connection that dies while a delivery is unacknowledged: Receive reports it as a
 // retryable error instead of blocking, and the broker gives the message to the next
-// consumer, counted as a second attempt on a quorum queue.
+// consumer, counted as a second attempt on a quorum queue. The deliveries that
+// had arrived behind it are not handed out after the death (their acks would fail
+// and the broker redelivers them anyway): they come again, to the next consumer.
 func TestConnectionDiesMidStream(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -39,13 +42,18 @@ func TestConnectionDiesMidStream(t *testing.T) {
 			t.Parallel()
 			queue := declareQueue(t, idemamqp.QueueConfig{Quorum: tt.quorum})
 			admin := dial(t)
-			publish(t, newSink(t, admin, idemamqp.SinkConfig{Mandatory: true}),
-				idem.Message{ID: "m-1", Topic: queue, Payload: []byte("1")})
+			const n = 4
+			var msgs []idem.Message
+			for i := range n {
+				msgs = append(msgs, idem.Message{ID: fmt.Sprintf("m-%d", i+1), Topic: queue, Payload: []byte("1")})
+			}
+			publish(t, newSink(t, admin, idemamqp.SinkConfig{Mandatory: true}), msgs...)
 
 			victim := dialCuttable(t)
 			cfg := idemamqp.SourceConfig{Queue: queue, Quorum: tt.quorum}
 			src := newSource(t, victim.Connection, cfg)
 			got := receiveN(t, src, 1)
+			waitArrived(t, src, n) // the other three wait in the source, not yet handed out
 			tt.kill(victim)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -62,12 +70,14 @@ func TestConnectionDiesMidStream(t *testing.T) {
 			wantRetryable(t, err, "receive")
 			wantRetryable(t, got[0].Settler.Ack(ctx), "ack")
 
-			again := receive(t, newSource(t, admin, cfg), 1, 30*time.Second)
-			if len(again) != 1 || again[0].ID != "m-1" {
-				t.Fatalf("the unacknowledged message was not redelivered to a new source (got %d)", len(again))
+			again := receive(t, newSource(t, admin, cfg), n, 30*time.Second)
+			if len(again) != n {
+				t.Fatalf("%d of the %d unacknowledged messages were redelivered to a new source", len(again), n)
 			}
-			if tt.quorum && again[0].Attempt < 2 {
-				t.Errorf("redelivery has Attempt %d, want at least 2", again[0].Attempt)
+			for _, d := range again {
+				if d.ID == got[0].ID && tt.quorum && d.Attempt < 2 {
+					t.Errorf("redelivery of %s has Attempt %d, want at least 2", d.ID, d.Attempt)
+				}
 			}
 			ack(t, again...)
 		})
@@ -229,5 +239,18 @@ func TestConstructorsRefuse(t *testing.T) {
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.NotFound {
 		t.Errorf("NewSource on a missing queue = %v, want the broker's 404", err)
+	}
+}
+
+// waitArrived waits until n deliveries have reached src from the broker, handed
+// out or not.
+func waitArrived(t *testing.T, src *idemamqp.Source, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for idemamqp.Arrived(src) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d deliveries reached the source within 30s", idemamqp.Arrived(src), n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
