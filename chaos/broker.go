@@ -78,6 +78,11 @@ type Sink struct {
 	OnFault func(kind string)
 	// Tally, if set, counts every message handed to Publish.
 	Tally *Tally
+	// Sent, if set, counts every message passed on to Sink: not those an
+	// injected publish error stopped. A message sent twice is a copy the broker
+	// may store twice (after a crash between publish and mark, or a publish that
+	// failed once it had left).
+	Sent *Tally
 }
 
 // Publish publishes msgs, perhaps with a fault. One call is one operation: a relay
@@ -99,7 +104,7 @@ func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	case FaultPublishError:
 		return fmt.Errorf("%w: %s", ErrInjected, fault)
 	case FaultRelayCrash:
-		if err := s.Sink.Publish(ctx, msgs...); err != nil {
+		if err := s.send(ctx, msgs); err != nil {
 			return err
 		}
 		if s.Kill != nil {
@@ -110,6 +115,16 @@ func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	default:
 		if s.OnFault != nil {
 			s.OnFault(fault)
+		}
+	}
+	return s.send(ctx, msgs)
+}
+
+// send passes msgs on to the wrapped sink, counting them in Sent.
+func (s *Sink) send(ctx context.Context, msgs []idem.Message) error {
+	if s.Sent != nil {
+		for _, m := range msgs {
+			s.Sent.Add(m.ID)
 		}
 	}
 	return s.Sink.Publish(ctx, msgs...)
@@ -131,11 +146,23 @@ type Source struct {
 	Kill       func()
 	// Tally, if set, counts every delivery, injected duplicates included.
 	Tally *Tally
+	// Firsts, if set, counts the deliveries the broker numbered first
+	// (Delivery.Attempt 1), injected duplicates not included: where the broker
+	// counts attempts, a message delivered first more than once was stored more
+	// than once (a relay's copy), not redelivered.
+	Firsts *Tally
 	// AckWait is the broker's redelivery wait. A source that keeps its unsettled
-	// deliveries from redelivery (a RenewalPauser) would keep one whose ack was
-	// dropped until it closes, so its lost acks are Naks of AckWait instead: the
-	// message comes back when a real lost ack's would.
+	// deliveries from redelivery (a RenewalPauser, or KeepsUnsettled) would keep
+	// one whose ack was dropped until it closes, so its lost acks are Naks of
+	// AckWait instead: the message comes back when a real lost ack's would.
 	AckWait time.Duration
+	// KeepsUnsettled says the broker redelivers an unsettled delivery only when
+	// the consumer's channel closes: AMQP 0-9-1 has no ack wait, and an ack
+	// that TCP carries is lost only with its connection, which requeues the
+	// rest too (a cut). Dropping the ack alone there would hold the delivery,
+	// and a prefetch slot, until the channel's end; its lost acks are Naks of
+	// AckWait, as a RenewalPauser's are.
+	KeepsUnsettled bool
 }
 
 // Receive returns the next deliveries, some of them with faults.
@@ -152,6 +179,9 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 			n = s.Tally.Add(d.ID)
 		}
 		attempts[i] = n
+		if s.Firsts != nil && d.Attempt == 1 {
+			s.Firsts.Add(d.ID)
+		}
 		switch fault := s.Injector.Roll("deliver "+d.ID, n, s.Faults); fault {
 		case "":
 			out = append(out, d)
@@ -164,7 +194,7 @@ func (s *Source) Receive(ctx context.Context, max int) ([]idem.Delivery, error) 
 			out = append(out, d, dup)
 		case FaultLostAck:
 			lost := lostAck{Settler: d.Settler}
-			if _, keeps := s.Source.(RenewalPauser); keeps {
+			if _, renews := s.Source.(RenewalPauser); renews || s.KeepsUnsettled {
 				lost.nakAfter = s.AckWait
 			}
 			d.Settler = lost

@@ -21,6 +21,14 @@ type Fault struct {
 	// a short run with rare faults (a kill per batch) then draws every kind as
 	// soon as it has had as many hits as kinds, instead of by luck.
 	Min int
+	// First, if set, injects this fault on an operation's first attempt only (a
+	// message's first delivery, a request's first try); a later attempt it
+	// would hit gets no fault, so the other faults' rates are unchanged. For
+	// faults whose rate should follow the run's progress rather than the
+	// retries other faults cause: a broker cut drawn on every redelivery, on a
+	// broker where a cut redelivers the batch in hand, would draw more cuts
+	// from its own redeliveries and feed on itself.
+	First bool
 }
 
 // Injector decides, operation by operation, whether a fault hits and which one.
@@ -73,7 +81,7 @@ func (in *Injector) RollScaled(id string, attempt int, scale float64, faults []F
 		if x -= f.Weight; x >= 0 {
 			continue
 		}
-		if !in.take(f) {
+		if f.First && attempt > 1 || !in.take(f) {
 			return ""
 		}
 		in.faulted.Add(1)
