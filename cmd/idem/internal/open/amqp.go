@@ -32,6 +32,7 @@ func openAMQPBroker(ctx context.Context, b *Broker, raw, run string) error {
 		return fmt.Errorf("--broker %q: %s: use amqp://user:pass@host:5672/[vhost]", redact.URL(raw), redact.String(err.Error()))
 	}
 	b.name = "rabbitmq " + net.JoinHostPort(u.Host, fmt.Sprint(u.Port))
+	b.keeps = true
 	if err := b.proxyTo("amqp", net.JoinHostPort(u.Host, fmt.Sprint(u.Port))); err != nil {
 		return err
 	}

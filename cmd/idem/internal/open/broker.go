@@ -59,6 +59,7 @@ type Broker struct {
 	openSource  func(ctx context.Context) (idem.Source, error)
 	stored      func(ctx context.Context) (int, bool)
 	cumulative  bool               // acks are offsets (Kafka)
+	keeps       bool               // unsettled deliveries come back only when the channel closes (RabbitMQ)
 	ackWait     time.Duration      // 0: verifyAckWait
 	nodes       verify.NodeFaulter // kills nodes and cuts routes (nats-cluster:), or nil
 	dbQueue     bool               // db:: no broker, the run's database is the queue
@@ -81,6 +82,11 @@ func (b *Broker) Proxy() *chaos.Proxy { return b.proxy }
 // fault it can inject there, since no broker redelivers the one record (it would
 // only hold the partition's commits back until the consumer restarts).
 func (b *Broker) CumulativeAcks() bool { return b.cumulative }
+
+// KeepsUnsettled tells the run that the broker has no ack wait (RabbitMQ): an
+// unsettled delivery comes back when its channel closes, so a lost ack is
+// injected as a Nak of the ack wait.
+func (b *Broker) KeepsUnsettled() bool { return b.keeps }
 func (b *Broker) Stored(ctx context.Context) (int, bool) {
 	if b.stored == nil {
 		return 0, false

@@ -47,7 +47,10 @@ func dupes(es []applied, retention time.Duration) (dup, late int, lateAmount int
 
 // check reads the databases back and builds the report: one row per boundary.
 func (r *run) check(ctx context.Context, intents []intent) (*Report, error) {
-	rep := &Report{}
+	rep := &Report{AcksFailed: int(r.acksFailed.Load()), RelayCopies: r.sent.Total() - r.sent.Distinct(), StoredCopies: -1}
+	if r.firsts.Distinct() > 0 {
+		rep.StoredCopies = r.firsts.Total() - r.firsts.Distinct()
+	}
 	orders, httpRow, err := r.checkOrders(ctx, intents, rep)
 	if err != nil {
 		return nil, err

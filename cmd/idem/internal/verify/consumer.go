@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhq/idem"
@@ -75,7 +76,9 @@ func (r *run) superviseConsumer(ctx context.Context) {
 		faults = append(faults, chaos.Fault{Kind: chaos.FaultLostAck, Weight: 2})
 	}
 	if r.f.Broker.Proxy() != nil {
-		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3})
+		// On the first delivery only: on RabbitMQ a cut redelivers the batch in
+		// hand, whose deliveries would draw more cuts.
+		faults = append(faults, chaos.Fault{Kind: FaultBrokerCut, Weight: 0.3, First: true})
 	}
 	// Min 1: a run kills (and pauses) at every point at least once, whatever
 	// the draw: a batch is hit at a quarter of the rate, so a short run has few.
@@ -85,6 +88,8 @@ func (r *run) superviseConsumer(ctx context.Context) {
 		batch = append(batch, chaos.Fault{Kind: chaos.FaultPaused, Weight: 0.3, Min: 1, Max: 3})
 	}
 	pause := r.f.Broker.AckWait() + 500*time.Millisecond
+	k, keeps := r.f.Broker.(UnsettledKeeper)
+	keeps = keeps && k.KeepsUnsettled()
 	for first := true; ctx.Err() == nil; first = false {
 		if !first {
 			r.restarts.Add(1)
@@ -97,8 +102,8 @@ func (r *run) superviseConsumer(ctx context.Context) {
 			wait.Sleep(ctx, 100*time.Millisecond)
 			continue
 		}
-		cs := &chaos.Source{Source: src, Injector: r.inj, Faults: faults, BatchFaults: batch, BatchScale: 0.25, Kill: kill, Tally: &r.delivered,
-			AckWait: r.f.Broker.AckWait()}
+		cs := &chaos.Source{Source: src, Injector: r.inj, Faults: faults, BatchFaults: batch, BatchScale: 0.25, Kill: kill, Tally: &r.delivered, Firsts: &r.firsts,
+			AckWait: r.f.Broker.AckWait(), KeepsUnsettled: keeps}
 		c, err := inbox.New(cctx, cutSource{cs, r}, r.txdb, r.store, chaos.Handler(r.ledger, pause, kill), r.inboxConfig(now))
 		if err == nil {
 			err = c.Run(cctx)
@@ -126,12 +131,28 @@ func (c cutSource) Receive(ctx context.Context, max int) ([]idem.Delivery, error
 		// start over on a fresh one, as a supervised consumer process would.
 		c.s.Kill()
 	}
-	for _, d := range ds {
+	for i, d := range ds {
 		if d.Headers[chaos.HeaderFault] == FaultBrokerCut {
 			c.r.cut(c.r.f.Broker.Proxy(), FaultBrokerCut)
 		}
+		ds[i].Settler = countFailedAck{d.Settler, &c.r.acksFailed}
 	}
 	return ds, err
+}
+
+// countFailedAck counts the acks that return an error: the broker delivers each
+// of those messages again (Report.AcksFailed).
+type countFailedAck struct {
+	idem.Settler
+	failed *atomic.Int64
+}
+
+func (c countFailedAck) Ack(ctx context.Context) error {
+	err := c.Settler.Ack(ctx)
+	if err != nil {
+		c.failed.Add(1)
+	}
+	return err
 }
 
 func (c cutSource) Close() error { return c.s.Close() }

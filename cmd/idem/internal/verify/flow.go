@@ -76,6 +76,13 @@ type CumulativeAcker interface {
 	CumulativeAcks() bool
 }
 
+// UnsettledKeeper is implemented by a Broker that redelivers an unsettled
+// delivery only when its consumer's channel closes (RabbitMQ: AMQP has no ack
+// wait). Its lost acks are Naks of its AckWait (chaos.Source.KeepsUnsettled).
+type UnsettledKeeper interface {
+	KeepsUnsettled() bool
+}
+
 // The order APIs a Flow can place its orders through (Flow.API).
 const (
 	// APIHTTP: POST /orders with Idempotency-Key (idemhttp), the default.
@@ -207,9 +214,12 @@ type run struct {
 	// whose response was dropped once (FaultGRPCDropResponse).
 	heldCopies, dropped sync.Map
 	placed              atomic.Int64
-	published           chaos.Tally // messages handed to the broker, by id
-	stored              storedSet   // messages the broker acknowledged, by id (CDC)
-	delivered           chaos.Tally // deliveries to consumers, by id
+	published           chaos.Tally  // messages handed to the broker, by id
+	sent                chaos.Tally  // of those, the ones no injected publish error stopped
+	stored              storedSet    // messages the broker acknowledged, by id (CDC)
+	delivered           chaos.Tally  // deliveries to consumers, by id
+	firsts              chaos.Tally  // deliveries the broker numbered first (Attempt 1), by id
+	acksFailed          atomic.Int64 // acks of deliveries that returned an error
 	restarts            atomic.Int64
 	lateEvents          int // orders written whose event carries a passed deadline (check)
 	paysvc              *paymentService

@@ -60,7 +60,7 @@ func (r *run) supervise(ctx context.Context, what string, wrap func(idem.Sink) i
 		if r.losses != nil {
 			inner = lossSink{sink, r.losses}
 		}
-		cs := &chaos.Sink{Sink: wrap(inner), Injector: r.inj, Faults: faults, Kill: kill, OnFault: r.onFault, Tally: &r.published}
+		cs := &chaos.Sink{Sink: wrap(inner), Injector: r.inj, Faults: faults, Kill: kill, OnFault: r.onFault, Tally: &r.published, Sent: &r.sent}
 		err = run(rctx, cutSink{cs, r})
 		kill()
 		if err != nil && ctx.Err() == nil && rctx.Err() == nil {

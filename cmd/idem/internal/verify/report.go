@@ -61,6 +61,21 @@ type Report struct {
 	Balance     int64          `json:"balance"`
 	OrderSum    int64          `json:"order_sum"` // of the orders whose event was not refused for its deadline
 	DeadLetters int            `json:"dead_letters"`
+	// AcksFailed counts the consumers' acks that returned an error (the
+	// connection was cut, the consumer was stopping): the broker did not get
+	// them and delivers each of those messages again, as after a lost ack. On
+	// RabbitMQ a cut fails the ack of every delivery its consumers held.
+	AcksFailed int `json:"acks_failed"`
+	// RelayCopies counts the messages the relay sent to the broker again
+	// (after it was killed between publish and mark, or after a publish that
+	// failed once it had left): a broker without a duplicate window (Kafka,
+	// Pub/Sub, RabbitMQ) may store and deliver each.
+	RelayCopies int `json:"relay_copies"`
+	// StoredCopies counts the copies the broker stored and delivered, where it
+	// numbers its deliveries (Delivery.Attempt: NATS, RabbitMQ's quorum queues,
+	// SQS): the deliveries numbered first beyond one per message. -1 where it
+	// does not (Kafka): RelayCopies is then the most there can be.
+	StoredCopies int `json:"stored_copies"`
 	// Unsettled counts what was still on its way when the flow did not settle within
 	// Flow.Timeout: orders unpublished, unapplied, unpaid or unshown, each step once.
 	// The "lost" counts include them; a longer timeout tells a slow machine from a
@@ -220,7 +235,8 @@ func (r *Report) WriteResults(w io.Writer) error {
 	if d := r.DeliveriesPerOrder(); d > 0 && r.Queue != nil {
 		notes = append(notes, fmt.Sprintf("%.2f claims per order reached the consumers (1 = each message claimed once)", d))
 	} else if d > 0 {
-		notes = append(notes, fmt.Sprintf("%.2f broker deliveries per order reached the consumers (1 = no redelivery; injected duplicates left out)", d))
+		notes = append(notes, fmt.Sprintf("%.2f broker deliveries per order reached the consumers (1 = no redelivery; injected duplicates left out); "+
+			"%d injected lost ack(s) and %d failed ack(s) each made one", d, r.Faults[chaos.FaultLostAck], r.AcksFailed))
 	}
 	if r.DeadLetters > 0 {
 		notes = append(notes, fmt.Sprintf("%d message(s) in the dead-letter table", r.DeadLetters))
