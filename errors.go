@@ -68,6 +68,31 @@ func IsRetryable(err error) bool {
 	return errors.As(err, &be)
 }
 
+// PublishError is the error of a Sink's Publish that failed for part of its batch:
+// Accepted[i] reports that the broker acknowledged msgs[i] as Publish returning nil
+// acknowledges a whole batch (stored, where the sink's doc says so). A message not
+// accepted may have reached the broker or not. The outbox relay marks the accepted
+// messages published and sends only the others again, so a batch cut short does not
+// turn into copies on a broker that keeps every copy (RabbitMQ, Pub/Sub, Kafka). A
+// Sink that cannot tell which messages were accepted returns its error without this
+// type, and the relay sends every message of the batch again.
+type PublishError struct {
+	Accepted []bool // one per message of the batch, in its order
+	Err      error  // why the others were not accepted
+}
+
+func (e *PublishError) Error() string {
+	n := 0
+	for _, ok := range e.Accepted {
+		if ok {
+			n++
+		}
+	}
+	return fmt.Sprintf("%v (%d of %d messages of the batch accepted)", e.Err, n, len(e.Accepted))
+}
+
+func (e *PublishError) Unwrap() error { return e.Err }
+
 // PermanentError marks an error as final: retrying the same call will not help (a
 // declined card, an undecodable payload). The inbox dead-letters such a message at
 // once and the effect fence records such an effect as failed, instead of retrying.

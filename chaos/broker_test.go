@@ -118,7 +118,10 @@ func TestSourceFirsts(t *testing.T) {
 
 type nopSink struct{ n int }
 
-func (s *nopSink) Publish(_ context.Context, msgs ...idem.Message) error { s.n += len(msgs); return nil }
+func (s *nopSink) Publish(_ context.Context, msgs ...idem.Message) error {
+	s.n += len(msgs)
+	return nil
+}
 
 // Sent counts what reached the wrapped sink: a batch an injected publish error
 // stopped is in Tally, not in Sent; one a relay crash hit after its publish is in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/idemhq/idem"
@@ -75,7 +76,9 @@ func (s *Sink) MessagingSystem() string { return "rabbitmq" }
 // broker's confirm of each. A message the broker nacks, or returns as unroutable
 // (with SinkConfig.Mandatory), fails Publish with a *idem.BackendError naming its
 // id; the others of the batch may have been published, and publishing the batch
-// again is safe because consumers deduplicate by id.
+// again is safe because consumers deduplicate by id. When some messages were
+// confirmed (before a nack, a return, or the channel's death), the error is an
+// *idem.PublishError saying which, so the outbox relay sends only the others again.
 func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	pubs := make([]amqp.Publishing, len(msgs))
 	for i, m := range msgs {
@@ -89,24 +92,30 @@ func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	if s.closed {
 		return idem.ErrClosed
 	}
-	if err := s.publish(ctx, msgs, pubs); err != nil {
-		return &idem.BackendError{Backend: Backend, Op: "publish", Err: err}
+	if acc, err := s.publish(ctx, msgs, pubs); err != nil {
+		err = &idem.BackendError{Backend: Backend, Op: "publish", Err: err}
+		if slices.Contains(acc, true) {
+			err = &idem.PublishError{Accepted: acc, Err: err}
+		}
+		return err
 	}
 	return nil
 }
 
-// publish sends the batch and waits for its confirms. It runs with s.mu held.
-func (s *Sink) publish(ctx context.Context, msgs []idem.Message, pubs []amqp.Publishing) error {
+// publish sends the batch and waits for its confirms. On failure it also says which
+// messages the broker confirmed (acked, and not returned unroutable): those are
+// stored all the same. It runs with s.mu held.
+func (s *Sink) publish(ctx context.Context, msgs []idem.Message, pubs []amqp.Publishing) ([]bool, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	if s.pub == nil || s.pub.ch.IsClosed() {
 		if s.conn.IsClosed() {
-			return fmt.Errorf("the connection is closed (%w): dial again and make a new sink", amqp.ErrClosed)
+			return nil, fmt.Errorf("the connection is closed (%w): dial again and make a new sink", amqp.ErrClosed)
 		}
 		p, err := s.open()
 		if err != nil {
-			return fmt.Errorf("open a confirm-mode channel: %w", err)
+			return nil, fmt.Errorf("open a confirm-mode channel: %w", err)
 		}
 		s.pub = p
 	}
@@ -126,8 +135,11 @@ func (s *Sink) publish(ctx context.Context, msgs []idem.Message, pubs []amqp.Pub
 		acked, err := dc.WaitContext(ctx)
 		if err != nil {
 			// The channel still owes confirms that nobody will read: replace it.
+			// The broker sent the returns of the messages before i ahead of their
+			// confirms, so those are collected.
 			s.discard(p)
-			return fmt.Errorf("waiting for the confirm of message %q (%d of %d unconfirmed): %w", msgs[i].ID, len(msgs)-i, len(msgs), err)
+			p.markReturned(msgs[:i], failed[:i])
+			return confirmed(failed[:i], len(msgs)), fmt.Errorf("waiting for the confirm of message %q (%d of %d unconfirmed): %w", msgs[i].ID, len(msgs)-i, len(msgs), err)
 		}
 		if !acked {
 			failed[i] = p.reason(ErrNacked)
@@ -143,7 +155,21 @@ func (s *Sink) publish(ctx context.Context, msgs []idem.Message, pubs []amqp.Pub
 	if p.ch.IsClosed() {
 		s.pub = nil
 	}
-	return firstFailure(msgs, failed)
+	if err := firstFailure(msgs, failed); err != nil {
+		return confirmed(failed, len(msgs)), err
+	}
+	return nil, nil
+}
+
+// confirmed returns, for a batch of n messages, which were confirmed: those of
+// failed (the first len(failed) messages, all with their confirm in) without a
+// failure.
+func confirmed(failed []error, n int) []bool {
+	acc := make([]bool, n)
+	for i, err := range failed {
+		acc[i] = err == nil
+	}
+	return acc
 }
 
 // open opens a channel in confirm mode with its listeners.

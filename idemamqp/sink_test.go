@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +24,16 @@ func wantPublishError(t *testing.T, err error, id string) {
 		t.Fatalf("error %q does not name message %q", err, id)
 	}
 	t.Logf("%s: %v", id, err)
+}
+
+// wantAccepted fails t unless err is an *idem.PublishError saying exactly which
+// messages of the batch the broker confirmed.
+func wantAccepted(t *testing.T, err error, want ...bool) {
+	t.Helper()
+	var pe *idem.PublishError
+	if !errors.As(err, &pe) || !slices.Equal(pe.Accepted, want) {
+		t.Fatalf("error %v (%T): want an *idem.PublishError with Accepted %v", err, err, want)
+	}
 }
 
 // Publisher confirms are observed: a publish to a missing exchange fails (the broker
@@ -62,6 +73,7 @@ func TestMandatoryUnroutable(t *testing.T) {
 		idem.Message{ID: "unrouted", Topic: nowhere, Payload: []byte("2")},
 		idem.Message{ID: "routed-too", Topic: queue, Payload: []byte("3")})
 	wantPublishError(t, err, "unrouted")
+	wantAccepted(t, err, true, false, true) // the relay marks the routed two and sends the third again
 	if !errors.Is(err, idemamqp.ErrUnroutable) {
 		t.Fatalf("error %v does not wrap ErrUnroutable", err)
 	}
@@ -87,6 +99,7 @@ func TestNackedByBroker(t *testing.T) {
 	defer cancel()
 	err := sink.Publish(ctx, idem.Message{ID: "fits", Topic: queue, Payload: []byte("1")}, idem.Message{ID: "overflows", Topic: queue, Payload: []byte("2")})
 	wantPublishError(t, err, "overflows")
+	wantAccepted(t, err, true, false)
 	if !errors.Is(err, idemamqp.ErrNacked) {
 		t.Fatalf("error %v does not wrap ErrNacked", err)
 	}

@@ -52,7 +52,9 @@ const messagingSystem = "gcp_pubsub"
 // succeeded: messages with the same ordering key are stored in call order. On a
 // failure, the requests before the failed one are stored and later ones are not
 // sent; the failed one may or may not be stored (the caller's retry republishes
-// it, and the inbox drops the copy by its ID).
+// it, and the inbox drops the copy by its ID). When requests before it were
+// stored, the error is an *idem.PublishError saying which messages were, so the
+// outbox relay sends only the others again.
 func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -85,7 +87,15 @@ func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 		}
 		topic := fullName(s.client.Project(), "topics", msgs[start].Topic)
 		if _, err := s.client.TopicAdminClient.Publish(ctx, &pubsubpb.PublishRequest{Topic: topic, Messages: out[start:end]}); err != nil {
-			return s.fail(ctx, start, end, len(out), msgs[start], err)
+			err = s.fail(ctx, start, end, len(out), msgs[start], err)
+			if start > 0 { // the requests before this one were accepted
+				acc := make([]bool, len(msgs))
+				for i := range start {
+					acc[i] = true
+				}
+				err = &idem.PublishError{Accepted: acc, Err: err}
+			}
+			return err
 		}
 		start = end
 	}

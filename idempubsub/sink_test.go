@@ -104,6 +104,27 @@ func TestPublishMissingTopic(t *testing.T) {
 	}
 }
 
+// A batch whose later request fails (its topic is missing) after an earlier one
+// was stored says which messages were accepted (idem.PublishError), so the outbox
+// relay sends only the others again.
+func TestPublishPartlyAccepted(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	topic, _ := f.topicSub(t, idempubsub.SubscriptionConfig{})
+	err := f.sink(t).Publish(context.Background(),
+		idem.Message{ID: "a", Topic: topic, Payload: []byte("1")},
+		idem.Message{ID: "b", Topic: topic, Payload: []byte("2")},
+		idem.Message{ID: "c", Topic: "nowhere", Payload: []byte("3")})
+	var pe *idem.PublishError
+	if !errors.As(err, &pe) || fmt.Sprint(pe.Accepted) != "[true true false]" {
+		t.Fatalf("Publish = %v (%T), want an *idem.PublishError accepting a and b", err, err)
+	}
+	var be *idem.BackendError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "nowhere") {
+		t.Fatalf("Publish = %v, want the BackendError naming the missing topic inside", err)
+	}
+}
+
 // TestConfigValidation: bad configurations are refused naming the field.
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()

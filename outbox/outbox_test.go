@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -309,6 +310,60 @@ func TestPoisonMessageAlone(t *testing.T) {
 		e.db.QueryRow("SELECT attempts FROM idem_outbox WHERE msg_id = 'y2'").Scan(&y2)
 		if attempts != 1 || y2 != 0 {
 			t.Fatalf("attempts: bad %d, y2 %d; want 1 and 0", attempts, y2)
+		}
+	})
+}
+
+// partialSink accepts, in a batch of several, every message but those named
+// "cut-…", and says so with an idem.PublishError, as a broker connection cut
+// after some confirms would; alone, every message goes through.
+type partialSink struct{ memSink }
+
+func (s *partialSink) Publish(ctx context.Context, msgs ...idem.Message) error {
+	if len(msgs) == 1 {
+		return s.memSink.Publish(ctx, msgs...)
+	}
+	acc := make([]bool, len(msgs))
+	for i, m := range msgs {
+		if acc[i] = !strings.HasPrefix(m.ID, "cut-"); acc[i] {
+			_ = s.memSink.Publish(ctx, m)
+		}
+	}
+	return &idem.PublishError{Accepted: acc, Err: errors.New("connection cut")}
+}
+
+// A batch the sink accepted in part (idem.PublishError): the accepted messages are
+// marked published as they are, and only the others are sent again, so the broker
+// gets each message once.
+func TestPartialPublishSendsOnlyTheRest(t *testing.T) {
+	t.Parallel()
+	forEachDB(t, func(t *testing.T, e env) {
+		ctx := context.Background()
+		ids := []string{"a1", "cut-b", "c1", "cut-d", "e1"}
+		for i, id := range ids {
+			placeOrder(ctx, e, id, fmt.Sprint("k", i), true)
+		}
+		sink := &partialSink{}
+		r, err := e.ob.Relay(sink, outbox.RelayConfig{BatchSize: 10, Backoff: func(int) time.Duration { return time.Hour }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := r.RunOnce(ctx); err != nil || n != len(ids) {
+			t.Fatalf("RunOnce = %d, %v; want all %d published", n, err, len(ids))
+		}
+		got := sink.ids()
+		slices.Sort(got)
+		want := slices.Clone(ids)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("the broker got %v, want each of %v once", got, want)
+		}
+		var waiting, attempts int
+		if err := e.db.QueryRow("SELECT COUNT(*), COALESCE(SUM(attempts), 0) FROM idem_outbox WHERE published_at IS NULL OR attempts > 0").Scan(&waiting, &attempts); err != nil {
+			t.Fatal(err)
+		}
+		if waiting != 0 || attempts != 0 {
+			t.Fatalf("%d rows unpublished or with failed attempts (%d attempts), want none", waiting, attempts)
 		}
 	})
 }

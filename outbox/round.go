@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -44,7 +45,9 @@ func (r *Relay[Tx]) claimLimit(ctx context.Context, q idemsql.Querier, query str
 // again one message at a time, so one bad message costs only its own attempt:
 // messages that go through are marked published; the first failure of an ordering
 // key records an attempt (with backoff, parked at MaxAttempts) and holds back the
-// rest of that key in the batch, untouched, so nothing overtakes it.
+// rest of that key in the batch, untouched, so nothing overtakes it. When the
+// sink's error says which messages the broker accepted (idem.PublishError), those
+// are marked published as they are and only the others are sent again.
 func (r *Relay[Tx]) publish(ctx context.Context, q idemsql.Querier, rows []row) (int, error) {
 	rows, err := r.failBad(ctx, q, rows)
 	if err != nil || len(rows) == 0 {
@@ -97,10 +100,22 @@ func (r *Relay[Tx]) settle(ctx context.Context, q idemsql.Querier, rows []row, p
 	if ctx.Err() != nil {
 		return 0, perr // shutting down: nothing is recorded, the rows come again
 	}
-	if len(rows) == 1 {
+	var ok []row
+	if acc := accepted(perr, len(rows)); acc != nil {
+		// The broker acknowledged part of the batch: those rows are published, and
+		// only the others are tried again, one at a time.
+		rest := make([]row, 0, len(rows))
+		for i, w := range rows {
+			if acc[i] {
+				ok = append(ok, w)
+			} else {
+				rest = append(rest, w)
+			}
+		}
+		rows = rest
+	} else if len(rows) == 1 {
 		return 0, r.markFailed(ctx, q, rows[0], perr)
 	}
-	var ok []row
 	held := map[string]bool{}
 	for _, w := range rows {
 		if w.msg.OrderingKey != "" && held[w.msg.OrderingKey] {
@@ -123,6 +138,16 @@ func (r *Relay[Tx]) settle(ctx context.Context, q idemsql.Querier, rows []row, p
 		return 0, nil
 	}
 	return len(ok), r.markPublished(ctx, q, ok)
+}
+
+// accepted returns which of the n messages a failed publish says the broker
+// acknowledged (idem.PublishError), or nil when it does not say.
+func accepted(err error, n int) []bool {
+	var pe *idem.PublishError
+	if errors.As(err, &pe) && len(pe.Accepted) == n {
+		return pe.Accepted
+	}
+	return nil
 }
 
 // send publishes msgs and records the call: its duration and, if it failed, how many
@@ -152,6 +177,11 @@ func (r *Relay[Tx]) send(ctx context.Context, msgs []idem.Message) error {
 	failed := 0
 	if err != nil {
 		failed = len(msgs)
+		for _, ok := range accepted(err, len(msgs)) {
+			if ok {
+				failed--
+			}
+		}
 	}
 	r.m.Publish(time.Since(start).Seconds(), failed)
 	for _, s := range spans {
