@@ -2,6 +2,7 @@ package idemkafka
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/idemhq/idem"
@@ -53,7 +54,9 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 // idem.HeaderID header and Message.Headers as record headers.
 //
 // On error some messages may have been written; publishing them again is safe, as
-// the consumer's inbox deduplicates on their IDs. If ctx ends first, Publish returns
+// the consumer's inbox deduplicates on their IDs. When Kafka confirmed some, the
+// error is an *idem.PublishError saying which, so the outbox relay sends only the
+// others again (Kafka keeps every copy). If ctx ends first, Publish returns
 // without waiting: the records already handed to the producer may still be written.
 func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	for _, m := range msgs {
@@ -64,10 +67,10 @@ func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	p := &pending{done: make(chan struct{})}
+	p := &pending{done: make(chan struct{}), failed: make([]bool, len(msgs))}
 	p.wg.Add(len(msgs))
-	for _, m := range msgs {
-		s.client.Produce(ctx, toRecord(m), p.result)
+	for i, m := range msgs {
+		s.client.Produce(ctx, toRecord(m), func(_ *kgo.Record, err error) { p.result(i, err) })
 	}
 	go func() { p.wg.Wait(); close(p.done) }()
 	select {
@@ -75,35 +78,47 @@ func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	case <-ctx.Done():
 		return &idem.BackendError{Backend: backend, Op: "publish", Err: ctx.Err()}
 	}
-	if err := p.firstErr(); err != nil {
-		return &idem.BackendError{Backend: backend, Op: "publish", Err: err}
-	}
-	return nil
+	return p.outcome()
 }
 
 // pending collects the produce results of one Publish call; the first error wins.
 type pending struct {
-	wg   sync.WaitGroup
-	done chan struct{}
-	mu   sync.Mutex
-	err  error
+	wg     sync.WaitGroup
+	done   chan struct{}
+	mu     sync.Mutex
+	err    error
+	failed []bool // by message of the batch
 }
 
-func (p *pending) result(_ *kgo.Record, err error) {
+func (p *pending) result(i int, err error) {
 	if err != nil {
 		p.mu.Lock()
 		if p.err == nil {
 			p.err = err
 		}
+		p.failed[i] = true
 		p.mu.Unlock()
 	}
 	p.wg.Done()
 }
 
-func (p *pending) firstErr() error {
+// outcome is Publish's error once every record has its result: nil, or the first
+// error, in an *idem.PublishError when some records were written.
+func (p *pending) outcome() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.err
+	if p.err == nil {
+		return nil
+	}
+	err := error(&idem.BackendError{Backend: backend, Op: "publish", Err: p.err})
+	if slices.Contains(p.failed, false) {
+		acc := make([]bool, len(p.failed))
+		for i, f := range p.failed {
+			acc[i] = !f
+		}
+		err = &idem.PublishError{Accepted: acc, Err: err}
+	}
+	return err
 }
 
 // toRecord maps a message to a record; m is valid.

@@ -107,6 +107,28 @@ func TestStreamDedupWindowEnds(t *testing.T) {
 	}
 }
 
+// A batch appended in part (one entry's key holds a string) fails with an
+// *idem.PublishError saying which entries were appended, so the outbox relay sends
+// only the others again.
+func TestStreamPublishPartlyAccepted(t *testing.T) {
+	t.Parallel()
+	b := streamSetup(t)
+	ctx := ctxFor(t)
+	wrong := b.prefix + "not-a-stream"
+	if err := b.client.Set(ctx, wrong, "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.client.Del(context.Background(), wrong) })
+	err := b.sink.Publish(ctx, idem.Message{ID: "a", Topic: b.stream}, idem.Message{ID: "b", Topic: wrong}, idem.Message{ID: "c", Topic: b.stream})
+	var pe *idem.PublishError
+	if !errors.As(err, &pe) || !slices.Equal(pe.Accepted, []bool{true, false, true}) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Publish = %v (%T), want an *idem.PublishError accepting a and c, with Redis's WRONGTYPE", err, err)
+	}
+	if got := entryIDs(t, b.client, b.stream); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("stream holds %v, want a and c", got)
+	}
+}
+
 // An append that fails leaves no marker: the retry is appended, not dropped as a
 // copy of a message that was never stored.
 func TestStreamDedupFailedAppendIsRetried(t *testing.T) {

@@ -75,7 +75,9 @@ func (cfg StreamSinkConfig) withDefaults() (StreamSinkConfig, error) {
 // Publish returns once Redis has appended every entry. Redis acknowledges before its
 // replicas and append-only file have the entry (see the package doc on durability);
 // a publisher that must survive a failover re-publishes from its outbox, which is
-// safe because consumers deduplicate on the id field.
+// safe because consumers deduplicate on the id field. When some entries of a batch
+// were appended and others failed (without a Dedup window), the error is an
+// *idem.PublishError saying which, so the outbox relay sends only the others again.
 type StreamSink struct {
 	client redis.UniversalClient
 	maxLen int64
@@ -142,10 +144,21 @@ func (s *StreamSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	for i, m := range msgs {
 		pipe.XAdd(ctx, s.args(m.Topic, vals[i]))
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return backendError("publish", err)
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return nil
 	}
-	return nil
+	err = backendError("publish", err)
+	if len(cmds) == len(msgs) {
+		acc := make([]bool, len(cmds))
+		for i, c := range cmds {
+			acc[i] = c.Err() == nil
+		}
+		if slices.Contains(acc, true) { // the relay sends only the others again
+			err = &idem.PublishError{Accepted: acc, Err: err}
+		}
+	}
+	return err
 }
 
 func (s *StreamSink) args(stream string, vals []any) *redis.XAddArgs {
