@@ -124,7 +124,7 @@ more:
 			break more
 		}
 	}
-	if sess.ch.IsClosed() {
+	if sess.ch.IsClosed() || s.conn.IsClosed() { // the connection is marked closed before its channels
 		// Deliveries that arrived before the channel died wait in the session's
 		// buffer after it. None can be acknowledged now (a delivery tag belongs to
 		// its channel) and the broker has requeued them all: handing them out would

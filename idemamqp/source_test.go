@@ -54,7 +54,15 @@ func TestConnectionDiesMidStream(t *testing.T) {
 			src := newSource(t, victim.Connection, cfg)
 			got := receiveN(t, src, 1)
 			waitArrived(t, src, n) // the other three wait in the source, not yet handed out
+			died := victim.NotifyClose(make(chan *amqp.Error, 1))
 			tt.kill(victim)
+			// A cut socket is noticed by the client's reader a moment later: from
+			// then on, the source knows its channel is dead.
+			select {
+			case <-died:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the client did not notice its connection's death within 30s")
+			}
 
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
