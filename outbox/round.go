@@ -47,7 +47,9 @@ func (r *Relay[Tx]) claimLimit(ctx context.Context, q idemsql.Querier, query str
 // key records an attempt (with backoff, parked at MaxAttempts) and holds back the
 // rest of that key in the batch, untouched, so nothing overtakes it. When the
 // sink's error says which messages the broker accepted (idem.PublishError), those
-// are marked published as they are and only the others are sent again.
+// are marked published as they are and only the others are sent again; an accepted
+// message behind a refused one of its key is already at the broker, so holding it
+// back could not restore the order.
 func (r *Relay[Tx]) publish(ctx context.Context, q idemsql.Querier, rows []row) (int, error) {
 	rows, err := r.failBad(ctx, q, rows)
 	if err != nil || len(rows) == 0 {
