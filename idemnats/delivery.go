@@ -21,7 +21,7 @@ func (s *Source) deliveries(msgs []jetstream.Msg) []idem.Delivery {
 	out := make([]idem.Delivery, len(msgs))
 	now := time.Now()
 	for i, m := range msgs {
-		st := &settler{msg: m, ackWait: s.cfg.AckWait, cons: s.cons, held: &s.held}
+		st := &settler{msg: m, ackWait: s.cfg.AckWait, cons: s.cons, held: &s.held, watch: s.watch}
 		d := idem.Delivery{Message: fromNATS(m), Settler: st}
 		if md, err := m.Metadata(); err == nil {
 			d.Attempt = int(min(md.NumDelivered, math.MaxInt32)) // a uint64: no wrap to negative
@@ -43,6 +43,7 @@ type settler struct {
 	ackWait time.Duration
 	cons    jetstream.Consumer          // nil in tests of the settler alone
 	held    *brokerkit.Keeper[*settler] // nil in tests of the settler alone
+	watch   *connWatch                  // nil in tests of the settler alone
 	// position is Delivery.Position, "" when the metadata could not be read.
 	position string
 	once     brokerkit.Once
@@ -82,9 +83,14 @@ func (s *settler) ack(ctx context.Context) error {
 	}
 	retry := newBackoff(max(s.ackWait, try))
 	for {
-		tryCtx, cancel := context.WithTimeout(ctx, try)
-		err := s.msg.DoubleAck(tryCtx)
-		cancel()
+		var err error
+		if s.watch != nil { // a confirmation lost with its connection: try again at once
+			err = s.watch.request(ctx, try, s.msg.DoubleAck)
+		} else {
+			tryCtx, cancel := context.WithTimeout(ctx, try)
+			err = s.msg.DoubleAck(tryCtx)
+			cancel()
+		}
 		if err == nil {
 			return nil
 		}

@@ -25,7 +25,10 @@ import (
 //     PubAck was lost reached a leader still proposing the first copy. Retried:
 //     once that copy is stored, the retry is answered as a duplicate.
 //   - the connection reconnecting to another node. Retried; a closed connection
-//     is not.
+//     is not. A synchronous publish or an ack whose connection was lost while it
+//     waited for its reply is retried as soon as the client has reconnected
+//     (connWatch), not after its timeout: that reply went down with the
+//     connection.
 //   - an Ack (double ack) not confirmed: it may have been applied; acking again is
 //     harmless (acks are idempotent on the consumer), so it is retried within
 //     AckWait. A delivery whose ack was lost entirely comes back: the inbox's

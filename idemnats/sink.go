@@ -21,6 +21,7 @@ var _ brokerkit.Sink = (*Sink)(nil)
 type Sink struct {
 	js       jetstream.JetStream
 	cfg      SinkConfig
+	watch    *connWatch
 	verified verifier // DedupForever: topics whose stream was checked
 }
 
@@ -32,7 +33,7 @@ func NewSink(js jetstream.JetStream, cfg SinkConfig) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{js: js, cfg: cfg}, nil
+	return &Sink{js: js, cfg: cfg, watch: watchConn(js.Conn())}, nil
 }
 
 // Features reports what JetStream guarantees to idem; see the package documentation
@@ -137,9 +138,11 @@ func (s *Sink) publishSync(ctx context.Context, msgs []*nats.Msg) (int, error) {
 	for i, m := range msgs {
 		// A PubAck lost in a leader election never comes: wait for it at most
 		// DefaultTimeout, then retry, rather than until ctx's (later) deadline.
-		pubCtx, cancel := context.WithTimeout(ctx, wait)
-		_, err := s.js.PublishMsg(pubCtx, m)
-		cancel()
+		// One lost with its connection is retried at once (connWatch).
+		err := s.watch.request(ctx, wait, func(ctx context.Context) error {
+			_, err := s.js.PublishMsg(ctx, m)
+			return err
+		})
 		if err != nil && !s.duplicate(err) {
 			return i, err
 		}

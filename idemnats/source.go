@@ -37,6 +37,7 @@ type Source struct {
 	// redelivered: every third of AckWait it sends each an in-progress ack, until
 	// MaxExtension. It runs until Close.
 	held  brokerkit.Keeper[*settler]
+	watch *connWatch // the connection's losses: an ack cut off by one is retried at once
 	stop  context.CancelFunc
 	ended chan struct{} // closed when held's Run has returned
 }
@@ -75,7 +76,7 @@ func NewSource(ctx context.Context, js jetstream.JetStream, cfg SourceConfig) (*
 		return nil, &idem.BackendError{Backend: backend, Op: "create consumer",
 			Err: fmt.Errorf("durable %q on stream %q: %w", cfg.Durable, cfg.Stream, err)}
 	}
-	s := &Source{cons: cons, cfg: cfg, ended: make(chan struct{})}
+	s := &Source{cons: cons, cfg: cfg, watch: watchConn(js.Conn()), ended: make(chan struct{})}
 	s.held = brokerkit.Keeper[*settler]{Every: cfg.AckWait / 3, Margin: cfg.AckWait, Lease: cfg.AckWait,
 		MaxExtension: cfg.MaxExtension, Extend: s.extend, LetGo: s.letGo}
 	var kctx context.Context

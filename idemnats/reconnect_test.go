@@ -1,0 +1,129 @@
+package idemnats_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemhq/idem"
+	"github.com/idemhq/idem/chaos"
+	"github.com/idemhq/idem/idemnats"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestPublishRetriedAtReconnect: a PubAck lost with its connection never comes,
+// and nats.go keeps a synchronous request waiting for it. The Sink publishes
+// again as soon as the client has reconnected, instead of after the JetStream
+// timeout (an hour here: the old Sink held a one-message Publish until the
+// test's bound for a hang). A pipelined batch relies on jetstream, which fails
+// the futures of a lost connection itself; it is checked the same way.
+//
+// The "stream" is a responder on the subject that leaves the first request of a
+// chosen message unanswered, as a reply lost in the cut would be, and acks the
+// rest; the client's connection goes through a proxy the test cuts once that
+// request has arrived.
+func TestPublishRetriedAtReconnect(t *testing.T) {
+	t.Parallel()
+	direct, _ := connect(t)
+	u, err := url.Parse(natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := chaos.NewProxy("nats", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	for _, tc := range []struct {
+		name        string
+		inFlight    int
+		n, withheld int // messages published, the one whose first PubAck is lost
+	}{
+		{"sync", 1, 1, 0},
+		{"async", 8, 3, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			subject := fmt.Sprintf("idemtest.reconnect.%s.%d", tc.name, time.Now().UnixNano())
+			r := &heldResponder{withhold: fmt.Sprintf("m%d", tc.withheld), arrived: make(chan struct{})}
+			sub, err := direct.Subscribe(subject, r.answer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+			if err := direct.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			nc, err := nats.Connect("nats://"+proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sink := newSink(t, js, idemnats.SinkConfig{MaxInFlight: tc.inFlight})
+			msgs := make([]idem.Message, tc.n)
+			for i := range msgs {
+				msgs[i] = idem.Message{ID: fmt.Sprintf("m%d", i), Topic: subject, Payload: []byte("x")}
+			}
+			// A bound for a hang, not a figure: the retry needs a reconnect only.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- sink.Publish(ctx, msgs...) }()
+			select {
+			case <-r.arrived:
+			case err := <-done:
+				t.Fatalf("Publish returned %v before its withheld PubAck's request arrived", err)
+			}
+			if err := proxy.Cut(0); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("Publish after its PubAck was lost in a connection cut: %v, want nil (published again once reconnected)", err)
+			}
+			if got := r.count(msgs[tc.withheld].ID); got < 2 {
+				t.Errorf("message %s sent %d times, want at least 2 (the first PubAck was lost)", msgs[tc.withheld].ID, got)
+			}
+		})
+	}
+}
+
+// heldResponder answers JetStream publishes as a stream would, except the first
+// request of message withhold, which it leaves unanswered (closing arrived).
+type heldResponder struct {
+	withhold string
+	arrived  chan struct{}
+	mu       sync.Mutex
+	seq      int
+	seen     map[string]int
+}
+
+func (r *heldResponder) answer(m *nats.Msg) {
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	r.mu.Lock()
+	if r.seen == nil {
+		r.seen = map[string]int{}
+	}
+	r.seen[id]++
+	first := r.seen[id] == 1
+	r.seq++
+	seq := r.seq
+	r.mu.Unlock()
+	if id == r.withhold && first {
+		close(r.arrived)
+		return
+	}
+	_ = m.Respond([]byte(fmt.Sprintf(`{"stream":"HELD","seq":%d}`, seq)))
+}
+
+func (r *heldResponder) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen[id]
+}
