@@ -153,8 +153,11 @@
 // unavailable". The Sink retries those within SinkConfig.RetryTimeout (the stream's
 // dedup makes a republished message harmless); Ack retries an unconfirmed ack and
 // asks the consumer's ack floor whether it was applied; Source re-issues a pull
-// request a leadership change ended; NewSource and EnsureStream retry too. A closed
-// connection, a missing stream and bad input are errors at once.
+// request a leadership change ended; NewSource and EnsureStream retry too. A
+// publish or an ack waiting for its reply when the client's connection drops is
+// sent again as soon as the client has reconnected: the reply went down with the
+// connection, and nats.go would keep the request waiting until its timeout. A
+// closed connection, a missing stream and bad input are errors at once.
 // natsserver.StartCluster runs such a cluster in the process, for tests: nodes can
 // be killed and restarted, and the routes between them cut.
 package idemnats
