@@ -133,8 +133,10 @@ func (s *WebhookSink) Features() idem.Features {
 // them one at a time, in order, each after the previous one was answered with a
 // 2xx. It stops at the first failure, a *idem.BackendError naming the message and
 // the status or network error: the messages before it were delivered, the ones
-// after it were not sent. Sending the batch again is safe; the receiver drops what
-// it already processed by Idempotency-Key.
+// after it were not sent. When some were delivered, the error is an
+// *idem.PublishError that says which, so the outbox relay sends only the others
+// again. Sending the batch again is safe all the same; the receiver drops what it
+// already processed by Idempotency-Key.
 func (s *WebhookSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	for i, m := range msgs {
 		if err := validate(m); err != nil {
@@ -146,8 +148,18 @@ func (s *WebhookSink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	}
 	for i, m := range msgs {
 		if err := s.post(ctx, m); err != nil {
-			return &idem.BackendError{Backend: backend, Op: "publish",
+			err = &idem.BackendError{Backend: backend, Op: "publish",
 				Err: fmt.Errorf("message %q (%d of %d): %w", m.ID, i+1, len(msgs), err)}
+			if i == 0 {
+				return err
+			}
+			// The receiver answered 2xx to the ones before: the relay sends
+			// only the rest again.
+			accepted := make([]bool, len(msgs))
+			for j := range i {
+				accepted[j] = true
+			}
+			return &idem.PublishError{Accepted: accepted, Err: err}
 		}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -171,6 +172,16 @@ func TestWebhookStopsAtFirstFailure(t *testing.T) {
 	}
 	if got := rc.requests(); len(got) != 2 || got[1].req.Header.Get("Idempotency-Key") != "b" {
 		t.Fatalf("receiver got %d requests, want a then b and nothing after the failure", len(got))
+	}
+	// The relay sends only b and c again: a was delivered.
+	var pe *idem.PublishError
+	if !errors.As(err, &pe) || !slices.Equal(pe.Accepted, []bool{true, false, false}) {
+		t.Fatalf("Publish = %v, want an *idem.PublishError accepting a only", err)
+	}
+	// A failure on the first message accepts nothing: a plain BackendError.
+	err = rc.sink(t).Publish(context.Background(), idem.Message{ID: "b", Topic: "t"}, idem.Message{ID: "c", Topic: "t"})
+	if !errors.As(err, &be) || errors.As(err, &pe) {
+		t.Fatalf("Publish failing on its first message = %v, want a *idem.BackendError and no PublishError", err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsqs"
+	"github.com/idemhq/idem/idemtest"
 )
 
 // TestSinkRefuses: what SQS would refuse, or would change, is an *idem.InputError
@@ -139,5 +140,35 @@ func TestBadInputDeadLetters(t *testing.T) {
 	}
 	if len(dls) != 1 || dls[0].Kind != "no_key" || string(dls[0].Message.Payload) != "anonymous" {
 		t.Fatalf("dead letters %+v, want the anonymous message as no_key", dls)
+	}
+}
+
+// TestPublishPartlyAccepted: a batch over two queues whose second is missing fails
+// after SQS stored the first queue's messages; the error says so (an
+// *idem.PublishError), and the outbox relay sends only the others again.
+func TestPublishPartlyAccepted(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil, idemsqs.QueueConfig{})
+	msgs := []idem.Message{
+		{ID: "a", Topic: f.queue, Payload: []byte("a")},
+		{ID: "b", Topic: f.queue, Payload: []byte("b")},
+		{ID: "c", Topic: "missing-" + f.queue, Payload: []byte("c")},
+	}
+	err := f.sink.Publish(context.Background(), msgs...)
+	var pe *idem.PublishError
+	if !errors.As(err, &pe) || fmt.Sprint(pe.Accepted) != "[true true false]" {
+		t.Fatalf("Publish = %v, want an *idem.PublishError accepting a and b", err)
+	}
+	var be *idem.BackendError
+	if !errors.As(err, &be) || be.Op != "publish" {
+		t.Errorf("Publish = %v, want it to wrap the *idem.BackendError", err)
+	}
+	got := idemtest.ReceiveN(t, f.source(t, idemsqs.SourceConfig{}), 2)
+	if got[0].ID != "a" || got[1].ID != "b" {
+		t.Errorf("the queue holds %s, %s; want a, b", got[0].ID, got[1].ID)
+	}
+	// Nothing stored: a plain BackendError.
+	if err := f.sink.Publish(context.Background(), msgs[2]); !errors.As(err, &be) || errors.As(err, &pe) {
+		t.Errorf("Publish of the missing queue's message alone = %v, want a *idem.BackendError and no PublishError", err)
 	}
 }

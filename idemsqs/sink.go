@@ -52,8 +52,10 @@ func (s *Sink) Close() error { return nil }
 // Publish validates every message, then sends them in order, in batches of at most
 // 10 messages and SinkConfig.MaxMessageSize bytes per queue. A message SQS refuses
 // fails Publish with a *idem.BackendError naming its id; messages before it were
-// published, and some after it in its batch may have been. Publishing again is safe:
-// SQS drops the copies sent within 5 minutes and the consumer's inbox the others.
+// published, and some after it in its batch may have been. When SQS stored some of
+// them, the error is an *idem.PublishError that says which, so the outbox relay
+// sends only the others again. Publishing again is safe all the same: SQS drops the
+// copies sent within 5 minutes and the consumer's inbox the others.
 func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 	out := make([]outgoing, len(msgs))
 	for i, m := range msgs {
@@ -63,12 +65,26 @@ func (s *Sink) Publish(ctx context.Context, msgs ...idem.Message) error {
 		}
 		out[i] = o
 	}
-	for len(out) > 0 {
-		n := s.batchLen(out)
-		if err := s.send(ctx, out[:n]); err != nil {
-			return &idem.BackendError{Backend: Backend, Op: "publish", Err: err}
+	for start := 0; start < len(out); {
+		n := s.batchLen(out[start:])
+		if ok, err := s.send(ctx, out[start:start+n]); err != nil {
+			err = &idem.BackendError{Backend: Backend, Op: "publish", Err: err}
+			accepted := make([]bool, len(out))
+			some := start > 0
+			for i := range start {
+				accepted[i] = true
+			}
+			for i, yes := range ok {
+				accepted[start+i] = yes
+				some = some || yes
+			}
+			if !some {
+				return err
+			}
+			// SQS stored those: the relay sends only the others again.
+			return &idem.PublishError{Accepted: accepted, Err: err}
 		}
-		out = out[n:]
+		start += n
 	}
 	return nil
 }
@@ -84,10 +100,12 @@ func (s *Sink) batchLen(out []outgoing) int {
 	return n
 }
 
-func (s *Sink) send(ctx context.Context, batch []outgoing) error {
+// send sends one batch to its queue. On a failure, ok says which of its messages
+// SQS stored (nil when it cannot tell).
+func (s *Sink) send(ctx context.Context, batch []outgoing) (ok []bool, err error) {
 	url, err := s.urls.get(ctx, batch[0].m.Topic)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	entries := make([]types.SendMessageBatchRequestEntry, len(batch))
 	for i := range batch {
@@ -96,10 +114,16 @@ func (s *Sink) send(ctx context.Context, batch []outgoing) error {
 	}
 	res, err := s.c.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
 	if err != nil {
-		return fmt.Errorf("send %d messages to %s (first %q): %w", len(batch), queueName(url), batch[0].m.ID, err)
+		return nil, fmt.Errorf("send %d messages to %s (first %q): %w", len(batch), queueName(url), batch[0].m.ID, err)
 	}
 	if len(res.Failed) == 0 {
-		return nil
+		return nil, nil
+	}
+	ok = make([]bool, len(batch))
+	for _, r := range res.Successful {
+		if i := atoi(r.Id); i >= 0 && i < len(batch) {
+			ok[i] = true
+		}
 	}
 	first := res.Failed[0]
 	for _, f := range res.Failed[1:] {
@@ -112,7 +136,7 @@ func (s *Sink) send(ctx context.Context, batch []outgoing) error {
 	if i >= 0 && i < len(batch) {
 		id = batch[i].m.ID
 	}
-	return fmt.Errorf("SQS refused message %q (and %d more of the batch) on %s: %s: %s",
+	return ok, fmt.Errorf("SQS refused message %q (and %d more of the batch) on %s: %s: %s",
 		id, len(res.Failed)-1, queueName(url), aws.ToString(first.Code), aws.ToString(first.Message))
 }
 
