@@ -146,7 +146,9 @@ type held struct {
 }
 
 // settle sends the batch again one message at a time after it failed as a whole
-// (with batchErr), so that one bad message costs only itself. A message the sink
+// (with batchErr), so that one bad message costs only itself; the messages the
+// sink says the broker accepted (an *idem.PublishError) count as published
+// without being sent again. A message the sink
 // refuses as invalid is parked. One that fails otherwise counts an attempt and ends
 // the session, to be streamed again with backoff; after Config.MaxAttempts in a row
 // it is held, and parked as soon as a message after it goes through (the broker
@@ -155,6 +157,12 @@ type held struct {
 // acknowledged, and the error that stopped it: a *holdError when the messages left
 // are held ones only.
 func (s *stream) settle(ctx context.Context, batchErr error) (settled, published int, err error) {
+	// What the broker acknowledged of the failed batch (idem.PublishError) is
+	// published: it is not sent again.
+	var accepted []bool
+	if pe := (*idem.PublishError)(nil); errors.As(batchErr, &pe) && len(pe.Accepted) == len(s.batch) {
+		accepted = pe.Accepted
+	}
 	var stuck []held
 	front := func(i int) int {
 		if len(stuck) > 0 {
@@ -168,7 +176,10 @@ func (s *stream) settle(ctx context.Context, batchErr error) (settled, published
 			continue // parked in an earlier round, behind a held message
 		}
 		start, err := time.Now(), batchErr
-		if len(s.batch) > 1 {
+		switch {
+		case accepted != nil && accepted[i]:
+			err = nil
+		case len(s.batch) > 1:
 			err = s.publish(ctx, s.batch[i])
 		}
 		switch {

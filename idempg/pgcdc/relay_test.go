@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strconv"
 	"sync"
@@ -349,5 +350,73 @@ func TestRelayConfirmsOnlyWhatTheBrokerStored(t *testing.T) {
 	stop()
 	if len(got) != 20 || sink.stored.Load() != 20 {
 		t.Fatalf("%d in the stream, %d stored by the sink; want 20 (nothing republished after the confirm)", len(got), sink.stored.Load())
+	}
+}
+
+// halfSink accepts the first half of its first batch of several messages and fails
+// the rest, saying so (an *idem.PublishError); then it stores everything. It counts
+// what reached the broker, by message ID.
+type halfSink struct {
+	idem.Sink
+	cut  atomic.Bool
+	mu   sync.Mutex
+	sent map[string]int
+}
+
+func (h *halfSink) Publish(ctx context.Context, msgs ...idem.Message) error {
+	n, cut := len(msgs), false
+	if len(msgs) > 1 && h.cut.CompareAndSwap(false, true) {
+		n, cut = len(msgs)/2, true
+	}
+	if err := h.Sink.Publish(ctx, msgs[:n]...); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	for _, m := range msgs[:n] {
+		h.sent[m.ID]++
+	}
+	h.mu.Unlock()
+	if !cut {
+		return nil
+	}
+	accepted := make([]bool, len(msgs))
+	for i := range n {
+		accepted[i] = true
+	}
+	return &idem.PublishError{Accepted: accepted, Err: errors.New("connection lost")}
+}
+
+func (h *halfSink) counts() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.sent)
+}
+
+// A batch the broker accepted in part (idem.PublishError): the relay sends only
+// the messages not accepted again, so a broker that keeps every copy gets one of
+// each. The relay before it sent the whole batch again, one message at a time.
+func TestRelaySendsOnlyWhatWasNotAccepted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	sink := &halfSink{Sink: b.sink, sent: map[string]int{}}
+	// One batch of the 20 messages, whatever the pace of the log: flushed when full.
+	r, err := pgcdc.New(b.url, sink, b.cfg(pgcdc.Config{BatchSize: 20, FlushAfter: time.Hour}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.enqueue(t, 0, 20, 20)
+	run(t, r)
+	testsvc.Eventually(t, 60*time.Second, "every message published", func() bool { return len(sink.counts()) == len(ids) })
+	if !sink.cut.Load() {
+		t.Fatal("the relay published no batch of several messages: the test's premise")
+	}
+	for id, n := range sink.counts() {
+		if n != 1 {
+			t.Errorf("message %s reached the broker %d times, want once", id, n)
+		}
 	}
 }
