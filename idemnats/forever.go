@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/idemhq/idem"
 	"github.com/nats-io/nats.go/jetstream"
@@ -161,7 +162,19 @@ func (s *Sink) PublishOne(ctx context.Context, m idem.Message) (duplicate bool, 
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	ack, err := s.js.PublishMsg(ctx, nm)
+	// Bounded as jetstream bounds it (the caller's deadline, else the JetStream
+	// timeout), and cut short when the connection is lost meanwhile (connWatch): a
+	// retryable error at once rather than a PubAck that cannot come. It is not
+	// retried here: a retry would report this call's own message as a duplicate.
+	wait := s.js.Options().DefaultTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = time.Until(deadline)
+	}
+	var ack *jetstream.PubAck
+	err = s.watch.request(ctx, wait, func(ctx context.Context) (err error) {
+		ack, err = s.js.PublishMsg(ctx, nm)
+		return err
+	})
 	switch {
 	case err == nil:
 		return ack.Duplicate, nil

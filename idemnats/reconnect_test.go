@@ -2,6 +2,7 @@ package idemnats_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"sync"
@@ -126,4 +127,60 @@ func (r *heldResponder) count(id string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.seen[id]
+}
+
+// TestPublishOneCutOff: PublishOne does not retry (a retry would call its own
+// message a duplicate), so a PubAck lost with its connection is a retryable error
+// at once; the old one waited for the caller's deadline (the test's bound for a
+// hang here). The caller's retry is then answered.
+func TestPublishOneCutOff(t *testing.T) {
+	t.Parallel()
+	direct, _ := connect(t)
+	u, err := url.Parse(natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := chaos.NewProxy("nats", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	subject := fmt.Sprintf("idemtest.reconnect.one.%d", time.Now().UnixNano())
+	r := &heldResponder{withhold: "m0", arrived: make(chan struct{})}
+	sub, err := direct.Subscribe(subject, r.answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := direct.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("nats://"+proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := newSink(t, js, idemnats.SinkConfig{})
+	m := idem.Message{ID: "m0", Topic: subject, Payload: []byte("x")}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := sink.PublishOne(ctx, m)
+		done <- err
+	}()
+	<-r.arrived
+	if err := proxy.Cut(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, nats.ErrDisconnected) || !idem.IsRetryable(err) {
+		t.Fatalf("PublishOne whose PubAck was lost in a connection cut = %v, want a retryable error wrapping nats.ErrDisconnected", err)
+	}
+	if _, err := sink.PublishOne(ctx, m); err != nil {
+		t.Fatalf("PublishOne again after the reconnect: %v", err)
+	}
 }
