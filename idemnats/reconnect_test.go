@@ -29,16 +29,6 @@ import (
 // request has arrived.
 func TestPublishRetriedAtReconnect(t *testing.T) {
 	t.Parallel()
-	direct, _ := connect(t)
-	u, err := url.Parse(natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := chaos.NewProxy("nats", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
 	for _, tc := range []struct {
 		name        string
 		inFlight    int
@@ -48,29 +38,11 @@ func TestPublishRetriedAtReconnect(t *testing.T) {
 		{"async", 8, 3, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			subject := fmt.Sprintf("idemtest.reconnect.%s.%d", tc.name, time.Now().UnixNano())
-			r := &heldResponder{withhold: fmt.Sprintf("m%d", tc.withheld), arrived: make(chan struct{})}
-			sub, err := direct.Subscribe(subject, r.answer)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = sub.Unsubscribe() })
-			if err := direct.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			nc, err := nats.Connect("nats://"+proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sink := newSink(t, js, idemnats.SinkConfig{MaxInFlight: tc.inFlight})
+			h := holdOne(t, fmt.Sprintf("m%d", tc.withheld), jetstream.WithDefaultTimeout(time.Hour))
+			sink := newSink(t, h.js, idemnats.SinkConfig{MaxInFlight: tc.inFlight})
 			msgs := make([]idem.Message, tc.n)
 			for i := range msgs {
-				msgs[i] = idem.Message{ID: fmt.Sprintf("m%d", i), Topic: subject, Payload: []byte("x")}
+				msgs[i] = idem.Message{ID: fmt.Sprintf("m%d", i), Topic: h.subject, Payload: []byte("x")}
 			}
 			// A bound for a hang, not a figure: the retry needs a reconnect only.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -78,21 +50,64 @@ func TestPublishRetriedAtReconnect(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- sink.Publish(ctx, msgs...) }()
 			select {
-			case <-r.arrived:
+			case <-h.r.arrived:
 			case err := <-done:
 				t.Fatalf("Publish returned %v before its withheld PubAck's request arrived", err)
 			}
-			if err := proxy.Cut(0); err != nil {
+			if err := h.proxy.Cut(0); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-done; err != nil {
 				t.Fatalf("Publish after its PubAck was lost in a connection cut: %v, want nil (published again once reconnected)", err)
 			}
-			if got := r.count(msgs[tc.withheld].ID); got < 2 {
+			if got := h.r.count(msgs[tc.withheld].ID); got < 2 {
 				t.Errorf("message %s sent %d times, want at least 2 (the first PubAck was lost)", msgs[tc.withheld].ID, got)
 			}
 		})
 	}
+}
+
+// held is a responder holding back one PubAck (heldResponder) on a subject of its
+// own, and a client reaching the server through a proxy.
+type held struct {
+	r       *heldResponder
+	subject string
+	proxy   *chaos.Proxy
+	js      jetstream.JetStream // the client's, through the proxy
+}
+
+// holdOne sets up held for message ID withhold; the client's JetStream context
+// takes opts.
+func holdOne(t *testing.T, withhold string, opts ...jetstream.JetStreamOpt) held {
+	t.Helper()
+	direct, _ := connect(t)
+	u, err := url.Parse(natsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := held{r: &heldResponder{withhold: withhold, arrived: make(chan struct{})},
+		subject: fmt.Sprintf("idemtest.held.%d", time.Now().UnixNano())}
+	if h.proxy, err = chaos.NewProxy("nats", u.Host); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.proxy.Close)
+	sub, err := direct.Subscribe(h.subject, h.r.answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := direct.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("nats://"+h.proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if h.js, err = jetstream.New(nc, opts...); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // heldResponder answers JetStream publishes as a stream would, except the first
@@ -135,37 +150,9 @@ func (r *heldResponder) count(id string) int {
 // hang here). The caller's retry is then answered.
 func TestPublishOneCutOff(t *testing.T) {
 	t.Parallel()
-	direct, _ := connect(t)
-	u, err := url.Parse(natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := chaos.NewProxy("nats", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	subject := fmt.Sprintf("idemtest.reconnect.one.%d", time.Now().UnixNano())
-	r := &heldResponder{withhold: "m0", arrived: make(chan struct{})}
-	sub, err := direct.Subscribe(subject, r.answer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := direct.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect("nats://"+proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := newSink(t, js, idemnats.SinkConfig{})
-	m := idem.Message{ID: "m0", Topic: subject, Payload: []byte("x")}
+	h := holdOne(t, "m0")
+	sink := newSink(t, h.js, idemnats.SinkConfig{})
+	m := idem.Message{ID: "m0", Topic: h.subject, Payload: []byte("x")}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
@@ -173,8 +160,8 @@ func TestPublishOneCutOff(t *testing.T) {
 		_, err := sink.PublishOne(ctx, m)
 		done <- err
 	}()
-	<-r.arrived
-	if err := proxy.Cut(0); err != nil {
+	<-h.r.arrived
+	if err := h.proxy.Cut(0); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; !errors.Is(err, nats.ErrDisconnected) || !idem.IsRetryable(err) {
