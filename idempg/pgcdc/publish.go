@@ -148,11 +148,11 @@ type held struct {
 // settle sends the batch again one message at a time after it failed as a whole
 // (with batchErr), so that one bad message costs only itself; the messages the
 // sink says the broker accepted (an *idem.PublishError) count as published
-// without being sent again. A message the sink
-// refuses as invalid is parked. One that fails otherwise counts an attempt and ends
-// the session, to be streamed again with backoff; after Config.MaxAttempts in a row
-// it is held, and parked as soon as a message after it goes through (the broker
-// works; that message does not). A broker that refuses everything parks nothing.
+// without being sent again. A message the sink refuses as invalid is parked.
+// One that fails otherwise counts an attempt and ends the session, to be streamed
+// again with backoff; after Config.MaxAttempts in a row it is held, and parked as
+// soon as a message after it goes through (the broker works; that message does
+// not). A broker that refuses everything parks nothing.
 // settle returns how many messages from the front are settled, how many the broker
 // acknowledged, and the error that stopped it: a *holdError when the messages left
 // are held ones only.
