@@ -29,12 +29,19 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::big
 ORDER BY k.key, k.step
 ON CONFLICT (key, step) DO NOTHING
 RETURNING key, step`
-	s.GroupLook = `SELECT e.key, e.step, e.state, e.result, e.reason FROM idem_effects AS e
-JOIN unnest($1::text[], $2::text[]) AS k(key, step) ON e.key = k.key AND e.step = k.step`
+	// The statements over arrays reach rows by their primary key in any plan:
+	// GroupLook through a LATERAL subquery the planner keeps apart (LIMIT), and
+	// GroupFinish with key = ANY. A plain join on unnest gets, in the generic plan
+	// cached once a statement ran five times on a new table (about 10 pages to the
+	// planner), a hash join over a sequential scan, which pgx then reuses while the
+	// table grows: every batch read the whole table until autovacuum's next look.
+	s.GroupLook = `SELECT e.key, e.step, e.state, e.result, e.reason
+FROM unnest($1::text[], $2::text[]) AS k(key, step)
+CROSS JOIN LATERAL (SELECT * FROM idem_effects AS e WHERE e.key = k.key AND e.step = k.step LIMIT 1) AS e`
 	s.GroupFinish = `UPDATE idem_effects AS e SET state = u.state, result = u.result, reason = u.reason, updated_at = u.now
 FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::bigint[])
 	AS x(key, step, token, state, result, reason, now) ORDER BY x.key, x.step) AS u
-WHERE e.key = u.key AND e.step = u.step AND e.token = u.token AND e.state = 'pending'
+WHERE e.key = ANY($1::text[]) AND e.key = u.key AND e.step = u.step AND e.token = u.token AND e.state = 'pending'
 RETURNING e.key, e.step, e.token`
 	// SKIP LOCKED leaves alone the rows a Do holds locked right now, and lets
 	// sweepers in several processes share the work.
