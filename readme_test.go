@@ -55,6 +55,7 @@ var readmeEnvs = []struct{ has, params string }{
 	{"outbox.New(ctx, idempg.TxDB(pool)", "ctx context.Context, pool *pgxpool.Pool, customerID string, body []byte, natsSink idem.Sink"},
 	// docs/effects.md
 	{"effect.Config{Lease: 30 * time.Second}", "ctx context.Context, sqlDB *sql.DB, orderID string, amount int64, payments interface{ Charge(context.Context, string, int64) ([]byte, error) }"},
+	{"effect.Config{KeyedWriteBehind: true}", "ctx context.Context, db idemsql.TxDB[*sql.Tx], charge effect.Call"},
 	{"fence.DoKeyedTx(ctx, tx, orderID,", "ctx context.Context, db idemsql.TxDB[*sql.Tx], fence *effect.Fence[*sql.Tx], orderID string, chargeCall effect.Call"},
 	{"fence.Do(callCtx,", "ctx context.Context, pool *pgxpool.Pool, src idem.Source, store *idempg.Store, payments interface{ Charge(context.Context, string) ([]byte, error) }"},
 	{"saga.New(ctx, txdb,", "ctx context.Context, txdb idemsql.TxDB[*sql.Tx], src idem.Source, store *idemsqlite.Store, payments interface {\n\tCharge(context.Context, string) ([]byte, error)\n\tRefund(context.Context, string) error\n}"},

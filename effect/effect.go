@@ -61,6 +61,35 @@
 // the first find the row and return what it holds. An effect the two-write fence
 // holds (PENDING) is the fence's: DoKeyed then does what Do does.
 //
+// # Write-behind
+//
+// With Config.KeyedWriteBehind, DoKeyed does not wait for its record: once the
+// call answers, it hands the outcome to the Fence's writer and returns. The
+// writer writes what waits in one statement (unnest on PostgreSQL, one
+// transaction elsewhere) while later records queue behind it, and until a record
+// is written the Fence answers its effect from memory, without a call. That takes
+// the record's round trip and commit off each caller's path, and shares the
+// database's work per record among many.
+//
+// It is safe exactly when DoKeyed is; what it gives up is the record's
+// durability when DoKeyed returns. A record not yet written when the process dies
+// is lost as if the process had died between the call and the record: the next
+// DoKeyed calls again with the same key, and the downstream answers from its own
+// record. The window is longer (until the writer's next statement commits,
+// instead of the caller's own), not of another kind. Other processes, Admin and
+// Get see the effect once it is written. DoKeyedTx, Do and sagas are unaffected.
+// Call Flush before the process exits on purpose.
+//
+// It is bounded: at most MaxDeferredRecords records, MaxDeferredBytes of results
+// and reasons, wait; a DoKeyed that finds the bound reached records its own
+// outcome and waits for the commit, so a slow or unreachable database slows the
+// callers down instead of growing the memory. A batch the database refuses is
+// written record by record; a record refused DeferredAttempts times (from 100 ms
+// to 5 s apart) is given up, logged at error level with its key, step and the
+// database's error, and counted in idem_effects_total{outcome="unrecorded"}; the
+// next DoKeyed of that effect calls again. Nothing else waits on it; an outage
+// longer than those attempts gives up the records that wait the same way.
+//
 // # Key propagation
 //
 // The call's context carries the derived key (idem.WithKey), so an
@@ -169,6 +198,12 @@ type Config struct {
 	// documentation). Nil means the global provider; while that is unset, or with
 	// a no-op provider, no span is started.
 	TracerProvider trace.TracerProvider
+	// KeyedWriteBehind makes DoKeyed return as soon as the call answers, and
+	// record its outcome in the background, many records to a statement, instead
+	// of waiting for the record's commit (see "Write-behind" in the package
+	// documentation for when that is safe). DoKeyedTx, Do and sagas are not
+	// affected. Call Flush before the process exits. Off by default.
+	KeyedWriteBehind bool
 }
 
 // Fence runs external effects at most once per key and step in effect. It is
@@ -181,6 +216,7 @@ type Fence[Tx any] struct {
 	tr      otelx.Tracer
 	groups  *groups // shared writes where the driver has them (group.go); nil elsewhere
 	flights flights // DoKeyed's calls in flight (keyed.go)
+	behind  *behind // DoKeyed's records not yet written (behind.go); nil without KeyedWriteBehind
 }
 
 // FailedError is an effect whose call failed permanently (Permanent): Do returns
@@ -236,9 +272,12 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config) (*Fence[T
 	}
 	f := &Fence[Tx]{db: db, q: db.Driver.Effect(), cfg: cfg, tr: otelx.New(cfg.TracerProvider, nil)}
 	f.groups = f.newGroups()
+	if cfg.KeyedWriteBehind {
+		f.behind = newBehind()
+	}
 	var err error
 	if f.metrics, err = metrics.Counters(cfg.Registerer, "idem_effects_total",
-		"External effects through the fence, by step and outcome (called, replayed, in_progress, recovered, reconciled, fenced, failed, error).",
+		"External effects through the fence, by step and outcome (called, replayed, in_progress, recovered, reconciled, fenced, failed, error, unrecorded).",
 		"step", "outcome"); err != nil {
 		return nil, err
 	}

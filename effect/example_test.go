@@ -114,3 +114,49 @@ func ExampleFence_DoKeyed() {
 	// {"id":"ch_1"} <nil>
 	// charges: 1
 }
+
+// The keyed path with write-behind: DoKeyed returns once the payment service has
+// answered, and the record follows in the background, many to a statement. Flush
+// before the process exits writes what is left; a record that a crash loses is
+// recalled from the service, which answers the retry's same key with the first
+// charge.
+func ExampleConfig_keyedWriteBehind() {
+	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"id":"ch_1"}`) // a service that deduplicates by Idempotency-Key
+	}))
+	defer payments.Close()
+
+	dir, _ := os.MkdirTemp("", "effect-example-")
+	defer os.RemoveAll(dir)
+	store, _ := idemsqlite.Open(context.Background(), filepath.Join(dir, "app.db"), idemsqlite.Config{})
+	defer store.Close()
+	ctx := context.Background()
+	db, _ := idemsql.SQLDB(ctx, store.DB())
+	fence, err := effect.New(ctx, db, effect.Config{KeyedWriteBehind: true})
+	if err != nil {
+		panic(err)
+	}
+
+	charge := func(ctx context.Context, key string) ([]byte, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, payments.URL, nil)
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		return io.ReadAll(resp.Body)
+	}
+	result, err := fence.DoKeyed(ctx, "order-42", "charge", charge)
+	fmt.Println(string(result), err)
+
+	// At shutdown:
+	if err := fence.Flush(ctx); err != nil {
+		fmt.Println("records left unwritten:", err)
+	}
+	recorded, _, _ := fence.Get(ctx, "order-42", "charge")
+	fmt.Println(recorded.State, string(recorded.Result))
+	// Output:
+	// {"id":"ch_1"} <nil>
+	// complete {"id":"ch_1"}
+}

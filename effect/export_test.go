@@ -3,6 +3,8 @@ package effect
 import (
 	"context"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/idemhq/idem/internal/group"
 )
@@ -83,4 +85,28 @@ func LookAsBatch[Tx any](f *Fence[Tx], ctx context.Context, keys, steps []string
 		states, results = append(states, it.Val.e.State), append(results, it.Val.e.Result)
 	}
 	return states, results
+}
+
+// HoldWriteBehind stops f's write-behind writer before its next write until the
+// returned release is called (a crash, for a record that release never lets go).
+func HoldWriteBehind[Tx any](f *Fence[Tx]) (release func()) {
+	h := make(chan struct{})
+	f.behind.mu.Lock()
+	f.behind.hold = h
+	f.behind.mu.Unlock()
+	return sync.OnceFunc(func() {
+		f.behind.mu.Lock()
+		f.behind.hold = nil
+		f.behind.mu.Unlock()
+		close(h)
+	})
+}
+
+// SetWriteBehind sets f's bound on deferred records, the writes of a refused
+// record before it is given up, and no wait between failed writes.
+func SetWriteBehind[Tx any](f *Fence[Tx], max, attempts int) {
+	f.behind.mu.Lock()
+	defer f.behind.mu.Unlock()
+	f.behind.max, f.behind.attempts = max, attempts
+	f.behind.backoff = func(int) time.Duration { return 0 }
 }

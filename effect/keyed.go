@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"go.opentelemetry.io/otel/trace"
@@ -26,7 +27,9 @@ import (
 // its own record.
 //
 // An effect the two-write fence holds (PENDING: a Do runs it, or crashed in it)
-// is left to that fence: DoKeyed then behaves as Do.
+// is left to that fence: DoKeyed then behaves as Do. With Config.KeyedWriteBehind
+// the record is written after DoKeyed returns ("Write-behind" in the package
+// documentation).
 func (f *Fence[Tx]) DoKeyed(ctx context.Context, key, step string, call Call) ([]byte, error) {
 	return f.doKeyed(ctx, nil, key, step, call)
 }
@@ -49,6 +52,11 @@ func (f *Fence[Tx]) doKeyed(ctx context.Context, q idemsql.Querier, key, step st
 	}
 	ctx, span := f.startDo(ctx, key, step)
 	defer func() { endDo(span, err) }()
+	if q == nil && f.behind != nil {
+		if e, ok := f.behind.get(key, step); ok {
+			return f.storedKeyed(span, e)
+		}
+	}
 	stored, found, err := f.lookKeyed(ctx, q, key, step)
 	if err != nil {
 		return nil, err
@@ -145,6 +153,10 @@ func (f *Fence[Tx]) storedKeyed(span trace.Span, e Effect) ([]byte, error) {
 func (f *Fence[Tx]) recordKeyed(ctx context.Context, span trace.Span, q idemsql.Querier, key, step, state string,
 	result []byte, reason string, shared bool) ([]byte, error) {
 	now := f.cfg.Now().UnixNano()
+	if q == nil && f.behind != nil &&
+		f.deferRecord(Effect{Key: key, Step: step, State: state, Result: slices.Clone(result), Reason: reason}, now) {
+		return f.recorded(span, key, step, state, reason, result, shared)
+	}
 	var recorded bool
 	var err error
 	if q != nil {
@@ -167,6 +179,11 @@ func (f *Fence[Tx]) recordKeyed(ctx context.Context, span trace.Span, q idemsql.
 			return f.storedKeyed(span, stored)
 		}
 	}
+	return f.recorded(span, key, step, state, reason, result, shared)
+}
+
+// recorded answers a DoKeyed whose outcome it recorded (or deferred).
+func (f *Fence[Tx]) recorded(span trace.Span, key, step, state, reason string, result []byte, shared bool) ([]byte, error) {
 	switch {
 	case state == StateFailed:
 		f.count(span, step, "failed")

@@ -68,23 +68,7 @@ func TestFencesShareMetrics(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var called float64
-		for _, mf := range mfs {
-			if mf.GetName() != "idem_effects_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "outcome" && l.GetValue() == "called" {
-						called += m.GetCounter().GetValue()
-					}
-				}
-			}
-		}
+		called := outcomes(t, reg, "called")
 		if called != 2 {
 			t.Errorf("idem_effects_total{outcome=\"called\"} = %v over two fences, want 2", called)
 		}
