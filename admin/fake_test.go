@@ -18,6 +18,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/audit"
+	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -503,25 +504,7 @@ func (b *bundle) auditRecords(t testing.TB) []map[string]any {
 // counter returns the value of idem_admin_requests_total{route,code}, 0 if absent.
 func counter(t testing.TB, b *bundle, route, code string) float64 {
 	t.Helper()
-	mfs, err := b.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "idem_admin_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["route"] == route && labels["code"] == code {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return testsvc.Sum(t, b.reg, "idem_admin_requests_total", "route", route, "code", code)
 }
 
 func bodyOf(s string) io.ReadCloser { return io.NopCloser(strings.NewReader(s)) }

@@ -15,6 +15,7 @@ import (
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/internal/testsvc"
 )
 
 // writeBehind returns a Fence with KeyedWriteBehind whose writer is held until
@@ -263,22 +264,5 @@ func TestWriteBehindConcurrentCallers(t *testing.T) {
 // outcomes is idem_effects_total{outcome} in reg, summed over steps.
 func outcomes(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "idem_effects_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n
+	return testsvc.Sum(t, reg, "idem_effects_total", "outcome", outcome)
 }

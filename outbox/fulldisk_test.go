@@ -53,20 +53,7 @@ func (s *countSink) total() (published, doubled int) {
 // roundFailures reads idem_relay_round_failures_total from reg.
 func roundFailures(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "idem_relay_round_failures_total" {
-			sum := 0.0
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-			return sum
-		}
-	}
-	return 0
+	return testsvc.Sum(t, reg, "idem_relay_round_failures_total")
 }
 
 // TestFullDisk runs orders (an order row and its outbox message in one

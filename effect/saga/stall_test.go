@@ -48,25 +48,7 @@ func (e env) watched(t *testing.T, cfg Config, defs ...Definition) watched {
 // sagas returns idem_sagas_total{saga, outcome}.
 func (w watched) sagas(t *testing.T, saga, outcome string) float64 {
 	t.Helper()
-	mfs, err := w.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "idem_sagas_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["saga"] == saga && labels["outcome"] == outcome {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return testsvc.Sum(t, w.reg, "idem_sagas_total", "saga", saga, "outcome", outcome)
 }
 
 // rounds runs RunOnce, each round a backoff later, until done holds; a round that
