@@ -61,6 +61,7 @@ type behind struct {
 	written uint64        // every record up to this one is written or given up
 	moved   chan struct{} // closed, and replaced, when written moves
 	writing bool          // the writer runs
+	failed  int           // the writer's rounds that kept records to try again, for tests
 
 	// Settable by tests (export_test.go).
 	max, maxBytes, attempts int
@@ -178,6 +179,9 @@ func (f *Fence[Tx]) writeBehind() {
 			b.written = b.queue[0].seq - 1
 		} else {
 			b.written = b.seq
+		}
+		if len(kept) > 0 {
+			b.failed++
 		}
 		close(b.moved)
 		b.moved = make(chan struct{})

@@ -5,15 +5,20 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemkey"
+	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -126,7 +131,7 @@ func TestWriteBehindIsBounded(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e env) {
 		ctx := context.Background()
 		f, release := writeBehind(t, e, effect.Config{})
-		effect.SetWriteBehind(f, 2, effect.DeferredAttempts)
+		effect.SetWriteBehind(f, 2, effect.DeferredAttempts, 0)
 		call := func(_ context.Context, key string) ([]byte, error) { return []byte(key), nil }
 		for i := range 3 {
 			if _, err := f.DoKeyed(ctx, fmt.Sprint("order-", i), "charge", call); err != nil {
@@ -159,7 +164,7 @@ func TestWriteBehindGivesUpARefusedRecord(t *testing.T) {
 		ctx := context.Background()
 		reg := prometheus.NewRegistry()
 		f, release := writeBehind(t, e, effect.Config{Registerer: reg})
-		effect.SetWriteBehind(f, effect.MaxDeferredRecords, 3)
+		effect.SetWriteBehind(f, effect.MaxDeferredRecords, 3, 0)
 		refuse := `ALTER TABLE idem_effects ADD CONSTRAINT no_poison CHECK (result IS NULL OR result <> 'poison')`
 		if e.name == "sqlite" { // no constraints added to a table
 			refuse = `CREATE TRIGGER no_poison BEFORE INSERT ON idem_effects WHEN NEW.result = CAST('poison' AS BLOB)
@@ -265,4 +270,64 @@ func TestWriteBehindConcurrentCallers(t *testing.T) {
 func outcomes(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
 	t.Helper()
 	return testsvc.Sum(t, reg, "idem_effects_total", "outcome", outcome)
+}
+
+// Records that wait through a database outage are kept and written once it is
+// reachable again; Flush returns then, and none is given up. On Postgres through
+// a proxy that refuses connections until the writer has failed.
+func TestWriteBehindThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cs, _ := testsvc.PostgresSchema(t)
+	u, err := url.Parse(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := chaos.NewProxy("postgres", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	u.Host = proxy.Addr()
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	reg := prometheus.NewRegistry()
+	f, err := effect.New(ctx, idempg.TxDB(pool), effect.Config{KeyedWriteBehind: true, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	effect.SetWriteBehind(f, effect.MaxDeferredRecords, 1<<30, time.Millisecond)
+	release := effect.HoldWriteBehind(f)
+	defer release()
+	const n = 50
+	for i := range n {
+		key := fmt.Sprint("order-", i)
+		if _, err := f.DoKeyed(ctx, key, "charge", func(context.Context, string) ([]byte, error) { return []byte(key), nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	proxy.Down()
+	release()
+	testsvc.Eventually(t, time.Minute, "the writer failed while the database was down", func() bool {
+		return effect.WriteBehindFailures(f) >= 2
+	})
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		key := fmt.Sprint("order-", i)
+		if fx, ok, err := f.Get(ctx, key, "charge"); err != nil || !ok || string(fx.Result) != key {
+			t.Errorf("%s after the outage: %+v, %v, %v; want recorded with its result", key, fx, ok, err)
+		}
+	}
+	if n := outcomes(t, reg, "unrecorded"); n != 0 {
+		t.Errorf("%v records given up, want none", n)
+	}
 }

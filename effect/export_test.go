@@ -103,10 +103,17 @@ func HoldWriteBehind[Tx any](f *Fence[Tx]) (release func()) {
 }
 
 // SetWriteBehind sets f's bound on deferred records, the writes of a refused
-// record before it is given up, and no wait between failed writes.
-func SetWriteBehind[Tx any](f *Fence[Tx], max, attempts int) {
+// record before it is given up, and the wait between failed writes.
+func SetWriteBehind[Tx any](f *Fence[Tx], max, attempts int, backoff time.Duration) {
 	f.behind.mu.Lock()
 	defer f.behind.mu.Unlock()
 	f.behind.max, f.behind.attempts = max, attempts
-	f.behind.backoff = func(int) time.Duration { return 0 }
+	f.behind.backoff = func(int) time.Duration { return backoff }
+}
+
+// WriteBehindFailures is how many of f's writer rounds kept records to try again.
+func WriteBehindFailures[Tx any](f *Fence[Tx]) int {
+	f.behind.mu.Lock()
+	defer f.behind.mu.Unlock()
+	return f.behind.failed
 }
