@@ -43,7 +43,7 @@ type settler struct {
 	ackWait time.Duration
 	cons    jetstream.Consumer          // nil in tests of the settler alone
 	held    *brokerkit.Keeper[*settler] // nil in tests of the settler alone
-	watch   *connWatch                  // nil in tests of the settler alone
+	watch   *connWatch                  // the Source's connection's losses
 	// position is Delivery.Position, "" when the metadata could not be read.
 	position string
 	once     brokerkit.Once
@@ -83,14 +83,8 @@ func (s *settler) ack(ctx context.Context) error {
 	}
 	retry := newBackoff(max(s.ackWait, try))
 	for {
-		var err error
-		if s.watch != nil { // a confirmation lost with its connection: try again at once
-			err = s.watch.request(ctx, try, s.msg.DoubleAck)
-		} else {
-			tryCtx, cancel := context.WithTimeout(ctx, try)
-			err = s.msg.DoubleAck(tryCtx)
-			cancel()
-		}
+		// A confirmation lost with its connection is tried again at once.
+		err := s.watch.request(ctx, try, s.msg.DoubleAck)
 		if err == nil {
 			return nil
 		}
