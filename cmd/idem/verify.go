@@ -23,7 +23,7 @@ type verifyOptions struct {
 	rate                          float64
 	seed                          int64
 	db, broker, relay, cpuProfile string
-	api                           string
+	api, pay                      string
 	unsafe, asJSON, keep, verbose bool
 	timeout                       time.Duration
 	brokerLoss                    float64
@@ -105,6 +105,15 @@ answered UNAVAILABLE after the service ran, calls sent twice at once, calls held
 in the server past their deadline (refused DEADLINE_EXCEEDED), late retries
 refused FAILED_PRECONDITION; its row is "client → gRPC API".
 
+--pay keyed has the payment workers charge through effect.Fence.DoKeyed (no
+PENDING record and no lease: the run's payment service deduplicates by the
+Idempotency-Key, as the keyed path requires), and --pay keyed-write-behind
+through DoKeyed with its record written after it returns
+(effect.Config.KeyedWriteBehind). The same faults apply: a worker killed after
+the charge leaves no record, and its retry is answered by the service; a
+stalled worker's order may be charged by the other at once, and the service
+answers the second call 409 until the first has finished.
+
 --db-crash N kills the database server with SIGKILL N times while the clients
 place orders (after ops*i/(N+1) orders were acknowledged) and restarts it at
 once on its data: the server replays its log, and the order service, relay,
@@ -162,6 +171,7 @@ func (m *Main) verifyFlags() (*flag.FlagSet, *verifyOptions) {
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the flow to settle after the last order; what has not arrived by then is counted lost, and the report says the run did not settle")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's database (temporary SQLite file, Postgres schema or MySQL database) for inspection")
 	fs.StringVar(&o.api, "api", verify.APIHTTP, "the order API the clients call: http (POST /orders with Idempotency-Key, idemhttp) or grpc (Orders.PlaceOrder with idempotency-key metadata, idemgrpc, grpc-go's retry policy); the first row is then \"client → gRPC API\"")
+	fs.StringVar(&o.pay, "pay", verify.PayFence, "how the payment workers go through their effect fences: fence (Fence.Do: PENDING, call, COMPLETE, under a lease), keyed (Fence.DoKeyed: the run's payment service deduplicates by the key, so no PENDING and no lease) or keyed-write-behind (DoKeyed with its record written after it returns)")
 	fs.StringVar(&o.relay, "relay", "outbox", "the outbox relay: outbox (polls the table, woken by NOTIFY) or cdc (reads PostgreSQL's WAL; without --db it starts a private PostgreSQL in a temporary directory)")
 	fs.Float64Var(&o.brokerLoss, "broker-loss", 0, "fraction of messages the broker acknowledges and then loses (broker_acked_lost), 0 to 1: found missing by the audit and, with --repair, republished")
 	fs.BoolVar(&o.repair, "repair", true, "let the run's audit republish the messages it finds missing (under their ids); --repair=false: the audit only reads, and a lost message stays lost")
@@ -193,6 +203,8 @@ func (o *verifyOptions) check() error {
 		return fmt.Errorf("--relay must be outbox or cdc (got %q)", o.relay)
 	case o.api != verify.APIHTTP && o.api != verify.APIGRPC:
 		return fmt.Errorf("--api must be http or grpc (got %q)", o.api)
+	case o.pay != verify.PayFence && o.pay != verify.PayKeyed && o.pay != verify.PayKeyedWriteBehind:
+		return fmt.Errorf("--pay must be fence, keyed or keyed-write-behind (got %q)", o.pay)
 	case o.broker == "db:" && o.brokerLoss > 0:
 		return fmt.Errorf("--broker-loss %g with --broker db:: there is no broker to lose messages (the order and its message commit in one transaction, and the consumers claim from that database); leave --broker-loss 0, or pick a broker", o.brokerLoss)
 	case o.failover != "" && o.failover != "sync" && o.failover != "async":
@@ -256,7 +268,7 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 	flow := &verify.Flow{
 		DB: vdb.DB, Store: vdb.Store, Broker: b, Clock: vdb.Clock, DBProxy: vdb.Proxy,
 		Orders: o.ops, Clients: o.clients, Consumers: o.consumers, FaultRate: o.rate, Seed: o.seed,
-		Unsafe: o.unsafe, Timeout: o.timeout, Logger: logger, API: o.api,
+		Unsafe: o.unsafe, Timeout: o.timeout, Logger: logger, API: o.api, Pay: o.pay,
 		BrokerLoss: o.brokerLoss, Repair: o.repair, AuditGrace: o.auditGrace,
 		Failover: failover, Skew: o.skew,
 	}
@@ -272,7 +284,7 @@ func (m *Main) verify(ctx context.Context, o *verifyOptions) error {
 	}
 	if !o.asJSON {
 		// The header as soon as it is known: the run takes seconds to minutes.
-		head := &verify.Report{Ops: o.ops, Store: vdb.Name, Broker: b.Name(), Seed: o.seed, Unsafe: o.unsafe, API: o.api}
+		head := &verify.Report{Ops: o.ops, Store: vdb.Name, Broker: b.Name(), Seed: o.seed, Unsafe: o.unsafe, API: o.api, Pay: o.pay}
 		if err := head.WriteHeader(m.Stdout); err != nil {
 			return err
 		}

@@ -92,6 +92,19 @@ const (
 	APIGRPC = "grpc"
 )
 
+// How the payment workers go through their effect fences (Flow.Pay).
+const (
+	// PayFence: Fence.Do, PENDING before the call and COMPLETE after it, under a
+	// lease; the default.
+	PayFence = "fence"
+	// PayKeyed: Fence.DoKeyed, the keyed path for a downstream that deduplicates by
+	// the key (the run's payment service does): a read, the call, one record.
+	PayKeyed = "keyed"
+	// PayKeyedWriteBehind: DoKeyed with effect.Config.KeyedWriteBehind, the record
+	// written after DoKeyed returns.
+	PayKeyedWriteBehind = "keyed-write-behind"
+)
+
 // Flow is the whole exactly-once flow of idem verify, with faults at every
 // boundary: clients place orders over HTTP with Idempotency-Key (idemhttp
 // Transport and AtomicMiddleware), or over gRPC (idemgrpc's interceptors and
@@ -119,6 +132,9 @@ type Flow struct {
 	// API is the order API the clients call: APIHTTP (the default) or APIGRPC.
 	// Its row is BoundaryHTTP or BoundaryGRPC.
 	API string
+	// Pay is how the payment workers go through their fences: PayFence (the
+	// default), PayKeyed or PayKeyedWriteBehind.
+	Pay string
 
 	Orders    int     // orders to place; default 10,000
 	Clients   int     // concurrent clients; default 16
@@ -253,6 +269,9 @@ func (f *Flow) defaults() {
 	if f.API == "" {
 		f.API = APIHTTP
 	}
+	if f.Pay == "" {
+		f.Pay = PayFence
+	}
 	if f.Orders <= 0 {
 		f.Orders = 10000
 	}
@@ -338,6 +357,8 @@ func (f *Flow) newRun(ctx context.Context) (*run, error) {
 		return nil, errors.New("verify: Flow.Store is nil; set it, or set Unsafe for the negative control")
 	case f.API != APIHTTP && f.API != APIGRPC:
 		return nil, fmt.Errorf("verify: Flow.API is %q; want %q or %q", f.API, APIHTTP, APIGRPC)
+	case f.Pay != PayFence && f.Pay != PayKeyed && f.Pay != PayKeyedWriteBehind:
+		return nil, fmt.Errorf("verify: Flow.Pay is %q; want %q, %q or %q", f.Pay, PayFence, PayKeyed, PayKeyedWriteBehind)
 	case f.BrokerLoss < 0 || f.BrokerLoss > 1:
 		return nil, fmt.Errorf("verify: Flow.BrokerLoss is %g; want 0 to 1", f.BrokerLoss)
 	case f.DBCrash < 0:
@@ -408,7 +429,8 @@ func (r *run) startBackground(ctx context.Context) (stop, closeAll func(), err e
 	if !r.f.Unsafe {
 		for i := range fences {
 			off := r.f.skewOffset(i) // 0 without Flow.Skew
-			if fences[i], err = effect.New(ctx, r.txdb, effect.Config{Lease: r.payLease, Now: wallAt(off), Registerer: r.reg, Logger: r.log}); err != nil {
+			if fences[i], err = effect.New(ctx, r.txdb, effect.Config{Lease: r.payLease, Now: wallAt(off), Registerer: r.reg, Logger: r.log,
+				KeyedWriteBehind: r.f.Pay == PayKeyedWriteBehind}); err != nil {
 				return fail(err)
 			}
 			r.skewNode(fmt.Sprintf("payment worker %d", i+1), off, "effect fence: leases and takeovers")
@@ -466,7 +488,7 @@ func (r *run) report(ctx context.Context, intents []intent, elapsed time.Duratio
 		return nil, err
 	}
 	rep.Seed, rep.FaultRate, rep.Ops, rep.Unsafe, rep.Elapsed = f.Seed, f.FaultRate, f.Orders, f.Unsafe, elapsed
-	rep.Broker, rep.API = f.Broker.Name(), f.API
+	rep.Broker, rep.API, rep.Pay = f.Broker.Name(), f.API, f.Pay
 	rep.Operations, rep.Faulted = r.inj.Ops(), r.inj.Faulted()
 	rep.Faults = r.inj.Counts()
 	if r.lateEvents > 0 {

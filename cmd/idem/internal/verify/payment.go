@@ -179,6 +179,18 @@ func (r *run) payments(ctx context.Context, fences []*effect.Fence[*sql.Tx], svc
 		})
 	}
 	wg.Wait()
+	// Write-behind records still waiting are written before the run is checked
+	// (a process stopping on purpose calls Flush).
+	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	for _, fence := range fences {
+		if fence == nil {
+			continue
+		}
+		if err := fence.Flush(flushCtx); err != nil {
+			r.log.Warn("verify: flush the payment records", "err", err)
+		}
+	}
 }
 
 // pay charges one order through the fence (or, unsafe, directly) and records it
@@ -191,12 +203,18 @@ func (r *run) pay(ctx context.Context, fence *effect.Fence[*sql.Tx], order strin
 		}
 	}()
 	var err error
-	if fence != nil {
+	switch {
+	case fence != nil && r.f.Pay != PayFence:
+		// No lease: the other worker may charge the same order at once, and the
+		// payment service answers the second call 409 while the first runs; an
+		// error here, retried in a later round.
+		_, err = fence.DoKeyed(ctx, order, "charge", call)
+	case fence != nil:
 		_, err = fence.Do(ctx, order, "charge", call)
 		if errors.Is(err, idem.ErrLeaseLost) {
 			return false // fenced: the worker that took over records it
 		}
-	} else {
+	default:
 		_, err = call(ctx, order)
 	}
 	if err != nil {

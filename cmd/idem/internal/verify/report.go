@@ -51,6 +51,7 @@ type Report struct {
 	Store       string         `json:"store"`
 	Broker      string         `json:"broker"`
 	API         string         `json:"api"` // the order API: APIHTTP or APIGRPC
+	Pay         string         `json:"pay"` // the payment workers' fence: PayFence, PayKeyed or PayKeyedWriteBehind
 	Unsafe      bool           `json:"unsafe"`
 	Accepted    int            `json:"accepted"`   // orders the service answered 201
 	Unanswered  int            `json:"unanswered"` // orders whose client gave up (may exist at most once)
@@ -180,6 +181,12 @@ func (r *Report) WriteHeader(w io.Writer) error {
 	api := ""
 	if r.API == APIGRPC {
 		api = ", orders over gRPC"
+	}
+	switch r.Pay {
+	case PayKeyed:
+		api += ", keyed payments"
+	case PayKeyedWriteBehind:
+		api += ", keyed payments (write-behind)"
 	}
 	_, err := fmt.Fprintf(w, "idem verify: %d orders%s, %s + %s, seed %d, %s\n", r.Ops, api, r.Store, r.Broker, r.Seed, mode)
 	return err
