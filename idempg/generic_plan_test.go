@@ -16,8 +16,9 @@ import (
 
 // TestArrayStatementsReachRowsByKey: the statements that read or update many
 // rows named by their keys in arrays (the fence's shared reads and finishes,
-// the sagas' shared saves) reach their rows through an index on the key in the
-// generic plan made on new, empty tables. pgx prepares each
+// the sagas' shared saves, the queue's retirements and extensions) reach their
+// rows through an index on the key in the generic plan made on new, empty
+// tables. pgx prepares each
 // statement once per connection and Postgres switches to that generic plan after
 // five runs; a join on unnest planned while the table was empty is a hash join
 // over a sequential scan, kept as the table grows, until autovacuum's next pass
@@ -27,10 +28,10 @@ func TestArrayStatementsReachRowsByKey(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := sqltest.Postgres(t)
-	if err := migrate.Up(ctx, db, migrate.Effect, migrate.Saga); err != nil {
+	if err := migrate.Up(ctx, db, migrate.Effect, migrate.Saga, migrate.Queue); err != nil {
 		t.Fatal(err)
 	}
-	fx, sg := db.Driver.Effect(), db.Driver.Saga()
+	fx, sg, qu := db.Driver.Effect(), db.Driver.Saga(), db.Driver.Queue()
 	for _, c := range []struct {
 		field, stmt, args, table string
 		cond                     string // the plan's index condition on the key
@@ -40,6 +41,8 @@ func TestArrayStatementsReachRowsByKey(t *testing.T) {
 			`'{a,b}', '{charge,charge}', '{1,1}', '{complete,complete}', '{"\\x00","\\x00"}', '{"",""}', '{1,1}'`, "idem_effects", "key = ANY ($1)"},
 		{"SagaSQL.GroupSave", sg.GroupSave,
 			`'{done,done}', '{1,1}', '{"",""}', '{1,1}', '{"",""}', '{0,0}', '{0,0}', '{1,1}', '{s1,s2}', '{1,1}'`, "idem_sagas", "Index Cond: (id = ANY ($9))"},
+		{"QueueSQL.RetireArrays", qu.RetireArrays, `1, 'applied', '{1,2}', '{1,1}'`, "idem_queue", "Index Cond: (id = ANY ($3))"},
+		{"QueueSQL.ExtendArrays", qu.ExtendArrays, `1, '{1,2}', '{1,1}'`, "idem_queue", "Index Cond: (id = ANY ($2))"},
 	} {
 		text := genericPlan(t, db, c.stmt, c.args)
 		t.Logf("%s:\n%s", c.field, text)

@@ -22,12 +22,18 @@ SELECT ins.topic, ins.msg_id FROM ins CROSS JOIN (SELECT pg_notify('` + idemsql.
 UPDATE idem_queue q SET attempts = q.attempts + 1, available_at = $2, leased_by = $3
 FROM due WHERE q.id = due.id
 RETURNING q.id, q.attempts, ` + queuesql.Returned("q")
+	// RetireArrays and ExtendArrays reach their rows by the primary key in any
+	// plan: q.id = ANY beside the join, and the unfinished test written as
+	// num_nulls(q.finished_at) = 1, which is finished_at IS NULL to the rows but
+	// not to the planner. Written IS NULL, it lets the generic plan cached on a
+	// new table (see GroupLook in sql_effect.go) read the whole partial index of
+	// unfinished rows, the backlog, for every batch.
 	s.RetireArrays = `UPDATE idem_queue q SET finished_at = $1, outcome = $2, leased_by = ''
 FROM unnest($3::bigint[], $4::integer[]) AS h(id, attempts)
-WHERE q.id = h.id AND q.attempts = h.attempts AND q.finished_at IS NULL`
+WHERE q.id = ANY($3::bigint[]) AND q.id = h.id AND q.attempts = h.attempts AND num_nulls(q.finished_at) = 1`
 	s.ExtendArrays = `UPDATE idem_queue q SET available_at = $1
 FROM unnest($2::bigint[], $3::integer[]) AS h(id, attempts)
-WHERE q.id = h.id AND q.attempts = h.attempts AND q.finished_at IS NULL`
+WHERE q.id = ANY($2::bigint[]) AND q.id = h.id AND q.attempts = h.attempts AND num_nulls(q.finished_at) = 1`
 	return s
 }()
 
