@@ -106,6 +106,66 @@ func benchIdem(b *testing.B, kind string) {
 	}
 }
 
+// BenchmarkQueueBurst: a backlog that arrives at once. The consumer (as in
+// BenchmarkQueue's idem variant) first drains a warm-up of 20 batches one
+// message at a time, as a queue that starts empty does, so that its statements
+// are planned on a small table; then b.N messages are enqueued in transactions
+// of 1,000 and msgs/s is b.N over the time from the first of those to the
+// last retirement. PostgreSQL only: the figure is about the plans Postgres
+// caches for prepared statements.
+//
+//	go test -run '^$' -bench QueueBurst -benchtime 50000x ./queue
+func BenchmarkQueueBurst(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := openDB(b, "postgres")
+	q := newQueue(b, d, queue.Config{})
+	src := newSource(b, q, queue.SourceConfig{Topic: "bench"})
+	var done atomic.Int64
+	handle := func(context.Context, *sql.Tx, idem.Message) error { return nil }
+	c, err := inbox.New(ctx, countedSource{src, &done}, d.tx, d.store, handle, inbox.Config{Consumer: "bench", BatchSize: benchBatch, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { _ = c.Run(ctx) })
+	enqueue := func(from, to int) {
+		err := d.tx.InTx(ctx, func(tx *sql.Tx) error {
+			msgs := make([]idem.Message, 0, to-from)
+			for i := from; i < to; i++ {
+				msgs = append(msgs, idem.Message{ID: fmt.Sprint("m", i), Topic: "bench", Payload: benchPayload})
+			}
+			_, err := q.EnqueueTx(ctx, tx, msgs...)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	const warm = 20 * benchBatch
+	for i := range warm {
+		enqueue(i, i+1)
+		for done.Load() <= int64(i) {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	b.ResetTimer()
+	for i := warm; i < warm+b.N; i += 1000 {
+		enqueue(i, min(i+1000, warm+b.N))
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for done.Load() < int64(warm+b.N) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d messages consumed after 5 minutes", done.Load()-warm, b.N)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
 // countedSource counts the deliveries the inbox acks: after the commit that
 // retired them.
 type countedSource struct {
