@@ -18,7 +18,7 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/admin"
 	"github.com/idemhq/idem/audit"
-	"github.com/idemhq/idem/internal/testsvc"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -504,7 +504,7 @@ func (b *bundle) auditRecords(t testing.TB) []map[string]any {
 // counter returns the value of idem_admin_requests_total{route,code}, 0 if absent.
 func counter(t testing.TB, b *bundle, route, code string) float64 {
 	t.Helper()
-	return testsvc.Sum(t, b.reg, "idem_admin_requests_total", "route", route, "code", code)
+	return idemtest.MetricSum(t, b.reg, "idem_admin_requests_total", map[string]string{"route": route, "code": code})
 }
 
 func bodyOf(s string) io.ReadCloser { return io.NopCloser(strings.NewReader(s)) }

@@ -20,6 +20,7 @@ import (
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idempg"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/internal/testsvc"
 )
 
@@ -269,7 +270,7 @@ func TestWriteBehindConcurrentCallers(t *testing.T) {
 // outcomes is idem_effects_total{outcome} in reg, summed over steps.
 func outcomes(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
 	t.Helper()
-	return testsvc.Sum(t, reg, "idem_effects_total", "outcome", outcome)
+	return idemtest.MetricSum(t, reg, "idem_effects_total", map[string]string{"outcome": outcome})
 }
 
 // Records that wait through a database outage are kept and written once it is

@@ -7,12 +7,52 @@ import (
 	"github.com/idemhq/idem"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // MetricValue returns the value of the series of family name whose labels include
 // labels: a counter's or gauge's value, a histogram's sample count. It fails t if
 // there is no such series.
 func MetricValue(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	var v float64
+	found := false
+	eachSeries(t, g, name, labels, func(m *dto.Metric) bool {
+		switch {
+		case m.Counter != nil:
+			v = m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			v = m.GetGauge().GetValue()
+		case m.Histogram != nil:
+			v = float64(m.GetHistogram().GetSampleCount())
+		default:
+			return true
+		}
+		found = true
+		return false
+	})
+	if !found {
+		t.Fatalf("no series %s%v", name, labels)
+	}
+	return v
+}
+
+// MetricSum returns the sum of the counters and gauges of family name whose
+// labels include labels (all of its series for none): 0 where there is none, as
+// for a counter never incremented.
+func MetricSum(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	var sum float64
+	eachSeries(t, g, name, labels, func(m *dto.Metric) bool {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		return true
+	})
+	return sum
+}
+
+// eachSeries calls fn with each series of family name whose labels include
+// labels, until fn returns false.
+func eachSeries(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string, fn func(*dto.Metric) bool) {
 	t.Helper()
 	families, err := g.Gather()
 	if err != nil {
@@ -33,18 +73,11 @@ func MetricValue(t testing.TB, g prometheus.Gatherer, name string, labels map[st
 					continue series
 				}
 			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount())
+			if !fn(m) {
+				return
 			}
 		}
 	}
-	t.Fatalf("no series %s%v", name, labels)
-	return 0
 }
 
 // MetricsSuite checks that a store reports its claims as docs/observability.md names them:

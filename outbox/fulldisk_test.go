@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemhq/idem"
 	"github.com/idemhq/idem/idemsqlite"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/internal/testsvc"
 	"github.com/idemhq/idem/outbox"
 )
@@ -53,7 +54,7 @@ func (s *countSink) total() (published, doubled int) {
 // roundFailures reads idem_relay_round_failures_total from reg.
 func roundFailures(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
-	return testsvc.Sum(t, reg, "idem_relay_round_failures_total")
+	return idemtest.MetricSum(t, reg, "idem_relay_round_failures_total", nil)
 }
 
 // TestFullDisk runs orders (an order row and its outbox message in one

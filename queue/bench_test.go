@@ -79,28 +79,39 @@ func benchProduce(b *testing.B, n int, one func(i int) error, done *atomic.Int64
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
 }
 
+// benchConsumer starts an inbox consumer on a queue.Source of q (topic "bench",
+// batches of benchBatch, a handler that does nothing) until ctx ends, and
+// returns the count of the deliveries it acked; stop cancels ctx's consumer and
+// waits for it.
+func benchConsumer(b *testing.B, ctx context.Context, d *database, q *queue.Queue[*sql.Tx]) (done *atomic.Int64, stop func()) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	src := newSource(b, q, queue.SourceConfig{Topic: "bench"})
+	done = &atomic.Int64{}
+	handle := func(context.Context, *sql.Tx, idem.Message) error { return nil }
+	c, err := inbox.New(ctx, countedSource{src, done}, d.tx, d.store, handle, inbox.Config{Consumer: "bench", BatchSize: benchBatch, Logger: quiet})
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = c.Run(ctx) })
+	return done, func() { cancel(); wg.Wait() }
+}
+
 func benchIdem(b *testing.B, kind string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d := openDB(b, kind)
 	q := newQueue(b, d, queue.Config{})
-	src := newSource(b, q, queue.SourceConfig{Topic: "bench"})
-	var done atomic.Int64
-	handle := func(context.Context, *sql.Tx, idem.Message) error { return nil }
-	c, err := inbox.New(ctx, countedSource{src, &done}, d.tx, d.store, handle, inbox.Config{Consumer: "bench", BatchSize: benchBatch, Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	wg.Go(func() { _ = c.Run(ctx) })
+	done, stop := benchConsumer(b, ctx, d, q)
+	defer stop()
 	benchProduce(b, b.N, func(i int) error {
 		return d.tx.InTx(ctx, func(tx *sql.Tx) error {
 			_, err := q.EnqueueTx(ctx, tx, idem.Message{ID: fmt.Sprint("m", i), Topic: "bench", Payload: benchPayload})
 			return err
 		})
-	}, &done)
+	}, done)
 	if got := d.count(b, "SELECT count(*) FROM idem_queue WHERE outcome = 'applied'"); got != b.N {
 		b.Errorf("%d rows retired as applied, want %d", got, b.N)
 	}
@@ -120,17 +131,8 @@ func BenchmarkQueueBurst(b *testing.B) {
 	defer cancel()
 	d := openDB(b, "postgres")
 	q := newQueue(b, d, queue.Config{})
-	src := newSource(b, q, queue.SourceConfig{Topic: "bench"})
-	var done atomic.Int64
-	handle := func(context.Context, *sql.Tx, idem.Message) error { return nil }
-	c, err := inbox.New(ctx, countedSource{src, &done}, d.tx, d.store, handle, inbox.Config{Consumer: "bench", BatchSize: benchBatch, Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	wg.Go(func() { _ = c.Run(ctx) })
+	done, stop := benchConsumer(b, ctx, d, q)
+	defer stop()
 	enqueue := func(from, to int) {
 		err := d.tx.InTx(ctx, func(tx *sql.Tx) error {
 			msgs := make([]idem.Message, 0, to-from)

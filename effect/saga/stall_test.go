@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/idemsql"
+	"github.com/idemhq/idem/idemtest"
 	"github.com/idemhq/idem/internal/sqltest"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -48,7 +49,7 @@ func (e env) watched(t *testing.T, cfg Config, defs ...Definition) watched {
 // sagas returns idem_sagas_total{saga, outcome}.
 func (w watched) sagas(t *testing.T, saga, outcome string) float64 {
 	t.Helper()
-	return testsvc.Sum(t, w.reg, "idem_sagas_total", "saga", saga, "outcome", outcome)
+	return idemtest.MetricSum(t, w.reg, "idem_sagas_total", map[string]string{"saga": saga, "outcome": outcome})
 }
 
 // rounds runs RunOnce, each round a backoff later, until done holds; a round that
