@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/effect"
 	"github.com/idemhq/idem/idemkey"
 	"github.com/idemhq/idem/idempg"
@@ -280,17 +278,8 @@ func TestWriteBehindThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cs, _ := testsvc.PostgresSchema(t)
-	u, err := url.Parse(cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := chaos.NewProxy("postgres", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	u.Host = proxy.Addr()
-	pool, err := pgxpool.New(ctx, u.String())
+	proxy, through := testsvc.PostgresProxy(t, cs)
+	pool, err := pgxpool.New(ctx, through)
 	if err != nil {
 		t.Fatal(err)
 	}

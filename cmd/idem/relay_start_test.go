@@ -8,7 +8,6 @@ import (
 	"math/bits"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/internal/testsvc"
 )
@@ -111,16 +109,7 @@ func TestRelayDatabaseOutageLogs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cs, _ := testsvc.PostgresSchema(t)
-	u, err := url.Parse(cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := chaos.NewProxy("postgres", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	u.Host = proxy.Addr()
+	proxy, through := testsvc.PostgresProxy(t, cs)
 	pool, ob := postgresOutbox(t, cs) // the service, straight to the database
 	js, stream, subject := natsTestStream(t)
 	enqueue := func(id string) {
@@ -132,7 +121,7 @@ func TestRelayDatabaseOutageLogs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := startRelay(t, "--db", u.String(), "--sink", natsURL(), "--poll", "50ms")
+	r := startRelay(t, "--db", through, "--sink", natsURL(), "--poll", "50ms")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("relay output:\n%s", r.stderr)

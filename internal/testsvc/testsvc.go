@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
+	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/idemmysql"
 )
 
@@ -254,4 +255,22 @@ func ClosedAddr(t testing.TB) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
+}
+
+// PostgresProxy starts a chaos.Proxy to the server of the Postgres URL cs,
+// closed when t ends, and returns it with cs rewritten to go through it: a
+// database whose connections a test cuts.
+func PostgresProxy(t testing.TB, cs string) (*chaos.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := chaos.NewProxy("postgres", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	u.Host = proxy.Addr()
+	return proxy, u.String()
 }
