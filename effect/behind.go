@@ -16,7 +16,7 @@ import (
 // outcome to the Fence's writer and returns; the writer writes what waits, up to
 // maxDeferredBatch records in one statement (unnest on PostgreSQL, one transaction
 // elsewhere), while new records queue behind it. Until a record is written, the
-// Fence answers its key and step from memory, so its own callers never call twice.
+// Fence answers its key and step from memory, so its later callers do not call again.
 // A record is not durable until it is written: a crash before that loses it, and
 // the next DoKeyed calls the downstream again with the same derived key, which the
 // keyed path requires the downstream to answer from its own record.
