@@ -521,11 +521,21 @@ func TestPipelinedRound(t *testing.T) {
 		sink := &memSink{fail: func(m idem.Message) error {
 			if m.ID == "m5" && pid == 0 {
 				// The round's transaction waits for this publish, idle: the only
-				// backend of the test's schema in that state.
-				err := e.db.QueryRow("SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%idem_outbox%' " +
-					"AND pid <> pg_backend_pid() AND datname = current_database() AND backend_xid IS NOT NULL AND " +
-					"pid IN (SELECT pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace " +
-					"WHERE n.nspname = current_schema() AND c.relname = 'idem_outbox') LIMIT 1").Scan(&pid)
+				// backend of the test's schema in that state. The backend says so
+				// once it has sent the batch and waits for the next statement,
+				// which may be after the relay has the batch: look until it does
+				// (the round waits for this publish, so it will).
+				// (This runs on the relay's goroutine: no t.Fatal here.)
+				var err error
+				for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+					err = e.db.QueryRow("SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%idem_outbox%' " +
+						"AND pid <> pg_backend_pid() AND datname = current_database() AND backend_xid IS NOT NULL AND " +
+						"pid IN (SELECT pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace " +
+						"WHERE n.nspname = current_schema() AND c.relname = 'idem_outbox') LIMIT 1").Scan(&pid)
+					if !errors.Is(err, sql.ErrNoRows) || time.Now().After(deadline) {
+						break
+					}
+				}
 				if err == nil {
 					_, err = e.db.Exec("SELECT pg_terminate_backend($1)", pid)
 				}
