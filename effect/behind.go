@@ -237,7 +237,7 @@ func (f *Fence[Tx]) writeDeferred(batch []*deferred) (kept, done []*deferred) {
 			kept = append(kept, d)
 		}
 	}
-	slices.SortFunc(kept, func(a, b *deferred) int { return int(a.seq - b.seq) })
+	slices.SortFunc(kept, func(a, b *deferred) int { return cmp.Compare(a.seq, b.seq) })
 	return kept, done
 }
 
@@ -254,14 +254,10 @@ func (f *Fence[Tx]) writeDeferredBatch(ctx context.Context, records []*deferred)
 		return cmp.Or(cmp.Compare(a.e.Key, b.e.Key), cmp.Compare(a.e.Step, b.e.Step))
 	})
 	if f.q.GroupRecord != "" && f.db.Read != nil {
-		var keys, steps, states, reasons []string
-		var nows []int64
-		var results [][]byte
-		for _, d := range sorted {
-			keys, steps, states, reasons = append(keys, d.e.Key), append(steps, d.e.Step), append(states, d.e.State), append(reasons, d.e.Reason)
-			nows, results = append(nows, d.now), append(results, d.e.Result)
-		}
-		args := []any{keys, steps, states, results, reasons, nows}
+		args := groupRecordArgs(len(sorted), func(i int) recordCall {
+			d := sorted[i]
+			return recordCall{key: d.e.Key, step: d.e.Step, state: d.e.State, result: d.e.Result, reason: d.e.Reason, now: d.now}
+		})
 		return f.db.Read(ctx, func(q idemsql.Querier) error {
 			return idemsql.EachRow(ctx, q, f.q.GroupRecord, args, func(idemsql.Rows) error { return nil })
 		})

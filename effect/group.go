@@ -193,16 +193,21 @@ func (f *Fence[Tx]) recordBatch(batch []*group.Item[recordCall]) {
 	slices.SortStableFunc(batch, func(a, b *group.Item[recordCall]) int {
 		return cmp.Or(cmp.Compare(a.Val.key, b.Val.key), cmp.Compare(a.Val.step, b.Val.step))
 	})
-	var keys, steps, states, reasons []string
-	var nows []int64
-	var results [][]byte
-	for _, it := range batch {
-		v := it.Val
-		keys, steps, states, reasons = append(keys, v.key), append(steps, v.step), append(states, v.state), append(reasons, v.reason)
-		nows, results = append(nows, v.now), append(results, v.result)
-	}
 	writeBatch(f, batch, f.q.GroupRecord, func(v recordCall) [2]string { return [2]string{v.key, v.step} },
-		func(v *recordCall, ok bool) { v.recorded = ok }, f.recordBatch, keys, steps, states, results, reasons, nows)
+		func(v *recordCall, ok bool) { v.recorded = ok }, f.recordBatch,
+		groupRecordArgs(len(batch), func(i int) recordCall { return batch[i].Val })...)
+}
+
+// groupRecordArgs are GroupRecord's arrays for n records, the i-th at(i): keys,
+// steps, states, results, reasons, nows.
+func groupRecordArgs(n int, at func(i int) recordCall) []any {
+	keys, steps, states, reasons := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	results, nows := make([][]byte, n), make([]int64, n)
+	for i := range n {
+		v := at(i)
+		keys[i], steps[i], states[i], reasons[i], results[i], nows[i] = v.key, v.step, v.state, v.reason, v.result, v.now
+	}
+	return []any{keys, steps, states, results, reasons, nows}
 }
 
 // lookBatch reads the effects of a batch of DoKeyed callers; one alone reads as
