@@ -103,7 +103,7 @@ func registered(t *testing.T) *recorder {
 	_, err = pgcdc.New("postgres://relay@127.0.0.1:5432/db", nopSink{}, pgcdc.Config{Registerer: r}) // connects only when run
 	check("cdc relay", err)
 	db := sqltest.SQLite(t)
-	_, err = effect.New(ctx, db, effect.Config{Registerer: r})
+	_, err = effect.New(ctx, db, effect.Config{Registerer: r, KeyedWriteBehind: true}) // idem_effects_deferred too
 	check("effect fence", err)
 	_, err = saga.New(ctx, db, saga.Config{Registerer: r}, saga.Definition{Name: "s", Steps: []saga.Step{{Name: "a", NoCompensation: true,
 		Action: func(context.Context, saga.Input) ([]byte, error) { return nil, nil }}}})

@@ -7,8 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/idemhq/idem/idemsql"
 	"github.com/idemhq/idem/internal/group"
+	"github.com/idemhq/idem/internal/metrics"
 	"github.com/idemhq/idem/internal/otelx"
 )
 
@@ -57,11 +60,12 @@ type behind struct {
 	pending map[[2]string]*deferred // by key and step: answered from here until written
 	queue   []*deferred             // not yet being written, oldest first
 	bytes   int
-	seq     uint64        // the last record's
-	written uint64        // every record up to this one is written or given up
-	moved   chan struct{} // closed, and replaced, when written moves
-	writing bool          // the writer runs
-	failed  int           // the writer's rounds that kept records to try again, for tests
+	seq     uint64           // the last record's
+	written uint64           // every record up to this one is written or given up
+	moved   chan struct{}    // closed, and replaced, when written moves
+	writing bool             // the writer runs
+	failed  int              // the writer's rounds that kept records to try again, for tests
+	gauge   prometheus.Gauge // idem_effects_deferred, shared by the fences of a registry; nil without one
 
 	// Settable by tests (export_test.go).
 	max, maxBytes, attempts int
@@ -69,13 +73,32 @@ type behind struct {
 	hold                    chan struct{} // the writer waits for it to close before each write
 }
 
-func newBehind() *behind {
-	return &behind{
+// newBehind returns a Fence's write-behind state; with reg, its records waiting
+// are counted in idem_effects_deferred.
+func newBehind(reg prometheus.Registerer) (*behind, error) {
+	b := &behind{
 		pending: map[[2]string]*deferred{}, moved: make(chan struct{}),
 		max: MaxDeferredRecords, maxBytes: MaxDeferredBytes, attempts: DeferredAttempts,
 		backoff: func(failures int) time.Duration {
 			return min(100*time.Millisecond<<min(failures-1, 6), 5*time.Second)
 		},
+	}
+	if reg == nil {
+		return b, nil
+	}
+	var err error
+	b.gauge, err = metrics.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idem_effects_deferred",
+		Help: "Write-behind records (effect.Config.KeyedWriteBehind) not yet written, of every fence on this registry: " +
+			"DoKeyed returned for them, and a crash would lose them. One that keeps rising means the database is slower than the calls, or refuses the records.",
+	}))
+	return b, err
+}
+
+// moveGauge adds n to idem_effects_deferred, if it is registered.
+func (b *behind) moveGauge(n int) {
+	if b.gauge != nil && n != 0 {
+		b.gauge.Add(float64(n))
 	}
 }
 
@@ -112,6 +135,7 @@ func (f *Fence[Tx]) deferRecord(e Effect, now int64) bool {
 	b.pending[id] = d
 	b.queue = append(b.queue, d)
 	b.bytes += d.size()
+	b.moveGauge(1)
 	if !b.writing {
 		b.writing = true
 		go f.writeBehind()
@@ -174,6 +198,7 @@ func (f *Fence[Tx]) writeBehind() {
 			delete(b.pending, [2]string{d.e.Key, d.e.Step})
 			b.bytes -= d.size()
 		}
+		b.moveGauge(-len(done))
 		b.queue = append(kept, b.queue...)
 		if len(b.queue) > 0 {
 			b.written = b.queue[0].seq - 1

@@ -188,6 +188,9 @@ func TestWriteBehindGivesUpARefusedRecord(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if n := deferred(t, reg); n != 3 {
+			t.Errorf("idem_effects_deferred = %v with the writer held, want 3", n)
+		}
 		release()
 		if err := f.Flush(ctx); err != nil {
 			t.Fatal(err)
@@ -199,6 +202,9 @@ func TestWriteBehindGivesUpARefusedRecord(t *testing.T) {
 		}
 		if n := outcomes(t, reg, "unrecorded"); n != 1 {
 			t.Errorf("idem_effects_total{outcome=\"unrecorded\"} = %v, want 1", n)
+		}
+		if n := deferred(t, reg); n != 0 {
+			t.Errorf("idem_effects_deferred = %v once the records are written or given up, want 0", n)
 		}
 		if _, err := f.DoKeyed(ctx, "order-0", "charge", call); err != nil || calls.Load() != 4 {
 			t.Errorf("the given-up effect again: %v, %d calls; want a fourth call", err, calls.Load())
@@ -271,6 +277,12 @@ func outcomes(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
 	return idemtest.MetricSum(t, reg, "idem_effects_total", map[string]string{"outcome": outcome})
 }
 
+// deferred is idem_effects_deferred on reg: the write-behind records not yet written.
+func deferred(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	return idemtest.MetricValue(t, reg, "idem_effects_deferred", nil)
+}
+
 // Records that wait through a database outage are kept and written once it is
 // reachable again; Flush returns then, and none is given up. On Postgres through
 // a proxy that refuses connections until the writer has failed.
@@ -305,6 +317,9 @@ func TestWriteBehindThroughAnOutage(t *testing.T) {
 	testsvc.Eventually(t, time.Minute, "the writer failed while the database was down", func() bool {
 		return effect.WriteBehindFailures(f) >= 2
 	})
+	if got := deferred(t, reg); got != n {
+		t.Errorf("idem_effects_deferred = %v through the outage, want %d", got, n)
+	}
 	if err := proxy.Up(); err != nil {
 		t.Fatal(err)
 	}
@@ -319,5 +334,8 @@ func TestWriteBehindThroughAnOutage(t *testing.T) {
 	}
 	if n := outcomes(t, reg, "unrecorded"); n != 0 {
 		t.Errorf("%v records given up, want none", n)
+	}
+	if got := deferred(t, reg); got != 0 {
+		t.Errorf("idem_effects_deferred = %v after Flush, want 0", got)
 	}
 }

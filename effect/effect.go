@@ -88,7 +88,8 @@
 // to 5 s apart) is given up, logged at error level with its key, step and the
 // database's error, and counted in idem_effects_total{outcome="unrecorded"}; the
 // next DoKeyed of that effect calls again. Nothing else waits on it; an outage
-// longer than those attempts gives up the records that wait the same way.
+// longer than those attempts gives up the records that wait the same way. The
+// gauge idem_effects_deferred (with Config.Registerer) is the records waiting.
 //
 // # Key propagation
 //
@@ -185,7 +186,8 @@ type Config struct {
 	Reconcile Reconcile
 	// Now is the clock of leases. Nil means time.Now.
 	Now func() time.Time
-	// Registerer receives idem_effects_total{step,outcome}.
+	// Registerer receives idem_effects_total{step,outcome} and, with
+	// KeyedWriteBehind, idem_effects_deferred.
 	Registerer prometheus.Registerer
 	// Logger receives recoveries at info level, and failed or fenced lease
 	// renewals at warn level. Default slog.Default().
@@ -272,10 +274,12 @@ func New[Tx any](ctx context.Context, db idemsql.TxDB[Tx], cfg Config) (*Fence[T
 	}
 	f := &Fence[Tx]{db: db, q: db.Driver.Effect(), cfg: cfg, tr: otelx.New(cfg.TracerProvider, nil)}
 	f.groups = f.newGroups()
-	if cfg.KeyedWriteBehind {
-		f.behind = newBehind()
-	}
 	var err error
+	if cfg.KeyedWriteBehind {
+		if f.behind, err = newBehind(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
 	if f.metrics, err = metrics.Counters(cfg.Registerer, "idem_effects_total",
 		"External effects through the fence, by step and outcome (called, replayed, in_progress, recovered, reconciled, fenced, failed, error, unrecorded).",
 		"step", "outcome"); err != nil {
