@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"database/sql"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -158,6 +160,11 @@ func TestServeUpstreamUserinfo(t *testing.T) {
 
 // An upstream slower than --lease is not run twice: the gateway renews the key's
 // lease while it works, retries meanwhile get 409, and then the replay.
+//
+// Driven by progress: the upstream holds the call until the record in the
+// gateway's file has been renewed and its first lease has run out, which only
+// the renewals bridge. The lease is long enough (renewed every second) that a
+// loaded machine does not starve the renewals past it.
 func TestServeSlowUpstreamKeepsItsKey(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
@@ -173,14 +180,34 @@ func TestServeSlowUpstreamKeepsItsKey(t *testing.T) {
 		_, _ = io.WriteString(w, "slow and done")
 	}, nil)
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	g := startGateway(t, up.URL, "--store", "memory:", "--lease", "300ms")
+	path := filepath.Join(t.TempDir(), "gateway.db")
+	g := startGateway(t, up.URL, "--store", "sqlite:"+path, "--lease", "3s")
 	first := make(chan reply, 1)
-	go func() { first <- send(t, "POST", "http://"+g.addr+"/slow", "slow-key", "x") }()
+	var wg sync.WaitGroup
+	wg.Go(func() { first <- send(t, "POST", "http://"+g.addr+"/slow", "slow-key", "x") })
+	// The first request ends (and stops using t) before the test does, whatever fails.
+	defer wg.Wait()
+	defer once.Do(func() { close(release) })
+
 	testsvc.Eventually(t, time.Minute, "the upstream to receive the first request", func() bool { return up.callsOf("POST", "slow-key") > 0 })
-	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	leaseEnd := func() int64 {
+		var end int64
+		if err := db.QueryRow("SELECT expires_ns FROM idem_records WHERE state = 1").Scan(&end); err != nil {
+			t.Fatalf("the record in progress: %v", err)
+		}
+		return end
+	}
+	firstEnd := leaseEnd()
+	for renewed := false; !renewed || time.Now().UnixNano() <= firstEnd; time.Sleep(100 * time.Millisecond) {
 		if r := send(t, "POST", "http://"+g.addr+"/slow", "slow-key", "x"); r.status != http.StatusConflict {
 			t.Fatalf("retry while the upstream works: %d %s, want 409", r.status, r.body)
 		}
+		renewed = leaseEnd() > firstEnd
 	}
 	once.Do(func() { close(release) })
 	if r := <-first; r.status != http.StatusCreated {
