@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemhq/idem/chaos"
 	"github.com/idemhq/idem/cmd/idem/internal/cli"
 	"github.com/idemhq/idem/cmd/idem/internal/open"
 	"github.com/idemhq/idem/idemhttp/gateway"
@@ -22,17 +21,12 @@ import (
 // with the database user, the database and the addresses, goes to the log only.
 func TestServeHealthHidesStoreDetails(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(testsvc.PostgresDatabase(t))
+	proxy, through := testsvc.PostgresProxy(t, testsvc.PostgresDatabase(t))
+	u, err := url.Parse(through)
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := chaos.NewProxy("serve-health", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	u.Host = proxy.Addr()
-	spec, err := open.ParseStore(u.String())
+	spec, err := open.ParseStore(through)
 	if err != nil {
 		t.Fatal(err)
 	}
